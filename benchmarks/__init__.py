@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of the Ascend layer: run with ``uv run python -m benchmarks all``."""
