@@ -1,0 +1,88 @@
+"""The one error type of ascend_config: every problem found, one line each (stdlib only)."""
+
+from __future__ import annotations
+
+import reprlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+MAX_LINE = 300
+_IDENT = re.compile(r"[A-Za-z0-9_]+\Z")
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = 60
+_REPR.maxother = 60
+_REPR.maxlong = 40
+_REPR.maxdict = 4
+_REPR.maxlist = 4
+_REPR.maxtuple = 4
+
+
+def short_repr(value: object) -> str:
+    """A bounded, single-line repr of a user value (depth, length and size limited)."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a hostile __repr__ must not hide the real problem
+        text = f"<{type(value).__name__}>"
+    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def render_path(parts: Iterable[object]) -> str:
+    """Dotted key path; list indices as ``[i]``; odd keys quoted so the path stays one line."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+            continue
+        text = str(part)
+        if not _IDENT.match(text):
+            text = short_repr(text)
+        out = f"{out}.{text}" if out else text
+    return out or "<additional_config>"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())  # newlines and tabs never survive into a problem line
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong: where (``path``), what was given (``value``), what is allowed."""
+
+    path: str
+    value: str
+    allowed: str
+    message: str
+
+    def line(self) -> str:
+        """The problem as one line of at most 300 characters."""
+        head = f"{self.path}: {self.message}" if self.message else f"{self.path}:"
+        text = f"{head} (given {self.value}; allowed: {self.allowed})"
+        return _clip(text, MAX_LINE)
+
+
+def make_problem(path: str, value: object, allowed: str, message: str = "") -> Problem:
+    """Build a problem with every part bounded (value rendered with :func:`short_repr`)."""
+    return Problem(
+        path=_clip(path, 120),
+        value=short_repr(value),
+        allowed=_clip(allowed, 160),
+        message=_clip(message, 160),
+    )
+
+
+class AscendConfigError(ValueError):
+    """Every problem of an Ascend configuration, reported together (one per line)."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems: list[Problem] = list(problems)
+        count = len(self.problems)
+        head = f"{count} problem{'s' if count != 1 else ''} in the Ascend configuration:"
+        super().__init__("\n".join([head, *(p.line() for p in self.problems)]))
+
+    def lines(self) -> list[str]:
+        """One line per problem, in the order found."""
+        return [p.line() for p in self.problems]

@@ -1,0 +1,67 @@
+"""CPU-list text (``0-3,8``) to integers and back, plus IRQ affinity masks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ascend_topology.errors import ParseError
+
+# A CPU id above this is certainly a typo or garbage (Linux caps NR_CPUS at 8192).
+MAX_CPU_ID = 8191
+_MASK_BITS = 32
+_CPU_LIST_RE = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*,?\s*$")
+
+
+def looks_like_cpu_list(text: str) -> bool:
+    """True when ``text`` has the shape ``a-b,c,d-e`` (spaces tolerated)."""
+    return bool(_CPU_LIST_RE.match(text))
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """Expand ``"0-2, 4, 6-8"`` into a sorted, duplicate-free list of CPU ids.
+
+    An empty string gives ``[]``. Raises ``ParseError`` naming the bad part otherwise.
+    """
+    cpus: set[int] = set()
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        low_text, sep, high_text = part.partition("-")
+        if not low_text.strip().isdigit() or (sep and not high_text.strip().isdigit()):
+            raise ParseError(f"bad CPU list {text!r}: {part!r} is not 'N' or 'N-M'")
+        low = int(low_text)
+        high = int(high_text) if sep else low
+        if high < low:
+            raise ParseError(f"bad CPU list {text!r}: range {part!r} runs backwards")
+        if high > MAX_CPU_ID:
+            raise ParseError(f"bad CPU list {text!r}: CPU {high} is above {MAX_CPU_ID}")
+        cpus.update(range(low, high + 1))
+    return sorted(cpus)
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """Compress CPU ids into ``"0-3,8"`` form (sorted, ranges for runs)."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def cpu_to_mask(cpu: int) -> str:
+    """The ``/proc/irq/<n>/smp_affinity`` mask selecting one CPU.
+
+    Eight hex digits for the CPU's 32-bit group, then ``,00000000`` per lower group:
+    ``cpu_to_mask(3) == "00000008"``, ``cpu_to_mask(35) == "00000008,00000000"``.
+    """
+    if cpu < 0:
+        raise ValueError(f"CPU id must be >= 0, got {cpu}")
+    group, bit = divmod(cpu, _MASK_BITS)
+    return f"{1 << bit:08x}" + ",00000000" * group

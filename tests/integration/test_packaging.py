@@ -1,0 +1,128 @@
+"""The five wheels build, carry matching pins, and install (topology alone; all with --no-deps)."""
+
+from __future__ import annotations
+
+import email.parser
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+MEMBERS = ("ascend-config", "ascend-topology", "ascend-kernels", "ascend-graph", "vllm-ascend")
+UV = shutil.which("uv") or "uv"
+
+
+def _version(member: str) -> str:
+    data = tomllib.loads((REPO / "packages" / member / "pyproject.toml").read_text())
+    return str(data["project"]["version"])
+
+
+def _metadata(wheel: Path) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        return email.parser.Parser().parsestr(archive.read(name).decode())
+
+
+def _run(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT"}
+    }
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    result = subprocess.run(
+        list(args),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        **kwargs,  # type: ignore[call-overload]
+    )
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("dist")
+    _run(UV, "build", "--all-packages", "--no-sources", "--wheel", "-o", str(out), cwd=REPO)
+    built = sorted(out.glob("*.whl"))
+    by_name = {w.name.split("-")[0].replace("_", "-"): w for w in built}
+    assert len(built) == 5 and set(by_name) == set(MEMBERS), [w.name for w in built]
+    return by_name
+
+
+def test_exactly_five_wheels_with_their_versions(wheels: dict[str, Path]) -> None:
+    for member, wheel in wheels.items():
+        meta = _metadata(wheel)
+        assert meta["Version"] == _version(member)
+        assert meta["Requires-Python"] == ">=3.10"
+
+
+def test_meta_package_pins_match_member_versions(wheels: dict[str, Path]) -> None:
+    requires = _metadata(wheels["vllm-ascend"]).get_all("Requires-Dist") or []
+    for sibling in MEMBERS[:-1]:
+        assert f"{sibling}=={_version(sibling)}" in requires
+    assert not any(r.startswith("vllm") and not r.startswith("vllm-ascend") for r in requires)
+    npu_only = [r for r in requires if r.startswith("torch-npu")]
+    assert npu_only and all("extra == 'npu'" in r or 'extra == "npu"' in r for r in npu_only)
+
+
+def _fresh_venv(tmp_path: Path, wheel: Path) -> Path:
+    venv = tmp_path / "venv"
+    _run(UV, "venv", "--python", sys.executable, str(venv))
+    _run(UV, "pip", "install", "--python", str(venv / "bin" / "python"), str(wheel))
+    return venv
+
+
+def test_topology_wheel_installs_alone_without_torch(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    venv = _fresh_venv(tmp_path, wheels["ascend-topology"])
+    listed = _run(UV, "pip", "list", "--python", str(venv / "bin" / "python")).stdout.lower()
+    assert "psutil" in listed and "torch" not in listed
+    plan = _run(str(venv / "bin" / "ascend-topology"), "plan", "--host", "a2-8npu", "--json")
+    assert '"npus"' in plan.stdout
+
+
+def test_config_wheel_installs_alone_without_torch(wheels: dict[str, Path], tmp_path: Path) -> None:
+    venv = _fresh_venv(tmp_path, wheels["ascend-config"])
+    listed = _run(UV, "pip", "list", "--python", str(venv / "bin" / "python")).stdout.lower()
+    assert "pydantic" in listed and "torch" not in listed
+    schema = _run(str(venv / "bin" / "ascend-config"), "schema")
+    assert '"properties"' in schema.stdout
+
+
+def test_all_wheels_install_together_beside_the_workspace_dependencies(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "site"
+    _run(
+        UV,
+        "pip",
+        "install",
+        "--python",
+        sys.executable,
+        "--no-deps",
+        "--target",
+        str(target),
+        *map(str, wheels.values()),
+    )
+    code = (
+        "import ascend_config, ascend_topology, ascend_kernels, ascend_graph, vllm_ascend\n"
+        "mods = [ascend_config, ascend_topology, ascend_kernels, ascend_graph, vllm_ascend]\n"
+        f"outside = [m.__file__ for m in mods if not m.__file__.startswith({str(target)!r})]\n"
+        "assert not outside, outside\n"
+        "import torch\n"
+        "torch.ops.ascend.rms_norm\n"
+        "print('ok')"
+    )
+    env = dict(os.environ, PYTHONPATH=str(target))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -1,0 +1,93 @@
+"""tools/check_versions.py catches stale pins, missing workspace sources and bad ranges."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import check_versions as cv
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = {
+    "ascend-kernels": ("0.3.0", ["torch>=2.9"]),
+    "ascend-graph": ("0.2.0", ["ascend-kernels>=0.3,<0.4"]),
+    "vllm-ascend": ("1.0.0", ["ascend-kernels==0.3.0", "ascend-graph==0.2.0"]),
+}
+
+
+def test_the_repository_itself_is_consistent() -> None:
+    assert cv.check(REPO) == []
+
+
+def test_good_workspace_has_no_problems(make_workspace: Callable[..., Path]) -> None:
+    assert cv.check(make_workspace(GOOD)) == []
+
+
+def test_member_bump_without_pin_update_fails(make_workspace: Callable[..., Path]) -> None:
+    members = dict(GOOD, **{"ascend-graph": ("0.2.1", ["ascend-kernels>=0.3,<0.4"])})
+    problems = cv.check(make_workspace(members))
+    assert len(problems) == 1
+    assert "vllm-ascend -> ascend-graph: pinned ==0.2.0, must be ==0.2.1" in problems[0]
+
+
+def test_fix_rewrites_the_stale_pin(make_workspace: Callable[..., Path]) -> None:
+    members = dict(GOOD, **{"ascend-graph": ("0.2.1", ["ascend-kernels>=0.3,<0.4"])})
+    root = make_workspace(members)
+    assert cv.fix(root) == ["ascend-graph==0.2.0 -> ascend-graph==0.2.1"]
+    assert cv.check(root) == []
+    assert '"ascend-graph==0.2.1"' in (root / "packages/vllm-ascend/pyproject.toml").read_text()
+
+
+def test_sibling_that_is_not_a_workspace_source_fails(make_workspace: Callable[..., Path]) -> None:
+    root = make_workspace(GOOD, sources=["ascend-kernels", "vllm-ascend"])
+    assert cv.check(root) == [
+        "root pyproject.toml: [tool.uv.sources] ascend-graph must be { workspace = true }"
+    ]
+
+
+def test_range_that_excludes_the_sibling_fails(make_workspace: Callable[..., Path]) -> None:
+    members = dict(GOOD, **{"ascend-kernels": ("0.4.0", ["torch>=2.9"])})
+    members["vllm-ascend"] = ("1.0.0", ["ascend-kernels==0.4.0", "ascend-graph==0.2.0"])
+    problems = cv.check(make_workspace(members))
+    assert len(problems) == 1 and ">=0.3,<0.4 excludes the member's version 0.4.0" in problems[0]
+
+
+def test_meta_package_missing_a_sibling_fails(make_workspace: Callable[..., Path]) -> None:
+    members = dict(GOOD, **{"vllm-ascend": ("1.0.0", ["ascend-graph==0.2.0"])})
+    problems = cv.check(make_workspace(members))
+    assert len(problems) == 1
+    assert problems[0].endswith("vllm-ascend does not depend on sibling ascend-kernels")
+
+
+@pytest.mark.parametrize(
+    ("version", "spec", "expected"),
+    [
+        ("0.1.0", ">=0.1,<0.2", True),
+        ("0.2.0", ">=0.1,<0.2", False),
+        ("0.1.0", "==0.1", True),
+        ("1.4.2", "~=1.4", True),
+        ("2.0.0", "~=1.4", False),
+        ("2.13.0", "==2.13.*", True),
+        ("2.14.0", "==2.13.*", False),
+        ("0.1.0", "!=0.1.0", False),
+    ],
+)
+def test_specifier_evaluation(version: str, spec: str, expected: bool) -> None:
+    assert cv.satisfies(version, spec) is expected
+
+
+def test_cli_exit_codes(make_workspace: Callable[..., Path]) -> None:
+    members = dict(GOOD, **{"ascend-graph": ("0.2.1", ["ascend-kernels>=0.3,<0.4"])})
+    root = make_workspace(members)
+    script = str(REPO / "tools" / "check_versions.py")
+    bad = subprocess.run(
+        [sys.executable, script, "--root", str(root)], capture_output=True, text=True
+    )
+    assert bad.returncode == 1 and "must be ==0.2.1" in bad.stderr
+    fixed = subprocess.run(
+        [sys.executable, script, "--root", str(root), "--fix"], capture_output=True, text=True
+    )
+    assert fixed.returncode == 0 and "versions ok: 3 members" in fixed.stdout
