@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import reprlib
 import re
+import reprlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 

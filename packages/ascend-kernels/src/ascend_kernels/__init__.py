@@ -1,1 +1,32 @@
-"""Placeholder."""
+"""The ``torch.ops.ascend.*`` operator library.
+
+Importing this package defines every op of ``schemas.SCHEMAS`` with a plain-torch reference
+implementation (any device) and a fake implementation (torch.compile), plus the torch_npu
+kernels when ``torch_npu`` imports cleanly. It never imports vLLM.
+"""
+
+from __future__ import annotations
+
+from ascend_kernels.capability import supports
+from ascend_kernels.layout import aligned_16, nd_to_nz_2d, nd_to_nz_spec, trans_nd_to_nz
+from ascend_kernels.meta_registration import register_meta_if_necessary
+from ascend_kernels.npu_loader import npu_registration
+from ascend_kernels.registration import register_all
+from ascend_kernels.schemas import OP_NAMES, SCHEMAS
+
+__all__ = [
+    "OP_NAMES",
+    "SCHEMAS",
+    "aligned_16",
+    "nd_to_nz_2d",
+    "nd_to_nz_spec",
+    "npu_registration",
+    "register_meta_if_necessary",
+    "supports",
+    "trans_nd_to_nz",
+]
+
+__version__ = "0.1.0"
+
+register_all()
+npu_registration.load_if_available()

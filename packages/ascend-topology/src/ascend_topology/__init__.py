@@ -1,1 +1,52 @@
-"""Placeholder."""
+"""ascend_topology: read an Ascend host, plan CPU pools per NPU, bind processes to them.
+
+Typical use (what vllm-ascend does in each worker)::
+
+    facts = read_live_host()                 # or load_recorded_host(dir_or_example_name)
+    p = plan(facts, PlanOptions(min_cpus_per_npu=5))
+    print(p.explain())                       # p.reason says why it cannot be applied
+    report = apply(p, rank=local_rank)       # never raises; report.done / report.skipped
+"""
+
+from ascend_topology.apply import ApplyReport, apply
+from ascend_topology.cpulist import cpu_to_mask, format_cpu_list, parse_cpu_list
+from ascend_topology.errors import (
+    CommandError,
+    ParseError,
+    PlanError,
+    RecordedHostError,
+    TopologyError,
+)
+from ascend_topology.facts import SOCS, HostFacts
+from ascend_topology.live import capture_live_host, read_live_host
+from ascend_topology.plan_types import NpuPlan, Plan, PlanOptions
+from ascend_topology.planner import plan
+from ascend_topology.recorded import example_host_dir, example_hosts, load_recorded_host
+from ascend_topology.synthetic import make_synthetic_host
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SOCS",
+    "ApplyReport",
+    "CommandError",
+    "HostFacts",
+    "NpuPlan",
+    "ParseError",
+    "Plan",
+    "PlanError",
+    "PlanOptions",
+    "RecordedHostError",
+    "TopologyError",
+    "apply",
+    "capture_live_host",
+    "cpu_to_mask",
+    "example_host_dir",
+    "example_hosts",
+    "format_cpu_list",
+    "load_recorded_host",
+    "make_synthetic_host",
+    "parse_cpu_list",
+    "plan",
+    "read_live_host",
+]

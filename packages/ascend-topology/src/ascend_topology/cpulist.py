@@ -13,6 +13,12 @@ _MASK_BITS = 32
 _CPU_LIST_RE = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*,?\s*$")
 
 
+def _is_id(text: str) -> bool:
+    # ASCII only ("²".isdigit() is True but int() rejects it); short, so int() stays cheap.
+    text = text.strip()
+    return text.isascii() and text.isdigit() and len(text) <= 6
+
+
 def looks_like_cpu_list(text: str) -> bool:
     """True when ``text`` has the shape ``a-b,c,d-e`` (spaces tolerated)."""
     return bool(_CPU_LIST_RE.match(text))
@@ -29,7 +35,7 @@ def parse_cpu_list(text: str) -> list[int]:
         if not part:
             continue
         low_text, sep, high_text = part.partition("-")
-        if not low_text.strip().isdigit() or (sep and not high_text.strip().isdigit()):
+        if not _is_id(low_text) or (sep and not _is_id(high_text)):
             raise ParseError(f"bad CPU list {text!r}: {part!r} is not 'N' or 'N-M'")
         low = int(low_text)
         high = int(high_text) if sep else low

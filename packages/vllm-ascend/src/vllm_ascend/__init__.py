@@ -1,1 +1,34 @@
-"""Placeholder."""
+"""vllm-ascend: the vLLM platform plugin for Ascend NPUs and the Ascend host-CPU platform.
+
+Importing this package is cheap and has no side effects; vLLM calls :func:`register`
+(entry point ``vllm.platform_plugins: ascend``) to learn which platform class to load.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "register"]
+
+logger = logging.getLogger("vllm_ascend")
+
+
+def register(environ: Mapping[str, str] | None = None) -> str | None:
+    """Platform-plugin hook: the class path of the platform to activate, or None.
+
+    Decides from ``VLLM_ASCEND_DEVICE`` (auto|npu|cpu) and a cheap NPU probe; imports
+    neither torch, torch_npu nor vLLM. When activating, checks the installed vLLM version
+    and logs one clear error if it is missing or outside the tested range.
+    """
+    from vllm_ascend import device_probe
+
+    mode = device_probe.read_device_mode(environ)
+    probe = device_probe.probe_npu() if mode == "auto" else device_probe.NpuProbe()
+    platform = device_probe.choose_platform(mode, probe)
+    if platform is not None:
+        from vllm_ascend.version import check_vllm_version
+
+        check_vllm_version()
+    return platform

@@ -1,0 +1,173 @@
+"""``ascend-config``: check a config, print the JSON Schema, explain a key, list env vars.
+
+Exit codes: 0 success, 2 invalid input (every problem listed on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ascend_config.env_registry import BY_NAME, REGISTRY, EnvVarError
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+
+
+class _InputError(Exception):
+    """The command's input (file, JSON text, facts, --env) cannot be used."""
+
+
+def _load_source(source: str) -> Any:
+    text = source.strip()
+    if text[:1] in "{[" or text == "null":
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise _InputError(f"invalid JSON text: {exc}") from None
+    path = Path(source)
+    try:
+        content = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _InputError(f"cannot read {source}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            return yaml.safe_load(content)
+        return json.loads(content)
+    except Exception as exc:  # json/yaml parse errors of any kind
+        raise _InputError(f"cannot parse {source}: {str(exc).splitlines()[0]}") from None
+
+
+def _environ(pairs: Sequence[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise _InputError(f"--env expects NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ascend_config.errors import AscendConfigError
+    from ascend_config.facts import DeploymentFacts, FactsError
+    from ascend_config.resolver import resolve
+
+    try:
+        data = _load_source(args.source)
+        facts = DeploymentFacts.from_json_file(args.facts) if args.facts else DeploymentFacts()
+        environ = _environ(args.env or [])
+    except (_InputError, FactsError) as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_INVALID
+    try:
+        cfg = resolve(data, facts, environ)
+    except AscendConfigError as exc:
+        print(str(exc), file=err)
+        return EXIT_INVALID
+    for warning in cfg.warnings:
+        print(f"warning: {warning}", file=err)
+    payload = cfg.summary() if args.summary else json.loads(cfg.to_json())
+    print(json.dumps(payload, indent=2, ensure_ascii=False), file=out)
+    return EXIT_OK
+
+
+def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ascend_config.schema_export import json_schema
+
+    print(json.dumps(json_schema(), indent=2), file=out)
+    return EXIT_OK
+
+
+def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ascend_config.introspect import explain, field_at, iter_keys, section_of, suggest
+
+    key = args.key
+    if key in BY_NAME:
+        var = BY_NAME[key]
+        print(f"{var.name} (environment variable)\n  {var.description}\n"
+              f"  default: {var.default!r}\n  allowed: {var.allowed()}", file=out)
+        if var.config_key:
+            print(f"  fallback of: {var.config_key} (deprecated; set the key instead)", file=out)
+        return EXIT_OK
+    doc = explain(key)
+    if doc is None:
+        parts = key.split(".")
+        model, info, matched = field_at(parts)
+        section = section_of(info.annotation) if info is not None else None
+        parent = section if section is not None and matched == len(parts) - 1 else model
+        guess = suggest(parts[min(matched, len(parts) - 1)], parent)
+        hint = f"; did you mean '{guess}'?" if guess else ""
+        print(f"error: unknown key {key!r}{hint}", file=err)
+        return EXIT_INVALID
+    lines = [f"{doc.path} ({doc.type_text})", f"  {doc.description}"]
+    if not doc.is_section:
+        lines += [f"  default: {json.dumps(doc.default)}", f"  allowed: {doc.allowed}"]
+    if doc.env:
+        lines.append(f"  env fallback: {doc.env} (deprecated; used only when the key is unset)")
+    if doc.deprecated:
+        lines.append(f"  deprecated: use {doc.deprecated}")
+    if doc.is_section:
+        lines.append("  keys:")
+        prefix = doc.path + "."
+        for sub in iter_keys():
+            if sub.path.startswith(prefix) and "." not in sub.path[len(prefix):]:
+                lines.append(f"    {sub.path[len(prefix):]} = {json.dumps(sub.default)}")
+    print("\n".join(lines), file=out)
+    return EXIT_OK
+
+
+def _env(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    environ: Mapping[str, str] = os.environ
+    status = EXIT_OK
+    width = max(len(v.name) for v in REGISTRY)
+    for var in REGISTRY:
+        source = "environment" if var.name in environ else "default"
+        try:
+            value: object = var.default if source == "default" else var.parse(environ[var.name])
+        except EnvVarError as exc:
+            value = f"INVALID {environ[var.name]!r} (allowed: {exc.var.allowed()})"
+            status = EXIT_INVALID
+        print(f"{var.name:<{width}}  {value!s:<12}  [{source}]  {var.description}", file=out)
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for the docs and tests)."""
+    parser = argparse.ArgumentParser(prog="ascend-config", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="validate a config; print it resolved (exit 0) or "
+                                         "every problem (exit 2)")
+    check.add_argument("source", help="a JSON/YAML file, or JSON text such as '{\"a\": 1}'")
+    check.add_argument("--facts", help="JSON file of deployment facts (DeploymentFacts fields)")
+    check.add_argument("--env", action="append", metavar="NAME=VALUE",
+                       help="override an environment variable for this check (repeatable)")
+    check.add_argument("--summary", action="store_true", help="print the short summary only")
+    check.set_defaults(func=_check)
+    schema = sub.add_parser("schema", help="print the JSON Schema of additional_config")
+    schema.set_defaults(func=_schema)
+    explain = sub.add_parser("explain", help="type, default, range, description of a key")
+    explain.add_argument("key", help="dotted key path or environment variable name")
+    explain.set_defaults(func=_explain)
+    env = sub.add_parser("env", help="every environment variable, its value and source")
+    env.set_defaults(func=_env)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args, out or sys.stdout, err or sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Read the schema back: each key's type, default, allowed values, description, env fallback.
+
+Used by error messages (what is allowed, did-you-mean), ``ascend-config explain`` and the
+generated reference page, so the three always agree.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import types
+import typing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import annotated_types
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from ascend_config.schema_base import Section
+from ascend_config.schema_top import AdditionalConfig
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """Everything known about one key of ``additional_config``."""
+
+    path: str
+    type_text: str
+    default: Any
+    allowed: str
+    description: str
+    env: str | None
+    deprecated: str | None
+    is_section: bool
+
+
+def section_of(annotation: Any) -> type[Section] | None:
+    """The section model inside ``annotation`` (``X`` or ``X | None``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, Section):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, Section):
+            return arg
+    return None
+
+
+def _constraints(info: FieldInfo) -> str:
+    parts: list[str] = []
+    for meta in info.metadata:
+        for attr, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+            bound = getattr(meta, attr, None)
+            if bound is not None and isinstance(meta, annotated_types.BaseMetadata):
+                parts.append(f"{sym} {bound}")
+    return " and ".join(parts)
+
+
+def _base_text(annotation: Any) -> tuple[str, bool]:
+    """(words for the type, nullable)."""
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        text, _ = _base_text(inner[0]) if len(inner) == 1 else ("a value", False)
+        return text, True
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args), False
+    if origin is tuple or origin is list:
+        item, _ = _base_text(args[0]) if args else ("value", False)
+        return f"a list of {item.removeprefix('a ').removeprefix('an ')}s", False
+    if origin is dict:
+        return "a JSON object", False
+    if origin is typing.Annotated:
+        return _base_text(args[0])
+    section = section_of(annotation)
+    if section is not None:
+        return "a JSON object", False
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(annotation, getattr(annotation, "__name__", str(annotation))), False
+
+
+def allowed_text(info: FieldInfo) -> str:
+    """What a field accepts, in words (explicit wording wins over the derived one)."""
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    if isinstance(extra.get("allowed"), str):
+        return str(extra["allowed"])
+    text, nullable = _base_text(info.annotation)
+    bounds = _constraints(info)
+    if bounds:
+        text = f"{text} {bounds}"
+    return f"null or {text}" if nullable else text
+
+
+def type_text(info: FieldInfo) -> str:
+    """Short type name for tables: bool, int, float, str, object, list, enum."""
+    text, nullable = _base_text(info.annotation)
+    short = {"true or false": "bool", "an integer": "int", "a number": "float",
+             "a string": "str", "a JSON object": "object"}.get(text)
+    if short is None:
+        short = "enum" if text.startswith("one of") else "list" if "list" in text else text
+    return f"{short} | null" if nullable else short
+
+
+def _default(info: FieldInfo) -> Any:
+    if info.default_factory is not None:
+        return {}
+    value = info.default
+    return list(value) if isinstance(value, tuple) else value
+
+
+def key_doc(path: str, info: FieldInfo) -> KeyDoc:
+    """Document one field found at ``path``."""
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    replacement = extra.get("replacement") if extra.get("deprecated") else None
+    env = extra.get("env")
+    return KeyDoc(
+        path=path,
+        type_text=type_text(info),
+        default=_default(info),
+        allowed=allowed_text(info),
+        description=info.description or "",
+        env=env if isinstance(env, str) else None,
+        deprecated=replacement if isinstance(replacement, str) else None,
+        is_section=section_of(info.annotation) is not None,
+    )
+
+
+def iter_keys(model: type[BaseModel] = AdditionalConfig, prefix: str = "") -> Iterator[KeyDoc]:
+    """Every key of ``model``, depth first (a section before its keys)."""
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        yield key_doc(path, info)
+        section = section_of(info.annotation)
+        if section is not None and not _is_legacy(info):
+            yield from iter_keys(section, path + ".")
+
+
+def _is_legacy(info: FieldInfo) -> bool:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return bool(extra.get("deprecated"))
+
+
+def field_at(parts: Sequence[object]) -> tuple[type[BaseModel], FieldInfo | None, int]:
+    """Walk ``parts`` from the top: (model reached, field or None, how many parts matched)."""
+    model: type[BaseModel] = AdditionalConfig
+    info: FieldInfo | None = None
+    for depth, part in enumerate(parts):
+        if not isinstance(part, str) or part not in model.model_fields:
+            return model, info, depth
+        info = model.model_fields[part]
+        section = section_of(info.annotation)
+        if section is None:
+            return model, info, depth + 1
+        if depth + 1 < len(parts):
+            model = section
+    return model, info, len(parts)
+
+
+def explain(dotted: str) -> KeyDoc | None:
+    """The documentation of ``dotted`` (e.g. ``scheduler_config.dyntra_lb_config.end_step``)."""
+    parts = [p for p in dotted.strip().split(".") if p]
+    if not parts:
+        return None
+    _, info, matched = field_at(parts)
+    if info is None or matched != len(parts):
+        return None
+    return key_doc(".".join(parts), info)
+
+
+@functools.cache
+def all_paths() -> tuple[str, ...]:
+    """Every dotted key path of the schema."""
+    return tuple(doc.path for doc in iter_keys())
+
+
+def suggest(key: str, model: type[BaseModel]) -> str | None:
+    """A did-you-mean for unknown ``key`` inside ``model``: a close sibling, else the same
+    name elsewhere in the schema (e.g. ``dynamic_eplb`` -> ``eplb_config.dynamic_eplb``)."""
+    if not isinstance(key, str) or len(key) > 100:
+        return None
+    close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    leaf = key.lower()
+    matches = [p for p in all_paths() if p.rsplit(".", 1)[-1] == leaf]
+    if matches:
+        return matches[0]
+    close = difflib.get_close_matches(leaf, all_paths(), n=1, cutoff=0.75)
+    return close[0] if close else None

@@ -1,0 +1,170 @@
+"""``resolve``: additional_config + deployment facts + environment -> frozen AscendConfig.
+
+Pure and deterministic: the inputs are only read, every problem is collected into one
+:class:`AscendConfigError`, side effects come back as ``env_changes`` and notices as
+``warnings``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ascend_config import (
+    rules_compilation,
+    rules_model,
+    rules_parallel,
+    rules_rl,
+    rules_scheduler,
+)
+from ascend_config.env_registry import BY_NAME
+from ascend_config.errors import AscendConfigError, Problem, make_problem
+from ascend_config.facts import KV_ROLES, SOCS, DeploymentFacts
+from ascend_config.model import AscendConfig
+from ascend_config.rule_context import RuleContext
+from ascend_config.schema_scheduler import LEGACY_SCHEDULER_KEYS
+from ascend_config.schema_top import RETIRED_KEYS, AdditionalConfig, TopLevelOptions
+from ascend_config.validation import validate_best_effort
+
+Rule = Callable[[RuleContext], None]
+
+# Order matters where a rule reads an effective value another one sets (rl_config last).
+RULES: tuple[Rule, ...] = (
+    rules_compilation.check_compilation,
+    rules_compilation.check_xlite,
+    rules_parallel.check_finegrained_tp,
+    rules_parallel.check_mc2,
+    rules_parallel.check_reduce_sample,
+    rules_parallel.check_eplb,
+    rules_parallel.check_cpu_binding,
+    rules_scheduler.check_profiling_chunk,
+    rules_scheduler.check_scheduler_roles,
+    rules_model.check_dump,
+    rules_model.check_kv_nz,
+    rules_model.check_sparse_c8,
+    rules_model.check_sparse_kv_offload,
+    rules_model.check_pd_heads,
+    rules_model.check_mooncake_c8,
+    rules_model.check_training_consistency,
+    rules_rl.apply_rl,
+    rules_rl.apply_batch_invariance,
+)
+
+_ENV_FALLBACKS = tuple(
+    (var.config_key, var.name) for var in BY_NAME.values()
+    if var.config_key and "." not in var.config_key
+)
+
+
+def _given_paths(raw: Mapping[Any, Any], prefix: str = "", depth: int = 0) -> set[str]:
+    out: set[str] = set()
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            continue
+        out.add(prefix + key)
+        if isinstance(value, Mapping) and depth < 3:
+            out |= _given_paths(value, f"{prefix}{key}.", depth + 1)
+    return out
+
+
+def _check_facts(facts: object) -> tuple[DeploymentFacts, list[Problem]]:
+    if not isinstance(facts, DeploymentFacts):
+        return DeploymentFacts(), [make_problem("facts", facts, "a DeploymentFacts instance")]
+    problems = []
+    if facts.soc not in SOCS:
+        problems.append(make_problem("facts.soc", facts.soc, " | ".join(SOCS)))
+    if facts.kv_role is not None and facts.kv_role not in KV_ROLES:
+        problems.append(make_problem("facts.kv_role", facts.kv_role,
+                                     "null | " + " | ".join(KV_ROLES)))
+    return facts, problems
+
+
+def _prepare(additional_config: object, ctx: RuleContext) -> dict[str, Any]:
+    if additional_config is None:
+        return {}
+    if not isinstance(additional_config, Mapping):
+        ctx.problem("<additional_config>", additional_config, "a JSON object",
+                    "additional_config must be a mapping")
+        return {}
+    raw = dict(additional_config)
+    for key, replacement in RETIRED_KEYS.items():
+        if key in raw:
+            ctx.problem(key, raw.pop(key), f"remove it; use {replacement}",
+                        f"retired key, replaced by {replacement}")
+    return raw
+
+
+def _merge_legacy(parsed: AdditionalConfig, ctx: RuleContext) -> TopLevelOptions:
+    """Top-level scheduler spellings and env-var fallbacks, each with one warning."""
+    values = {name: getattr(parsed, name) for name in TopLevelOptions.model_fields}
+    sched_updates: dict[str, Any] = {}
+    for key in LEGACY_SCHEDULER_KEYS:
+        if not ctx.is_given(key):
+            continue
+        if ctx.is_given(f"scheduler_config.{key}"):
+            ctx.warn(f"top-level '{key}' is deprecated and ignored: scheduler_config.{key} "
+                     "is set")
+        else:
+            ctx.warn(f"top-level '{key}' is deprecated; use scheduler_config.{key}")
+            if getattr(parsed, key) is not None:
+                sched_updates[key] = getattr(parsed, key)
+    sched = parsed.scheduler_config.model_copy(update=sched_updates)
+    if sched.enable_balance_scheduling is None:
+        name = "VLLM_ASCEND_BALANCE_SCHEDULING"
+        if name in ctx.environ:
+            ctx.warn(_fallback_note("scheduler_config.enable_balance_scheduling", name))
+        sched = sched.model_copy(update={"enable_balance_scheduling": bool(ctx.env(name))})
+    values["scheduler_config"] = sched
+    for key, name in _ENV_FALLBACKS:
+        if key is not None and not ctx.is_given(key) and name in ctx.environ:
+            before = len(ctx.problems)
+            value = ctx.env(name)
+            if len(ctx.problems) == before:
+                ctx.warn(_fallback_note(key, name))
+                values[key] = value
+    if ctx.is_given("enable_flashcomm1") or "VLLM_ASCEND_ENABLE_FLASHCOMM1" in ctx.environ:
+        ctx.warn("FlashComm (enable_flashcomm1 / VLLM_ASCEND_ENABLE_FLASHCOMM1) is deprecated "
+                 "and has no effect; use vLLM's upstream sequence-parallel configuration")
+    return TopLevelOptions.model_construct(**values)
+
+
+def _fallback_note(key: str, env_name: str) -> str:
+    return (f"'{key}' falls back to environment variable {env_name}; this fallback is "
+            f"deprecated and will be removed in the next release, set '{key}' in "
+            "additional_config instead")
+
+
+def resolve(
+    additional_config: Mapping[str, Any] | None = None,
+    facts: DeploymentFacts | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AscendConfig:
+    """Validate ``additional_config`` against the schema and every deployment rule.
+
+    Returns a frozen, fully derived :class:`AscendConfig`; raises :class:`AscendConfigError`
+    listing every problem (key path, value given, what is allowed). ``environ`` defaults to
+    ``os.environ`` and is only read.
+    """
+    facts, fact_problems = _check_facts(DeploymentFacts() if facts is None else facts)
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    ctx = RuleContext(facts=facts, environ=env, opts=TopLevelOptions())
+    ctx.problems.extend(fact_problems)
+    raw = _prepare(additional_config, ctx)
+    ctx.given = frozenset(_given_paths(raw))
+    parsed, schema_problems = validate_best_effort(raw)
+    ctx.problems.extend(schema_problems)
+    ctx.opts = _merge_legacy(parsed, ctx)
+    for rule in RULES:
+        rule(ctx)
+    if ctx.problems:
+        raise AscendConfigError(ctx.problems)
+    values = {name: getattr(ctx.opts, name) for name in TopLevelOptions.model_fields}
+    try:
+        return AscendConfig(
+            **values, **ctx.derived, soc=facts.soc,
+            env_changes=tuple(ctx.env_changes), warnings=tuple(ctx.warnings),
+        )
+    except ValueError as exc:  # a derivation bug must still surface as our error type
+        raise AscendConfigError([make_problem("<resolved>", str(exc)[:80], "a valid config",
+                                              "internal derivation error")]) from exc

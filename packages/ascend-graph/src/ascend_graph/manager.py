@@ -1,0 +1,182 @@
+"""`GraphFusionPassManager`: which passes run, in which order, and what they rewrote.
+
+Fixed order (each pass sees the result of the previous ones):
+
+1. `noop_elimination` - always on; removes reshapes to the same shape, which would otherwise
+   sit between the ops a pattern expects to be adjacent.
+2. `allgather_chunk_cleanup` - with sequence parallelism; exposes the norm that follows.
+3. `norm_quant` - `fuse_norm_quant`; off for models with W4A4 layers.
+4. `qknorm_rope` - `fuse_qknorm_rope`.
+5. `muls_add` - `fuse_muls_add`; last, as the other idioms never contain `x * s + y`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import fx
+
+from ascend_graph.capability import check_soc
+from ascend_graph.passes.allgather import AllGatherChunkCleanupPass
+from ascend_graph.passes.base import CompileRange, GraphPass
+from ascend_graph.passes.fusion_passes import (
+    DEFAULT_DTYPES,
+    DEFAULT_EPS,
+    MulsAddPass,
+    NormQuantPass,
+    QKNormRopePass,
+)
+from ascend_graph.passes.noop import NoOpEliminationPass
+
+#: Every pass name, in run order: the keys of every report.
+PASS_NAMES: tuple[str, ...] = (
+    "noop_elimination",
+    "allgather_chunk_cleanup",
+    "norm_quant",
+    "qknorm_rope",
+    "muls_add",
+)
+#: Pass name -> its switch in `ascend_compilation_config` (the other passes have none).
+PASS_SWITCHES: dict[str, str] = {
+    "norm_quant": "fuse_norm_quant",
+    "qknorm_rope": "fuse_qknorm_rope",
+    "muls_add": "fuse_muls_add",
+}
+#: Switch defaults; must equal `ascend_config.compilation_defaults()` (an integration test
+#: checks this; this package does not import ascend_config).
+SWITCH_DEFAULTS: dict[str, bool] = {
+    "fuse_norm_quant": True,
+    "fuse_qknorm_rope": True,
+    "fuse_muls_add": True,
+}
+_UUID_SOURCES = ("manager.py", "capability.py", "passes")
+
+
+class GraphFusionPassManager:
+    """Runs the configured Ascend passes on a `torch.fx.Graph` in place.
+
+    Callable with the inductor custom-pass interface (`manager(graph)`); `uuid()` changes
+    whenever a pass, a pattern, a setting or this package's pass code changes.
+    """
+
+    def __init__(
+        self,
+        *,
+        fuse_norm_quant: bool = True,
+        fuse_qknorm_rope: bool = True,
+        fuse_muls_add: bool = True,
+        muls_add_scale: float | None = None,
+        soc: str = "cpu",
+        w4a4: bool = False,
+        sequence_parallel: bool = False,
+        allgather_op: Any = None,
+        chunk_op: Any = None,
+        norm_eps: Sequence[float] = DEFAULT_EPS,
+        dtypes: Sequence[Any] = DEFAULT_DTYPES,
+        qknorm_shapes: Sequence[tuple[int, int, int]] | None = None,
+    ) -> None:
+        check_soc(soc)
+        for name, value in (
+            ("fuse_norm_quant", fuse_norm_quant),
+            ("fuse_qknorm_rope", fuse_qknorm_rope),
+            ("fuse_muls_add", fuse_muls_add),
+            ("w4a4", w4a4),
+            ("sequence_parallel", sequence_parallel),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
+        self.soc = soc
+        self.w4a4 = w4a4
+        passes: list[GraphPass] = [NoOpEliminationPass()]
+        if sequence_parallel:
+            passes.append(AllGatherChunkCleanupPass(allgather_op, chunk_op))
+        if fuse_norm_quant and not w4a4:
+            passes.append(NormQuantPass(eps_values=norm_eps, dtypes=dtypes, soc=soc))
+        if fuse_qknorm_rope:
+            passes.append(
+                QKNormRopePass(eps_values=norm_eps, dtypes=dtypes, soc=soc, shapes=qknorm_shapes)
+            )
+        if fuse_muls_add:
+            passes.append(MulsAddPass(scale=muls_add_scale, dtypes=dtypes, soc=soc))
+        self.passes: tuple[GraphPass, ...] = tuple(passes)
+        self.counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)
+        self.last_counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)
+        self._uuid: str | None = None
+
+    @classmethod
+    def from_switches(cls, switches: Mapping[str, Any], **kwargs: Any) -> GraphFusionPassManager:
+        """Build from `ascend_compilation_config`-style switches (missing keys: defaults).
+
+        Unknown keys that are not switches (e.g. `enable_npugraph_ex`) are ignored, since the
+        compilation config holds more than pass switches; `kwargs` go to the constructor.
+        """
+        chosen = dict(SWITCH_DEFAULTS)
+        for key in SWITCH_DEFAULTS:
+            if key in switches:
+                chosen[key] = switches[key]
+        return cls(**chosen, **kwargs)
+
+    @property
+    def enabled(self) -> tuple[str, ...]:
+        """Names of the passes this manager runs, in order."""
+        return tuple(p.name for p in self.passes)
+
+    def is_applicable_for_range(self, compile_range: CompileRange) -> bool:
+        """True when at least one pass applies to graphs compiled for `compile_range`."""
+        return any(p.is_applicable_for_range(compile_range) for p in self.passes)
+
+    def __call__(self, graph: fx.Graph, compile_range: CompileRange = None) -> None:
+        self.run(graph, compile_range)
+
+    def run(self, graph: fx.Graph, compile_range: CompileRange = None) -> dict[str, int]:
+        """Run every applicable pass in order; return (and keep) this run's counts."""
+        if isinstance(graph, fx.GraphModule):
+            graph = graph.graph
+        if not isinstance(graph, fx.Graph):
+            raise TypeError(f"expected a torch.fx.Graph, got {type(graph).__name__}")
+        last = dict.fromkeys(PASS_NAMES, 0)
+        for p in self.passes:
+            if p.is_applicable_for_range(compile_range):
+                last[p.name] = p(graph)
+                self.counts[p.name] += last[p.name]
+        self.last_counts = last
+        return dict(last)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "soc": self.soc,
+            "w4a4": self.w4a4,
+            "passes": [{"name": p.name, **p.settings()} for p in self.passes],
+        }
+
+    def uuid(self) -> str:
+        """Stable hex id of passes, patterns, settings and the pass source code."""
+        if self._uuid is None:
+            digest = hashlib.sha256()
+            digest.update(json.dumps(self.settings(), sort_keys=True, default=str).encode())
+            digest.update(_source_digest())
+            self._uuid = digest.hexdigest()
+        return self._uuid
+
+    def reset_counts(self) -> None:
+        self.counts = dict.fromkeys(PASS_NAMES, 0)
+        self.last_counts = dict.fromkeys(PASS_NAMES, 0)
+
+    def __repr__(self) -> str:
+        return f"GraphFusionPassManager(passes={list(self.enabled)}, soc={self.soc!r})"
+
+
+def _source_digest() -> bytes:
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in _UUID_SOURCES:
+        path = root / name
+        files = sorted(path.glob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
+    return digest.digest()

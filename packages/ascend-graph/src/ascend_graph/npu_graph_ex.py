@@ -1,0 +1,129 @@
+"""The NPU graph extension backend, loaded only when used.
+
+`npugraph_ex` (shipped with recent torch_npu) is preferred; `torchair` is the fallback. Both
+expose `get_npu_backend(compiler_config=...)` and a `CompilerConfig`. To save generated code in
+the compile cache the extension's compiler method that produces the graph module is wrapped
+for the duration of one compile and always restored, even when compilation fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from torch import fx
+
+_EXTENSIONS = ("npugraph_ex", "torchair")
+
+
+class NpuGraphUnavailableError(RuntimeError):
+    """Neither NPU graph extension can be imported."""
+
+
+@dataclass(frozen=True)
+class NpuGraphOptions:
+    """Options of the NPU graph backend (all part of `compute_hash`)."""
+
+    static_kernel: bool = False
+    decode_batch_sizes: tuple[int, ...] = ()
+    cache_dir: str | None = None
+    cache_key: str | None = None
+
+
+def load_extension(names: Sequence[str] = _EXTENSIONS) -> ModuleType:
+    """Import the first available NPU graph extension."""
+    errors = []
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError as exc:
+            errors.append(f"{name}: {exc}")
+    raise NpuGraphUnavailableError(
+        "the NPU graph backend needs torch_npu's npugraph_ex (or torchair); "
+        f"none imports here ({'; '.join(errors)}). Install the 'npu' extra on an NPU host "
+        "or use backend='eager'/'inductor'."
+    )
+
+
+@contextlib.contextmanager
+def patched_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Set `owner.name = value` for the block; the original is restored on any exit."""
+    missing = object()
+    original = owner.__dict__.get(name, missing) if hasattr(owner, "__dict__") else missing
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if original is missing:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+
+
+def _compiler_config(ext: ModuleType, options: NpuGraphOptions) -> Any:
+    config = ext.CompilerConfig()
+    if ext.__name__ == "torchair":
+        config.mode = "reduce-overhead"
+        config.debug.run_eagerly = True
+        if options.static_kernel:
+            aclgraph = config.experimental_config.aclgraph
+            aclgraph._aclnn_static_shape_kernel = True
+            aclgraph._aclnn_static_shape_kernel_sym_value_range = list(options.decode_batch_sizes)
+        return config
+    # npugraph_ex: keep the eager kernels, no in-place rewrites, no input/output copies.
+    for key, value in {
+        "force_eager": True, "inplace_pass": False, "clone_input": False, "clone_output": False,
+    }.items():  # fmt: skip
+        setattr(config, key, value)
+    if options.static_kernel:
+        config.static_kernel_compile = True
+        config.static_kernel_sym_range = list(options.decode_batch_sizes)
+    return config
+
+
+def _saving_compiler(original: Callable[..., Any], path: Path) -> Callable[..., Any]:
+    """Wrap the extension's graph-module producer so its generated code lands in `path`."""
+
+    def produce(self: Any, *args: Any, **kwargs: Any) -> Any:
+        compiled = original(self, *args, **kwargs)
+        code = getattr(compiled, "code", None)
+        # Triton side-table indices are process-local: such code cannot be reloaded.
+        if isinstance(code, str) and "triton_kernel_wrapper" not in code:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(code, encoding="utf-8")
+        return compiled
+
+    return produce
+
+
+def _compiler_class(ext: ModuleType) -> Any:
+    """The extension's FX compiler class (private; absent in some releases)."""
+    for owner in (ext, getattr(ext, "npu_fx_compiler", None)):
+        cls = getattr(owner, "_NpuFxCompiler", None)
+        if cls is not None and hasattr(cls, "_get_compiled_gm"):
+            return cls
+    return None
+
+
+def npu_graph_compile(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: NpuGraphOptions,
+    extension: ModuleType | None = None,
+) -> Callable[..., Any]:
+    """Compile `gm` (already rewritten by the passes) with the NPU graph extension."""
+    ext = extension if extension is not None else load_extension()
+    backend = ext.get_npu_backend(compiler_config=_compiler_config(ext, options))
+    compiler_cls = _compiler_class(ext)
+    if options.cache_dir and options.cache_key and compiler_cls is not None:
+        path = Path(options.cache_dir) / options.cache_key
+        original = compiler_cls._get_compiled_gm
+        with patched_attribute(compiler_cls, "_get_compiled_gm", _saving_compiler(original, path)):
+            return backend(gm, list(example_inputs))  # type: ignore[no-any-return]
+    return backend(gm, list(example_inputs))  # type: ignore[no-any-return]

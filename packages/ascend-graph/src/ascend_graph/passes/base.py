@@ -1,0 +1,212 @@
+"""Pass and pattern base classes.
+
+A pattern declares its example inputs, the search function (the unfused idiom, eager), the
+replacement (the fused op, eager), a structural FX matcher (`extract`) and extra checks. It is
+keyed by every setting that changes what it matches or produces; registrations live on the
+pass instance (so on the manager that owns it), never in a process-global set. The same-stream
+check runs for every match before any pattern-specific check.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import fx
+
+from ascend_graph.passes.fx_nodes import same_stream
+
+
+@dataclass
+class Match:
+    """One site found by a pattern's structural matcher.
+
+    `nodes`: every node the rewrite replaces (stream check; erased when dead afterwards).
+    `attrs`: what the site is (eps, dtype, head sizes, scale, bias...), compared with the
+    pattern's settings. `values`: graph values the rewrite consumes or replaces.
+    """
+
+    nodes: list[fx.Node]
+    attrs: dict[str, Any]
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def _setting_equal(found: Any, wanted: Any) -> bool:
+    if isinstance(wanted, float) and isinstance(found, (int, float)):
+        return math.isclose(float(found), wanted, rel_tol=1e-9, abs_tol=0.0)
+    return bool(found == wanted)
+
+
+class FusionPattern(ABC):
+    """A keyed rewrite rule. Settings left as None match any value found in the graph."""
+
+    #: Call targets whose nodes start a match (the last op of the idiom); a string names a
+    #: `torch.ops.ascend` op, resolved when the pass runs (after ascend_kernels registered it).
+    anchors: ClassVar[tuple[Any, ...]] = ()
+
+    def __init__(self, *, context: dict[str, Any] | None = None, **settings: Any) -> None:
+        # settings: compared with what a site holds; context: fixed facts that still change
+        # the outcome (e.g. the SoC for capability checks) and therefore belong to the key.
+        self.settings: dict[str, Any] = settings
+        self.context: dict[str, Any] = dict(context or {})
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Identity of the registration: class plus every setting and context value."""
+        items = tuple(sorted((k, _key_value(v)) for k, v in self.settings.items()))
+        ctx = tuple(sorted((k, _key_value(v)) for k, v in self.context.items()))
+        return (type(self).__name__, items, ctx)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in {**self.settings, **self.context}.items())
+        return f"{type(self).__name__}({inner})"
+
+    @classmethod
+    @abstractmethod
+    def extract(cls, anchor: fx.Node) -> Match | None:
+        """Structural match of the idiom ending at `anchor`, or None."""
+
+    def accepts(self, match: Match) -> bool:
+        """True when every non-None setting equals what the site holds."""
+        return all(
+            wanted is None or _setting_equal(match.attrs.get(name), wanted)
+            for name, wanted in self.settings.items()
+        )
+
+    def extra_check(self, match: Match) -> bool:
+        """Pattern-specific checks beyond structure and settings (kernel capability...)."""
+        return True
+
+    @abstractmethod
+    def rewrite(self, graph: fx.Graph, match: Match) -> None:
+        """Replace the matched site with the fused op (nodes left dead are erased)."""
+
+    @abstractmethod
+    def example_inputs(self) -> tuple[Any, ...]:
+        """Small CPU inputs for `search`/`replacement` (used to trace and self-check)."""
+
+    @abstractmethod
+    def search(self, *inputs: Any) -> Any:
+        """The unfused idiom written with `torch.ops.ascend.*`, eager."""
+
+    @abstractmethod
+    def replacement(self, *inputs: Any) -> Any:
+        """The fused op call producing the same outputs as `search`, eager."""
+
+
+def ascend_op(name: str) -> Any:
+    """`torch.ops.ascend.<name>.default`, registering the ascend ops first if needed."""
+    namespace = torch.ops.ascend
+    if not hasattr(namespace, name):
+        import ascend_kernels  # noqa: F401  (registers every torch.ops.ascend op)
+    return getattr(namespace, name).default
+
+
+def resolve_target(target: Any) -> Any:
+    return ascend_op(target) if isinstance(target, str) else target
+
+
+def _key_value(value: Any) -> Any:
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    return value
+
+
+CompileRange = Any  # an object with .start/.end (vLLM's Range), a (start, end) tuple, or None
+
+
+def range_bounds(compile_range: CompileRange) -> tuple[int | None, int | None]:
+    """(start, end) of a compile range given as vLLM's Range, a tuple, or None (any)."""
+    if compile_range is None:
+        return (None, None)
+    if isinstance(compile_range, (tuple, list)) and len(compile_range) == 2:
+        return (compile_range[0], compile_range[1])
+    start = getattr(compile_range, "start", None)
+    end = getattr(compile_range, "end", None)
+    if start is None and end is None:
+        raise TypeError(
+            f"compile_range {compile_range!r} is not understood: pass None, a (start, end) "
+            "tuple, or an object with .start and .end"
+        )
+    return (start, end)
+
+
+class GraphPass(ABC):
+    """A graph rewrite with a name, settings (for the uuid) and a compile-range check."""
+
+    name: ClassVar[str] = ""
+
+    #: Token counts outside [min_tokens, max_tokens] skip the pass (None = unbounded).
+    min_tokens: int | None = None
+    max_tokens: int | None = None
+
+    def is_applicable_for_range(self, compile_range: CompileRange) -> bool:
+        """True when the whole compile range lies inside the pass's token bounds."""
+        start, end = range_bounds(compile_range)
+        if self.min_tokens is not None and (start is None or start < self.min_tokens):
+            return False
+        return not (self.max_tokens is not None and (end is None or end > self.max_tokens))
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes what the pass does (hashed into the manager's uuid)."""
+        return {"min_tokens": self.min_tokens, "max_tokens": self.max_tokens}
+
+    @abstractmethod
+    def __call__(self, graph: fx.Graph) -> int:
+        """Rewrite `graph` in place; return the number of sites rewritten."""
+
+
+class PatternPass(GraphPass):
+    """A pass made of keyed patterns registered on this instance."""
+
+    def __init__(self) -> None:
+        self._patterns: dict[tuple[Any, ...], FusionPattern] = {}
+
+    def register(self, pattern: FusionPattern) -> bool:
+        """Add `pattern` unless one with the same key is already registered here."""
+        if pattern.key in self._patterns:
+            return False
+        self._patterns[pattern.key] = pattern
+        return True
+
+    @property
+    def patterns(self) -> tuple[FusionPattern, ...]:
+        return tuple(self._patterns.values())
+
+    def settings(self) -> dict[str, Any]:
+        base = super().settings()
+        base["patterns"] = [repr(k) for k in self._patterns]
+        return base
+
+    def __call__(self, graph: fx.Graph) -> int:
+        by_class: dict[type[FusionPattern], list[FusionPattern]] = {}
+        for pattern in self._patterns.values():
+            by_class.setdefault(type(pattern), []).append(pattern)
+        count = 0
+        for cls, patterns in by_class.items():
+            for target in map(resolve_target, cls.anchors):
+                for node in list(graph.find_nodes(op="call_function", target=target)):
+                    if getattr(node, "_erased", False):
+                        continue
+                    count += self._try(graph, node, cls, patterns)
+        return count
+
+    @staticmethod
+    def _try(
+        graph: fx.Graph,
+        node: fx.Node,
+        cls: type[FusionPattern],
+        patterns: Sequence[FusionPattern],
+    ) -> int:
+        match = cls.extract(node)
+        if match is None or not same_stream(match.nodes):
+            return 0
+        for pattern in patterns:
+            if pattern.accepts(match) and pattern.extra_check(match):
+                pattern.rewrite(graph, match)
+                return 1
+        return 0

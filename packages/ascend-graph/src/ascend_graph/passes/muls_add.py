@@ -1,0 +1,95 @@
+"""`x * scale + y` (scale: a Python number, e.g. the routed scaling factor) -> `ascend.muls_add`.
+
+Idiom: `aten.mul.Tensor(x, scale)` (or `aten.mul.Scalar`) used only by `aten.add.Tensor` with
+alpha 1, the product on either side of the add. x and y must have the same shape and dtype
+when the graph records them (the fused kernel does not broadcast).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from ascend_graph.passes.base import FusionPattern, Match, ascend_op
+from ascend_graph.passes.fx_nodes import (
+    arg,
+    erase_dead,
+    is_call,
+    node_dtype,
+    propagate_meta,
+    same_shape,
+    sole_user,
+    stream_label,
+    tensor_meta,
+)
+
+aten = torch.ops.aten
+_MUL_TARGETS = frozenset({aten.mul.Tensor, aten.mul.Scalar})
+
+
+def _scaled(node: Any, add: fx.Node) -> tuple[fx.Node, float] | None:
+    """(x, scale) when `node` is `x * scale` used only by `add`."""
+    if not is_call(node, _MUL_TARGETS) or sole_user(node) is not add:
+        return None
+    a, b = node.args[0], node.args[1]
+    if isinstance(b, fx.Node):
+        a, b = b, a  # scalar first: `scale * x`
+    if not isinstance(a, fx.Node) or isinstance(b, bool) or not isinstance(b, (int, float)):
+        return None
+    return a, float(b)
+
+
+class MulsAddPattern(FusionPattern):
+    """Keyed by scale (None = any constant) and dtype."""
+
+    anchors = (aten.add.Tensor,)
+
+    def __init__(self, *, scale: float | None, dtype: torch.dtype) -> None:
+        super().__init__(scale=scale, dtype=dtype)
+
+    @classmethod
+    def extract(cls, anchor: fx.Node) -> Match | None:
+        if len(anchor.args) != 2 or arg(anchor, 2, "alpha", 1) != 1:
+            return None
+        for mul, y in (anchor.args, anchor.args[::-1]):
+            found = _scaled(mul, anchor)
+            if found is None or not isinstance(y, fx.Node):
+                continue
+            x, scale = found
+            xv, yv, ov = tensor_meta(x), tensor_meta(y), tensor_meta(anchor)
+            if xv is None or yv is None or ov is None:
+                return None
+            if xv.dtype != yv.dtype or not same_shape(xv, yv) or not same_shape(xv, ov):
+                return None
+            attrs = {"scale": scale, "dtype": node_dtype(x)}
+            return Match([mul, anchor], attrs, {"x": x, "y": y})
+        return None
+
+    def rewrite(self, graph: fx.Graph, match: Match) -> None:
+        mul, add = match.nodes
+        v = match.values
+        with graph.inserting_before(add):
+            fused = graph.call_function(
+                ascend_op("muls_add"), (v["x"], v["y"], match.attrs["scale"])
+            )
+            propagate_meta(fused, stream_label(match.nodes))
+        add.replace_all_uses_with(fused)
+        erase_dead([mul, add])
+
+    def _scale(self) -> float:
+        return self.settings["scale"] if self.settings["scale"] is not None else 2.5
+
+    def example_inputs(self) -> tuple[Any, ...]:
+        gen = torch.Generator().manual_seed(0)
+        dtype = self.settings["dtype"]
+        return (torch.randn(2, 64, generator=gen).to(dtype), torch.randn(2, 64).to(dtype))
+
+    def search(self, *inputs: Any) -> Any:
+        x, y = inputs
+        return x * self._scale() + y
+
+    def replacement(self, *inputs: Any) -> Any:
+        x, y = inputs
+        return torch.ops.ascend.muls_add(x, y, self._scale())

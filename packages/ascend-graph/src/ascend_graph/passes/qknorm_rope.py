@@ -1,0 +1,251 @@
+"""Qwen3-style q/k RMSNorm + RoPE on a packed qkv -> `ascend.split_qkv_rmsnorm_rope`.
+
+Idiom matched, per side (q = split output 0, k = split output 1), ending at one
+`ascend.rotary_embedding(positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox)`:
+
+    split_with_sizes(qkv, [q_size, kv_size, kv_size], -1)[i]    # one split with three getitems
+      -> reshape/view to [T, heads, head_size]                   # (bf16) or one split per getitem
+      -> ascend.rms_norm(x, weight, eps)                         # (fp32): both accepted
+      [-> aten.add.Tensor(normed, bias)]                         # the with-bias variant
+      -> reshape/view to [T, heads * head_size]
+
+v is getitem 2 of a split of the same qkv with the same sizes. Every intermediate must be used
+only by the next step, both norms must share eps, and both sides must agree on the bias.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch import fx
+
+from ascend_graph.capability import supports
+from ascend_graph.passes.base import FusionPattern, Match, ascend_op
+from ascend_graph.passes.fx_nodes import (
+    RESHAPE_TARGETS,
+    arg,
+    erase_dead,
+    getitem_of,
+    getitems,
+    insertion_point,
+    is_call,
+    node_dtype,
+    propagate_meta,
+    sole_user,
+    static_int,
+    stream_label,
+    tensor_meta,
+)
+
+aten = torch.ops.aten
+ascend = torch.ops.ascend
+FUSED_OP = "split_qkv_rmsnorm_rope"
+
+
+def _split_signature(split: Any) -> tuple[Any, ...] | None:
+    """(qkv, sizes, dim) of a 3-way last-dim split_with_sizes, else None."""
+    if not is_call(split, aten.split_with_sizes.default):
+        return None
+    qkv, sizes = split.args[0], split.args[1]
+    dim = arg(split, 2, "dim", 0)
+    sizes_t = tuple(static_int(s) for s in sizes)
+    if len(sizes_t) != 3 or None in sizes_t or sizes_t[1] != sizes_t[2]:
+        return None
+    rank = tensor_meta(qkv).dim() if tensor_meta(qkv) is not None else 2
+    if dim not in (-1, rank - 1):
+        return None
+    return (qkv, sizes_t)
+
+
+def _last_dims(node: fx.Node, count: int) -> tuple[int | None, ...] | None:
+    """The last `count` output sizes of a reshape, from its meta or its shape argument."""
+    val = tensor_meta(node)
+    if val is not None:
+        return tuple(static_int(d) for d in val.shape[-count:]) if val.dim() >= count else None
+    shape = node.args[1] if len(node.args) > 1 else None
+    if not isinstance(shape, (list, tuple)) or len(shape) < count:
+        return None
+    return tuple(static_int(d) for d in shape[-count:])
+
+
+def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any] | None:
+    """Walk back from rope input `flat` to the split getitem; None on any deviation."""
+    if not is_call(flat, RESHAPE_TARGETS) or sole_user(flat) is not rope:
+        return None
+    normed, bias, add = flat.args[0], None, None
+    if is_call(normed, aten.add.Tensor):
+        add = normed
+        if sole_user(add) is not flat or len(add.args) != 2 or arg(add, 2, "alpha", 1) != 1:
+            return None
+        normed, bias = add.args
+        if not isinstance(bias, fx.Node):
+            return None
+    if not is_call(normed, ascend.rms_norm.default) or sole_user(normed) is not (add or flat):
+        return None
+    heads = normed.args[0]
+    if not is_call(heads, RESHAPE_TARGETS) or sole_user(heads) is not normed:
+        return None
+    item = heads.args[0]
+    split = getitem_of(item, index)
+    if split is None or sole_user(item) is not heads:
+        return None
+    signature = _split_signature(split)
+    if signature is None:
+        return None
+    size = signature[1][index]
+    head_dims, flat_dims = _last_dims(heads, 2), _last_dims(flat, 1)
+    if head_dims is None or head_dims[1] != head_size or head_dims[0] is None:
+        return None
+    if head_dims[0] * head_size != size or flat_dims != (size,):
+        return None
+    nodes = [item, heads, normed, flat] + ([add] if add is not None else [])
+    return {
+        "signature": signature,
+        "split": split,
+        "weight": normed.args[1],
+        "eps": arg(normed, 2, "eps"),
+        "bias": bias,
+        "nodes": nodes,
+    }
+
+
+class QKNormRopePattern(FusionPattern):
+    """Keyed by eps, dtype, head size, q/kv sizes (None = any) and bias; SoC in the context."""
+
+    anchors = ("rotary_embedding",)
+
+    def __init__(
+        self,
+        *,
+        eps: float,
+        dtype: torch.dtype,
+        bias: bool,
+        head_dim: int | None = None,
+        q_size: int | None = None,
+        kv_size: int | None = None,
+        soc: str = "cpu",
+    ) -> None:
+        super().__init__(
+            context={"soc": soc},
+            eps=eps,
+            dtype=dtype,
+            bias=bias,
+            head_dim=head_dim,
+            q_size=q_size,
+            kv_size=kv_size,
+        )
+
+    @classmethod
+    def extract(cls, anchor: fx.Node) -> Match | None:
+        positions, q_flat, k_flat, cache = anchor.args[:4]
+        head_size = static_int(arg(anchor, 4, "head_size"))
+        if head_size is None or any(not is_call(u, operator.getitem) for u in anchor.users):
+            return None
+        q = _side(q_flat, anchor, 0, head_size)
+        k = _side(k_flat, anchor, 1, head_size)
+        if q is None or k is None or q["signature"] != k["signature"] or q["eps"] != k["eps"]:
+            return None
+        if (q["bias"] is None) != (k["bias"] is None):
+            return None
+        qkv, sizes = q["signature"]
+        v_items = [
+            item
+            for split in qkv.users
+            if _split_signature(split) == q["signature"]
+            for item in getitems(split).get(2, [])
+        ]
+        splits = {q["split"], k["split"], *(getitem_of(i) for i in v_items)}
+        rope_items = list(anchor.users)
+        inputs = [qkv, q["weight"], k["weight"], positions, cache, q["bias"], k["bias"]]
+        point = insertion_point([*rope_items, *v_items], inputs)
+        if point is None:
+            return None
+        attrs = {
+            "eps": q["eps"],
+            "dtype": node_dtype(qkv),
+            "bias": q["bias"] is not None,
+            "head_dim": head_size,
+            "q_size": sizes[0],
+            "kv_size": sizes[1],
+        }
+        nodes = [*q["nodes"], *k["nodes"], *splits, anchor, *rope_items, *v_items]
+        values = {
+            "qkv": qkv,
+            "positions": positions,
+            "cache": cache,
+            "rotary_dim": arg(anchor, 5, "rotary_dim"),
+            "is_neox": arg(anchor, 6, "is_neox"),
+            "q": q,
+            "k": k,
+            "v_items": v_items,
+            "rope_items": rope_items,
+            "point": point,
+        }
+        return Match(nodes, attrs, values)
+
+    def extra_check(self, match: Match) -> bool:
+        a = match.attrs
+        return supports(FUSED_OP, dtype=a["dtype"], head_dim=a["head_dim"], soc=self.context["soc"])
+
+    def rewrite(self, graph: fx.Graph, match: Match) -> None:
+        v, a = match.values, match.attrs
+        label = stream_label(match.nodes)
+        fused_args = (
+            v["qkv"], v["q"]["weight"], v["k"]["weight"], v["positions"], v["cache"],
+            a["q_size"], a["kv_size"], a["head_dim"], v["rotary_dim"], v["is_neox"], a["eps"],
+            v["q"]["bias"], v["k"]["bias"],
+        )  # fmt: skip
+        with graph.inserting_before(v["point"]):
+            fused = graph.call_function(ascend_op(FUSED_OP), fused_args)
+            propagate_meta(fused, label)
+            outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(3)]
+            for out in outs:
+                propagate_meta(out, label)
+        for user in v["rope_items"]:
+            user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type]
+        for item in v["v_items"]:
+            item.replace_all_uses_with(outs[2])
+        erase_dead(match.nodes)
+
+    # --- reference functions (eager) -------------------------------------------------------
+
+    def _sizes(self) -> tuple[int, int, int]:
+        hd = self.settings["head_dim"] or 64
+        return hd, self.settings["q_size"] or 4 * hd, self.settings["kv_size"] or 2 * hd
+
+    def example_inputs(self) -> tuple[Any, ...]:
+        hd, qs, kvs = self._sizes()
+        dtype = self.settings["dtype"]
+        gen = torch.Generator().manual_seed(0)
+        qkv = torch.randn(5, qs + 2 * kvs, generator=gen).to(dtype)
+        qw, kw = (torch.rand(hd, generator=gen) + 0.5).to(dtype), torch.rand(hd).to(dtype) + 0.5
+        positions = torch.tensor([0, 3, 7, 1, 15])
+        cache = torch.randn(16, hd, generator=gen).to(dtype)
+        inputs = (qkv, qw, kw, positions, cache)
+        if self.settings["bias"]:
+            inputs += (torch.randn(hd).to(dtype) * 0.1, torch.randn(hd).to(dtype) * 0.1)
+        return inputs
+
+    def search(self, *inputs: Any) -> Any:
+        hd, qs, kvs = self._sizes()
+        qkv, qw, kw, positions, cache, *biases = inputs
+        q, k, v = qkv.split([qs, kvs, kvs], dim=-1)
+        t = qkv.shape[0]
+        qn = ascend.rms_norm(q.reshape(t, qs // hd, hd), qw, self.settings["eps"])
+        kn = ascend.rms_norm(k.reshape(t, kvs // hd, hd), kw, self.settings["eps"])
+        if biases:
+            qn, kn = qn + biases[0], kn + biases[1]
+        q_rot, k_rot = ascend.rotary_embedding(
+            positions, qn.reshape(t, qs), kn.reshape(t, kvs), cache, hd, hd, True
+        )
+        return q_rot, k_rot, v
+
+    def replacement(self, *inputs: Any) -> Any:
+        hd, qs, kvs = self._sizes()
+        qkv, qw, kw, positions, cache, *biases = inputs
+        qb, kb = biases if biases else (None, None)
+        return ascend.split_qkv_rmsnorm_rope(
+            qkv, qw, kw, positions, cache, qs, kvs, hd, hd, True, self.settings["eps"], qb, kb
+        )

@@ -1,0 +1,190 @@
+"""The compile pipeline: Ascend passes on the ATen graph, then a backend.
+
+Backends:
+- `"eager"` (default): aot_autograd produces the functionalized ATen graph, the manager
+  rewrites it, and it runs eagerly (the fused ops are ordinary `torch.ops.ascend` calls).
+- `"inductor"`: inductor on CPU with the manager installed as its post-grad custom pass, so
+  patterns see exactly what they see inside vLLM (post-grad graph, `view` as `reshape`).
+- `"npugraph_ex"`: the NPU graph extension (see `ascend_graph.npu_graph_ex`), loaded lazily.
+
+Run models under `torch.no_grad()`/`torch.inference_mode()`: with gradients the forward graph
+keeps intermediates alive for the backward pass and the fusion patterns do not apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
+from typing import Any
+
+import torch
+from torch import fx
+
+from ascend_graph.manager import GraphFusionPassManager
+from ascend_graph.passes.base import CompileRange
+
+BACKENDS = ("eager", "inductor", "npugraph_ex")
+GraphHook = Callable[[fx.GraphModule], None]
+
+
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not supported; allowed: {', '.join(BACKENDS)}")
+    return backend
+
+
+def _dist_version(name: str) -> str | None:
+    # Never import torch_npu here: on a host without CANN its import fails.
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def compute_hash(
+    manager: GraphFusionPassManager | None = None,
+    *,
+    backend: str = "eager",
+    enable_npugraph_ex: bool = False,
+    enable_static_kernel: bool = False,
+    decode_batch_sizes: Sequence[int] = (),
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """Compile-cache key factor: torch/torch_npu/ascend versions, the backend and its options,
+    and every fusion setting (through `manager.uuid()`). Pure: stores nothing."""
+    factors = {
+        "torch": torch.__version__,
+        "torch_npu": _dist_version("torch-npu"),
+        "ascend_graph": _dist_version("ascend-graph"),
+        "ascend_kernels": _dist_version("ascend-kernels"),
+        "backend": check_backend(backend),
+        "enable_npugraph_ex": bool(enable_npugraph_ex),
+        "enable_static_kernel": bool(enable_static_kernel),
+        "decode_batch_sizes": sorted(int(s) for s in decode_batch_sizes),
+        "passes": None if manager is None else manager.uuid(),
+        "extra": extra or {},
+    }
+    blob = json.dumps(factors, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def run_manager_on(
+    gm: fx.GraphModule,
+    manager: GraphFusionPassManager,
+    compile_range: CompileRange = None,
+    on_graph: GraphHook | None = None,
+) -> fx.GraphModule:
+    """Run the manager on `gm`'s graph in place and regenerate its code."""
+    counts = manager.run(gm.graph, compile_range)
+    if any(counts.values()):
+        gm.graph.lint()
+        gm.recompile()
+    if on_graph is not None:
+        on_graph(gm)
+    return gm
+
+
+def _with_tuple_output(gm: fx.GraphModule) -> tuple[fx.GraphModule, bool]:
+    """Backends that require tuple outputs get one; returns (graph, was_wrapped)."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    if isinstance(output.args[0], (tuple, list)):
+        return gm, False
+    output.args = ((output.args[0],),)
+    gm.recompile()
+    return gm, True
+
+
+def compile_graph(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    manager: GraphFusionPassManager,
+    backend: str = "eager",
+    compile_range: CompileRange = None,
+    npu_options: Any = None,
+    on_graph: GraphHook | None = None,
+) -> Callable[..., Any]:
+    """Compile a Dynamo graph: ATen graph, Ascend passes, then `backend`.
+
+    `on_graph` (optional) receives each graph right after the passes ran (debug dumps,
+    tests counting fused nodes).
+    """
+    check_backend(backend)
+    if backend == "inductor":
+        return _compile_inductor(gm, example_inputs, manager, compile_range, on_graph)
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    if backend == "eager":
+
+        def forward_compiler(fw: fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
+            return make_boxed_func(run_manager_on(fw, manager, compile_range, on_graph).forward)
+
+        return aot_autograd(fw_compiler=forward_compiler)(gm, list(example_inputs))  # type: ignore[no-any-return]
+
+    from ascend_graph.npu_graph_ex import NpuGraphOptions, npu_graph_compile
+
+    options = npu_options if npu_options is not None else NpuGraphOptions()
+
+    def npu_compiler(fw: fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
+        fw, wrapped = _with_tuple_output(run_manager_on(fw, manager, compile_range, on_graph))
+        compiled = npu_graph_compile(fw, inputs, options=options)
+        if not wrapped:
+            return make_boxed_func(compiled)
+
+        def unwrap(*args: Any) -> Any:
+            return compiled(*args)[0]
+
+        return make_boxed_func(unwrap)
+
+    return aot_autograd(fw_compiler=npu_compiler)(gm, list(example_inputs))  # type: ignore[no-any-return]
+
+
+def inductor_pass(
+    manager: GraphFusionPassManager,
+    compile_range: CompileRange = None,
+    on_graph: GraphHook | None = None,
+) -> Any:
+    """The manager as an inductor `CustomGraphPass` (uuid included in inductor's cache key)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class _AscendPostGradPass(CustomGraphPass):  # type: ignore[misc]
+        def __call__(self, graph: fx.Graph) -> None:
+            manager.run(graph, compile_range)
+            if on_graph is not None and isinstance(graph.owning_module, fx.GraphModule):
+                on_graph(graph.owning_module)
+
+        def uuid(self) -> str:
+            return manager.uuid()
+
+    return _AscendPostGradPass()
+
+
+@contextlib.contextmanager
+def _fresh_compile_caches() -> Iterator[None]:
+    # A cache hit skips the post-grad passes (and so the report); compile for real.
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with (
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
+        yield
+
+
+def _compile_inductor(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    manager: GraphFusionPassManager,
+    compile_range: CompileRange,
+    on_graph: GraphHook | None,
+) -> Callable[..., Any]:
+    from torch._inductor.compile_fx import compile_fx
+
+    patches = {"post_grad_custom_post_pass": inductor_pass(manager, compile_range, on_graph)}
+    with _fresh_compile_caches():
+        return compile_fx(gm, list(example_inputs), config_patches=patches)  # type: ignore[no-any-return]

@@ -1,0 +1,178 @@
+"""Shared fixtures: small real modules whose layers call torch.ops.ascend.*, and a compile
+helper that returns outputs, the rewritten graphs and the backend report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
+import pytest
+import torch
+from torch import fx, nn
+
+import ascend_graph
+
+A = torch.ops.ascend
+
+
+@dataclass
+class Compiled:
+    outputs: Any
+    reference: Any
+    graphs: list[fx.GraphModule] = field(default_factory=list)
+    report: dict[str, int] = field(default_factory=dict)
+    fn: Callable[..., Any] | None = None
+
+    def op_counts(self) -> Counter[str]:
+        """Call-target name -> number of nodes, over every compiled graph."""
+        counts: Counter[str] = Counter()
+        for gm in self.graphs:
+            for node in gm.graph.nodes:
+                if node.op == "call_function":
+                    counts[_name(node.target)] += 1
+        return counts
+
+
+def _name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._opname}"
+    return getattr(target, "__name__", str(target))
+
+
+def run_compiled(
+    module: nn.Module,
+    inputs: tuple[Any, ...],
+    *,
+    config: dict[str, Any] | None = None,
+    dynamic: bool = False,
+) -> Compiled:
+    """Eager reference and compiled run (make_backend, eager backend) of `module`."""
+    torch._dynamo.reset()  # fresh compile: no cache hit, no recompile limit across tests
+    graphs: list[fx.GraphModule] = []
+    backend = ascend_graph.make_backend(config, on_graph=graphs.append)
+    with torch.no_grad():
+        reference = module(*inputs)
+        compiled = torch.compile(module, backend=backend, dynamic=dynamic, fullgraph=True)
+        outputs = compiled(*inputs)
+    return Compiled(outputs, reference, graphs, backend.report, compiled)
+
+
+@pytest.fixture
+def compile_module() -> Callable[..., Compiled]:
+    return run_compiled
+
+
+def assert_close(got: Any, want: Any, dtype: torch.dtype) -> None:
+    """Fused vs unfused: exact in float32 up to rounding; int8 may move by one in bf16."""
+    got_t = got if isinstance(got, (tuple, list)) else (got,)
+    want_t = want if isinstance(want, (tuple, list)) else (want,)
+    assert len(got_t) == len(want_t)
+    for g, w in zip(got_t, want_t, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if g.dtype == torch.int8:
+            diff = (g.int() - w.int()).abs().max().item() if g.numel() else 0
+            assert diff <= (0 if dtype == torch.float32 else 1)
+        elif g.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            torch.testing.assert_close(g.float(), w.float(), rtol=0.13, atol=0.02)
+        else:
+            tol = 1e-5 if dtype == torch.float32 else 2e-2
+            torch.testing.assert_close(g.float(), w.float(), rtol=tol, atol=tol)
+
+
+@pytest.fixture
+def close() -> Callable[..., None]:
+    return assert_close
+
+
+# --- real modules -----------------------------------------------------------------------
+
+
+class NormQuantLayers(nn.Module):
+    """Every norm+quant idiom the quantised models use, one after the other."""
+
+    def __init__(self, hidden: int = 64, eps: float = 1e-6, y_extra_user: bool = False) -> None:
+        super().__init__()
+        self.eps, self.y_extra_user = eps, y_extra_user
+        self.w = nn.ParameterList([nn.Parameter(torch.rand(hidden) + 0.5) for _ in range(6)])
+        self.bias = nn.Parameter(torch.randn(hidden) * 0.1)
+        self.register_buffer("scale", torch.tensor([0.02]))
+        self.register_buffer("offset", torch.tensor([1.0]))
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        eps, outs = self.eps, []
+        y, residual = A.add_rms_norm(x, residual, self.w[0], eps)
+        outs.append(A.quantize(y, self.scale, self.offset))
+        if self.y_extra_user:
+            outs.append(y * 2)
+        y, residual = A.add_rms_norm(x, residual, self.w[1], eps, self.bias)
+        outs.append(A.quantize(y, self.scale, self.offset))
+        y, residual = A.add_rms_norm(x, residual, self.w[2], eps)
+        outs.extend(A.dynamic_quant(y))
+        y, residual = A.add_rms_norm(x, residual, self.w[3], eps, self.bias)
+        outs.extend(A.dynamic_quant(y))
+        y, residual = A.add_rms_norm(x, residual, self.w[4], eps)
+        outs.extend(A.dynamic_mx_quant(y))
+        outs.extend(A.dynamic_mx_quant(A.rms_norm(residual, self.w[5], eps)))
+        outs.append(residual)
+        return tuple(outs)
+
+
+class QKNormRopeAttention(nn.Module):
+    """Qwen3 attention prologue: qkv projection, per-head q/k RMSNorm, rope (vLLM's code
+    shape: split, view to heads, norm, view back, functional rotary_embedding)."""
+
+    def __init__(
+        self, hidden: int = 128, heads: int = 4, kv_heads: int = 2, head_dim: int = 32,
+        eps: float = 1e-6, bias: bool = False, k_eps: float | None = None,
+        three_splits: bool = False, q_extra_user: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.head_dim, self.q_size, self.kv_size = head_dim, heads * head_dim, kv_heads * head_dim
+        self.eps, self.k_eps = eps, eps if k_eps is None else k_eps
+        self.three_splits, self.q_extra_user = three_splits, q_extra_user
+        self.qkv = nn.Linear(hidden, self.q_size + 2 * self.kv_size, bias=False)
+        self.q_w = nn.Parameter(torch.rand(head_dim) + 0.5)
+        self.k_w = nn.Parameter(torch.rand(head_dim) + 0.5)
+        self.q_b = nn.Parameter(torch.randn(head_dim) * 0.1) if bias else None
+        self.k_b = nn.Parameter(torch.randn(head_dim) * 0.1) if bias else None
+        self.register_buffer("cos_sin_cache", torch.randn(64, head_dim))
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        qkv = self.qkv(hidden)
+        sizes = [self.q_size, self.kv_size, self.kv_size]
+        if self.three_splits:
+            q, k, v = (qkv.split(sizes, dim=-1)[i] for i in range(3))
+        else:
+            q, k, v = qkv.split(sizes, dim=-1)
+        hd = self.head_dim
+        q_heads = A.rms_norm(q.view(*q.shape[:-1], q.shape[-1] // hd, hd), self.q_w, self.eps)
+        k_heads = A.rms_norm(k.view(*k.shape[:-1], k.shape[-1] // hd, hd), self.k_w, self.k_eps)
+        if self.q_b is not None:
+            q_heads, k_heads = q_heads + self.q_b, k_heads + self.k_b
+        q, k = q_heads.view(q.shape), k_heads.view(k.shape)
+        q, k = A.rotary_embedding(positions, q, k, self.cos_sin_cache, hd, hd, True)
+        extra = (q_heads.sum(),) if self.q_extra_user else ()
+        return (q, k, v, *extra)
+
+
+class MoEOutput(nn.Module):
+    """MoE output combination: routed experts scaled by the routed scaling factor."""
+
+    def __init__(self, hidden: int = 64, scale: float = 2.5) -> None:
+        super().__init__()
+        self.scale = scale
+        self.up = nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, shared: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        routed = self.up(x)
+        a = routed * self.scale + shared  # x * s + y
+        b = shared + routed.relu() * self.scale  # y + x * s
+        return a, b
+
+
+@pytest.fixture
+def models() -> dict[str, type[nn.Module]]:
+    return {"norm_quant": NormQuantLayers, "qknorm": QKNormRopeAttention, "moe": MoEOutput}

@@ -1,0 +1,88 @@
+"""``supports(op, dtype=, head_dim=, soc=)``: may a pass insert ``ascend::<op>`` here?
+
+The reference implementations (soc ``"cpu"``) run every op for float32, bfloat16 and float16
+with any head size. The NPU rows restate what the existing vllm-ascend plugin relies on
+(reference/upstream-behaviour.md, sections 11.1 and 12.6):
+- the qk-norm + rope kernel (``qkv_rmsnorm_rope``, ``qkv_rmsnorm_rope_simt`` on A5) is used only
+  for bfloat16 models with head size 128 (the fusion pass registers only when
+  ``head_size == 128``);
+- the MX fp8 kernels (``npu_dynamic_mx_quant`` and its RMSNorm fusions) exist on A5 only;
+- the add+RMSNorm+quant fusions are used for bfloat16/float16 models;
+- the LoRA expand kernels come from the compiled custom-op extension, which A5 disables;
+- 310P has no bfloat16 support, and the fused quant / rope kernels are not used there.
+Anything not listed is treated as unsupported on an NPU (a pass then keeps the unfused graph).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ascend_kernels.schemas import OP_NAMES
+
+SOCS = ("A2", "A3", "A5", "310P", "cpu")
+FLOAT_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
+HALF_DTYPES = frozenset({torch.bfloat16, torch.float16})
+
+# op -> (socs, dtypes, head sizes or None for any)
+_NPU_TABLE: dict[str, tuple[frozenset[str], frozenset[torch.dtype], frozenset[int] | None]] = {
+    "rms_norm": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
+    "add_rms_norm": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
+    "quantize": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
+    "dynamic_quant": (frozenset({"A2", "A3", "A5", "310P"}), HALF_DTYPES, None),
+    "add_rms_norm_quant": (frozenset({"A2", "A3", "A5"}), HALF_DTYPES, None),
+    "add_rms_norm_dynamic_quant": (frozenset({"A2", "A3", "A5"}), HALF_DTYPES, None),
+    "dynamic_mx_quant": (frozenset({"A5"}), HALF_DTYPES, None),
+    "add_rms_norm_dynamic_mx_quant": (frozenset({"A5"}), HALF_DTYPES, None),
+    "rms_norm_dynamic_mx_quant": (frozenset({"A5"}), HALF_DTYPES, None),
+    "rotary_embedding": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
+    "split_qkv_rmsnorm_rope": (
+        frozenset({"A2", "A3", "A5"}), frozenset({torch.bfloat16}), frozenset({128}),
+    ),
+    "muls_add": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
+    "bgmv_expand": (frozenset({"A2", "A3", "310P"}), HALF_DTYPES, None),
+    "sgmv_expand": (frozenset({"A2", "A3", "310P"}), HALF_DTYPES, None),
+}
+
+
+def _dtype(value: torch.dtype | str | None) -> torch.dtype | None:
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    resolved = getattr(torch, value, None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"dtype {value!r} is not a torch dtype name (e.g. 'bfloat16')")
+    return resolved
+
+
+def supports(
+    op: str,
+    *,
+    dtype: torch.dtype | str | None = None,
+    head_dim: int | None = None,
+    soc: str | None = None,
+) -> bool:
+    """True when ``ascend::<op>`` runs for ``dtype``/``head_dim`` on ``soc``.
+
+    ``op`` is an op name (``"split_qkv_rmsnorm_rope"``, ``"ascend::muls_add"`` also accepted);
+    ``dtype`` is the activation (model) dtype; ``None`` arguments are not constrained, except
+    ``soc=None`` which means ``"cpu"`` (the reference kernels). Raises ``ValueError`` for an
+    unknown op or SoC.
+    """
+    name = op.removeprefix("ascend::")
+    if name not in OP_NAMES:
+        raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OP_NAMES)}")
+    soc = "cpu" if soc is None else soc
+    if soc not in SOCS:
+        raise ValueError(f"unknown soc {soc!r}; allowed: {', '.join(SOCS)}")
+    resolved = _dtype(dtype)
+    if head_dim is not None and head_dim <= 0:
+        raise ValueError(f"head_dim must be positive, got {head_dim}")
+    if soc == "cpu":
+        return resolved is None or resolved in FLOAT_DTYPES
+    socs, dtypes, head_dims = _NPU_TABLE[name]
+    if soc not in socs:
+        return False
+    if soc == "310P" and resolved == torch.bfloat16:
+        return False
+    if resolved is not None and resolved not in dtypes:
+        return False
+    return head_dim is None or head_dims is None or head_dim in head_dims

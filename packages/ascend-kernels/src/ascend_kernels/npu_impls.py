@@ -1,0 +1,176 @@
+"""The NPU implementation of every ``ascend::*`` op: torch_npu kernels, adapted once.
+
+Each adapter takes the ``torch_npu`` module as its first argument (so tests pass a fake that
+records calls) and maps our schema onto the kernel: argument names and order, and which of the
+kernel's outputs are ours, in which order. ``register(torch_npu)`` binds the module and
+registers the adapters under the NPU dispatch key (PrivateUse1), where they take precedence
+over the reference implementations. Ops without a torch_npu kernel (the LoRA expand ops, which
+come from vllm-ascend's compiled extension) keep the reference implementation.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from ascend_kernels import ops_rope
+from ascend_kernels.schemas import NAMESPACE
+
+E4M3 = torch.float8_e4m3fn
+
+
+def rms_norm(npu: ModuleType, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # npu_rms_norm -> (y, rstd)
+    return npu.npu_rms_norm(x, weight, epsilon=eps)[0]
+
+
+def add_rms_norm(
+    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # npu_add_rms_norm -> (y, rstd, x1 + x2); it has no bias input, so the bias is added after.
+    y, _, residual_out = npu.npu_add_rms_norm(x, residual, weight, epsilon=eps)
+    if bias is not None:
+        y = y + bias
+    return y, residual_out
+
+
+def quantize(
+    npu: ModuleType, x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
+) -> torch.Tensor:
+    # div_mode=True: round(x / scale + offset); axis -1 covers per-tensor and per-channel.
+    return npu.npu_quantize(x, scale, offset, torch.qint8, -1, True)
+
+
+def dynamic_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # npu_dynamic_quant -> (int8 y, float32 per-token scale)
+    q, scale = npu.npu_dynamic_quant(x)
+    return q, scale
+
+
+def add_rms_norm_quant(
+    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+    scale: torch.Tensor, offset: torch.Tensor, eps: float, bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # npu_add_rms_norm_quant -> (y1, y2, x1 + x2); bias goes in as beta.
+    kwargs: dict[str, Any] = {"epsilon": eps}
+    if bias is not None:
+        kwargs["beta"] = bias
+    out = npu.npu_add_rms_norm_quant(x, residual, weight, scale, offset, **kwargs)
+    return out[0], out[2]
+
+
+def add_rms_norm_dynamic_quant(
+    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # -> (y1, y2, x1 + x2, scale1, scale2); output_mask asks for the first quantization only.
+    kwargs: dict[str, Any] = {"epsilon": eps, "output_mask": [True, False]}
+    if bias is not None:
+        kwargs["beta"] = bias
+    out = npu.npu_add_rms_norm_dynamic_quant(x, residual, weight, **kwargs)
+    return out[0], out[3], out[2]
+
+
+def dynamic_mx_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # -> (y, mxscale); the kernel pads the block axis to pairs, our schema keeps ceil(H / 32).
+    q, scale = npu.npu_dynamic_mx_quant(x, dst_type=E4M3)
+    return q, _trim_mx_scale(scale, x)
+
+
+def add_rms_norm_dynamic_mx_quant(
+    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # -> (y, x1 + x2, mxscale)
+    out = npu.npu_add_rms_norm_dynamic_mx_quant(x, residual, weight, epsilon=eps, dst_type=E4M3)
+    return out[0], _trim_mx_scale(out[2], x), out[1]
+
+
+def rms_norm_dynamic_mx_quant(
+    npu: ModuleType, x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # -> (y, mxscale)
+    out = npu.npu_rms_norm_dynamic_mx_quant(x, weight, epsilon=eps, dst_type=E4M3)
+    return out[0], _trim_mx_scale(out[1], x)
+
+
+def _trim_mx_scale(scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    blocks = (x.shape[-1] + 31) // 32
+    flat = scale.reshape(*x.shape[:-1], -1)
+    return flat[..., :blocks].contiguous()
+
+
+def rotary_embedding(
+    npu: ModuleType, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+    cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int, is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if rotary_dim != head_size:
+        # The kernel rotates whole heads; partial rotary stays on the reference (any device).
+        return ops_rope.rotary_embedding(
+            positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox
+        )
+    # _npu_rotary_embedding rotates 2-D [T, heads * head_size] query/key in place: give it
+    # fresh copies so the op stays functional.
+    tokens = positions.numel()
+    q_out = q.reshape(tokens, -1).clone(memory_format=torch.contiguous_format)
+    k_out = k.reshape(tokens, -1).clone(memory_format=torch.contiguous_format)
+    npu._npu_rotary_embedding(positions, q_out, k_out, head_size, cos_sin_cache, is_neox)
+    return q_out.view(q.shape), k_out.view(k.shape)
+
+
+def split_qkv_rmsnorm_rope(
+    npu: ModuleType, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+    positions: torch.Tensor, cos_sin_cache: torch.Tensor, q_size: int, kv_size: int,
+    head_size: int, rotary_dim: int, is_neox: bool, eps: float,
+    q_bias: torch.Tensor | None = None, k_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # torch_npu has no single kernel: per-head npu_rms_norm (+ bias) then the rope kernel.
+    tokens = qkv.shape[0]
+    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+    q_n = npu.npu_rms_norm(q.reshape(tokens, -1, head_size), q_weight, epsilon=eps)[0]
+    k_n = npu.npu_rms_norm(k.reshape(tokens, -1, head_size), k_weight, epsilon=eps)[0]
+    if q_bias is not None:
+        q_n = q_n + q_bias
+    if k_bias is not None:
+        k_n = k_n + k_bias
+    q_rot, k_rot = rotary_embedding(
+        npu, positions, q_n.reshape(tokens, q_size), k_n.reshape(tokens, kv_size),
+        cos_sin_cache, head_size, rotary_dim, is_neox,
+    )
+    return q_rot, k_rot, v.contiguous()
+
+
+def muls_add(npu: ModuleType, x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+    # One aclnnAdd with alpha: y + scale * x.
+    return torch.add(y, x, alpha=scale)
+
+
+ADAPTERS: dict[str, Callable[..., Any]] = {
+    "rms_norm": rms_norm,
+    "add_rms_norm": add_rms_norm,
+    "quantize": quantize,
+    "dynamic_quant": dynamic_quant,
+    "add_rms_norm_quant": add_rms_norm_quant,
+    "add_rms_norm_dynamic_quant": add_rms_norm_dynamic_quant,
+    "dynamic_mx_quant": dynamic_mx_quant,
+    "add_rms_norm_dynamic_mx_quant": add_rms_norm_dynamic_mx_quant,
+    "rms_norm_dynamic_mx_quant": rms_norm_dynamic_mx_quant,
+    "rotary_embedding": rotary_embedding,
+    "split_qkv_rmsnorm_rope": split_qkv_rmsnorm_rope,
+    "muls_add": muls_add,
+}
+
+
+def register(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1") -> torch.library.Library:
+    """Register every adapter bound to ``torch_npu`` under ``dispatch_key``.
+
+    Returns the library; keep it alive (``_destroy()`` removes the registrations).
+    """
+    lib = torch.library.Library(NAMESPACE, "IMPL")
+    for op, adapter in ADAPTERS.items():
+        lib.impl(op, functools.partial(adapter, torch_npu), dispatch_key)
+    return lib

@@ -1,0 +1,180 @@
+"""RMSNorm references: ``rms_norm``, ``add_rms_norm`` and the normalisation stage of fused ops.
+
+Definition (float32 throughout, one cast at the end):
+``out = x * rsqrt(mean(x**2, -1) + eps) * weight (+ bias)``. ``add_rms_norm`` first forms
+``residual_out = x + residual`` in the input dtype and normalises that tensor, so it is exactly
+``add`` followed by ``rms_norm`` (the batch-invariant composition) in every dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
+from ascend_kernels.validation import check, check_floating, check_same_shape, check_vector
+
+
+def upcast(src: torch.Tensor, scratch: Scratch, name: str) -> torch.Tensor:
+    """``src`` as float32: itself when already float32, else a scratch copy."""
+    if src.dtype == torch.float32:
+        return src
+    buf = scratch.get(name, tuple(src.shape[1:]), src.shape[0])
+    return buf.copy_(src)
+
+
+def rms_into(
+    src: torch.Tensor,
+    w32: torch.Tensor,
+    eps: float,
+    dst: torch.Tensor,
+    ms: torch.Tensor,
+    bias32: torch.Tensor | None = None,
+) -> None:
+    """``dst = src * rsqrt(mean(src**2) + eps) * w32 (+ bias32)`` in float32 (dst != src)."""
+    torch.mul(src, src, out=dst)
+    torch.mean(dst, dim=-1, keepdim=True, out=ms)
+    ms.add_(eps).rsqrt_()
+    torch.mul(src, ms, out=dst)
+    dst.mul_(w32)
+    if bias32 is not None:
+        dst.add_(bias32)
+
+
+def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    check_floating("x", x)
+    check(x.dim() >= 1 and x.shape[-1] > 0, f"x must have a non-empty last dim, got {list(x.shape)}")
+    check_vector("weight", weight, x.shape[-1])
+    if bias is not None:
+        check_vector("bias", bias, x.shape[-1])
+
+
+def normed_chunks(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    scratch: Scratch | None = None,
+    *,
+    residual: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    round_to_dtype: bool = True,
+) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """Yield ``(start, stop, y32)`` over row chunks of the (add-)RMSNorm of ``x``.
+
+    ``y32`` is a float32 scratch chunk shaped ``[n, M, H]`` (rows of ``as_rows3(x)``). With
+    ``round_to_dtype`` it holds the values the unfused op would have stored in the input dtype,
+    so a consumer quantizing it matches the unfused composition bit for bit. When ``residual``
+    is given, ``residual_out`` (preallocated, contiguous) receives ``x + residual``.
+    """
+    _check_norm_args(x, weight, bias)
+    x3 = as_rows3(x)
+    rows, inner, width = x3.shape
+    if scratch is None:
+        scratch = Scratch(chunk_rows(rows, inner * width), x.device)
+    r3 = ro3 = None
+    if residual is not None:
+        check_same_shape("residual", residual, x)
+        check(residual_out is not None, "residual_out is required with residual")
+        assert residual_out is not None
+        r3 = as_rows3(residual).reshape(x3.shape)
+        ro3 = residual_out.view(x3.shape)
+    w32 = weight.to(torch.float32)
+    b32 = None if bias is None else bias.to(torch.float32)
+    round_needed = round_to_dtype and x.dtype != torch.float32
+    for start, stop in chunks(rows, inner * width):
+        n = stop - start
+        xs = x3[start:stop]
+        if r3 is not None and ro3 is not None:
+            xs = torch.add(xs, r3[start:stop], out=ro3[start:stop])
+        src = upcast(xs, scratch, "norm_src")
+        dst = scratch.get("norm_dst", (inner, width), n)
+        ms = scratch.get("norm_ms", (inner, 1), n)
+        rms_into(src, w32, eps, dst, ms, b32)
+        if round_needed:
+            # Store-and-reload through the input dtype: what the unfused op's output holds.
+            rounded = scratch.get("norm_round", (inner, width), n, x.dtype)
+            dst.copy_(rounded.copy_(dst))
+        yield start, stop, dst
+
+
+def rms_norm_out(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    out: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``rms_norm`` into a preallocated contiguous ``out`` (shape and dtype of ``x``)."""
+    check_same_shape("out", out, x)
+    o3 = out.view(as_rows3(x).shape)
+    for start, stop, y32 in normed_chunks(x, weight, eps, bias=bias, round_to_dtype=False):
+        o3[start:stop].copy_(y32)
+    return out
+
+
+def add_rms_norm_out(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+    *,
+    out: torch.Tensor,
+    residual_out: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``add_rms_norm`` into preallocated contiguous ``out`` and ``residual_out``."""
+    check_same_shape("out", out, x)
+    check_same_shape("residual_out", residual_out, x)
+    o3 = out.view(as_rows3(x).shape)
+    for start, stop, y32 in normed_chunks(
+        x,
+        weight,
+        eps,
+        residual=residual,
+        residual_out=residual_out,
+        bias=bias,
+        round_to_dtype=False,
+    ):
+        o3[start:stop].copy_(y32)
+    return out, residual_out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Reference ``ascend::rms_norm``."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return rms_norm_out(x, weight, eps, out=out)
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference ``ascend::add_rms_norm`` -> ``(out, residual_out)``."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return add_rms_norm_out(x, residual, weight, eps, bias, out=out, residual_out=residual_out)
+
+
+def rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Fake ``ascend::rms_norm``."""
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def add_rms_norm_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::add_rms_norm``."""
+    return (
+        torch.empty_like(x, memory_format=torch.contiguous_format),
+        torch.empty_like(x, memory_format=torch.contiguous_format),
+    )

@@ -1,0 +1,226 @@
+"""int8 quantization references and their add+RMSNorm fusions.
+
+- ``quantize``: ``q = clamp(round(x / scale + offset), -128, 127)`` (static, per tensor or per
+  channel), float32 arithmetic, round half to even.
+- ``dynamic_quant``: per token (every index but the last dim), ``scale = amax(|x|) / 127`` in
+  float32 and ``q = clamp(round(x / scale), -128, 127)``; an all-zero row has scale 0 and q 0.
+- The fused ops quantize the add+RMSNorm output as stored in the input dtype, so each equals
+  ``add_rms_norm`` followed by the quantizer bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ascend_kernels.ops_norm import normed_chunks, upcast
+from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
+from ascend_kernels.validation import check, check_floating
+
+
+def quant_into(
+    src32: torch.Tensor, scale32: torch.Tensor, offset32: torch.Tensor, q: torch.Tensor,
+    tmp: torch.Tensor,
+) -> None:
+    """``q = int8(clamp(round(src32 / scale32 + offset32)))`` via the float32 ``tmp``."""
+    torch.div(src32, scale32, out=tmp)
+    tmp.add_(offset32).round_().clamp_(-128.0, 127.0)
+    q.copy_(tmp)
+
+
+def dynamic_quant_into(
+    src32: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, tmp: torch.Tensor,
+    col: torch.Tensor,
+) -> None:
+    """Per-row symmetric int8: ``scale = amax/127`` into ``scale`` (shape of ``col`` minus 1)."""
+    torch.abs(src32, out=tmp)
+    torch.amax(tmp, dim=-1, keepdim=True, out=col)
+    col.div_(127.0)
+    scale.copy_(col.squeeze(-1))
+    # An all-zero row divides by 1 instead of 0, giving q = 0 and no NaN.
+    col.masked_fill_(col == 0.0, 1.0)
+    torch.div(src32, col, out=tmp)
+    tmp.round_().clamp_(-128.0, 127.0)
+    q.copy_(tmp)
+
+
+def _static_params(
+    scale: torch.Tensor, offset: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    for name, t in (("scale", scale), ("offset", offset)):
+        check(
+            t.numel() in (1, width),
+            f"{name} must hold 1 value (per tensor) or {width} (per channel), got {t.numel()}",
+        )
+    return scale.to(torch.float32).reshape(-1), offset.to(torch.float32).reshape(-1)
+
+
+def _int8_like(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=torch.int8, device=x.device)
+
+
+def _scale_like(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+
+
+def quantize_out(
+    x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, *, out: torch.Tensor
+) -> torch.Tensor:
+    """``quantize`` into a preallocated contiguous int8 ``out``."""
+    check_floating("x", x)
+    s32, o32 = _static_params(scale, offset, x.shape[-1])
+    x3 = as_rows3(x)
+    rows, inner, width = x3.shape
+    q3 = out.view(x3.shape)
+    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
+    for start, stop in chunks(rows, inner * width):
+        src = upcast(x3[start:stop], scratch, "src")
+        tmp = scratch.get("tmp", (inner, width), stop - start)
+        quant_into(src, s32, o32, q3[start:stop], tmp)
+    return out
+
+
+def dynamic_quant_out(
+    x: torch.Tensor, *, out: torch.Tensor, scale_out: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dynamic_quant`` into preallocated contiguous ``out`` (int8) and ``scale_out``."""
+    check_floating("x", x)
+    x3 = as_rows3(x)
+    rows, inner, width = x3.shape
+    q3 = out.view(x3.shape)
+    s2 = scale_out.view(rows, inner)
+    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
+    for start, stop in chunks(rows, inner * width):
+        n = stop - start
+        src = upcast(x3[start:stop], scratch, "src")
+        tmp = scratch.get("tmp", (inner, width), n)
+        col = scratch.get("col", (inner, 1), n)
+        dynamic_quant_into(src, q3[start:stop], s2[start:stop], tmp, col)
+    return out, scale_out
+
+
+def add_rms_norm_quant_out(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+    *,
+    out: torch.Tensor,
+    residual_out: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused ``add_rms_norm_quant`` into preallocated ``out`` (int8) and ``residual_out``."""
+    s32, o32 = _static_params(scale, offset, x.shape[-1])
+    x3 = as_rows3(x)
+    rows, inner, width = x3.shape
+    q3 = out.view(x3.shape)
+    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
+    for start, stop, y32 in normed_chunks(
+        x, weight, eps, scratch, residual=residual, residual_out=residual_out, bias=bias
+    ):
+        tmp = scratch.get("tmp", (inner, width), stop - start)
+        quant_into(y32, s32, o32, q3[start:stop], tmp)
+    return out, residual_out
+
+
+def add_rms_norm_dynamic_quant_out(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+    *,
+    out: torch.Tensor,
+    scale_out: torch.Tensor,
+    residual_out: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused ``add_rms_norm_dynamic_quant`` into preallocated outputs."""
+    x3 = as_rows3(x)
+    rows, inner, width = x3.shape
+    q3 = out.view(x3.shape)
+    s2 = scale_out.view(rows, inner)
+    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
+    for start, stop, y32 in normed_chunks(
+        x, weight, eps, scratch, residual=residual, residual_out=residual_out, bias=bias
+    ):
+        n = stop - start
+        tmp = scratch.get("tmp", (inner, width), n)
+        col = scratch.get("col", (inner, 1), n)
+        dynamic_quant_into(y32, q3[start:stop], s2[start:stop], tmp, col)
+    return out, scale_out, residual_out
+
+
+def quantize(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """Reference ``ascend::quantize``."""
+    return quantize_out(x, scale, offset, out=_int8_like(x))
+
+
+def dynamic_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference ``ascend::dynamic_quant`` -> ``(q int8, scale float32 [x.shape[:-1]])``."""
+    return dynamic_quant_out(x, out=_int8_like(x), scale_out=_scale_like(x))
+
+
+def add_rms_norm_quant(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference ``ascend::add_rms_norm_quant`` -> ``(q, residual_out)``."""
+    return add_rms_norm_quant_out(
+        x, residual, weight, scale, offset, eps, bias,
+        out=_int8_like(x), residual_out=torch.empty(x.shape, dtype=x.dtype, device=x.device),
+    )
+
+
+def add_rms_norm_dynamic_quant(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference ``ascend::add_rms_norm_dynamic_quant`` -> ``(q, scale, residual_out)``."""
+    return add_rms_norm_dynamic_quant_out(
+        x, residual, weight, eps, bias,
+        out=_int8_like(x), scale_out=_scale_like(x),
+        residual_out=torch.empty(x.shape, dtype=x.dtype, device=x.device),
+    )
+
+
+def quantize_fake(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """Fake ``ascend::quantize``."""
+    return _int8_like(x)
+
+
+def dynamic_quant_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::dynamic_quant``."""
+    return _int8_like(x), _scale_like(x)
+
+
+def add_rms_norm_quant_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::add_rms_norm_quant``."""
+    return _int8_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def add_rms_norm_dynamic_quant_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::add_rms_norm_dynamic_quant``."""
+    return _int8_like(x), _scale_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)

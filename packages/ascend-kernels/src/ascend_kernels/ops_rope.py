@@ -1,0 +1,227 @@
+"""Rotary embedding and the fused qkv split + per-head RMSNorm + rope references.
+
+``cos_sin_cache`` has vLLM's layout ``[max_position, rotary_dim]``: cos for the
+``rotary_dim / 2`` frequencies, then sin. For each head, with ``h = rotary_dim / 2``:
+neox pairs ``(x[j], x[j + h])``, gptj pairs ``(x[2j], x[2j + 1])``, and each pair becomes
+``(x1 * cos - x2 * sin, x2 * cos + x1 * sin)`` in float32 with one cast at the end. Values past
+``rotary_dim`` pass through unchanged. ``q``/``k`` are ``[T, heads * head_size]`` or
+``[T, heads, head_size]``; outputs are fresh contiguous tensors of the same shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ascend_kernels.ops_norm import rms_into, upcast
+from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
+from ascend_kernels.validation import check, check_floating, check_vector
+
+
+def _check_rope(
+    positions: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int
+) -> None:
+    check(head_size > 0, f"head_size must be positive, got {head_size}")
+    check(
+        0 < rotary_dim <= head_size and rotary_dim % 2 == 0,
+        f"rotary_dim must be even and in (0, head_size={head_size}], got {rotary_dim}",
+    )
+    check(
+        cos_sin_cache.dim() == 2 and cos_sin_cache.shape[1] == rotary_dim,
+        f"cos_sin_cache must be [max_position, rotary_dim={rotary_dim}],"
+        f" got {list(cos_sin_cache.shape)}",
+    )
+    check(not positions.is_floating_point(), f"positions must be integers, got {positions.dtype}")
+
+
+def _heads_view(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torch.Tensor:
+    width = t.shape[-1] if t.dim() == 2 else t.shape[-1] * t.shape[-2]
+    check(
+        t.dim() in (2, 3) and t.shape[0] == tokens and width % head_size == 0
+        and (t.dim() == 2 or t.shape[-1] == head_size),
+        f"{name} must be [T={tokens}, heads * {head_size}] or [T, heads, {head_size}],"
+        f" got {list(t.shape)}",
+    )
+    return t if t.dim() == 3 else t.view(tokens, width // head_size, head_size)
+
+
+def rope_into(
+    cos32: torch.Tensor, sin32: torch.Tensor, x: torch.Tensor, out: torch.Tensor,
+    rotary_dim: int, is_neox: bool, scratch: Scratch, tag: str,
+) -> None:
+    """Rotate ``x`` ``[n, heads, head_size]`` into ``out``; cos/sin are ``[n, 1, rotary_dim/2]``."""
+    n, heads, head_size = x.shape
+    half = rotary_dim // 2
+    if is_neox:
+        x1, x2 = x[..., :half], x[..., half:rotary_dim]
+        o1, o2 = out[..., :half], out[..., half:rotary_dim]
+    else:
+        x1, x2 = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
+    a = scratch.get(f"{tag}_a", (heads, half), n)
+    b = scratch.get(f"{tag}_b", (heads, half), n)
+    torch.mul(x1, cos32, out=a)
+    torch.mul(x2, sin32, out=b)
+    o1.copy_(a.sub_(b))
+    torch.mul(x2, cos32, out=a)
+    torch.mul(x1, sin32, out=b)
+    o2.copy_(a.add_(b))
+    if rotary_dim < head_size:
+        out[..., rotary_dim:].copy_(x[..., rotary_dim:])
+
+
+def _cos_sin(
+    cos_sin_cache: torch.Tensor, positions: torch.Tensor, scratch: Scratch, n: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    rotary_dim = cos_sin_cache.shape[1]
+    half = rotary_dim // 2
+    cs = scratch.get("cos_sin", (rotary_dim,), n)
+    cs.copy_(cos_sin_cache.index_select(0, positions))
+    return cs[:, None, :half], cs[:, None, half:]
+
+
+def rotary_embedding(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference ``ascend::rotary_embedding`` -> ``(q_out, k_out)``."""
+    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
+    check_floating("q", q)
+    check_floating("k", k)
+    pos = positions.reshape(-1)
+    tokens = pos.shape[0]
+    q3 = _heads_view(q, tokens, head_size, "q")
+    k3 = _heads_view(k, tokens, head_size, "k")
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
+    per_token = (q3.shape[1] + k3.shape[1]) * head_size
+    scratch = Scratch(chunk_rows(tokens, per_token), q.device)
+    for start, stop in chunks(tokens, per_token):
+        cos, sin = _cos_sin(cos_sin_cache, pos[start:stop], scratch, stop - start)
+        rope_into(cos, sin, q3[start:stop], qo3[start:stop], rotary_dim, is_neox, scratch, "q")
+        rope_into(cos, sin, k3[start:stop], ko3[start:stop], rotary_dim, is_neox, scratch, "k")
+    return q_out, k_out
+
+
+def _norm_heads(
+    src: torch.Tensor, w32: torch.Tensor, eps: float, bias: torch.Tensor | None,
+    scratch: Scratch, tag: str,
+) -> torch.Tensor:
+    """Per-head RMSNorm of ``src`` ``[n, heads, head_size]`` stored in its dtype (+ bias after)."""
+    n, heads, head_size = src.shape
+    src32 = upcast(src, scratch, f"{tag}_src")
+    dst = scratch.get(f"{tag}_dst", (heads, head_size), n)
+    ms = scratch.get(f"{tag}_ms", (heads, 1), n)
+    rms_into(src32, w32, eps, dst, ms)
+    normed = dst
+    if src.dtype != torch.float32:
+        normed = scratch.get(f"{tag}_normed", (heads, head_size), n, src.dtype).copy_(dst)
+    if bias is not None:
+        # The replaced graph adds the bias to the stored norm output, in the model dtype.
+        normed.add_(bias)
+    return normed
+
+
+def split_qkv_rmsnorm_rope(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_size: int,
+    kv_size: int,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+    eps: float,
+    q_bias: torch.Tensor | None = None,
+    k_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference ``ascend::split_qkv_rmsnorm_rope`` -> fresh ``(q, k, v)``.
+
+    Equals: split ``qkv`` into ``[q_size, kv_size, kv_size]``; ``rms_norm`` each head of q and
+    k (weights ``[head_size]``; optional bias added to the norm output); ``rotary_embedding``.
+    """
+    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
+    check_floating("qkv", qkv)
+    check(
+        qkv.dim() == 2 and qkv.shape[1] == q_size + 2 * kv_size,
+        f"qkv must be [T, q_size + 2 * kv_size = {q_size + 2 * kv_size}], got {list(qkv.shape)}",
+    )
+    check(
+        q_size % head_size == 0 and kv_size % head_size == 0,
+        f"q_size ({q_size}) and kv_size ({kv_size}) must be multiples of head_size ({head_size})",
+    )
+    for name, t in (("q_weight", q_weight), ("k_weight", k_weight), ("q_bias", q_bias),
+                    ("k_bias", k_bias)):
+        if t is not None:
+            check_vector(name, t, head_size)
+    pos = positions.reshape(-1)
+    tokens = qkv.shape[0]
+    check(pos.shape[0] == tokens, f"positions must hold T={tokens} values, got {pos.shape[0]}")
+    qh, kh = q_size // head_size, kv_size // head_size
+    new = {"dtype": qkv.dtype, "device": qkv.device}
+    q_out = torch.empty(tokens, q_size, **new)  # type: ignore[arg-type]
+    k_out = torch.empty(tokens, kv_size, **new)  # type: ignore[arg-type]
+    v_out = torch.empty(tokens, kv_size, **new)  # type: ignore[arg-type]
+    v_out.copy_(qkv[:, q_size + kv_size :])
+    qw32, kw32 = q_weight.to(torch.float32), k_weight.to(torch.float32)
+    qo3, ko3 = q_out.view(tokens, qh, head_size), k_out.view(tokens, kh, head_size)
+    per_token = (qh + kh) * head_size
+    scratch = Scratch(chunk_rows(tokens, per_token), qkv.device)
+    for start, stop in chunks(tokens, per_token):
+        n = stop - start
+        rows = qkv[start:stop]
+        q_in = rows[:, :q_size].view(n, qh, head_size)
+        k_in = rows[:, q_size : q_size + kv_size].view(n, kh, head_size)
+        q_n = _norm_heads(q_in, qw32, eps, q_bias, scratch, "q")
+        k_n = _norm_heads(k_in, kw32, eps, k_bias, scratch, "k")
+        cos, sin = _cos_sin(cos_sin_cache, pos[start:stop], scratch, n)
+        rope_into(cos, sin, q_n, qo3[start:stop], rotary_dim, is_neox, scratch, "qr")
+        rope_into(cos, sin, k_n, ko3[start:stop], rotary_dim, is_neox, scratch, "kr")
+    return q_out, k_out, v_out
+
+
+def rotary_embedding_fake(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::rotary_embedding``."""
+    return (
+        torch.empty(q.shape, dtype=q.dtype, device=q.device),
+        torch.empty(k.shape, dtype=k.dtype, device=k.device),
+    )
+
+
+def split_qkv_rmsnorm_rope_fake(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_size: int,
+    kv_size: int,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+    eps: float,
+    q_bias: torch.Tensor | None = None,
+    k_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::split_qkv_rmsnorm_rope``."""
+    tokens = qkv.shape[0]
+    return (
+        qkv.new_empty((tokens, q_size)),
+        qkv.new_empty((tokens, kv_size)),
+        qkv.new_empty((tokens, kv_size)),
+    )

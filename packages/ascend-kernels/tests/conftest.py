@@ -1,0 +1,152 @@
+"""Shared fixtures: a recording fake ``torch_npu`` module (the only NPU seam in these tests)."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import ascend_kernels  # noqa: F401  (registers torch.ops.ascend.*)
+from ascend_kernels import row_chunks
+
+
+class FakeTorchNpu(types.ModuleType):
+    """Stands in for torch_npu: records every kernel call and returns marker tensors.
+
+    Output ``i`` of a kernel is filled with ``10 * kernel_number + i`` so a test can tell which
+    kernel output ended up in which op output.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("torch_npu")
+        self.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls.append((name, args, kwargs))
+
+    @staticmethod
+    def marker(value: float, shape: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.full(tuple(shape), value).to(dtype)
+
+    def npu_rms_norm(self, x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> Any:
+        self._record("npu_rms_norm", (x, gamma), {"epsilon": epsilon})
+        return self.marker(10, x.shape, x.dtype), self.marker(11, x.shape[:-1], torch.float32)
+
+    def npu_add_rms_norm(self, x1: Any, x2: Any, gamma: Any, epsilon: float = 1e-6) -> Any:
+        self._record("npu_add_rms_norm", (x1, x2, gamma), {"epsilon": epsilon})
+        return (
+            self.marker(20, x1.shape, x1.dtype),
+            self.marker(21, x1.shape[:-1], torch.float32),
+            self.marker(22, x1.shape, x1.dtype),
+        )
+
+    def npu_quantize(self, *args: Any, **kwargs: Any) -> Any:
+        self._record("npu_quantize", args, kwargs)
+        return self.marker(30, args[0].shape, torch.int8)
+
+    def npu_dynamic_quant(self, x: Any, **kwargs: Any) -> Any:
+        self._record("npu_dynamic_quant", (x,), kwargs)
+        return self.marker(40, x.shape, torch.int8), self.marker(41, x.shape[:-1], torch.float32)
+
+    def npu_add_rms_norm_quant(self, x1: Any, *args: Any, **kwargs: Any) -> Any:
+        self._record("npu_add_rms_norm_quant", (x1, *args), kwargs)
+        return (
+            self.marker(50, x1.shape, torch.int8),
+            self.marker(51, x1.shape, torch.int8),
+            self.marker(52, x1.shape, x1.dtype),
+        )
+
+    def npu_add_rms_norm_dynamic_quant(self, x1: Any, *args: Any, **kwargs: Any) -> Any:
+        self._record("npu_add_rms_norm_dynamic_quant", (x1, *args), kwargs)
+        return (
+            self.marker(60, x1.shape, torch.int8),
+            self.marker(61, x1.shape, torch.int8),
+            self.marker(62, x1.shape, x1.dtype),
+            self.marker(63, x1.shape[:-1], torch.float32),
+            self.marker(64, x1.shape[:-1], torch.float32),
+        )
+
+    def _mx_scale(self, value: float, x: torch.Tensor) -> torch.Tensor:
+        blocks = (x.shape[-1] + 31) // 32
+        return self.marker(value, (*x.shape[:-1], (blocks + 1) // 2, 2), torch.float8_e8m0fnu)
+
+    def npu_dynamic_mx_quant(self, x: Any, **kwargs: Any) -> Any:
+        self._record("npu_dynamic_mx_quant", (x,), kwargs)
+        return self.marker(70, x.shape, torch.float8_e4m3fn), self._mx_scale(2.0**-3, x)
+
+    def npu_add_rms_norm_dynamic_mx_quant(self, x1: Any, *args: Any, **kwargs: Any) -> Any:
+        self._record("npu_add_rms_norm_dynamic_mx_quant", (x1, *args), kwargs)
+        return (
+            self.marker(80, x1.shape, torch.float8_e4m3fn),
+            self.marker(81, x1.shape, x1.dtype),
+            self._mx_scale(2.0**-4, x1),
+        )
+
+    def npu_rms_norm_dynamic_mx_quant(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        self._record("npu_rms_norm_dynamic_mx_quant", (x, *args), kwargs)
+        return (
+            self.marker(90, x.shape, torch.float8_e4m3fn),
+            self._mx_scale(2.0**-5, x),
+            self.marker(92, x.shape[:-1], torch.float32),
+        )
+
+    def _npu_rotary_embedding(self, positions: Any, query: Any, key: Any, *args: Any) -> None:
+        self._record("_npu_rotary_embedding", (positions, query, key, *args), {})
+        query.fill_(100.0)
+        key.fill_(101.0)
+
+
+@pytest.fixture
+def fake_npu() -> FakeTorchNpu:
+    """A fresh recording fake torch_npu module (not installed anywhere)."""
+    return FakeTorchNpu()
+
+
+@pytest.fixture
+def fake_npu_on_cpu(fake_npu: FakeTorchNpu) -> Iterator[FakeTorchNpu]:
+    """The fake installed as ``sys.modules["torch_npu"]`` and its kernels registered for CPU.
+
+    CPU stands in for the NPU dispatch key so that ``torch.ops.ascend.*`` on CPU tensors runs
+    the NPU adapters; teardown removes the registration and the module.
+    """
+    from ascend_kernels.npu_loader import npu_registration
+
+    saved = sys.modules.get("torch_npu")
+    sys.modules["torch_npu"] = fake_npu
+    npu_registration.reset()
+    try:
+        assert npu_registration.load_if_available(dispatch_key="CPU")
+        yield fake_npu
+    finally:
+        npu_registration.reset()
+        if saved is None:
+            sys.modules.pop("torch_npu", None)
+        else:
+            sys.modules["torch_npu"] = saved
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the reference kernels process a few rows per chunk (exercises chunk boundaries)."""
+    monkeypatch.setattr(row_chunks, "CHUNK_ELEMENTS", 200)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """Raw bytes of ``t`` for bitwise comparison (works for float8 dtypes too)."""
+    return t.contiguous().view(torch.uint8)
+
+
+@pytest.fixture
+def same_bits() -> Any:
+    """``same_bits(a, b)``: shapes, dtypes and every bit equal."""
+
+    def compare(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
+
+    return compare

@@ -1,0 +1,92 @@
+"""Importing ascend_kernels defines every op with the exact ARCHITECTURE.md schema, no vLLM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from ascend_kernels import OP_NAMES, registration
+from ascend_kernels.schemas import SCHEMAS
+
+# Copied by hand from ARCHITECTURE.md ("The device-neutral operator namespace"); the package's
+# SCHEMAS must match it character for character (after torch's normalisation).
+CONTRACT = {
+    "rms_norm": "ascend::rms_norm(Tensor x, Tensor weight, float eps) -> Tensor",
+    "add_rms_norm": "ascend::add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps,"
+    " Tensor? bias=None) -> (Tensor out, Tensor residual_out)",
+    "quantize": "ascend::quantize(Tensor x, Tensor scale, Tensor offset) -> Tensor",
+    "dynamic_quant": "ascend::dynamic_quant(Tensor x) -> (Tensor q, Tensor scale)",
+    "add_rms_norm_quant": "ascend::add_rms_norm_quant(Tensor x, Tensor residual, Tensor weight,"
+    " Tensor scale, Tensor offset, float eps, Tensor? bias=None)"
+    " -> (Tensor q, Tensor residual_out)",
+    "add_rms_norm_dynamic_quant": "ascend::add_rms_norm_dynamic_quant(Tensor x, Tensor residual,"
+    " Tensor weight, float eps, Tensor? bias=None)"
+    " -> (Tensor q, Tensor scale, Tensor residual_out)",
+    "dynamic_mx_quant": "ascend::dynamic_mx_quant(Tensor x) -> (Tensor q, Tensor scale)",
+    "add_rms_norm_dynamic_mx_quant": "ascend::add_rms_norm_dynamic_mx_quant(Tensor x,"
+    " Tensor residual, Tensor weight, float eps) -> (Tensor q, Tensor scale, Tensor residual_out)",
+    "rms_norm_dynamic_mx_quant": "ascend::rms_norm_dynamic_mx_quant(Tensor x, Tensor weight,"
+    " float eps) -> (Tensor q, Tensor scale)",
+    "rotary_embedding": "ascend::rotary_embedding(Tensor positions, Tensor q, Tensor k,"
+    " Tensor cos_sin_cache, int head_size, int rotary_dim, bool is_neox)"
+    " -> (Tensor q_out, Tensor k_out)",
+    "split_qkv_rmsnorm_rope": "ascend::split_qkv_rmsnorm_rope(Tensor qkv, Tensor q_weight,"
+    " Tensor k_weight, Tensor positions, Tensor cos_sin_cache, int q_size, int kv_size,"
+    " int head_size, int rotary_dim, bool is_neox, float eps, Tensor? q_bias=None,"
+    " Tensor? k_bias=None) -> (Tensor q, Tensor k, Tensor v)",
+    "muls_add": "ascend::muls_add(Tensor x, Tensor y, float scale) -> Tensor",
+    "bgmv_expand": "ascend::bgmv_expand(Tensor x, Tensor weight, Tensor indices, Tensor y,"
+    " int slice_offset, int slice_size) -> Tensor",
+    "sgmv_expand": "ascend::sgmv_expand(Tensor x, Tensor weight, Tensor lora_indices,"
+    " Tensor seq_len, Tensor y, int slice_offset, int slice_size) -> Tensor",
+}
+
+
+def test_every_contract_op_is_registered_with_the_exact_schema() -> None:
+    assert set(OP_NAMES) == set(CONTRACT)
+    for op, expected in CONTRACT.items():
+        assert str(getattr(torch.ops.ascend, op).default._schema) == expected
+        assert f"ascend::{op}{SCHEMAS[op]}" == expected
+
+
+def test_reference_runs_on_any_device_key_and_fake_is_registered() -> None:
+    for op in OP_NAMES:
+        name = f"ascend::{op}"
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta")
+
+
+def test_registering_twice_is_a_no_op() -> None:
+    registration.register_all()
+    assert torch.ops.ascend.muls_add(torch.ones(2), torch.ones(2), 2.0).tolist() == [3.0, 3.0]
+
+
+def test_a_conflicting_existing_schema_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registration.SCHEMAS, "muls_add", "(Tensor x) -> Tensor")
+    with pytest.raises(RuntimeError, match="already defined with schema"):
+        registration.register_all()
+
+
+def test_clean_import_registers_ops_without_vllm_or_torch_npu() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import ascend_kernels
+        import torch
+        from ascend_kernels.npu_loader import npu_registration
+        assert hasattr(torch.ops.ascend, "split_qkv_rmsnorm_rope")
+        bad = sorted(m for m in sys.modules if m.split(".")[0] in ("vllm", "torch_npu"))
+        assert not bad, bad
+        assert not npu_registration.loaded
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -1,0 +1,158 @@
+"""The ``ascend-topology`` command: show, plan, bind, capture, examples."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ascend_topology.apply import apply
+from ascend_topology.errors import TopologyError
+from ascend_topology.facts import SOCS, HostFacts
+from ascend_topology.live import capture_live_host, read_live_host
+from ascend_topology.plan_types import Plan, PlanOptions
+from ascend_topology.planner import plan
+from ascend_topology.recorded import example_hosts, load_recorded_host
+
+PROG = "ascend-topology"
+
+
+class _Failure(Exception):
+    """A user-facing error raised by the CLI itself (one line)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def host_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", metavar="DIR",
+                       help="a recorded-host folder or an example name (see `examples`); "
+                            "default: this host")
+        p.add_argument("--soc", choices=SOCS, help="override SoC detection")
+
+    def plan_args(p: argparse.ArgumentParser) -> None:
+        host_args(p)
+        p.add_argument("--min-cpus-per-npu", type=int, default=5, metavar="N",
+                       help="smallest pool per NPU (default 5)")
+        p.add_argument("--bind-irq", action="store_true",
+                       help="reserve two CPUs per NPU for its IRQs and bind them")
+        p.add_argument("--no-migrate-memory", action="store_true",
+                       help="do not run migratepages")
+
+    show = sub.add_parser("show", help="print the host facts")
+    host_args(show)
+    show.add_argument("--json", action="store_true", help="print JSON")
+    plan_cmd = sub.add_parser("plan", help="print the CPU plan per NPU")
+    plan_args(plan_cmd)
+    plan_cmd.add_argument("--rank", type=int, help="mark this local rank's row")
+    plan_cmd.add_argument("--json", action="store_true", help="print the plan as JSON")
+    bind = sub.add_parser("bind", help="bind a process to its NPU's CPUs")
+    plan_args(bind)
+    bind.add_argument("--rank", type=int, required=True, help="the worker's local rank")
+    bind.add_argument("--pid", type=int, help="process to bind (default: this one, then run "
+                                              "COMMAND in it)")
+    bind.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    bind.add_argument("--stop-irqbalance", action="store_true",
+                      help="with --bind-irq: stop irqbalance so that it keeps the binding")
+    bind.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                      help="program to run with the binding (after --)")
+    capture = sub.add_parser("capture", help="record this host into a folder")
+    capture.add_argument("dir", metavar="DIR")
+    capture.add_argument("--soc", choices=SOCS, help="override SoC detection")
+    sub.add_parser("examples", help="list the bundled example hosts")
+    return parser
+
+
+def _facts(args: argparse.Namespace) -> HostFacts:
+    if args.host:
+        facts = load_recorded_host(args.host)
+        if args.soc and args.soc != facts.soc:
+            facts = replace(facts, soc=args.soc)
+        return facts
+    return read_live_host(soc=args.soc)
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    options = PlanOptions(min_cpus_per_npu=args.min_cpus_per_npu, bind_irq=args.bind_irq,
+                          migrate_memory=not args.no_migrate_memory)
+    return plan(_facts(args), options)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    result = _plan(args)
+    if args.rank is not None:
+        result.for_rank(args.rank)
+    print(result.to_json() if args.json else result.explain(args.rank))
+    if not result.ok:
+        print(f"{PROG}: plan not applicable: {result.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_bind(args: argparse.Namespace) -> int:
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if args.host and not args.dry_run:
+        raise _Failure("--host plans a recorded host; add --dry-run to print its plan "
+                       "(binding needs this host's live facts)")
+    if command and args.pid is not None:
+        raise _Failure("give either --pid or a COMMAND to run, not both")
+    result = _plan(args)
+    pool = result.for_rank(args.rank)
+    if args.dry_run:
+        print(result.explain(args.rank))
+        target = args.pid if args.pid is not None else "this process"
+        verdict = "would bind" if result.ok else "would NOT bind"
+        print(f"\ndry run: {verdict} {target} (rank {args.rank}) to NPU {pool.npu}; "
+              "nothing was changed")
+        return 0 if result.ok else 1
+    if not result.ok:
+        raise _Failure(f"cannot bind: {result.reason}")
+    report = apply(result, args.rank, pid=args.pid, stop_irqbalance=args.stop_irqbalance)
+    for line in report.lines():
+        print(line)
+    if not report.bound:
+        return 1
+    if command:
+        try:
+            os.execvp(command[0], command)
+        except OSError as exc:
+            raise _Failure(f"cannot run {command[0]}: {exc.strerror}") from None
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "examples":
+        print("\n".join(example_hosts()))
+        return 0
+    if args.command == "capture":
+        for path in capture_live_host(args.dir, soc=args.soc):
+            print(f"wrote {path}")
+        return 0
+    if args.command == "show":
+        facts = _facts(args)
+        print(json.dumps(facts.to_dict(), indent=2) if args.json else facts.describe())
+        return 0
+    if args.command == "plan":
+        return _cmd_plan(args)
+    return _cmd_bind(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ascend-topology`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (TopologyError, _Failure) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # one clear line instead of a traceback
+        print(f"{PROG}: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

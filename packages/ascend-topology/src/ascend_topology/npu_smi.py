@@ -1,0 +1,192 @@
+"""Pure parsers for npu-smi outputs (chip map, process table, topology, board info).
+
+Every parser takes text and returns plain data; malformed rows are skipped, and anything it
+cannot work with at all raises ``ParseError`` (never IndexError/ValueError).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ascend_topology.cpulist import looks_like_cpu_list, parse_cpu_list
+from ascend_topology.errors import ParseError
+
+ChipMap = dict[int, dict[int, int]]
+"""NPU id -> chip id -> logical NPU id (as in ``npu-smi info -m``)."""
+
+_COLUMN_SPLIT = re.compile(r"\t+|\s{2,}")
+_NPU_LABEL = re.compile(r"^NPU(\d+)$")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
+# npu-smi ids are small; anything longer is garbage (and keeps int() cheap on fuzzed input).
+_MAX_ID_DIGITS = 6
+# Chip names like "Ascend950DT"; a bare "950" could be a memory figure.
+_ASCEND_950 = re.compile(r"ascend\s*950|\b950[a-z]+\b")
+
+
+def _small_int(token: str) -> int | None:
+    token = token.strip()
+    if token.isdigit() and token.isascii() and len(token) <= _MAX_ID_DIGITS:
+        return int(token)
+    return None
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def parse_chip_map(text: str) -> ChipMap:
+    """Parse ``npu-smi info -m``.
+
+    The header row (the first one naming ``NPU ID``) locates the columns ``NPU ID``, ``Chip ID``
+    (optional, default 0) and ``Chip Logic ID`` (optional: Ascend 950 has none, so the logical
+    id is the NPU id). Rows whose ids are not numeric (the ``-`` of MCU rows) are skipped.
+    """
+    lines = text.splitlines()
+    header_at = next((i for i, line in enumerate(lines) if "npu id" in _norm(line)), None)
+    if header_at is None:
+        raise ParseError("npu-smi info -m: no header row with an 'NPU ID' column")
+    columns = [_norm(c) for c in _COLUMN_SPLIT.split(lines[header_at].strip())]
+    if "npu id" not in columns:
+        raise ParseError(
+            "npu-smi info -m: header columns must be separated by two or more spaces; "
+            f"got {lines[header_at].strip()!r}"
+        )
+    npu_col = columns.index("npu id")
+    chip_col = columns.index("chip id") if "chip id" in columns else None
+    logic_col = columns.index("chip logic id") if "chip logic id" in columns else None
+    needed = max(c for c in (npu_col, chip_col, logic_col) if c is not None)
+    result: ChipMap = {}
+    for line in lines[header_at + 1 :]:
+        tokens = line.split()
+        if len(tokens) <= needed:
+            continue
+        npu = _small_int(tokens[npu_col])
+        chip = 0 if chip_col is None else _small_int(tokens[chip_col])
+        logic = npu if logic_col is None else _small_int(tokens[logic_col])
+        if npu is None or chip is None or logic is None:
+            continue
+        result.setdefault(npu, {})[chip] = logic
+    return result
+
+
+def logic_npus(chip_map: ChipMap) -> list[int]:
+    """All logical NPU ids of a chip map, sorted."""
+    return sorted({logic for chips in chip_map.values() for logic in chips.values()})
+
+
+def parse_running_npus(text: str, chip_map: ChipMap) -> list[int]:
+    """Logical ids of NPUs with a running process in ``npu-smi info``'s process section.
+
+    The section starts at a ``| NPU ... | Process id |`` header whose first cell is ``NPU Chip``
+    (rows carry NPU and chip, A2/A3) or ``NPU ID`` (rows carry the NPU only). Separator rows,
+    ``No running processes found`` rows and malformed rows are skipped. An NPU-only row whose
+    NPU has several chips in ``chip_map`` is ambiguous and raises ``ParseError``.
+    """
+    lines = text.splitlines()
+    start = None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("|") and "process id" in _norm(stripped):
+            cells = stripped.strip("|").split("|")
+            if _norm(cells[0]).startswith("npu"):
+                start = i
+                with_chip = "chip" in _norm(cells[0])
+                break
+    if start is None:
+        return []
+    running: set[int] = set()
+    for line in lines[start + 1 :]:
+        stripped = line.strip()
+        if not stripped.startswith("|"):
+            continue
+        tokens = stripped.strip("|").split("|")[0].split()
+        npu = _small_int(tokens[0]) if tokens else None
+        if npu is None:
+            continue
+        if with_chip:
+            chip = _small_int(tokens[1]) if len(tokens) > 1 else None
+            if chip is None:
+                continue
+            logic = chip_map.get(npu, {}).get(chip)
+            if logic is None and not chip_map:
+                logic = npu  # no chip map at all: one chip per NPU is the only reading
+        else:
+            chips = chip_map.get(npu, {})
+            if len(chips) > 1:
+                raise ParseError(
+                    f"npu-smi info: process row names NPU {npu} without a chip, but NPU {npu} "
+                    f"has {len(chips)} chips in npu-smi info -m; cannot tell which one runs it"
+                )
+            logic = next(iter(chips.values())) if chips else (npu if not chip_map else None)
+        if logic is not None:
+            running.add(logic)
+    return sorted(running)
+
+
+def parse_topo_affinity(text: str) -> dict[int, list[int]]:
+    """CPU affinity per NPU from ``npu-smi info -t topo``.
+
+    Rows start with ``NPU<n>``; the affinity is the token under the ``CPU Affinity`` header
+    column when there is one, else the row's last token. Rows without a CPU list there (link-
+    type-only matrices, legends) are ignored.
+    """
+    affinity_at: int | None = None
+    result: dict[int, list[int]] = {}
+    for line in text.splitlines():
+        tokens = line.split()
+        if not tokens:
+            continue
+        if "cpu affinity" in _norm(line) and _NPU_LABEL.match(tokens[0]):
+            # Header: each matrix column is one token; rows carry one extra leading label.
+            names = _norm(line).split()
+            at = [i for i, name in enumerate(names[:-1]) if (name, names[i + 1]) == ("cpu",
+                                                                                   "affinity")]
+            affinity_at = at[0] + 1 if at else None
+            continue
+        label = _NPU_LABEL.match(tokens[0])
+        if not label or len(tokens) < 2 or len(label.group(1)) > _MAX_ID_DIGITS:
+            continue
+        candidates = [tokens[-1]]
+        if affinity_at is not None and affinity_at < len(tokens):
+            candidates.insert(0, tokens[affinity_at])
+        for value in candidates:
+            if looks_like_cpu_list(value):
+                try:
+                    result[int(label.group(1))] = parse_cpu_list(value)
+                except ParseError:
+                    continue
+                break
+    return result
+
+
+def parse_board_pcie(text: str) -> str | None:
+    """The PCIe address (lower case) from ``npu-smi info -t board``, or None if absent."""
+    for line in text.splitlines():
+        if "pcie bus info" in _norm(line):
+            tokens = line.split()
+            value = tokens[-1].lower() if tokens else ""
+            return value if _PCI_ADDRESS.match(value) else None
+    return None
+
+
+def parse_sq_irqs(text: str) -> list[int]:
+    """IRQ numbers of ``sq_send_trigger_irq`` lines in ``/proc/interrupts``."""
+    irqs: list[int] = []
+    for line in text.splitlines():
+        if "sq_send_trigger_irq" in line:
+            irq = _small_int(line.partition(":")[0])
+            if irq is not None:
+                irqs.append(irq)
+    return irqs
+
+
+def detect_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str:
+    """Guess the SoC string ("A2", "A3", "A5", "310P") from npu-smi outputs."""
+    names = f"{chip_map_text}\n{info_text}".lower()
+    if _ASCEND_950.search(names):
+        return "A5"
+    if "310p" in names:
+        return "310P"
+    if "910_93" in names or any(len(chips) > 1 for chips in chip_map.values()):
+        return "A3"
+    return "A2"

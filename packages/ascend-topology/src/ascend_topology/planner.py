@@ -1,0 +1,170 @@
+"""``plan(facts, options) -> Plan``: the pure planning function."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from ascend_topology.cpulist import format_cpu_list
+from ascend_topology.facts import HostFacts
+from ascend_topology.plan_types import NpuPlan, Plan, PlanOptions
+from ascend_topology.pools import cluster_pools, global_slice, topo_affinity_pools
+
+_MODE_BY_SOC = {"A2": "topo_affinity", "310P": "topo_affinity", "A3": "global_slice",
+                "A5": "cluster_pools"}
+
+
+def target_npus(facts: HostFacts) -> tuple[list[int], list[str]]:
+    """The NPUs this process plans for, in rank order, and notes on how they were chosen.
+
+    Running NPUs (a process in ``npu-smi info``) filtered by the visible devices; when none
+    runs yet (planning ahead of start-up), every visible NPU.
+    """
+    notes: list[str] = []
+    known = set(facts.logic_npus)
+    visible = facts.visible_devices
+    if visible is not None:
+        unknown = sorted(set(visible) - known)
+        if unknown:
+            notes.append(f"visible devices {format_cpu_list(unknown)} are not NPUs of this host")
+    running = [n for n in sorted(set(facts.running_npus)) if visible is None or n in visible]
+    if running:
+        return running, notes
+    chosen = sorted(known if visible is None else known & set(visible))
+    if chosen:
+        notes.append(
+            "npu-smi shows no running process on the visible NPUs; planned for all "
+            f"{'visible ' if visible is not None else ''}NPUs ({format_cpu_list(chosen)})"
+        )
+    return chosen, notes
+
+
+def _majority_node(cpus: Sequence[int], node_of: Mapping[int, int], default: int) -> int:
+    counts = Counter(node_of[c] for c in cpus if c in node_of)
+    if not counts:
+        return default
+    best = max(counts.values())
+    return min(node for node, count in counts.items() if count == best)
+
+
+def split_roles(
+    pool: Sequence[int], soc: str, bind_irq: bool
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(main, acl, release, irq) from a sorted pool.
+
+    Ascend 950: the whole pool is main. Otherwise acl = second-to-last CPU, release = last;
+    with IRQ binding the first two CPUs serve the NPU's IRQs and are kept out of main
+    (pool [0..4] -> main [2], acl [3], release [4], irq [0, 1]). Pools too small for separate
+    roles share CPUs rather than fail (2 CPUs: main [a], acl = release = [b]).
+    """
+    cpus = tuple(pool)
+    if soc == "A5" or not cpus:
+        return cpus, (), (), ()
+    irq = cpus[:2] if bind_irq else ()
+    if len(cpus) >= 5 and bind_irq:
+        return cpus[2:-2], cpus[-2:-1], cpus[-1:], irq
+    if len(cpus) >= 3:
+        return cpus[:-2], cpus[-2:-1], cpus[-1:], irq
+    return cpus[:1], cpus[-1:], cpus[-1:], irq
+
+
+def _pools(
+    facts: HostFacts, targets: list[int], options: PlanOptions, notes: list[str]
+) -> tuple[str, dict[int, list[int]], list[int], list[str]]:
+    """(mode, pools, uvb_cpus, problems) by the SoC's policy, falling back to a global slice."""
+    allowed = facts.allowed_cpus
+    mode = _MODE_BY_SOC[facts.soc]
+    if mode != "global_slice" and not facts.affinity:
+        notes.append("npu-smi info -t topo gives no CPU affinity; slicing the allowed CPUs")
+        mode = "global_slice"
+    problems: list[str] = []
+    if mode == "cluster_pools":
+        result = cluster_pools(facts.affinity, allowed, facts.numa, targets,
+                               facts.threads_per_core)
+        if result.pools is not None:
+            return mode, result.pools, result.uvb_cpus, problems
+        notes.append(f"950 cluster pools do not apply ({result.reason}); slicing instead")
+        mode = "global_slice"
+    if mode == "topo_affinity":
+        result = topo_affinity_pools(facts.affinity, allowed, facts.numa, targets,
+                                     options.min_cpus_per_npu)
+        if result.pools is not None:
+            problems += _short_groups(result.pools, facts, options.min_cpus_per_npu)
+            return mode, result.pools, [], problems
+        problems.append(result.reason)
+        notes.append("the best valid plan below slices the allowed CPUs instead")
+        mode = "global_slice"
+    everyone = facts.logic_npus
+    pools = global_slice(allowed, everyone, set(targets))
+    per_npu = len(allowed) // len(everyone)
+    if per_npu < options.min_cpus_per_npu:
+        problems.append(
+            f"{len(everyone)} NPUs need at least {len(everyone) * options.min_cpus_per_npu} "
+            f"CPUs ({options.min_cpus_per_npu} per NPU); {len(allowed)} are allowed"
+        )
+    return mode, pools, [], problems
+
+
+def _short_groups(
+    pools: Mapping[int, Sequence[int]], facts: HostFacts, min_cpus: int
+) -> list[str]:
+    node_of = facts.node_of()
+    problems = []
+    for npu, cpus in sorted(pools.items()):
+        if len(cpus) < min_cpus:
+            nodes = sorted({node_of[c] for c in cpus if c in node_of})
+            where = ",".join(str(n) for n in nodes) or "-"
+            problems.append(
+                f"NPU {npu} gets {len(cpus)} CPUs near NUMA node {where} (its affinity, after "
+                f"sharing with NPUs on the same node); it needs at least {min_cpus}"
+            )
+    return problems
+
+
+def plan(facts: HostFacts, options: PlanOptions | None = None) -> Plan:
+    """Plan CPU pools for the NPUs this process uses (pure: reads nothing, changes nothing).
+
+    A3: global slice; A2/310P: topology affinity with NUMA extension and average distribution;
+    Ascend 950: cluster pools plus the UVB poll-thread pool. When a hard rule fails the plan
+    carries ``problems`` (with numbers) and the best valid pools found.
+    """
+    options = options or PlanOptions()
+    targets, notes = target_npus(facts)
+
+    def make(mode: str, npus: tuple[NpuPlan, ...], problems: list[str], uvb: Sequence[int] = ()
+             ) -> Plan:
+        return Plan(soc=facts.soc, mode=mode, npus=npus, options=options,
+                    numa_nodes=tuple(sorted(facts.numa)), uvb_cpus=tuple(uvb),
+                    problems=tuple(problems), notes=tuple(notes), source=facts.source)
+
+    if not facts.allowed_cpus:
+        return make("none", (), ["the process may run on no CPU"])
+    if not targets:
+        return make("none", (), ["no NPU to plan for (npu-smi lists none, or none is visible)"])
+    mode, pools, uvb, problems = _pools(facts, targets, options, notes)
+    node_of = facts.node_of()
+    default_node = min(facts.numa)
+    entries = []
+    smallest = min(len(pools.get(n, ())) for n in targets)
+    for npu in targets:
+        pool = sorted(pools.get(npu, ()))
+        ref = facts.affinity.get(npu) or pool
+        node = _majority_node(ref, node_of, default_node)
+        on_node = sum(1 for c in pool if node_of.get(c) == node)
+        main, acl, release, irq = split_roles(pool, facts.soc, options.bind_irq)
+        entries.append(
+            NpuPlan(npu=npu, numa_node=node, cpus=tuple(pool), main=main, acl=acl,
+                    release=release, irq=irq, quality=on_node / len(pool) if pool else 0.0)
+        )
+    if smallest == 0:
+        empty = [n for n in targets if not pools.get(n)]
+        problems.append(
+            f"NPU {format_cpu_list(empty)} would get no CPU: {len(facts.allowed_cpus)} allowed "
+            f"CPUs cannot give each of {len(facts.logic_npus)} NPUs its own CPU"
+        )
+    elif problems:
+        notes.append(
+            f"the best valid plan gives the smallest pool {smallest} CPUs; set "
+            f"min_cpus_per_npu={smallest} (cpu_binding_config / --min-cpus-per-npu) to use it"
+        )
+    return make(mode, tuple(entries), problems, uvb)

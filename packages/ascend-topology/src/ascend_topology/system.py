@@ -1,0 +1,166 @@
+"""Readers for the operating-system side of a host: commands, NUMA, SMT, affinity, threads."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ascend_topology.cpulist import parse_cpu_list
+from ascend_topology.errors import CommandError, ParseError, TopologyError
+
+SYS_NODE_ROOT = Path("/sys/devices/system/node")
+SYS_CPU_ROOT = Path("/sys/devices/system/cpu")
+PROC_ROOT = Path("/proc")
+DEFAULT_TIMEOUT_S = 30.0
+_NODE_DIR = re.compile(r"^node(\d+)$")
+_C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LC_MESSAGES": "C"}
+
+
+def run_command(
+    args: Sequence[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """Run ``args`` without a shell in the C locale and return its stdout.
+
+    Raises ``CommandError`` (one line) when the program is missing, fails, or exceeds
+    ``timeout`` seconds (the child is killed). stderr is discarded.
+    """
+    if not args:
+        raise CommandError("run_command needs a program name")
+    env = dict(os.environ if environ is None else environ)
+    env.update(_C_LOCALE)
+    shown = " ".join(args)
+    try:
+        done = subprocess.run(
+            list(args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise CommandError(f"'{args[0]}' was not found on PATH (needed for `{shown}`)") from None
+    except subprocess.TimeoutExpired:
+        raise CommandError(f"`{shown}` did not finish within {timeout:g} s") from None
+    except OSError as exc:
+        raise CommandError(f"`{shown}` could not run: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        raise CommandError(f"`{shown}` exited with status {done.returncode}")
+    return done.stdout.decode("utf-8", errors="replace")
+
+
+def parse_lscpu_nodes(text: str) -> dict[int, list[int]]:
+    """NUMA node -> CPUs from ``lscpu -e=CPU,NODE`` (rows of two integers; others skipped)."""
+    nodes: dict[int, set[int]] = {}
+    for line in text.splitlines():
+        tokens = line.split()
+        if len(tokens) < 2 or not all(t.isdigit() and t.isascii() for t in tokens[:2]):
+            continue
+        if len(tokens[0]) > 5 or len(tokens[1]) > 5:
+            continue
+        nodes.setdefault(int(tokens[1]), set()).add(int(tokens[0]))
+    if not nodes:
+        raise ParseError("lscpu -e=CPU,NODE: no 'CPU NODE' rows of two integers found")
+    return {node: sorted(cpus) for node, cpus in sorted(nodes.items())}
+
+
+def parse_threads_per_core(text: str) -> int | None:
+    """``Thread(s) per core:`` from plain ``lscpu`` output, or None when absent."""
+    for line in text.splitlines():
+        if "Thread(s) per core:" in line:
+            value = line.partition(":")[2].strip()
+            if value.isdigit() and value.isascii() and 0 < len(value) < 4 and int(value) > 0:
+                return int(value)
+    return None
+
+
+def read_numa_sysfs(root: Path = SYS_NODE_ROOT) -> dict[int, list[int]]:
+    """NUMA node -> CPUs from ``/sys/devices/system/node/node*/cpulist`` ({} when absent)."""
+    nodes: dict[int, list[int]] = {}
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return {}
+    for entry in entries:
+        match = _NODE_DIR.match(entry.name)
+        if not match:
+            continue
+        try:
+            cpus = parse_cpu_list((entry / "cpulist").read_text())
+        except (OSError, ParseError):
+            continue
+        if cpus:  # memory-only nodes have no CPUs to plan with
+            nodes[int(match.group(1))] = cpus
+    return dict(sorted(nodes.items()))
+
+
+def read_numa(root: Path = SYS_NODE_ROOT) -> tuple[dict[int, list[int]], str | None]:
+    """NUMA layout from sysfs, else from ``lscpu -e=CPU,NODE``; also returns the lscpu text.
+
+    The lscpu text is returned (else None) so that ``capture`` can record it.
+    """
+    nodes = read_numa_sysfs(root)
+    if nodes:
+        return nodes, None
+    text = run_command(["lscpu", "-e=CPU,NODE"])
+    return parse_lscpu_nodes(text), text
+
+
+def read_threads_per_core(cpu_root: Path = SYS_CPU_ROOT) -> int:
+    """SMT threads per core: sysfs sibling list of cpu0, else ``lscpu``, else 1."""
+    for cpu_dir in sorted(cpu_root.glob("cpu[0-9]*"))[:1]:
+        try:
+            siblings = parse_cpu_list((cpu_dir / "topology" / "thread_siblings_list").read_text())
+        except (OSError, ParseError):
+            break
+        if siblings:
+            return len(siblings)
+    try:
+        return parse_threads_per_core(run_command(["lscpu"])) or 1
+    except TopologyError:
+        return 1
+
+
+def read_allowed_cpus(pid: int = 0) -> list[int]:
+    """CPUs the process may run on (``os.sched_getaffinity``; 0 = this process)."""
+    try:
+        return sorted(os.sched_getaffinity(pid))
+    except OSError as exc:
+        raise TopologyError(f"cannot read the CPU affinity of process {pid}: {exc}") from None
+
+
+def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
+    """Thread id -> name (``/proc/<pid>/task/*/comm``) of one process; threads that exit
+    while being read are left out."""
+    names: dict[int, str] = {}
+    try:
+        tasks = list((proc_root / str(pid) / "task").iterdir())
+    except OSError as exc:
+        raise TopologyError(f"cannot list the threads of process {pid}: {exc.strerror}") from None
+    for task in tasks:
+        if not (task.name.isascii() and task.name.isdigit()):
+            continue
+        try:
+            names[int(task.name)] = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+    return names
+
+
+def find_threads_named(name: str, proc_root: Path = PROC_ROOT) -> list[int]:
+    """Thread ids, in any visible process, whose name is ``name`` (sorted)."""
+    found: list[int] = []
+    for comm in proc_root.glob("[0-9]*/task/[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == name:
+                found.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return sorted(found)

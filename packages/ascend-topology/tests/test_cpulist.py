@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pytest
+from ascend_topology import ParseError, cpu_to_mask, format_cpu_list, parse_cpu_list
+from ascend_topology.cpulist import looks_like_cpu_list
+
+
+def test_parse_cpu_list_tolerates_spaces_and_merges() -> None:
+    assert parse_cpu_list("0-2, 4, 6-8") == [0, 1, 2, 4, 6, 7, 8]
+    assert parse_cpu_list("3,1-2,2") == [1, 2, 3]
+    assert parse_cpu_list("") == []
+    assert parse_cpu_list("5\n") == [5]
+
+
+@pytest.mark.parametrize("bad", ["a", "1-", "3-1", "1-2-3", "-4", "99999"])
+def test_parse_cpu_list_rejects_garbage_with_parse_error(bad: str) -> None:
+    with pytest.raises(ParseError, match="bad CPU list"):
+        parse_cpu_list(bad)
+
+
+def test_format_cpu_list_compresses_runs() -> None:
+    assert format_cpu_list([8, 0, 1, 2, 3, 10, 11]) == "0-3,8,10-11"
+    assert format_cpu_list([]) == ""
+    assert parse_cpu_list(format_cpu_list([0, 2, 3, 4, 96, 97])) == [0, 2, 3, 4, 96, 97]
+
+
+def test_looks_like_cpu_list() -> None:
+    assert looks_like_cpu_list("144-167")
+    assert looks_like_cpu_list("0-47,96-143")
+    assert not looks_like_cpu_list("HCCS")
+    assert not looks_like_cpu_list("Affinity")
+
+
+@pytest.mark.parametrize(
+    ("cpu", "mask"),
+    [(3, "00000008"), (35, "00000008,00000000"), (8, "00000100"), (9, "00000200"),
+     (0, "00000001"), (31, "80000000"), (64, "00000001,00000000,00000000")],
+)
+def test_cpu_to_mask(cpu: int, mask: str) -> None:
+    assert cpu_to_mask(cpu) == mask
+
+
+def test_cpu_to_mask_rejects_negative() -> None:
+    with pytest.raises(ValueError, match=">= 0"):
+        cpu_to_mask(-1)

@@ -1,0 +1,165 @@
+"""Hypothesis: parsers and the planner only ever raise the package's TopologyError types."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ascend_topology import (
+    HostFacts,
+    PlanOptions,
+    TopologyError,
+    example_host_dir,
+    load_recorded_host,
+    parse_cpu_list,
+    plan,
+)
+from ascend_topology.facts import parse_visible_devices
+from ascend_topology.npu_smi import (
+    parse_board_pcie,
+    parse_chip_map,
+    parse_running_npus,
+    parse_sq_irqs,
+    parse_topo_affinity,
+)
+from ascend_topology.system import parse_lscpu_nodes, parse_threads_per_core
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+FUZZ = settings(max_examples=150, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SAMPLES = {
+    name: example_host_dir(ex).joinpath(name).read_text()
+    for ex, name in [("a2-8npu", "npu-smi-info-m.txt"), ("a3-16die", "npu-smi-info.txt"),
+                     ("950-4numa", "npu-smi-info.txt"), ("a2-8npu", "npu-smi-info-t-topo.txt"),
+                     ("x86-a2", "lscpu-e.txt")]
+}
+TOKENS = [*"0123456789 -,|+=:\t\nABCDEFX", "NPU", "NPU ID", "Chip", "Chip Logic ID",
+          "Process id", "CPU Affinity", "PCIe Bus Info", "sq_send_trigger_irq",
+          "Thread(s) per core:", "  ", "\u00a0", "\u0663", "\u00b2", "99999999999"]
+ALPHABET = st.lists(st.sampled_from(TOKENS), max_size=80).map("".join)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> str:
+    """A sample npu-smi/lscpu output with random edits: deletions, insertions, shuffles."""
+    text = draw(st.sampled_from(sorted(SAMPLES.values())))
+    lines = text.splitlines()
+    for _ in range(draw(st.integers(0, 6))):
+        if not lines:
+            break
+        op = draw(st.sampled_from(["drop", "dup", "swap", "insert", "cut", "junk"]))
+        i = draw(st.integers(0, len(lines) - 1))
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "insert":
+            lines.insert(i, draw(ALPHABET))
+        elif op == "cut":
+            k = draw(st.integers(0, max(len(lines[i]), 0)))
+            lines[i] = lines[i][:k]
+        else:
+            k = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:k] + draw(ALPHABET) + lines[i][k:]
+    return "\n".join(lines)
+
+
+TEXTS = st.one_of(mutated(), st.text(max_size=300), ALPHABET)
+CHIP_MAPS = st.dictionaries(st.integers(0, 9), st.dictionaries(st.integers(0, 2),
+                                                               st.integers(0, 20), max_size=3),
+                            max_size=5)
+
+
+def _only_topology_errors(parse: Callable[[], object]) -> None:
+    with contextlib.suppress(TopologyError):
+        parse()
+
+
+@FUZZ
+@given(TEXTS, CHIP_MAPS)
+@example("NPU ID  Chip ID\n\u00b2 0\n| NPU ID | Process id |\n| \u00b2 | 1 |", {})
+def test_npu_smi_parsers(text: str, chip_map: dict[int, dict[int, int]]) -> None:
+    _only_topology_errors(lambda: parse_chip_map(text))
+    _only_topology_errors(lambda: parse_running_npus(text, chip_map))
+    for npu, cpus in parse_topo_affinity(text).items():
+        assert npu >= 0 and cpus == sorted(set(cpus))
+    assert parse_board_pcie(text) in (None, parse_board_pcie(text))
+    assert all(irq >= 0 for irq in parse_sq_irqs(text))
+
+
+@FUZZ
+@given(TEXTS)
+@example("\u00b2")  # isdigit() but not int()-able
+@example("1" * 5000 + "-2")  # beyond int()'s digit limit
+@example("0 \u00b2\nThread(s) per core: \u0663")
+def test_system_and_list_parsers(text: str) -> None:
+    _only_topology_errors(lambda: parse_lscpu_nodes(text))
+    _only_topology_errors(lambda: parse_cpu_list(text))
+    _only_topology_errors(lambda: parse_visible_devices(text))
+    tpc = parse_threads_per_core(text)
+    assert tpc is None or tpc > 0
+
+
+FILES = ["npu-smi-info-m.txt", "npu-smi-info.txt", "npu-smi-info-t-topo.txt", "host.json",
+         "lscpu-e.txt"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["a2-8npu", "x86-a2", "950-4numa"]), st.sampled_from(FILES), TEXTS)
+def test_recorded_host_with_a_mutated_file(example: str, name: str, text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "host"
+        shutil.copytree(example_host_dir(example), folder)
+        (folder / name).write_text(text)
+        try:
+            facts = load_recorded_host(folder)
+        except TopologyError:
+            return
+        plan(facts)
+
+
+@st.composite
+def hosts(draw: st.DrawFn) -> HostFacts:
+    nodes = draw(st.integers(1, 4))
+    per_node = draw(st.integers(1, 24))
+    numa = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nodes)}
+    all_cpus = [c for cpus in numa.values() for c in cpus]
+    npus = draw(st.integers(1, 8))
+    cpu_sets = st.lists(st.sampled_from(all_cpus), min_size=0, max_size=len(all_cpus))
+    affinity = draw(st.dictionaries(st.integers(0, npus - 1), cpu_sets.map(lambda c: tuple(
+        sorted(set(c)))), max_size=npus))
+    return HostFacts(
+        soc=draw(st.sampled_from(["A2", "A3", "A5", "310P"])),
+        numa=numa,
+        allowed_cpus=tuple(sorted(set(draw(cpu_sets)))),
+        chip_map={i: {0: i} for i in range(npus)},
+        running_npus=tuple(draw(st.lists(st.integers(0, npus - 1), max_size=npus))),
+        affinity={n: c for n, c in affinity.items() if c},
+        threads_per_core=draw(st.integers(1, 3)),
+        visible_devices=draw(st.none() | st.lists(st.integers(0, 9), max_size=4).map(tuple)),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(hosts(), st.integers(1, 8), st.booleans())
+def test_planner_on_random_hosts_gives_disjoint_allowed_pools(
+    facts: HostFacts, min_cpus: int, bind_irq: bool
+) -> None:
+    result = plan(facts, PlanOptions(min_cpus_per_npu=min_cpus, bind_irq=bind_irq))
+    used = [c for p in result.npus for c in p.cpus]
+    assert len(used) == len(set(used))
+    assert set(used) <= set(facts.allowed_cpus)
+    for p in result.npus:
+        assert set(p.main) | set(p.acl) | set(p.release) | set(p.irq) <= set(p.cpus)
+        assert 0.0 <= p.quality <= 1.0
+    if result.ok:
+        assert all(len(p.cpus) >= min_cpus for p in result.npus)
+    else:
+        assert result.reason

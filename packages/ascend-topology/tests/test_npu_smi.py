@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import pytest
+from ascend_topology import ParseError
+from ascend_topology.npu_smi import (
+    detect_soc,
+    logic_npus,
+    parse_board_pcie,
+    parse_chip_map,
+    parse_running_npus,
+    parse_sq_irqs,
+    parse_topo_affinity,
+)
+
+CHIP_MAP = """\
+NPU ID  Chip ID  Chip Logic ID  Chip Name
+0       0        0              Ascend
+0       1        -              Mcu
+1       0        1              Ascend
+"""
+
+PROCESSES = """\
+| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |
++===========================+===============+==========================+=========================+
+| 0       0                 | 3428811       | python3.10               | 56600                   |
+| 1       0                 | 3428818       | python3.10               | 56474                   |
+| No running processes found in NPU 3                                                            |
+"""
+
+TOPO = """\
+        NPU0    NPU1    NPU2    CPU Affinity
+NPU0    X       HCCS    HCCS    144-167
+NPU1    HCCS    X       HCCS    0-23
+NPU2    HCCS    HCCS    X       144-167
+"""
+
+
+def test_chip_map_reference_example() -> None:
+    chip_map = parse_chip_map(CHIP_MAP)
+    assert chip_map == {0: {0: 0}, 1: {0: 1}}
+    assert logic_npus(chip_map) == [0, 1]
+
+
+def test_chip_map_with_phy_id_and_leading_spaces() -> None:
+    text = (
+        "\n        NPU ID    Chip ID    Chip Logic ID    Chip Phy-ID    Chip Name\n"
+        "        0         0          0                0              Ascend 910\n"
+        "        0         1          1                1              Ascend 910\n"
+        "        0         2          -                -              Mcu\n"
+    )
+    assert parse_chip_map(text) == {0: {0: 0, 1: 1}}
+
+
+def test_chip_map_ascend_950_style_has_no_logic_id() -> None:
+    text = "NPU ID  Slot ID  Chip ID  Chip Phy-ID  Chip Name\n2  2  0  2  Ascend950DT\n"
+    assert parse_chip_map(text) == {2: {0: 2}}
+
+
+def test_chip_map_without_header_is_a_parse_error() -> None:
+    with pytest.raises(ParseError, match="NPU ID"):
+        parse_chip_map("0 0 0 Ascend\n")
+
+
+def test_chip_map_header_with_single_spaces_is_explained() -> None:
+    with pytest.raises(ParseError, match="two or more spaces"):
+        parse_chip_map("NPU ID Chip ID Chip Logic ID\n0 0 0\n")
+
+
+def test_running_npus_reference_example() -> None:
+    assert parse_running_npus(PROCESSES, {0: {0: 0}, 1: {0: 1}, 3: {0: 3}}) == [0, 1]
+
+
+def test_running_npus_maps_chips_to_logic_ids_on_a3() -> None:
+    text = PROCESSES.replace("| 1       0 ", "| 0       1 ")
+    assert parse_running_npus(text, {0: {0: 0, 1: 1}}) == [0, 1]
+
+
+def test_running_npus_npu_only_table() -> None:
+    text = (
+        "| NPU ID     | Process id    | Process name | Process memory(MB) |\n"
+        "+============+===============+==============+====================+\n"
+        "|   2        | 77            | python3      | 100                |\n"
+        "| bogus      | 78            | python3      | 100                |\n"
+    )
+    assert parse_running_npus(text, {2: {0: 2}}) == [2]
+
+
+def test_running_npus_npu_only_row_with_two_chips_is_ambiguous() -> None:
+    text = "| NPU ID | Process id | Process name |\n| 0 | 5 | python |\n"
+    with pytest.raises(ParseError, match="2 chips"):
+        parse_running_npus(text, {0: {0: 0, 1: 1}})
+
+
+def test_running_npus_skips_malformed_rows_and_extra_spaces() -> None:
+    text = (
+        "+---+\n|   NPU    Chip   |  Process id | name |\n"
+        "|  0   x | 1 | p |\n|1| 2 | p |\n|   1     0    |  3 | p |\n| | |\nnot a row\n"
+    )
+    assert parse_running_npus(text, {0: {0: 0}, 1: {0: 5}}) == [5]
+
+
+def test_running_npus_without_process_section_is_empty() -> None:
+    assert parse_running_npus("| NPU  Name | Health |\n| 0 910B | OK |\n", {0: {0: 0}}) == []
+
+
+def test_topo_reference_example() -> None:
+    result = parse_topo_affinity(TOPO)
+    assert result == {0: list(range(144, 168)), 1: list(range(24)), 2: list(range(144, 168))}
+
+
+def test_topo_link_only_matrix_and_legend_are_ignored() -> None:
+    text = "        NPU0  NPU1\nNPU0    X     HCCS\nNPU1    HCCS  X\n\nLegend:\n  X = Self\n"
+    assert parse_topo_affinity(text) == {}
+
+
+def test_topo_uses_cpu_affinity_column_when_more_columns_follow() -> None:
+    text = (
+        "        NPU0    NPU1    CPU Affinity    NUMA Affinity\n"
+        "NPU0    X       HCCS    0-23,48-71      0\n"
+        "NPU1    HCCS    X       24-47           1\n"
+    )
+    assert parse_topo_affinity(text) == {0: [*range(24), *range(48, 72)], 1: list(range(24, 48))}
+
+
+def test_board_pcie_is_lower_cased() -> None:
+    text = "Board ID : 0x02\nPCIe Bus Info                  : 0000:C1:00.0\nSlot ID : 0\n"
+    assert parse_board_pcie(text) == "0000:c1:00.0"
+    assert parse_board_pcie("PCIe Bus Info : N/A\n") is None
+    assert parse_board_pcie("nothing") is None
+
+
+def test_sq_irqs_from_proc_interrupts() -> None:
+    text = (
+        "           CPU0       CPU1\n"
+        " 120:          0          0   ITS-MSI 1 Edge      sq_send_trigger_irq\n"
+        " 121:          0          0   ITS-MSI 2 Edge      cq_update_irq\n"
+        " 300:          0          0   ITS-MSI 9 Edge      sq_send_trigger_irq\n"
+    )
+    assert parse_sq_irqs(text) == [120, 300]
+
+
+@pytest.mark.parametrize(
+    ("chip_map_text", "info_text", "chip_map", "soc"),
+    [
+        ("Ascend950DT", "", {0: {0: 0}}, "A5"),
+        ("Ascend 310P3", "", {0: {0: 0, 1: 1}}, "310P"),
+        ("Ascend 910", "", {0: {0: 0, 1: 1}}, "A3"),
+        ("Ascend 910B3", "| 0 910B3 | OK | 950 MB", {0: {0: 0}}, "A2"),
+    ],
+)
+def test_detect_soc(chip_map_text: str, info_text: str, chip_map: dict[int, dict[int, int]],
+                    soc: str) -> None:
+    assert detect_soc(chip_map_text, info_text, chip_map) == soc

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from ascend_topology.pools import (
+    average_distribute,
+    cluster_pools,
+    extend_numa,
+    global_slice,
+    topo_affinity_pools,
+    uvb_pool,
+)
+
+R = range
+
+
+def test_global_slice_20_cpus_over_4_npus() -> None:
+    pools = global_slice(list(R(20)), [0, 1, 2, 3], {0, 1, 2, 3})
+    assert pools == {0: [*R(0, 5)], 1: [*R(5, 10)], 2: [*R(10, 15)], 3: [*R(15, 20)]}
+
+
+def test_global_slice_17_cpus_over_3_npus_spreads_the_remainder() -> None:
+    assert global_slice(list(R(17)), [0, 1, 2], {0, 1, 2}) == {
+        0: [*R(0, 6)], 1: [*R(6, 12)], 2: [*R(12, 17)]
+    }
+
+
+def test_global_slice_is_disjoint_across_processes_sharing_a_cpuset() -> None:
+    cpus = list(R(40, 80))
+    first = global_slice(cpus, R(8), {0, 1, 2, 3})
+    second = global_slice(cpus, R(8), {4, 5, 6, 7})
+    assert set(first) == {0, 1, 2, 3} and set(second) == {4, 5, 6, 7}
+    used = [c for pools in (first, second) for cpus in pools.values() for c in cpus]
+    assert sorted(used) == cpus
+
+
+def test_global_slice_empty_inputs() -> None:
+    assert global_slice([], [0, 1], {0}) == {0: []}
+    assert global_slice([0, 1], [], {0}) == {}
+
+
+def test_average_distribute_14_over_3_gives_4_4_6() -> None:
+    pools = average_distribute(list(R(14)), [2, 0, 1])
+    assert [len(pools[n]) for n in (0, 1, 2)] == [4, 4, 6]
+    assert pools[0] == [0, 1, 2, 3] and pools[2] == [*R(8, 14)]
+
+
+def test_extend_numa_adds_the_next_node_cyclically() -> None:
+    numa = {0: [0, 1], 1: [2, 3], 2: [4, 5]}
+    assert extend_numa([0, 1], numa, [0, 1, 2, 3, 4, 5]) == [0, 1, 2, 3]
+    assert extend_numa([4], numa, [0, 1, 3, 4, 5]) == [0, 1, 4]
+    assert extend_numa([1, 2], numa, R(6)) == [1, 2]  # spans two nodes: unchanged
+    assert extend_numa([2], numa, [2]) == [2]  # next node not allowed
+
+
+def test_topo_affinity_identical_affinity_is_split_evenly() -> None:
+    numa = {0: list(R(24)), 1: list(R(24, 48))}
+    result = topo_affinity_pools({0: R(24), 1: R(24), 2: R(24, 48)}, list(R(48)), numa,
+                                 [0, 1, 2], 5)
+    assert result.pools == {0: [*R(12)], 1: [*R(12, 24)], 2: [*R(24, 48)]}
+
+
+def test_topo_affinity_extends_into_the_next_node_when_the_group_is_short() -> None:
+    numa = {0: list(R(8)), 1: list(R(8, 16))}
+    result = topo_affinity_pools({0: R(8), 1: R(8)}, list(R(16)), numa, [0, 1], 5)
+    assert result.pools == {0: [*R(8)], 1: [*R(8, 16)]}
+
+
+def test_topo_affinity_extension_leaves_other_groups_cpus_alone() -> None:
+    numa = {0: list(R(6)), 1: list(R(6, 12))}
+    result = topo_affinity_pools({0: R(6), 1: R(6), 2: R(6, 12)}, list(R(12)), numa,
+                                 [0, 1, 2], 5)
+    assert result.pools == {0: [0, 1, 2], 1: [3, 4, 5], 2: [*R(6, 12)]}
+
+
+def test_topo_affinity_hidden_npus_share_but_are_not_returned() -> None:
+    # Two DP processes share CPUs 0-15; NPUs 0-1 belong to one, 2-3 to the other.
+    affinity = {n: R(16) for n in R(4)}
+    numa = {0: list(R(16))}
+    mine = topo_affinity_pools(affinity, list(R(16)), numa, [0, 1], 2)
+    theirs = topo_affinity_pools(affinity, list(R(16)), numa, [2, 3], 2)
+    assert mine.pools == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
+    assert theirs.pools == {2: [8, 9, 10, 11], 3: [12, 13, 14, 15]}
+
+
+def test_topo_affinity_overlapping_affinities_are_one_group() -> None:
+    numa = {0: list(R(16))}
+    result = topo_affinity_pools({0: R(0, 10), 1: R(6, 16)}, list(R(16)), numa, [0, 1], 5)
+    assert result.pools == {0: [*R(8)], 1: [*R(8, 16)]}
+
+
+def test_topo_affinity_conflict_names_the_cpus() -> None:
+    # OMP_PROC_BIND=TRUE pinned the process to CPU 0 (user complaint #2).
+    result = topo_affinity_pools({0: R(144, 168)}, [0], {0: [0], 6: list(R(144, 168))}, [0], 5)
+    assert result.pools is None
+    assert "NPU 0's affine CPUs 144-167 are not among the allowed CPUs 0" in result.reason
+    assert "OMP_PROC_BIND" in result.reason
+
+
+def test_topo_affinity_missing_row_for_a_target() -> None:
+    result = topo_affinity_pools({0: R(4)}, list(R(8)), {0: list(R(8))}, [0, 1], 1)
+    assert result.pools is None and "no CPU affinity for NPU 1" in result.reason
+
+
+def _numa_4x96() -> dict[int, list[int]]:
+    return {n: list(R(96 * n, 96 * (n + 1))) for n in R(4)}
+
+
+def _affinity_950() -> dict[int, range]:
+    return {n: (R(288, 384) if n in (0, 1, 6, 7) else R(96, 192)) for n in R(8)}
+
+
+def test_950_cluster_pools_reference_example() -> None:
+    result = cluster_pools(_affinity_950(), list(R(384)), _numa_4x96(), list(R(8)), 2)
+    assert result.pools is not None
+    assert result.pools[0] == [*R(288, 304)]
+    assert result.pools[1] == [*R(304, 320)]
+    assert result.pools[2] == [*R(96, 112)]
+    assert result.pools[7] == [*R(336, 352)]
+    assert result.uvb_cpus == [*R(1, 96)]
+
+
+def test_950_cluster_pools_are_disjoint_across_dp_processes() -> None:
+    args = (_affinity_950(), list(R(384)), _numa_4x96())
+    first = cluster_pools(*args, [0, 1, 2, 3], 2).pools
+    second = cluster_pools(*args, [4, 5, 6, 7], 2).pools
+    assert first is not None and second is not None
+    cpus = [c for pools in (first, second) for p in pools.values() for c in p]
+    assert len(cpus) == len(set(cpus)) == 8 * 16
+    assert second[6] == [*R(320, 336)]
+
+
+def test_950_cluster_pools_refuse_invalid_inputs() -> None:
+    numa = _numa_4x96()
+    assert "threads per core" in cluster_pools(_affinity_950(), R(384), numa, [0], 4).reason
+    spanning = {0: R(0, 192)}
+    assert "span NUMA nodes 0,1" in cluster_pools(spanning, R(384), numa, [0], 2).reason
+    crowded = {n: R(288, 384) for n in R(7)}
+    reason = cluster_pools(crowded, R(384), numa, [0], 2).reason
+    assert reason == "NUMA node 3 has 6 whole clusters of 16 CPUs for 7 NPUs"
+
+
+def test_uvb_pool_is_node_zero_without_cpu_zero() -> None:
+    assert uvb_pool({0: [0, 1, 2], 1: [3]}, [0, 2, 3]) == [2]
+    assert uvb_pool({1: [3]}, [3]) == []

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from ascend_topology import (
+    RecordedHostError,
+    example_host_dir,
+    example_hosts,
+    load_recorded_host,
+    plan,
+)
+from ascend_topology.recorded import host_meta, write_recorded_host
+
+R = range
+EXAMPLES = ["310p", "950-4numa", "a2-8npu", "a3-16die", "x86-a2"]
+
+
+def test_bundled_examples_are_listed_and_located() -> None:
+    assert example_hosts() == EXAMPLES
+    folder = example_host_dir("a2-8npu")
+    assert (folder / "host.json").is_file() and (folder / "npu-smi-info-m.txt").is_file()
+    with pytest.raises(RecordedHostError, match="unknown example host 'nope'; examples: 310p"):
+        example_host_dir("nope")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_loads_and_plans(name: str) -> None:
+    facts = load_recorded_host(name)
+    assert facts.source == str(example_host_dir(name))
+    result = plan(facts)
+    assert result.ok, result.reason
+    cpus = [c for p in result.npus for c in p.cpus]
+    assert len(cpus) == len(set(cpus))  # pools are disjoint
+
+
+def test_a2_example_facts() -> None:
+    facts = load_recorded_host("a2-8npu")
+    assert (facts.soc, facts.arch, facts.threads_per_core) == ("A2", "aarch64", 1)
+    assert facts.logic_npus == tuple(R(8)) and facts.running_npus == tuple(R(8))
+    assert facts.affinity[6] == tuple(R(144, 168))
+    assert facts.pcie[0] == "0000:c1:00.0"
+
+
+def test_a3_example_has_two_dies_per_card() -> None:
+    facts = load_recorded_host("a3-16die")
+    assert facts.chip_map[7] == {0: 14, 1: 15}
+    assert facts.running_npus == tuple(R(16))
+
+
+def test_310p_example_plans_the_running_chips_only() -> None:
+    result = plan(load_recorded_host("310p"))
+    assert [(p.npu, p.cpus) for p in result.npus] == [(0, tuple(R(16))), (1, tuple(R(16, 32)))]
+
+
+def test_x86_example_reads_numa_from_lscpu_and_honours_visible_devices() -> None:
+    facts = load_recorded_host("x86-a2")
+    assert facts.numa[0] == (*R(48), *R(96, 144)) and facts.visible_devices == (4, 5, 6, 7)
+    result = plan(facts)
+    assert [p.npu for p in result.npus] == [4, 5, 6, 7]
+    assert result.npus[0].cpus == tuple(R(48, 72)) and result.npus[3].cpus == tuple(R(168, 192))
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    target = tmp_path / name
+    shutil.copytree(example_host_dir(name), target)
+    return target
+
+
+def _edit_meta(folder: Path, **changes: object) -> None:
+    meta = json.loads((folder / "host.json").read_text())
+    meta.update(changes)
+    (folder / "host.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"soc": "A9"}, "soc 'A9' is not one of"),
+        ({"threads_per_core": 0}, "threads_per_core must be 1..8"),
+        ({"allowed_cpus": "0-x"}, "allowed_cpus: bad CPU list"),
+        ({"allowed_cpus": 5}, "allowed_cpus must be a CPU list"),
+        ({"numa": {"a": "0-3"}}, "numa key 'a' is not a node id"),
+        ({"numa": []}, "numa must be like"),
+        ({"visible_devices": "0,x"}, "visible devices '0,x': 'x' is not a device id"),
+        ({"pcie": {"0": 5}}, "pcie must be like"),
+    ],
+)
+def test_invalid_host_json_names_the_problem(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    folder = _copy("a2-8npu", tmp_path)
+    _edit_meta(folder, **changes)
+    with pytest.raises(RecordedHostError, match=message):
+        load_recorded_host(folder)
+
+
+def test_missing_files_are_named(tmp_path: Path) -> None:
+    folder = _copy("a2-8npu", tmp_path)
+    (folder / "npu-smi-info-m.txt").unlink()
+    with pytest.raises(RecordedHostError, match=re.escape("missing npu-smi-info-m.txt")):
+        load_recorded_host(folder)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RecordedHostError, match=re.escape("missing host.json")):
+        load_recorded_host(tmp_path / "empty")
+    (tmp_path / "empty" / "host.json").write_text("{")
+    with pytest.raises(RecordedHostError, match="not valid JSON"):
+        load_recorded_host(tmp_path / "empty")
+
+
+def test_numa_needs_host_json_or_lscpu(tmp_path: Path) -> None:
+    folder = _copy("x86-a2", tmp_path)
+    (folder / "lscpu-e.txt").unlink()
+    with pytest.raises(RecordedHostError, match=re.escape("no 'numa' and there is no lscpu-e.txt")):
+        load_recorded_host(folder)
+
+
+def test_optional_outputs_may_be_missing(tmp_path: Path) -> None:
+    folder = _copy("a3-16die", tmp_path)
+    (folder / "npu-smi-info.txt").unlink()
+    (folder / "npu-smi-info-t-topo.txt").unlink()
+    result = plan(load_recorded_host(folder))
+    assert result.ok and len(result.npus) == 16  # planned for every NPU, with a note
+    assert "no running process" in result.notes[0]
+
+
+def test_write_then_load_round_trips(tmp_path: Path) -> None:
+    facts = load_recorded_host("x86-a2")
+    source = example_host_dir("x86-a2")
+    outputs = {p.name: p.read_text() for p in source.glob("*.txt")}
+    written = write_recorded_host(tmp_path / "copy", outputs=outputs, meta=host_meta(facts))
+    assert {p.name for p in written} == {*outputs, "host.json"}
+    again = load_recorded_host(tmp_path / "copy")
+    assert again.to_dict() | {"source": ""} == facts.to_dict() | {"source": ""}

@@ -1,0 +1,8 @@
+"""`python -m vllm_ascend demo ...`: the `vllm-ascend` command line."""
+
+import sys
+
+from vllm_ascend.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

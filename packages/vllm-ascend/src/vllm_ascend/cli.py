@@ -1,0 +1,55 @@
+"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vllm_ascend.demo import DEFAULT_PROMPTS, MODELS, DemoOptions
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-ascend", description="Tools of the vLLM Ascend platform plugin."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = commands.add_parser(
+        "demo",
+        help="run a tiny model through vLLM on the Ascend host-CPU platform",
+        description="Build a tiny random-weight model, run it with vLLM on the Ascend host-CPU "
+        "platform (fusion passes, Ascend kernels), and print the resolved Ascend config, the "
+        "CPU-binding plans, the fusion report and the generated text with tokens/s.",
+    )
+    demo.add_argument("--model", choices=list(MODELS), default="qwen3", help="default: qwen3")
+    demo.add_argument("--no-fusion", action="store_true", help="turn the fusion passes off")
+    demo.add_argument(
+        "--prompt", action="append", metavar="TEXT",
+        help=f"prompt (repeatable; default: {', '.join(map(repr, DEFAULT_PROMPTS))})",
+    )
+    demo.add_argument("--max-tokens", type=int, default=32, metavar="N", help="default: 32")
+    demo.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `vllm-ascend` console script."""
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        from vllm_ascend import demo
+
+        try:
+            options = DemoOptions(
+                model=args.model,
+                fusion=not args.no_fusion,
+                prompts=tuple(args.prompt) if args.prompt else DEFAULT_PROMPTS,
+                max_tokens=args.max_tokens,
+            )
+        except ValueError as exc:
+            print(f"vllm-ascend demo: error: {exc}", file=sys.stderr)
+            return 2
+        return demo.main(options, as_json=args.json)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Every adjustment vllm-ascend makes to vLLM in a process, each with its reason.
+
+:func:`apply_compat_adjustments` is idempotent (vLLM loads plugins in every process, sometimes
+more than once). Public vLLM hooks are used wherever vLLM offers one; the only wrapper of a
+vLLM function is the batch-invariant CPU linear route, listed here so it is never hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """One change to vLLM: how to apply it (idempotent), how to undo it, and why."""
+
+    name: str
+    reason: str
+    apply: Callable[[str], object]
+    undo: Callable[[], None]
+    socs: tuple[str, ...] = ("A2", "A3", "A5", "310P", "cpu")
+
+
+def _apply_ir(soc: str) -> object:
+    from vllm_ascend.ir_provider import register_ascend_ir_provider
+
+    return register_ascend_ir_provider(soc)
+
+
+def _undo_ir() -> None:
+    from vllm_ascend.ir_provider import reset_ascend_ir_provider
+
+    reset_ascend_ir_provider()
+
+
+def _apply_custom_ops(soc: str) -> object:
+    from vllm_ascend.custom_ops import register_ascend_custom_ops
+
+    return register_ascend_custom_ops()
+
+
+def _undo_custom_ops() -> None:
+    from vllm_ascend.custom_ops import reset_ascend_custom_ops
+
+    reset_ascend_custom_ops()
+
+
+def _apply_linear_route(soc: str) -> object:
+    from vllm_ascend.batch_invariance import install_cpu_linear_route
+
+    return install_cpu_linear_route()
+
+
+def _undo_linear_route() -> None:
+    from vllm_ascend.batch_invariance import remove_cpu_linear_route
+
+    remove_cpu_linear_route()
+
+
+ADJUSTMENTS: tuple[Adjustment, ...] = (
+    Adjustment(
+        "ascend_ir_provider",
+        "vLLM's RMSNorm layers call the vllm_ir ops rms_norm/fused_add_rms_norm; an 'ascend' "
+        "provider (public IrOp.register_impl) makes them run torch.ops.ascend.* kernels",
+        _apply_ir, _undo_ir,
+    ),
+    Adjustment(
+        "ascend_rotary_embedding",
+        "vLLM's RotaryEmbedding calls CUDA/CPU _C kernels; the out-of-tree CustomOp class "
+        "(public CustomOp.register_oot) calls torch.ops.ascend.rotary_embedding instead",
+        _apply_custom_ops, _undo_custom_ops,
+    ),
+    Adjustment(
+        "cpu_linear_batch_invariant_route",
+        "vLLM's fp32 CPU linear runs oneDNN (_C.onednn_mm), whose reduction order depends on "
+        "the batch; when batch-invariant mode is on at weight-loading time, linear layers use "
+        "ascend_kernels.batch_invariant.linear (wraps dispatch_cpu_unquantized_gemm: vLLM has "
+        "no public hook for the CPU GEMM choice)",
+        _apply_linear_route, _undo_linear_route, socs=("cpu",),
+    ),
+)
+
+
+def apply_compat_adjustments(soc: str) -> list[str]:
+    """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied."""
+    applied = []
+    for adjustment in ADJUSTMENTS:
+        if soc in adjustment.socs:
+            adjustment.apply(soc)
+            applied.append(adjustment.name)
+    return applied
+
+
+def reset_compat_adjustments() -> None:
+    """Undo every adjustment (tests)."""
+    for adjustment in ADJUSTMENTS:
+        adjustment.undo()

@@ -1,0 +1,69 @@
+"""Step 4 (host-CPU platform): keep vLLM's piecewise ``VLLM_COMPILE`` so the Ascend passes run.
+
+vLLM's CPU platform downgrades ``VLLM_COMPILE`` to ``DYNAMO_TRACE_ONCE``, which never runs a
+platform pass manager. After its defaults this step restores ``VLLM_COMPILE`` with inductor,
+sets ``compile_sizes=[]`` (otherwise inductor compiles a 4096-token shape outside the compile
+ranges), turns vLLM's IR torch wrap off (so Dynamo traces the ``ascend`` IR provider and the
+graphs hold ``torch.ops.ascend.*``), switches vLLM's own CUDA-only fusion flags off (their pass
+classes do not exist on CPU) and enables every custom op (the Ascend rotary embedding).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger("vllm_ascend.config_pipeline.cpu_compilation")
+
+# PassConfig switches whose passes exist only on CUDA/ROCm/XPU builds of vLLM.
+VLLM_GPU_FUSION_FLAGS = (
+    "fuse_norm_quant", "fuse_act_quant", "fuse_attn_quant", "fuse_allreduce_rms",
+    "enable_qk_norm_rope_fusion", "fuse_rope_kvcache_cat_mla", "fuse_act_padding",
+    "fuse_mla_dual_rms_norm", "fuse_rope_kvcache", "fuse_qk_norm_rope_kvcache",
+)
+
+
+def disable_vllm_gpu_fusions(vllm_config: Any) -> list[str]:
+    """Switch vLLM's own fusion flags off; returns the names that were on."""
+    pass_config = vllm_config.compilation_config.pass_config
+    turned_off = []
+    for flag in VLLM_GPU_FUSION_FLAGS:
+        if getattr(pass_config, flag, False):
+            turned_off.append(flag)
+        if hasattr(pass_config, flag):
+            setattr(pass_config, flag, False)
+    return turned_off
+
+
+def wants_vllm_compile(vllm_config: Any) -> bool:
+    """Whether the user's settings ask for vLLM's compilation (read before the CPU defaults)."""
+    from vllm.config import CompilationMode
+
+    model = vllm_config.model_config
+    return (
+        vllm_config.compilation_config.mode == CompilationMode.VLLM_COMPILE
+        and not (model is not None and model.enforce_eager)
+        and vllm_config.lora_config is None
+    )
+
+
+def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str, Any]:
+    """Apply the host-CPU compilation settings; returns what was decided (for the log)."""
+    from vllm.config import CompilationMode
+
+    cc = vllm_config.compilation_config
+    cc.custom_ops = ["all"]
+    turned_off = disable_vllm_gpu_fusions(vllm_config)
+    if compile_requested:
+        cc.mode = CompilationMode.VLLM_COMPILE
+        cc.backend = "inductor"
+        cc.compile_sizes = []
+        cc.ir_enable_torch_wrap = False
+    decision = {
+        "mode": cc.mode.name if cc.mode is not None else None,
+        "backend": cc.backend,
+        "custom_ops": list(cc.custom_ops),
+        "vllm_fusions_off": turned_off,
+    }
+    logger.info("host-CPU compilation: %s", decision)
+    return decision

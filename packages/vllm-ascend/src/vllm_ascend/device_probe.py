@@ -1,0 +1,86 @@
+"""Which Ascend platform to activate: the cheap NPU probe and the device-mode decision.
+
+Standard library only: ``vllm_ascend.register()`` runs this in every vLLM process within a
+50 ms budget, before torch or vLLM are imported.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+NPU_PLATFORM = "vllm_ascend.platform_npu.NPUPlatform"
+CPU_PLATFORM = "vllm_ascend.platform_cpu.AscendCpuPlatform"
+DEVICE_MODES = ("auto", "npu", "cpu")
+DEFAULT_DRIVER_DIRS = ("/usr/local/Ascend/driver",)
+
+
+@dataclass(frozen=True)
+class NpuProbe:
+    """What the host shows of an Ascend NPU runtime, gathered without importing anything heavy."""
+
+    device_files: tuple[str, ...] = ()
+    driver_dir: str | None = None
+    torch_npu_findable: bool = False
+
+    @property
+    def npu_present(self) -> bool:
+        """An NPU is usable here: device files, the driver and torch_npu are all present."""
+        return bool(self.device_files) and self.driver_dir is not None and self.torch_npu_findable
+
+    def describe(self) -> str:
+        """One line naming what is missing (for log messages)."""
+        missing = []
+        if not self.device_files:
+            missing.append("no /dev/davinci* device files")
+        if self.driver_dir is None:
+            missing.append("no Ascend driver directory")
+        if not self.torch_npu_findable:
+            missing.append("torch_npu is not installed")
+        return "NPU runtime present" if not missing else ", ".join(missing)
+
+
+def probe_npu(
+    dev_glob: str = "/dev/davinci[0-9]*", driver_dirs: tuple[str, ...] = DEFAULT_DRIVER_DIRS
+) -> NpuProbe:
+    """Look for NPU device files, the driver directory and a findable ``torch_npu``."""
+    devices = tuple(sorted(glob.glob(dev_glob)))
+    driver = next((d for d in driver_dirs if os.path.isdir(d)), None)
+    try:
+        findable = importlib.util.find_spec("torch_npu") is not None
+    except (ImportError, ValueError):
+        findable = False
+    return NpuProbe(devices, driver, findable)
+
+
+def read_device_mode(environ: Mapping[str, str] | None = None) -> str:
+    """``VLLM_ASCEND_DEVICE`` (auto|npu|cpu), via ascend_config's env registry when present."""
+    env = os.environ if environ is None else environ
+    try:
+        from ascend_config import envs
+    except ImportError:  # ascend-config not importable: read the variable directly
+        value = env.get("VLLM_ASCEND_DEVICE", "auto").strip().lower() or "auto"
+    else:
+        value = str(envs.read("VLLM_ASCEND_DEVICE", env))
+    if value not in DEVICE_MODES:
+        raise ValueError(
+            f"VLLM_ASCEND_DEVICE={value!r} is not valid; allowed: {', '.join(DEVICE_MODES)}"
+        )
+    return value
+
+
+def choose_platform(mode: str, probe: NpuProbe) -> str | None:
+    """The platform class path for a device mode and probe result (None = do not activate).
+
+    ``npu`` always returns the NPU platform; it reports a missing runtime at configuration time.
+    """
+    if mode == "cpu":
+        return CPU_PLATFORM
+    if mode == "npu":
+        return NPU_PLATFORM
+    if mode == "auto":
+        return NPU_PLATFORM if probe.npu_present else None
+    raise ValueError(f"unknown device mode {mode!r}; allowed: {', '.join(DEVICE_MODES)}")

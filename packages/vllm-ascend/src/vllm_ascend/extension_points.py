@@ -1,0 +1,145 @@
+"""Entry-point groups through which other packages supply the pieces this repository lacks.
+
+| group | entry-point name | value | registered with |
+|---|---|---|---|
+| ``vllm_ascend.connectors`` | connector name | ``module:Class`` | KVConnectorFactory |
+| ``vllm_ascend.model_loaders`` | load format | ``module:Class`` | model-loader registry |
+| ``vllm_ascend.models`` | architecture | ``module:Class`` | vLLM's ModelRegistry (lazy) |
+| ``vllm_ascend.schedulers`` | one of SCHEDULER_KEYS | ``module:Class`` | scheduler decision |
+| ``vllm_ascend.runtime`` | one of RUNTIME_KEYS | ``module:Class`` | NPU platform class paths |
+
+Discovery reads metadata only; nothing is imported until vLLM needs the class.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import metadata
+
+logger = logging.getLogger("vllm_ascend.extension_points")
+
+CONNECTORS = "vllm_ascend.connectors"
+MODEL_LOADERS = "vllm_ascend.model_loaders"
+MODELS = "vllm_ascend.models"
+SCHEDULERS = "vllm_ascend.schedulers"
+RUNTIME = "vllm_ascend.runtime"
+GROUPS = (CONNECTORS, MODEL_LOADERS, MODELS, SCHEDULERS, RUNTIME)
+
+RUNTIME_KEYS = ("worker", "attention", "communicator", "punica", "kv_cache_specs")
+SCHEDULER_KEYS = (
+    "recompute", "async_recompute", "dyntra_lb", "async_dyntra_lb", "dyntra_lb_recompute",
+    "async_dyntra_lb_recompute", "profiling_chunk", "batch_job", "async_batch_job",
+    "short_request_first", "async_short_request_first",
+)
+_ALLOWED_KEYS = {SCHEDULERS: SCHEDULER_KEYS, RUNTIME: RUNTIME_KEYS}
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One discovered entry point: ``value`` is ``module:Class``."""
+
+    group: str
+    name: str
+    value: str
+    distribution: str | None = None
+
+    @property
+    def module(self) -> str:
+        return self.value.partition(":")[0]
+
+    @property
+    def attr(self) -> str:
+        return self.value.partition(":")[2]
+
+    @property
+    def class_path(self) -> str:
+        """Dotted ``module.Class`` form vLLM's ``resolve_obj_by_qualname`` takes."""
+        return f"{self.module}.{self.attr}"
+
+    def load(self) -> object:
+        import importlib
+
+        obj: object = importlib.import_module(self.module)
+        for part in self.attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+def discover(group: str) -> dict[str, Extension]:
+    """Entry points of one group by name; an unknown key or malformed value is skipped with a
+    warning naming the distribution, what was wrong and what is allowed."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown extension group {group!r}; allowed: {', '.join(GROUPS)}")
+    found: dict[str, Extension] = {}
+    for ep in metadata.entry_points(group=group):
+        dist = getattr(getattr(ep, "dist", None), "name", None)
+        ext = Extension(group, ep.name, ep.value, dist)
+        problem = _problem(ext)
+        if problem:
+            logger.warning("ignoring entry point %s=%s of %s in %s: %s",
+                           ep.name, ep.value, dist, group, problem)
+            continue
+        if ext.name in found:
+            logger.warning("%s: %r provided twice (%s, %s); keeping the first",
+                           group, ext.name, found[ext.name].distribution, dist)
+            continue
+        found[ext.name] = ext
+    return found
+
+
+def _problem(ext: Extension) -> str | None:
+    allowed = _ALLOWED_KEYS.get(ext.group)
+    if allowed is not None and ext.name not in allowed:
+        return f"name must be one of {', '.join(allowed)}"
+    if not ext.module or not ext.attr:
+        return "value must be 'module:Class'"
+    return None
+
+
+def runtime_class_paths() -> dict[str, str]:
+    """Runtime pieces (worker, attention, ...) that installed runtime packages provide."""
+    return {name: ext.class_path for name, ext in discover(RUNTIME).items()}
+
+
+def scheduler_class_paths() -> dict[str, str]:
+    return {name: ext.class_path for name, ext in discover(SCHEDULERS).items()}
+
+
+def register_connectors(extensions: Iterable[Extension] | None = None) -> list[str]:
+    """Register discovered KV connectors with vLLM's factory; returns the names registered."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    done = []
+    for ext in extensions if extensions is not None else discover(CONNECTORS).values():
+        if ext.name in KVConnectorFactory._registry:  # idempotent: vLLM raises on duplicates
+            continue
+        KVConnectorFactory.register_connector(ext.name, ext.module, ext.attr)
+        done.append(ext.name)
+    return done
+
+
+def register_models(extensions: Iterable[Extension] | None = None) -> list[str]:
+    """Register discovered model architectures lazily (``module:Class``) with vLLM."""
+    from vllm import ModelRegistry
+
+    done = []
+    for ext in extensions if extensions is not None else discover(MODELS).values():
+        ModelRegistry.register_model(ext.name, ext.value)
+        done.append(ext.name)
+    return done
+
+
+def register_model_loaders(extensions: Iterable[Extension] | None = None) -> list[str]:
+    """Register discovered model loaders under their load format with vLLM."""
+    from vllm.model_executor import model_loader
+
+    done = []
+    for ext in extensions if extensions is not None else discover(MODEL_LOADERS).values():
+        cls = ext.load()
+        if model_loader._LOAD_FORMAT_TO_MODEL_LOADER.get(ext.name) is cls:
+            continue
+        model_loader.register_model_loader(ext.name)(cls)
+        done.append(ext.name)
+    return done

@@ -1,0 +1,259 @@
+"""Logging for vllm-ascend: prefixes, colour rules, and a size-rotating per-process file log.
+
+Records from ``vllm_ascend`` source files get ``[vllm-ascend]`` (package root modules) or
+``[vllm-ascend] [<module>]`` (sub-packages) in front of the message; other records pass
+through unchanged. Nothing here runs at import: call the ``configure_*`` functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+LOGGER_NAME = "vllm_ascend"
+FORMAT = "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"
+DATE_FORMAT = "%m-%d %H:%M:%S"
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_MAX_FILES = 5
+_COLOURS = {"DEBUG": "\033[37m", "INFO": "\033[32m", "WARNING": "\033[33m",
+            "ERROR": "\033[31m", "CRITICAL": "\033[1;31m"}
+_RESET = "\033[0m"
+
+
+def is_ascend_path(pathname: str | None) -> bool:
+    """Whether a record's source path lies inside the vllm_ascend package."""
+    return bool(pathname) and "vllm_ascend" in str(pathname).replace("\\", "/")
+
+
+def infer_module(pathname: str | None) -> str:
+    """The vllm_ascend module a path belongs to (sub-package or root file stem), else "core"."""
+    parts = str(pathname or "").replace("\\", "/").split("/")
+    if "vllm_ascend" not in parts:
+        return "core"
+    idx = len(parts) - 1 - parts[::-1].index("vllm_ascend")
+    rest = [p for p in parts[idx + 1 :] if p]
+    if not rest:
+        return "core"
+    return rest[0][:-3] if len(rest) == 1 and rest[0].endswith(".py") else rest[0]
+
+
+def prefix_for(pathname: str | None, filename: str | None) -> str:
+    """``[vllm-ascend]`` for root-level files, ``[vllm-ascend] [<module>]`` for nested ones."""
+    module = infer_module(pathname)
+    if filename == f"{module}.py":
+        return "[vllm-ascend]"
+    return f"[vllm-ascend] [{module}]"
+
+
+def use_colour(environ: Mapping[str, str] | None = None, stream: Any = None) -> bool:
+    """Colour rules: NO_COLOR or VLLM_LOGGING_COLOR=0 -> off; =1 -> on; else the stream's isatty."""
+    env = os.environ if environ is None else environ
+    if "NO_COLOR" in env or env.get("VLLM_LOGGING_COLOR") == "0":
+        return False
+    if env.get("VLLM_LOGGING_COLOR") == "1":
+        return True
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
+
+
+class AscendFormatter(logging.Formatter):
+    """vLLM's log layout plus the Ascend prefix; continuation lines are indented like vLLM's."""
+
+    def __init__(self, colour: bool = False) -> None:
+        super().__init__(FORMAT, datefmt=DATE_FORMAT)
+        self.colour = colour
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not hasattr(record, "fileinfo"):
+            record.fileinfo = record.filename
+        if not is_ascend_path(record.pathname):
+            return self._finish(record, super().format(record))
+        msg, args = record.msg, record.args
+        prefix = prefix_for(record.pathname, record.filename)
+        record.msg, record.args = f"{prefix} - {record.getMessage()}", None
+        try:
+            text = super().format(record)
+        finally:  # other handlers must see the original record
+            record.msg, record.args = msg, args
+        return self._finish(record, text)
+
+    def _finish(self, record: logging.LogRecord, text: str) -> str:
+        if "\n" in text:
+            head, _, _ = text.partition(record.getMessage().split("\n")[0])
+            indent = " " * len(head) if head else ""
+            text = text.replace("\n", "\n" + indent) if indent else text
+        if self.colour and record.levelname in _COLOURS:
+            text = f"{_COLOURS[record.levelname]}{text}{_RESET}"
+        return text
+
+
+def _level(environ: Mapping[str, str]) -> int:
+    name = environ.get("VLLM_LOGGING_LEVEL", "INFO").upper()
+    level = logging.getLevelName(name)
+    return level if isinstance(level, int) else logging.INFO
+
+
+def configure_console_logging(
+    environ: Mapping[str, str] | None = None, stream: IO[str] | None = None
+) -> logging.Logger:
+    """Give the ``vllm_ascend`` logger one console handler (idempotent; vLLM's config untouched)."""
+    env = os.environ if environ is None else environ
+    logger = logging.getLogger(LOGGER_NAME)
+    if any(isinstance(h, _ConsoleHandler) for h in logger.handlers):
+        return logger
+    if stream is None:
+        stream = sys.stdout if env.get("VLLM_LOGGING_STREAM", "").endswith("stdout") else sys.stderr
+    handler = _ConsoleHandler(stream)
+    handler.setFormatter(AscendFormatter(colour=use_colour(env, stream)))
+    logger.addHandler(handler)
+    logger.setLevel(_level(env))
+    logger.propagate = False
+    return logger
+
+
+class _ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Marker type so configure_console_logging stays idempotent."""
+
+
+class RotatingAscendFileHandler(logging.Handler):
+    """Per-process log file rotated by size, keeping at most ``max_files`` of this process's files.
+
+    Files: ``vllm_ascend_<YYYYmmdd_HHMMSS>_<pid>.log``, then ``..._002.log``, ``..._003.log``.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_files: int = DEFAULT_MAX_FILES,
+        *,
+        now: _dt.datetime | None = None,
+        pid: int | None = None,
+    ) -> None:
+        if max_bytes <= 0 or max_files <= 0:
+            raise ValueError(
+                f"max_bytes={max_bytes} and max_files={max_files} must both be positive"
+            )
+        super().__init__()
+        self.log_dir = Path(log_dir)
+        self.max_bytes = max_bytes
+        self.max_files = max_files
+        stamp = (now or _dt.datetime.now()).strftime("%Y%m%d_%H%M%S")
+        self.base = f"vllm_ascend_{stamp}_{pid if pid is not None else os.getpid()}"
+        self.sequence = 1
+        self.files: list[Path] = []
+        self._stream: IO[str] | None = None
+        self._open()
+
+    @property
+    def current_path(self) -> Path:
+        suffix = "" if self.sequence == 1 else f"_{self.sequence:03d}"
+        return self.log_dir / f"{self.base}{suffix}.log"
+
+    def _open(self) -> None:
+        path = self.current_path
+        self._stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 - owned by the handler
+        self.files.append(path)
+        while len(self.files) > self.max_files:
+            oldest = self.files.pop(0)
+            with contextlib.suppress(OSError):
+                oldest.unlink()
+
+    def _rotate_if_needed(self) -> None:
+        try:
+            full = self.current_path.stat().st_size >= self.max_bytes
+        except OSError:
+            return
+        if full:
+            self.close_stream()
+            self.sequence += 1
+            self._open()
+
+    def close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.acquire()
+            try:
+                self._rotate_if_needed()
+                assert self._stream is not None
+                self._stream.write(self.format(record) + "\n")
+                self._stream.flush()
+            finally:
+                self.release()
+        except Exception:
+            self.handleError(record)
+
+    def close(self) -> None:
+        self.close_stream()
+        super().close()
+
+
+def configure_file_logging(
+    log_dir: str | os.PathLike[str] | None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_files: int = DEFAULT_MAX_FILES,
+    environ: Mapping[str, str] | None = None,
+) -> RotatingAscendFileHandler | None:
+    """Attach one rotating file handler for ``log_dir`` to the vllm and vllm_ascend loggers.
+
+    Idempotent per directory; a different directory replaces the handler. When the
+    directory cannot be created or written, logs one warning and keeps logging to stderr.
+    """
+    env = os.environ if environ is None else environ
+    targets = [logging.getLogger("vllm"), logging.getLogger(LOGGER_NAME)]
+    existing = [h for h in targets[1].handlers if isinstance(h, RotatingAscendFileHandler)]
+    if log_dir is None:
+        log_dir = default_log_dir(env)
+    wanted = Path(log_dir).expanduser()
+    if existing and existing[0].log_dir == wanted:
+        return existing[0]
+    for handler in existing:
+        for logger in targets:
+            logger.removeHandler(handler)
+        handler.close()
+    try:
+        wanted.mkdir(parents=True, exist_ok=True)
+        handler = RotatingAscendFileHandler(wanted, max_bytes, max_files)
+    except OSError as exc:
+        configure_console_logging(env)
+        logging.getLogger(LOGGER_NAME).warning(
+            "cannot write log files to %s (%s); logging to stderr only",
+            wanted, exc,
+        )
+        return None
+    vllm_handlers = logging.getLogger("vllm").handlers
+    handler.setLevel(vllm_handlers[0].level if vllm_handlers else _level(env))
+    handler.setFormatter(AscendFormatter(colour=False))
+    for logger in targets:
+        logger.addHandler(handler)
+    return handler
+
+
+def default_log_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``~/ascend/log/vllm_ascend`` (used when the resolved config names no directory)."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME") or str(Path.home())
+    return Path(home) / "ascend" / "log" / "vllm_ascend"
+
+
+def remove_file_logging() -> None:
+    """Detach and close the rotating file handler (tests, shutdown)."""
+    for name in ("vllm", LOGGER_NAME):
+        logger = logging.getLogger(name)
+        for handler in [h for h in logger.handlers if isinstance(h, RotatingAscendFileHandler)]:
+            logger.removeHandler(handler)
+            handler.close()

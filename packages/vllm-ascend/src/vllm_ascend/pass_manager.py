@@ -1,0 +1,117 @@
+"""The platform pass manager: vLLM's post-grad manager plus ascend-graph's fusion passes.
+
+vLLM instantiates :class:`AscendPassManager` (``get_pass_manager_cls``), calls ``configure``
+and installs it under the platform's ``pass_key``. ``configure`` resolves the Ascend config
+with the same pure ``resolve`` as the platform and builds ascend-graph's
+``GraphFusionPassManager`` from ``ascend_compilation_config``. On CPU, vLLM's
+functionalization fix-up (which names a CUDA-only fused op) is replaced by a safe variant.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+import torch
+from vllm.compilation.passes.pass_manager import PostGradPassManager
+from vllm.compilation.passes.utility.fix_functionalization import FixFunctionalizationPass
+from vllm.compilation.passes.vllm_inductor_pass import VllmInductorPass
+
+logger = logging.getLogger("vllm_ascend.pass_manager")
+
+# Ops vLLM's FixFunctionalizationPass names; the CPU build of vLLM lacks some of them.
+_FIXUP_OPS = ("rotary_embedding", "fused_add_rms_norm", "fused_add_rms_norm_static_fp8_quant",
+              "rms_norm_dynamic_per_token_quant", "rms_norm", "rms_norm_static_fp8_quant")
+
+# Pass managers alive in this process, for the fusion report (reset with reset_fusion_report).
+_LIVE: weakref.WeakSet[AscendPassManager] = weakref.WeakSet()
+
+
+def vllm_fixup_ops_available() -> bool:
+    """Whether every op vLLM's functionalization fix-up refers to exists in this vLLM build."""
+    ops = getattr(torch.ops, "_C", None)
+    return ops is not None and all(hasattr(ops, name) for name in _FIXUP_OPS)
+
+
+class SafeFixFunctionalizationPass(FixFunctionalizationPass):
+    """vLLM's fix-up where its ops exist; otherwise leaves ``auto_functionalized`` nodes to
+    inductor's own decomposition (correct, at most a few extra copies)."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if vllm_fixup_ops_available():
+            super().__call__(graph)
+
+
+class AscendFusionPass(VllmInductorPass):
+    """ascend-graph's GraphFusionPassManager as one vLLM inductor pass (timed, dumpable)."""
+
+    def __init__(self, config: Any, fusion: Any) -> None:
+        super().__init__(config)
+        self.fusion = fusion
+
+    @VllmInductorPass.time_and_log
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.fusion(graph)
+
+    def uuid(self) -> str:
+        # The fusion settings change the output, so they are part of the compile-cache key.
+        return self.hash_dict({"source": self.hash_source(self), "fusion": self.fusion.uuid()})
+
+
+def build_fusion_manager(switches: Any, soc: str, facts: Any) -> Any:
+    """ascend-graph's manager for the resolved pass switches and model facts."""
+    from ascend_graph import GraphFusionPassManager
+
+    scale = facts.routed_scaling_factor if facts.routed_scaling_factor != 1.0 else None
+    return GraphFusionPassManager(
+        fuse_norm_quant=bool(switches.fuse_norm_quant),
+        fuse_qknorm_rope=bool(switches.fuse_qknorm_rope),
+        fuse_muls_add=bool(switches.fuse_muls_add),
+        muls_add_scale=scale,
+        soc=soc,
+    )
+
+
+class AscendPassManager(PostGradPassManager):
+    """PostGradPassManager running the Ascend fusion passes before vLLM's cleanup/lowering."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fusion: Any = None
+        self.soc = "cpu"
+        _LIVE.add(self)
+
+    def configure(self, config: Any) -> None:
+        import ascend_config
+        from vllm.platforms import current_platform
+
+        from vllm_ascend.config_pipeline.facts import extract_facts
+        from vllm_ascend.config_pipeline.resolve_step import additional_config_of
+
+        super().configure(config)
+        self.soc = str(getattr(current_platform, "soc", "cpu"))
+        facts = extract_facts(config, self.soc)
+        resolved = ascend_config.resolve(additional_config_of(config), facts=facts)
+        self.fusion = build_fusion_manager(resolved.ascend_compilation_config, self.soc, facts)
+        self.add(AscendFusionPass(config, self.fusion))
+        self.fix_functionalization = SafeFixFunctionalizationPass(config)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Sites rewritten per ascend-graph pass by this manager (cumulative)."""
+        return dict(self.fusion.counts) if self.fusion is not None else {}
+
+
+def fusion_report() -> dict[str, int]:
+    """Sites rewritten per pass name, summed over the pass managers alive in this process."""
+    total: dict[str, int] = {}
+    for manager in list(_LIVE):
+        for name, count in manager.counts.items():
+            total[name] = total.get(name, 0) + int(count)
+    return total
+
+
+def reset_fusion_report() -> None:
+    """Forget the pass managers seen so far (tests)."""
+    _LIVE.clear()

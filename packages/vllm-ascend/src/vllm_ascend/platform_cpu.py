@@ -1,0 +1,44 @@
+"""The Ascend host-CPU platform (``VLLM_ASCEND_DEVICE=cpu``, SoC ``"cpu"``).
+
+vLLM's CPU platform and CPU worker run the model; on top of them this platform runs the
+Ascend pipeline: config resolution and validation, the GPU-only fixes, ``VLLM_COMPILE`` with
+the Ascend pass manager, and the ``torch.ops.ascend.*`` kernels (IR provider, custom ops).
+No NPU worker, capture sizes or NPU allocator settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from vllm.platforms.cpu import CpuPlatform
+
+from vllm_ascend.platform_shared import AscendPlatformMixin
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+logger = logging.getLogger("vllm_ascend.platform_cpu")
+
+SOC = "cpu"
+
+
+class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
+    """vLLM's CpuPlatform running the Ascend configuration, passes and kernels."""
+
+    soc: str = SOC
+
+    @classmethod
+    def get_pass_manager_cls(cls) -> str:
+        return "vllm_ascend.pass_manager.AscendPassManager"
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
+        from vllm_ascend.config_pipeline.steps import run_cpu_pipeline
+
+        run_cpu_pipeline(vllm_config, super().check_and_update_config)
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """Short summary of the platform (for the demo and logs)."""
+        return {"platform": cls.__name__, "soc": cls.soc, "device_type": cls.device_type}

