@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from vllm_ascend.testing.engine_env import engine_env
 from vllm_ascend.testing.generation import llm_kwargs
 from vllm_ascend.testing.graph_dump import inductor_debug_env

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from vllm_ascend.testing.generation import llm_kwargs
 
 PROMPTS = [

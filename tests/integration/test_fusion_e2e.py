@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from vllm_ascend.testing.graph_dump import count_ops_in_dump
 
 ARCHES = ("llama", "qwen3", "qwen3_moe")

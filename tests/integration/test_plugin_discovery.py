@@ -7,7 +7,6 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
-
 from vllm_ascend.testing.generation import llm_kwargs
 
 GENERAL_PLUGINS = {

@@ -1,4 +1,4 @@
-"""`vllm serve` with the plugin as a real subprocess: OpenAI endpoints, clean shutdown, bad config."""
+"""`vllm serve` with the plugin as a real subprocess: OpenAI API, clean shutdown, bad config."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from vllm_ascend.testing.serve import VllmServer, vllm_command
 
 SERVED_NAME = "tiny-qwen3"

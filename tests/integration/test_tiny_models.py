@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from vllm_ascend.testing.tiny_models import CHAT_TEMPLATE, make_tiny_model
 
 

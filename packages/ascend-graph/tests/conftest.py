@@ -8,12 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import ascend_graph
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
 import pytest
 import torch
 from torch import fx, nn
-
-import ascend_graph
 
 A = torch.ops.ascend
 
@@ -25,6 +24,15 @@ class Compiled:
     graphs: list[fx.GraphModule] = field(default_factory=list)
     report: dict[str, int] = field(default_factory=dict)
     fn: Callable[..., Any] | None = None
+
+    def symbolic(self) -> bool:
+        """True when some compiled graph has a symbolic size (dynamic shapes took effect)."""
+        return any(
+            isinstance(n.meta.get("val"), torch.SymInt)
+            for gm in self.graphs
+            for n in gm.graph.nodes
+            if n.op == "placeholder"
+        )
 
     def op_counts(self) -> Counter[str]:
         """Call-target name -> number of nodes, over every compiled graph."""
@@ -49,13 +57,21 @@ def run_compiled(
     config: dict[str, Any] | None = None,
     dynamic: bool = False,
 ) -> Compiled:
-    """Eager reference and compiled run (make_backend, eager backend) of `module`."""
+    """Eager reference and compiled run (make_backend, eager backend) of `module`.
+
+    `dynamic` marks the token dimension (dim 0) of every tensor input dynamic, as vLLM does;
+    `torch.compile(dynamic=True)` would also turn Python float attributes into graph inputs.
+    """
     torch._dynamo.reset()  # fresh compile: no cache hit, no recompile limit across tests
     graphs: list[fx.GraphModule] = []
     backend = ascend_graph.make_backend(config, on_graph=graphs.append)
+    if dynamic:
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.dim() >= 1:
+                torch._dynamo.mark_dynamic(t, 0)
     with torch.no_grad():
         reference = module(*inputs)
-        compiled = torch.compile(module, backend=backend, dynamic=dynamic, fullgraph=True)
+        compiled = torch.compile(module, backend=backend, fullgraph=True)
         outputs = compiled(*inputs)
     return Compiled(outputs, reference, graphs, backend.report, compiled)
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
-
 from ascend_graph import GraphFusionPassManager
 from ascend_graph.passes.fusion_passes import NormQuantPass
+from torch.fx.experimental.proxy_tensor import make_fx
 
 FUSED = {
     "ascend.add_rms_norm_quant": 2,
@@ -34,6 +33,7 @@ def _inputs(dtype: torch.dtype, tokens: int = 5) -> tuple[torch.Tensor, torch.Te
 def test_every_variant_fuses(models, compile_module, close, dtype, dynamic) -> None:
     module = models["norm_quant"]().to(dtype)
     result = compile_module(module, _inputs(dtype), dynamic=dynamic)
+    assert result.symbolic() == dynamic
     counts = result.op_counts()
     for op, expected in FUSED.items():
         assert counts[op] == expected, op

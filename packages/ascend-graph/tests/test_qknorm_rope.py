@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import operator
 
+import ascend_kernels
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
-
 from ascend_graph import GraphFusionPassManager
 from ascend_graph.passes.fusion_passes import QKNormRopePass
+from ascend_graph.passes.qknorm_rope import FUSED_OP
+from torch.fx.experimental.proxy_tensor import make_fx
 
 FUSED = "ascend.split_qkv_rmsnorm_rope"
 
@@ -40,6 +41,7 @@ def _fused_nodes(result):
 def test_fuses(models, compile_module, close, dtype, dynamic, bias, three_splits) -> None:
     module = models["qknorm"](bias=bias, three_splits=three_splits).to(dtype)
     result = compile_module(module, _inputs(dtype), dynamic=dynamic)
+    assert result.symbolic() == dynamic
     counts = result.op_counts()
     assert counts[FUSED] == 1 and result.report["qknorm_rope"] == 1
     assert counts["ascend.rms_norm"] == 0 and counts["ascend.rotary_embedding"] == 0
@@ -88,7 +90,8 @@ def test_near_misses_are_left_alone(models, compile_module, close, kwargs, confi
 
 
 def test_unsupported_head_size_on_npu_soc_is_not_registered() -> None:
-    assert QKNormRopePass(soc="A2", shapes=[(64, 256, 128)]).patterns == ()
+    assert not ascend_kernels.supports(FUSED_OP, dtype=torch.bfloat16, head_dim=32, soc="A2")
+    assert QKNormRopePass(soc="A2", shapes=[(32, 128, 64)]).patterns == ()
     registered = QKNormRopePass(soc="A2", shapes=[(128, 512, 128)]).patterns
     assert registered and {p.settings["dtype"] for p in registered} == {torch.bfloat16}
 

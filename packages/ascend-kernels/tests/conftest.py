@@ -8,17 +8,17 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import ascend_kernels  # noqa: F401  (registers torch.ops.ascend.*)
 import pytest
 import torch
-
-import ascend_kernels  # noqa: F401  (registers torch.ops.ascend.*)
 from ascend_kernels import row_chunks
 
 
 class FakeTorchNpu(types.ModuleType):
     """Stands in for torch_npu: records every kernel call and returns marker tensors.
 
-    Output ``i`` of a kernel is filled with ``10 * kernel_number + i`` so a test can tell which
+    Output ``i`` of a kernel is filled with ``10 * kernel_number + i`` (fp8 outputs with a
+    nearby e4m3-representable value, scales with a power of two) so a test can tell which
     kernel output ended up in which op output.
     """
 
@@ -78,7 +78,7 @@ class FakeTorchNpu(types.ModuleType):
 
     def npu_dynamic_mx_quant(self, x: Any, **kwargs: Any) -> Any:
         self._record("npu_dynamic_mx_quant", (x,), kwargs)
-        return self.marker(70, x.shape, torch.float8_e4m3fn), self._mx_scale(2.0**-3, x)
+        return self.marker(64, x.shape, torch.float8_e4m3fn), self._mx_scale(2.0**-3, x)
 
     def npu_add_rms_norm_dynamic_mx_quant(self, x1: Any, *args: Any, **kwargs: Any) -> Any:
         self._record("npu_add_rms_norm_dynamic_mx_quant", (x1, *args), kwargs)
@@ -91,7 +91,7 @@ class FakeTorchNpu(types.ModuleType):
     def npu_rms_norm_dynamic_mx_quant(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         self._record("npu_rms_norm_dynamic_mx_quant", (x, *args), kwargs)
         return (
-            self.marker(90, x.shape, torch.float8_e4m3fn),
+            self.marker(96, x.shape, torch.float8_e4m3fn),
             self._mx_scale(2.0**-5, x),
             self.marker(92, x.shape[:-1], torch.float32),
         )

@@ -8,7 +8,6 @@ import textwrap
 
 import pytest
 import torch
-
 from ascend_kernels import OP_NAMES, registration
 from ascend_kernels.schemas import SCHEMAS
 

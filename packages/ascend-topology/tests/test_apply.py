@@ -5,6 +5,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -119,7 +120,7 @@ def test_apply_reports_missing_migratepages_and_irq_opt_in(
     assert calls == [(0, "A2", False)] and "IRQ 7 -> CPU 0" in report.done
 
 
-def _irq_tree(tmp_path: Path) -> dict[str, Path]:
+def _irq_tree(tmp_path: Path) -> dict[str, Any]:
     irq_root = tmp_path / "irq"
     for irq in (120, 121, 300):
         (irq_root / str(irq)).mkdir(parents=True)
@@ -154,9 +155,13 @@ def test_irq_binding_leaves_irqbalance_alone_unless_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("ascend_topology.irq.irqbalance_active", lambda: True)
-    stopped = []
-    monkeypatch.setattr("ascend_topology.irq.run_command",
-                        lambda args, timeout: stopped.append(args) or "")
+    stopped: list[list[str]] = []
+
+    def fake_run(args: list[str], timeout: float) -> str:
+        stopped.append(args)
+        return ""
+
+    monkeypatch.setattr("ascend_topology.irq.run_command", fake_run)
     roots = _irq_tree(tmp_path)
     pool = NpuPlan(npu=0, numa_node=0, cpus=(0, 1, 2, 3, 4), main=(2,), irq=(0, 1))
     done, skipped = bind_npu_irqs(pool, "A2", pcie="0000:c1:00.0", **roots)
@@ -179,3 +184,13 @@ def test_irq_binding_skips_with_reasons(tmp_path: Path, monkeypatch: pytest.Monk
         pool, "A2", pcie="0000:c1:00.0", **roots)[1][0]
     no_irq = NpuPlan(npu=0, numa_node=0, cpus=(0,), main=(0,))
     assert "reserves no IRQ CPUs" in bind_npu_irqs(no_irq, "A2", **roots)[1][0]
+
+
+def test_bind_worker_on_this_machine_reports_why_and_changes_nothing() -> None:
+    from ascend_topology import bind_worker
+
+    before = os.sched_getaffinity(0)
+    report = bind_worker(0, PlanOptions(min_cpus_per_npu=1))
+    assert not report.bound and report.plan is None and report.done == []
+    assert report.skipped[0].startswith("binding skipped: npu-smi was not found on PATH")
+    assert os.sched_getaffinity(0) == before

@@ -25,11 +25,12 @@ from ascend_topology.npu_smi import (
     parse_sq_irqs,
     parse_topo_affinity,
 )
+from ascend_topology.pools import overlap_groups
 from ascend_topology.system import parse_lscpu_nodes, parse_threads_per_core
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-FUZZ = settings(max_examples=150, deadline=None,
+FUZZ = settings(max_examples=150, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SAMPLES = {
     name: example_host_dir(ex).joinpath(name).read_text()
@@ -111,7 +112,8 @@ FILES = ["npu-smi-info-m.txt", "npu-smi-info.txt", "npu-smi-info-t-topo.txt", "h
          "lscpu-e.txt"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["a2-8npu", "x86-a2", "950-4numa"]), st.sampled_from(FILES), TEXTS)
 def test_recorded_host_with_a_mutated_file(example: str, name: str, text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,7 +149,7 @@ def hosts(draw: st.DrawFn) -> HostFacts:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(hosts(), st.integers(1, 8), st.booleans())
 def test_planner_on_random_hosts_gives_disjoint_allowed_pools(
     facts: HostFacts, min_cpus: int, bind_irq: bool
@@ -163,3 +165,20 @@ def test_planner_on_random_hosts_gives_disjoint_allowed_pools(
         assert all(len(p.cpus) >= min_cpus for p in result.npus)
     else:
         assert result.reason
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.dictionaries(st.integers(0, 15), st.lists(st.integers(0, 40), min_size=1,
+                                                    max_size=10).map(lambda c: sorted(set(c)))))
+def test_overlap_groups_partition_npus_into_cpu_disjoint_groups(
+    base: dict[int, list[int]],
+) -> None:
+    groups = overlap_groups(base)
+    assert sorted(n for ids, _ in groups for n in ids) == sorted(base)
+    owner = {n: i for i, (ids, _) in enumerate(groups) for n in ids}
+    for a in base:
+        for b in base:
+            if set(base[a]) & set(base[b]):
+                assert owner[a] == owner[b]
+    cpus = [c for _, group_cpus in groups for c in group_cpus]
+    assert len(cpus) == len(set(cpus))

@@ -141,3 +141,11 @@ def test_950_cluster_pools_refuse_invalid_inputs() -> None:
 def test_uvb_pool_is_node_zero_without_cpu_zero() -> None:
     assert uvb_pool({0: [0, 1, 2], 1: [3]}, [0, 2, 3]) == [2]
     assert uvb_pool({1: [3]}, [3]) == []
+
+
+def test_topo_affinity_chains_of_overlaps_merge_into_one_group() -> None:
+    # 0 and 2 are apart until 3 bridges them; 1 stays alone.
+    affinity = {0: R(0, 4), 1: R(10, 14), 2: R(6, 8), 3: R(3, 7)}
+    result = topo_affinity_pools(affinity, list(R(16)), {0: list(R(16))}, [0, 1, 2, 3], 1)
+    assert result.groups == [([0, 2, 3], list(R(0, 8))), ([1], list(R(10, 14)))]
+    assert result.pools == {0: [0, 1], 1: [*R(10, 14)], 2: [2, 3], 3: [4, 5, 6, 7]}

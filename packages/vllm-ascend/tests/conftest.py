@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +13,19 @@ from pathlib import Path
 import pytest
 
 PKG_ROOT = Path(__file__).resolve().parents[1]
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="vllm_ascend_tests_"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """vLLM caches its platform per process: this suite runs in-process tests on the Ascend
+    host-CPU platform, offline, with an in-process engine and throwaway caches/homes."""
+    os.environ["HOME"] = str(_SESSION_DIR / "home")  # log files and caches stay out of ~
+    for key, value in {
+        "VLLM_ASCEND_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(_SESSION_DIR / "vllm_cache"),
+        "XDG_CONFIG_HOME": str(_SESSION_DIR / "xdg"),
+    }.items():
+        os.environ.setdefault(key, value)
 TESTS_DIR = Path(__file__).resolve().parent
 
 
@@ -32,7 +46,7 @@ def write_tiny_qwen3(path: Path, *, layers: int = 2, with_weights: bool = False)
         vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, head_dim=64,
         max_position_embeddings=512, tie_word_embeddings=False, torch_dtype="float32",
-        bos_token_id=1, eos_token_id=2,
+        bos_token_id=1, eos_token_id=2, architectures=["Qwen3ForCausalLM"],
     )
     config.save_pretrained(path)
     if with_weights:
@@ -78,6 +92,37 @@ def run_python(code: str, env: dict[str, str], timeout: float = 300) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen3_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3 with seeded random weights saved (for generation tests)."""
+    return write_tiny_qwen3(tmp_path_factory.mktemp("tiny_w") / "qwen3", with_weights=True)
+
+
+@pytest.fixture(scope="session")
+def ascend_cpu_platform():
+    """vLLM's current platform, which must be the Ascend host-CPU platform in this session."""
+    from vllm.platforms import current_platform
+
+    from vllm_ascend.platform_cpu import AscendCpuPlatform
+
+    assert isinstance(current_platform, AscendCpuPlatform), type(current_platform)
+    return current_platform
+
+
+@pytest.fixture
+def make_vllm_config(tiny_qwen3, ascend_cpu_platform):
+    """Build a real VllmConfig for the tiny model through the active platform."""
+
+    def build(**kwargs):
+        from vllm.engine.arg_utils import EngineArgs
+
+        args = {"model": str(tiny_qwen3), "load_format": "dummy", "dtype": "float32",
+                "max_model_len": 256, **kwargs}
+        return EngineArgs(**args).create_engine_config()
+
+    return build
+
+
 @pytest.fixture
 def py_runner():
     return run_python
@@ -86,3 +131,45 @@ def py_runner():
 @pytest.fixture
 def make_env():
     return base_env
+
+
+@pytest.fixture
+def fake_torch_npu(monkeypatch):
+    """A stand-in ``torch_npu`` module in sys.modules (the only NPU seam)."""
+    import importlib.machinery
+    import types
+
+    calls: list[tuple] = []
+
+    class Props:
+        uuid = "npu-uuid-0"
+        cube_core_num = 20
+
+    class Stream:
+        def __init__(self) -> None:
+            calls.append(("Stream",))
+
+    class StreamCtx:
+        def __init__(self, stream) -> None:
+            self.stream = stream
+
+        def __enter__(self):
+            calls.append(("enter", self.stream))
+
+        def __exit__(self, *exc):
+            calls.append(("exit", self.stream))
+
+    npu = types.SimpleNamespace(
+        Stream=Stream, stream=StreamCtx, current_stream=lambda: "current",
+        set_device=lambda d: calls.append(("set_device", d)),
+        get_device_name=lambda i: f"Ascend910B{i}", get_device_properties=lambda i: Props(),
+        reset_peak_memory_stats=lambda d: calls.append(("reset_peak", d)),
+        max_memory_allocated=lambda d: calls.append(("max_alloc", d)) or 1234,
+        get_soc_version=lambda: 223,
+    )
+    module = types.ModuleType("torch_npu")
+    module.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
+    module.npu = npu
+    module.calls = calls
+    monkeypatch.setitem(sys.modules, "torch_npu", module)
+    return module

@@ -7,9 +7,12 @@ Importing the package is cheap: names are loaded on first use (PEP 562), and
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not typing.TYPE_CHECKING: importing typing alone would cost more than this whole module.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ascend_config import envs
     from ascend_config.decorator import config
     from ascend_config.dump import dump_config_file, write_dump_config

@@ -39,6 +39,8 @@ class EnvVar:
         if self.kind == "int":
             if self.int_range:
                 lo, hi = self.int_range
+                if hi - lo > 4:
+                    return f"an integer from {lo} to {hi}"
                 return ", ".join(str(i) for i in range(lo, hi + 1))
             return "an integer"
         if self.kind == "choice":

@@ -22,8 +22,9 @@ class FactsError(ValueError):
     """Deployment facts that cannot be loaded (bad file, unknown field, wrong type)."""
 
 
-def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return None if value is None else types.MappingProxyType(dict(value))
+def _frozen_mapping(value: Any) -> Any:
+    # Wrong types are left as given so that check_fields can report them.
+    return types.MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,11 @@ class DeploymentFacts:
     def __post_init__(self) -> None:
         # Mappings are wrapped read-only so a shared facts object cannot be changed behind a
         # resolved config's back; lists given for architectures become tuples.
-        object.__setattr__(self, "architectures", tuple(self.architectures))
+        if isinstance(self.architectures, list):
+            object.__setattr__(self, "architectures", tuple(self.architectures))
         object.__setattr__(self, "quant_description", _frozen_mapping(self.quant_description))
-        extra = _frozen_mapping(self.kv_connector_extra_config) or types.MappingProxyType({})
-        object.__setattr__(self, "kv_connector_extra_config", extra)
+        object.__setattr__(self, "kv_connector_extra_config",
+                           _frozen_mapping(self.kv_connector_extra_config))
 
     def __hash__(self) -> int:
         return hash(json.dumps(self.to_dict(), sort_keys=True, default=str))
@@ -108,7 +110,8 @@ class DeploymentFacts:
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
             raise FactsError(f"unknown deployment fact(s) {unknown}; known: {sorted(known)}")
-        problems = [p for name, v in data.items() if (p := _type_problem(name, v))]
+        problems = [f"{name}: got {v!r:.60}, expected {want}" for name, v in data.items()
+                    if (want := field_problem(name, v))]
         if problems:
             raise FactsError("; ".join(problems))
         kwargs = dict(data)
@@ -140,7 +143,19 @@ _BOOL_FIELDS = {
 _OPT_STR_FIELDS = {"quantization", "kv_connector", "speculative_method"}
 
 
-def _type_problem(name: str, value: Any) -> str | None:
+def check_fields(facts: DeploymentFacts) -> list[tuple[str, Any, str]]:
+    """(field, value, what is allowed) for every field of ``facts`` with a wrong type."""
+    out = []
+    for f in dataclasses.fields(facts):
+        value = getattr(facts, f.name)
+        want = field_problem(f.name, value)
+        if want:
+            out.append((f.name, value, want))
+    return out
+
+
+def field_problem(name: str, value: Any) -> str | None:
+    """What field ``name`` allows when ``value`` does not fit, else None."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if name in _INT_FIELDS:
         ok = is_int and value >= 0
@@ -167,4 +182,4 @@ def _type_problem(name: str, value: Any) -> str | None:
         ok, want = value is None or isinstance(value, Mapping), "an object or null"
     else:  # kv_connector_extra_config
         ok, want = isinstance(value, Mapping), "an object"
-    return None if ok else f"{name}: got {value!r:.60}, expected {want}"
+    return None if ok else want

@@ -46,7 +46,7 @@ def _table(docs: list[KeyDoc], strip: str) -> list[str]:
     for doc in docs:
         default = "(section)" if doc.is_section else _code(doc.default)
         env = f"`{doc.env}`" if doc.env else ""
-        lines.append(f"| `{doc.path[len(strip):]}` | {doc.type_text} | {default} | "
+        lines.append(f"| `{doc.path[len(strip):]}` | {_cell(doc.type_text)} | {default} | "
                      f"{_cell(doc.allowed)} | {env} | {_cell(doc.description)} |")
     return lines
 
@@ -57,7 +57,8 @@ def render_markdown() -> str:
     canonical = [d for d in docs if not d.deprecated]
     sections = [d for d in canonical if d.is_section]
     out = [HEADER, "## Top-level keys", ""]
-    out += _table([d for d in canonical if "." not in d.path], "")
+    out += _table([d for d in canonical if "." not in d.path and not d.is_section], "")
+    out += ["", "Sections: " + ", ".join(f"`{d.path}`" for d in sections) + "."]
     for section in sections:
         prefix = section.path + "."
         children = [d for d in canonical

@@ -20,7 +20,7 @@ from ascend_config import (
 )
 from ascend_config.env_registry import BY_NAME
 from ascend_config.errors import AscendConfigError, Problem, make_problem
-from ascend_config.facts import KV_ROLES, SOCS, DeploymentFacts
+from ascend_config.facts import DeploymentFacts, check_fields
 from ascend_config.model import AscendConfig
 from ascend_config.rule_context import RuleContext
 from ascend_config.schema_scheduler import LEGACY_SCHEDULER_KEYS
@@ -71,13 +71,10 @@ def _given_paths(raw: Mapping[Any, Any], prefix: str = "", depth: int = 0) -> se
 def _check_facts(facts: object) -> tuple[DeploymentFacts, list[Problem]]:
     if not isinstance(facts, DeploymentFacts):
         return DeploymentFacts(), [make_problem("facts", facts, "a DeploymentFacts instance")]
-    problems = []
-    if facts.soc not in SOCS:
-        problems.append(make_problem("facts.soc", facts.soc, " | ".join(SOCS)))
-    if facts.kv_role is not None and facts.kv_role not in KV_ROLES:
-        problems.append(make_problem("facts.kv_role", facts.kv_role,
-                                     "null | " + " | ".join(KV_ROLES)))
-    return facts, problems
+    problems = [make_problem(f"facts.{name}", value, allowed)
+                for name, value, allowed in check_fields(facts)]
+    # Rules would trip over wrongly typed facts; judge the config against the defaults instead.
+    return (DeploymentFacts() if problems else facts), problems
 
 
 def _prepare(additional_config: object, ctx: RuleContext) -> dict[str, Any]:

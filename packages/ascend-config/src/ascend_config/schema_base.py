@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -20,7 +22,31 @@ Bool = StrictBool
 Int = StrictInt
 Float = StrictFloat
 Str = StrictStr
-JsonObject = dict[StrictStr, Any]
+MAX_JSON_DEPTH = 32
+
+
+def _plain_json(value: Any, depth: int = 0) -> Any:
+    # Free-form objects (dump_config, method_params) must survive to_json/from_json unchanged:
+    # plain JSON types only, finite numbers, bounded depth.
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError("object keys must be strings")
+            _plain_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _plain_json(item, depth + 1)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("numbers must be finite (no NaN or Infinity)")
+    elif value is not None and not isinstance(value, (bool, int, str)):
+        raise ValueError(f"{type(value).__name__} is not a JSON value")
+    return value
+
+
+JsonObject = Annotated[dict[StrictStr, Any], AfterValidator(_plain_json)]
 
 
 class Section(BaseModel):
@@ -68,5 +94,11 @@ def sub(model: type[Section], description: str) -> Any:
     return Field(default_factory=model, description=description)
 
 
-NonNegInt = Annotated[StrictInt, Field(ge=0)]
-PosInt = Annotated[StrictInt, Field(gt=0)]
+def _require_int(value: Any) -> Any:
+    # Literal[0, 1] alone would accept True for 1 and 1.0 for 1; these keys are integers.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("must be an integer")
+    return value
+
+
+RequireInt = BeforeValidator(_require_int)

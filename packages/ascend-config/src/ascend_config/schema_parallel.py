@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import field_validator
 
-from ascend_config.schema_base import Bool, Int, Section, Str, opt
+from ascend_config.schema_base import Bool, Int, RequireInt, Section, Str, opt
 
 EPLB_STAGES = ("all", "prefill", "decode")
 EPLB_LEGACY_FIELDS = (
@@ -54,7 +54,8 @@ class EplbConfig(Section):
         None, "where to record the expert map (.json); implies dynamic_eplb",
         allowed="null or a .json path")
     num_redundant_experts: Int = opt(0, "redundant expert replicas", ge=0)
-    eplb_policy_type: Literal[0, 1, 2, 3] = opt(2, "rebalancing policy", allowed="0, 1, 2 or 3")
+    eplb_policy_type: Annotated[Literal[0, 1, 2, 3], RequireInt] = opt(
+        2, "rebalancing policy", allowed="0, 1, 2 or 3")
     eplb_heat_collection_stage: Literal["all", "prefill", "decode"] = opt(
         "all", "which stage's expert heat is collected")
     load_collection_phase: Literal["all", "prefill", "decode"] = opt(
@@ -62,14 +63,6 @@ class EplbConfig(Section):
         "--enable-eplb)")
 
     _check_map = field_validator("expert_map_path", "expert_map_record_path")(_json_path)
-
-    @field_validator("eplb_policy_type", mode="before")
-    @classmethod
-    def _policy_is_int(cls, value: object) -> object:
-        # Literal[0..3] would accept True as 1 and 2.0 as 2; the policy is an integer.
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("must be an integer")
-        return value
 
 
 class CpuBindingConfig(Section):

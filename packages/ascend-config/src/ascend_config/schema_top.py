@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic.config import JsonDict
 
-from ascend_config.schema_base import Bool, Int, JsonObject, Section, Str, opt, sub
+from ascend_config.schema_base import Bool, Int, JsonObject, RequireInt, Section, Str, opt, sub
 from ascend_config.schema_compilation import (
     AscendCompilationConfig,
     AscendFusionConfig,
@@ -63,7 +63,7 @@ class TopLevelOptions(Section):
     multistream_dsv4_dsa_overlap: Bool = opt(True, "DeepSeek-V4 DSA multistream overlap")
     enable_prefill_mc2: Bool = opt(
         False, "MC2 capacity from max_num_batched_tokens (prefill may use MC2)")
-    enable_fused_mc2: Literal[0, 1] = opt(
+    enable_fused_mc2: Annotated[Literal[0, 1], RequireInt] = opt(
         0, "1 allows dispatch_ffn_combine / mega_moe (not MiniMaxM3; forced 0 when MegaMoE is "
         "installed but the model does not fit it)", env="VLLM_ASCEND_ENABLE_FUSED_MC2",
         allowed="0 or 1")
@@ -75,7 +75,7 @@ class TopLevelOptions(Section):
     pa_shape_list: tuple[Int, ...] = opt(
         (), "shapes for which the legacy paged-attention kernel is preferred",
         allowed="a list of integers")
-    weight_nz_mode: Literal[0, 1, 2] = opt(
+    weight_nz_mode: Annotated[Literal[0, 1, 2], RequireInt] = opt(
         1, "weight NZ layout: 0 off, 1 quantized weights only, 2 also BF16/FP16 (forced 0 by "
         "rl_config.enabled and batch invariance)", env="VLLM_ASCEND_ENABLE_NZ",
         allowed="0, 1 or 2")

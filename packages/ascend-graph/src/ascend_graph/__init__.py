@@ -38,7 +38,32 @@ _EXPORTS: dict[str, str] = {
     "decode_batch_sizes": "ascend_graph.graphs.params",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BACKENDS",
+    "PASS_NAMES",
+    "PASS_SWITCHES",
+    "SWITCH_DEFAULTS",
+    "AscendBackend",
+    "BreakableGraphWrapper",
+    "GraphCaptureError",
+    "GraphFusionPassManager",
+    "GraphParams",
+    "GraphParamsStore",
+    "GraphRuntime",
+    "GraphWrapper",
+    "NPUGraphRuntime",
+    "NpuGraphOptions",
+    "NpuGraphUnavailableError",
+    "RecordingRuntime",
+    "RuntimeMode",
+    "Segment",
+    "compile_graph",
+    "compute_hash",
+    "decode_batch_sizes",
+    "inductor_pass",
+    "make_backend",
+    "translate_capture_error",
+]
 
 if TYPE_CHECKING:
     from ascend_graph.backend import AscendBackend, make_backend

@@ -1,9 +1,9 @@
 """`make_backend`: the Ascend fusions for plain `torch.compile`, without vLLM.
 
-    backend = ascend_graph.make_backend({"muls_add_scale": 2.5})
-    with torch.no_grad():
-        out = torch.compile(model, backend=backend)(x)
-    backend.report   # {"noop_elimination": 0, ..., "muls_add": 2}
+backend = ascend_graph.make_backend({"muls_add_scale": 2.5})
+with torch.no_grad():
+    out = torch.compile(model, backend=backend)(x)
+backend.report   # {"noop_elimination": 0, ..., "muls_add": 2}
 """
 
 from __future__ import annotations

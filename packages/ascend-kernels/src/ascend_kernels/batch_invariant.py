@@ -207,9 +207,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return result
 
 
-def linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Batch-invariant ``torch.nn.functional.linear``: ``x @ weight.T (+ bias)``."""
     _state.count("linear")
     lead = x.shape[:-1]

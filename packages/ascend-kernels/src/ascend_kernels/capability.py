@@ -3,9 +3,11 @@
 The reference implementations (soc ``"cpu"``) run every op for float32, bfloat16 and float16
 with any head size. The NPU rows restate what the existing vllm-ascend plugin relies on
 (reference/upstream-behaviour.md, sections 11.1 and 12.6):
-- the qk-norm + rope kernel (``qkv_rmsnorm_rope``, ``qkv_rmsnorm_rope_simt`` on A5) is used only
-  for bfloat16 models with head size 128 (the fusion pass registers only when
-  ``head_size == 128``);
+- the qk-norm + rope kernel (vllm-ascend's Triton ``split_qkv_rmsnorm_rope``, ``_simt`` on A5)
+  is bfloat16 only (it casts to ``tl.bfloat16``) and loads a head with
+  ``tl.arange(0, HEAD_DIM)``, which needs a power of two; the upstream fusion pass enables it
+  only for ``head_size == 128`` (section 12.6). We allow 64 and 128: the sizes of the models
+  this plugin targets that satisfy the kernel's constraint;
 - the MX fp8 kernels (``npu_dynamic_mx_quant`` and its RMSNorm fusions) exist on A5 only;
 - the add+RMSNorm+quant fusions are used for bfloat16/float16 models;
 - the LoRA expand kernels come from the compiled custom-op extension, which A5 disables;
@@ -36,7 +38,9 @@ _NPU_TABLE: dict[str, tuple[frozenset[str], frozenset[torch.dtype], frozenset[in
     "rms_norm_dynamic_mx_quant": (frozenset({"A5"}), HALF_DTYPES, None),
     "rotary_embedding": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
     "split_qkv_rmsnorm_rope": (
-        frozenset({"A2", "A3", "A5"}), frozenset({torch.bfloat16}), frozenset({128}),
+        frozenset({"A2", "A3", "A5"}),
+        frozenset({torch.bfloat16}),
+        frozenset({64, 128}),
     ),
     "muls_add": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
     "bgmv_expand": (frozenset({"A2", "A3", "310P"}), HALF_DTYPES, None),

@@ -49,8 +49,12 @@ def register_meta_if_necessary(
     try:
         torch._C._dispatch_find_schema_or_throw(name, overload)
     except RuntimeError as exc:
-        raise ValueError(f"operator {name}{'.' + overload if overload else ''} is not defined") from exc
-    if torch._C._dispatch_has_kernel_for_dispatch_key(f"{name}{'.' + overload if overload else ''}", "Meta"):
+        raise ValueError(
+            f"operator {name}{'.' + overload if overload else ''} is not defined"
+        ) from exc
+    if torch._C._dispatch_has_kernel_for_dispatch_key(
+        f"{name}{'.' + overload if overload else ''}", "Meta"
+    ):
         return False
     meta_registry.library(ns).impl(target, fn, "Meta")
     return True

@@ -29,7 +29,11 @@ def rms_norm(npu: ModuleType, x: torch.Tensor, weight: torch.Tensor, eps: float)
 
 
 def add_rms_norm(
-    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    npu: ModuleType,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # npu_add_rms_norm -> (y, rstd, x1 + x2); it has no bias input, so the bias is added after.
@@ -53,8 +57,14 @@ def dynamic_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def add_rms_norm_quant(
-    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-    scale: torch.Tensor, offset: torch.Tensor, eps: float, bias: torch.Tensor | None = None,
+    npu: ModuleType,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # npu_add_rms_norm_quant -> (y1, y2, x1 + x2); bias goes in as beta.
     kwargs: dict[str, Any] = {"epsilon": eps}
@@ -65,7 +75,11 @@ def add_rms_norm_quant(
 
 
 def add_rms_norm_dynamic_quant(
-    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    npu: ModuleType,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # -> (y1, y2, x1 + x2, scale1, scale2); output_mask asks for the first quantization only.
@@ -105,8 +119,14 @@ def _trim_mx_scale(scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def rotary_embedding(
-    npu: ModuleType, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-    cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int, is_neox: bool,
+    npu: ModuleType,
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if rotary_dim != head_size:
         # The kernel rotates whole heads; partial rotary stays on the reference (any device).
@@ -123,10 +143,20 @@ def rotary_embedding(
 
 
 def split_qkv_rmsnorm_rope(
-    npu: ModuleType, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-    positions: torch.Tensor, cos_sin_cache: torch.Tensor, q_size: int, kv_size: int,
-    head_size: int, rotary_dim: int, is_neox: bool, eps: float,
-    q_bias: torch.Tensor | None = None, k_bias: torch.Tensor | None = None,
+    npu: ModuleType,
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_size: int,
+    kv_size: int,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+    eps: float,
+    q_bias: torch.Tensor | None = None,
+    k_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # torch_npu has no single kernel: per-head npu_rms_norm (+ bias) then the rope kernel.
     tokens = qkv.shape[0]
@@ -138,8 +168,14 @@ def split_qkv_rmsnorm_rope(
     if k_bias is not None:
         k_n = k_n + k_bias
     q_rot, k_rot = rotary_embedding(
-        npu, positions, q_n.reshape(tokens, q_size), k_n.reshape(tokens, kv_size),
-        cos_sin_cache, head_size, rotary_dim, is_neox,
+        npu,
+        positions,
+        q_n.reshape(tokens, q_size),
+        k_n.reshape(tokens, kv_size),
+        cos_sin_cache,
+        head_size,
+        rotary_dim,
+        is_neox,
     )
     return q_rot, k_rot, v.contiguous()
 

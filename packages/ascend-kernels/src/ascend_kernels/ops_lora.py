@@ -23,23 +23,32 @@ def _weights3(weight: torch.Tensor) -> torch.Tensor:
 def _check(
     x: torch.Tensor, w3: torch.Tensor, y: torch.Tensor, slice_offset: int, slice_size: int
 ) -> None:
-    check(x.dim() == 2 and y.dim() == 2, f"x and y must be 2-D, got {list(x.shape)}, {list(y.shape)}")
-    check(x.shape[0] == y.shape[0], f"x and y need the same token count, got {x.shape[0]}, {y.shape[0]}")
+    check(
+        x.dim() == 2 and y.dim() == 2, f"x and y must be 2-D, got {list(x.shape)}, {list(y.shape)}"
+    )
+    check(
+        x.shape[0] == y.shape[0],
+        f"x and y need the same token count, got {x.shape[0]}, {y.shape[0]}",
+    )
     check(
         w3.shape[1] == slice_size and w3.shape[2] == x.shape[1],
         f"weight must be [num_loras, slice_size={slice_size}, rank={x.shape[1]}],"
         f" got {list(w3.shape)}",
     )
     check(
-        0 <= slice_offset and slice_offset + slice_size <= y.shape[1],
+        slice_offset >= 0 and slice_offset + slice_size <= y.shape[1],
         f"slice [{slice_offset}, {slice_offset + slice_size}) must lie within y's"
         f" {y.shape[1]} columns",
     )
 
 
 def _expand(
-    x: torch.Tensor, w3: torch.Tensor, token_lora: torch.Tensor, y: torch.Tensor,
-    slice_offset: int, slice_size: int,
+    x: torch.Tensor,
+    w3: torch.Tensor,
+    token_lora: torch.Tensor,
+    y: torch.Tensor,
+    slice_offset: int,
+    slice_size: int,
 ) -> torch.Tensor:
     out = y.clone(memory_format=torch.contiguous_format)
     target = out[:, slice_offset : slice_offset + slice_size]
@@ -56,8 +65,12 @@ def _expand(
 
 
 def bgmv_expand(
-    x: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor, y: torch.Tensor,
-    slice_offset: int, slice_size: int,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    y: torch.Tensor,
+    slice_offset: int,
+    slice_size: int,
 ) -> torch.Tensor:
     """Reference ``ascend::bgmv_expand``: one LoRA index per token."""
     w3 = _weights3(weight)
@@ -70,8 +83,13 @@ def bgmv_expand(
 
 
 def sgmv_expand(
-    x: torch.Tensor, weight: torch.Tensor, lora_indices: torch.Tensor, seq_len: torch.Tensor,
-    y: torch.Tensor, slice_offset: int, slice_size: int,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    lora_indices: torch.Tensor,
+    seq_len: torch.Tensor,
+    y: torch.Tensor,
+    slice_offset: int,
+    slice_size: int,
 ) -> torch.Tensor:
     """Reference ``ascend::sgmv_expand``: one LoRA index per sequence of ``seq_len`` tokens."""
     w3 = _weights3(weight)
@@ -88,16 +106,25 @@ def sgmv_expand(
 
 
 def bgmv_expand_fake(
-    x: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor, y: torch.Tensor,
-    slice_offset: int, slice_size: int,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    y: torch.Tensor,
+    slice_offset: int,
+    slice_size: int,
 ) -> torch.Tensor:
     """Fake ``ascend::bgmv_expand``: a new tensor shaped like ``y``."""
     return torch.empty(y.shape, dtype=y.dtype, device=y.device)
 
 
 def sgmv_expand_fake(
-    x: torch.Tensor, weight: torch.Tensor, lora_indices: torch.Tensor, seq_len: torch.Tensor,
-    y: torch.Tensor, slice_offset: int, slice_size: int,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    lora_indices: torch.Tensor,
+    seq_len: torch.Tensor,
+    y: torch.Tensor,
+    slice_offset: int,
+    slice_size: int,
 ) -> torch.Tensor:
     """Fake ``ascend::sgmv_expand``: a new tensor shaped like ``y``."""
     return torch.empty(y.shape, dtype=y.dtype, device=y.device)

@@ -27,7 +27,9 @@ def num_blocks(width: int) -> int:
     return (width + BLOCK - 1) // BLOCK
 
 
-def mx_into(src32: torch.Tensor, q: torch.Tensor, scale_bytes: torch.Tensor, scratch: Scratch) -> None:
+def mx_into(
+    src32: torch.Tensor, q: torch.Tensor, scale_bytes: torch.Tensor, scratch: Scratch
+) -> None:
     """Quantize float32 rows ``src32`` ``[n, M, H]`` into ``q`` (e4m3) and ``scale_bytes`` (uint8).
 
     ``scale_bytes`` is the e8m0 encoding (biased exponent) viewed as uint8, ``[n, M, blocks]``.
@@ -133,8 +135,13 @@ def add_rms_norm_dynamic_mx_quant(
     """Reference ``ascend::add_rms_norm_dynamic_mx_quant`` -> ``(q, scale, residual_out)``."""
     residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     q, scale = rms_norm_dynamic_mx_quant_out(
-        x, weight, eps, out=_q_like(x), scale_out=_mx_scale_like(x),
-        residual=residual, residual_out=residual_out,
+        x,
+        weight,
+        eps,
+        out=_q_like(x),
+        scale_out=_mx_scale_like(x),
+        residual=residual,
+        residual_out=residual_out,
     )
     return q, scale, residual_out
 

@@ -44,7 +44,9 @@ def rms_into(
 
 def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     check_floating("x", x)
-    check(x.dim() >= 1 and x.shape[-1] > 0, f"x must have a non-empty last dim, got {list(x.shape)}")
+    check(
+        x.dim() >= 1 and x.shape[-1] > 0, f"x must have a non-empty last dim, got {list(x.shape)}"
+    )
     check_vector("weight", weight, x.shape[-1])
     if bias is not None:
         check_vector("bias", bias, x.shape[-1])

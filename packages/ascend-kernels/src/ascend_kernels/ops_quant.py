@@ -18,7 +18,10 @@ from ascend_kernels.validation import check, check_floating
 
 
 def quant_into(
-    src32: torch.Tensor, scale32: torch.Tensor, offset32: torch.Tensor, q: torch.Tensor,
+    src32: torch.Tensor,
+    scale32: torch.Tensor,
+    offset32: torch.Tensor,
+    q: torch.Tensor,
     tmp: torch.Tensor,
 ) -> None:
     """``q = int8(clamp(round(src32 / scale32 + offset32)))`` via the float32 ``tmp``."""
@@ -28,7 +31,10 @@ def quant_into(
 
 
 def dynamic_quant_into(
-    src32: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, tmp: torch.Tensor,
+    src32: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    tmp: torch.Tensor,
     col: torch.Tensor,
 ) -> None:
     """Per-row symmetric int8: ``scale = amax/127`` into ``scale`` (shape of ``col`` minus 1)."""
@@ -172,8 +178,15 @@ def add_rms_norm_quant(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference ``ascend::add_rms_norm_quant`` -> ``(q, residual_out)``."""
     return add_rms_norm_quant_out(
-        x, residual, weight, scale, offset, eps, bias,
-        out=_int8_like(x), residual_out=torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        x,
+        residual,
+        weight,
+        scale,
+        offset,
+        eps,
+        bias,
+        out=_int8_like(x),
+        residual_out=torch.empty(x.shape, dtype=x.dtype, device=x.device),
     )
 
 
@@ -186,8 +199,13 @@ def add_rms_norm_dynamic_quant(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Reference ``ascend::add_rms_norm_dynamic_quant`` -> ``(q, scale, residual_out)``."""
     return add_rms_norm_dynamic_quant_out(
-        x, residual, weight, eps, bias,
-        out=_int8_like(x), scale_out=_scale_like(x),
+        x,
+        residual,
+        weight,
+        eps,
+        bias,
+        out=_int8_like(x),
+        scale_out=_scale_like(x),
         residual_out=torch.empty(x.shape, dtype=x.dtype, device=x.device),
     )
 

@@ -36,7 +36,9 @@ def _check_rope(
 def _heads_view(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torch.Tensor:
     width = t.shape[-1] if t.dim() == 2 else t.shape[-1] * t.shape[-2]
     check(
-        t.dim() in (2, 3) and t.shape[0] == tokens and width % head_size == 0
+        t.dim() in (2, 3)
+        and t.shape[0] == tokens
+        and width % head_size == 0
         and (t.dim() == 2 or t.shape[-1] == head_size),
         f"{name} must be [T={tokens}, heads * {head_size}] or [T, heads, {head_size}],"
         f" got {list(t.shape)}",
@@ -45,8 +47,14 @@ def _heads_view(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torc
 
 
 def rope_into(
-    cos32: torch.Tensor, sin32: torch.Tensor, x: torch.Tensor, out: torch.Tensor,
-    rotary_dim: int, is_neox: bool, scratch: Scratch, tag: str,
+    cos32: torch.Tensor,
+    sin32: torch.Tensor,
+    x: torch.Tensor,
+    out: torch.Tensor,
+    rotary_dim: int,
+    is_neox: bool,
+    scratch: Scratch,
+    tag: str,
 ) -> None:
     """Rotate ``x`` ``[n, heads, head_size]`` into ``out``; cos/sin are ``[n, 1, rotary_dim/2]``."""
     n, heads, head_size = x.shape
@@ -79,7 +87,7 @@ def _cos_sin(
     return cs[:, None, :half], cs[:, None, half:]
 
 
-def rotary_embedding(
+def rotary_embedding_out(
     positions: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -87,8 +95,11 @@ def rotary_embedding(
     head_size: int,
     rotary_dim: int,
     is_neox: bool,
+    *,
+    q_out: torch.Tensor,
+    k_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::rotary_embedding`` -> ``(q_out, k_out)``."""
+    """``rotary_embedding`` into preallocated contiguous ``q_out``/``k_out`` (shapes of q/k)."""
     _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
     check_floating("q", q)
     check_floating("k", k)
@@ -96,8 +107,6 @@ def rotary_embedding(
     tokens = pos.shape[0]
     q3 = _heads_view(q, tokens, head_size, "q")
     k3 = _heads_view(k, tokens, head_size, "k")
-    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
     per_token = (q3.shape[1] + k3.shape[1]) * head_size
     scratch = Scratch(chunk_rows(tokens, per_token), q.device)
@@ -108,9 +117,36 @@ def rotary_embedding(
     return q_out, k_out
 
 
+def rotary_embedding(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference ``ascend::rotary_embedding`` -> ``(q_out, k_out)``."""
+    return rotary_embedding_out(
+        positions,
+        q,
+        k,
+        cos_sin_cache,
+        head_size,
+        rotary_dim,
+        is_neox,
+        q_out=torch.empty(q.shape, dtype=q.dtype, device=q.device),
+        k_out=torch.empty(k.shape, dtype=k.dtype, device=k.device),
+    )
+
+
 def _norm_heads(
-    src: torch.Tensor, w32: torch.Tensor, eps: float, bias: torch.Tensor | None,
-    scratch: Scratch, tag: str,
+    src: torch.Tensor,
+    w32: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None,
+    scratch: Scratch,
+    tag: str,
 ) -> torch.Tensor:
     """Per-head RMSNorm of ``src`` ``[n, heads, head_size]`` stored in its dtype (+ bias after)."""
     n, heads, head_size = src.shape
@@ -125,6 +161,66 @@ def _norm_heads(
         # The replaced graph adds the bias to the stored norm output, in the model dtype.
         normed.add_(bias)
     return normed
+
+
+def split_qkv_rmsnorm_rope_out(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_size: int,
+    kv_size: int,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+    eps: float,
+    q_bias: torch.Tensor | None = None,
+    k_bias: torch.Tensor | None = None,
+    *,
+    q_out: torch.Tensor,
+    k_out: torch.Tensor,
+    v_out: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``split_qkv_rmsnorm_rope`` into preallocated contiguous ``q_out``, ``k_out``, ``v_out``."""
+    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
+    check_floating("qkv", qkv)
+    check(
+        qkv.dim() == 2 and qkv.shape[1] == q_size + 2 * kv_size,
+        f"qkv must be [T, q_size + 2 * kv_size = {q_size + 2 * kv_size}], got {list(qkv.shape)}",
+    )
+    check(
+        q_size % head_size == 0 and kv_size % head_size == 0,
+        f"q_size ({q_size}) and kv_size ({kv_size}) must be multiples of head_size ({head_size})",
+    )
+    for name, t in (
+        ("q_weight", q_weight),
+        ("k_weight", k_weight),
+        ("q_bias", q_bias),
+        ("k_bias", k_bias),
+    ):
+        if t is not None:
+            check_vector(name, t, head_size)
+    pos = positions.reshape(-1)
+    tokens = qkv.shape[0]
+    check(pos.shape[0] == tokens, f"positions must hold T={tokens} values, got {pos.shape[0]}")
+    qh, kh = q_size // head_size, kv_size // head_size
+    v_out.copy_(qkv[:, q_size + kv_size :])
+    qw32, kw32 = q_weight.to(torch.float32), k_weight.to(torch.float32)
+    qo3, ko3 = q_out.view(tokens, qh, head_size), k_out.view(tokens, kh, head_size)
+    per_token = (qh + kh) * head_size
+    scratch = Scratch(chunk_rows(tokens, per_token), qkv.device)
+    for start, stop in chunks(tokens, per_token):
+        n = stop - start
+        rows = qkv[start:stop]
+        q_in = rows[:, :q_size].view(n, qh, head_size)
+        k_in = rows[:, q_size : q_size + kv_size].view(n, kh, head_size)
+        q_n = _norm_heads(q_in, qw32, eps, q_bias, scratch, "q")
+        k_n = _norm_heads(k_in, kw32, eps, k_bias, scratch, "k")
+        cos, sin = _cos_sin(cos_sin_cache, pos[start:stop], scratch, n)
+        rope_into(cos, sin, q_n, qo3[start:stop], rotary_dim, is_neox, scratch, "qr")
+        rope_into(cos, sin, k_n, ko3[start:stop], rotary_dim, is_neox, scratch, "kr")
+    return q_out, k_out, v_out
 
 
 def split_qkv_rmsnorm_rope(
@@ -147,44 +243,25 @@ def split_qkv_rmsnorm_rope(
     Equals: split ``qkv`` into ``[q_size, kv_size, kv_size]``; ``rms_norm`` each head of q and
     k (weights ``[head_size]``; optional bias added to the norm output); ``rotary_embedding``.
     """
-    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
-    check_floating("qkv", qkv)
-    check(
-        qkv.dim() == 2 and qkv.shape[1] == q_size + 2 * kv_size,
-        f"qkv must be [T, q_size + 2 * kv_size = {q_size + 2 * kv_size}], got {list(qkv.shape)}",
-    )
-    check(
-        q_size % head_size == 0 and kv_size % head_size == 0,
-        f"q_size ({q_size}) and kv_size ({kv_size}) must be multiples of head_size ({head_size})",
-    )
-    for name, t in (("q_weight", q_weight), ("k_weight", k_weight), ("q_bias", q_bias),
-                    ("k_bias", k_bias)):
-        if t is not None:
-            check_vector(name, t, head_size)
-    pos = positions.reshape(-1)
     tokens = qkv.shape[0]
-    check(pos.shape[0] == tokens, f"positions must hold T={tokens} values, got {pos.shape[0]}")
-    qh, kh = q_size // head_size, kv_size // head_size
-    new = {"dtype": qkv.dtype, "device": qkv.device}
-    q_out = torch.empty(tokens, q_size, **new)  # type: ignore[arg-type]
-    k_out = torch.empty(tokens, kv_size, **new)  # type: ignore[arg-type]
-    v_out = torch.empty(tokens, kv_size, **new)  # type: ignore[arg-type]
-    v_out.copy_(qkv[:, q_size + kv_size :])
-    qw32, kw32 = q_weight.to(torch.float32), k_weight.to(torch.float32)
-    qo3, ko3 = q_out.view(tokens, qh, head_size), k_out.view(tokens, kh, head_size)
-    per_token = (qh + kh) * head_size
-    scratch = Scratch(chunk_rows(tokens, per_token), qkv.device)
-    for start, stop in chunks(tokens, per_token):
-        n = stop - start
-        rows = qkv[start:stop]
-        q_in = rows[:, :q_size].view(n, qh, head_size)
-        k_in = rows[:, q_size : q_size + kv_size].view(n, kh, head_size)
-        q_n = _norm_heads(q_in, qw32, eps, q_bias, scratch, "q")
-        k_n = _norm_heads(k_in, kw32, eps, k_bias, scratch, "k")
-        cos, sin = _cos_sin(cos_sin_cache, pos[start:stop], scratch, n)
-        rope_into(cos, sin, q_n, qo3[start:stop], rotary_dim, is_neox, scratch, "qr")
-        rope_into(cos, sin, k_n, ko3[start:stop], rotary_dim, is_neox, scratch, "kr")
-    return q_out, k_out, v_out
+    return split_qkv_rmsnorm_rope_out(
+        qkv,
+        q_weight,
+        k_weight,
+        positions,
+        cos_sin_cache,
+        q_size,
+        kv_size,
+        head_size,
+        rotary_dim,
+        is_neox,
+        eps,
+        q_bias,
+        k_bias,
+        q_out=qkv.new_empty((tokens, q_size)),
+        k_out=qkv.new_empty((tokens, kv_size)),
+        v_out=qkv.new_empty((tokens, kv_size)),
+    )
 
 
 def rotary_embedding_fake(

@@ -6,9 +6,11 @@ Typical use (what vllm-ascend does in each worker)::
     p = plan(facts, PlanOptions(min_cpus_per_npu=5))
     print(p.explain())                       # p.reason says why it cannot be applied
     report = apply(p, rank=local_rank)       # never raises; report.done / report.skipped
+
+or all three steps at once: ``bind_worker(local_rank, PlanOptions(...))`` (never raises).
 """
 
-from ascend_topology.apply import ApplyReport, apply
+from ascend_topology.apply import ApplyReport, apply, bind_worker
 from ascend_topology.cpulist import cpu_to_mask, format_cpu_list, parse_cpu_list
 from ascend_topology.errors import (
     CommandError,
@@ -39,6 +41,7 @@ __all__ = [
     "RecordedHostError",
     "TopologyError",
     "apply",
+    "bind_worker",
     "capture_live_host",
     "cpu_to_mask",
     "example_host_dir",

@@ -1,21 +1,23 @@
 """``apply(plan, rank)``: bind a process and its named threads to the plan's CPUs.
 
-Never raises: every failure becomes a line in ``ApplyReport.skipped`` and, when binding the
-process itself fails, the threads already moved get their previous affinity back.
+Never raises: every failure becomes a line in ``ApplyReport.skipped``. The process's own
+thread is bound first, so when that fails nothing has been changed.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascend_topology.cpulist import format_cpu_list
 from ascend_topology.errors import TopologyError
 from ascend_topology.irq import bind_npu_irqs
-from ascend_topology.plan_types import NpuPlan, Plan
+from ascend_topology.live import read_live_host
+from ascend_topology.plan_types import NpuPlan, Plan, PlanOptions
+from ascend_topology.planner import plan as make_plan
 from ascend_topology.system import PROC_ROOT, find_threads_named, read_thread_names, run_command
 
 ACL_THREAD = "acl_thread"
@@ -30,6 +32,7 @@ class ApplyReport:
     rank: int
     pid: int
     npu: int | None = None
+    plan: Plan | None = None
     bound: bool = False
     done: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -47,14 +50,12 @@ def _bind_threads(
 ) -> None:
     names = read_thread_names(pid, proc_root)
     roles = {ACL_THREAD: pool.acl, RELEASE_THREAD: pool.release}
-    previous: dict[int, set[int]] = {}
     counts = {"main": 0, ACL_THREAD: 0, RELEASE_THREAD: 0}
     # The process's own thread first: if it cannot be bound nothing else is touched.
     for tid in sorted(names, key=lambda t: t != pid):
         cpus = roles.get(names[tid]) or pool.main
         role = names[tid] if roles.get(names[tid]) else "main"
         try:
-            previous[tid] = os.sched_getaffinity(tid)
             os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:
             continue  # the thread ended meanwhile
@@ -64,7 +65,6 @@ def _bind_threads(
                     f"process {pid}: cannot set CPU affinity to {format_cpu_list(cpus)} "
                     f"({exc.strerror}); it keeps its current affinity"
                 )
-                _restore(previous, pid)
                 return
             report.skipped.append(f"thread {tid} ({names[tid]}): {exc.strerror}")
             continue
@@ -78,15 +78,6 @@ def _bind_threads(
             report.done.append(f"{counts[role]} {role} -> CPUs {format_cpu_list(cpus)}")
         elif cpus:
             report.skipped.append(f"no thread named {role} in process {pid} (yet)")
-
-
-def _restore(previous: dict[int, set[int]], pid: int) -> None:
-    for tid, cpus in previous.items():
-        if tid != pid:
-            try:
-                os.sched_setaffinity(tid, cpus)
-            except OSError:
-                continue
 
 
 def _bind_uvb(plan: Plan, proc_root: Path, report: ApplyReport) -> None:
@@ -141,7 +132,7 @@ def apply(
     and ``migratepages`` exists; IRQs are bound only with ``options.bind_irq`` and irqbalance
     is stopped only with ``stop_irqbalance=True``. Never raises.
     """
-    report = ApplyReport(rank=rank, pid=os.getpid() if pid is None else pid)
+    report = ApplyReport(rank=rank, pid=os.getpid() if pid is None else pid, plan=plan)
     try:
         if not plan.ok:
             report.skipped.append(f"binding skipped: {plan.reason}")
@@ -164,3 +155,30 @@ def apply(
     except Exception as exc:  # apply must never take the server down
         report.skipped.append(f"binding skipped after an unexpected error: {exc!r}")
     return report
+
+
+def bind_worker(
+    rank: int,
+    options: PlanOptions | None = None,
+    *,
+    soc: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    pid: int | None = None,
+) -> ApplyReport:
+    """Read the live host, plan and apply for local ``rank`` in one call that never raises.
+
+    Why nothing was bound (no npu-smi, too few CPUs, ...) is in ``report.skipped``;
+    ``report.plan`` holds the plan when one was made (``report.plan.explain()`` prints it).
+    """
+    try:
+        facts = read_live_host(soc=soc, environ=environ)
+        result = make_plan(facts, options or PlanOptions())
+    except TopologyError as exc:
+        report = ApplyReport(rank=rank, pid=os.getpid() if pid is None else pid)
+        report.skipped.append(f"binding skipped: {exc}")
+        return report
+    except Exception as exc:  # never take the worker down
+        report = ApplyReport(rank=rank, pid=os.getpid() if pid is None else pid)
+        report.skipped.append(f"binding skipped after an unexpected error: {exc!r}")
+        return report
+    return apply(result, rank, pid=pid)

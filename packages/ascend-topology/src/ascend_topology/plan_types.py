@@ -124,8 +124,12 @@ class Plan:
         }
 
     def to_json(self) -> str:
-        """``to_dict()`` as indented JSON."""
-        return json.dumps(self.to_dict(), indent=2)
+        """``to_dict()`` as JSON, one line per NPU entry and per top-level key."""
+        data = self.to_dict()
+        entries = [f"    {json.dumps(e)}" for e in data.pop("npus")]
+        lines = ['{\n  "npus": [', ",\n".join(entries), "  ],"] if entries else ['{\n  "npus": [],']
+        rest = [f"  {json.dumps(key)}: {json.dumps(value)}" for key, value in data.items()]
+        return "\n".join([*lines, ",\n".join(rest), "}"])
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:

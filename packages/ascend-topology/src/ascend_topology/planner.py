@@ -89,7 +89,7 @@ def _pools(
         result = topo_affinity_pools(facts.affinity, allowed, facts.numa, targets,
                                      options.min_cpus_per_npu)
         if result.pools is not None:
-            problems += _short_groups(result.pools, facts, options.min_cpus_per_npu)
+            problems += _short_groups(result.groups, targets, facts, options.min_cpus_per_npu)
             return mode, result.pools, [], problems
         problems.append(result.reason)
         notes.append("the best valid plan below slices the allowed CPUs instead")
@@ -106,18 +106,25 @@ def _pools(
 
 
 def _short_groups(
-    pools: Mapping[int, Sequence[int]], facts: HostFacts, min_cpus: int
+    groups: Sequence[tuple[list[int], list[int]]],
+    targets: Sequence[int],
+    facts: HostFacts,
+    min_cpus: int,
 ) -> list[str]:
+    """One problem line per group of NPUs (sharing affine CPUs) too small for the minimum."""
     node_of = facts.node_of()
+    wanted = set(targets)
     problems = []
-    for npu, cpus in sorted(pools.items()):
-        if len(cpus) < min_cpus:
-            nodes = sorted({node_of[c] for c in cpus if c in node_of})
-            where = ",".join(str(n) for n in nodes) or "-"
-            problems.append(
-                f"NPU {npu} gets {len(cpus)} CPUs near NUMA node {where} (its affinity, after "
-                f"sharing with NPUs on the same node); it needs at least {min_cpus}"
-            )
+    for npus, pool in groups:
+        if wanted.isdisjoint(npus) or len(pool) // len(npus) >= min_cpus:
+            continue
+        nodes = ",".join(str(n) for n in sorted({node_of[c] for c in pool if c in node_of}))
+        who = f"NPU {npus[0]} needs" if len(npus) == 1 else (
+            f"{len(npus)} NPUs ({format_cpu_list(npus)}) need")
+        problems.append(
+            f"{who} at least {len(npus) * min_cpus} CPUs near NUMA node {nodes or '-'} "
+            f"({min_cpus} per NPU); {len(pool)} are allowed there"
+        )
     return problems
 
 
@@ -146,10 +153,13 @@ def plan(facts: HostFacts, options: PlanOptions | None = None) -> Plan:
     default_node = min(facts.numa)
     entries = []
     smallest = min(len(pools.get(n, ())) for n in targets)
+    affine_node: dict[tuple[int, ...], int] = {}  # many NPUs share one affinity list
     for npu in targets:
         pool = sorted(pools.get(npu, ()))
-        ref = facts.affinity.get(npu) or pool
-        node = _majority_node(ref, node_of, default_node)
+        ref = tuple(facts.affinity.get(npu) or pool)
+        if ref not in affine_node:
+            affine_node[ref] = _majority_node(ref, node_of, default_node)
+        node = affine_node[ref]
         on_node = sum(1 for c in pool if node_of.get(c) == node)
         main, acl, release, irq = split_roles(pool, facts.soc, options.bind_irq)
         entries.append(
@@ -162,7 +172,7 @@ def plan(facts: HostFacts, options: PlanOptions | None = None) -> Plan:
             f"NPU {format_cpu_list(empty)} would get no CPU: {len(facts.allowed_cpus)} allowed "
             f"CPUs cannot give each of {len(facts.logic_npus)} NPUs its own CPU"
         )
-    elif problems:
+    elif smallest < options.min_cpus_per_npu:
         notes.append(
             f"the best valid plan gives the smallest pool {smallest} CPUs; set "
             f"min_cpus_per_npu={smallest} (cpu_binding_config / --min-cpus-per-npu) to use it"

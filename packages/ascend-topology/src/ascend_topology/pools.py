@@ -20,6 +20,8 @@ class PoolResult:
     pools: dict[int, list[int]] | None
     reason: str = ""
     uvb_cpus: list[int] = field(default_factory=list)
+    groups: list[tuple[list[int], list[int]]] = field(default_factory=list)
+    """Topology affinity: (NPUs, shared pool) of each group of NPUs with overlapping CPUs."""
 
 
 def average_distribute(cpus: Sequence[int], npus: Sequence[int]) -> dict[int, list[int]]:
@@ -93,6 +95,30 @@ def _conflict(npu: int, affinity: Mapping[int, Sequence[int]], allowed: Sequence
     )
 
 
+def overlap_groups(base: Mapping[int, Sequence[int]]) -> list[tuple[list[int], set[int]]]:
+    """Group NPUs whose CPU lists share a CPU (transitively): [(sorted NPUs, CPUs)], ordered by
+    their smallest NPU id. Identical lists, the common case, are merged first for speed."""
+    by_list: dict[tuple[int, ...], list[int]] = {}
+    for npu in sorted(base):
+        by_list.setdefault(tuple(base[npu]), []).append(npu)
+    merged: dict[int, tuple[list[int], set[int]]] = {}
+    owner: dict[int, int] = {}
+    for new_index, (cpus, npus) in enumerate(by_list.items()):
+        hits = sorted({owner[c] for c in cpus if c in owner})
+        index = hits[0] if hits else new_index
+        keep = merged.setdefault(index, ([], set()))
+        keep[0].extend(npus)
+        keep[1].update(cpus)
+        for other in hits[1:]:
+            ids, gone = merged.pop(other)
+            keep[0].extend(ids)
+            keep[1].update(gone)
+            owner.update(dict.fromkeys(gone, index))
+        owner.update(dict.fromkeys(cpus, index))
+    groups = [(sorted(ids), cpus) for ids, cpus in merged.values()]
+    return sorted(groups, key=lambda group: group[0][0])
+
+
 def topo_affinity_pools(
     affinity: Mapping[int, Sequence[int]],
     allowed: Sequence[int],
@@ -112,30 +138,19 @@ def topo_affinity_pools(
     for npu in targets:
         if not base[npu]:
             return PoolResult(None, _conflict(npu, affinity, allowed))
-    # Union NPUs whose bases share a CPU (identical bases are the common case).
-    group_of_cpu: dict[int, int] = {}
-    groups: dict[int, set[int]] = {}
-    for npu in npus:
-        hits = {group_of_cpu[c] for c in base[npu] if c in group_of_cpu}
-        gid = min(hits) if hits else npu
-        members = {npu}
-        for other in hits:
-            members |= groups.pop(other)
-        groups[gid] = groups.get(gid, set()) | members
-        for member in members:
-            for cpu in base[member]:
-                group_of_cpu[cpu] = gid
-    claimed = set(group_of_cpu)
+    groups = overlap_groups(base)
+    claimed = {c for _, cpus in groups for c in cpus}
     pools: dict[int, list[int]] = {}
-    for gid in sorted(groups):
-        ids = sorted(groups[gid])
-        pool = sorted({c for m in ids for c in base[m]})
+    shared: list[tuple[list[int], list[int]]] = []
+    for ids, cpus in groups:
+        pool = sorted(cpus)
         if pool and len(pool) < len(ids) * min_cpus_per_npu:
             extra = [c for c in extend_numa(pool, numa, allowed_set) if c not in claimed]
             claimed.update(extra)
             pool = sorted({*pool, *extra})
-        pools.update(average_distribute(pool, ids) if len(ids) > 1 else {gid: pool})
-    return PoolResult({n: pools[n] for n in targets})
+        pools.update(average_distribute(pool, ids) if len(ids) > 1 else {ids[0]: pool})
+        shared.append((ids, pool))
+    return PoolResult({n: pools[n] for n in targets}, groups=shared)
 
 
 def uvb_pool(numa: Numa, allowed: Collection[int]) -> list[int]:

@@ -15,13 +15,16 @@ def make_synthetic_host(
     running: int | None = None,
 ) -> HostFacts:
     """A host with ``cpus`` CPUs in ``numa_nodes`` equal nodes and ``npus`` NPUs spread evenly
-    over the nodes (each NPU affine to its node's CPUs); the first ``running`` NPUs (default
-    all) have a process."""
+    over the nodes (each NPU affine to its node's CPUs; for "A5" over the nodes after 0);
+    the first ``running`` NPUs (default all) have a process."""
     if npus < 1 or numa_nodes < 1 or cpus < numa_nodes:
         raise ValueError("need npus >= 1, numa_nodes >= 1 and cpus >= numa_nodes")
     per_node = cpus // numa_nodes
     numa = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(numa_nodes)}
-    affinity = {i: numa[i * numa_nodes // npus] for i in range(npus)}
+    # Ascend 950 keeps NUMA node 0 for UVB poll threads, so its NPUs sit on the other nodes.
+    first = 1 if soc == "A5" and numa_nodes > 1 else 0
+    spread = numa_nodes - first
+    affinity = {i: numa[first + i * spread // npus] for i in range(npus)}
     return HostFacts(
         soc=soc,
         numa=numa,

@@ -202,3 +202,33 @@ class ExtraForwardContext:
             ctx.additional_kwargs[name] = value
         else:
             setattr(ctx, name, value)
+
+
+# One AscendForwardState per VllmConfig (engine); vLLM calls the platform hook with the
+# config only, so the owner is looked up here. reset_forward_states() clears it.
+_STATES: dict[int, tuple[Any, AscendForwardState]] = {}
+
+
+def state_for(vllm_config: Any, soc: str) -> AscendForwardState:
+    """The engine's forward state (created on first use)."""
+    entry = _STATES.get(id(vllm_config))
+    if entry is None or entry[0] is not vllm_config:
+        entry = (vllm_config, AscendForwardState.from_vllm_config(vllm_config, soc))
+        _STATES[id(vllm_config)] = entry
+    return entry[1]
+
+
+def reset_forward_states() -> None:
+    _STATES.clear()
+
+
+def mrv2_additional_context(
+    soc: str, *, vllm_config: Any, num_tokens: int | None = 0, num_tokens_across_dp: Any = None,
+    **_unused: Any,
+) -> dict[str, Any]:
+    """``Platform.set_additional_forward_context`` for model runner v2 ({} for v1)."""
+    if not getattr(vllm_config, "use_v2_model_runner", False):
+        return {}
+    return state_for(vllm_config, soc).fields(
+        num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True
+    )

@@ -52,8 +52,10 @@ class AllGatherChunkCleanupPass(GraphPass):
             if not isinstance(source, fx.Node) or not same_stream([gathered, chunk]):
                 continue
             src_val, out_val = tensor_meta(source), tensor_meta(chunk)
-            if src_val is not None and out_val is not None and (
-                not same_shape(src_val, out_val) or src_val.dtype != out_val.dtype
+            if (
+                src_val is not None
+                and out_val is not None
+                and (not same_shape(src_val, out_val) or src_val.dtype != out_val.dtype)
             ):
                 continue
             chunk.replace_all_uses_with(source)

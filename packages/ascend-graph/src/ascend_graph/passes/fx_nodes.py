@@ -176,6 +176,41 @@ def propagate_meta(node: fx.Node, label: Any = None) -> None:
         node.meta["val"] = node.target(*args, **kwargs)  # type: ignore[operator]
 
 
+def adopt_meta(fused: fx.Node, items: Sequence[fx.Node], vals: Sequence[Any], label: Any) -> None:
+    """Give a fused node and its getitems the example values of the outputs they replace.
+
+    The replaced nodes are erased, so their values are not shared; this avoids a fake-tensor
+    run per rewrite (the dominant cost otherwise). Falls back to `propagate_meta` when a value
+    is missing.
+    """
+    if any(not isinstance(v, torch.Tensor) for v in vals):
+        propagate_meta(fused, label)
+        for item in items:
+            propagate_meta(item, label)
+        return
+    fused.meta["val"] = tuple(vals)
+    for item, val in zip(items, vals, strict=True):
+        item.meta["val"] = val
+    for node in (fused, *items):
+        if label is not None:
+            node.meta["stream_label"] = label
+
+
+def fresh_like(val: Any) -> Any:
+    """A new contiguous fake tensor shaped like `val` (for an output that is no longer a view)."""
+    mode = getattr(val, "fake_mode", None)
+    if mode is None:
+        return None
+    with mode:
+        return torch.empty_like(val, memory_format=torch.contiguous_format)
+
+
+def meta_item(node: Any, index: int) -> Any:
+    """Element `index` of a multi-output node's example value, if recorded."""
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return val[index] if isinstance(val, (tuple, list)) and len(val) > index else None
+
+
 def erase_dead(nodes: Iterable[fx.Node]) -> None:
     """Erase matched nodes that lost all their users, consumers first."""
     for node in sorted(set(nodes), reverse=True):

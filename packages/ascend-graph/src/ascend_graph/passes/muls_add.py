@@ -74,7 +74,13 @@ class MulsAddPattern(FusionPattern):
             fused = graph.call_function(
                 ascend_op("muls_add"), (v["x"], v["y"], match.attrs["scale"])
             )
-            propagate_meta(fused, stream_label(match.nodes))
+        label = stream_label(match.nodes)
+        if isinstance(add.meta.get("val"), torch.Tensor):
+            fused.meta["val"] = add.meta["val"]
+            if label is not None:
+                fused.meta["stream_label"] = label
+        else:
+            propagate_meta(fused, label)
         add.replace_all_uses_with(fused)
         erase_dead([mul, add])
 

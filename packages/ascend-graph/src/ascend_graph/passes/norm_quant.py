@@ -3,12 +3,12 @@
 Idioms matched (post-grad ATen graphs; `y` = getitem 0 of `add_rms_norm`, used only by the
 quantisation; getitem 1, the new residual, may have any users):
 
-| pattern | idiom | fused op |
-|---|---|---|
-| static (+bias) | `quantize(add_rms_norm(x, r, w, eps[, bias])[0], scale, offset)` | `add_rms_norm_quant` |
-| dynamic (+bias) | `dynamic_quant(add_rms_norm(x, r, w, eps[, bias])[0])` | `add_rms_norm_dynamic_quant` |
-| MX | `dynamic_mx_quant(add_rms_norm(x, r, w, eps)[0])` | `add_rms_norm_dynamic_mx_quant` |
-| RMSNorm+MX | `dynamic_mx_quant(rms_norm(x, w, eps))` | `rms_norm_dynamic_mx_quant` |
+- static (+bias): `quantize(add_rms_norm(x, r, w, eps[, bias])[0], scale, offset)`
+  -> `add_rms_norm_quant(x, r, w, scale, offset, eps, bias)`
+- dynamic (+bias): `dynamic_quant(add_rms_norm(x, r, w, eps[, bias])[0])`
+  -> `add_rms_norm_dynamic_quant(x, r, w, eps, bias)`
+- MX: `dynamic_mx_quant(add_rms_norm(x, r, w, eps)[0])` -> `add_rms_norm_dynamic_mx_quant`
+- RMSNorm+MX: `dynamic_mx_quant(rms_norm(x, w, eps))` -> `rms_norm_dynamic_mx_quant`
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from torch import fx
 
 from ascend_graph.passes.base import FusionPattern, Match, ascend_op
 from ascend_graph.passes.fx_nodes import (
+    adopt_meta,
     arg,
     erase_dead,
     getitem_of,
     getitems,
     insertion_point,
     is_call,
+    meta_item,
     node_dtype,
-    only_getitem,
-    propagate_meta,
     sole_user,
     stream_label,
 )
@@ -95,7 +95,11 @@ class _AddNormQuantBase(FusionPattern):
         nodes = [site["norm"], y, anchor, *site["residual_items"]]
         if cls.quant_outputs == 2:
             nodes += quant_items
-        attrs = {"eps": site["eps"], "dtype": node_dtype(site["x"]), "bias": site["bias"] is not None}
+        attrs = {
+            "eps": site["eps"],
+            "dtype": node_dtype(site["x"]),
+            "bias": site["bias"] is not None,
+        }
         return Match(nodes, attrs, {**site, "quant": anchor, "extra": extra, "point": point})
 
     def _fused_args(self, v: dict[str, Any]) -> tuple[Any, ...]:
@@ -103,17 +107,16 @@ class _AddNormQuantBase(FusionPattern):
 
     def rewrite(self, graph: fx.Graph, match: Match) -> None:
         v = match.values
-        label = stream_label(match.nodes)
+        quant = v["quant"]
+        n_out = 2 if self.quant_outputs == 1 else 3
         with graph.inserting_before(v["point"]):
             fused = graph.call_function(ascend_op(self.fused), self._fused_args(v))
-            propagate_meta(fused, label)
-            outs = []
-            n_out = 2 if self.quant_outputs == 1 else 3
-            for i in range(n_out):
-                item = graph.call_function(operator.getitem, (fused, i))
-                propagate_meta(item, label)
-                outs.append(item)
-        quant = v["quant"]
+            outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(n_out)]
+        if self.quant_outputs == 1:
+            vals = [quant.meta.get("val")]
+        else:
+            vals = [meta_item(quant, 0), meta_item(quant, 1)]
+        adopt_meta(fused, outs, [*vals, meta_item(v["norm"], 1)], stream_label(match.nodes))
         if self.quant_outputs == 1:
             quant.replace_all_uses_with(outs[0])
         else:
@@ -200,9 +203,7 @@ class AddRmsNormDynamicQuantPattern(_AddNormQuantBase):
 
     def replacement(self, *inputs: Any) -> Any:
         x, r, w, *b = inputs
-        return ascend.add_rms_norm_dynamic_quant(
-            x, r, w, self.settings["eps"], b[0] if b else None
-        )
+        return ascend.add_rms_norm_dynamic_quant(x, r, w, self.settings["eps"], b[0] if b else None)
 
 
 class AddRmsNormDynamicMxQuantPattern(_AddNormQuantBase):
@@ -259,15 +260,13 @@ class RmsNormDynamicMxQuantPattern(FusionPattern):
 
     def rewrite(self, graph: fx.Graph, match: Match) -> None:
         v, anchor = match.values, match.nodes[1]
-        label = stream_label(match.nodes)
         with graph.inserting_before(v["point"]):
             fused = graph.call_function(
                 ascend.rms_norm_dynamic_mx_quant.default, (v["x"], v["weight"], v["eps"])
             )
-            propagate_meta(fused, label)
             outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(2)]
-            for out in outs:
-                propagate_meta(out, label)
+        vals = [meta_item(anchor, 0), meta_item(anchor, 1)]
+        adopt_meta(fused, outs, vals, stream_label(match.nodes))
         for user in list(anchor.users):
             user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type]
         erase_dead(match.nodes)

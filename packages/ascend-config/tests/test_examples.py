@@ -1,0 +1,42 @@
+"""Each example in examples/ gives the verdict written beside it (through the CLI)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from ascend_config.cli import main
+from ascend_config.env_registry import REGISTRY
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "expected.json").exists())
+
+
+def test_at_least_five_valid_examples() -> None:
+    valid = [n for n in NAMES
+             if json.loads((EXAMPLES / n / "expected.json").read_text())["exit_code"] == 0]
+    assert len(valid) >= 5
+    for name in NAMES:
+        assert {"additional_config.json", "facts.json", "expected.json"} <= {
+            p.name for p in (EXAMPLES / name).iterdir()}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_example_verdict(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in REGISTRY:
+        monkeypatch.delenv(var.name, raising=False)
+    folder = EXAMPLES / name
+    expected = json.loads((folder / "expected.json").read_text())
+    env_args = [a for k, v in expected["env"].items() for a in ("--env", f"{k}={v}")]
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["check", str(folder / "additional_config.json"), "--facts",
+                 str(folder / "facts.json"), "--summary", *env_args], out, err)
+    assert code == expected["exit_code"], err.getvalue()
+    if code == 0:
+        summary = json.loads(out.getvalue())
+        assert {k: summary[k] for k in expected["summary"]} == expected["summary"]
+    else:
+        paths = [line.split(":", 1)[0] for line in err.getvalue().splitlines()[1:]]
+        assert sorted(paths) == sorted(expected["problems"])

@@ -1,0 +1,75 @@
+"""noop_elimination and allgather_chunk_cleanup."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ascend_graph import GraphFusionPassManager
+from torch import nn
+
+
+class _Views(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        same = x.view(x.shape[0], x.shape[1]).relu()  # no-op view
+        flat = x.reshape(-1).relu()  # a real reshape stays
+        return same, flat
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_noop_views_removed(compile_module, close, dynamic) -> None:
+    result = compile_module(_Views(), (torch.randn(4, 8),), dynamic=dynamic)
+    assert result.symbolic() == dynamic
+    assert result.report["noop_elimination"] == 1
+    assert result.op_counts()["aten.view"] == 1
+    close(result.outputs, result.reference, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def sp_ops():
+    """Stand-ins for vLLM's all_gather / sequence_parallel_chunk_impl (world of 2, rank 0)."""
+    lib = torch.library.Library("ascend_graph_test", "FRAGMENT")
+    lib.define("all_gather(Tensor x, int world) -> Tensor")
+    lib.define("chunk(Tensor x, int world) -> Tensor")
+    lib.impl("all_gather", lambda x, w: torch.cat([x] * w), "CompositeExplicitAutograd")
+    lib.impl("chunk", lambda x, w: x[: x.shape[0] // w].clone(), "CompositeExplicitAutograd")
+    torch.library.register_fake("ascend_graph_test::all_gather", lambda x, w: torch.cat([x] * w))
+    torch.library.register_fake("ascend_graph_test::chunk", lambda x, w: x[: x.shape[0] // w])
+    ops = torch.ops.ascend_graph_test
+    yield ops.all_gather.default, ops.chunk.default
+    lib._destroy()
+
+
+def test_allgather_then_chunk_is_identity(compile_module, close, sp_ops) -> None:
+    gather, chunk = sp_ops
+
+    class _SP(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            same = chunk(gather(x, 2), 2)  # identity
+            other = chunk(gather(x, 2), 4)  # a quarter of the gather: not this rank's slice
+            return same * 2, other
+
+    cfg = {"fuse_norm_quant": False}
+    off = compile_module(_SP(), (torch.randn(8, 4),), config=cfg)
+    assert off.report["allgather_chunk_cleanup"] == 0  # no sequence parallelism: not run
+
+    torch._dynamo.reset()
+    graphs = []
+    manager = GraphFusionPassManager(sequence_parallel=True, allgather_op=gather, chunk_op=chunk)
+    from ascend_graph.pipeline import compile_graph
+
+    def backend(gm, inputs):
+        return compile_graph(gm, inputs, manager=manager, on_graph=graphs.append)
+
+    x = torch.randn(8, 4)
+    with torch.no_grad():
+        out = torch.compile(_SP(), backend=backend, fullgraph=True)(x)
+    assert manager.counts["allgather_chunk_cleanup"] == 1
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert targets.count("ascend_graph_test.chunk.default") == 1
+    assert targets.count("ascend_graph_test.all_gather.default") == 1
+    close(out, _SP()(x), torch.float32)
+
+
+def test_allgather_cleanup_needs_both_ops() -> None:
+    with pytest.raises(ValueError, match="allgather_op and chunk_op"):
+        GraphFusionPassManager(sequence_parallel=True, allgather_op=None, chunk_op=None)

@@ -1,0 +1,119 @@
+"""GraphFusionPassManager: configuration, order, counts, uuid, keyed per-instance patterns."""
+
+from __future__ import annotations
+
+import ascend_graph
+import pytest
+import torch
+from ascend_graph import PASS_NAMES, SWITCH_DEFAULTS, GraphFusionPassManager
+from ascend_graph.passes.fusion_passes import MulsAddPass, QKNormRopePass
+from ascend_graph.passes.muls_add import MulsAddPattern
+from torch.fx.experimental.proxy_tensor import make_fx
+
+
+def test_pass_names_order_and_switches() -> None:
+    assert PASS_NAMES == (
+        "noop_elimination", "allgather_chunk_cleanup", "norm_quant", "qknorm_rope", "muls_add",
+    )  # fmt: skip
+    assert SWITCH_DEFAULTS == {
+        "fuse_norm_quant": True, "fuse_qknorm_rope": True, "fuse_muls_add": True,
+    }  # fmt: skip
+    assert GraphFusionPassManager().enabled == (
+        "noop_elimination", "norm_quant", "qknorm_rope", "muls_add",
+    )  # fmt: skip
+    sp = GraphFusionPassManager(
+        sequence_parallel=True, allgather_op=torch.ops.aten.clone.default,
+        chunk_op=torch.ops.aten.alias.default, fuse_qknorm_rope=False,
+    )  # fmt: skip
+    assert sp.enabled == ("noop_elimination", "allgather_chunk_cleanup", "norm_quant", "muls_add")
+
+
+def test_from_switches_takes_defaults_for_missing_keys() -> None:
+    manager = GraphFusionPassManager.from_switches(
+        {"fuse_muls_add": False, "enable_npugraph_ex": True}, soc="cpu"
+    )
+    assert manager.enabled == ("noop_elimination", "norm_quant", "qknorm_rope")
+    with pytest.raises(ValueError, match="fuse_norm_quant must be true or false"):
+        GraphFusionPassManager.from_switches({"fuse_norm_quant": "yes"})
+
+
+def test_bad_arguments_name_what_is_allowed() -> None:
+    with pytest.raises(ValueError, match="allowed: A2, A3, A5, 310P, cpu"):
+        GraphFusionPassManager(soc="910B")
+    with pytest.raises(ValueError, match="muls_add_scale must be a number"):
+        GraphFusionPassManager(muls_add_scale="2.5")
+    with pytest.raises(ValueError, match="multiples of head_dim"):
+        GraphFusionPassManager(qknorm_shapes=[(64, 100, 64)])
+    with pytest.raises(ValueError, match="unknown make_backend config key"):
+        ascend_graph.make_backend({"fuse_norm_qaunt": True})
+    with pytest.raises(ValueError, match="allowed: eager, inductor, npugraph_ex"):
+        ascend_graph.make_backend({"backend": "tvm"})
+    with pytest.raises(TypeError, match=r"torch\.fx\.Graph"):
+        GraphFusionPassManager().run("graph")  # type: ignore[arg-type]
+
+
+def test_uuid_is_stable_and_changes_with_every_setting() -> None:
+    base = GraphFusionPassManager().uuid()
+    assert base == GraphFusionPassManager().uuid()
+    variants = [
+        {"fuse_norm_quant": False}, {"fuse_qknorm_rope": False}, {"fuse_muls_add": False},
+        {"muls_add_scale": 2.5}, {"muls_add_scale": 1.5}, {"soc": "A5"}, {"w4a4": True},
+        {"norm_eps": [1e-6]}, {"dtypes": ["bfloat16"]}, {"qknorm_shapes": [(64, 256, 128)]},
+        {"qknorm_shapes": [(128, 256, 128)]},
+    ]  # fmt: skip
+    ids = {GraphFusionPassManager(**kw).uuid() for kw in variants}
+    assert len(ids) == len(variants) and base not in ids
+
+
+def test_patterns_are_keyed_and_owned_by_the_instance() -> None:
+    first, second = MulsAddPass(scale=2.5), MulsAddPass(scale=1.5)
+    assert {p.settings["scale"] for p in first.patterns} == {2.5}
+    assert {p.settings["scale"] for p in second.patterns} == {1.5}
+    # same class and dtype, other scale: a different key, both registered
+    assert first.register(MulsAddPattern(scale=1.5, dtype=torch.float32))
+    assert not first.register(MulsAddPattern(scale=1.5, dtype=torch.float32))  # same key
+    assert len(second.patterns) == 3  # unaffected by registrations on `first`
+    keys = {p.key for p in QKNormRopePass(shapes=[(64, 256, 128), (32, 128, 64)]).patterns}
+    assert len(keys) == 2 * 3 * 2 * 2  # eps x dtype x geometry x bias
+
+
+def test_counts_accumulate_and_compile_range_gates() -> None:
+    manager = GraphFusionPassManager(muls_add_scale=2.5, dtypes=["float32"])
+    (pattern,) = manager.passes[-1].patterns
+
+    def graph():
+        return make_fx(pattern.search, tracing_mode="fake")(*pattern.example_inputs()).graph
+
+    assert manager.run(graph())["muls_add"] == 1
+    manager(graph())
+    assert manager.counts["muls_add"] == 2 and manager.last_counts["muls_add"] == 1
+    muls_add = manager.passes[-1]
+    muls_add.max_tokens = 64
+    assert muls_add.is_applicable_for_range((1, 64))
+    assert not muls_add.is_applicable_for_range((1, 128))
+    assert manager.run(graph(), compile_range=(1, 128))["muls_add"] == 0
+    assert manager.run(graph(), compile_range=(1, 8))["muls_add"] == 1
+    with pytest.raises(TypeError, match="compile_range"):
+        manager.is_applicable_for_range(object())
+
+
+def _tuple(value):
+    return value if isinstance(value, tuple) else (value,)
+
+
+def test_every_pattern_matches_its_own_search_and_agrees_with_its_replacement() -> None:
+    manager = GraphFusionPassManager(dtypes=["float32"], norm_eps=[2**-20])
+    checked = 0
+    for fusion in manager.passes[1:]:
+        for pattern in fusion.patterns:
+            inputs = pattern.example_inputs()
+            gm = make_fx(pattern.search, tracing_mode="fake")(*inputs)
+            assert fusion(gm.graph) == 1, pattern
+            gm.recompile()
+            want = _tuple(pattern.search(*inputs))
+            for got in (_tuple(gm(*inputs)), _tuple(pattern.replacement(*inputs))):
+                assert len(got) == len(want)
+                for g, w in zip(got, want, strict=True):
+                    torch.testing.assert_close(g.float(), w.float(), rtol=1e-5, atol=1e-5)
+            checked += 1
+    assert checked == 6 + 2 + 1  # norm_quant variants, qknorm (bias or not), muls_add

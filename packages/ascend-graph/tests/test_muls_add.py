@@ -1,0 +1,72 @@
+"""muls_add: `x * scale + y` (either operand order) -> ascend.muls_add."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+FUSED = "ascend.muls_add"
+
+
+def _inputs(dtype: torch.dtype, tokens: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    return (
+        torch.randn(tokens, 64, generator=gen).to(dtype),
+        torch.randn(tokens, 64, generator=gen).to(dtype),
+    )
+
+
+def _scales(result) -> list[float]:
+    return [
+        n.args[2] for gm in result.graphs for n in gm.graph.nodes
+        if n.op == "call_function" and str(n.target) == "ascend.muls_add.default"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("dtype", "dynamic"), [(torch.float32, False), (torch.bfloat16, True)])
+def test_fuses_both_operand_orders(models, compile_module, close, dtype, dynamic) -> None:
+    module = models["moe"](scale=2.5).to(dtype)
+    result = compile_module(module, _inputs(dtype), config={"muls_add_scale": 2.5}, dynamic=dynamic)
+    assert result.symbolic() == dynamic
+    counts = result.op_counts()
+    assert counts[FUSED] == 2 and result.report["muls_add"] == 2
+    assert counts["aten.mul"] == 0 and counts["aten.add"] == 0
+    assert _scales(result) == [2.5, 2.5]
+    close(result.outputs, result.reference, dtype)
+
+
+def test_two_models_with_different_scales(models, compile_module, close) -> None:
+    a = compile_module(models["moe"](scale=2.5), _inputs(torch.float32),
+                       config={"muls_add_scale": 2.5})  # fmt: skip
+    b = compile_module(models["moe"](scale=1.5), _inputs(torch.float32),
+                       config={"muls_add_scale": 1.5})  # fmt: skip
+    assert _scales(a) == [2.5, 2.5] and _scales(b) == [1.5, 1.5]
+    close(a.outputs, a.reference, torch.float32)
+    close(b.outputs, b.reference, torch.float32)
+
+
+def test_near_miss_other_scale_is_left_alone(models, compile_module) -> None:
+    result = compile_module(models["moe"](scale=1.5), _inputs(torch.float32),
+                            config={"muls_add_scale": 2.5})  # fmt: skip
+    assert result.report["muls_add"] == 0 and result.op_counts()[FUSED] == 0
+
+
+class _NearMisses(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        scaled = x * 2.5
+        shared_product = scaled + y  # the product is also returned: extra user
+        broadcast = x * 2.5 + y[:1]  # broadcasting add: the kernel does not broadcast
+        return shared_product, scaled, broadcast
+
+
+def test_near_miss_extra_user_and_broadcast(compile_module, close) -> None:
+    result = compile_module(_NearMisses(), _inputs(torch.float32),
+                            config={"muls_add_scale": 2.5})  # fmt: skip
+    assert result.report["muls_add"] == 0
+    close(result.outputs, result.reference, torch.float32)
+
+
+def test_any_scale_when_unset(models, compile_module) -> None:
+    result = compile_module(models["moe"](scale=0.75), _inputs(torch.float32))
+    assert _scales(result) == [0.75, 0.75]

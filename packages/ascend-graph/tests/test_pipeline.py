@@ -1,0 +1,143 @@
+"""The compile pipeline: inductor post-grad path, compute_hash, the NPU graph extension seam."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import ascend_graph
+import pytest
+import torch
+from ascend_graph import GraphFusionPassManager, compute_hash
+from ascend_graph import pipeline as pipeline_mod
+from ascend_graph.npu_graph_ex import (
+    NpuGraphOptions,
+    NpuGraphUnavailableError,
+    load_extension,
+    npu_graph_compile,
+    patched_attribute,
+)
+from torch import nn
+
+A = torch.ops.ascend
+
+
+class _Block(nn.Module):
+    def __init__(self, attention: type[nn.Module]) -> None:
+        super().__init__()
+        self.attn = attention(three_splits=True)
+        self.w = nn.Parameter(torch.rand(128) + 0.5)
+
+    def forward(self, pos, x, res):
+        h, res = A.add_rms_norm(x, res, self.w, 1e-6)
+        q, k, v = self.attn(pos, h)
+        return q * 2.5 + k.repeat(1, 2), v, res
+
+
+def test_inductor_backend_runs_passes_on_the_post_grad_graph(models, close) -> None:
+    torch._dynamo.reset()
+    graphs = []
+    backend = ascend_graph.make_backend(
+        {"backend": "inductor", "muls_add_scale": 2.5}, on_graph=graphs.append
+    )
+    module = _Block(models["qknorm"])
+    inputs = (torch.arange(6), torch.randn(6, 128), torch.randn(6, 128))
+    with torch.no_grad():
+        want = module(*inputs)
+        got = torch.compile(module, backend=backend)(*inputs)
+    assert backend.report["qknorm_rope"] == 1 and backend.report["muls_add"] == 1
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert "aten.view.default" not in targets  # inductor's post-grad graph: reshapes only
+    assert targets.count("ascend.split_qkv_rmsnorm_rope.default") == 1
+    close(got, want, torch.float32)
+
+
+def test_compute_hash_covers_versions_and_every_setting(monkeypatch) -> None:
+    base = compute_hash(GraphFusionPassManager())
+    assert base == compute_hash(GraphFusionPassManager()) and len(base) == 16
+    others = {
+        compute_hash(GraphFusionPassManager(muls_add_scale=2.0)),
+        compute_hash(GraphFusionPassManager(fuse_qknorm_rope=False)),
+        compute_hash(GraphFusionPassManager(), backend="inductor"),
+        compute_hash(GraphFusionPassManager(), enable_npugraph_ex=True),
+        compute_hash(GraphFusionPassManager(), enable_static_kernel=True),
+        compute_hash(GraphFusionPassManager(), decode_batch_sizes=[1, 2, 4]),
+        compute_hash(None),
+    }
+    assert len(others) == 7 and base not in others
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert compute_hash(GraphFusionPassManager()) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        pipeline_mod, "_dist_version", lambda name: "2.9.0" if name == "torch-npu" else None
+    )
+    assert compute_hash(GraphFusionPassManager()) != base
+
+
+def _fake_extension(fail: bool = False) -> types.ModuleType:
+    ext = types.ModuleType("npugraph_ex")
+
+    class CompilerConfig:
+        pass
+
+    class _NpuFxCompiler:
+        def _get_compiled_gm(self, gm):
+            return gm
+
+    def get_npu_backend(compiler_config):
+        ext.last_config = compiler_config
+
+        def backend(gm, inputs):
+            if fail:
+                raise RuntimeError("compile failed")
+            return _NpuFxCompiler()._get_compiled_gm(gm)
+
+        return backend
+
+    ext.CompilerConfig, ext._NpuFxCompiler, ext.get_npu_backend = (
+        CompilerConfig, _NpuFxCompiler, get_npu_backend,
+    )  # fmt: skip
+    return ext
+
+
+def test_npu_graph_backend_through_make_backend(monkeypatch, compile_module, close) -> None:
+    ext = _fake_extension()
+    monkeypatch.setitem(sys.modules, "npugraph_ex", ext)
+
+    class _M(nn.Module):
+        def forward(self, x, y):
+            return x * 2.5 + y
+
+    result = compile_module(_M(), (torch.randn(3, 4), torch.randn(3, 4)),
+                            config={"backend": "npugraph_ex"})  # fmt: skip
+    assert result.report["muls_add"] == 1
+    close(result.outputs, result.reference, torch.float32)
+    config = ext.last_config
+    assert (config.force_eager, config.inplace_pass, config.clone_input) == (True, False, False)
+
+
+def test_extension_patch_is_restored_even_when_compilation_fails(tmp_path) -> None:
+    gm = torch.fx.symbolic_trace(lambda x: (x + 1,))
+    ok = _fake_extension()
+    original = ok._NpuFxCompiler._get_compiled_gm
+    opts = NpuGraphOptions(static_kernel=True, decode_batch_sizes=(1, 2), cache_dir=str(tmp_path),
+                           cache_key="k1")  # fmt: skip
+    npu_graph_compile(gm, [torch.ones(2)], options=opts, extension=ok)
+    assert ok._NpuFxCompiler._get_compiled_gm is original
+    assert "x + 1" in (tmp_path / "k1").read_text()  # the generated code was saved
+    assert ok.last_config.static_kernel_sym_range == [1, 2]
+    bad = _fake_extension(fail=True)
+    original = bad._NpuFxCompiler._get_compiled_gm
+    with pytest.raises(RuntimeError, match="compile failed"):
+        npu_graph_compile(gm, [torch.ones(2)], options=opts, extension=bad)
+    assert bad._NpuFxCompiler._get_compiled_gm is original
+
+
+def test_patched_attribute_restores_and_missing_extension_is_explained() -> None:
+    holder = types.SimpleNamespace(a=1)
+    with pytest.raises(KeyError), patched_attribute(holder, "a", 2):
+        assert holder.a == 2
+        raise KeyError("boom")
+    assert holder.a == 1
+    with pytest.raises(NpuGraphUnavailableError, match="backend='eager'"):
+        load_extension(("ascend_graph_no_such_extension",))

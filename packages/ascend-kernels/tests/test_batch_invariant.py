@@ -1,0 +1,122 @@
+"""Batch-invariant kernels: row i is bitwise identical in batches of 1, 3, 17 and 256."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from ascend_kernels import batch_invariant as bi
+
+SIZES = (1, 3, 17, 256)
+
+
+@pytest.fixture(autouse=True)
+def _mode_off() -> Iterator[None]:
+    bi.disable_batch_invariant_mode()
+    bi.reset_call_counts()
+    yield
+    bi.disable_batch_invariant_mode()
+    bi.reset_call_counts()
+
+
+def _inputs(dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "x": torch.randn(300, 160, generator=g).to(dtype),
+        "w": torch.randn(96, 160, generator=g).to(dtype),
+        "b": torch.randn(96, generator=g).to(dtype),
+        "gamma": torch.randn(160, generator=g).to(dtype),
+    }
+
+
+KERNELS: dict[str, Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]] = {
+    "reduce_sum": lambda x, v: bi.reduce_sum(x, -1),
+    "reduce_sum_keepdim": lambda x, v: bi.reduce_sum(x, dim=[1], keepdim=True),
+    "mm": lambda x, v: bi.mm(x, v["w"].t()),
+    "matmul": lambda x, v: bi.matmul(x, v["w"].t()),
+    "linear": lambda x, v: bi.linear(x, v["w"], v["b"]),
+    "addmm": lambda x, v: bi.addmm(v["b"], x, v["w"].t(), beta=0.5, alpha=2.0),
+    "bmm": lambda x, v: bi.bmm(x.view(-1, 1, 160), v["w"].t().expand(x.shape[0], 160, 96)),
+    "softmax": lambda x, v: bi.softmax(x, -1),
+    "log_softmax": lambda x, v: bi.log_softmax(x, -1),
+    "add_rms_norm": lambda x, v: torch.cat(bi.add_rms_norm(x, x * 0.5, v["gamma"], 1e-6), -1),
+}
+
+
+def _assert_rows_invariant(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> None:
+    full = fn(x[:256])
+    for n in SIZES:
+        for start in (0, 7, 44):  # row i at different positions within its batch
+            if start + n > 256:
+                continue
+            part = fn(x[start : start + n])
+            assert torch.equal(part, full[start : start + n]), (n, start)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_row_results_do_not_depend_on_batch_size(name: str, dtype: torch.dtype) -> None:
+    v = _inputs(dtype)
+    _assert_rows_invariant(lambda x: KERNELS[name](x, v), v["x"])
+
+
+def test_the_test_detects_a_batch_dependent_kernel() -> None:
+    v = _inputs(torch.float32)
+    with pytest.raises(AssertionError):
+        _assert_rows_invariant(lambda x: torch.mm(x, v["w"].t()), v["x"])
+
+
+def test_kernels_agree_with_torch_numerically() -> None:
+    v = _inputs(torch.float32)
+    x, w, b = v["x"], v["w"], v["b"]
+    torch.testing.assert_close(bi.linear(x, w, b), torch.nn.functional.linear(x, w, b))
+    torch.testing.assert_close(bi.matmul(x[0], w.t()), x[0] @ w.t())
+    a3, b3 = torch.randn(2, 3, 5, 8), torch.randn(3, 8, 4)
+    torch.testing.assert_close(bi.matmul(a3, b3), torch.matmul(a3, b3))
+    torch.testing.assert_close(bi.reduce_sum(x), x.sum(), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(bi.reduce_sum(x, dim=0), x.sum(0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(bi.softmax(x, 0), torch.softmax(x, 0))
+    torch.testing.assert_close(bi.log_softmax(x, -1), torch.log_softmax(x, -1))
+    assert bi.reduce_sum(torch.tensor([1, 2, 3], dtype=torch.int32)).dtype == torch.int64
+    assert bi.reduce_sum(x.bfloat16(), -1).dtype == torch.bfloat16
+
+
+def test_enable_routes_aten_ops_and_disable_restores_exactly() -> None:
+    g = torch.Generator().manual_seed(1)
+    a, w = torch.randn(33, 64, generator=g), torch.randn(64, 48, generator=g)
+    before = torch.mm(a, w)
+    assert not bi.is_batch_invariant_mode_enabled()
+    bi.enable_batch_invariant_mode()
+    bi.enable_batch_invariant_mode()  # idempotent
+    assert bi.is_batch_invariant_mode_enabled()
+    torch.mm(a, w)
+    torch.matmul(a, w)
+    torch.nn.functional.linear(a, w.t())
+    torch.addmm(w[0], a, w)
+    torch.bmm(a[None], w[None])
+    torch.softmax(a, -1)
+    torch.log_softmax(a, -1)
+    a.sum()
+    a.sum(-1)
+    counts = bi.call_counts()
+    for name in ("mm", "matmul", "linear", "addmm", "bmm", "softmax", "log_softmax"):
+        assert counts.get(name) == 1, name
+    assert counts["reduce_sum"] == 2
+    inside = torch.mm(a[:1], w)
+    assert torch.equal(inside, torch.mm(a, w)[:1])  # invariant through aten too
+    bi.disable_batch_invariant_mode()
+    assert not bi.is_batch_invariant_mode_enabled()
+    bi.reset_call_counts()
+    after = torch.mm(a, w)
+    assert torch.equal(after, before)
+    assert bi.call_counts() == {}
+
+
+def test_plain_linear_and_matmul_count_calls_without_the_mode() -> None:
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    bi.linear(x, w)
+    bi.matmul(x, w.t())
+    assert bi.call_counts() == {"linear": 1, "matmul": 1}
+    bi.reset_call_counts()
+    assert bi.call_counts() == {}

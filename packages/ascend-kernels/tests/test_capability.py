@@ -1,0 +1,54 @@
+"""supports(op, dtype=, head_dim=, soc=): the capability query passes consult."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ascend_kernels import OP_NAMES, supports
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_cpu_supports_every_op_for_float_dtypes_and_any_head_dim(op: str) -> None:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert supports(op, dtype=dtype, head_dim=72, soc="cpu")
+    assert supports(op)  # soc None means the reference kernels
+    assert not supports(op, dtype=torch.int32, soc="cpu")
+
+
+def test_qk_norm_rope_on_npu_only_for_its_head_sizes_and_bf16() -> None:
+    op = "split_qkv_rmsnorm_rope"
+    assert supports(op, dtype=torch.bfloat16, head_dim=128, soc="A2")
+    assert supports(op, dtype="bfloat16", head_dim=64, soc="A3")
+    assert not supports(op, dtype=torch.bfloat16, head_dim=96, soc="A2")
+    assert not supports(op, dtype=torch.float16, head_dim=128, soc="A2")
+    assert not supports(op, dtype=torch.bfloat16, head_dim=128, soc="310P")
+
+
+def test_mx_quant_only_on_a5() -> None:
+    for op in ("dynamic_mx_quant", "add_rms_norm_dynamic_mx_quant", "rms_norm_dynamic_mx_quant"):
+        assert supports(op, dtype=torch.bfloat16, soc="A5")
+        assert not supports(op, dtype=torch.bfloat16, soc="A2")
+        assert not supports(op, dtype=torch.bfloat16, soc="A3")
+
+
+def test_norm_quant_fusions_need_half_precision_and_310p_has_no_bf16() -> None:
+    assert supports("ascend::add_rms_norm_dynamic_quant", dtype=torch.bfloat16, soc="A2")
+    assert not supports("add_rms_norm_dynamic_quant", dtype=torch.float32, soc="A2")
+    assert supports("rms_norm", dtype=torch.float16, soc="310P")
+    assert not supports("rms_norm", dtype=torch.bfloat16, soc="310P")
+    assert not supports("bgmv_expand", dtype=torch.bfloat16, soc="A5")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"op": "fused_everything"}, "unknown op"),
+        ({"op": "rms_norm", "soc": "910B"}, "unknown soc"),
+        ({"op": "rms_norm", "dtype": "bfloat17"}, "not a torch dtype"),
+        ({"op": "rms_norm", "head_dim": 0}, "head_dim must be positive"),
+    ],
+)
+def test_bad_queries_are_value_errors(kwargs: dict[str, object], message: str) -> None:
+    op = kwargs.pop("op")
+    with pytest.raises(ValueError, match=message):
+        supports(op, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,44 @@
+"""register_meta_if_necessary: a fake kernel only for ops that have none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from ascend_kernels import register_meta_if_necessary
+from ascend_kernels.meta_registration import meta_registry
+
+
+@pytest.fixture
+def test_namespace() -> Iterator[str]:
+    lib = torch.library.Library("ascend_meta_test", "DEF")
+    lib.define("expand(Tensor x, Tensor y, int n) -> Tensor")
+    lib.impl("expand", lambda x, y, n: y.clone(), "CPU")
+    try:
+        yield "ascend_meta_test"
+    finally:
+        meta_registry.reset()
+        lib._destroy()
+
+
+def test_registers_when_missing_then_skips(test_namespace: str) -> None:
+    def fake(x: torch.Tensor, y: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.empty_like(y)
+
+    assert register_meta_if_necessary(test_namespace, "expand", fake) is True
+    out = torch.ops.ascend_meta_test.expand(
+        torch.ones(2, device="meta"), torch.ones(3, 4, device="meta"), 1
+    )
+    assert out.shape == (3, 4) and out.device.type == "meta"
+    assert register_meta_if_necessary(test_namespace, "expand", fake) is False
+
+
+def test_existing_meta_kernels_are_kept() -> None:
+    # ascend::bgmv_expand already has a fake (Meta) kernel from ascend_kernels.
+    assert register_meta_if_necessary("ascend", "bgmv_expand", lambda *a: None) is False
+
+
+def test_unknown_op_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="is not defined"):
+        register_meta_if_necessary("ascend", "no_such_op", lambda: None)

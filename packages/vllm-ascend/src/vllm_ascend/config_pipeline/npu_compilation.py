@@ -1,0 +1,143 @@
+"""Step 4 (NPU platform): compilation mode, graph capture sizes and the compile backend."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+logger = logging.getLogger("vllm_ascend.config_pipeline.npu_compilation")
+
+MAX_DEFAULT_CAPTURE_SIZE = 512
+A5_MAX_CAPTURE_SIZES = 4
+COMPILER_PATH = "vllm_ascend.compiler.AscendCompiler"
+NPU_SPLITTING_OPS = ("vllm::mla_forward", "vllm::dsa_forward")
+
+
+def default_max_capture_size(
+    max_num_seqs: int | None, num_speculative_tokens: int = 0,
+    user_max: int | None = None, user_sizes: Sequence[int] | None = None,
+) -> int | None:
+    """Default max graph capture size: ``min(max_num_seqs * (1 + spec), 512)``.
+
+    None when the user set a max or a size list, or max_num_seqs is unknown. (vLLM upstream
+    doubles max_num_seqs; Ascend does not.)
+    """
+    if user_max is not None or user_sizes or max_num_seqs is None:
+        return None
+    return min(max_num_seqs * (1 + num_speculative_tokens), MAX_DEFAULT_CAPTURE_SIZE)
+
+
+def prune_capture_sizes(sizes: Sequence[int], keep: int = A5_MAX_CAPTURE_SIZES) -> list[int]:
+    """Keep ``keep`` sizes evenly spaced over the sorted list (first and last always kept)."""
+    ordered = sorted(sizes)
+    if len(ordered) <= keep:
+        return ordered
+    step = (len(ordered) - 1) / (keep - 1)
+    picks = {round(i * step) for i in range(keep)} | {0, len(ordered) - 1}
+    return [ordered[i] for i in sorted(picks)]
+
+
+def update_compilation_mode(vllm_config: Any, ascend_config: Any) -> list[str]:
+    """Mode rules: eager -> NONE; only NONE/VLLM_COMPILE allowed; xlite; encoder-decoder."""
+    from vllm.config import CompilationMode, CUDAGraphMode
+
+    cc, model = vllm_config.compilation_config, vllm_config.model_config
+    notes = []
+    if model is not None and model.enforce_eager:
+        cc.mode = CompilationMode.NONE
+        if cc.splitting_ops is None:
+            cc.splitting_ops = []
+        notes.append("enforce_eager: compilation mode NONE")
+    elif cc.mode not in (CompilationMode.NONE, CompilationMode.VLLM_COMPILE):
+        notes.append(f"compilation mode {cc.mode} is not supported on Ascend; using NONE")
+        logger.warning(notes[-1])
+        cc.mode = CompilationMode.NONE
+    xlite = ascend_config.xlite_graph_config
+    if xlite.enabled:
+        if xlite.full_mode and vllm_config.speculative_config is None:
+            model.enforce_eager = True
+            cc.cudagraph_mode = CUDAGraphMode.NONE
+        else:
+            cc.cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY
+    if model is not None and model.is_encoder_decoder and cc.cudagraph_mode not in (
+        CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE
+    ):
+        vllm_compile = cc.mode == CompilationMode.VLLM_COMPILE
+        cc.cudagraph_mode = CUDAGraphMode.PIECEWISE if vllm_compile else CUDAGraphMode.NONE
+    return notes
+
+
+def needs_sp_alignment(tp: int, cudagraph_none: bool, eager: bool, sequence_parallel: bool,
+                       shared_expert_dp: bool, dsa_cp: bool) -> bool:
+    """Capture sizes must suit sequence parallelism (TP > 1, graphs on, any SP-like feature)."""
+    return tp > 1 and not cudagraph_none and not eager and (
+        sequence_parallel or shared_expert_dp or dsa_cp
+    )
+
+
+def sp_capture_sizes(sizes: Sequence[int], tp: int) -> list[int]:
+    """Capture sizes usable with sequence parallelism: multiples of the TP size (this vLLM
+    release has no helper for it)."""
+    return [s for s in sorted(sizes) if s % tp == 0]
+
+
+def setup_compile_backend(
+    vllm_config: Any, ascend_config: Any, soc: str, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """Capture sizes (incl. SP alignment and A5 pruning), splitting ops and AscendCompiler."""
+    from vllm.config import CompilationMode, CUDAGraphMode
+
+    env = os.environ if environ is None else environ
+    cc, par = vllm_config.compilation_config, vllm_config.parallel_config
+    notes: list[str] = []
+    cc.cudagraph_num_of_warmups = 1
+    vllm_config._set_cudagraph_sizes()
+    eager = bool(vllm_config.model_config and vllm_config.model_config.enforce_eager)
+    if needs_sp_alignment(
+        par.tensor_parallel_size, cc.cudagraph_mode == CUDAGraphMode.NONE, eager,
+        bool(getattr(par, "use_sequence_parallel_moe", False)),
+        bool(ascend_config.enable_shared_expert_dp), bool(ascend_config.enable_dsa_cp),
+    ):
+        sizes = list(cc.cudagraph_capture_sizes or [])
+        kept = sp_capture_sizes(sizes, par.tensor_parallel_size)
+        if not kept:
+            raise ValueError(
+                f"no graph capture size in {sizes} suits sequence parallelism with "
+                f"TP={par.tensor_parallel_size}; choose sizes that are multiples of TP"
+            )
+        if kept != sizes:
+            _set_capture_sizes(cc, kept)
+            notes.append(f"capture sizes aligned for sequence parallelism: {kept}")
+    cc.backend = COMPILER_PATH
+    mode = cc.cudagraph_mode
+    if mode == CUDAGraphMode.NONE:
+        cc.mode = CompilationMode.NONE
+    elif mode.requires_piecewise_compilation():
+        if cc.mode != CompilationMode.VLLM_COMPILE:
+            raise ValueError(
+                f"cudagraph_mode={mode.name} needs compilation mode VLLM_COMPILE, got {cc.mode}"
+            )
+        cc.set_splitting_ops_for_v1(par.all2all_backend, par.data_parallel_size)
+        cc.splitting_ops = [*(cc.splitting_ops or []), *NPU_SPLITTING_OPS]
+        if soc == "A5" and len(cc.cudagraph_capture_sizes or []) > A5_MAX_CAPTURE_SIZES:
+            _set_capture_sizes(cc, prune_capture_sizes(cc.cudagraph_capture_sizes))
+            notes.append(f"A5: capture sizes pruned to {cc.cudagraph_capture_sizes}")
+    else:
+        cc.splitting_ops = []
+    graph_mode = cc.cudagraph_mode != CUDAGraphMode.NONE
+    if graph_mode and env.get("ASCEND_LAUNCH_BLOCKING", "0") == "1":
+        raise ValueError(
+            "ASCEND_LAUNCH_BLOCKING=1 cannot be used with graph mode; unset it or run with "
+            "enforce_eager (plogs are under $HOME/ascend/log/debug)"
+        )
+    for note in notes:
+        logger.warning(note)
+    return notes
+
+
+def _set_capture_sizes(cc: Any, sizes: list[int]) -> None:
+    cc.max_cudagraph_capture_size = sizes[-1] if sizes else 0
+    cc.cudagraph_capture_sizes = sizes
+    cc.post_init_cudagraph_sizes()

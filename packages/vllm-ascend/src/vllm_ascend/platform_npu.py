@@ -1,0 +1,239 @@
+"""``NPUPlatform``: the vLLM platform for Ascend NPUs (reference 4.2).
+
+Device calls go through ``torch_npu`` lazily (``npu_device``); runtime pieces this
+repository does not provide (worker, attention backends, communicator, punica, KV-cache
+specs) come from the ``vllm_ascend.runtime`` entry points of an installed runtime package.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from vllm.platforms.interface import Platform, PlatformEnum
+
+from vllm_ascend.platform_shared import AscendPlatformMixin
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+logger = logging.getLogger("vllm_ascend.platform_npu")
+
+PASS_KEY = "graph_fusion_manager"
+
+
+def _runtime_class(key: str) -> str:
+    from vllm_ascend.extension_points import runtime_class_paths
+
+    path = runtime_class_paths().get(key)
+    if path is None:
+        raise RuntimeError(
+            f"no installed package provides the NPU {key!r}: install an Ascend runtime package "
+            f"declaring entry point group 'vllm_ascend.runtime' name {key!r}"
+        )
+    return path
+
+
+class NPUPlatform(AscendPlatformMixin, Platform):
+    """vLLM platform for Ascend NPUs."""
+
+    _enum = PlatformEnum.OOT
+    device_name: str = "npu"
+    device_type: str = "npu"
+    simple_compile_backend: str = "eager"
+    ray_device_key: str = "NPU"
+    device_control_env_var: str = "ASCEND_RT_VISIBLE_DEVICES"
+    ray_noset_device_env_vars = ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]  # noqa: RUF012
+    dispatch_key: str = "PrivateUse1"
+    dist_backend: str = "hccl"
+    supported_quantization = [  # noqa: RUF012 - vLLM's attribute type
+        "ascend", "compressed-tensors", "fp8", "deepseek_v4_fp8", "modelopt_mxfp8", "mxfp8",
+    ]
+    soc: str = "A2"
+
+    @property
+    def pass_key(self) -> str:
+        return PASS_KEY
+
+    @classmethod
+    def manual_seed_all(cls, seed: int) -> None:
+        pass
+
+    def is_sleep_mode_available(self) -> bool:
+        return True
+
+    def is_cumem_allocator_available(self) -> bool:
+        return True  # the NPU allocator extension provides it; not imported here
+
+    @classmethod
+    def is_pin_memory_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def opaque_attention_op(cls) -> bool:
+        return True
+
+    @classmethod
+    def support_hybrid_kv_cache(cls) -> bool:
+        return True
+
+    @classmethod
+    def support_static_graph_mode(cls) -> bool:
+        return True
+
+    @classmethod
+    def use_custom_op_collectives(cls) -> bool:
+        return True
+
+    @classmethod
+    def get_device_capability(cls, device_id: int = 0) -> None:
+        return None
+
+    @classmethod
+    def get_device_name(cls, device_id: int = 0) -> str:
+        from vllm_ascend.npu_device import torch_npu
+
+        return str(torch_npu().npu.get_device_name(device_id))
+
+    @classmethod
+    def get_device_uuid(cls, device_id: int = 0) -> str:
+        from vllm_ascend.npu_device import torch_npu
+
+        uuid = getattr(torch_npu().npu.get_device_properties(device_id), "uuid", None)
+        if uuid is None:
+            raise RuntimeError(f"NPU {device_id} reports no uuid")
+        return str(uuid)
+
+    @classmethod
+    def get_device_total_memory(cls, device_id: int = 0) -> int:
+        # Querying memory would initialise torch_npu, which can happen only once per process.
+        raise NotImplementedError("NPU total memory is not queried before the worker starts")
+
+    @classmethod
+    def inference_mode(cls) -> Any:
+        import torch
+
+        return torch.inference_mode()
+
+    @classmethod
+    def set_device(cls, device: Any) -> None:
+        from vllm_ascend.npu_device import torch_npu
+
+        torch_npu().npu.set_device(device)
+
+    @classmethod
+    def get_current_memory_usage(cls, device: Any = None) -> float:
+        from vllm_ascend.npu_device import torch_npu
+
+        npu = torch_npu().npu
+        npu.reset_peak_memory_stats(device)
+        return float(npu.max_memory_allocated(device))
+
+    @classmethod
+    def num_compute_units(cls, device_id: int = 0) -> int:
+        from vllm_ascend.npu_device import torch_npu
+
+        props = torch_npu().npu.get_device_properties(device_id)
+        return int(getattr(props, "cube_core_num", 0) or getattr(props, "vector_core_num", 0)
+                   or 24)
+
+    @classmethod
+    def get_pass_manager_cls(cls) -> str:
+        return "vllm_ascend.pass_manager.AscendPassManager"
+
+    @classmethod
+    def get_compile_backend(cls) -> str:
+        return "vllm_ascend.compiler.AscendCompiler"
+
+    @classmethod
+    def get_static_graph_wrapper_cls(cls) -> str:
+        return "vllm_ascend.graph_wrapper.AscendGraphWrapper"
+
+    @classmethod
+    def get_punica_wrapper(cls) -> str:
+        return _runtime_class("punica")
+
+    @classmethod
+    def get_device_communicator_cls(cls) -> str:
+        return _runtime_class("communicator")
+
+    @classmethod
+    def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any,
+                             num_heads: int | None = None) -> str:
+        return _runtime_class("attention")
+
+    @classmethod
+    def register_custom_kv_cache_specs(cls, vllm_config: VllmConfig) -> None:
+        from vllm.utils.import_utils import resolve_obj_by_qualname
+
+        from vllm_ascend.extension_points import runtime_class_paths
+
+        path = runtime_class_paths().get("kv_cache_specs")
+        if path is not None:
+            resolve_obj_by_qualname(path)(vllm_config)
+
+    @classmethod
+    def import_kernels(cls) -> None:
+        from vllm_ascend.npu_device import bootstrap_custom_op_env
+
+        bootstrap_custom_op_env()  # the compiled extension itself is loaded lazily
+
+    @classmethod
+    def pre_register_and_update(cls, parser: Any = None) -> None:
+        """Report a missing NPU runtime before any config is built; offer ``--quantization
+        ascend``."""
+        from vllm_ascend.npu_device import require_npu_runtime
+
+        require_npu_runtime()
+        if parser is None:
+            return
+        for action in getattr(parser, "_actions", []):
+            if "--quantization" in action.option_strings and action.choices is not None:
+                if "ascend" not in action.choices:
+                    action.choices = [*action.choices, "ascend"]
+                break
+
+    @classmethod
+    def apply_config_platform_defaults(cls, vllm_config: VllmConfig) -> None:
+        from vllm_ascend.config_pipeline.npu_compilation import default_max_capture_size
+
+        cc, spec = vllm_config.compilation_config, vllm_config.speculative_config
+        size = default_max_capture_size(
+            vllm_config.scheduler_config.max_num_seqs,
+            spec.num_speculative_tokens if spec is not None else 0,
+            cc.max_cudagraph_capture_size, cc.cudagraph_capture_sizes,
+        )
+        if size is not None:
+            cc.max_cudagraph_capture_size = size
+
+    @classmethod
+    def update_block_size_for_backend(cls, vllm_config: VllmConfig) -> None:
+        cache, model = vllm_config.cache_config, vllm_config.model_config
+        if (cache.enable_prefix_caching or model is None or not model.is_hybrid
+                or vllm_config.kv_transfer_config is None
+                or getattr(cache, "mamba_cache_mode", None) != "align"):
+            return
+        mamba = cache.mamba_block_size
+        if mamba is None or mamba == model.max_model_len:
+            cache.mamba_block_size = cache.block_size
+        elif mamba % cache.block_size != 0:
+            raise ValueError(
+                f"mamba_block_size={mamba} must be a multiple of block_size={cache.block_size}"
+            )
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
+        from vllm_ascend.config_pipeline.steps import run_npu_pipeline
+
+        if vllm_config.device_config is not None and (
+            vllm_config.device_config.device_type != "npu"
+        ):
+            return
+        run_npu_pipeline(vllm_config, cls.soc)
+
+    @classmethod
+    def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
+        from vllm_ascend.forward_context import mrv2_additional_context
+
+        return mrv2_additional_context(cls.soc, **kwargs)

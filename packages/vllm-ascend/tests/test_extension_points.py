@@ -1,0 +1,63 @@
+"""Extension-point groups, discovered from a test distribution installed on sys.path."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from vllm_ascend import extension_points as ep
+
+EXT_DIR = Path(__file__).resolve().parent / "ext_pkg"
+
+
+@pytest.fixture
+def test_extension(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXT_DIR))
+    return EXT_DIR
+
+
+def test_each_group_is_provided_once(test_extension, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.extension_points"):
+        found = {group: ep.discover(group) for group in ep.GROUPS}
+    assert found[ep.CONNECTORS]["AscendTestConnector"].value == "ascend_test_ext:TestConnector"
+    assert found[ep.MODELS]["AscendTestForCausalLM"].distribution == "ascend-test-ext"
+    assert set(found[ep.RUNTIME]) == set(ep.RUNTIME_KEYS)
+    assert list(found[ep.SCHEDULERS]) == ["recompute"]
+    assert "not_a_scheduler" in caplog.text and "name must be one of" in caplog.text
+    assert ep.runtime_class_paths()["worker"] == "ascend_test_ext.TestWorker"
+    assert ep.scheduler_class_paths() == {"recompute": "ascend_test_ext.TestScheduler"}
+
+
+def test_nothing_is_found_without_the_package() -> None:
+    assert ep.discover(ep.RUNTIME) == {}
+
+
+def test_unknown_group_is_an_error() -> None:
+    with pytest.raises(ValueError, match="allowed: vllm_ascend.connectors"):
+        ep.discover("vllm_ascend.nope")
+
+
+def test_registration_with_vllm_factories(test_extension) -> None:
+    from vllm import ModelRegistry
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.model_executor import model_loader
+
+    try:
+        assert ep.register_connectors() == ["AscendTestConnector"]
+        assert ep.register_connectors() == []  # idempotent
+        import ascend_test_ext
+
+        assert KVConnectorFactory._registry["AscendTestConnector"]() is (
+            ascend_test_ext.TestConnector)
+        assert ep.register_models() == ["AscendTestForCausalLM"]
+        assert "AscendTestForCausalLM" in ModelRegistry.get_supported_archs()
+        assert ep.register_model_loaders() == ["ascend_test_format"]
+        assert ep.register_model_loaders() == []
+        loader = model_loader._LOAD_FORMAT_TO_MODEL_LOADER["ascend_test_format"]
+        assert loader.__name__ == "TestLoader"
+    finally:
+        KVConnectorFactory._registry.pop("AscendTestConnector", None)
+        ModelRegistry.models.pop("AscendTestForCausalLM", None)
+        model_loader._LOAD_FORMAT_TO_MODEL_LOADER.pop("ascend_test_format", None)

@@ -1,0 +1,144 @@
+"""Logging: prefixes, colour rules, the rotating per-process file handler, the fallback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+import os
+import re
+
+import pytest
+
+from vllm_ascend import logging_setup as ls
+
+
+@pytest.fixture(autouse=True)
+def _clean_loggers():
+    yield
+    ls.remove_file_logging()
+    logger = logging.getLogger(ls.LOGGER_NAME)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("/x/vllm_ascend/platform.py", True), ("C:\\x\\vllm_ascend\\a.py", True),
+     ("/x/vllm/model.py", False), ("", False), (None, False)],
+)
+def test_is_ascend_path(path, expected) -> None:
+    assert ls.is_ascend_path(path) is expected
+
+
+@pytest.mark.parametrize(
+    ("path", "module"),
+    [("/vllm_ascend/platform.py", "platform"),
+     ("/vllm_ascend/compilation/acl_graph.py", "compilation"),
+     ("/vllm/model.py", "core"), ("", "core"), ("/a/vllm_ascend", "core"),
+     ("/a/vllm_ascend/config_pipeline/steps.py", "config_pipeline")],
+)
+def test_infer_module(path, module) -> None:
+    assert ls.infer_module(path) == module
+
+
+def _record(path: str, msg: str = "hello %s", args: tuple = ("world",)) -> logging.LogRecord:
+    return logging.LogRecord("x", logging.INFO, path, 7, msg, args, None)
+
+
+def test_prefix_root_nested_and_pass_through() -> None:
+    fmt = ls.AscendFormatter()
+    root = fmt.format(_record("/s/vllm_ascend/platform_cpu.py"))
+    nested = fmt.format(_record("/s/vllm_ascend/config_pipeline/steps.py"))
+    other = fmt.format(_record("/s/vllm/config/vllm.py"))
+    assert root.endswith("[platform_cpu.py:7] [vllm-ascend] - hello world")
+    assert nested.endswith("[steps.py:7] [vllm-ascend] [config_pipeline] - hello world")
+    assert other.endswith("[vllm.py:7] hello world")
+    assert re.match(r"INFO \d\d-\d\d \d\d:\d\d:\d\d ", root)
+
+
+def test_record_is_restored_for_other_handlers() -> None:
+    record = _record("/s/vllm_ascend/moe_comm.py")
+    ls.AscendFormatter().format(record)
+    assert record.msg == "hello %s" and record.args == ("world",)
+
+
+def test_coloured_formatter_keeps_the_prefix() -> None:
+    text = ls.AscendFormatter(colour=True).format(_record("/s/vllm_ascend/moe_comm.py"))
+    assert text.startswith("\033[32m") and text.endswith("\033[0m")
+    assert "[vllm-ascend] - hello world" in text
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("env", "stream", "colour"),
+    [({"NO_COLOR": ""}, _Tty(), False), ({"VLLM_LOGGING_COLOR": "0"}, _Tty(), False),
+     ({"VLLM_LOGGING_COLOR": "1"}, io.StringIO(), True), ({}, _Tty(), True),
+     ({}, io.StringIO(), False), ({}, None, False)],
+)
+def test_colour_rules(env, stream, colour) -> None:
+    assert ls.use_colour(env, stream) is colour
+
+
+def test_console_handler_is_idempotent() -> None:
+    stream = io.StringIO()
+    logger = ls.configure_console_logging({"VLLM_LOGGING_LEVEL": "DEBUG"}, stream)
+    ls.configure_console_logging({}, stream)
+    assert len(logger.handlers) == 1 and logger.level == logging.DEBUG
+    assert logger.propagate is False
+
+
+def test_rotation_keeps_at_most_max_files(tmp_path) -> None:
+    now = dt.datetime(2026, 1, 2, 3, 4, 5)
+    handler = ls.RotatingAscendFileHandler(tmp_path, max_bytes=100, max_files=3, now=now, pid=42)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for i in range(12):
+        handler.emit(_record("/x.py", "line %s " + "x" * 60, (i,)))
+    handler.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 3
+    # about 70 bytes a line: two lines per file, six files written, the last three kept
+    assert names[-1] == "vllm_ascend_20260102_030405_42_006.log"
+    kept = "".join((tmp_path / n).read_text() for n in names)
+    assert [int(m) for m in re.findall(r"line (\d+)", kept)] == list(range(6, 12))
+    assert "vllm_ascend_20260102_030405_42.log" not in names  # oldest removed
+    assert all(re.fullmatch(r"vllm_ascend_\d{8}_\d{6}_42(_\d{3})?\.log", n) for n in names)
+
+
+def test_handler_rejects_bad_limits(tmp_path) -> None:
+    with pytest.raises(ValueError, match="max_files=0"):
+        ls.RotatingAscendFileHandler(tmp_path, max_files=0)
+
+
+def test_file_logging_attaches_once_and_moves_with_the_dir(tmp_path) -> None:
+    first = ls.configure_file_logging(tmp_path / "a" / "b", environ={})
+    again = ls.configure_file_logging(tmp_path / "a" / "b", environ={})
+    assert first is again and first is not None
+    assert first.current_path.name.startswith("vllm_ascend_") and str(os.getpid()) in (
+        first.current_path.name)
+    vllm_handlers = [h for h in logging.getLogger("vllm").handlers
+                     if isinstance(h, ls.RotatingAscendFileHandler)]
+    assert vllm_handlers == [first]
+    logging.getLogger("vllm_ascend.x").warning("to the file")
+    assert "to the file" in first.current_path.read_text()
+    moved = ls.configure_file_logging(tmp_path / "c", environ={})
+    assert moved is not first and moved.log_dir == tmp_path / "c"
+    assert [h for h in logging.getLogger(ls.LOGGER_NAME).handlers
+            if isinstance(h, ls.RotatingAscendFileHandler)] == [moved]
+
+
+def test_unwritable_dir_falls_back_to_stderr_with_one_warning(tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    assert ls.configure_file_logging(blocker / "logs", environ={}) is None
+    err = capsys.readouterr().err
+    assert err.count("cannot write log files") == 1
+    assert "[vllm-ascend] - cannot write log files" in err
+
+
+def test_default_dir_is_under_home() -> None:
+    assert ls.default_log_dir({"HOME": "/h"}) == ls.Path("/h/ascend/log/vllm_ascend")

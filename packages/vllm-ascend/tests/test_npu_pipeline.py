@@ -1,0 +1,254 @@
+"""NPU pipeline steps (reference 4.3-4.4): pure rules, and the steps on real VllmConfigs."""
+
+from __future__ import annotations
+
+import argparse
+import types
+
+import pytest
+
+from vllm_ascend.config_pipeline import allocator_env, derived_edits, npu_compilation, selection
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [((40, 3, None, None), 160), ((200, 3, None, None), 512), ((8, 0, None, None), 8),
+     ((40, 3, 64, None), None), ((40, 3, None, [1, 2, 4]), None), ((None, 0, None, None), None)],
+)
+def test_default_max_capture_size(args, expected) -> None:
+    assert npu_compilation.default_max_capture_size(*args) == expected
+
+
+def test_prune_capture_sizes_for_a5() -> None:
+    assert npu_compilation.prune_capture_sizes(list(range(1, 11))) == [1, 4, 7, 10]
+    assert npu_compilation.prune_capture_sizes([1, 2, 4]) == [1, 2, 4]
+
+
+def test_sequence_parallel_alignment() -> None:
+    assert npu_compilation.sp_capture_sizes([1, 2, 4, 6, 8, 12], 4) == [4, 8, 12]
+    need = npu_compilation.needs_sp_alignment
+    assert need(2, False, False, True, False, False)
+    assert need(2, False, False, False, True, False) and need(2, False, False, False, False, True)
+    assert not need(1, False, False, True, True, True)  # TP 1
+    assert not need(2, True, False, True, False, False)  # no graphs
+    assert not need(2, False, True, True, False, False)  # eager
+    assert not need(2, False, False, False, False, False)  # no SP-like feature
+
+
+@pytest.mark.parametrize(
+    ("current", "sleep", "expected"),
+    [(None, False, "expandable_segments:True"),
+     ("max_split_size_mb:64", False, "max_split_size_mb:64"),
+     ("garbage_collection_threshold:0.6", False, "garbage_collection_threshold:0.6"),
+     ("foo:1", False, "foo:1,expandable_segments:True"),
+     ("expandable_segments:False", False, "expandable_segments:False"),
+     (None, True, None), ("foo:1", True, "foo:1")],
+)
+def test_npu_alloc_conf(current, sleep, expected) -> None:
+    assert allocator_env.npu_alloc_conf(current, sleep) == expected
+
+
+def test_drop_expandable_segments() -> None:
+    drop = allocator_env.drop_expandable_segments
+    assert drop("expandable_segments:True,max_split_size_mb:8") == "max_split_size_mb:8"
+    assert drop("my_expandable_segments:x") == "my_expandable_segments:x"
+    assert drop(None) is None
+
+
+@pytest.mark.parametrize(
+    ("size", "kw", "expected"),
+    [(None, {}, 128), (16, {"prefix_caching": True}, 128), (16, {"chunked_prefill": True}, 128),
+     (16, {}, 16), (256, {"xlite": True}, 128), (16, {"is_hybrid": True, "prefix_caching": True},
+                                               16),
+     (256, {"model_type": "deepseek_v4"}, 32), (64, {"model_type": "deepseek_v4"}, 64)],
+)
+def test_refreshed_block_size(size, kw, expected) -> None:
+    args = {"model_type": "qwen3", "is_hybrid": False, "prefix_caching": False,
+            "chunked_prefill": False, "xlite": False, **kw}
+    assert derived_edits.refreshed_block_size(size, **args)[0] == expected
+
+
+def test_token_rounding() -> None:
+    assert derived_edits.rounded_batched_tokens(1000, 4, 2, True) == 1000
+    assert derived_edits.rounded_batched_tokens(1001, 4, 2, True) == 1008
+    assert derived_edits.rounded_batched_tokens(1001, 4, 1, False) == 1001
+    assert derived_edits.rounded_batched_tokens(1001, 4, 3, False) == 1002
+
+
+def _cfg(**sched):
+    base = {"recompute_scheduler_enable": False}
+    section = types.SimpleNamespace(enabled=False)
+    return types.SimpleNamespace(scheduler_config=types.SimpleNamespace(**{
+        **base, "dyntra_lb_config": section, "profiling_chunk_config": section,
+        "batch_job_sched_config": section, "short_request_first_config": section, **sched}))
+
+
+ON = types.SimpleNamespace(enabled=True)
+
+
+@pytest.mark.parametrize(
+    ("sched", "role", "is_async", "key"),
+    [({}, None, False, None),
+     ({"recompute_scheduler_enable": True}, "kv_consumer", False, "recompute"),
+     ({"recompute_scheduler_enable": True}, "kv_consumer", True, "async_recompute"),
+     ({"recompute_scheduler_enable": True}, "kv_producer", False, None),
+     ({"recompute_scheduler_enable": True, "dyntra_lb_config": ON}, "kv_consumer", True,
+      "async_dyntra_lb_recompute"),
+     ({"dyntra_lb_config": ON}, "kv_consumer", False, "dyntra_lb"),
+     ({"profiling_chunk_config": ON}, None, True, "profiling_chunk"),
+     ({"batch_job_sched_config": ON}, None, True, "async_batch_job"),
+     ({"short_request_first_config": ON}, None, False, "short_request_first")],
+)
+def test_scheduler_key(sched, role, is_async, key) -> None:
+    policies = selection.scheduler_policy(_cfg(**sched), role)
+    assert selection.scheduler_key(policies, is_async) == key
+
+
+def test_conflicting_policies_are_one_error() -> None:
+    policies = selection.scheduler_policy(
+        _cfg(profiling_chunk_config=ON, batch_job_sched_config=ON), None)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        selection.scheduler_key(policies, False)
+
+
+def test_worker_and_scheduler_decision() -> None:
+    decide = selection.select_worker_and_scheduler
+    runtime = {"worker": "rt.Worker"}
+    kw = {"soc": "A2", "xlite": False, "kv_role": "kv_consumer", "async_scheduling": False}
+    cfg = _cfg(recompute_scheduler_enable=True)
+    got = decide(worker_setting="auto", ascend_config=cfg, runtime=runtime,
+                 schedulers={"recompute": "rt.Recompute"}, **kw)
+    assert (got.worker_cls, got.scheduler_cls) == ("rt.Worker", "rt.Recompute")
+    mine = decide(worker_setting="my.Worker", ascend_config=_cfg(), runtime={}, schedulers={},
+                  **kw)
+    assert (mine.worker_cls, mine.scheduler_cls) == ("my.Worker", None)
+    with pytest.raises(RuntimeError, match="'vllm_ascend.runtime' with name 'worker'"):
+        decide(worker_setting="auto", ascend_config=_cfg(), runtime={}, schedulers={}, **kw)
+    with pytest.raises(RuntimeError, match="'recompute' scheduler"):
+        decide(worker_setting="auto", ascend_config=cfg, runtime=runtime, schedulers={}, **kw)
+
+
+def test_compilation_mode_rules_on_real_configs(make_vllm_config, caplog) -> None:
+    import ascend_config
+    from vllm.config import CompilationMode
+
+    resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
+    eager = make_vllm_config(enforce_eager=True)
+    eager.compilation_config.splitting_ops = None
+    eager.compilation_config.mode = CompilationMode.VLLM_COMPILE
+    npu_compilation.update_compilation_mode(eager, resolved)
+    assert eager.compilation_config.mode == CompilationMode.NONE
+    assert eager.compilation_config.splitting_ops == []
+    odd = make_vllm_config()
+    odd.compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE
+    notes = npu_compilation.update_compilation_mode(odd, resolved)
+    assert odd.compilation_config.mode == CompilationMode.NONE and "not supported" in notes[0]
+
+
+def test_compile_backend_rules_on_real_configs(make_vllm_config) -> None:
+    import ascend_config
+    from vllm.config import CompilationMode, CUDAGraphMode
+
+    resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
+    none = make_vllm_config()
+    none.compilation_config.cudagraph_mode = CUDAGraphMode.NONE
+    npu_compilation.setup_compile_backend(none, resolved, "A2", environ={})
+    assert none.compilation_config.mode == CompilationMode.NONE
+    assert none.compilation_config.backend == npu_compilation.COMPILER_PATH
+    piece = make_vllm_config()
+    piece.compilation_config.cudagraph_mode = CUDAGraphMode.PIECEWISE
+    piece.compilation_config.cudagraph_capture_sizes = [1, 2, 4, 8, 16, 32]
+    piece.compilation_config.max_cudagraph_capture_size = 32
+    npu_compilation.setup_compile_backend(piece, resolved, "A5", environ={})
+    assert "vllm::mla_forward" in piece.compilation_config.splitting_ops
+    assert len(piece.compilation_config.cudagraph_capture_sizes) <= 4
+    blocked = make_vllm_config()
+    blocked.compilation_config.cudagraph_mode = CUDAGraphMode.PIECEWISE
+    blocked.compilation_config.cudagraph_capture_sizes = [1, 2, 4]
+    blocked.compilation_config.max_cudagraph_capture_size = 4
+    with pytest.raises(ValueError, match="ASCEND_LAUNCH_BLOCKING"):
+        npu_compilation.setup_compile_backend(blocked, resolved, "A2",
+                                              environ={"ASCEND_LAUNCH_BLOCKING": "1"})
+
+
+def test_derived_edits_on_a_real_config(make_vllm_config) -> None:
+    import ascend_config
+
+    from vllm_ascend.config_pipeline.facts import extract_facts
+
+    cfg = make_vllm_config(block_size=32, enable_prefix_caching=True)
+    resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
+    notes = derived_edits.apply_derived_edits(cfg, resolved, extract_facts(cfg, "A2"))
+    assert cfg.cache_config.block_size == 128 and "block_size=128" in notes[0]
+
+
+def test_npu_platform_attributes_and_capabilities() -> None:
+    from vllm_ascend.platform_npu import NPUPlatform
+
+    p = NPUPlatform()
+    assert (p.device_name, p.device_type, p.dispatch_key) == ("npu", "npu", "PrivateUse1")
+    assert p.device_control_env_var == "ASCEND_RT_VISIBLE_DEVICES"
+    assert p.ray_device_key == "NPU" and p.simple_compile_backend == "eager"
+    assert p.ray_noset_device_env_vars == ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]
+    assert p.supported_quantization == ["ascend", "compressed-tensors", "fp8",
+                                        "deepseek_v4_fp8", "modelopt_mxfp8", "mxfp8"]
+    assert p.pass_key == "graph_fusion_manager" and p.is_out_of_tree()
+    assert p.is_sleep_mode_available() and p.is_cumem_allocator_available()
+    assert all(f() for f in (p.is_pin_memory_available, p.opaque_attention_op,
+                             p.support_hybrid_kv_cache, p.support_static_graph_mode,
+                             p.use_custom_op_collectives))
+    assert p.get_device_capability() is None
+    assert p.get_compile_backend() == "vllm_ascend.compiler.AscendCompiler"
+    assert p.get_static_graph_wrapper_cls() == "vllm_ascend.graph_wrapper.AscendGraphWrapper"
+    with pytest.raises(NotImplementedError):
+        p.get_device_total_memory()
+    assert p.set_additional_forward_context(vllm_config=types.SimpleNamespace()) == {}
+
+
+def test_runtime_pieces_come_from_entry_points(monkeypatch) -> None:
+    from pathlib import Path
+
+    from vllm_ascend.platform_npu import NPUPlatform
+
+    with pytest.raises(RuntimeError, match="'vllm_ascend.runtime' name 'punica'"):
+        NPUPlatform.get_punica_wrapper()
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
+    assert NPUPlatform.get_punica_wrapper() == "ascend_test_ext.TestWorker"
+    assert NPUPlatform.get_device_communicator_cls() == "ascend_test_ext.TestWorker"
+    assert NPUPlatform.get_attn_backend_cls(None, None) == "ascend_test_ext.TestWorker"
+    import ascend_test_ext
+
+    NPUPlatform.register_custom_kv_cache_specs("cfg")
+    assert ascend_test_ext.REGISTERED_SPECS[-1] == "cfg"
+
+
+def test_pre_register_adds_ascend_quantization_once(fake_torch_npu) -> None:
+    from vllm_ascend.platform_npu import NPUPlatform
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quantization", choices=["fp8", "awq"])
+    NPUPlatform.pre_register_and_update(parser)
+    NPUPlatform.pre_register_and_update(parser)
+    NPUPlatform.pre_register_and_update(None)
+    action = next(a for a in parser._actions if "--quantization" in a.option_strings)
+    assert list(action.choices) == ["fp8", "awq", "ascend"]
+
+
+def test_missing_npu_runtime_is_reported_at_configuration_time(py_runner, make_env,
+                                                              tiny_qwen3, tmp_path) -> None:
+    code = f"""
+        import json
+        from vllm.platforms import current_platform
+        from vllm.engine.arg_utils import EngineArgs
+        try:
+            EngineArgs(model={str(tiny_qwen3)!r}, load_format="dummy").create_engine_config()
+            err = None
+        except Exception as exc:
+            err = type(exc).__name__ + ": " + str(exc)
+        print("RESULT " + json.dumps({{"platform": type(current_platform).__name__,
+                                       "err": err}}))
+    """
+    out = py_runner(code, make_env(tmp_path, VLLM_ASCEND_DEVICE="npu"), timeout=240)
+    assert out["platform"] == "NPUPlatform"
+    assert out["err"].startswith("NpuRuntimeMissingError") and "torch_npu is missing" in (
+        out["err"])

@@ -1,0 +1,109 @@
+"""The host-CPU platform with real VllmConfig objects built for a tiny local Qwen3."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+
+
+def test_current_platform_is_the_ascend_host_cpu_platform(ascend_cpu_platform) -> None:
+    assert ascend_cpu_platform.soc == "cpu" and ascend_cpu_platform.is_cpu()
+    assert ascend_cpu_platform.get_pass_manager_cls() == (
+        "vllm_ascend.pass_manager.AscendPassManager")
+
+
+def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
+    from vllm.config import CompilationMode
+
+    from vllm_ascend.config_pipeline.cpu_compilation import VLLM_GPU_FUSION_FLAGS
+
+    cfg = make_vllm_config()
+    cc = cfg.compilation_config
+    assert cc.mode == CompilationMode.VLLM_COMPILE and cc.backend == "inductor"
+    assert cc.compile_sizes == [] and cc.ir_enable_torch_wrap is False
+    assert cc.custom_ops == ["all"]
+    assert not any(getattr(cc.pass_config, f, False) for f in VLLM_GPU_FUSION_FLAGS)
+    prio = cfg.kernel_config.ir_op_priority
+    assert prio.rms_norm[0] == "ascend" and prio.fused_add_rms_norm[0] == "ascend"
+    assert cfg.parallel_config.worker_cls == "vllm.v1.worker.cpu_worker.CPUWorker"
+    assert cfg.additional_config == {}  # never used as a scratchpad
+    inputs = json.loads(os.environ["VLLM_ASCEND_WORKER_CONFIG_INPUTS"])
+    assert inputs["soc"] == "cpu" and inputs["facts"]["model_type"] == "qwen3"
+    assert inputs["facts"]["head_dim"] == 64 and inputs["facts"]["is_moe"] is False
+
+
+def test_engine_side_and_worker_side_configs_are_equal(make_vllm_config) -> None:
+    from vllm_ascend.config_pipeline.resolve_step import resolve_for
+    from vllm_ascend.process_setup import resolve_published
+
+    extra = {"ascend_compilation_config": {"fuse_qknorm_rope": False}, "weight_nz_mode": 0}
+    cfg = make_vllm_config(additional_config=extra)
+    engine_side = resolve_for(cfg, "cpu")
+    soc, worker_side = resolve_published(os.environ)
+    assert soc == "cpu" and worker_side == engine_side
+    assert worker_side.ascend_compilation_config.fuse_qknorm_rope is False
+    assert cfg.additional_config == extra
+
+
+def test_enforce_eager_keeps_custom_ops_but_no_compilation(make_vllm_config) -> None:
+    from vllm.config import CompilationMode
+
+    cfg = make_vllm_config(enforce_eager=True)
+    assert cfg.compilation_config.mode == CompilationMode.NONE
+    assert cfg.compilation_config.custom_ops == ["all"]
+
+
+def test_bad_additional_config_lists_every_problem(make_vllm_config) -> None:
+    import ascend_config
+
+    bad = {"weight_nz_mode": 7, "ascend_compilation_config": {"fuse_qknorm_rop": True},
+           "no_such_key": 1}
+    with pytest.raises((ascend_config.AscendConfigError, ValueError)) as info:
+        make_vllm_config(additional_config=bad)
+    text = str(info.value)
+    for needle in ("weight_nz_mode", "fuse_qknorm_rop", "no_such_key"):
+        assert needle in text
+
+
+def test_gpu_only_settings_are_reset_with_one_warning_each(make_vllm_config, caplog) -> None:
+    from vllm_ascend.config_pipeline.gpu_fixes import fix_gpu_only_settings
+
+    cfg = make_vllm_config(enforce_eager=True)
+    cfg.model_config.disable_cascade_attn = False
+    cfg.parallel_config.ray_workers_use_nsight = True
+    cfg.parallel_config.numa_bind_nodes = [0]
+    cfg.attention_config.flash_attn_version = 3
+    cfg.attention_config.use_trtllm_attention = True
+    cfg.kv_transfer_config = None
+    with caplog.at_level(logging.WARNING):
+        warnings = fix_gpu_only_settings(cfg)
+    assert len(warnings) == 5
+    assert cfg.model_config.disable_cascade_attn is True
+    assert cfg.parallel_config.ray_workers_use_nsight is False
+    assert cfg.parallel_config.numa_bind_nodes is None
+    assert cfg.attention_config.flash_attn_version is None
+    assert cfg.attention_config.use_trtllm_attention is False
+    assert fix_gpu_only_settings(cfg) == []  # idempotent
+
+
+def test_execute_model_timeout_rule() -> None:
+    from vllm_ascend.config_pipeline.gpu_fixes import fix_execute_model_timeout
+
+    env = {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "300"}
+    assert fix_execute_model_timeout(env) is not None
+    assert env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
+    assert fix_execute_model_timeout({"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1836"}) is None
+
+
+def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, caplog,
+                                                       monkeypatch) -> None:
+    monkeypatch.setenv("VLLM_ASCEND_DEVICE", "cpu")
+    monkeypatch.setenv("VLLM_NOT_A_REAL_VARIABLE", "1")
+    with caplog.at_level(logging.WARNING):
+        ascend_cpu_platform.validate_environ(hard_fail=False)
+    assert "VLLM_NOT_A_REAL_VARIABLE" in caplog.text and "VLLM_ASCEND_DEVICE" not in caplog.text
+    with pytest.raises(ValueError, match="VLLM_NOT_A_REAL_VARIABLE"):
+        ascend_cpu_platform.validate_environ(hard_fail=True)
