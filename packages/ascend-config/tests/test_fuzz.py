@@ -20,7 +20,7 @@ SCALARS = st.one_of(
     st.text(max_size=30),
     st.sampled_from(["all", "dspark", "dynamic", "true", "1", "x.json", "\n\u2028\x00"]),
 )
-KEYS = st.one_of(st.sampled_from(KNOWN), st.text(min_size=0, max_size=20))
+KEYS = st.one_of(st.sampled_from(KNOWN), st.text(min_size=0, max_size=20), st.integers(-2, 2))
 JSON = st.recursive(
     SCALARS,
     lambda inner: st.one_of(st.lists(inner, max_size=4),

@@ -32,13 +32,22 @@ CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("config", "facts"), CONFIGS)
 def test_round_trip_is_exact(config: dict[str, Any], facts: dict[str, Any]) -> None:
-    cfg = resolve(config, DeploymentFacts(**facts), {"PYTORCH_NPU_ALLOC_CONF": "a:1"})
+    cfg = resolve(config, DeploymentFacts(**facts),
+                  {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
     text = cfg.to_json()
     back = AscendConfig.from_json(text)
     assert back == cfg
     assert back.to_json() == text
     assert back.compute_hash() == cfg.compute_hash()
     assert back.env_changes == cfg.env_changes
+    assert all(type(c).__name__ == "EnvChange" for c in back.env_changes)
+
+
+def test_unset_env_change_survives_round_trip() -> None:
+    cfg = resolve({"rl_config": {"enabled": True}}, environ={
+        "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    back = AscendConfig.from_json(cfg.to_json())
+    assert dict(back.env_changes)["PYTORCH_NPU_ALLOC_CONF"] is None and back == cfg
 
 
 def test_from_json_rejects_garbage() -> None:

@@ -24,6 +24,8 @@ class _InputError(Exception):
 
 
 def _load_source(source: str) -> Any:
+    if source == "-":
+        source = sys.stdin.read()
     text = source.strip()
     if text[:1] in "{[" or text == "null":
         try:
@@ -145,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="validate a config; print it resolved (exit 0) or "
                                          "every problem (exit 2)")
-    check.add_argument("source", help="a JSON/YAML file, or JSON text such as '{\"a\": 1}'")
+    check.add_argument("source", help="a JSON/YAML file, JSON text such as '{\"a\": 1}', "
+                                      "or - for stdin")
     check.add_argument("--facts", help="JSON file of deployment facts (DeploymentFacts fields)")
     check.add_argument("--env", action="append", metavar="NAME=VALUE",
                        help="override an environment variable for this check (repeatable)")

@@ -1,0 +1,80 @@
+"""init_batch_invariance and the batch-invariant CPU linear route."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from vllm_ascend import batch_invariance as bi
+
+Change = types.SimpleNamespace
+
+
+@pytest.fixture
+def kernels_mode():
+    from ascend_kernels import batch_invariant
+
+    yield batch_invariant
+    batch_invariant.disable_batch_invariant_mode()
+
+
+def test_env_changes_set_and_unset() -> None:
+    env = {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
+    report = bi.apply_env_changes(
+        [Change(name="HCCL_DETERMINISTIC", value="strict"),
+         Change(name="PYTORCH_NPU_ALLOC_CONF", value=None), Change(name="GONE", value=None)],
+        env)
+    assert env == {"HCCL_DETERMINISTIC": "strict"}
+    assert report.env_set == {"HCCL_DETERMINISTIC": "strict"}
+    assert report.env_unset == ["PYTORCH_NPU_ALLOC_CONF"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "env", "enabled"),
+    [([Change(name="VLLM_BATCH_INVARIANT", value="1")], {}, True),
+     ([], {"VLLM_BATCH_INVARIANT": "1"}, True),
+     ([], {}, False), ([], {"VLLM_BATCH_INVARIANT": "0"}, False)],
+)
+def test_mode_follows_vllm(kernels_mode, changes, env, enabled) -> None:
+    report = bi.init_batch_invariance(types.SimpleNamespace(env_changes=changes), env)
+    assert report.mode_enabled is enabled
+    assert kernels_mode.is_batch_invariant_mode_enabled() is enabled
+
+
+def test_resolved_config_drives_it(kernels_mode) -> None:
+    import ascend_config
+
+    rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
+    cfg = ascend_config.resolve(rl, facts=ascend_config.DeploymentFacts(soc="cpu"), environ={})
+    env: dict[str, str] = {}
+    assert bi.init_batch_invariance(cfg, env).mode_enabled
+    assert env["VLLM_BATCH_INVARIANT"] == "1" and env["HCCL_DETERMINISTIC"] == "strict"
+
+
+def test_cpu_linear_route(ascend_cpu_platform, kernels_mode) -> None:
+    from vllm.model_executor.layers import utils
+
+    original = utils.dispatch_cpu_unquantized_gemm
+    try:
+        assert bi.install_cpu_linear_route() is True
+        assert bi.install_cpu_linear_route() is False
+        kernels_mode.enable_batch_invariant_mode()
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(torch.randn(8, 16), requires_grad=False)
+        utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+        assert layer.weight.shape == (8, 16)  # kept: the batch-invariant linear needs it
+        kernels_mode.reset_call_counts()
+        x = torch.randn(3, 16)
+        out = utils.cpu_unquantized_gemm(layer, x, layer.weight, None)
+        assert torch.allclose(out, x @ layer.weight.T, atol=1e-5)
+        assert sum(kernels_mode.call_counts().values()) >= 1
+        kernels_mode.disable_batch_invariant_mode()
+        plain = torch.nn.Module()
+        plain.weight = torch.nn.Parameter(torch.randn(8, 16), requires_grad=False)
+        utils.dispatch_cpu_unquantized_gemm(plain, remove_weight=False)
+        assert plain.cpu_linear is not None
+    finally:
+        bi.remove_cpu_linear_route()
+    assert utils.dispatch_cpu_unquantized_gemm is original

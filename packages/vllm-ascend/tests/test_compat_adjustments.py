@@ -1,0 +1,73 @@
+"""Every compatibility adjustment: listed with a reason, idempotent, and doing its job."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_ascend import compat_adjustments as ca
+
+
+def test_each_adjustment_has_a_reason() -> None:
+    names = [a.name for a in ca.ADJUSTMENTS]
+    assert names == ["ascend_ir_provider", "ascend_rotary_embedding",
+                     "cpu_linear_batch_invariant_route"]
+    assert all(len(a.reason) > 40 for a in ca.ADJUSTMENTS)
+
+
+def test_apply_is_idempotent_and_soc_aware(ascend_cpu_platform) -> None:
+    assert ca.apply_compat_adjustments("cpu") == ca.apply_compat_adjustments("cpu")
+    assert "cpu_linear_batch_invariant_route" not in ca.apply_compat_adjustments("A2")
+
+
+def test_ir_provider_runs_ascend_kernels(ascend_cpu_platform) -> None:
+    from vllm import ir
+
+    from vllm_ascend.ir_provider import register_ascend_ir_provider
+
+    ca.apply_compat_adjustments("cpu")
+    assert register_ascend_ir_provider() is False  # already registered
+    x, w, r = torch.randn(3, 64), torch.randn(64), torch.randn(3, 64)
+    ascend = ir.ops.rms_norm.impls["ascend"]
+    native = ir.ops.rms_norm.impls["native"]
+    assert torch.allclose(ascend.impl_fn(x, w, 1e-6), native.impl_fn(x, w, 1e-6), atol=1e-5)
+    assert not ascend.supports_args(x, None, 1e-6)  # no weight: left to native
+    fused = ir.ops.fused_add_rms_norm.impls["ascend"].impl_fn(x, r, w, 1e-6)
+    ref = ir.ops.fused_add_rms_norm.impls["native"].impl_fn(x, r, w, 1e-6)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(fused, ref, strict=True))
+
+
+def test_rotary_embedding_is_replaced(ascend_cpu_platform) -> None:
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.custom_op import op_registry_oot
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+    from vllm_ascend.custom_ops import AscendRotaryEmbedding, register_ascend_custom_ops
+
+    ca.apply_compat_adjustments("cpu")
+    assert op_registry_oot["RotaryEmbedding"] is AscendRotaryEmbedding
+    assert register_ascend_custom_ops() == []
+    with set_current_vllm_config(VllmConfig()):
+        rope = RotaryEmbedding(64, 64, 256, 10000.0, True, torch.float32)
+        assert type(rope) is AscendRotaryEmbedding
+        pos = torch.tensor([0, 3, 7])
+        q, k = torch.randn(3, 4 * 64), torch.randn(3, 2 * 64)
+        got = rope.forward_cpu(pos, q.clone(), k.clone())
+        ref = rope.forward_native(pos, q.clone(), k.clone())
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, ref, strict=True))
+
+
+def test_reset_and_conflicts(ascend_cpu_platform) -> None:
+    from vllm.model_executor.custom_op import op_registry_oot
+
+    from vllm_ascend.custom_ops import register_ascend_custom_ops
+
+    ca.reset_compat_adjustments()
+    assert "RotaryEmbedding" not in op_registry_oot
+    op_registry_oot["RotaryEmbedding"] = object  # someone else's replacement
+    try:
+        with pytest.raises(RuntimeError, match="already replaced"):
+            register_ascend_custom_ops()
+    finally:
+        del op_registry_oot["RotaryEmbedding"]
+    assert ca.apply_compat_adjustments("cpu")

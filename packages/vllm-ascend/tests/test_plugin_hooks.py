@@ -1,0 +1,51 @@
+"""General-plugin hooks: idempotent, never failing, doing their work on Ascend platforms."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from vllm_ascend import plugin_hooks
+
+
+def test_a_failing_hook_only_warns_and_runs_once(caplog) -> None:
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise OSError("disk on fire")
+
+    hook = plugin_hooks._once_and_safe(broken)
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.plugin_hooks"):
+        hook()
+        hook()
+    assert calls == [1]
+    assert "plugin hook broken failed: OSError: disk on fire" in caplog.text
+    plugin_hooks.reset_hooks()
+
+
+def test_hooks_register_extensions_and_profiling(ascend_cpu_platform, monkeypatch,
+                                                  tmp_path) -> None:
+    from vllm import ModelRegistry
+
+    from vllm_ascend import service_profiling
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    plugin_hooks.reset_hooks()
+    assert plugin_hooks.active_ascend_soc() == "cpu"
+    try:
+        for hook in (plugin_hooks.register_connector, plugin_hooks.register_model_loader,
+                     plugin_hooks.register_service_profiling, plugin_hooks.register_model):
+            hook()
+            hook()
+        assert "AscendTestForCausalLM" in ModelRegistry.get_supported_archs()
+        assert service_profiling.config_path("0.32.0").exists()
+    finally:
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.model_executor import model_loader
+
+        ModelRegistry.models.pop("AscendTestForCausalLM", None)
+        KVConnectorFactory._registry.pop("AscendTestConnector", None)
+        model_loader._LOAD_FORMAT_TO_MODEL_LOADER.pop("ascend_test_format", None)
+        plugin_hooks.reset_hooks()
