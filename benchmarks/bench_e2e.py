@@ -56,8 +56,13 @@ def run(quick: bool = False) -> list[Table]:
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         root = Path(tmp)
         model = make_tiny_model(
-            "qwen3", root / "model", layers=size.layers, hidden=size.hidden,
-            heads=size.heads, kv_heads=size.kv_heads, head_dim=64,
+            "qwen3",
+            root / "model",
+            layers=size.layers,
+            hidden=size.hidden,
+            heads=size.heads,
+            kv_heads=size.kv_heads,
+            head_dim=64,
         )
         workers: dict[str, LLMWorker] = {}
         startup: dict[str, float] = {}
@@ -67,10 +72,12 @@ def run(quick: bool = False) -> list[Table]:
                 env = engine_env(device="cpu", cache_root=root / f"cache-{fusion}")
                 worker = LLMWorker(env, root / f"{label.replace(' ', '-')}.log")
                 workers[label] = worker
-                kwargs = llm_kwargs(str(model), fusion=fusion, max_num_seqs=len(PROMPTS),
-                                    kv_cache_mib=256)
-                startup[label] = worker.request("load", name="e2e", kwargs=kwargs,
-                                                timeout=900)["startup_s"]
+                kwargs = llm_kwargs(
+                    str(model), fusion=fusion, max_num_seqs=len(PROMPTS), kv_cache_mib=256
+                )
+                startup[label] = worker.request("load", name="e2e", kwargs=kwargs, timeout=900)[
+                    "startup_s"
+                ]
                 reports[label] = worker.request("fusion_report")["report"]
                 # Warm-up: first-call costs (allocations, lazy inits) stay out of the timings.
                 worker.request("generate", name="e2e", prompts=PROMPTS, max_tokens=4)
@@ -78,8 +85,13 @@ def run(quick: bool = False) -> list[Table]:
             tokens: dict[str, list[list[int]]] = {}
             for _ in range(size.repeats):
                 for label, worker in workers.items():  # alternate: drift hits both alike
-                    answer = worker.request("generate", name="e2e", prompts=PROMPTS,
-                                            max_tokens=size.max_tokens, timeout=900)
+                    answer = worker.request(
+                        "generate",
+                        name="e2e",
+                        prompts=PROMPTS,
+                        max_tokens=size.max_tokens,
+                        timeout=900,
+                    )
                     count = sum(len(o["token_ids"]) for o in answer["outputs"])
                     rates[label].append(count / answer["elapsed_s"])
                     tokens[label] = [o["token_ids"] for o in answer["outputs"]]
@@ -89,9 +101,14 @@ def run(quick: bool = False) -> list[Table]:
     median = {label: statistics.median(values) for label, values in rates.items()}
     ratio = median["fusion on"] / median["fusion off"]
     rows = [
-        [label, round(median[label], 1), round(min(rates[label]), 1),
-         round(max(rates[label]), 1), round(startup[label], 1),
-         reports[label].get("qknorm_rope", 0)]
+        [
+            label,
+            round(median[label], 1),
+            round(min(rates[label]), 1),
+            round(max(rates[label]), 1),
+            round(startup[label], 1),
+            reports[label].get("qknorm_rope", 0),
+        ]
         for label in settings
     ]
     rows.append(["ratio on/off", round(ratio, 3), "", "", "", ""])

@@ -57,6 +57,12 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 
 
 @pytest.fixture(scope="session")
+def ascend_log_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where the plugin writes its log files in this session (not the user's home)."""
+    return str(tmp_path_factory.mktemp("ascend_logs"))
+
+
+@pytest.fixture(scope="session")
 def pycache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Bytecode cache shared by every child of the session (warm vLLM imports)."""
     return tmp_path_factory.getbasetemp() / "pycache"
@@ -154,10 +160,12 @@ class CompiledRuns:
         tiny: TinyModels,
         start: Callable[..., LLMWorker],
         dump_root: Path,
+        log_dir: str,
     ) -> None:
         self.tiny = tiny
         self.start = start
         self.dump_root = dump_root
+        self.log_dir = log_dir
         self._runs: dict[tuple[str, bool], CompiledRun] = {}
 
     def get(self, arch: str, fusion: bool) -> CompiledRun:
@@ -166,11 +174,9 @@ class CompiledRuns:
             name = f"{arch}-{'fused' if fusion else 'unfused'}"
             dump = self.dump_root / name
             worker = self.start(name, device="cpu", **inductor_debug_env(dump))
-            kwargs = llm_kwargs(str(self.tiny.path(arch)), fusion=fusion)
+            kwargs = llm_kwargs(str(self.tiny.path(arch)), fusion=fusion, log_dir=self.log_dir)
             worker.request("load", name=name, kwargs=kwargs, timeout=400)
-            answer = worker.request(
-                "generate", name=name, prompts=list(PROMPTS[:4]), max_tokens=12
-            )
+            answer = worker.request("generate", name=name, prompts=list(PROMPTS[:4]), max_tokens=12)
             report = worker.request("fusion_report")["report"]
             self._runs[key] = CompiledRun(answer["outputs"], report, dump)
             worker.close()
@@ -182,5 +188,7 @@ def compiled_runs(
     tiny_models: TinyModels,
     start_worker: Callable[..., LLMWorker],
     tmp_path_factory: pytest.TempPathFactory,
+    ascend_log_dir: str,
 ) -> CompiledRuns:
-    return CompiledRuns(tiny_models, start_worker, tmp_path_factory.mktemp("graph_dumps"))
+    dumps = tmp_path_factory.mktemp("graph_dumps")
+    return CompiledRuns(tiny_models, start_worker, dumps, ascend_log_dir)

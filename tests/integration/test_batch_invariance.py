@@ -27,38 +27,48 @@ MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def invariant_worker(start_worker, tiny_models) -> Any:
+def invariant_worker(start_worker, tiny_models, ascend_log_dir: str) -> Any:
     worker = start_worker("batch-invariant", device="cpu")
-    kwargs = llm_kwargs(str(tiny_models.path("qwen3")), compile=False, batch_invariant=True)
+    kwargs = llm_kwargs(
+        str(tiny_models.path("qwen3")), compile=False, batch_invariant=True, log_dir=ascend_log_dir
+    )
     worker.request("load", name="bi", kwargs=kwargs, timeout=300)
     yield worker
     worker.close()
 
 
-@pytest.mark.timeout(420)
-def test_prompt_alone_and_in_a_batch_of_eight_give_identical_tokens_and_logprobs(
-    invariant_worker,
-) -> None:
+def _alone_and_in_batch(worker: Any, logprobs: int | None) -> tuple[dict, dict, list]:
+    alone = worker.request(
+        "generate", name="bi", prompts=[TARGET], max_tokens=MAX_TOKENS, logprobs=logprobs
+    )["outputs"][0]
+    batch = worker.request(
+        "generate", name="bi", prompts=PROMPTS, max_tokens=MAX_TOKENS, logprobs=logprobs
+    )["outputs"]
+    return alone, batch[PROMPTS.index(TARGET)], batch
+
+
+@pytest.mark.timeout(300)
+def test_prompt_alone_and_in_a_batch_of_eight_gives_identical_tokens(invariant_worker) -> None:
     before = invariant_worker.request("call_counts", reset=True)
     assert before["enabled"], "batch-invariant mode is not enabled in the engine process"
-    alone = invariant_worker.request(
-        "generate", name="bi", prompts=[TARGET], max_tokens=MAX_TOKENS, logprobs=0
-    )["outputs"][0]
-    counts_alone = invariant_worker.request("call_counts", reset=True)["counts"]
-    batch = invariant_worker.request(
-        "generate", name="bi", prompts=PROMPTS, max_tokens=MAX_TOKENS, logprobs=0
-    )["outputs"]
-    counts_batch = invariant_worker.request("call_counts")["counts"]
+    alone, in_batch, batch = _alone_and_in_batch(invariant_worker, logprobs=None)
+    counts = invariant_worker.request("call_counts", reset=True)["counts"]
 
-    in_batch = batch[PROMPTS.index(TARGET)]
     assert len(alone["token_ids"]) == MAX_TOKENS
     assert in_batch["token_ids"] == alone["token_ids"]
-    # Bitwise equal, not close: that is what batch invariance promises.
-    assert in_batch["logprobs"] == alone["logprobs"]
     # The batch really held different prompts with different continuations.
     assert len({tuple(o["token_ids"]) for o in batch}) > 1
+    # The batch-invariant linear ran for every linear layer of every step: 4 projections per
+    # decoder layer (qkv, o, gate_up, down) plus the LM head, once per step and per call.
+    per_step = 4 * 2 + 1
+    steps = 2 * MAX_TOKENS  # the call alone and the batched call
+    assert counts.get("linear", 0) >= per_step * steps, counts
 
-    # The batch-invariant kernels ran: every linear layer of every step went through them.
-    assert sum(counts_alone.values()) > 0, counts_alone
-    linear_calls = {k: v for k, v in counts_batch.items() if "linear" in k or "matmul" in k}
-    assert sum(linear_calls.values()) > 0, counts_batch
+
+@pytest.mark.timeout(300)
+def test_prompt_alone_and_in_a_batch_of_eight_gives_identical_logprobs(invariant_worker) -> None:
+    alone, in_batch, _ = _alone_and_in_batch(invariant_worker, logprobs=0)
+    assert in_batch["token_ids"] == alone["token_ids"]
+    assert len(alone["logprobs"]) == MAX_TOKENS
+    # Bitwise equal, not close: that is what batch invariance promises.
+    assert in_batch["logprobs"] == alone["logprobs"]

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from vllm_ascend.cli import main
 
 
@@ -21,8 +20,17 @@ def test_demo_json_reports_fusion_binding_and_generation(
     script = Path(sys.executable).with_name("vllm-ascend")
     assert script.exists(), "the vllm-ascend console script is not installed"
     proc = subprocess.run(
-        [str(script), "demo", "--json", "--max-tokens", "8", "--prompt", "Hello, my name is",
-         "--prompt", "The capital of France is"],
+        [
+            str(script),
+            "demo",
+            "--json",
+            "--max-tokens",
+            "8",
+            "--prompt",
+            "Hello, my name is",
+            "--prompt",
+            "The capital of France is",
+        ],
         env=make_env(device="auto"),  # the demo sets up its own process (device cpu)
         capture_output=True,
         text=True,

@@ -48,9 +48,7 @@ def test_fusion_report_counts_rewrites_per_layer(compiled_runs, arch: str) -> No
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-def test_dumped_graphs_hold_one_fused_node_per_attention_layer(
-    compiled_runs, arch: str
-) -> None:
+def test_dumped_graphs_hold_one_fused_node_per_attention_layer(compiled_runs, arch: str) -> None:
     fused_dump: Path = compiled_runs.get(arch, fusion=True).dump_dir
     unfused_dump: Path = compiled_runs.get(arch, fusion=False).dump_dir
     expected = EXPECTED_REPORT[arch]["qknorm_rope"]

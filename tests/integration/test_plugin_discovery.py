@@ -48,8 +48,12 @@ def test_entry_points_are_installed() -> None:
         ("auto", None, STOCK_CPU_PLATFORM, GENERAL_PLUGINS),
         # The platform entry point is named "ascend": leaving it out keeps vLLM's own CPU.
         ("cpu", "ascend_model", STOCK_CPU_PLATFORM, {"ascend_model"}),
-        ("cpu", "ascend,ascend_service_profiling", ASCEND_CPU_PLATFORM,
-         {"ascend_service_profiling"}),
+        (
+            "cpu",
+            "ascend,ascend_service_profiling",
+            ASCEND_CPU_PLATFORM,
+            {"ascend_service_profiling"},
+        ),
         ("cpu", "none", STOCK_CPU_PLATFORM, set()),
     ],
     ids=["cpu", "auto", "cpu-platform-filtered", "cpu-one-general", "cpu-none"],
@@ -69,16 +73,19 @@ def test_vllm_resolves_platform_and_plugins(
 
 
 @pytest.mark.timeout(300)
-def test_auto_mode_leaves_vllm_cpu_generation_unchanged(start_worker, tiny_models) -> None:
+def test_auto_mode_leaves_vllm_cpu_generation_unchanged(
+    start_worker, tiny_models, ascend_log_dir: str
+) -> None:
     """Installed but inactive (auto, no NPU): the same tokens as vLLM without any plugin."""
-    kwargs = llm_kwargs(str(tiny_models.path("llama")), compile=False)
+    kwargs = llm_kwargs(str(tiny_models.path("llama")), compile=False, log_dir=ascend_log_dir)
     tokens = {}
     for name, plugins in (("auto", None), ("no-plugins", "none")):
         worker = start_worker(f"discovery-{name}", device="auto", plugins=plugins)
         assert worker.request("platform")["class"] == STOCK_CPU_PLATFORM
         worker.request("load", name=name, kwargs=kwargs, timeout=240)
-        outputs = worker.request("generate", name=name, prompts=["Hello, my name is"],
-                                 max_tokens=8)["outputs"]
+        outputs = worker.request(
+            "generate", name=name, prompts=["Hello, my name is"], max_tokens=8
+        )["outputs"]
         tokens[name] = outputs[0]["token_ids"]
         worker.close()
     assert len(tokens["auto"]) == 8

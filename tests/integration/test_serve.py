@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -33,56 +35,101 @@ def _serve_args(extra: list[str]) -> list[str]:
     ]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(420)
-def test_serve_answers_completions_and_chat_then_stops_cleanly(
-    tiny_models, make_env: Callable[..., dict[str, str]], tmp_path: Path
-) -> None:
+@dataclass
+class ServeSession:
+    """One `vllm serve` run: the answers it gave, then how it stopped."""
+
+    models: dict[str, Any]
+    completion: httpx.Response
+    chat: httpx.Response
+    returncode: int
+    log: str
+    log_tail: str
+
+
+@pytest.fixture(scope="module")
+def serve_session(
+    tiny_models,
+    make_env: Callable[..., dict[str, str]],
+    tmp_path_factory: pytest.TempPathFactory,
+    ascend_log_dir: str,
+) -> ServeSession:
     env = make_env(device="cpu")
-    # vllm serve always runs its engine in separate processes.
+    # vllm serve always runs its engine in a separate process.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     # Eager: compilation is the subject of test_fusion_e2e, not of serving.
-    args = _serve_args(["--enforce-eager"])
-    server = VllmServer(tiny_models.path("qwen3"), args, env, tmp_path / "serve.log")
+    config = json.dumps({"ascend_log_path": ascend_log_dir})
+    args = _serve_args(["--enforce-eager", "--additional-config", config])
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    server = VllmServer(tiny_models.path("qwen3"), args, env, log_path)
     try:
         server.wait_healthy(timeout=300)
         with httpx.Client(base_url=server.base_url, timeout=120) as client:
             models = client.get("/v1/models").json()
-            assert [m["id"] for m in models["data"]] == [SERVED_NAME]
-
             completion = client.post(
                 "/v1/completions",
-                json={"model": SERVED_NAME, "prompt": "Hello, my name is", "max_tokens": 8,
-                      "temperature": 0, "ignore_eos": True},
+                json={
+                    "model": SERVED_NAME,
+                    "prompt": "Hello, my name is",
+                    "max_tokens": 8,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                },
             )
-            assert completion.status_code == 200, completion.text
-            body = completion.json()
-            assert body["object"] == "text_completion"
-            assert body["usage"]["completion_tokens"] == 8
-            assert body["choices"][0]["finish_reason"] == "length"
-
             chat = client.post(
                 "/v1/chat/completions",
-                json={"model": SERVED_NAME, "max_tokens": 6, "temperature": 0,
-                      "ignore_eos": True,
-                      "messages": [{"role": "user", "content": "The capital of France is"}]},
+                json={
+                    "model": SERVED_NAME,
+                    "max_tokens": 6,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "messages": [{"role": "user", "content": "The capital of France is"}],
+                },
             )
-            assert chat.status_code == 200, chat.text
-            body = chat.json()
-            assert body["object"] == "chat.completion"
-            assert body["choices"][0]["message"]["role"] == "assistant"
-            assert body["usage"]["completion_tokens"] == 6
-            # The ChatML template wrapped the message: more prompt tokens than the bare text.
-            assert body["usage"]["prompt_tokens"] > 6
     finally:
         code = server.stop(timeout=60)
-    log = server.log()
-    assert "AscendCpuPlatform" in log or "vllm-ascend" in log, server.log_tail()
-    assert code == 0, server.log_tail()
-    assert "Traceback" not in log, server.log_tail()
+    return ServeSession(models, completion, chat, code, server.log(), server.log_tail())
 
 
-@pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(420)
+
+
+@pytest.mark.slow
+def test_serve_runs_on_the_ascend_platform(serve_session: ServeSession) -> None:
+    assert [m["id"] for m in serve_session.models["data"]] == [SERVED_NAME]
+    assert "AscendCpuPlatform" in serve_session.log, serve_session.log_tail
+
+
+@pytest.mark.slow
+def test_serve_answers_completions(serve_session: ServeSession) -> None:
+    response = serve_session.completion
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "text_completion"
+    assert body["model"] == SERVED_NAME
+    assert body["usage"]["completion_tokens"] == 8
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert isinstance(body["choices"][0]["text"], str)
+
+
+@pytest.mark.slow
+def test_serve_answers_chat_completions(serve_session: ServeSession) -> None:
+    response = serve_session.chat
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert body["usage"]["completion_tokens"] == 6
+    # The ChatML template wrapped the message: more prompt tokens than the bare text has.
+    assert body["usage"]["prompt_tokens"] > 6
+
+
+@pytest.mark.slow
+def test_serve_shuts_down_cleanly_on_sigint(serve_session: ServeSession) -> None:
+    assert serve_session.returncode == 0, serve_session.log_tail
+    assert "Traceback" not in serve_session.log, serve_session.log_tail
+
+
 def test_serve_with_bad_additional_config_exits_listing_every_problem(
     tiny_models, make_env: Callable[..., dict[str, str]]
 ) -> None:

@@ -41,6 +41,9 @@ def test_capture_once_per_key_then_replay_without_calling() -> None:
     assert fn.calls == 2 and wrapper.captures == 2
     assert runtime.events == [("capture", 0), ("replay", 0), ("capture", 1), ("replay", 1)]
     assert isinstance(wrapper.entries[8].output, weakref.ref)  # the pool owns the memory
+    assert wrapper.calls == 2 and wrapper.unwrap() is fn  # attributes forward to the runnable
+    with pytest.raises(AttributeError, match="no_such"):
+        wrapper.no_such  # noqa: B018
 
 
 def test_other_mode_runs_eagerly_and_full_mode_synchronises() -> None:
@@ -161,3 +164,46 @@ def test_decode_batch_sizes() -> None:
     assert decode_batch_sizes([1, 2, 4, 8], 0, 4) == [1, 2, 4]
     with pytest.raises(ValueError, match="positive integers"):
         decode_batch_sizes([0, 2], 0, 4)
+
+
+def test_npu_runtime_uses_torch_npu_lazily_and_restores_gc(monkeypatch) -> None:
+    import gc
+    import sys
+    import types
+
+    from ascend_graph import NPUGraphRuntime
+
+    log = []
+
+    class _Graph:
+        def replay(self):
+            log.append("replay")
+
+    class _Capture:
+        def __init__(self, graph, pool):
+            log.append(("graph", pool))
+
+        def __enter__(self):
+            gc.collect()  # a no-op while capturing with gc_disable
+            fake_npu.empty_cache()
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    fake_npu = types.SimpleNamespace(
+        NPUGraph=_Graph, graph=_Capture, graph_pool_handle=lambda: "pool",
+        empty_cache=lambda: log.append("empty_cache"),
+        current_stream=lambda: types.SimpleNamespace(synchronize=lambda: log.append("sync")),
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    monkeypatch.setattr(torch, "npu", fake_npu, raising=False)
+    saved_collect = gc.collect
+    runtime = NPUGraphRuntime(gc_disable=True)
+    wrapper = GraphWrapper(lambda x: x + 1, "FULL", runtime=runtime, pool=runtime.graph_pool())
+    x = torch.ones(2)
+    assert torch.equal(wrapper.run(1, "FULL", x), x + 1)
+    wrapper.run(1, "FULL", x)
+    assert log == [("graph", "pool"), "sync", "replay"]  # gc/empty_cache suppressed
+    assert gc.collect is saved_collect and fake_npu.empty_cache() is None
+    assert log[-1] == "empty_cache"  # restored after the capture

@@ -63,6 +63,10 @@ def test_uuid_is_stable_and_changes_with_every_setting() -> None:
     ]  # fmt: skip
     ids = {GraphFusionPassManager(**kw).uuid() for kw in variants}
     assert len(ids) == len(variants) and base not in ids
+    manager = GraphFusionPassManager()
+    before = manager.uuid()
+    manager.passes[-1].register(MulsAddPattern(scale=3.0, dtype=torch.float32))
+    assert manager.uuid() != before  # a later registration changes it too
 
 
 def test_patterns_are_keyed_and_owned_by_the_instance() -> None:

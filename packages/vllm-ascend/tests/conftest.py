@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -102,7 +102,6 @@ def tiny_qwen3_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ascend_cpu_platform():
     """vLLM's current platform, which must be the Ascend host-CPU platform in this session."""
     from vllm.platforms import current_platform
-
     from vllm_ascend.platform_cpu import AscendCpuPlatform
 
     assert isinstance(current_platform, AscendCpuPlatform), type(current_platform)

@@ -6,7 +6,6 @@ import types
 
 import pytest
 import torch
-
 from vllm_ascend import batch_invariance as bi
 
 Change = types.SimpleNamespace

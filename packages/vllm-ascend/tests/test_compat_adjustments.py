@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from vllm_ascend import compat_adjustments as ca
 
 
@@ -22,7 +21,6 @@ def test_apply_is_idempotent_and_soc_aware(ascend_cpu_platform) -> None:
 
 def test_ir_provider_runs_ascend_kernels(ascend_cpu_platform) -> None:
     from vllm import ir
-
     from vllm_ascend.ir_provider import register_ascend_ir_provider
 
     ca.apply_compat_adjustments("cpu")
@@ -41,7 +39,6 @@ def test_rotary_embedding_is_replaced(ascend_cpu_platform) -> None:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
-
     from vllm_ascend.custom_ops import AscendRotaryEmbedding, register_ascend_custom_ops
 
     ca.apply_compat_adjustments("cpu")
@@ -59,7 +56,6 @@ def test_rotary_embedding_is_replaced(ascend_cpu_platform) -> None:
 
 def test_reset_and_conflicts(ascend_cpu_platform) -> None:
     from vllm.model_executor.custom_op import op_registry_oot
-
     from vllm_ascend.custom_ops import register_ascend_custom_ops
 
     ca.reset_compat_adjustments()

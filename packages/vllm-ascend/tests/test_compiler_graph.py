@@ -6,7 +6,6 @@ import types
 
 import pytest
 import torch
-
 from vllm_ascend.compiler import PASS_KEY, AscendCompiler, graph_backend
 
 
@@ -58,7 +57,6 @@ def test_graph_wrapper_captures_per_batch_descriptor(ascend_cpu_platform) -> Non
     from ascend_graph import RecordingRuntime
     from vllm.config import CUDAGraphMode
     from vllm.forward_context import BatchDescriptor
-
     from vllm_ascend.graph_wrapper import AscendGraphWrapper, forward_context_key
 
     calls = []

@@ -29,11 +29,18 @@ def _greedy(llm):
 @pytest.fixture(scope="module")
 def compiled_run(tiny_qwen3_weights, tmp_path_factory, ascend_cpu_platform):
     """One compiled LLM (fusion on) shared by the tests below."""
+    import os
+
     from vllm_ascend.pass_manager import fusion_report, reset_fusion_report
 
     reset_fusion_report()
     dump = tmp_path_factory.mktemp("dump")
-    llm = _llm(tiny_qwen3_weights, compilation_config={"debug_dump_path": str(dump)})
+    # A compile-cache hit would skip the pass manager: compile from scratch.
+    os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"
+    try:
+        llm = _llm(tiny_qwen3_weights, compilation_config={"debug_dump_path": str(dump)})
+    finally:
+        del os.environ["VLLM_DISABLE_COMPILE_CACHE"]
     tokens = _greedy(llm)
     report = fusion_report()
     del llm

@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from vllm_ascend import extension_points as ep
 
 EXT_DIR = Path(__file__).resolve().parent / "ext_pkg"
@@ -35,7 +34,7 @@ def test_nothing_is_found_without_the_package() -> None:
 
 
 def test_unknown_group_is_an_error() -> None:
-    with pytest.raises(ValueError, match="allowed: vllm_ascend.connectors"):
+    with pytest.raises(ValueError, match=r"allowed: vllm_ascend\.connectors"):
         ep.discover("vllm_ascend.nope")
 
 

@@ -6,7 +6,6 @@ import types
 
 import pytest
 import torch
-
 from vllm_ascend import forward_context as fc
 from vllm_ascend.moe_comm import Mc2Budget, MoECommInputs, MoECommType
 

@@ -9,17 +9,21 @@ import os
 import re
 
 import pytest
-
 from vllm_ascend import logging_setup as ls
 
 
-@pytest.fixture(autouse=True)
-def _clean_loggers():
-    yield
+def _detach_all() -> None:
     ls.remove_file_logging()
     logger = logging.getLogger(ls.LOGGER_NAME)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def _clean_loggers():
+    _detach_all()
+    yield
+    _detach_all()
 
 
 @pytest.mark.parametrize(
@@ -88,7 +92,8 @@ def test_console_handler_is_idempotent() -> None:
     stream = io.StringIO()
     logger = ls.configure_console_logging({"VLLM_LOGGING_LEVEL": "DEBUG"}, stream)
     ls.configure_console_logging({}, stream)
-    assert len(logger.handlers) == 1 and logger.level == logging.DEBUG
+    consoles = [h for h in logger.handlers if isinstance(h, ls._ConsoleHandler)]
+    assert len(consoles) == 1 and logger.level == logging.DEBUG
     assert logger.propagate is False
 
 

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from vllm_ascend.moe_comm import (
     Mc2Budget,
     MoECommInputs,
@@ -64,7 +63,7 @@ def test_decision_table(inputs, tokens, expected) -> None:
 
 
 def test_unknown_soc_is_an_error() -> None:
-    with pytest.raises(ValueError, match="SoC 'B9'.*allowed: A2, A3, A5, 310P, cpu"):
+    with pytest.raises(ValueError, match=r"SoC 'B9'.*allowed: A2, A3, A5, 310P, cpu"):
         select_moe_comm_method(1, replace(EP, soc="B9"))
 
 

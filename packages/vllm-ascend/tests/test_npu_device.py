@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from vllm_ascend import npu_device as nd
 
 

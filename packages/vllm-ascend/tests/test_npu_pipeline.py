@@ -6,7 +6,6 @@ import argparse
 import types
 
 import pytest
-
 from vllm_ascend.config_pipeline import allocator_env, derived_edits, npu_compilation, selection
 
 
@@ -122,7 +121,7 @@ def test_worker_and_scheduler_decision() -> None:
     mine = decide(worker_setting="my.Worker", ascend_config=_cfg(), runtime={}, schedulers={},
                   **kw)
     assert (mine.worker_cls, mine.scheduler_cls) == ("my.Worker", None)
-    with pytest.raises(RuntimeError, match="'vllm_ascend.runtime' with name 'worker'"):
+    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.runtime' with name 'worker'"):
         decide(worker_setting="auto", ascend_config=_cfg(), runtime={}, schedulers={}, **kw)
     with pytest.raises(RuntimeError, match="'recompute' scheduler"):
         decide(worker_setting="auto", ascend_config=cfg, runtime=runtime, schedulers={}, **kw)
@@ -173,7 +172,6 @@ def test_compile_backend_rules_on_real_configs(make_vllm_config) -> None:
 
 def test_derived_edits_on_a_real_config(make_vllm_config) -> None:
     import ascend_config
-
     from vllm_ascend.config_pipeline.facts import extract_facts
 
     cfg = make_vllm_config(block_size=32, enable_prefix_caching=True)
@@ -210,7 +208,7 @@ def test_runtime_pieces_come_from_entry_points(monkeypatch) -> None:
 
     from vllm_ascend.platform_npu import NPUPlatform
 
-    with pytest.raises(RuntimeError, match="'vllm_ascend.runtime' name 'punica'"):
+    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.runtime' name 'punica'"):
         NPUPlatform.get_punica_wrapper()
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
     assert NPUPlatform.get_punica_wrapper() == "ascend_test_ext.TestWorker"

@@ -17,7 +17,6 @@ def test_current_platform_is_the_ascend_host_cpu_platform(ascend_cpu_platform) -
 
 def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     from vllm.config import CompilationMode
-
     from vllm_ascend.config_pipeline.cpu_compilation import VLLM_GPU_FUSION_FLAGS
 
     cfg = make_vllm_config()
@@ -100,6 +99,11 @@ def test_execute_model_timeout_rule() -> None:
 
 def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, caplog,
                                                        monkeypatch) -> None:
+    from vllm import envs
+
+    for name in list(os.environ):  # e.g. VLLM_DIST_IDENT, set by vLLM's own CPU worker
+        if name.startswith("VLLM_") and name not in envs.environment_variables:
+            monkeypatch.delenv(name)
     monkeypatch.setenv("VLLM_ASCEND_DEVICE", "cpu")
     monkeypatch.setenv("VLLM_NOT_A_REAL_VARIABLE", "1")
     with caplog.at_level(logging.WARNING):
@@ -107,3 +111,21 @@ def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, capl
     assert "VLLM_NOT_A_REAL_VARIABLE" in caplog.text and "VLLM_ASCEND_DEVICE" not in caplog.text
     with pytest.raises(ValueError, match="VLLM_NOT_A_REAL_VARIABLE"):
         ascend_cpu_platform.validate_environ(hard_fail=True)
+
+
+def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> None:
+    import ascend_config
+
+    from vllm_ascend.batch_invariance import apply_env_changes
+    from vllm_ascend.config_pipeline.facts import extract_facts
+    from vllm_ascend.process_setup import publish_worker_inputs, resolve_published
+
+    rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
+    facts = extract_facts(make_vllm_config(enforce_eager=True), "cpu")
+    engine_env = {"VLLM_ASCEND_ENABLE_NZ": "2"}
+    engine_side = ascend_config.resolve(rl, facts=facts, environ=engine_env)
+    child_env: dict[str, str] = {}
+    assert publish_worker_inputs("cpu", rl, facts, engine_env, environ=child_env)
+    apply_env_changes(engine_side.env_changes, child_env)  # what the engine process did
+    assert child_env["VLLM_BATCH_INVARIANT"] == "1"
+    assert resolve_published(child_env) == ("cpu", engine_side)

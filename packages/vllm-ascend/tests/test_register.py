@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 import vllm_ascend
 from vllm_ascend import device_probe, version
 from vllm_ascend.device_probe import CPU_PLATFORM, NPU_PLATFORM, NpuProbe, choose_platform

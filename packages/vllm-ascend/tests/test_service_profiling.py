@@ -9,7 +9,6 @@ import threading
 
 import pytest
 import yaml
-
 from vllm_ascend import service_profiling as sp
 
 

@@ -105,18 +105,19 @@ class GraphFusionPassManager:
         self.passes: tuple[GraphPass, ...] = tuple(passes)
         self.counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)
         self.last_counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)
-        self._uuid: str | None = None
+        self._source: bytes | None = None
 
     @classmethod
     def from_switches(cls, switches: Mapping[str, Any], **kwargs: Any) -> GraphFusionPassManager:
         """Build from `ascend_compilation_config`-style switches (missing keys: defaults).
 
-        Unknown keys that are not switches (e.g. `enable_npugraph_ex`) are ignored, since the
-        compilation config holds more than pass switches; `kwargs` go to the constructor.
+        `muls_add_scale` is taken from the mapping too. Other keys (e.g. `enable_npugraph_ex`)
+        are ignored, since the compilation config holds more than pass switches; `kwargs` go
+        to the constructor and win over the mapping.
         """
-        chosen = dict(SWITCH_DEFAULTS)
-        for key in SWITCH_DEFAULTS:
-            if key in switches:
+        chosen: dict[str, Any] = dict(SWITCH_DEFAULTS)
+        for key in (*SWITCH_DEFAULTS, "muls_add_scale"):
+            if key in switches and key not in kwargs:
                 chosen[key] = switches[key]
         return cls(**chosen, **kwargs)
 
@@ -154,13 +155,13 @@ class GraphFusionPassManager:
         }
 
     def uuid(self) -> str:
-        """Stable hex id of passes, patterns, settings and the pass source code."""
-        if self._uuid is None:
-            digest = hashlib.sha256()
-            digest.update(json.dumps(self.settings(), sort_keys=True, default=str).encode())
-            digest.update(_source_digest())
-            self._uuid = digest.hexdigest()
-        return self._uuid
+        """Stable hex id of passes, patterns, settings and the pass source code (recomputed on
+        every call, so later registrations or setting changes are reflected)."""
+        if self._source is None:
+            self._source = _source_digest()
+        digest = hashlib.sha256(self._source)
+        digest.update(json.dumps(self.settings(), sort_keys=True, default=str).encode())
+        return digest.hexdigest()
 
     def reset_counts(self) -> None:
         self.counts = dict.fromkeys(PASS_NAMES, 0)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from torch import fx
 
@@ -125,5 +125,5 @@ def npu_graph_compile(
         path = Path(options.cache_dir) / options.cache_key
         original = compiler_cls._get_compiled_gm
         with patched_attribute(compiler_cls, "_get_compiled_gm", _saving_compiler(original, path)):
-            return backend(gm, list(example_inputs))  # type: ignore[no-any-return]
-    return backend(gm, list(example_inputs))  # type: ignore[no-any-return]
+            return cast(Callable[..., Any], backend(gm, list(example_inputs)))
+    return cast(Callable[..., Any], backend(gm, list(example_inputs)))

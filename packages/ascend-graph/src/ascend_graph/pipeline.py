@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import fx
@@ -28,6 +28,7 @@ from ascend_graph.passes.base import CompileRange
 
 BACKENDS = ("eager", "inductor", "npugraph_ex")
 GraphHook = Callable[[fx.GraphModule], None]
+CompiledFn = Callable[..., Any]
 
 
 def check_backend(backend: str) -> str:
@@ -121,9 +122,12 @@ def compile_graph(
     if backend == "eager":
 
         def forward_compiler(fw: fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
-            return make_boxed_func(run_manager_on(fw, manager, compile_range, on_graph).forward)
+            return cast(
+                CompiledFn,
+                make_boxed_func(run_manager_on(fw, manager, compile_range, on_graph).forward),
+            )
 
-        return aot_autograd(fw_compiler=forward_compiler)(gm, list(example_inputs))  # type: ignore[no-any-return]
+        return aot_autograd(fw_compiler=forward_compiler)(gm, list(example_inputs))
 
     from ascend_graph.npu_graph_ex import NpuGraphOptions, npu_graph_compile
 
@@ -133,14 +137,14 @@ def compile_graph(
         fw, wrapped = _with_tuple_output(run_manager_on(fw, manager, compile_range, on_graph))
         compiled = npu_graph_compile(fw, inputs, options=options)
         if not wrapped:
-            return make_boxed_func(compiled)
+            return cast(CompiledFn, make_boxed_func(compiled))
 
         def unwrap(*args: Any) -> Any:
             return compiled(*args)[0]
 
-        return make_boxed_func(unwrap)
+        return cast(CompiledFn, make_boxed_func(unwrap))
 
-    return aot_autograd(fw_compiler=npu_compiler)(gm, list(example_inputs))  # type: ignore[no-any-return]
+    return aot_autograd(fw_compiler=npu_compiler)(gm, list(example_inputs))
 
 
 def inductor_pass(
@@ -151,7 +155,7 @@ def inductor_pass(
     """The manager as an inductor `CustomGraphPass` (uuid included in inductor's cache key)."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    class _AscendPostGradPass(CustomGraphPass):  # type: ignore[misc]
+    class _AscendPostGradPass(CustomGraphPass):
         def __call__(self, graph: fx.Graph) -> None:
             manager.run(graph, compile_range)
             if on_graph is not None and isinstance(graph.owning_module, fx.GraphModule):
@@ -187,4 +191,4 @@ def _compile_inductor(
 
     patches = {"post_grad_custom_post_pass": inductor_pass(manager, compile_range, on_graph)}
     with _fresh_compile_caches():
-        return compile_fx(gm, list(example_inputs), config_patches=patches)  # type: ignore[no-any-return]
+        return cast(CompiledFn, compile_fx(gm, list(example_inputs), config_patches=patches))

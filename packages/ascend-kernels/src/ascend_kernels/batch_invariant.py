@@ -134,7 +134,7 @@ def _mm_tiles(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out = torch.empty((rows, b.shape[1]), dtype=dtype, device=a.device)
     if rows == 0:
         return out
-    b = b.to(dtype).contiguous()
+    b = b.to(dtype)  # same weight -> same strides; only M must not vary
     tile = torch.zeros((TILE_M, inner), dtype=dtype, device=a.device)
     tile_out = torch.empty((TILE_M, b.shape[1]), dtype=dtype, device=a.device)
     for start in range(0, rows, TILE_M):
@@ -192,7 +192,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         lead = a2.shape[:-1]
         result = _mm_tiles(a2.reshape(-1, a2.shape[-1]), b2).reshape(*lead, b2.shape[-1])
     else:
-        batch = torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        batch = torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])  # type: ignore[no-untyped-call]
         a3 = a2.expand(*batch, *a2.shape[-2:]).reshape(-1, *a2.shape[-2:])
         b3 = b2.expand(*batch, *b2.shape[-2:]).reshape(-1, *b2.shape[-2:])
         dtype = torch.result_type(a3, b3)
@@ -274,9 +274,9 @@ def enable_batch_invariant_mode(dispatch_key: str | None = None) -> None:
     if _state.library is not None:
         return
     key = dispatch_key or _active_dispatch_key()
-    lib = torch.library.Library("aten", "IMPL")
+    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     for name, fn in ATEN_OVERRIDES.items():
-        lib.impl(name, fn, key)
+        lib.impl(name, fn, key)  # type: ignore[no-untyped-call]
     _state.library = lib
     _state.dispatch_key = key
 
@@ -284,7 +284,7 @@ def enable_batch_invariant_mode(dispatch_key: str | None = None) -> None:
 def disable_batch_invariant_mode() -> None:
     """Remove the overrides; aten's previous kernels are back exactly. Also the reset."""
     if _state.library is not None:
-        _state.library._destroy()
+        _state.library._destroy()  # type: ignore[no-untyped-call]
     _state.library = None
     _state.dispatch_key = None
 

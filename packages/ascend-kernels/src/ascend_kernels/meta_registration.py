@@ -22,14 +22,14 @@ class MetaRegistry:
         """The IMPL library for ``namespace`` (created on first use)."""
         lib = self._libraries.get(namespace)
         if lib is None:
-            lib = torch.library.Library(namespace, "IMPL")
+            lib = torch.library.Library(namespace, "IMPL")  # type: ignore[no-untyped-call]
             self._libraries[namespace] = lib
         return lib
 
     def reset(self) -> None:
         """Remove every registration made through this registry."""
         for lib in self._libraries.values():
-            lib._destroy()
+            lib._destroy()  # type: ignore[no-untyped-call]
         self._libraries.clear()
 
 
@@ -56,5 +56,5 @@ def register_meta_if_necessary(
         f"{name}{'.' + overload if overload else ''}", "Meta"
     ):
         return False
-    meta_registry.library(ns).impl(target, fn, "Meta")
+    meta_registry.library(ns).impl(target, fn, "Meta")  # type: ignore[no-untyped-call]
     return True

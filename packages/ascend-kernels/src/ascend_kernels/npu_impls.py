@@ -25,7 +25,8 @@ E4M3 = torch.float8_e4m3fn
 
 def rms_norm(npu: ModuleType, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # npu_rms_norm -> (y, rstd)
-    return npu.npu_rms_norm(x, weight, epsilon=eps)[0]
+    out: torch.Tensor = npu.npu_rms_norm(x, weight, epsilon=eps)[0]
+    return out
 
 
 def add_rms_norm(
@@ -47,7 +48,8 @@ def quantize(
     npu: ModuleType, x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
 ) -> torch.Tensor:
     # div_mode=True: round(x / scale + offset); axis -1 covers per-tensor and per-channel.
-    return npu.npu_quantize(x, scale, offset, torch.qint8, -1, True)
+    out: torch.Tensor = npu.npu_quantize(x, scale, offset, torch.qint8, -1, True)
+    return out
 
 
 def dynamic_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,7 +162,7 @@ def split_qkv_rmsnorm_rope(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # torch_npu has no single kernel: per-head npu_rms_norm (+ bias) then the rope kernel.
     tokens = qkv.shape[0]
-    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)  # type: ignore[no-untyped-call]
     q_n = npu.npu_rms_norm(q.reshape(tokens, -1, head_size), q_weight, epsilon=eps)[0]
     k_n = npu.npu_rms_norm(k.reshape(tokens, -1, head_size), k_weight, epsilon=eps)[0]
     if q_bias is not None:
@@ -206,7 +208,7 @@ def register(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1") -> torch.
 
     Returns the library; keep it alive (``_destroy()`` removes the registrations).
     """
-    lib = torch.library.Library(NAMESPACE, "IMPL")
+    lib = torch.library.Library(NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
     for op, adapter in ADAPTERS.items():
-        lib.impl(op, functools.partial(adapter, torch_npu), dispatch_key)
+        lib.impl(op, functools.partial(adapter, torch_npu), dispatch_key)  # type: ignore[no-untyped-call]
     return lib

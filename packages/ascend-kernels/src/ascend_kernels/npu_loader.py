@@ -46,7 +46,7 @@ class NpuRegistration:
     def reset(self) -> None:
         """Remove the NPU registrations (tests; the reference kernels take over again)."""
         if self.library is not None:
-            self.library._destroy()
+            self.library._destroy()  # type: ignore[no-untyped-call]
         self.library = None
         self.error = None
 

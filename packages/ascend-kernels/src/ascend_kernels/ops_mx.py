@@ -15,7 +15,7 @@ import torch
 
 from ascend_kernels.ops_norm import normed_chunks, upcast
 from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
-from ascend_kernels.validation import check_floating
+from ascend_kernels.validation import check_floating, check_out
 
 BLOCK = 32
 E4M3_MAX = 448.0
@@ -74,6 +74,9 @@ def _mx_scale_like(x: torch.Tensor) -> torch.Tensor:
 def _mx_outputs(
     x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]]:
+    check_out("out", out, x.shape, torch.float8_e4m3fn)
+    scale_shape = torch.Size((*x.shape[:-1], num_blocks(x.shape[-1])))
+    check_out("scale_out", scale_out, scale_shape, torch.float8_e8m0fnu)
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
     q3 = out.view(x3.shape)

@@ -13,7 +13,13 @@ from collections.abc import Iterator
 import torch
 
 from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
-from ascend_kernels.validation import check, check_floating, check_same_shape, check_vector
+from ascend_kernels.validation import (
+    check,
+    check_floating,
+    check_out,
+    check_same_shape,
+    check_vector,
+)
 
 
 def upcast(src: torch.Tensor, scratch: Scratch, name: str) -> torch.Tensor:
@@ -62,13 +68,16 @@ def normed_chunks(
     residual_out: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     round_to_dtype: bool = True,
+    out: torch.Tensor | None = None,
 ) -> Iterator[tuple[int, int, torch.Tensor]]:
     """Yield ``(start, stop, y32)`` over row chunks of the (add-)RMSNorm of ``x``.
 
     ``y32`` is a float32 scratch chunk shaped ``[n, M, H]`` (rows of ``as_rows3(x)``). With
     ``round_to_dtype`` it holds the values the unfused op would have stored in the input dtype,
     so a consumer quantizing it matches the unfused composition bit for bit. When ``residual``
-    is given, ``residual_out`` (preallocated, contiguous) receives ``x + residual``.
+    is given, ``residual_out`` (preallocated, contiguous) receives ``x + residual``. With
+    ``out`` (preallocated, contiguous, x's shape and dtype) every chunk is also stored there,
+    float32 ones directly (no extra copy).
     """
     _check_norm_args(x, weight, bias)
     x3 = as_rows3(x)
@@ -82,6 +91,8 @@ def normed_chunks(
         assert residual_out is not None
         r3 = as_rows3(residual).reshape(x3.shape)
         ro3 = residual_out.view(x3.shape)
+    o3 = None if out is None else out.view(x3.shape)
+    direct = o3 is not None and x.dtype == torch.float32
     w32 = weight.to(torch.float32)
     b32 = None if bias is None else bias.to(torch.float32)
     round_needed = round_to_dtype and x.dtype != torch.float32
@@ -91,9 +102,15 @@ def normed_chunks(
         if r3 is not None and ro3 is not None:
             xs = torch.add(xs, r3[start:stop], out=ro3[start:stop])
         src = upcast(xs, scratch, "norm_src")
-        dst = scratch.get("norm_dst", (inner, width), n)
+        dst = (
+            o3[start:stop]
+            if direct and o3 is not None
+            else scratch.get("norm_dst", (inner, width), n)
+        )
         ms = scratch.get("norm_ms", (inner, 1), n)
         rms_into(src, w32, eps, dst, ms, b32)
+        if o3 is not None and not direct:
+            o3[start:stop].copy_(dst)
         if round_needed:
             # Store-and-reload through the input dtype: what the unfused op's output holds.
             rounded = scratch.get("norm_round", (inner, width), n, x.dtype)
@@ -110,10 +127,9 @@ def rms_norm_out(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``rms_norm`` into a preallocated contiguous ``out`` (shape and dtype of ``x``)."""
-    check_same_shape("out", out, x)
-    o3 = out.view(as_rows3(x).shape)
-    for start, stop, y32 in normed_chunks(x, weight, eps, bias=bias, round_to_dtype=False):
-        o3[start:stop].copy_(y32)
+    check_out("out", out, x.shape, x.dtype)
+    for _ in normed_chunks(x, weight, eps, bias=bias, round_to_dtype=False, out=out):
+        pass
     return out
 
 
@@ -128,10 +144,9 @@ def add_rms_norm_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``add_rms_norm`` into preallocated contiguous ``out`` and ``residual_out``."""
-    check_same_shape("out", out, x)
-    check_same_shape("residual_out", residual_out, x)
-    o3 = out.view(as_rows3(x).shape)
-    for start, stop, y32 in normed_chunks(
+    check_out("out", out, x.shape, x.dtype)
+    check_out("residual_out", residual_out, x.shape, x.dtype)
+    for _ in normed_chunks(
         x,
         weight,
         eps,
@@ -139,8 +154,9 @@ def add_rms_norm_out(
         residual_out=residual_out,
         bias=bias,
         round_to_dtype=False,
+        out=out,
     ):
-        o3[start:stop].copy_(y32)
+        pass
     return out, residual_out
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ascend_kernels.ops_norm import normed_chunks, upcast
 from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
-from ascend_kernels.validation import check, check_floating
+from ascend_kernels.validation import check, check_floating, check_out
 
 
 def quant_into(
@@ -60,6 +60,11 @@ def _static_params(
     return scale.to(torch.float32).reshape(-1), offset.to(torch.float32).reshape(-1)
 
 
+def _check_dynamic_outs(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor) -> None:
+    check_out("out", out, x.shape, torch.int8)
+    check_out("scale_out", scale_out, x.shape[:-1], torch.float32)
+
+
 def _int8_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=torch.int8, device=x.device)
 
@@ -73,6 +78,7 @@ def quantize_out(
 ) -> torch.Tensor:
     """``quantize`` into a preallocated contiguous int8 ``out``."""
     check_floating("x", x)
+    check_out("out", out, x.shape, torch.int8)
     s32, o32 = _static_params(scale, offset, x.shape[-1])
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
@@ -90,6 +96,7 @@ def dynamic_quant_out(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``dynamic_quant`` into preallocated contiguous ``out`` (int8) and ``scale_out``."""
     check_floating("x", x)
+    _check_dynamic_outs(x, out, scale_out)
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
     q3 = out.view(x3.shape)
@@ -117,6 +124,7 @@ def add_rms_norm_quant_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``add_rms_norm_quant`` into preallocated ``out`` (int8) and ``residual_out``."""
+    check_out("out", out, x.shape, torch.int8)
     s32, o32 = _static_params(scale, offset, x.shape[-1])
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
@@ -142,6 +150,7 @@ def add_rms_norm_dynamic_quant_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fused ``add_rms_norm_dynamic_quant`` into preallocated outputs."""
+    _check_dynamic_outs(x, out, scale_out)
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
     q3 = out.view(x3.shape)

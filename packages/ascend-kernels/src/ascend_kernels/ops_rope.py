@@ -14,7 +14,7 @@ import torch
 
 from ascend_kernels.ops_norm import rms_into, upcast
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
-from ascend_kernels.validation import check, check_floating, check_vector
+from ascend_kernels.validation import check, check_floating, check_out, check_vector
 
 
 def _check_rope(
@@ -107,6 +107,8 @@ def rotary_embedding_out(
     tokens = pos.shape[0]
     q3 = _heads_view(q, tokens, head_size, "q")
     k3 = _heads_view(k, tokens, head_size, "k")
+    check_out("q_out", q_out, q.shape, q.dtype)
+    check_out("k_out", k_out, k.shape, k.dtype)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
     per_token = (q3.shape[1] + k3.shape[1]) * head_size
     scratch = Scratch(chunk_rows(tokens, per_token), q.device)
@@ -205,6 +207,12 @@ def split_qkv_rmsnorm_rope_out(
     tokens = qkv.shape[0]
     check(pos.shape[0] == tokens, f"positions must hold T={tokens} values, got {pos.shape[0]}")
     qh, kh = q_size // head_size, kv_size // head_size
+    for name, t, width in (
+        ("q_out", q_out, q_size),
+        ("k_out", k_out, kv_size),
+        ("v_out", v_out, kv_size),
+    ):
+        check_out(name, t, torch.Size((tokens, width)), qkv.dtype)
     v_out.copy_(qkv[:, q_size + kv_size :])
     qw32, kw32 = q_weight.to(torch.float32), k_weight.to(torch.float32)
     qo3, ko3 = q_out.view(tokens, qh, head_size), k_out.view(tokens, kh, head_size)

@@ -34,3 +34,12 @@ def check_same_shape(name: str, t: torch.Tensor, ref: torch.Tensor) -> None:
         f"{name} must match x (shape {list(ref.shape)}, {ref.dtype}),"
         f" got shape {list(t.shape)}, {t.dtype}",
     )
+
+
+def check_out(name: str, t: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> None:
+    """A preallocated output must be contiguous with the given shape and dtype."""
+    check(
+        t.shape == shape and t.dtype == dtype and t.is_contiguous(),
+        f"{name} must be a contiguous {dtype} tensor of shape {list(shape)},"
+        f" got {t.dtype} {list(t.shape)} (contiguous={t.is_contiguous()})",
+    )

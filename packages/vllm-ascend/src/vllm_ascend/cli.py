@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", choices=list(MODELS), default="qwen3", help="default: qwen3")
     demo.add_argument("--no-fusion", action="store_true", help="turn the fusion passes off")
     demo.add_argument(
-        "--prompt", action="append", metavar="TEXT",
+        "--prompt",
+        action="append",
+        metavar="TEXT",
         help=f"prompt (repeatable; default: {', '.join(map(repr, DEFAULT_PROMPTS))})",
     )
     demo.add_argument("--max-tokens", type=int, default=32, metavar="N", help="default: 32")

@@ -76,8 +76,11 @@ def binding_plans(cpu_binding: Any) -> dict[str, Any]:
     except topo.TopologyError as exc:
         result["this_host"] = {"plan": None, "reason": str(exc)}
     example = topo.plan(topo.load_recorded_host(topo.example_host_dir(EXAMPLE_HOST)), options)
-    result["example_host"] = {"name": EXAMPLE_HOST, "plan": example.to_dict(),
-                              "text": example.explain()}
+    result["example_host"] = {
+        "name": EXAMPLE_HOST,
+        "plan": example.to_dict(),
+        "text": example.explain(),
+    }
     return result
 
 
@@ -96,7 +99,8 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm_ascend.config_pipeline.resolve_step import resolve_for
     from vllm_ascend.pass_manager import fusion_report
 
-    llm = LLM(**llm_kwargs(str(model_dir), fusion=options.fusion))
+    # The plugin's log files go to the temporary directory: the demo leaves nothing behind.
+    llm = LLM(**llm_kwargs(str(model_dir), fusion=options.fusion, log_dir=str(workdir / "logs")))
     startup_s = time.perf_counter() - start
     outputs, elapsed = generate(llm, options.prompts, max_tokens=options.max_tokens)
     generated = sum(len(o["token_ids"]) for o in outputs)

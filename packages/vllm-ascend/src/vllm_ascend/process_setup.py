@@ -1,10 +1,10 @@
 """Per-process setup of an Ascend vLLM process: adjustments, file logging, batch invariance.
 
 The engine-side platform resolves the Ascend config and publishes the *inputs* of that
-resolution (additional_config, deployment facts) in one environment variable that spawned
-workers inherit; each worker then calls ascend-config's pure ``resolve`` with the same
-inputs, so every process holds an equal config and vLLM's ``additional_config`` is never
-written to.
+resolution (additional_config, deployment facts, the Ascend environment variables as they
+were before any env change was applied) in one environment variable that spawned workers
+inherit; each worker calls ascend-config's pure ``resolve`` with the same inputs, so every
+process holds an equal config and vLLM's ``additional_config`` is never written to.
 """
 
 from __future__ import annotations
@@ -21,17 +21,28 @@ logger = logging.getLogger("vllm_ascend.process_setup")
 WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
 
 
+def ascend_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ascend-config's env registry that are set (the env input of resolve)."""
+    from ascend_config import envs
+
+    env = os.environ if environ is None else environ
+    return {name: env[name] for name in envs.names() if name in env}
+
+
 def publish_worker_inputs(
     soc: str,
     additional_config: Mapping[str, Any],
     facts: Any,
+    resolve_environ: Mapping[str, str],
     environ: MutableMapping[str, str] | None = None,
 ) -> bool:
-    """Store the resolution inputs for child processes; False when not JSON-serialisable."""
+    """Store the resolution inputs (additional_config, facts, the Ascend env variables) for
+    child processes in ``environ``; False when additional_config is not JSON-serialisable."""
     env = os.environ if environ is None else environ
     try:
         env[WORKER_INPUTS_ENV] = json.dumps(
-            {"soc": soc, "additional_config": dict(additional_config), "facts": facts.to_dict()},
+            {"soc": soc, "additional_config": dict(additional_config), "facts": facts.to_dict(),
+             "environ": dict(resolve_environ)},
             sort_keys=True,
         )
     except (TypeError, ValueError) as exc:
@@ -52,7 +63,7 @@ def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, An
     data = json.loads(text)
     facts = ascend_config.DeploymentFacts.from_mapping(data["facts"])
     return data["soc"], ascend_config.resolve(
-        data["additional_config"], facts=facts, environ=env
+        data["additional_config"], facts=facts, environ=data["environ"]
     )
 
 

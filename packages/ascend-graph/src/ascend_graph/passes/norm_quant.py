@@ -121,7 +121,7 @@ class _AddNormQuantBase(FusionPattern):
             quant.replace_all_uses_with(outs[0])
         else:
             for user in list(quant.users):
-                user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type]
+                user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type,unused-ignore]
         for item in v["residual_items"]:
             item.replace_all_uses_with(outs[-1])
         erase_dead(match.nodes)
@@ -268,7 +268,7 @@ class RmsNormDynamicMxQuantPattern(FusionPattern):
         vals = [meta_item(anchor, 0), meta_item(anchor, 1)]
         adopt_meta(fused, outs, vals, stream_label(match.nodes))
         for user in list(anchor.users):
-            user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type]
+            user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type,unused-ignore]
         erase_dead(match.nodes)
 
     def example_inputs(self) -> tuple[Any, ...]:

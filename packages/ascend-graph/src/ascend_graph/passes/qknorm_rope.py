@@ -208,7 +208,7 @@ class QKNormRopePattern(FusionPattern):
         vals = [meta_item(rope, 0), meta_item(rope, 1), fresh_v]
         adopt_meta(fused, outs, vals, stream_label(match.nodes))
         for user in v["rope_items"]:
-            user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type]
+            user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type,unused-ignore]
         for item in v["v_items"]:
             item.replace_all_uses_with(outs[2])
         erase_dead(match.nodes)
@@ -227,7 +227,7 @@ class QKNormRopePattern(FusionPattern):
         qw, kw = (torch.rand(hd, generator=gen) + 0.5).to(dtype), torch.rand(hd).to(dtype) + 0.5
         positions = torch.tensor([0, 3, 7, 1, 15])
         cache = torch.randn(16, hd, generator=gen).to(dtype)
-        inputs = (qkv, qw, kw, positions, cache)
+        inputs: tuple[torch.Tensor, ...] = (qkv, qw, kw, positions, cache)
         if self.settings["bias"]:
             inputs += (torch.randn(hd).to(dtype) * 0.1, torch.randn(hd).to(dtype) * 0.1)
         return inputs

