@@ -80,3 +80,13 @@ def test_bad_arguments_name_the_problem(tmp_path: Path, kwargs: dict, fragment: 
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
         make_tiny_model(args.pop("arch"), tmp_path, **args)
     assert not (tmp_path / "config.json").exists()
+
+
+def test_building_a_model_leaves_the_callers_rng_alone(tmp_path: Path) -> None:
+    import torch
+
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    make_tiny_model("llama", tmp_path, layers=1, hidden=64, head_dim=32)
+    assert torch.equal(torch.rand(3), expected)

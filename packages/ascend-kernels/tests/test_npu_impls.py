@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from ascend_kernels import npu_impls
-from ascend_kernels.npu_loader import NpuRegistration, npu_registration
+from ascend_kernels.npu_loader import NpuRegistration
 
 A = torch.ops.ascend
 E4M3 = torch.float8_e4m3fn
@@ -196,7 +196,16 @@ def test_loader_reports_a_broken_torch_npu_without_raising(monkeypatch: pytest.M
     assert not state.loaded
 
 
-def test_loader_without_torch_npu_does_nothing() -> None:
-    assert "torch_npu" not in sys.modules
-    assert NpuRegistration().load_if_available() is False
-    assert not npu_registration.loaded
+def test_loader_without_torch_npu_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch_npu" else real_find_spec(name, *a),
+    )
+    state = NpuRegistration()
+    assert state.load_if_available() is False
+    assert not state.loaded and state.error is None

@@ -250,3 +250,37 @@ def test_missing_npu_runtime_is_reported_at_configuration_time(py_runner, make_e
     assert out["platform"] == "NPUPlatform"
     assert out["err"].startswith("NpuRuntimeMissingError") and "torch_npu is missing" in (
         out["err"])
+
+
+def test_whole_npu_pipeline_on_a_real_config(make_vllm_config, fake_torch_npu,
+                                             monkeypatch) -> None:
+    """The NPU pipeline end to end with the fake torch_npu and the test runtime package."""
+    from pathlib import Path
+
+    from vllm.config import CompilationMode, CUDAGraphMode
+
+    from vllm_ascend.config_pipeline.steps import run_npu_pipeline
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
+    for name in ("PYTORCH_NPU_ALLOC_CONF", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
+                 "VLLM_ASCEND_WORKER_CONFIG_INPUTS"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = make_vllm_config(enforce_eager=True, block_size=64, enable_prefix_caching=True)
+    cfg.attention_config.flash_attn_version = 3
+    cfg.parallel_config.worker_cls = "auto"  # as on an NPU host (the CPU platform set it)
+    resolved = run_npu_pipeline(cfg, "A2")
+    assert resolved.ascend_compilation_config.fuse_qknorm_rope is True
+    assert cfg.parallel_config.worker_cls == "ascend_test_ext.TestWorker"
+    assert cfg.compilation_config.mode == CompilationMode.NONE
+    assert cfg.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
+    assert cfg.compilation_config.backend == npu_compilation.COMPILER_PATH
+    assert cfg.attention_config.flash_attn_version is None
+    assert cfg.cache_config.block_size == 128
+    import os
+
+    assert os.environ["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
+    assert os.environ["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
+    from vllm_ascend.process_setup import current_process_setup
+
+    # no npu-smi on this host: CPU binding becomes one warning, never an error
+    assert current_process_setup().cpu_binding[0].startswith("CPU binding skipped")

@@ -91,6 +91,12 @@ def normed_chunks(
         assert residual_out is not None
         r3 = as_rows3(residual).reshape(x3.shape)
         ro3 = residual_out.view(x3.shape)
+    if out is not None:
+        for name, other in (("x", x), ("residual_out", residual_out)):
+            check(
+                other is None or out.data_ptr() != other.data_ptr() or out.numel() == 0,
+                f"out must not share memory with {name}",
+            )
     o3 = None if out is None else out.view(x3.shape)
     direct = o3 is not None and x.dtype == torch.float32
     w32 = weight.to(torch.float32)

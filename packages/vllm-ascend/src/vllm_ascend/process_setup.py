@@ -82,7 +82,7 @@ class ProcessSetup:
         from vllm_ascend import batch_invariance, cpu_binding, logging_setup
         from vllm_ascend.compat_adjustments import apply_compat_adjustments
 
-        key = ascend_config.to_json()
+        key = f"{soc}:{rank}:{ascend_config.to_json()}"
         if self.done_for == key:
             return self
         self.done_for = key

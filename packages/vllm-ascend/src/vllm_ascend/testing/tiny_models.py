@@ -192,9 +192,12 @@ def make_tiny_model(
         dtype=dtype,
     )
     model_cls, config = _model_class_and_config(arch, kwargs)
-    # A private generator keeps the caller's global RNG untouched and makes weights seed-only.
+    # Every weight is drawn from a private generator (weights depend on the seed only); the
+    # default initialisation inside the constructor runs on a forked global RNG, so the
+    # caller's RNG state is left as it was.
     generator = torch.Generator().manual_seed(seed)
-    model = model_cls(config).eval()
+    with torch.random.fork_rng(devices=[]):
+        model = model_cls(config).eval()
     with torch.no_grad():
         for _, param in sorted(model.named_parameters()):
             if param.dim() == 1:
