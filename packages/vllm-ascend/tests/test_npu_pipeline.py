@@ -258,7 +258,6 @@ def test_whole_npu_pipeline_on_a_real_config(make_vllm_config, fake_torch_npu,
     from pathlib import Path
 
     from vllm.config import CompilationMode, CUDAGraphMode
-
     from vllm_ascend.config_pipeline.steps import run_npu_pipeline
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))

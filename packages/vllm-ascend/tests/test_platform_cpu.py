@@ -115,7 +115,6 @@ def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, capl
 
 def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> None:
     import ascend_config
-
     from vllm_ascend.batch_invariance import apply_env_changes
     from vllm_ascend.config_pipeline.facts import extract_facts
     from vllm_ascend.process_setup import publish_worker_inputs, resolve_published
