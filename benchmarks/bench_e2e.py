@@ -40,7 +40,7 @@ class Size:
     repeats: int
 
 
-FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=8, max_tokens=128, repeats=5)
+FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=8, max_tokens=128, repeats=7)
 QUICK = Size(layers=2, hidden=256, heads=4, kv_heads=2, max_tokens=16, repeats=2)
 
 
@@ -99,7 +99,11 @@ def run(quick: bool = False) -> list[Table]:
             for worker in workers.values():
                 worker.close()
     median = {label: statistics.median(values) for label, values in rates.items()}
-    ratio = median["fusion on"] / median["fusion off"]
+    # Median of the per-round ratios: each round times both engines back to back, so load
+    # from other processes mostly cancels out of a round's ratio.
+    ratio = statistics.median(
+        on / off for on, off in zip(rates["fusion on"], rates["fusion off"], strict=True)
+    )
     rows = [
         [
             label,
@@ -111,16 +115,20 @@ def run(quick: bool = False) -> list[Table]:
         ]
         for label in settings
     ]
-    rows.append(["ratio on/off", round(ratio, 3), "", "", "", ""])
+    rows.append(["ratio on/off (median of rounds)", round(ratio, 3), "", "", "", ""])
     verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
     notes = [
         f"Qwen3-style tiny model: {size.layers} layers, hidden {size.hidden}, {size.heads} "
         f"heads / {size.kv_heads} KV heads, head_dim 64, float32; batch of {len(PROMPTS)}, "
-        f"{size.max_tokens} greedy tokens each; median of {size.repeats} alternating runs.",
+        f"{size.max_tokens} greedy tokens each; {size.repeats} rounds, each timing both "
+        "engines back to back.",
         "Each setting in its own in-process engine (separate process, fresh compile cache), "
         "host-CPU platform (VLLM_ASCEND_DEVICE=cpu), VLLM_COMPILE with the Ascend passes.",
         f"Target: fusion on >= {TARGET_RATIO}x fusion off tokens/s. Measured {ratio:.3f}x: "
         f"{verdict}.",
+        "qknorm_rope sites: rewrites the passes made; identical middle layers compile to the "
+        "same piecewise graph, so inductor reuses the first (fused) artifact without rerunning "
+        "the passes (every layer still runs fused).",
         "Greedy tokens identical on vs off: "
         f"{'yes' if tokens['fusion on'] == tokens['fusion off'] else 'NO'}.",
     ]

@@ -63,23 +63,20 @@ def ascend_log_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def pycache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Bytecode cache shared by every child of the session (warm vLLM imports)."""
-    return tmp_path_factory.getbasetemp() / "pycache"
+def make_env(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, str]]:
+    """`make_env(device=..., plugins=..., fresh_cache=True)`: environment for a vLLM child.
 
-
-@pytest.fixture(scope="session")
-def make_env(
-    pycache_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[..., dict[str, str]]:
-    """`make_env(device=..., plugins=..., fresh_cache=True)`: environment for a vLLM child."""
+    Children write bytecode to `PYTHONPYCACHEPREFIX` (kept when set, else a per-user cache
+    directory), so only the first run pays for compiling vLLM's modules.
+    """
 
     def build(
         *, device: str = "cpu", plugins: str | None = None, fresh_cache: bool = True, **extra: str
     ) -> dict[str, str]:
         cache = tmp_path_factory.mktemp("vllm_cache") if fresh_cache else None
         env = engine_env(device=device, cache_root=cache, plugins=plugins)
-        env["PYTHONPYCACHEPREFIX"] = str(pycache_dir)
+        if plugins is None:
+            env.pop("VLLM_PLUGINS", None)  # every plugin, whatever the caller's shell says
         env.update(extra)
         return env
 

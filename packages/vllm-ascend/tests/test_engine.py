@@ -26,26 +26,40 @@ def _greedy(llm):
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
-@pytest.fixture(scope="module")
-def compiled_run(tiny_qwen3_weights, tmp_path_factory, ascend_cpu_platform):
-    """One compiled LLM (fusion on) shared by the tests below."""
+FUSION_OFF = {"ascend_compilation_config": {
+    "fuse_qknorm_rope": False, "fuse_norm_quant": False, "fuse_muls_add": False}}
+
+
+def _compiled(model, tmp_path_factory, additional_config=None):
     import os
 
     from vllm_ascend.pass_manager import fusion_report, reset_fusion_report
 
     reset_fusion_report()
     dump = tmp_path_factory.mktemp("dump")
-    # A compile-cache hit would skip the pass manager: compile from scratch.
-    os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"
+    # A compile-cache hit (vLLM's or inductor's, which vLLM keeps under its cache root)
+    # would skip the pass manager: compile with a fresh cache root.
+    old_root = os.environ.get("VLLM_CACHE_ROOT")
+    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm_cache"))
     try:
-        llm = _llm(tiny_qwen3_weights, compilation_config={"debug_dump_path": str(dump)})
+        llm = _llm(model, compilation_config={"debug_dump_path": str(dump)},
+                   additional_config=additional_config or {})
     finally:
-        del os.environ["VLLM_DISABLE_COMPILE_CACHE"]
+        if old_root is None:
+            del os.environ["VLLM_CACHE_ROOT"]
+        else:
+            os.environ["VLLM_CACHE_ROOT"] = old_root
     tokens = _greedy(llm)
     report = fusion_report()
     del llm
     gc.collect()
     return {"tokens": tokens, "report": report, "dump": dump}
+
+
+@pytest.fixture(scope="module")
+def compiled_run(tiny_qwen3_weights, tmp_path_factory, ascend_cpu_platform):
+    """One compiled LLM (fusion on) shared by the tests below."""
+    return _compiled(tiny_qwen3_weights, tmp_path_factory)
 
 
 def test_fusion_passes_ran_inside_vllm(compiled_run) -> None:
@@ -70,6 +84,15 @@ def test_compiled_fused_tokens_match_eager(compiled_run, tiny_qwen3_weights) -> 
     del llm
     gc.collect()
     assert compiled_run["tokens"] == eager
+
+
+def test_fusion_off_rewrites_nothing_and_keeps_the_tokens(compiled_run, tiny_qwen3_weights,
+                                                          tmp_path_factory) -> None:
+    off = _compiled(tiny_qwen3_weights, tmp_path_factory, FUSION_OFF)
+    assert sum(off["report"].values()) == 0
+    after = "".join(p.read_text() for p in off["dump"].rglob("*AscendFusionPass.after*"))
+    assert "torch.ops.ascend.rms_norm" in after and "split_qkv_rmsnorm_rope" not in after
+    assert off["tokens"] == compiled_run["tokens"]
 
 
 def test_bad_additional_config_fails_before_the_model_loads(tiny_qwen3, monkeypatch) -> None:

@@ -122,3 +122,9 @@ def test_vllm_version_is(monkeypatch) -> None:
     with pytest.raises(ValueError, match="set VLLM_VERSION"):
         version.vllm_version_is("0.32.0")
     version.vllm_version_is.cache_clear()
+
+
+def test_bad_device_mode_is_logged_before_vllm_swallows_it(caplog) -> None:
+    with caplog.at_level(logging.ERROR, logger="vllm_ascend"), pytest.raises(ValueError):
+        vllm_ascend.register({"VLLM_ASCEND_DEVICE": "cpuu"})
+    assert "VLLM_ASCEND_DEVICE" in caplog.text and "'cpuu'" in caplog.text

@@ -58,6 +58,14 @@ def dynamic_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return q, scale
 
 
+def _norm_kwargs(eps: float, bias: torch.Tensor | None, **extra: Any) -> dict[str, Any]:
+    # The fused norm+quant kernels take eps as `epsilon` and the optional bias as `beta`.
+    kwargs: dict[str, Any] = {"epsilon": eps, **extra}
+    if bias is not None:
+        kwargs["beta"] = bias
+    return kwargs
+
+
 def add_rms_norm_quant(
     npu: ModuleType,
     x: torch.Tensor,
@@ -68,11 +76,8 @@ def add_rms_norm_quant(
     eps: float,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    # npu_add_rms_norm_quant -> (y1, y2, x1 + x2); bias goes in as beta.
-    kwargs: dict[str, Any] = {"epsilon": eps}
-    if bias is not None:
-        kwargs["beta"] = bias
-    out = npu.npu_add_rms_norm_quant(x, residual, weight, scale, offset, **kwargs)
+    # npu_add_rms_norm_quant -> (y1, y2, x1 + x2)
+    out = npu.npu_add_rms_norm_quant(x, residual, weight, scale, offset, **_norm_kwargs(eps, bias))
     return out[0], out[2]
 
 
@@ -85,9 +90,7 @@ def add_rms_norm_dynamic_quant(
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # -> (y1, y2, x1 + x2, scale1, scale2); output_mask asks for the first quantization only.
-    kwargs: dict[str, Any] = {"epsilon": eps, "output_mask": [True, False]}
-    if bias is not None:
-        kwargs["beta"] = bias
+    kwargs = _norm_kwargs(eps, bias, output_mask=[True, False])
     out = npu.npu_add_rms_norm_dynamic_quant(x, residual, weight, **kwargs)
     return out[0], out[3], out[2]
 
@@ -132,9 +135,10 @@ def rotary_embedding(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if rotary_dim != head_size:
         # The kernel rotates whole heads; partial rotary stays on the reference (any device).
-        return ops_rope.rotary_embedding(
+        q_rot, k_rot = ops_rope.rotary_embedding(
             positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox
         )
+        return q_rot, k_rot
     # _npu_rotary_embedding rotates 2-D [T, heads * head_size] query/key in place: give it
     # fresh copies so the op stays functional.
     tokens = positions.numel()

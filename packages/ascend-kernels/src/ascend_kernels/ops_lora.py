@@ -91,18 +91,18 @@ def sgmv_expand(
     slice_offset: int,
     slice_size: int,
 ) -> torch.Tensor:
-    """Reference ``ascend::sgmv_expand``: one LoRA index per sequence of ``seq_len`` tokens."""
-    w3 = _weights3(weight)
-    _check(x, w3, y, slice_offset, slice_size)
+    """Reference ``ascend::sgmv_expand``: ``bgmv_expand`` with ``lora_indices[i]`` repeated
+    ``seq_len[i]`` times (one LoRA index per sequence)."""
     check(
         lora_indices.shape == seq_len.shape and lora_indices.dim() == 1,
         f"lora_indices and seq_len must be 1-D of equal length,"
         f" got {list(lora_indices.shape)}, {list(seq_len.shape)}",
     )
-    total = int(seq_len.sum()) if seq_len.numel() else 0
-    check(total == x.shape[0], f"seq_len must sum to the token count {x.shape[0]}, got {total}")
+    tokens = x.shape[0] if x.dim() else 0
+    total = int(seq_len.sum())
+    check(total == tokens, f"seq_len must sum to the token count {tokens}, got {total}")
     token_lora = torch.repeat_interleave(lora_indices, seq_len)
-    return _expand(x, w3, token_lora, y, slice_offset, slice_size)
+    return bgmv_expand(x, weight, token_lora, y, slice_offset, slice_size)
 
 
 def bgmv_expand_fake(

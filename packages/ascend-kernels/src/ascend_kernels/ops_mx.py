@@ -11,10 +11,13 @@ Shapes: ``q`` like ``x``; ``scale`` is ``x.shape[:-1] + (ceil(H / 32),)``.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from ascend_kernels.ops_norm import normed_chunks, upcast
-from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
+from ascend_kernels.ops_norm import normed_chunks
+from ascend_kernels.out_variants import into_fresh_outputs
+from ascend_kernels.row_chunks import RowSource, Scratch, as_rows3, float32_chunks, scratch_for
 from ascend_kernels.validation import check_floating, check_out
 
 BLOCK = 32
@@ -71,9 +74,10 @@ def _mx_scale_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.float8_e8m0fnu, device=x.device)
 
 
-def _mx_outputs(
-    x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]]:
+def _mx_quant_rows(
+    x: torch.Tensor, source: RowSource, out: torch.Tensor, scale_out: torch.Tensor
+) -> None:
+    """MX quantization of every chunk of ``source`` (rows of ``x``) into the outputs."""
     check_out("out", out, x.shape, torch.float8_e4m3fn)
     scale_shape = torch.Size((*x.shape[:-1], num_blocks(x.shape[-1])))
     check_out("scale_out", scale_out, scale_shape, torch.float8_e8m0fnu)
@@ -81,7 +85,9 @@ def _mx_outputs(
     rows, inner, width = x3.shape
     q3 = out.view(x3.shape)
     s3 = scale_out.view(torch.uint8).view(rows, inner, num_blocks(width))
-    return q3, s3, (rows, inner, width)
+    scratch = scratch_for(x)
+    for start, stop, src32 in source(scratch):
+        mx_into(src32, q3[start:stop], s3[start:stop], scratch)
 
 
 def dynamic_mx_quant_out(
@@ -89,12 +95,7 @@ def dynamic_mx_quant_out(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``dynamic_mx_quant`` into preallocated contiguous ``out`` and ``scale_out``."""
     check_floating("x", x)
-    q3, s3, (rows, inner, width) = _mx_outputs(x, out, scale_out)
-    x3 = as_rows3(x)
-    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
-    for start, stop in chunks(rows, inner * width):
-        src = upcast(x3[start:stop], scratch, "src")
-        mx_into(src, q3[start:stop], s3[start:stop], scratch)
+    _mx_quant_rows(x, partial(float32_chunks, x), out, scale_out)
     return out, scale_out
 
 
@@ -109,44 +110,26 @@ def rms_norm_dynamic_mx_quant_out(
     residual_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused (add-)RMSNorm + MX quant into preallocated outputs."""
-    q3, s3, (rows, inner, width) = _mx_outputs(x, out, scale_out)
-    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
-    for start, stop, y32 in normed_chunks(
-        x, weight, eps, scratch, residual=residual, residual_out=residual_out
-    ):
-        mx_into(y32, q3[start:stop], s3[start:stop], scratch)
+    normed = partial(normed_chunks, x, weight, eps, residual=residual, residual_out=residual_out)
+    _mx_quant_rows(x, normed, out, scale_out)
     return out, scale_out
 
 
-def dynamic_mx_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::dynamic_mx_quant`` -> ``(q float8_e4m3fn, scale float8_e8m0fnu)``."""
-    return dynamic_mx_quant_out(x, out=_q_like(x), scale_out=_mx_scale_like(x))
-
-
-def rms_norm_dynamic_mx_quant(
-    x: torch.Tensor, weight: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::rms_norm_dynamic_mx_quant`` -> ``(q, scale)``."""
-    return rms_norm_dynamic_mx_quant_out(
-        x, weight, eps, out=_q_like(x), scale_out=_mx_scale_like(x)
-    )
-
-
-def add_rms_norm_dynamic_mx_quant(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+def add_rms_norm_dynamic_mx_quant_out(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    out: torch.Tensor,
+    scale_out: torch.Tensor,
+    residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::add_rms_norm_dynamic_mx_quant`` -> ``(q, scale, residual_out)``."""
-    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    q, scale = rms_norm_dynamic_mx_quant_out(
-        x,
-        weight,
-        eps,
-        out=_q_like(x),
-        scale_out=_mx_scale_like(x),
-        residual=residual,
-        residual_out=residual_out,
+    """Fused ``add_rms_norm_dynamic_mx_quant`` into preallocated outputs."""
+    rms_norm_dynamic_mx_quant_out(
+        x, weight, eps, out=out, scale_out=scale_out, residual=residual, residual_out=residual_out
     )
-    return q, scale, residual_out
+    return out, scale_out, residual_out
 
 
 def dynamic_mx_quant_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,3 +149,23 @@ def add_rms_norm_dynamic_mx_quant_fake(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_dynamic_mx_quant``."""
     return _q_like(x), _mx_scale_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+dynamic_mx_quant = into_fresh_outputs(
+    "dynamic_mx_quant", dynamic_mx_quant_out, dynamic_mx_quant_fake, "out", "scale_out"
+)
+rms_norm_dynamic_mx_quant = into_fresh_outputs(
+    "rms_norm_dynamic_mx_quant",
+    rms_norm_dynamic_mx_quant_out,
+    rms_norm_dynamic_mx_quant_fake,
+    "out",
+    "scale_out",
+)
+add_rms_norm_dynamic_mx_quant = into_fresh_outputs(
+    "add_rms_norm_dynamic_mx_quant",
+    add_rms_norm_dynamic_mx_quant_out,
+    add_rms_norm_dynamic_mx_quant_fake,
+    "out",
+    "scale_out",
+    "residual_out",
+)

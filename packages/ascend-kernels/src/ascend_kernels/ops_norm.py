@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
+from ascend_kernels.out_variants import into_fresh_outputs
+from ascend_kernels.row_chunks import Scratch, as_rows3, chunks, scratch_for, upcast
 from ascend_kernels.validation import (
     check,
     check_floating,
@@ -20,14 +21,6 @@ from ascend_kernels.validation import (
     check_same_shape,
     check_vector,
 )
-
-
-def upcast(src: torch.Tensor, scratch: Scratch, name: str) -> torch.Tensor:
-    """``src`` as float32: itself when already float32, else a scratch copy."""
-    if src.dtype == torch.float32:
-        return src
-    buf = scratch.get(name, tuple(src.shape[1:]), src.shape[0])
-    return buf.copy_(src)
 
 
 def rms_into(
@@ -83,7 +76,7 @@ def normed_chunks(
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
     if scratch is None:
-        scratch = Scratch(chunk_rows(rows, inner * width), x.device)
+        scratch = scratch_for(x)
     r3 = ro3 = None
     if residual is not None:
         check_same_shape("residual", residual, x)
@@ -166,25 +159,6 @@ def add_rms_norm_out(
     return out, residual_out
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Reference ``ascend::rms_norm``."""
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return rms_norm_out(x, weight, eps, out=out)
-
-
-def add_rms_norm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::add_rms_norm`` -> ``(out, residual_out)``."""
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return add_rms_norm_out(x, residual, weight, eps, bias, out=out, residual_out=residual_out)
-
-
 def rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Fake ``ascend::rms_norm``."""
     return torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -202,3 +176,9 @@ def add_rms_norm_fake(
         torch.empty_like(x, memory_format=torch.contiguous_format),
         torch.empty_like(x, memory_format=torch.contiguous_format),
     )
+
+
+rms_norm = into_fresh_outputs("rms_norm", rms_norm_out, rms_norm_fake, "out")
+add_rms_norm = into_fresh_outputs(
+    "add_rms_norm", add_rms_norm_out, add_rms_norm_fake, "out", "residual_out"
+)

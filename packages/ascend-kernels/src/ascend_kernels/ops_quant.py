@@ -10,10 +10,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from ascend_kernels.ops_norm import normed_chunks, upcast
-from ascend_kernels.row_chunks import Scratch, as_rows3, chunk_rows, chunks
+from ascend_kernels.ops_norm import normed_chunks
+from ascend_kernels.out_variants import into_fresh_outputs
+from ascend_kernels.row_chunks import RowSource, as_rows3, float32_chunks, scratch_for
 from ascend_kernels.validation import check, check_floating, check_out
 
 
@@ -60,11 +63,6 @@ def _static_params(
     return scale.to(torch.float32).reshape(-1), offset.to(torch.float32).reshape(-1)
 
 
-def _check_dynamic_outs(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor) -> None:
-    check_out("out", out, x.shape, torch.int8)
-    check_out("scale_out", scale_out, x.shape[:-1], torch.float32)
-
-
 def _int8_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=torch.int8, device=x.device)
 
@@ -73,21 +71,46 @@ def _scale_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
 
 
+def _static_quant_rows(
+    x: torch.Tensor,
+    source: RowSource,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    out: torch.Tensor,
+) -> None:
+    """Static int8 quantization of every chunk of ``source`` (rows of ``x``) into ``out``."""
+    check_out("out", out, x.shape, torch.int8)
+    s32, o32 = _static_params(scale, offset, x.shape[-1])
+    q3 = out.view(as_rows3(x).shape)
+    scratch = scratch_for(x)
+    for start, stop, src32 in source(scratch):
+        tmp = scratch.get("tmp", tuple(src32.shape[1:]), stop - start)
+        quant_into(src32, s32, o32, q3[start:stop], tmp)
+
+
+def _dynamic_quant_rows(
+    x: torch.Tensor, source: RowSource, out: torch.Tensor, scale_out: torch.Tensor
+) -> None:
+    """Per-row dynamic int8 quantization of every chunk of ``source`` (rows of ``x``)."""
+    check_out("out", out, x.shape, torch.int8)
+    check_out("scale_out", scale_out, x.shape[:-1], torch.float32)
+    x3 = as_rows3(x)
+    q3 = out.view(x3.shape)
+    s2 = scale_out.view(x3.shape[:2])
+    scratch = scratch_for(x)
+    for start, stop, src32 in source(scratch):
+        n, inner, width = src32.shape
+        tmp = scratch.get("tmp", (inner, width), n)
+        col = scratch.get("col", (inner, 1), n)
+        dynamic_quant_into(src32, q3[start:stop], s2[start:stop], tmp, col)
+
+
 def quantize_out(
     x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, *, out: torch.Tensor
 ) -> torch.Tensor:
     """``quantize`` into a preallocated contiguous int8 ``out``."""
     check_floating("x", x)
-    check_out("out", out, x.shape, torch.int8)
-    s32, o32 = _static_params(scale, offset, x.shape[-1])
-    x3 = as_rows3(x)
-    rows, inner, width = x3.shape
-    q3 = out.view(x3.shape)
-    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
-    for start, stop in chunks(rows, inner * width):
-        src = upcast(x3[start:stop], scratch, "src")
-        tmp = scratch.get("tmp", (inner, width), stop - start)
-        quant_into(src, s32, o32, q3[start:stop], tmp)
+    _static_quant_rows(x, partial(float32_chunks, x), scale, offset, out)
     return out
 
 
@@ -96,18 +119,7 @@ def dynamic_quant_out(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``dynamic_quant`` into preallocated contiguous ``out`` (int8) and ``scale_out``."""
     check_floating("x", x)
-    _check_dynamic_outs(x, out, scale_out)
-    x3 = as_rows3(x)
-    rows, inner, width = x3.shape
-    q3 = out.view(x3.shape)
-    s2 = scale_out.view(rows, inner)
-    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
-    for start, stop in chunks(rows, inner * width):
-        n = stop - start
-        src = upcast(x3[start:stop], scratch, "src")
-        tmp = scratch.get("tmp", (inner, width), n)
-        col = scratch.get("col", (inner, 1), n)
-        dynamic_quant_into(src, q3[start:stop], s2[start:stop], tmp, col)
+    _dynamic_quant_rows(x, partial(float32_chunks, x), out, scale_out)
     return out, scale_out
 
 
@@ -124,17 +136,10 @@ def add_rms_norm_quant_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``add_rms_norm_quant`` into preallocated ``out`` (int8) and ``residual_out``."""
-    check_out("out", out, x.shape, torch.int8)
-    s32, o32 = _static_params(scale, offset, x.shape[-1])
-    x3 = as_rows3(x)
-    rows, inner, width = x3.shape
-    q3 = out.view(x3.shape)
-    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
-    for start, stop, y32 in normed_chunks(
-        x, weight, eps, scratch, residual=residual, residual_out=residual_out, bias=bias
-    ):
-        tmp = scratch.get("tmp", (inner, width), stop - start)
-        quant_into(y32, s32, o32, q3[start:stop], tmp)
+    normed = partial(
+        normed_chunks, x, weight, eps, residual=residual, residual_out=residual_out, bias=bias
+    )
+    _static_quant_rows(x, normed, scale, offset, out)
     return out, residual_out
 
 
@@ -150,73 +155,11 @@ def add_rms_norm_dynamic_quant_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fused ``add_rms_norm_dynamic_quant`` into preallocated outputs."""
-    _check_dynamic_outs(x, out, scale_out)
-    x3 = as_rows3(x)
-    rows, inner, width = x3.shape
-    q3 = out.view(x3.shape)
-    s2 = scale_out.view(rows, inner)
-    scratch = Scratch(chunk_rows(rows, inner * width), x.device)
-    for start, stop, y32 in normed_chunks(
-        x, weight, eps, scratch, residual=residual, residual_out=residual_out, bias=bias
-    ):
-        n = stop - start
-        tmp = scratch.get("tmp", (inner, width), n)
-        col = scratch.get("col", (inner, 1), n)
-        dynamic_quant_into(y32, q3[start:stop], s2[start:stop], tmp, col)
+    normed = partial(
+        normed_chunks, x, weight, eps, residual=residual, residual_out=residual_out, bias=bias
+    )
+    _dynamic_quant_rows(x, normed, out, scale_out)
     return out, scale_out, residual_out
-
-
-def quantize(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
-    """Reference ``ascend::quantize``."""
-    return quantize_out(x, scale, offset, out=_int8_like(x))
-
-
-def dynamic_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::dynamic_quant`` -> ``(q int8, scale float32 [x.shape[:-1]])``."""
-    return dynamic_quant_out(x, out=_int8_like(x), scale_out=_scale_like(x))
-
-
-def add_rms_norm_quant(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    scale: torch.Tensor,
-    offset: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::add_rms_norm_quant`` -> ``(q, residual_out)``."""
-    return add_rms_norm_quant_out(
-        x,
-        residual,
-        weight,
-        scale,
-        offset,
-        eps,
-        bias,
-        out=_int8_like(x),
-        residual_out=torch.empty(x.shape, dtype=x.dtype, device=x.device),
-    )
-
-
-def add_rms_norm_dynamic_quant(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::add_rms_norm_dynamic_quant`` -> ``(q, scale, residual_out)``."""
-    return add_rms_norm_dynamic_quant_out(
-        x,
-        residual,
-        weight,
-        eps,
-        bias,
-        out=_int8_like(x),
-        scale_out=_scale_like(x),
-        residual_out=torch.empty(x.shape, dtype=x.dtype, device=x.device),
-    )
 
 
 def quantize_fake(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
@@ -251,3 +194,20 @@ def add_rms_norm_dynamic_quant_fake(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_dynamic_quant``."""
     return _int8_like(x), _scale_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+quantize = into_fresh_outputs("quantize", quantize_out, quantize_fake, "out")
+dynamic_quant = into_fresh_outputs(
+    "dynamic_quant", dynamic_quant_out, dynamic_quant_fake, "out", "scale_out"
+)
+add_rms_norm_quant = into_fresh_outputs(
+    "add_rms_norm_quant", add_rms_norm_quant_out, add_rms_norm_quant_fake, "out", "residual_out"
+)
+add_rms_norm_dynamic_quant = into_fresh_outputs(
+    "add_rms_norm_dynamic_quant",
+    add_rms_norm_dynamic_quant_out,
+    add_rms_norm_dynamic_quant_fake,
+    "out",
+    "scale_out",
+    "residual_out",
+)

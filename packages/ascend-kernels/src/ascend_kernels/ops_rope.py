@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kernels.ops_norm import rms_into, upcast
-from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
+from ascend_kernels.ops_norm import rms_into
+from ascend_kernels.out_variants import into_fresh_outputs
+from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks, upcast
 from ascend_kernels.validation import check, check_floating, check_out, check_vector
 
 
@@ -119,29 +120,6 @@ def rotary_embedding_out(
     return q_out, k_out
 
 
-def rotary_embedding(
-    positions: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    is_neox: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::rotary_embedding`` -> ``(q_out, k_out)``."""
-    return rotary_embedding_out(
-        positions,
-        q,
-        k,
-        cos_sin_cache,
-        head_size,
-        rotary_dim,
-        is_neox,
-        q_out=torch.empty(q.shape, dtype=q.dtype, device=q.device),
-        k_out=torch.empty(k.shape, dtype=k.dtype, device=k.device),
-    )
-
-
 def _norm_heads(
     src: torch.Tensor,
     w32: torch.Tensor,
@@ -184,7 +162,11 @@ def split_qkv_rmsnorm_rope_out(
     k_out: torch.Tensor,
     v_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``split_qkv_rmsnorm_rope`` into preallocated contiguous ``q_out``, ``k_out``, ``v_out``."""
+    """``split_qkv_rmsnorm_rope`` into preallocated contiguous ``q_out``, ``k_out``, ``v_out``.
+
+    Equals: split ``qkv`` into ``[q_size, kv_size, kv_size]``; ``rms_norm`` each head of q and
+    k (weights ``[head_size]``; optional bias added to the norm output); ``rotary_embedding``.
+    """
     _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
     check_floating("qkv", qkv)
     check(
@@ -231,47 +213,6 @@ def split_qkv_rmsnorm_rope_out(
     return q_out, k_out, v_out
 
 
-def split_qkv_rmsnorm_rope(
-    qkv: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
-    positions: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    q_size: int,
-    kv_size: int,
-    head_size: int,
-    rotary_dim: int,
-    is_neox: bool,
-    eps: float,
-    q_bias: torch.Tensor | None = None,
-    k_bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Reference ``ascend::split_qkv_rmsnorm_rope`` -> fresh ``(q, k, v)``.
-
-    Equals: split ``qkv`` into ``[q_size, kv_size, kv_size]``; ``rms_norm`` each head of q and
-    k (weights ``[head_size]``; optional bias added to the norm output); ``rotary_embedding``.
-    """
-    tokens = qkv.shape[0]
-    return split_qkv_rmsnorm_rope_out(
-        qkv,
-        q_weight,
-        k_weight,
-        positions,
-        cos_sin_cache,
-        q_size,
-        kv_size,
-        head_size,
-        rotary_dim,
-        is_neox,
-        eps,
-        q_bias,
-        k_bias,
-        q_out=qkv.new_empty((tokens, q_size)),
-        k_out=qkv.new_empty((tokens, kv_size)),
-        v_out=qkv.new_empty((tokens, kv_size)),
-    )
-
-
 def rotary_embedding_fake(
     positions: torch.Tensor,
     q: torch.Tensor,
@@ -310,3 +251,16 @@ def split_qkv_rmsnorm_rope_fake(
         qkv.new_empty((tokens, kv_size)),
         qkv.new_empty((tokens, kv_size)),
     )
+
+
+rotary_embedding = into_fresh_outputs(
+    "rotary_embedding", rotary_embedding_out, rotary_embedding_fake, "q_out", "k_out"
+)
+split_qkv_rmsnorm_rope = into_fresh_outputs(
+    "split_qkv_rmsnorm_rope",
+    split_qkv_rmsnorm_rope_out,
+    split_qkv_rmsnorm_rope_fake,
+    "q_out",
+    "k_out",
+    "v_out",
+)

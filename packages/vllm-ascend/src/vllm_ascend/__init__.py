@@ -24,7 +24,12 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     """
     from vllm_ascend import device_probe
 
-    mode = device_probe.read_device_mode(environ)
+    try:
+        mode = device_probe.read_device_mode(environ)
+    except ValueError as exc:
+        # vLLM swallows exceptions of platform hooks (debug log only): say it loudly first.
+        logger.error("vllm-ascend: %s", exc)
+        raise
     probe = device_probe.probe_npu() if mode == "auto" else device_probe.NpuProbe()
     platform = device_probe.choose_platform(mode, probe)
     if platform is not None:

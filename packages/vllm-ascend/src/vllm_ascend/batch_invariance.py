@@ -100,4 +100,4 @@ def remove_cpu_linear_route() -> None:
 
     current = utils.dispatch_cpu_unquantized_gemm
     if getattr(current, "_ascend_route", False):
-        utils.dispatch_cpu_unquantized_gemm = current._original
+        utils.dispatch_cpu_unquantized_gemm = current._original  # type: ignore[attr-defined]

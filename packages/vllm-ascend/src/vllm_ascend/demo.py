@@ -50,8 +50,9 @@ def prepare_process(workdir: Path) -> None:
     for name in set(os.environ) - set(env):
         del os.environ[name]
     os.environ.update(env)
-    # vLLM's logs go to stderr so stdout holds only the demo's report.
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # vLLM's logs (errors only, unless the caller set a level) go to stderr: stdout holds
+    # only the demo's report.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     if sys.dont_write_bytecode and sys.pycache_prefix is None:
         # uv installs without bytecode; caching it makes the next `import vllm` 2-3x faster.

@@ -24,7 +24,8 @@ def ascend_rms_norm(
 ) -> Tensor:
     """vllm_ir.rms_norm through ``torch.ops.ascend.rms_norm`` (weight required)."""
     assert weight is not None and variance_size is None
-    return torch.ops.ascend.rms_norm(x, weight, epsilon)
+    out: Tensor = torch.ops.ascend.rms_norm(x, weight, epsilon)
+    return out
 
 
 def _fused_add_supported(

@@ -50,7 +50,7 @@ class AscendFusionPass(VllmInductorPass):
         super().__init__(config)
         self.fusion = fusion
 
-    @VllmInductorPass.time_and_log
+    @VllmInductorPass.time_and_log  # type: ignore[arg-type]
     def __call__(self, graph: torch.fx.Graph) -> None:
         self.fusion(graph)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from ascend_graph.capability import check_soc, supports
-from ascend_graph.passes.base import PatternPass
+from ascend_graph.passes.base import FusionPattern, PatternPass
 from ascend_graph.passes.muls_add import MulsAddPattern
 from ascend_graph.passes.norm_quant import (
     AddRmsNormDynamicMxQuantPattern,
@@ -40,11 +41,8 @@ def _eps_list(eps_values: Sequence[float]) -> tuple[float, ...]:
     return values
 
 
-class NormQuantPass(PatternPass):
-    """add_rms_norm/rms_norm + quantisation; one pattern per variant, eps and dtype the
-    kernel supports on `soc` (MX variants therefore only where MX kernels exist)."""
-
-    name = "norm_quant"
+class _PerEpsDtypePass(PatternPass):
+    """A pass whose patterns are registered for every norm eps and dtype it is given."""
 
     def __init__(
         self,
@@ -57,21 +55,35 @@ class NormQuantPass(PatternPass):
         self.soc = check_soc(soc)
         for eps in _eps_list(eps_values):
             for dtype in map(as_dtype, dtypes):
-                if supports("add_rms_norm_quant", dtype=dtype, soc=soc):
-                    for bias in (False, True):
-                        self.register(AddRmsNormQuantPattern(eps=eps, dtype=dtype, bias=bias))
-                if supports("add_rms_norm_dynamic_quant", dtype=dtype, soc=soc):
-                    for bias in (False, True):
-                        self.register(
-                            AddRmsNormDynamicQuantPattern(eps=eps, dtype=dtype, bias=bias)
-                        )
-                if supports("add_rms_norm_dynamic_mx_quant", dtype=dtype, soc=soc):
-                    self.register(AddRmsNormDynamicMxQuantPattern(eps=eps, dtype=dtype))
-                if supports("rms_norm_dynamic_mx_quant", dtype=dtype, soc=soc):
-                    self.register(RmsNormDynamicMxQuantPattern(eps=eps, dtype=dtype))
+                for pattern in self.patterns_for(eps, dtype):
+                    self.register(pattern)
+
+    @abstractmethod
+    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern]:
+        """The patterns for one eps and dtype that the kernels support on `self.soc`."""
 
 
-class QKNormRopePass(PatternPass):
+class NormQuantPass(_PerEpsDtypePass):
+    """add_rms_norm/rms_norm + quantisation; one pattern per variant, eps and dtype the
+    kernel supports on `soc` (MX variants therefore only where MX kernels exist)."""
+
+    name = "norm_quant"
+
+    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern]:
+        soc = self.soc
+        if supports("add_rms_norm_quant", dtype=dtype, soc=soc):
+            for bias in (False, True):
+                yield AddRmsNormQuantPattern(eps=eps, dtype=dtype, bias=bias)
+        if supports("add_rms_norm_dynamic_quant", dtype=dtype, soc=soc):
+            for bias in (False, True):
+                yield AddRmsNormDynamicQuantPattern(eps=eps, dtype=dtype, bias=bias)
+        if supports("add_rms_norm_dynamic_mx_quant", dtype=dtype, soc=soc):
+            yield AddRmsNormDynamicMxQuantPattern(eps=eps, dtype=dtype)
+        if supports("rms_norm_dynamic_mx_quant", dtype=dtype, soc=soc):
+            yield RmsNormDynamicMxQuantPattern(eps=eps, dtype=dtype)
+
+
+class QKNormRopePass(_PerEpsDtypePass):
     """q/k RMSNorm + RoPE on a packed qkv. `shapes` lists (head_dim, q_size, kv_size) per
     attention geometry the model has (None: any geometry the kernel supports)."""
 
@@ -80,28 +92,25 @@ class QKNormRopePass(PatternPass):
     def __init__(
         self,
         *,
+        shapes: Sequence[tuple[int, int, int]] | None = None,
         eps_values: Sequence[float] = DEFAULT_EPS,
         dtypes: Sequence[Any] = DEFAULT_DTYPES,
         soc: str = "cpu",
-        shapes: Sequence[tuple[int, int, int]] | None = None,
     ) -> None:
-        super().__init__()
-        self.soc = check_soc(soc)
-        geometries: list[tuple[int | None, int | None, int | None]] = (
+        self.geometries: list[tuple[int | None, int | None, int | None]] = (
             [(None, None, None)] if shapes is None else [_check_shape(s) for s in shapes]
         )
-        for eps in _eps_list(eps_values):
-            for dtype in map(as_dtype, dtypes):
-                for head_dim, q_size, kv_size in geometries:
-                    if not supports(FUSED_OP, dtype=dtype, head_dim=head_dim, soc=soc):
-                        continue
-                    for bias in (False, True):
-                        self.register(
-                            QKNormRopePattern(
-                                eps=eps, dtype=dtype, bias=bias, head_dim=head_dim,
-                                q_size=q_size, kv_size=kv_size, soc=soc,
-                            )
-                        )  # fmt: skip
+        super().__init__(eps_values=eps_values, dtypes=dtypes, soc=soc)
+
+    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern]:
+        for head_dim, q_size, kv_size in self.geometries:
+            if not supports(FUSED_OP, dtype=dtype, head_dim=head_dim, soc=self.soc):
+                continue
+            for bias in (False, True):
+                yield QKNormRopePattern(
+                    eps=eps, dtype=dtype, bias=bias, head_dim=head_dim,
+                    q_size=q_size, kv_size=kv_size, soc=self.soc,
+                )  # fmt: skip
 
 
 def _check_shape(shape: tuple[int, int, int]) -> tuple[int, int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import fx
@@ -18,7 +18,7 @@ RESHAPE_TARGETS: frozenset[Any] = frozenset(
 )
 
 
-def is_call(node: Any, targets: Any) -> bool:
+def is_call(node: object, targets: Any) -> TypeGuard[fx.Node]:
     """True when `node` is a call_function node whose target is (one of) `targets`."""
     if not isinstance(node, fx.Node) or node.op != "call_function":
         return False
@@ -48,8 +48,9 @@ def getitems(node: fx.Node) -> dict[int, list[fx.Node]]:
     """The getitem users of a multi-output node, by index (an index may have several)."""
     found: dict[int, list[fx.Node]] = {}
     for user in node.users:
-        if is_call(user, operator.getitem):
-            found.setdefault(int(user.args[1]), []).append(user)  # type: ignore[arg-type]
+        index = user.args[1] if is_call(user, operator.getitem) else None
+        if isinstance(index, int):
+            found.setdefault(index, []).append(user)
     return found
 
 
@@ -59,9 +60,9 @@ def only_getitem(node: fx.Node, index: int) -> fx.Node | None:
     return items[0] if len(items) == 1 else None
 
 
-def sole_user(node: fx.Node) -> fx.Node | None:
-    """The only user of `node` (used exactly once), else None."""
-    if len(node.users) != 1:
+def sole_user(node: object) -> fx.Node | None:
+    """The only user of `node` (a node used exactly once), else None."""
+    if not isinstance(node, fx.Node) or len(node.users) != 1:
         return None
     user = next(iter(node.users))
     return user if _use_count(node, user) == 1 else None
@@ -209,6 +210,33 @@ def meta_item(node: Any, index: int) -> Any:
     """Element `index` of a multi-output node's example value, if recorded."""
     val = node.meta.get("val") if isinstance(node, fx.Node) else None
     return val[index] if isinstance(val, (tuple, list)) and len(val) > index else None
+
+
+def insert_fused(
+    graph: fx.Graph,
+    point: fx.Node,
+    target: Any,
+    args: tuple[Any, ...],
+    vals: Sequence[Any],
+    label: Any,
+) -> list[fx.Node]:
+    """Insert `target(*args)` before `point` with one getitem per output; return the getitems.
+
+    `vals` are the example values of the outputs being replaced (see `adopt_meta`), `label`
+    the matched nodes' stream label.
+    """
+    with graph.inserting_before(point):
+        fused = graph.call_function(target, args)
+        outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(len(vals))]
+    adopt_meta(fused, outs, vals, label)
+    return outs
+
+
+def redirect_getitems(node: fx.Node, outs: Sequence[fx.Node]) -> None:
+    """Point every `getitem(node, i)` user of a multi-output node at `outs[i]`."""
+    for index, items in getitems(node).items():
+        for item in items:
+            item.replace_all_uses_with(outs[index])
 
 
 def erase_dead(nodes: Iterable[fx.Node]) -> None:

@@ -55,7 +55,7 @@ class MulsAddPattern(FusionPattern):
             return None
         for mul, y in (anchor.args, anchor.args[::-1]):
             found = _scaled(mul, anchor)
-            if found is None or not isinstance(y, fx.Node):
+            if found is None or not isinstance(mul, fx.Node) or not isinstance(y, fx.Node):
                 continue
             x, scale = found
             xv, yv, ov = tensor_meta(x), tensor_meta(y), tensor_meta(anchor)

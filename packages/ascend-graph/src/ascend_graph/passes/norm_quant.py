@@ -21,15 +21,16 @@ from torch import fx
 
 from ascend_graph.passes.base import FusionPattern, Match, ascend_op
 from ascend_graph.passes.fx_nodes import (
-    adopt_meta,
     arg,
     erase_dead,
     getitem_of,
     getitems,
+    insert_fused,
     insertion_point,
     is_call,
     meta_item,
     node_dtype,
+    redirect_getitems,
     sole_user,
     stream_label,
 )
@@ -108,20 +109,22 @@ class _AddNormQuantBase(FusionPattern):
     def rewrite(self, graph: fx.Graph, match: Match) -> None:
         v = match.values
         quant = v["quant"]
-        n_out = 2 if self.quant_outputs == 1 else 3
-        with graph.inserting_before(v["point"]):
-            fused = graph.call_function(ascend_op(self.fused), self._fused_args(v))
-            outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(n_out)]
         if self.quant_outputs == 1:
             vals = [quant.meta.get("val")]
         else:
             vals = [meta_item(quant, 0), meta_item(quant, 1)]
-        adopt_meta(fused, outs, [*vals, meta_item(v["norm"], 1)], stream_label(match.nodes))
+        outs = insert_fused(
+            graph,
+            v["point"],
+            ascend_op(self.fused),
+            self._fused_args(v),
+            [*vals, meta_item(v["norm"], 1)],
+            stream_label(match.nodes),
+        )
         if self.quant_outputs == 1:
             quant.replace_all_uses_with(outs[0])
         else:
-            for user in list(quant.users):
-                user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type,unused-ignore]
+            redirect_getitems(quant, outs)
         for item in v["residual_items"]:
             item.replace_all_uses_with(outs[-1])
         erase_dead(match.nodes)
@@ -260,15 +263,15 @@ class RmsNormDynamicMxQuantPattern(FusionPattern):
 
     def rewrite(self, graph: fx.Graph, match: Match) -> None:
         v, anchor = match.values, match.nodes[1]
-        with graph.inserting_before(v["point"]):
-            fused = graph.call_function(
-                ascend.rms_norm_dynamic_mx_quant.default, (v["x"], v["weight"], v["eps"])
-            )
-            outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(2)]
-        vals = [meta_item(anchor, 0), meta_item(anchor, 1)]
-        adopt_meta(fused, outs, vals, stream_label(match.nodes))
-        for user in list(anchor.users):
-            user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type,unused-ignore]
+        outs = insert_fused(
+            graph,
+            v["point"],
+            ascend.rms_norm_dynamic_mx_quant.default,
+            (v["x"], v["weight"], v["eps"]),
+            [meta_item(anchor, 0), meta_item(anchor, 1)],
+            stream_label(match.nodes),
+        )
+        redirect_getitems(anchor, outs)
         erase_dead(match.nodes)
 
     def example_inputs(self) -> tuple[Any, ...]:

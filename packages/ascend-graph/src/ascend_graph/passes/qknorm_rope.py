@@ -25,16 +25,17 @@ from ascend_graph.capability import supports
 from ascend_graph.passes.base import FusionPattern, Match, ascend_op
 from ascend_graph.passes.fx_nodes import (
     RESHAPE_TARGETS,
-    adopt_meta,
     arg,
     erase_dead,
     fresh_like,
     getitem_of,
     getitems,
+    insert_fused,
     insertion_point,
     is_call,
     meta_item,
     node_dtype,
+    redirect_getitems,
     sole_user,
     static_int,
     stream_label,
@@ -51,11 +52,14 @@ def _split_signature(split: Any) -> tuple[Any, ...] | None:
     if not is_call(split, aten.split_with_sizes.default):
         return None
     qkv, sizes = split.args[0], split.args[1]
+    if not isinstance(sizes, (list, tuple)):
+        return None
     dim = arg(split, 2, "dim", 0)
     sizes_t = tuple(static_int(s) for s in sizes)
     if len(sizes_t) != 3 or None in sizes_t or sizes_t[1] != sizes_t[2]:
         return None
-    rank = tensor_meta(qkv).dim() if tensor_meta(qkv) is not None else 2
+    qkv_val = tensor_meta(qkv)
+    rank = qkv_val.dim() if qkv_val is not None else 2
     if dim not in (-1, rank - 1):
         return None
     return (qkv, sizes_t)
@@ -199,16 +203,13 @@ class QKNormRopePattern(FusionPattern):
             a["q_size"], a["kv_size"], a["head_dim"], v["rotary_dim"], v["is_neox"], a["eps"],
             v["q"]["bias"], v["k"]["bias"],
         )  # fmt: skip
-        with graph.inserting_before(v["point"]):
-            fused = graph.call_function(ascend_op(FUSED_OP), fused_args)
-            outs = [graph.call_function(operator.getitem, (fused, i)) for i in range(3)]
         rope = v["rope"]
         # v is a view of qkv before the rewrite and a fresh tensor after it
         fresh_v = fresh_like(meta_item(v["q"]["split"], 2))
         vals = [meta_item(rope, 0), meta_item(rope, 1), fresh_v]
-        adopt_meta(fused, outs, vals, stream_label(match.nodes))
-        for user in v["rope_items"]:
-            user.replace_all_uses_with(outs[int(user.args[1])])  # type: ignore[arg-type,unused-ignore]
+        label = stream_label(match.nodes)
+        outs = insert_fused(graph, v["point"], ascend_op(FUSED_OP), fused_args, vals, label)
+        redirect_getitems(rope, outs)
         for item in v["v_items"]:
             item.replace_all_uses_with(outs[2])
         erase_dead(match.nodes)
