@@ -22,20 +22,17 @@ from vllm_ascend.testing.graph_dump import inductor_debug_env
 from vllm_ascend.testing.tiny_models import make_tiny_model
 from vllm_ascend.testing.worker_client import LLMWorker
 
-# Factory arch -> (arch name used in test ids, number of decoder layers of the tiny model).
-ARCHES = ("llama", "qwen3", "qwen3_moe")
+# Decoder layers of the session's tiny models. Two keeps every piecewise graph distinct (with
+# more, identical middle layers reuse one compiled graph and the passes run once for them).
 NUM_LAYERS = 2
-
+# Prompts of the compiled runs; greedy, a fixed number of tokens each.
 PROMPTS = (
     "Hello, my name is",
     "The capital of France is",
     "The future of AI is",
     "Once upon a time",
-    "vLLM serves OpenAI compatible",
-    "Numbers: 0 1 2 3",
-    "A tiny model has random weights",
-    "Attention, normalization, rotary",
 )
+COMPILED_MAX_TOKENS = 12
 
 
 class TinyModels:
@@ -141,15 +138,16 @@ class CompiledRun:
     """Greedy outputs of one compiled engine plus its fusion report and graph dump directory."""
 
     outputs: list[dict[str, Any]]
-    report: dict[str, int] | None
+    report: dict[str, int]
     dump_dir: Path
 
 
 class CompiledRuns:
-    """Fused and unfused compiled engines per arch, built once per session, one worker each.
+    """Fused and unfused compiled engines per arch, each built once per session.
 
-    Each arch gets its own worker process with a fresh compile cache, so every compile in it
-    runs the passes (a cache hit would skip them) and the fusion report covers one model.
+    Each (arch, fusion) engine runs in its own worker process with a fresh compile cache, so
+    every compile runs the passes (a cache hit would skip them), the fusion report covers that
+    engine only, and inductor dumps its graphs to that engine's own directory.
     """
 
     def __init__(
@@ -173,7 +171,9 @@ class CompiledRuns:
             worker = self.start(name, device="cpu", **inductor_debug_env(dump))
             kwargs = llm_kwargs(str(self.tiny.path(arch)), fusion=fusion, log_dir=self.log_dir)
             worker.request("load", name=name, kwargs=kwargs, timeout=400)
-            answer = worker.request("generate", name=name, prompts=list(PROMPTS[:4]), max_tokens=12)
+            answer = worker.request(
+                "generate", name=name, prompts=list(PROMPTS), max_tokens=COMPILED_MAX_TOKENS
+            )
             report = worker.request("fusion_report")["report"]
             self._runs[key] = CompiledRun(answer["outputs"], report, dump)
             worker.close()

@@ -97,7 +97,10 @@ pytestmark = pytest.mark.timeout(420)
 @pytest.mark.slow
 def test_serve_runs_on_the_ascend_platform(serve_session: ServeSession) -> None:
     assert [m["id"] for m in serve_session.models["data"]] == [SERVED_NAME]
-    assert "AscendCpuPlatform" in serve_session.log, serve_session.log_tail
+    # vLLM logs the IR-op priority of the active platform; the Ascend one puts its `ascend`
+    # kernels first. Seen in the API server and in the engine-core process.
+    ascend_priority = "rms_norm=['ascend', 'native']"
+    assert serve_session.log.count(ascend_priority) >= 2, serve_session.log_tail
 
 
 @pytest.mark.slow

@@ -89,3 +89,19 @@ def test_clean_import_registers_ops_without_vllm_or_torch_npu() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_reference_ops_fill_one_preallocated_output_per_schema_return() -> None:
+    import importlib
+
+    from ascend_kernels.out_variants import output_names
+
+    for op in OP_NAMES:
+        reference = registration.reference_impl(op)
+        assert reference.__name__ == op
+        out_fn = getattr(importlib.import_module(reference.__module__), f"{op}_out", None)
+        if out_fn is None:  # the LoRA ops clone y instead
+            assert op in ("bgmv_expand", "sgmv_expand")
+            continue
+        returns = getattr(torch.ops.ascend, op).default._schema.returns
+        assert len(output_names(out_fn)) == len(returns), op

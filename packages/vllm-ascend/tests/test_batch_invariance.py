@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -77,3 +78,28 @@ def test_cpu_linear_route(ascend_cpu_platform, kernels_mode) -> None:
     finally:
         bi.remove_cpu_linear_route()
     assert utils.dispatch_cpu_unquantized_gemm is original
+
+
+def test_vllm_worker_hook_enables_the_ascend_mode(ascend_cpu_platform, kernels_mode,
+                                                  monkeypatch) -> None:
+    from vllm.model_executor.determinism import batch_invariant as vllm_bi
+
+    original = vllm_bi.init_batch_invariance
+    saved_env = dict(os.environ)  # vLLM's overrides write NCCL/CUBLAS variables
+    try:
+        assert bi.install_vllm_init_handover() is True
+        assert bi.install_vllm_init_handover() is False
+        monkeypatch.setenv("VLLM_BATCH_INVARIANT", "0")
+        vllm_bi.init_batch_invariance()
+        assert not kernels_mode.is_batch_invariant_mode_enabled()
+        monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
+        monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+        vllm_bi.init_batch_invariance()  # what vLLM's CPU worker calls at start-up
+        assert kernels_mode.is_batch_invariant_mode_enabled()
+        assert not vllm_bi._batch_invariant_MODE  # vLLM's Triton kernels stay off
+        assert os.environ["VLLM_USE_AOT_COMPILE"] == "0"  # vLLM's env overrides kept
+    finally:
+        bi.remove_vllm_init_handover()
+        os.environ.clear()
+        os.environ.update(saved_env)
+    assert vllm_bi.init_batch_invariance is original

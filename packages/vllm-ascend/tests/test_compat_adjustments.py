@@ -10,7 +10,7 @@ from vllm_ascend import compat_adjustments as ca
 def test_each_adjustment_has_a_reason() -> None:
     names = [a.name for a in ca.ADJUSTMENTS]
     assert names == ["ascend_ir_provider", "ascend_rotary_embedding",
-                     "cpu_linear_batch_invariant_route"]
+                     "cpu_linear_batch_invariant_route", "vllm_batch_invariance_handover"]
     assert all(len(a.reason) > 40 for a in ca.ADJUSTMENTS)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from vllm_ascend.config_pipeline.facts import extract_facts, is_moe_config
 
 

@@ -283,3 +283,19 @@ def test_whole_npu_pipeline_on_a_real_config(make_vllm_config, fake_torch_npu,
 
     # no npu-smi on this host: CPU binding becomes one warning, never an error
     assert current_process_setup().cpu_binding[0].startswith("CPU binding skipped")
+
+
+def test_platform_defaults_and_block_size_hooks_on_real_configs(make_vllm_config) -> None:
+    from vllm_ascend.platform_npu import NPUPlatform
+
+    cfg = make_vllm_config(enforce_eager=True, max_num_seqs=40)
+    cc = cfg.compilation_config
+    cc.max_cudagraph_capture_size, cc.cudagraph_capture_sizes = None, None
+    NPUPlatform.apply_config_platform_defaults(cfg)
+    assert cc.max_cudagraph_capture_size == 40
+    cc.max_cudagraph_capture_size = 8  # an explicit user value is kept
+    NPUPlatform.apply_config_platform_defaults(cfg)
+    assert cc.max_cudagraph_capture_size == 8
+    before = cfg.cache_config.block_size
+    NPUPlatform.update_block_size_for_backend(cfg)  # dense model: unchanged
+    assert cfg.cache_config.block_size == before

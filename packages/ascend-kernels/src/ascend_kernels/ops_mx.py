@@ -132,40 +132,33 @@ def add_rms_norm_dynamic_mx_quant_out(
     return out, scale_out, residual_out
 
 
+# The fakes allocate an op's outputs (also for the reference ops, see out_variants); the
+# outputs' shapes depend on x only, so the other arguments are not named.
+
+
 def dynamic_mx_quant_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fake ``ascend::dynamic_mx_quant``."""
     return _q_like(x), _mx_scale_like(x)
 
 
 def rms_norm_dynamic_mx_quant_fake(
-    x: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor, *_: object
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fake ``ascend::rms_norm_dynamic_mx_quant``."""
     return _q_like(x), _mx_scale_like(x)
 
 
 def add_rms_norm_dynamic_mx_quant_fake(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor, *_: object
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_dynamic_mx_quant``."""
     return _q_like(x), _mx_scale_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-dynamic_mx_quant = into_fresh_outputs(
-    "dynamic_mx_quant", dynamic_mx_quant_out, dynamic_mx_quant_fake, "out", "scale_out"
-)
+dynamic_mx_quant = into_fresh_outputs(dynamic_mx_quant_out, dynamic_mx_quant_fake)
 rms_norm_dynamic_mx_quant = into_fresh_outputs(
-    "rms_norm_dynamic_mx_quant",
-    rms_norm_dynamic_mx_quant_out,
-    rms_norm_dynamic_mx_quant_fake,
-    "out",
-    "scale_out",
+    rms_norm_dynamic_mx_quant_out, rms_norm_dynamic_mx_quant_fake
 )
 add_rms_norm_dynamic_mx_quant = into_fresh_outputs(
-    "add_rms_norm_dynamic_mx_quant",
-    add_rms_norm_dynamic_mx_quant_out,
-    add_rms_norm_dynamic_mx_quant_fake,
-    "out",
-    "scale_out",
-    "residual_out",
+    add_rms_norm_dynamic_mx_quant_out, add_rms_norm_dynamic_mx_quant_fake
 )

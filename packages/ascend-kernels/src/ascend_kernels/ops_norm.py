@@ -159,26 +159,19 @@ def add_rms_norm_out(
     return out, residual_out
 
 
-def rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Fake ``ascend::rms_norm``."""
+# The fakes allocate an op's outputs (also for the reference ops, see out_variants); the
+# outputs' shapes depend on the first argument only, so the other arguments are not named.
+
+
+def rms_norm_fake(x: torch.Tensor, *_: object) -> torch.Tensor:
+    """Fake ``ascend::rms_norm``: shaped like ``x``."""
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def add_rms_norm_fake(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::add_rms_norm``."""
-    return (
-        torch.empty_like(x, memory_format=torch.contiguous_format),
-        torch.empty_like(x, memory_format=torch.contiguous_format),
-    )
+def add_rms_norm_fake(x: torch.Tensor, *_: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::add_rms_norm``: ``(out, residual_out)`` shaped like ``x``."""
+    return rms_norm_fake(x), rms_norm_fake(x)
 
 
-rms_norm = into_fresh_outputs("rms_norm", rms_norm_out, rms_norm_fake, "out")
-add_rms_norm = into_fresh_outputs(
-    "add_rms_norm", add_rms_norm_out, add_rms_norm_fake, "out", "residual_out"
-)
+rms_norm = into_fresh_outputs(rms_norm_out, rms_norm_fake)
+add_rms_norm = into_fresh_outputs(add_rms_norm_out, add_rms_norm_fake)

@@ -162,7 +162,11 @@ def add_rms_norm_dynamic_quant_out(
     return out, scale_out, residual_out
 
 
-def quantize_fake(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+# The fakes allocate an op's outputs (also for the reference ops, see out_variants); the
+# outputs' shapes depend on x only, so the other arguments are not named.
+
+
+def quantize_fake(x: torch.Tensor, *_: object) -> torch.Tensor:
     """Fake ``ascend::quantize``."""
     return _int8_like(x)
 
@@ -172,42 +176,21 @@ def dynamic_quant_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _int8_like(x), _scale_like(x)
 
 
-def add_rms_norm_quant_fake(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    scale: torch.Tensor,
-    offset: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm_quant_fake(x: torch.Tensor, *_: object) -> tuple[torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_quant``."""
     return _int8_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 def add_rms_norm_dynamic_quant_fake(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
+    x: torch.Tensor, *_: object
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_dynamic_quant``."""
     return _int8_like(x), _scale_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-quantize = into_fresh_outputs("quantize", quantize_out, quantize_fake, "out")
-dynamic_quant = into_fresh_outputs(
-    "dynamic_quant", dynamic_quant_out, dynamic_quant_fake, "out", "scale_out"
-)
-add_rms_norm_quant = into_fresh_outputs(
-    "add_rms_norm_quant", add_rms_norm_quant_out, add_rms_norm_quant_fake, "out", "residual_out"
-)
+quantize = into_fresh_outputs(quantize_out, quantize_fake)
+dynamic_quant = into_fresh_outputs(dynamic_quant_out, dynamic_quant_fake)
+add_rms_norm_quant = into_fresh_outputs(add_rms_norm_quant_out, add_rms_norm_quant_fake)
 add_rms_norm_dynamic_quant = into_fresh_outputs(
-    "add_rms_norm_dynamic_quant",
-    add_rms_norm_dynamic_quant_out,
-    add_rms_norm_dynamic_quant_fake,
-    "out",
-    "scale_out",
-    "residual_out",
+    add_rms_norm_dynamic_quant_out, add_rms_norm_dynamic_quant_fake
 )

@@ -214,15 +214,10 @@ def split_qkv_rmsnorm_rope_out(
 
 
 def rotary_embedding_fake(
-    positions: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    is_neox: bool,
+    _positions: object, q: torch.Tensor, k: torch.Tensor, *_: object
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::rotary_embedding``."""
+    """Fake ``ascend::rotary_embedding``: shaped like ``q`` and ``k`` (the other arguments do
+    not change the output shapes)."""
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
         torch.empty(k.shape, dtype=k.dtype, device=k.device),
@@ -253,14 +248,5 @@ def split_qkv_rmsnorm_rope_fake(
     )
 
 
-rotary_embedding = into_fresh_outputs(
-    "rotary_embedding", rotary_embedding_out, rotary_embedding_fake, "q_out", "k_out"
-)
-split_qkv_rmsnorm_rope = into_fresh_outputs(
-    "split_qkv_rmsnorm_rope",
-    split_qkv_rmsnorm_rope_out,
-    split_qkv_rmsnorm_rope_fake,
-    "q_out",
-    "k_out",
-    "v_out",
-)
+rotary_embedding = into_fresh_outputs(rotary_embedding_out, rotary_embedding_fake)
+split_qkv_rmsnorm_rope = into_fresh_outputs(split_qkv_rmsnorm_rope_out, split_qkv_rmsnorm_rope_fake)

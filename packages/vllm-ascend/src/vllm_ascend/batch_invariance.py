@@ -101,3 +101,38 @@ def remove_cpu_linear_route() -> None:
     current = utils.dispatch_cpu_unquantized_gemm
     if getattr(current, "_ascend_route", False):
         utils.dispatch_cpu_unquantized_gemm = current._original  # type: ignore[attr-defined]
+
+
+def install_vllm_init_handover() -> bool:
+    """Make vLLM's worker-side ``init_batch_invariance`` enable ascend-kernels' mode.
+
+    vLLM's own mode registers Triton kernels for the platform's dispatch key, which cannot
+    run on the host CPU (no Triton CPU backend) nor on an NPU. vLLM's env overrides are kept.
+    Returns False when already installed.
+    """
+    from vllm.model_executor.determinism import batch_invariant as vllm_bi
+
+    current = vllm_bi.init_batch_invariance
+    if getattr(current, "_ascend_handover", False):
+        return False
+
+    def init_batch_invariance() -> None:
+        if vllm_wants_batch_invariance():
+            from ascend_kernels import batch_invariant
+
+            vllm_bi.override_envs_for_invariance()
+            batch_invariant.enable_batch_invariant_mode()
+
+    init_batch_invariance._ascend_handover = True  # type: ignore[attr-defined]
+    init_batch_invariance._original = current  # type: ignore[attr-defined]
+    vllm_bi.init_batch_invariance = init_batch_invariance
+    return True
+
+
+def remove_vllm_init_handover() -> None:
+    """Restore vLLM's own ``init_batch_invariance``."""
+    from vllm.model_executor.determinism import batch_invariant as vllm_bi
+
+    current = vllm_bi.init_batch_invariance
+    if getattr(current, "_ascend_handover", False):
+        vllm_bi.init_batch_invariance = current._original  # type: ignore[attr-defined]

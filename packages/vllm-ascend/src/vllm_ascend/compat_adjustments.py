@@ -1,8 +1,8 @@
 """Every adjustment vllm-ascend makes to vLLM in a process, each with its reason.
 
 :func:`apply_compat_adjustments` is idempotent (vLLM loads plugins in every process, sometimes
-more than once). Public vLLM hooks are used wherever vLLM offers one; the only wrapper of a
-vLLM function is the batch-invariant CPU linear route, listed here so it is never hidden.
+more than once). Public vLLM hooks are used wherever vLLM offers one; the only wrappers of
+vLLM functions are the two batch-invariance ones, listed here so they are never hidden.
 """
 
 from __future__ import annotations
@@ -58,6 +58,18 @@ def _undo_linear_route() -> None:
     remove_cpu_linear_route()
 
 
+def _apply_handover(soc: str) -> object:
+    from vllm_ascend.batch_invariance import install_vllm_init_handover
+
+    return install_vllm_init_handover()
+
+
+def _undo_handover() -> None:
+    from vllm_ascend.batch_invariance import remove_vllm_init_handover
+
+    remove_vllm_init_handover()
+
+
 ADJUSTMENTS: tuple[Adjustment, ...] = (
     Adjustment(
         "ascend_ir_provider",
@@ -78,6 +90,14 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
         "ascend_kernels.batch_invariant.linear (wraps dispatch_cpu_unquantized_gemm: vLLM has "
         "no public hook for the CPU GEMM choice)",
         _apply_linear_route, _undo_linear_route, socs=("cpu",),
+    ),
+    Adjustment(
+        "vllm_batch_invariance_handover",
+        "vLLM's worker calls its own init_batch_invariance, which registers Triton kernels "
+        "for the platform's dispatch key; Triton has no CPU backend here and no NPU backend, "
+        "so on Ascend platforms that hook enables ascend-kernels' batch-invariant mode instead "
+        "(vLLM's env overrides kept; wraps the module function: vLLM has no public hook)",
+        _apply_handover, _undo_handover,
     ),
 )
 
