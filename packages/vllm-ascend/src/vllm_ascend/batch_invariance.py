@@ -120,7 +120,7 @@ def install_vllm_init_handover() -> bool:
         if vllm_wants_batch_invariance():
             from ascend_kernels import batch_invariant
 
-            vllm_bi.override_envs_for_invariance()
+            vllm_bi.override_envs_for_invariance()  # type: ignore[no-untyped-call]
             batch_invariant.enable_batch_invariant_mode()
 
     init_batch_invariance._ascend_handover = True  # type: ignore[attr-defined]
