@@ -71,17 +71,16 @@ def test_unwritable_dir_returns_none_with_one_warning(tmp_path, caplog) -> None:
     assert len(caplog.records) == 1 and "cannot write" in caplog.records[0].getMessage()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
-def test_read_only_dir_leaves_no_temp_file(tmp_path) -> None:
-    d = tmp_path / "vllm_ascend"
-    d.mkdir()
-    d.chmod(0o500)
-    try:
-        assert sp.generate_service_profiling_config(
-            "0.32.0", environ={"XDG_CONFIG_HOME": str(tmp_path)}) is None
-        assert list(d.iterdir()) == []
-    finally:
-        d.chmod(0o700)
+def test_failed_link_leaves_no_temp_file(tmp_path, monkeypatch) -> None:
+    # A permission error while linking into place (a read-only directory for a non-root user;
+    # simulated because root ignores directory permissions) must leave nothing behind.
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied", str(dst))
+
+    monkeypatch.setattr(sp.os, "link", refuse)
+    env = {"XDG_CONFIG_HOME": str(tmp_path)}
+    assert sp.generate_service_profiling_config("0.32.0", environ=env) is None
+    assert list(sp.config_path("0.32.0", env).parent.iterdir()) == []
 
 
 def test_concurrent_writers_produce_one_complete_file(tmp_path, monkeypatch) -> None:

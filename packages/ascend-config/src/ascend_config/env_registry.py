@@ -98,6 +98,10 @@ REGISTRY: tuple[EnvVar, ...] = (
     _v("VLLM_ASCEND_DEVICE", "choice", "auto",
        "where the plugin activates: auto (only where an NPU is present), npu, or cpu (the Ascend "
        "pipeline on the host CPU with reference kernels)", choices=("auto", "npu", "cpu")),
+    _v("VLLM_ASCEND_WORKER_CONFIG_INPUTS", "str", None,
+       "internal, set by the engine-side platform: the JSON inputs of config resolution "
+       "(additional_config, deployment facts, Ascend env vars) that worker processes resolve "
+       "again; never set it by hand"),
     _v("MAX_JOBS", "str", None, "build parallelism (unset = all cores)"),
     _v("CMAKE_BUILD_TYPE", "str", None, "Release, Debug or RelWithDebugInfo (unset = Release)"),
     _v("COMPILE_CUSTOM_KERNELS", "flag", True,
