@@ -10,7 +10,7 @@ from ascend_graph.manager import PASS_SWITCHES, SWITCH_DEFAULTS, GraphFusionPass
 
 
 def test_switch_defaults_agree_with_ascend_config() -> None:
-    assert SWITCH_DEFAULTS == ascend_config.compilation_defaults()
+    assert ascend_config.compilation_defaults() == SWITCH_DEFAULTS
     resolved = ascend_config.resolve({}).ascend_compilation_config
     assert {key: getattr(resolved, key) for key in SWITCH_DEFAULTS} == SWITCH_DEFAULTS
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import threading
 
-import pytest
 import yaml
 from vllm_ascend import service_profiling as sp
 
