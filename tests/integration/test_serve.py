@@ -134,14 +134,6 @@ def test_serve_exits_zero_on_sigint(serve_session: ServeSession) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="vLLM's logging (re)configuration (vllm.logger._configure_vllm_root_logger -> "
-    "logging.config.dictConfig) closes vllm_ascend.logging_setup.RotatingAscendFileHandler but "
-    "the handler stays attached with _stream None; its emit() then fails `assert self._stream "
-    "is not None`, and on SIGINT `vllm serve` prints that Traceback via logging.handleError "
-    "while logging '[shutdown] API server: shutting down FastAPI HTTP server'",
-)
 def test_serve_logs_no_traceback_while_shutting_down(serve_session: ServeSession) -> None:
     assert "Traceback" not in serve_session.log, serve_session.log_tail
 

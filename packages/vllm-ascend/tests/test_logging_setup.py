@@ -114,6 +114,19 @@ def test_rotation_keeps_at_most_max_files(tmp_path) -> None:
     assert all(re.fullmatch(r"vllm_ascend_\d{8}_\d{6}_42(_\d{3})?\.log", n) for n in names)
 
 
+def test_handler_keeps_logging_after_dictconfig_closed_it(tmp_path) -> None:
+    # vLLM (re)configures logging with dictConfig, which closes every existing handler while
+    # ours stays attached: the next record must still reach the file, with no error.
+    import logging.config
+
+    handler = ls.configure_file_logging(tmp_path, environ={})
+    assert handler is not None
+    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+    logging.getLogger(ls.LOGGER_NAME).warning("after reconfiguration")
+    text = "".join(p.read_text() for p in tmp_path.iterdir())
+    assert "after reconfiguration" in text
+
+
 def test_handler_rejects_bad_limits(tmp_path) -> None:
     with pytest.raises(ValueError, match="max_files=0"):
         ls.RotatingAscendFileHandler(tmp_path, max_files=0)

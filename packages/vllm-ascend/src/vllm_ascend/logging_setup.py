@@ -187,6 +187,11 @@ class RotatingAscendFileHandler(logging.Handler):
         try:
             self.acquire()
             try:
+                if self._stream is None:
+                    # Closed under us: vLLM's dictConfig closes every existing handler when it
+                    # (re)configures logging, but this one stays attached. Reopen, as
+                    # logging.FileHandler does.
+                    self._stream = open(self.current_path, "a", encoding="utf-8")  # noqa: SIM115
                 self._rotate_if_needed()
                 assert self._stream is not None
                 self._stream.write(self.format(record) + "\n")

@@ -82,7 +82,7 @@ def build_tokenizer(path: Path) -> int:
         show_progress=False,
     )
     tok.train_from_iterator(list(_CORPUS), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         eos_token=EOS_TOKEN,
         pad_token=EOS_TOKEN,
@@ -151,12 +151,12 @@ def _save_quietly(model: Any, out: Path) -> None:
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         model.save_pretrained(str(out))
     finally:
         if was_enabled:
-            hf_logging.enable_progress_bar()
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def make_tiny_model(

@@ -41,10 +41,13 @@ def main(argv: list[str] | None = None) -> None:
     """`vllm` with `argv` (default: this process's arguments)."""
     if argv is not None:
         sys.argv = ["vllm", *argv]
-    importlib.metadata.version = _version_with_vllm_alias(importlib.metadata.version)
+    # Replaced for this process only: it is about to become vLLM's CLI and nothing else.
+    importlib.metadata.version = _version_with_vllm_alias(  # type: ignore[assignment]
+        importlib.metadata.version
+    )
     from vllm.entrypoints.cli.main import main as vllm_main
 
-    vllm_main()
+    vllm_main()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":
