@@ -85,7 +85,10 @@ def test_concurrent_writers_produce_one_complete_file(tmp_path, monkeypatch) -> 
     env = {"XDG_CONFIG_HOME": str(tmp_path)}
     target = sp.config_path("0.32.0", env)
     target.parent.mkdir(parents=True)
-    barrier = threading.Barrier(8)
+    # Import the symbols' modules first: eight threads importing vLLM at once is a test of
+    # the import system, not of the writer.
+    sp.existing_symbols([*sp.VLLM_CANDIDATES, *sp.OWN_SYMBOLS])
+    barrier = threading.Barrier(8, timeout=60)
     real = sp._write_once
 
     def racing(path, text):  # every writer passes the exists() check, then races to link
@@ -94,14 +97,18 @@ def test_concurrent_writers_produce_one_complete_file(tmp_path, monkeypatch) -> 
 
     monkeypatch.setattr(sp, "_write_once", racing)
     results: list[object] = []
-    threads = [threading.Thread(
-        target=lambda: results.append(sp.generate_service_profiling_config("0.32.0",
-                                                                           environ=env)))
-        for _ in range(8)]
+
+    def writer() -> None:
+        try:
+            results.append(sp.generate_service_profiling_config("0.32.0", environ=env))
+        except BaseException as exc:  # surfaced by the assertion below
+            results.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=120)
     assert results == [target] * 8
     assert [p.name for p in target.parent.iterdir()] == [target.name]
     assert len(yaml.safe_load(target.read_text())) > 10
