@@ -24,6 +24,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "VLLM_ASCEND_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(_SESSION_DIR / "vllm_cache"),
         "XDG_CONFIG_HOME": str(_SESSION_DIR / "xdg"),
+        # No pool of inductor compile workers: about 1 GiB each and no speed on 2 cores.
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }.items():
         os.environ.setdefault(key, value)
 TESTS_DIR = Path(__file__).resolve().parent

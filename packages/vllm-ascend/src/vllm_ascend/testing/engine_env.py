@@ -21,6 +21,9 @@ _FIXED: Final[dict[str, str]] = {
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    # Inductor compiles in this process instead of a pool of worker processes: on a small
+    # host the pool adds about 1 GiB per worker and no speed.
+    "TORCHINDUCTOR_COMPILE_THREADS": "1",
 }
 
 # Dropped: bytecode writing makes vLLM imports 2-3x faster; the legacy KV-cache variable (whole
