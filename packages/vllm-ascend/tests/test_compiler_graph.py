@@ -102,3 +102,47 @@ def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:
     assert on.passes[-1].uuid() != off.passes[-1].uuid()  # switches change the cache key
     assert set(fusion_report()) >= {"qknorm_rope"} and sum(fusion_report().values()) == 0
     reset_fusion_report()
+
+
+def test_sequence_parallel_enables_the_allgather_cleanup_with_vllms_ops() -> None:
+    import ascend_config
+    from vllm_ascend.pass_manager import build_fusion_manager, sequence_parallel_ops
+
+    handles = sequence_parallel_ops()
+    assert handles == (torch.ops.vllm.all_gather.default,
+                       torch.ops.vllm.sequence_parallel_chunk_impl.default)
+    switches = ascend_config.resolve({}).ascend_compilation_config
+    facts = ascend_config.DeploymentFacts(soc="cpu")
+    plain = build_fusion_manager(switches, "cpu", facts)
+    sp = build_fusion_manager(switches, "cpu", facts, sequence_parallel=True)
+    assert "allgather_chunk_cleanup" not in plain.enabled
+    assert "allgather_chunk_cleanup" in sp.enabled
+    assert plain.uuid() != sp.uuid()
+
+
+def test_fusion_pass_hands_vllms_compile_range_to_the_manager(make_vllm_config) -> None:
+    from vllm.compilation.passes.inductor_pass import pass_context
+    from vllm.config.utils import Range
+    from vllm_ascend.pass_manager import AscendFusionPass
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.ranges: list[object] = []
+
+        def __call__(self, graph, compile_range=None) -> None:
+            self.ranges.append(compile_range)
+
+        def is_applicable_for_range(self, compile_range) -> bool:
+            return compile_range.end <= 64
+
+        def uuid(self) -> str:
+            return "recorder"
+
+    recorder = Recorder()
+    fusion_pass = AscendFusionPass(make_vllm_config(), recorder)
+    small, large = Range(start=1, end=64), Range(start=65, end=512)
+    with pass_context(small):
+        fusion_pass(torch.fx.Graph())
+    assert recorder.ranges == [small]
+    assert fusion_pass.is_applicable_for_range(small)
+    assert not fusion_pass.is_applicable_for_range(large)

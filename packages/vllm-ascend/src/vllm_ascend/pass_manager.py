@@ -52,24 +52,51 @@ class AscendFusionPass(VllmInductorPass):
 
     @VllmInductorPass.time_and_log  # type: ignore[arg-type]
     def __call__(self, graph: torch.fx.Graph) -> None:
-        self.fusion(graph)
+        from vllm.compilation.passes.inductor_pass import get_pass_context
+
+        # Passes with token bounds apply only when the graph's compile range lies inside them.
+        self.fusion(graph, get_pass_context().compile_range)
+
+    def is_applicable_for_range(self, compile_range: Any) -> bool:
+        return bool(self.fusion.is_applicable_for_range(compile_range))
 
     def uuid(self) -> str:
         # The fusion settings change the output, so they are part of the compile-cache key.
         return self.hash_dict({"source": self.hash_source(self), "fusion": self.fusion.uuid()})
 
 
-def build_fusion_manager(switches: Any, soc: str, facts: Any) -> Any:
-    """ascend-graph's manager for the resolved pass switches and model facts."""
+def sequence_parallel_ops() -> tuple[Any, Any] | None:
+    """vLLM's all-gather and sequence-parallel chunk op handles, when this build has both."""
+    import vllm.model_executor.models.utils  # noqa: F401  (registers sequence_parallel_chunk_impl)
+
+    ops = getattr(torch.ops, "vllm", None)
+    try:
+        return (ops.all_gather.default, ops.sequence_parallel_chunk_impl.default)  # type: ignore[union-attr]
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def build_fusion_manager(
+    switches: Any, soc: str, facts: Any, *, sequence_parallel: bool = False
+) -> Any:
+    """ascend-graph's manager for the resolved pass switches and model facts.
+
+    The all-gather/chunk cleanup runs only with sequence parallelism, and only when vLLM
+    provides both op handles it matches (they are passed in: ascend-graph never imports vLLM).
+    """
     from ascend_graph import GraphFusionPassManager
 
     scale = facts.routed_scaling_factor if facts.routed_scaling_factor != 1.0 else None
+    handles = sequence_parallel_ops() if sequence_parallel else None
     return GraphFusionPassManager(
         fuse_norm_quant=bool(switches.fuse_norm_quant),
         fuse_qknorm_rope=bool(switches.fuse_qknorm_rope),
         fuse_muls_add=bool(switches.fuse_muls_add),
         muls_add_scale=scale,
         soc=soc,
+        sequence_parallel=handles is not None,
+        allgather_op=handles[0] if handles else None,
+        chunk_op=handles[1] if handles else None,
     )
 
 
@@ -93,7 +120,9 @@ class AscendPassManager(PostGradPassManager):
         self.soc = str(getattr(current_platform, "soc", "cpu"))
         facts = extract_facts(config, self.soc)
         resolved = ascend_config.resolve(additional_config_of(config), facts=facts)
-        self.fusion = build_fusion_manager(resolved.ascend_compilation_config, self.soc, facts)
+        sequence_parallel = bool(config.parallel_config.use_sequence_parallel_moe)
+        self.fusion = build_fusion_manager(resolved.ascend_compilation_config, self.soc, facts,
+                                           sequence_parallel=sequence_parallel)
         self.add(AscendFusionPass(config, self.fusion))
         self.fix_functionalization = SafeFixFunctionalizationPass(config)
 
