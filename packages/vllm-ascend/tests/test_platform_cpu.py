@@ -128,3 +128,36 @@ def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> 
     apply_env_changes(engine_side.env_changes, child_env)  # what the engine process did
     assert child_env["VLLM_BATCH_INVARIANT"] == "1"
     assert resolve_published(child_env) == ("cpu", engine_side)
+
+
+def test_published_inputs_never_embed_the_previous_publication() -> None:
+    """The worker-inputs variable is an output, not a resolution input: were it read back,
+    each publication would nest the previous one, JSON-escaped (exponential growth)."""
+    import types
+
+    from vllm_ascend.process_setup import (
+        WORKER_INPUTS_ENV,
+        ascend_environ,
+        publish_worker_inputs,
+    )
+
+    facts = types.SimpleNamespace(to_dict=lambda: {"soc": "cpu"})
+    env = {"VLLM_ASCEND_ENABLE_NZ": "0"}
+    sizes = []
+    for _ in range(5):
+        assert publish_worker_inputs("cpu", {}, facts, ascend_environ(env), environ=env)
+        sizes.append(len(env[WORKER_INPUTS_ENV]))
+    assert WORKER_INPUTS_ENV not in ascend_environ(env)
+    assert len(set(sizes)) == 1 and json.loads(env[WORKER_INPUTS_ENV])["environ"] == {
+        "VLLM_ASCEND_ENABLE_NZ": "0"}
+
+
+def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm_config) -> None:
+    from vllm_ascend.process_setup import WORKER_INPUTS_ENV
+
+    sizes = []
+    for _ in range(3):
+        make_vllm_config(enforce_eager=True)
+        sizes.append(len(os.environ[WORKER_INPUTS_ENV]))
+        assert WORKER_INPUTS_ENV not in json.loads(os.environ[WORKER_INPUTS_ENV])["environ"]
+    assert len(set(sizes)) == 1, sizes

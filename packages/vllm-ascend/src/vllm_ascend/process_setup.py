@@ -22,11 +22,16 @@ WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
 
 
 def ascend_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of ascend-config's env registry that are set (the env input of resolve)."""
+    """The variables of ascend-config's env registry that are set (the env input of resolve).
+
+    :data:`WORKER_INPUTS_ENV` is left out: it is this module's output channel, not an input of
+    the resolution. Were it included, every publication would embed (JSON-escaped) the one
+    before it, so the variable would more than double with each config built in a process.
+    """
     from ascend_config import envs
 
     env = os.environ if environ is None else environ
-    return {name: env[name] for name in envs.names() if name in env}
+    return {name: env[name] for name in envs.names() if name in env and name != WORKER_INPUTS_ENV}
 
 
 def publish_worker_inputs(
