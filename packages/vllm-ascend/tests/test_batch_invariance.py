@@ -20,6 +20,24 @@ def kernels_mode():
     batch_invariant.disable_batch_invariant_mode()
 
 
+@pytest.fixture
+def without_adjustments(ascend_cpu_platform):
+    """Start without the two wrappers (an earlier in-process engine installs them) and put
+    back whatever was installed before, so the tests hold in any order."""
+    from vllm.model_executor.determinism import batch_invariant as vllm_bi
+    from vllm.model_executor.layers import utils
+
+    had_route = getattr(utils.dispatch_cpu_unquantized_gemm, "_ascend_route", False)
+    had_handover = getattr(vllm_bi.init_batch_invariance, "_ascend_handover", False)
+    bi.remove_cpu_linear_route()
+    bi.remove_vllm_init_handover()
+    yield
+    if had_route:
+        bi.install_cpu_linear_route()
+    if had_handover:
+        bi.install_vllm_init_handover()
+
+
 def test_env_changes_set_and_unset() -> None:
     env = {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
     report = bi.apply_env_changes(
@@ -53,7 +71,7 @@ def test_resolved_config_drives_it(kernels_mode) -> None:
     assert env["VLLM_BATCH_INVARIANT"] == "1" and env["HCCL_DETERMINISTIC"] == "strict"
 
 
-def test_cpu_linear_route(ascend_cpu_platform, kernels_mode) -> None:
+def test_cpu_linear_route(without_adjustments, kernels_mode) -> None:
     from vllm.model_executor.layers import utils
 
     original = utils.dispatch_cpu_unquantized_gemm
@@ -80,7 +98,7 @@ def test_cpu_linear_route(ascend_cpu_platform, kernels_mode) -> None:
     assert utils.dispatch_cpu_unquantized_gemm is original
 
 
-def test_vllm_worker_hook_enables_the_ascend_mode(ascend_cpu_platform, kernels_mode,
+def test_vllm_worker_hook_enables_the_ascend_mode(without_adjustments, kernels_mode,
                                                   monkeypatch) -> None:
     from vllm.model_executor.determinism import batch_invariant as vllm_bi
 
