@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,28 @@ def init_batch_invariance(
     return report
 
 
+def _install_wrapper(
+    module: Any, name: str, marker: str, make: Callable[[Any], Callable[..., Any]]
+) -> bool:
+    """Replace ``module.name`` by ``make(current)``, tagged with ``marker`` and the original;
+    False when already installed (idempotent: a wrapper is never wrapped again)."""
+    current = getattr(module, name)
+    if getattr(current, marker, False):
+        return False
+    wrapper = make(current)
+    setattr(wrapper, marker, True)
+    wrapper._original = current  # type: ignore[attr-defined]
+    setattr(module, name, wrapper)
+    return True
+
+
+def _remove_wrapper(module: Any, name: str, marker: str) -> None:
+    """Put back the original of a wrapper installed by :func:`_install_wrapper`."""
+    current = getattr(module, name)
+    if getattr(current, marker, False):
+        setattr(module, name, current._original)
+
+
 def install_cpu_linear_route() -> bool:
     """Wrap vLLM's CPU GEMM choice so batch-invariant mode uses ascend-kernels' linear.
 
@@ -73,34 +95,28 @@ def install_cpu_linear_route() -> bool:
     """
     from vllm.model_executor.layers import utils
 
-    current = utils.dispatch_cpu_unquantized_gemm
-    if getattr(current, "_ascend_route", False):
-        return False
+    def make(current: Callable[[Any, bool], None]) -> Callable[[Any, bool], None]:
+        def routed(layer: Any, remove_weight: bool) -> None:
+            from ascend_kernels import batch_invariant
 
-    def routed(layer: Any, remove_weight: bool) -> None:
-        from ascend_kernels import batch_invariant
+            weight = layer.weight
+            if batch_invariant.is_batch_invariant_mode_enabled() and not weight.is_meta and (
+                weight.ndim == 2
+            ):
+                layer.cpu_linear = lambda x, w, b: batch_invariant.linear(x, w, b)
+                return
+            current(layer, remove_weight)
 
-        weight = layer.weight
-        if batch_invariant.is_batch_invariant_mode_enabled() and not weight.is_meta and (
-            weight.ndim == 2
-        ):
-            layer.cpu_linear = lambda x, w, b: batch_invariant.linear(x, w, b)
-            return
-        current(layer, remove_weight)
+        return routed
 
-    routed._ascend_route = True  # type: ignore[attr-defined]
-    routed._original = current  # type: ignore[attr-defined]
-    utils.dispatch_cpu_unquantized_gemm = routed
-    return True
+    return _install_wrapper(utils, "dispatch_cpu_unquantized_gemm", "_ascend_route", make)
 
 
 def remove_cpu_linear_route() -> None:
     """Restore vLLM's own CPU GEMM choice."""
     from vllm.model_executor.layers import utils
 
-    current = utils.dispatch_cpu_unquantized_gemm
-    if getattr(current, "_ascend_route", False):
-        utils.dispatch_cpu_unquantized_gemm = current._original  # type: ignore[attr-defined]
+    _remove_wrapper(utils, "dispatch_cpu_unquantized_gemm", "_ascend_route")
 
 
 def install_vllm_init_handover() -> bool:
@@ -112,27 +128,21 @@ def install_vllm_init_handover() -> bool:
     """
     from vllm.model_executor.determinism import batch_invariant as vllm_bi
 
-    current = vllm_bi.init_batch_invariance
-    if getattr(current, "_ascend_handover", False):
-        return False
+    def make(current: Callable[[], None]) -> Callable[[], None]:
+        def init_batch_invariance() -> None:
+            if vllm_wants_batch_invariance():
+                from ascend_kernels import batch_invariant
 
-    def init_batch_invariance() -> None:
-        if vllm_wants_batch_invariance():
-            from ascend_kernels import batch_invariant
+                vllm_bi.override_envs_for_invariance()  # type: ignore[no-untyped-call]
+                batch_invariant.enable_batch_invariant_mode()
 
-            vllm_bi.override_envs_for_invariance()  # type: ignore[no-untyped-call]
-            batch_invariant.enable_batch_invariant_mode()
+        return init_batch_invariance
 
-    init_batch_invariance._ascend_handover = True  # type: ignore[attr-defined]
-    init_batch_invariance._original = current  # type: ignore[attr-defined]
-    vllm_bi.init_batch_invariance = init_batch_invariance
-    return True
+    return _install_wrapper(vllm_bi, "init_batch_invariance", "_ascend_handover", make)
 
 
 def remove_vllm_init_handover() -> None:
     """Restore vLLM's own ``init_batch_invariance``."""
     from vllm.model_executor.determinism import batch_invariant as vllm_bi
 
-    current = vllm_bi.init_batch_invariance
-    if getattr(current, "_ascend_handover", False):
-        vllm_bi.init_batch_invariance = current._original  # type: ignore[attr-defined]
+    _remove_wrapper(vllm_bi, "init_batch_invariance", "_ascend_handover")
