@@ -202,7 +202,7 @@ MULTI_PASS = {
 
 def run(quick: bool = False) -> list[Table]:
     """Benchmark every fused reference op; ``quick`` uses a small shape and 5 rounds."""
-    rows, hidden, runs = (256, 1024, 5) if quick else (4096, 4096, 7)
+    rows, hidden, runs = (256, 1024, 5) if quick else (4096, 4096, 11)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -267,19 +267,11 @@ def _table(
         "crosses memory once; the in-cache steps (square, mean, scale, amax, divide, round) are "
         "several passes over one chunk, not over the tensor.",
         *(f"Multi-pass: {name} {why}." for name, why in MULTI_PASS.items()),
-        "muls_add in bfloat16 with preallocated outputs sits at the target's edge (1.03-1.08x "
-        "over repeated runs; it was 1.39x with cache-sized chunks). Bit-identity to eager "
-        "`x * s + y` needs the product rounded to bf16 before the add, so with torch ops it is "
-        "a bf16 mul then a bf16 add, two full passes, exactly the unfused pair "
-        "(`torch.add(y, x, alpha=s)` is one pass but rounds once, a different result). The only "
-        "possible saving is keeping the product in cache, and on this CPU torch's bf16 mul/add "
-        "ran about 2x slower writing a buffer that stays in the 2 MiB L2 than streaming to "
-        "memory (16M-element mul: 13.6 ms into a reused 1 MiB chunk, 6.9 ms into a fresh "
-        "region; float16 and float32 do not show it). So bf16 muls_add streams through an "
-        "8 MiB temporary (4 chunks here): the unfused kernels' work plus the chunk loop, no "
-        "faster. Beating it needs a one-pass kernel (load, multiply, round, add, round, store: "
-        "the NPU's), which a plain-torch reference cannot express. With fresh outputs the fused "
-        "op wins (no x-sized temporary to fault in).",
+        "muls_add computes in float32 and casts once (the operator namespace's rule), so "
+        "bfloat16 on CPU runs a one-pass C loop (ascend_kernels.native_loops: read x and y, "
+        "write out, nothing else); float32 uses cache-sized chunks. Plain torch has no one-pass "
+        "kernel for it (`torch.add(y, x, alpha=s)` rounds s to bfloat16), and its chunked "
+        "bfloat16/float32 route measured 1.07-1.4x the unfused pair on this CPU.",
         "The unfused side is the same reference ops run one after another with the "
         "intermediate in memory (and eager `x * s + y` for muls_add).",
     ]

@@ -126,3 +126,14 @@ def test_all_wheels_install_together_beside_the_workspace_dependencies(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_wheels_carry_their_data_files(wheels: dict[str, Path]) -> None:
+    # Non-Python files the packages open at run time through importlib.resources.
+    expected = {
+        "ascend-kernels": ["ascend_kernels/native/muls_add_bf16.c", "ascend_kernels/py.typed"],
+    }
+    for dist, names in expected.items():
+        with zipfile.ZipFile(wheels[dist]) as archive:
+            missing = sorted(set(names) - set(archive.namelist()))
+        assert not missing, f"{dist} wheel lacks {missing}"

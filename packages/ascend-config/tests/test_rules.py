@@ -171,10 +171,28 @@ def test_record_path_forces_dynamic_eplb(res: Any) -> None:
 
 @pytest.mark.parametrize("phase", ["all", "prefill", "decode"])
 def test_load_collection_phase_is_mrv2_only(res: Any, problems: Any, phase: str) -> None:
-    cfg = res({"eplb_config": {"load_collection_phase": phase}}, use_model_runner_v2=True)
+    cfg = res({"eplb_config": {"load_collection_phase": phase}}, use_model_runner_v2=True,
+              enable_eplb=True)
     assert cfg.eplb_config.load_collection_phase == phase
     assert paths(problems({"eplb_config": {"load_collection_phase": phase}})) == [
         "eplb_config.load_collection_phase"]
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_partial_load_collection_needs_vllm_eplb(res: Any, problems: Any, phase: str) -> None:
+    found = problems({"eplb_config": {"load_collection_phase": phase}},
+                     use_model_runner_v2=True)
+    assert paths(found) == ["eplb_config.load_collection_phase"]
+    assert "'all' unless vLLM's --enable-eplb is on" in found[0][1]
+    assert res({"eplb_config": {"load_collection_phase": "all"}},
+               use_model_runner_v2=True).eplb_config.load_collection_phase == "all"
+
+
+def test_vllm_eplb_is_mrv2_only(res: Any, problems: Any) -> None:
+    found = problems({}, enable_eplb=True)
+    assert paths(found) == ["vllm --enable-eplb"]
+    assert "model runner v2" in found[0][1] and "eplb_config.dynamic_eplb" in found[0][1]
+    assert res({}, enable_eplb=True, use_model_runner_v2=True).eplb_config.dynamic_eplb is False
 
 
 def test_mrv2_rejects_legacy_fields_and_env(problems: Any) -> None:
@@ -372,3 +390,18 @@ def test_wrongly_typed_facts_are_problems_not_crashes(problems: Any) -> None:
     # Rules then judge the config against default facts (dense, DP 1): two problems.
     assert paths(found) == ["facts.tensor_parallel_size", "facts.architectures",
                             "facts.quant_description"] + [f"{FTP}.mlp_tensor_parallel_size"] * 2
+
+
+def test_new_facts_are_type_checked(problems: Any, res: Any) -> None:
+    found = problems(None, scheduler_policy=1, nnodes_within_dp=-1, sequence_parallel="yes",
+                     enable_eplb=0)
+    assert paths(found) == ["facts.sequence_parallel", "facts.scheduler_policy",
+                            "facts.nnodes_within_dp", "facts.enable_eplb"]
+    facts = {"sequence_parallel": True, "scheduler_policy": "priority", "nnodes_within_dp": 2,
+             "enable_eplb": False}
+    from ascend_config import DeploymentFacts
+
+    loaded = DeploymentFacts.from_mapping(facts)
+    assert (loaded.sequence_parallel, loaded.scheduler_policy, loaded.nnodes_within_dp) == (
+        True, "priority", 2)
+    assert res(None, **facts).soc == "A2"  # none of them is a problem on its own

@@ -108,6 +108,27 @@ def test_short_request_first_accepted(res: Any, role: str | None) -> None:
     assert res({S: SRF}, kv_role=role).scheduler_config.short_request_first_config.enabled
 
 
+def test_short_request_first_needs_fcfs_policy(problems: Any, res: Any) -> None:
+    found = problems({S: SRF}, scheduler_policy="priority")
+    assert paths(found) == [f"{S}.short_request_first_config.enabled"]
+    assert "true only with vLLM's scheduling policy fcfs" in found[0][1]
+    assert "'priority'" in found[0][1]
+    fcfs = res({S: SRF}, scheduler_policy="fcfs").scheduler_config
+    assert fcfs.short_request_first_config.enabled
+    # the policy alone is no problem while short-request-first is off
+    off = res({}, scheduler_policy="priority").scheduler_config.short_request_first_config
+    assert off.enabled is False
+
+
+def test_short_request_first_reports_every_conflict_at_once(problems: Any) -> None:
+    found = problems({S: {**SRF, "batch_job_sched_config": {"enabled": True}}},
+                     kv_role="kv_consumer", scheduler_policy="priority")
+    texts = " | ".join(line for _, line in found)
+    assert len(found) == 3
+    for needle in ("batch-job", "PD decode node", "fcfs"):
+        assert needle in texts
+
+
 DLB = {"dyntra_lb_config": {"enabled": True}}
 D_NODE = {"kv_role": "kv_consumer", "data_parallel_size": 4}
 
@@ -122,9 +143,19 @@ def test_dyntra_lb_accepted_on_decode_node(res: Any) -> None:
     (DLB, {"data_parallel_size": 4}),
     (DLB, {"kv_role": "kv_consumer", "data_parallel_size": 1}),
     ({**DLB, "profiling_chunk_config": {"enabled": True}}, {**D_NODE, "pipeline_parallel_size": 2}),
+    (DLB, {**D_NODE, "nnodes_within_dp": 2}),
 ])
 def test_dyntra_lb_rejections(problems: Any, sched: dict[str, Any], facts: dict[str, Any]) -> None:
     assert f"{S}.dyntra_lb_config.enabled" in paths(problems({S: sched}, **facts))
+
+
+def test_dyntra_lb_needs_one_node_per_dp_replica(problems: Any, res: Any) -> None:
+    found = problems({S: DLB}, **D_NODE, nnodes_within_dp=2)
+    assert paths(found) == [f"{S}.dyntra_lb_config.enabled"]
+    assert "nnodes_within_dp 1" in found[0][1] and "spans 2 nodes" in found[0][1]
+    assert res({S: DLB}, **D_NODE, nnodes_within_dp=1).scheduler_config.dyntra_lb_config.enabled
+    every = problems({S: DLB}, nnodes_within_dp=3)  # no kv role, DP 1, 3 nodes: three lines
+    assert len(every) == 3
 
 
 def test_recompute_scheduler_by_role(res: Any, problems: Any) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }.items():
         os.environ.setdefault(key, value)
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ() -> Iterator[None]:
+    """The platform pipeline writes ``os.environ`` (allocator options, published worker
+    inputs), as it must in a real process; no test may leak that into the next one."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 TESTS_DIR = Path(__file__).resolve().parent
 
 

@@ -49,7 +49,7 @@ def test_compile_runs_the_passes_and_keeps_the_graph(ascend_cpu_platform) -> Non
     assert all(torch.allclose(a, b) for a, b in zip(got, expected, strict=True))
     with pytest.raises(RuntimeError, match="graph_fusion_manager"):
         compiler.compile(gm, args, {}, None)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match=r"expected the \(key, path\) pair"):
         compiler.load(None, gm, args, 0, None)
 
 

@@ -47,3 +47,59 @@ def test_moe_facts_and_forward_state(make_vllm_config, tiny_moe) -> None:
     fields = state.fields(5)
     assert fields["moe_comm_type"] is MoECommType.ALLGATHER  # EP off
     assert fields["mc2_mask"].tolist() == [True] * 5
+
+
+def test_scheduler_and_dp_facts(make_vllm_config) -> None:
+    plain = extract_facts(make_vllm_config(enforce_eager=True), "A2")
+    assert (plain.scheduler_policy, plain.nnodes_within_dp, plain.sequence_parallel,
+            plain.enable_eplb) == ("fcfs", 1, False, False)
+    cfg = make_vllm_config(enforce_eager=True, scheduling_policy="priority")
+    cfg.parallel_config.nnodes = 2  # one DP replica (DP 1) over two nodes
+    facts = extract_facts(cfg, "A2")
+    assert (facts.scheduler_policy, facts.nnodes_within_dp) == ("priority", 2)
+
+
+def test_short_request_first_needs_fcfs_on_a_real_config(make_vllm_config) -> None:
+    import ascend_config
+
+    srf = {"scheduler_config": {"short_request_first_config": {"enabled": True}}}
+    with pytest.raises((ascend_config.AscendConfigError, ValueError)) as info:
+        make_vllm_config(enforce_eager=True, scheduling_policy="priority", additional_config=srf)
+    assert "vLLM's scheduling policy is 'priority'" in str(info.value)
+    cfg = make_vllm_config(enforce_eager=True, additional_config=srf)
+    assert cfg.scheduler_config.policy == "fcfs"
+
+
+def test_dyntra_lb_needs_one_node_per_replica_on_a_real_config(make_vllm_config) -> None:
+    import ascend_config
+
+    kv = {"kv_connector": "ExampleConnector", "kv_role": "kv_consumer"}
+    dyn = {"scheduler_config": {"dyntra_lb_config": {"enabled": True}}}
+    ok = make_vllm_config(enforce_eager=True, data_parallel_size=2, kv_transfer_config=kv,
+                          additional_config=dyn)
+    assert extract_facts(ok, "cpu").nnodes_within_dp == 1
+    with pytest.raises((ascend_config.AscendConfigError, ValueError)) as info:
+        make_vllm_config(enforce_eager=True, data_parallel_size=2, data_parallel_size_local=2,
+                         nnodes=2, kv_transfer_config=kv, additional_config=dyn)
+    assert "a replica here spans 2 nodes" in str(info.value)
+
+
+def test_sequence_parallel_with_pcp_rounds_the_token_budget(make_vllm_config, tiny_moe) -> None:
+    import ascend_config
+    from vllm_ascend.config_pipeline.derived_edits import apply_derived_edits
+
+    cfg = make_vllm_config(model=str(tiny_moe), enforce_eager=True, skip_tokenizer_init=True,
+                           tensor_parallel_size=2, data_parallel_size=2,
+                           enable_expert_parallel=True, all2all_backend="allgather_reducescatter",
+                           max_num_batched_tokens=1001)
+    assert extract_facts(cfg, "A2").sequence_parallel is True
+    resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
+    # Without prefill context parallel the budget stays as the user set it.
+    assert apply_derived_edits(cfg, resolved, extract_facts(cfg, "A2")) == []
+    assert cfg.scheduler_config.max_num_batched_tokens == 1001
+    # vLLM builds PCP > 1 only for model runner v2; set it on the built config.
+    cfg.parallel_config.prefill_context_parallel_size = 2
+    notes = apply_derived_edits(cfg, resolved, extract_facts(cfg, "A2"))
+    assert cfg.scheduler_config.max_num_batched_tokens == 1004  # multiple of TP 2 x PCP 2
+    assert "TP x PCP = 4" in notes[-1]
+    assert apply_derived_edits(cfg, resolved, extract_facts(cfg, "A2")) == []

@@ -6,7 +6,14 @@ import argparse
 import types
 
 import pytest
-from vllm_ascend.config_pipeline import allocator_env, derived_edits, npu_compilation, selection
+from vllm_ascend.config_pipeline import (
+    allocator_env,
+    derived_edits,
+    gpu_fixes,
+    kv_engine_id,
+    npu_compilation,
+    selection,
+)
 
 
 @pytest.mark.parametrize(
@@ -67,11 +74,25 @@ def test_refreshed_block_size(size, kw, expected) -> None:
     assert derived_edits.refreshed_block_size(size, **args)[0] == expected
 
 
-def test_token_rounding() -> None:
-    assert derived_edits.rounded_batched_tokens(1000, 4, 2, True) == 1000
-    assert derived_edits.rounded_batched_tokens(1001, 4, 2, True) == 1008
-    assert derived_edits.rounded_batched_tokens(1001, 4, 1, False) == 1001
-    assert derived_edits.rounded_batched_tokens(1001, 4, 3, False) == 1002
+@pytest.mark.parametrize(
+    ("tokens", "tp", "pcp", "sp", "expected"),
+    [(1000, 4, 2, True, 1000), (1001, 4, 2, True, 1008), (1001, 2, 3, True, 1002),
+     (1001, 4, 1, True, 1001),  # no prefill context parallel: unchanged
+     (1001, 4, 3, False, 1001)],  # no sequence parallel: unchanged
+)
+def test_token_rounding(tokens, tp, pcp, sp, expected) -> None:
+    assert derived_edits.rounded_batched_tokens(tokens, tp, pcp, sp) == expected
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [({"uses_sfa": True, "pcp": 2, "dcp": 1}, 128),
+     ({"uses_sfa": True, "pcp": 2, "dcp": 2}, 1),  # replicated indexer keeps DCP's layout
+     ({"uses_sfa": True, "pcp": 1, "dcp": 1}, 1),  # no context parallel
+     ({"uses_sfa": False, "pcp": 2, "dcp": 1}, 1)],
+)
+def test_sfa_interleave_size(kw, expected) -> None:
+    assert derived_edits.sfa_interleave_size(1, 128, **kw) == expected
 
 
 def _cfg(**sched):
@@ -168,6 +189,201 @@ def test_compile_backend_rules_on_real_configs(make_vllm_config) -> None:
     with pytest.raises(ValueError, match="ASCEND_LAUNCH_BLOCKING"):
         npu_compilation.setup_compile_backend(blocked, resolved, "A2",
                                               environ={"ASCEND_LAUNCH_BLOCKING": "1"})
+
+
+@pytest.mark.parametrize(
+    ("graph_mode", "compile_mode", "expected"),
+    [("FULL", "VLLM_COMPILE", "PIECEWISE"), ("FULL_DECODE_ONLY", "VLLM_COMPILE", "PIECEWISE"),
+     ("FULL_AND_PIECEWISE", "VLLM_COMPILE", "PIECEWISE"), ("FULL", "NONE", "NONE"),
+     ("FULL_AND_PIECEWISE", "NONE", "NONE"), ("PIECEWISE", "VLLM_COMPILE", "PIECEWISE"),
+     ("NONE", "VLLM_COMPILE", "NONE")],
+)
+def test_encoder_decoder_graph_mode_on_real_configs(make_vllm_config, graph_mode, compile_mode,
+                                                    expected) -> None:
+    import ascend_config
+    from vllm.config import CompilationMode, CUDAGraphMode
+
+    resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
+    cfg = make_vllm_config()
+    # is_encoder_decoder is a cached property of the real ModelConfig: set its cached value.
+    cfg.model_config.__dict__["is_encoder_decoder"] = True
+    cfg.compilation_config.mode = CompilationMode[compile_mode]
+    cfg.compilation_config.cudagraph_mode = CUDAGraphMode[graph_mode]
+    notes = npu_compilation.update_compilation_mode(cfg, resolved)
+    assert cfg.compilation_config.cudagraph_mode == CUDAGraphMode[expected]
+    changed = graph_mode not in ("NONE", "PIECEWISE")
+    assert any("encoder-decoder" in n for n in notes) == changed
+    decoder_only = make_vllm_config()
+    decoder_only.compilation_config.cudagraph_mode = CUDAGraphMode[graph_mode]
+    npu_compilation.update_compilation_mode(decoder_only, resolved)
+    assert decoder_only.compilation_config.cudagraph_mode == CUDAGraphMode[graph_mode]
+
+
+def _kv_config(make_vllm_config, engine_id="prefill-0"):
+    kv = {"kv_connector": "ExampleConnector", "kv_role": "kv_producer", "engine_id": engine_id}
+    return make_vllm_config(enforce_eager=True, kv_transfer_config=kv)
+
+
+def test_engine_id_gets_one_uuid_suffix(make_vllm_config) -> None:
+    import copy
+    import re
+
+    cfg = _kv_config(make_vllm_config)
+    new_id = kv_engine_id.make_engine_id_unique(cfg)
+    assert re.fullmatch(r"prefill-0-[0-9a-f]{32}", new_id)
+    assert cfg.kv_transfer_config.engine_id == new_id
+    assert kv_engine_id.make_engine_id_unique(cfg) is None  # never twice for the same config
+    assert cfg.kv_transfer_config.engine_id == new_id
+    copied = copy.deepcopy(cfg)
+    assert kv_engine_id.make_engine_id_unique(copied) is None
+    assert copied.kv_transfer_config.engine_id == new_id
+    other = _kv_config(make_vllm_config)  # another engine from the same JSON: its own id
+    other_id = kv_engine_id.make_engine_id_unique(other)
+    assert other_id.startswith("prefill-0-") and other_id != new_id
+    cfg.kv_transfer_config.engine_id = "decode-1"  # a new id set later is suffixed again
+    assert kv_engine_id.make_engine_id_unique(cfg).startswith("decode-1-")
+
+
+def test_engine_id_untouched_without_kv_transfer(make_vllm_config) -> None:
+    cfg = make_vllm_config(enforce_eager=True)
+    assert cfg.kv_transfer_config is None
+    assert kv_engine_id.make_engine_id_unique(cfg) is None
+    assert kv_engine_id.suffixed_engine_id("e", "ab" * 16) == "e-" + "ab" * 16
+
+
+def test_eplb_communicator_becomes_hccl_device_group() -> None:
+    eplb = types.SimpleNamespace(communicator=None)
+    cfg = types.SimpleNamespace(parallel_config=types.SimpleNamespace(enable_eplb=True,
+                                                                      eplb_config=eplb))
+    assert "'torch_nccl'" in gpu_fixes.use_hccl_eplb_communicator(cfg)
+    assert eplb.communicator == "torch_nccl"
+    assert gpu_fixes.use_hccl_eplb_communicator(cfg) is None
+    eplb.communicator = "torch_gloo"
+    cfg.parallel_config.enable_eplb = False  # vLLM's EPLB off: left alone
+    assert gpu_fixes.use_hccl_eplb_communicator(cfg) is None
+    assert eplb.communicator == "torch_gloo"
+
+
+# A value vLLM accepts but Ascend cannot use, for every GPU-only setting of vLLM 0.32.
+GPU_VALUES = {
+    "disable_cascade_attn": False, "enable_layerwise_nvtx_tracing": True, "quantization": "fp8",
+    "enable_permute_local_kv": True, "use_trtllm_attention": True,
+    "disable_flashinfer_q_quantization": True, "flash_attn_version": 3, "backend": "FLASH_ATTN",
+    "flash_attn_max_num_splits_for_cuda_graph": 16, "ray_workers_use_nsight": True,
+    "numa_bind": True, "numa_bind_nodes": [0], "numa_bind_cpus": "0-3", "enable_dbo": True,
+    "ubatch_size": 2, "use_inductor_graph_partition": True,
+}
+
+
+def test_every_gpu_only_setting_is_reset_on_a_real_config(make_vllm_config, tiny_qwen3) -> None:
+    """Reference 4.4 _fix_incompatible_config: each present setting reset, one warning each;
+    settings of other vLLM releases (absent here) are skipped."""
+    cfg = make_vllm_config(enforce_eager=True, speculative_config={
+        "method": "draft_model", "model": str(tiny_qwen3), "num_speculative_tokens": 2},
+        kv_transfer_config={"kv_connector": "ExampleConnector", "kv_role": "kv_both"})
+    present = []
+    for setting in gpu_fixes.GPU_ONLY_SETTINGS:
+        section = gpu_fixes._section(cfg, setting.section)
+        if section is None or not hasattr(section, setting.field):
+            continue
+        present.append((section, setting))
+        setattr(section, setting.field, GPU_VALUES[setting.field])
+    assert len(present) == len(GPU_VALUES)
+    warnings = gpu_fixes.fix_gpu_only_settings(cfg)
+    assert len(warnings) == len(present)
+    for (section, setting), warning in zip(present, warnings, strict=True):
+        assert getattr(section, setting.field) == setting.value
+        assert warning.startswith(f"{setting.section}.{setting.field}=")
+    assert gpu_fixes.fix_gpu_only_settings(cfg) == []
+
+
+@pytest.mark.parametrize(
+    ("full_mode", "with_spec", "eager", "graph_mode"),
+    [(True, False, True, "NONE"), (True, True, False, "FULL_DECODE_ONLY"),
+     (False, False, False, "FULL_DECODE_ONLY")],
+)
+def test_xlite_graph_modes_on_real_configs(make_vllm_config, tiny_qwen3, full_mode, with_spec,
+                                           eager, graph_mode) -> None:
+    import ascend_config
+    from vllm.config import CUDAGraphMode
+
+    spec = {"speculative_config": {"method": "draft_model", "model": str(tiny_qwen3),
+                                   "num_speculative_tokens": 1}} if with_spec else {}
+    cfg = make_vllm_config(**spec)
+    resolved = ascend_config.resolve(
+        {"xlite_graph_config": {"enabled": True, "full_mode": full_mode}},
+        facts=ascend_config.DeploymentFacts(speculative_method="draft_model" if with_spec else
+                                            None, num_speculative_tokens=int(with_spec)))
+    npu_compilation.update_compilation_mode(cfg, resolved)
+    assert cfg.model_config.enforce_eager is eager
+    assert cfg.compilation_config.cudagraph_mode == CUDAGraphMode[graph_mode]
+
+
+def test_compile_backend_graph_mode_branches(make_vllm_config) -> None:
+    import ascend_config
+    from vllm.config import CompilationMode, CUDAGraphMode
+
+    resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
+    def graph_config(mode):
+        cfg = make_vllm_config()
+        cc = cfg.compilation_config
+        cc.cudagraph_mode = mode
+        cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = [1, 2, 4], 4
+        return cfg
+
+    full = graph_config(CUDAGraphMode.FULL_DECODE_ONLY)
+    full.compilation_config.cudagraph_num_of_warmups = 3
+    npu_compilation.setup_compile_backend(full, resolved, "A2", environ={})
+    assert full.compilation_config.splitting_ops == []  # full graphs: no piecewise split
+    assert full.compilation_config.cudagraph_num_of_warmups == 1
+    assert full.compilation_config.mode == CompilationMode.VLLM_COMPILE
+    piece = graph_config(CUDAGraphMode.FULL_AND_PIECEWISE)
+    piece.compilation_config.mode = CompilationMode.NONE
+    with pytest.raises(ValueError, match="needs compilation mode VLLM_COMPILE"):
+        npu_compilation.setup_compile_backend(piece, resolved, "A2", environ={})
+
+
+def test_sequence_parallel_capture_sizes_on_real_configs(make_vllm_config) -> None:
+    import ascend_config
+    from vllm.config import CUDAGraphMode
+
+    facts = ascend_config.DeploymentFacts(tensor_parallel_size=2, enable_expert_parallel=True)
+    resolved = ascend_config.resolve({"enable_shared_expert_dp": True}, facts=facts)
+    assert resolved.enable_shared_expert_dp is True
+
+    def graph_config(sizes):
+        cfg = make_vllm_config(tensor_parallel_size=2)
+        cc = cfg.compilation_config
+        cc.cudagraph_mode = CUDAGraphMode.PIECEWISE
+        cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = sizes, sizes[-1]
+        return cfg
+
+    kept = graph_config([1, 2, 3, 4, 6])
+    notes = npu_compilation.setup_compile_backend(kept, resolved, "A2", environ={})
+    assert kept.compilation_config.cudagraph_capture_sizes == [2, 4, 6]
+    assert kept.compilation_config.max_cudagraph_capture_size == 6
+    assert any("sequence parallelism" in n for n in notes)
+    with pytest.raises(ValueError, match="multiples of TP"):
+        npu_compilation.setup_compile_backend(graph_config([1, 3]), resolved, "A2", environ={})
+
+
+def test_index_topk_models_cache_in_the_model_dtype(make_vllm_config) -> None:
+    import ascend_config
+    from vllm_ascend.config_pipeline.facts import extract_facts
+
+    cfg = make_vllm_config(enforce_eager=True)
+    resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
+    assert derived_edits.apply_derived_edits(cfg, resolved, extract_facts(cfg, "A2")) == []
+    cfg.model_config.hf_text_config.index_topk = 64  # a DeepSeek sparse-attention trait
+    notes = derived_edits.apply_derived_edits(cfg, resolved, extract_facts(cfg, "A2"))
+    assert cfg.cache_config.cache_dtype == "float32"
+    assert notes == ["cache_dtype=float32 (model has index_topk)"]
+    # SFA (index_topk, no compress_ratios) under prefill context parallel: whole blocks.
+    cfg.parallel_config.prefill_context_parallel_size = 2
+    cfg.parallel_config.cp_kv_cache_interleave_size = 1
+    notes = derived_edits.apply_derived_edits(cfg, resolved, extract_facts(cfg, "A2"))
+    assert cfg.parallel_config.cp_kv_cache_interleave_size == cfg.cache_config.block_size
+    assert "cp_kv_cache_interleave_size=" in notes[-1]
 
 
 def test_derived_edits_on_a_real_config(make_vllm_config) -> None:
@@ -283,6 +499,52 @@ def test_whole_npu_pipeline_on_a_real_config(make_vllm_config, fake_torch_npu,
 
     # no npu-smi on this host: CPU binding becomes one warning, never an error
     assert current_process_setup().cpu_binding[0].startswith("CPU binding skipped")
+
+
+def test_npu_pipeline_run_twice_suffixes_the_engine_id_once(make_vllm_config, fake_torch_npu,
+                                                             monkeypatch) -> None:
+    import re
+    from pathlib import Path
+
+    from vllm_ascend.config_pipeline.steps import run_npu_pipeline
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
+    for name in ("PYTORCH_NPU_ALLOC_CONF", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
+                 "VLLM_ASCEND_WORKER_CONFIG_INPUTS"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = _kv_config(make_vllm_config, engine_id="p0")
+    cfg.parallel_config.worker_cls = "auto"
+    cfg.compilation_config.custom_ops = ["none"]
+    run_npu_pipeline(cfg, "A2")
+    assert cfg.compilation_config.custom_ops == ["all"]  # every Ascend custom op (not 310P)
+    first = cfg.kv_transfer_config.engine_id
+    assert re.fullmatch(r"p0-[0-9a-f]{32}", first)
+    cfg.parallel_config.worker_cls = "auto"
+    run_npu_pipeline(cfg, "A2")
+    assert cfg.kv_transfer_config.engine_id == first
+
+
+def test_pipeline_skips_other_devices_and_missing_model_config(make_vllm_config,
+                                                               caplog) -> None:
+    """Reference 4.3 step 2: a non-NPU device config is left alone; no model config -> one
+    warning and nothing else."""
+    import logging
+
+    from vllm_ascend.config_pipeline.steps import run_cpu_pipeline, run_npu_pipeline
+    from vllm_ascend.platform_npu import NPUPlatform
+
+    cfg = make_vllm_config(enforce_eager=True)
+    assert cfg.device_config.device_type == "cpu"
+    backend, workers = cfg.compilation_config.backend, cfg.parallel_config.worker_cls
+    NPUPlatform.check_and_update_config(cfg)  # would need torch_npu if it ran
+    assert (cfg.compilation_config.backend, cfg.parallel_config.worker_cls) == (backend, workers)
+    no_model = types.SimpleNamespace(model_config=None)
+    with caplog.at_level(logging.WARNING):
+        assert run_npu_pipeline(no_model, "A2") is None
+    assert "Model config is missing" in caplog.text
+    defaults = []
+    assert run_cpu_pipeline(no_model, defaults.append) is None
+    assert defaults == [no_model]  # the CPU platform's own defaults still apply
 
 
 def test_platform_defaults_and_block_size_hooks_on_real_configs(make_vllm_config) -> None:

@@ -1,9 +1,17 @@
-"""Parallel-layout rules of the NPU pipeline (reference 4.4), all problems at once."""
+"""Parallel-layout and draft-model rules of the NPU pipeline (reference 4.4), all problems at
+once; pure facts first, then the same rules on real VllmConfigs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from ascend_config import DeploymentFacts
+from vllm_ascend.config_pipeline.draft_rules import (
+    DraftFacts,
+    draft_problems,
+    draft_tensor_parallel_size,
+)
 from vllm_ascend.config_pipeline.parallel_rules import (
     LayoutFacts,
     check_parallel_layout,
@@ -64,3 +72,132 @@ def test_all_problems_in_one_error() -> None:
 def test_layout_of_a_real_config(make_vllm_config) -> None:
     layout = layout_of(make_vllm_config(enforce_eager=True))
     assert layout.kv_extra_config == {} and layout.sequence_parallel_moe is False
+
+
+# --- draft model under decode context parallel (reference 4.4) ------------------------------
+
+GQA_DRAFT = DraftFacts(has_model=True, tensor_parallel_size=8, num_attention_heads=16,
+                       num_key_value_heads=2)
+
+
+@pytest.mark.parametrize(
+    ("dcp", "draft", "needles"),
+    [(2, DraftFacts(per_batch_size_schedule=True), ["num_speculative_tokens_per_batch_size"]),
+     (2, replace(GQA_DRAFT, tensor_parallel_size=2), ["(2) to be greater than its 2 KV heads"]),
+     (8, GQA_DRAFT, ["exceeds draft TP 8 // 2 KV heads = 4; allowed: at most 4"]),
+     (4, replace(GQA_DRAFT, num_attention_heads=12), ["(12 // 2 = 6) must be divisible by "
+                                                      "decode_context_parallel_size=4"]),
+     (2, replace(GQA_DRAFT, tensor_parallel_size=1, num_attention_heads=6, num_key_value_heads=2,
+                 per_batch_size_schedule=True),
+      ["num_speculative_tokens_per_batch_size", "greater than its 2 KV heads",
+       "(6 // 2 = 3) must be divisible"])],
+)
+def test_each_draft_rule(dcp, draft, needles) -> None:
+    problems = draft_problems(dcp, draft)
+    assert len(problems) == len(needles)
+    for problem, needle in zip(problems, needles, strict=True):
+        assert needle in problem
+
+
+@pytest.mark.parametrize(
+    ("dcp", "draft"),
+    [(2, None), (1, replace(GQA_DRAFT, tensor_parallel_size=1, per_batch_size_schedule=True)),
+     (2, GQA_DRAFT), (4, GQA_DRAFT),
+     (2, replace(GQA_DRAFT, use_mla=True, tensor_parallel_size=1, num_key_value_heads=1,
+                 num_attention_heads=3)),  # MLA drafts are skipped
+     (2, DraftFacts())],  # ngram / suffix: no draft attention to split
+)
+def test_valid_drafts(dcp, draft) -> None:
+    assert draft_problems(dcp, draft) == []
+
+
+def test_draft_mla_still_rejects_a_per_batch_schedule() -> None:
+    mla = DraftFacts(per_batch_size_schedule=True, has_model=True, use_mla=True)
+    assert len(draft_problems(2, mla)) == 1
+
+
+def test_draft_tensor_parallel_fallback_order() -> None:
+    assert draft_tensor_parallel_size(2, 4, 8) == 2  # the draft's parallel config first
+    assert draft_tensor_parallel_size(None, 4, 8) == 4  # then draft_tensor_parallel_size
+    assert draft_tensor_parallel_size(None, None, 8) == 8  # then the target's TP
+
+
+def test_draft_problems_join_the_layout_error() -> None:
+    facts = DeploymentFacts(decode_context_parallel_size=2, tensor_parallel_size=4,
+                            prefill_context_parallel_size=2)
+    layout = LayoutFacts(draft=replace(GQA_DRAFT, tensor_parallel_size=1))
+    with pytest.raises(ValueError) as info:
+        check_parallel_layout(facts, layout)
+    text = str(info.value)
+    assert "draft model's tensor parallel size (1)" in text and "model runner v2" in text
+
+
+def _spec(draft, **extra):
+    return {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 2, **extra}
+
+
+@pytest.mark.parametrize(("draft_tp", "expected"), [(None, []), (4, []), (1, ["(1)"])])
+def test_draft_rules_on_real_configs(make_vllm_config, tiny_qwen3, draft_tp, expected) -> None:
+    from vllm_ascend.config_pipeline.facts import extract_facts
+
+    extra = {} if draft_tp is None else {"draft_tensor_parallel_size": draft_tp}
+    cfg = make_vllm_config(enforce_eager=True, tensor_parallel_size=4,
+                           decode_context_parallel_size=2,
+                           speculative_config=_spec(tiny_qwen3, **extra))
+    layout = layout_of(cfg)
+    assert layout.draft == DraftFacts(has_model=True, tensor_parallel_size=draft_tp or 4,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    problems = parallel_problems(extract_facts(cfg, "A2"), layout)
+    assert len(problems) == len(expected)
+    for problem, needle in zip(problems, expected, strict=True):
+        assert needle in problem and "greater than its 2 KV heads" in problem
+
+
+def test_draft_per_batch_schedule_on_a_real_config(make_vllm_config, tiny_qwen3) -> None:
+    from vllm_ascend.config_pipeline.facts import extract_facts
+
+    cfg = make_vllm_config(enforce_eager=True, tensor_parallel_size=4,
+                           decode_context_parallel_size=2, speculative_config=_spec(
+                               tiny_qwen3, num_speculative_tokens_per_batch_size=[(1, 8, 2)]))
+    problems = parallel_problems(extract_facts(cfg, "A2"), layout_of(cfg))
+    assert len(problems) == 1 and "num_speculative_tokens_per_batch_size" in problems[0]
+    no_dcp = make_vllm_config(enforce_eager=True, tensor_parallel_size=4, speculative_config=_spec(
+        tiny_qwen3, num_speculative_tokens_per_batch_size=[(1, 8, 2)]))
+    assert parallel_problems(extract_facts(no_dcp, "A2"), layout_of(no_dcp)) == []
+
+
+# --- kv load failure policy and vLLM's EPLB -------------------------------------------------
+
+def test_recompute_on_kv_load_failure_rejected_for_hybrid_models() -> None:
+    bad = LayoutFacts(kv_load_failure_policy="recompute", is_hybrid=True)
+    problems = parallel_problems(DeploymentFacts(), bad)
+    assert len(problems) == 1 and "kv_load_failure_policy='recompute'" in problems[0]
+    assert "use 'fail'" in problems[0]
+    assert parallel_problems(DeploymentFacts(), replace(bad, is_hybrid=False)) == []
+    assert parallel_problems(DeploymentFacts(), replace(bad, kv_load_failure_policy="fail")) == []
+
+
+def test_kv_load_failure_policy_read_from_a_real_config(make_vllm_config) -> None:
+    kv = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+          "kv_load_failure_policy": "recompute"}
+    layout = layout_of(make_vllm_config(enforce_eager=True, kv_transfer_config=kv))
+    assert (layout.kv_load_failure_policy, layout.is_hybrid) == ("recompute", False)
+
+
+EPLB_ON = DeploymentFacts(enable_eplb=True)
+
+
+@pytest.mark.parametrize(
+    ("facts", "layout", "needles"),
+    [(EPLB_ON, LayoutFacts(use_mrv2=True, eplb_use_async=True), ["use_async"]),
+     (EPLB_ON, LayoutFacts(use_mrv2=True, eplb_communicator="nixl"),
+      ["communicator='nixl'", "[None, 'torch_nccl', 'torch_gloo']"]),
+     (EPLB_ON, LayoutFacts(use_mrv2=True, eplb_communicator="torch_gloo"), []),
+     (DeploymentFacts(), LayoutFacts(use_mrv2=True, eplb_use_async=True), []),
+     (EPLB_ON, LayoutFacts(use_mrv2=False, eplb_use_async=True), [])],
+)
+def test_vllm_eplb_limits_on_model_runner_v2(facts, layout, needles) -> None:
+    problems = parallel_problems(facts, layout)
+    assert len(problems) == (1 if needles else 0)
+    for needle in needles:
+        assert needle in problems[0]

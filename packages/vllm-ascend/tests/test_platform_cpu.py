@@ -160,4 +160,7 @@ def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm
         make_vllm_config(enforce_eager=True)
         sizes.append(len(os.environ[WORKER_INPUTS_ENV]))
         assert WORKER_INPUTS_ENV not in json.loads(os.environ[WORKER_INPUTS_ENV])["environ"]
-    assert len(set(sizes)) == 1, sizes
+    # The first build applies the resolved env changes (e.g. VLLM_DISABLE_SHARED_EXPERTS_STREAM),
+    # which later builds see as set: from then on the publication is the same size, not
+    # growing with every config built.
+    assert sizes[1] == sizes[2] and sizes[1] - sizes[0] < 200, sizes

@@ -39,7 +39,9 @@ def test_hooks_register_extensions_and_profiling(ascend_cpu_platform, monkeypatc
             hook()
             hook()
         assert "AscendTestForCausalLM" in ModelRegistry.get_supported_archs()
-        assert service_profiling.config_path("0.32.0").exists()
+        written = service_profiling.config_path("0.32.0").read_text()
+        # The test extension's scheduler and runtime classes are profiled too.
+        assert "ascend_test_ext:TestScheduler.schedule" in written
     finally:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         from vllm.model_executor import model_loader

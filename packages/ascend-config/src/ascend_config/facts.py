@@ -66,6 +66,14 @@ class DeploymentFacts:
     block_size: int = 128
     use_model_runner_v2: bool = False
     megamoe_available: bool = False
+    # vLLM's sequence parallelism for MoE (ParallelConfig.use_sequence_parallel_moe).
+    sequence_parallel: bool = False
+    # vLLM's scheduling policy (SchedulerConfig.policy: "fcfs" or "priority").
+    scheduler_policy: str = "fcfs"
+    # How many nodes one data-parallel replica spans (ParallelConfig.nnodes_within_dp).
+    nnodes_within_dp: int = 1
+    # vLLM's own expert-parallel load balancer (--enable-eplb).
+    enable_eplb: bool = False
 
     def __post_init__(self) -> None:
         # Mappings are wrapped read-only so a shared facts object cannot be changed behind a
@@ -134,11 +142,11 @@ _INT_FIELDS = {
     "prefill_context_parallel_size", "decode_context_parallel_size", "num_experts",
     "num_experts_per_tok", "moe_intermediate_size", "num_attention_heads",
     "num_key_value_heads", "head_dim", "hidden_size", "num_speculative_tokens",
-    "max_num_seqs", "max_num_batched_tokens", "block_size",
+    "max_num_seqs", "max_num_batched_tokens", "block_size", "nnodes_within_dp",
 }
 _BOOL_FIELDS = {
     "enable_expert_parallel", "is_moe", "use_mla", "has_compress_ratios", "enforce_eager",
-    "use_model_runner_v2", "megamoe_available",
+    "use_model_runner_v2", "megamoe_available", "sequence_parallel", "enable_eplb",
 }
 _OPT_STR_FIELDS = {"quantization", "kv_connector", "speculative_method"}
 
@@ -168,7 +176,7 @@ def field_problem(name: str, value: Any) -> str | None:
         ok, want = value in SOCS, f"one of {list(SOCS)}"
     elif name == "kv_role":
         ok, want = value is None or value in KV_ROLES, f"null or one of {list(KV_ROLES)}"
-    elif name in ("model_type", "dtype"):
+    elif name in ("model_type", "dtype", "scheduler_policy"):
         ok, want = isinstance(value, str), "a string"
     elif name == "architectures":
         ok = isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value)

@@ -115,7 +115,8 @@ def check_reduce_sample(ctx: RuleContext) -> None:
 
 
 def check_eplb(ctx: RuleContext) -> None:
-    """EPLB: map files, record path, MRV1 env switch, MRV2 field limits."""
+    """EPLB: map files, record path, MRV1 env switch, MRV2 field limits, vLLM's own EPLB
+    (``--enable-eplb``) only on model runner v2."""
     eplb = ctx.opts.eplb_config
     given = sorted(p.split(".", 1)[1] for p in ctx.given if p.startswith("eplb_config."))
     if eplb.expert_map_record_path is not None and not eplb.dynamic_eplb:
@@ -127,6 +128,10 @@ def check_eplb(ctx: RuleContext) -> None:
     dyn_env = ctx.env("DYNAMIC_EPLB") in ("true", "1")
     record_env = ctx.env("EXPERT_MAP_RECORD") in ("true", "1")
     if ctx.facts.use_model_runner_v2:
+        if eplb.load_collection_phase != "all" and not ctx.facts.enable_eplb:
+            ctx.problem("eplb_config.load_collection_phase", eplb.load_collection_phase,
+                        "'all' unless vLLM's --enable-eplb is on",
+                        "load collection feeds vLLM's EPLB, which is off")
         legacy = [k for k in given if k != "load_collection_phase"]
         if legacy:
             ctx.problem("eplb_config", ", ".join(legacy), "only load_collection_phase",
@@ -139,6 +144,10 @@ def check_eplb(ctx: RuleContext) -> None:
     if "load_collection_phase" in given:
         ctx.problem("eplb_config.load_collection_phase", eplb.load_collection_phase,
                     "only with model runner v2", "not used by model runner v1")
+    if ctx.facts.enable_eplb:
+        ctx.problem("vllm --enable-eplb", True,
+                    "only with model runner v2 (VLLM_USE_V2_MODEL_RUNNER=1)",
+                    "on model runner v1 use eplb_config.dynamic_eplb instead")
     if ctx.opts.eplb_config.dynamic_eplb and not (dyn_env or ctx.env("EXPERT_MAP_RECORD") ==
                                                   "true"):
         ctx.problem("eplb_config.dynamic_eplb", True,

@@ -35,7 +35,8 @@ def check_profiling_chunk(ctx: RuleContext) -> None:
 
 
 def check_scheduler_roles(ctx: RuleContext) -> None:
-    """Balance, short-request-first, DyntraLB and recompute versus kv role and each other."""
+    """Balance, short-request-first, DyntraLB and recompute versus kv role, vLLM's scheduling
+    policy and DP layout, and each other."""
     sched = ctx.opts.scheduler_config
     role, facts = ctx.kv_role, ctx.facts
     chunk_on = sched.profiling_chunk_config.enabled
@@ -55,6 +56,10 @@ def check_scheduler_roles(ctx: RuleContext) -> None:
         if role == "kv_consumer":
             ctx.problem(path, True, "false on a kv_consumer node",
                         "not supported on a PD decode node")
+        if facts.scheduler_policy != "fcfs":
+            ctx.problem(path, True, "true only with vLLM's scheduling policy fcfs",
+                        f"short-request-first reorders an fcfs queue; vLLM's scheduling "
+                        f"policy is {facts.scheduler_policy!r} (use --scheduling-policy fcfs)")
     dyn = sched.dyntra_lb_config
     if dyn.enabled:
         path = f"{_S}.dyntra_lb_config.enabled"
@@ -67,6 +72,11 @@ def check_scheduler_roles(ctx: RuleContext) -> None:
         if facts.data_parallel_size <= 1:
             ctx.problem(path, True, "true only with data_parallel_size > 1",
                         f"needs DP > 1 (data_parallel_size {facts.data_parallel_size})")
+        if facts.nnodes_within_dp != 1:
+            ctx.problem(path, True, "true only when each DP replica runs on one node "
+                        "(nnodes_within_dp 1)",
+                        f"DyntraLB balances DP replicas within one node; a replica here spans "
+                        f"{facts.nnodes_within_dp} nodes")
         if chunk_on:
             ctx.problem(path, True, "false with profiling_chunk_config.enabled",
                         "cannot be combined with profiling chunk")

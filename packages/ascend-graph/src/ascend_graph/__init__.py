@@ -36,6 +36,11 @@ _EXPORTS: dict[str, str] = {
     "GraphParams": "ascend_graph.graphs.params",
     "GraphParamsStore": "ascend_graph.graphs.params",
     "decode_batch_sizes": "ascend_graph.graphs.params",
+    "FusedGraph": "ascend_graph.fused_graph",
+    "FusedGraphError": "ascend_graph.fused_graph",
+    "compile_graph_fused": "ascend_graph.fused_graph",
+    "dumps_fused_graph": "ascend_graph.fused_graph",
+    "loads_fused_graph": "ascend_graph.fused_graph",
 }
 
 __all__ = [
@@ -45,6 +50,8 @@ __all__ = [
     "SWITCH_DEFAULTS",
     "AscendBackend",
     "BreakableGraphWrapper",
+    "FusedGraph",
+    "FusedGraphError",
     "GraphCaptureError",
     "GraphFusionPassManager",
     "GraphParams",
@@ -58,15 +65,25 @@ __all__ = [
     "RuntimeMode",
     "Segment",
     "compile_graph",
+    "compile_graph_fused",
     "compute_hash",
     "decode_batch_sizes",
+    "dumps_fused_graph",
     "inductor_pass",
+    "loads_fused_graph",
     "make_backend",
     "translate_capture_error",
 ]
 
 if TYPE_CHECKING:
     from ascend_graph.backend import AscendBackend, make_backend
+    from ascend_graph.fused_graph import (
+        FusedGraph,
+        FusedGraphError,
+        compile_graph_fused,
+        dumps_fused_graph,
+        loads_fused_graph,
+    )
     from ascend_graph.graphs.breakable import BreakableGraphWrapper, Segment
     from ascend_graph.graphs.errors import GraphCaptureError, translate_capture_error
     from ascend_graph.graphs.params import GraphParams, GraphParamsStore, decode_batch_sizes

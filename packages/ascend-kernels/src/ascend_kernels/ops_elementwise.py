@@ -1,26 +1,24 @@
-"""``muls_add``: ``x * scale + y``, exactly as the eager expression computes it.
+"""``muls_add``: ``x * scale + y`` computed in float32 with one cast to the input dtype.
 
-Each step rounds to the input dtype like the ``mul`` and ``add`` it replaces, so a fusion pass
-never changes a result bit. It works in chunks through one bounded temporary (never one of x's
-size). float32 and float16 use cache-sized chunks, so the product never goes through memory.
-bfloat16 uses chunks larger than the L2 cache: measured on the benchmark CPU (2 MiB of L2 per
-core), torch's bfloat16 ``mul``/``add`` ran about 2x slower writing a buffer that stays in L2
-than streaming to memory (float16 and float32 do not show it), so in bfloat16 the product goes
-through an 8 MiB temporary, within a few percent of the unfused kernels (see the notes of
-benchmarks/bench_kernels.py).
+That is the operator namespace's rule (ARCHITECTURE.md: "computation in float32, one cast to
+the input dtype at the end"), and what the NPU kernel computes. In float32 it equals eager
+``x * s + y`` bit for bit; in bfloat16 and float16 it differs from eager (which rounds the
+product to the input dtype before the add) by at most one rounding step, and is the more
+accurate of the two.
+
+Contiguous CPU bfloat16 runs the one-pass C loop of :mod:`ascend_kernels.native_loops` (read x
+and y once, write out once); everything else, and bfloat16 when no C compiler is available,
+works in cache-sized float32 chunks that give the same bits.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ascend_kernels.native_loops import default_loops
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
 from ascend_kernels.validation import check, check_floating, check_out
-
-# bfloat16 chunks are this many times the default (8 MiB of bfloat16 at the default size):
-# larger than L2, see the module docstring.
-BF16_CHUNK_MULTIPLE = 8
 
 
 def muls_add_out(
@@ -33,14 +31,28 @@ def muls_add_out(
         f"y must match x (shape {list(x.shape)}, {x.dtype}), got {list(y.shape)}, {y.dtype}",
     )
     check_out("out", out, x.shape, x.dtype)
+    if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.numel() > 0:
+        loop = default_loops().muls_add_bf16()
+        if loop is not None:
+            loop(x.contiguous(), y.contiguous(), out, scale)
+            return out
+    return muls_add_chunked_out(x, y, scale, out=out)
+
+
+def muls_add_chunked_out(
+    x: torch.Tensor, y: torch.Tensor, scale: float, *, out: torch.Tensor
+) -> torch.Tensor:
+    """The torch path of :func:`muls_add_out`: float32 chunks that stay in cache."""
     xf, yf, of = x.reshape(-1), y.reshape(-1), out.view(-1)
     total = xf.shape[0]
-    multiple = BF16_CHUNK_MULTIPLE if x.dtype == torch.bfloat16 else 1
-    scratch = Scratch(chunk_rows(total, 1, multiple), x.device)
-    for start, stop in chunks(total, 1, multiple):
-        tmp = scratch.get("tmp", (), stop - start, x.dtype)
-        torch.mul(xf[start:stop], scale, out=tmp)
-        torch.add(tmp, yf[start:stop], out=of[start:stop])
+    scratch = Scratch(chunk_rows(total, 1), x.device)
+    for start, stop in chunks(total, 1):
+        acc = scratch.get("acc", (), stop - start, torch.float32)
+        if x.dtype == torch.float32:
+            torch.mul(xf[start:stop], scale, out=acc)
+        else:  # a reduced-precision mul would round the product to x's dtype
+            acc.copy_(xf[start:stop]).mul_(scale)
+        torch.add(acc, yf[start:stop], out=of[start:stop])
     return out
 
 

@@ -36,7 +36,10 @@ def _undo_ir() -> None:
 
 def _apply_custom_ops(soc: str) -> object:
     from vllm_ascend.custom_ops import register_ascend_custom_ops
+    from vllm_ascend.quantization import register_ascend_quantization
 
+    # The "ascend" quantization method must exist before vLLM builds its ModelConfig.
+    register_ascend_quantization()
     return register_ascend_custom_ops()
 
 

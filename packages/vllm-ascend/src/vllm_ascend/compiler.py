@@ -3,20 +3,39 @@
 Used on the NPU platform (``get_compile_backend``): the fusion passes of the platform pass
 manager (installed by vLLM under ``pass_key``), then the NPU graph extension when enabled,
 else eager. The cache hash covers everything that changes the output, fusion settings
-included; nothing is stored on the compiler by ``compute_hash``.
+included.
+
+Compile cache: with caching on, ``compile`` saves the fused ATen graph of every piecewise
+graph as ``<cache_dir>/<key>`` and returns the handle ``(key, path)``; ``load`` rebuilds it,
+derives the ATen graph of ``graph`` again (cheap; keeps torch's handling of aliased and
+mutated tensors exact) and runs the saved fused graph instead of the passes. A missing,
+damaged or stale artifact is one info "cache miss" and a normal compile. On npugraph_ex the
+extension's generated code is also saved, as ``<key>.npugraph_ex.py``, unless it calls
+process-local Triton kernels; it is for inspection only, since the extension's own loader is
+not public (the saved fused graph is what ``load`` uses).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 from typing import Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
 
+from vllm_ascend.compile_cache import (
+    artifact_path,
+    check_key,
+    parse_handle,
+    read_fused,
+    write_atomic,
+)
+
 logger = logging.getLogger("vllm_ascend.compiler")
 
 PASS_KEY = "graph_fusion_manager"
+NPU_CODE_SUFFIX = ".npugraph_ex.py"
 
 
 def graph_backend(ascend_config: Any, cudagraph_mode: Any) -> str:
@@ -26,21 +45,42 @@ def graph_backend(ascend_config: Any, cudagraph_mode: Any) -> str:
     return "npugraph_ex" if enabled and captures else "eager"
 
 
+def _return_tuple(graph: Any) -> bool:
+    """Make ``graph`` return a tuple (aot_autograd needs one); True if it already did."""
+    output = next(n for n in reversed(graph.graph.nodes) if n.op == "output")
+    if isinstance(output.args[0], (tuple, list)):
+        return True
+    output.args = ((output.args[0],),)
+    graph.recompile()
+    return False
+
+
 class AscendCompiler(CompilerInterface):
-    """Compile vLLM's piecewise graphs with the Ascend passes and backend."""
+    """Compile vLLM's piecewise graphs with the Ascend passes and backend.
+
+    ``fusion_manager`` is the ascend-graph pass manager ``load`` checks artifacts against and
+    recompiles with (vLLM calls ``load`` without the compiler config). The constructor,
+    ``compute_hash`` (built from the config, as the platform pass manager is) and every
+    ``compile`` (the one vLLM installed) set it; the latest wins.
+    """
 
     name = "AscendCompiler"
 
-    def __init__(self) -> None:
+    def __init__(self, fusion_manager: Any = None) -> None:
         self.cache_dir: str | None = None
         self.disable_cache = False
         self.prefix = ""
         self.backend = "eager"
+        self.fusion_manager = fusion_manager
 
     def initialize_cache(
         self, cache_dir: str, disable_cache: bool = False, prefix: str = ""
     ) -> None:
         self.cache_dir, self.disable_cache, self.prefix = cache_dir, disable_cache, prefix
+
+    @property
+    def caching(self) -> bool:
+        return bool(self.cache_dir) and not self.disable_cache
 
     def compute_hash(self, vllm_config: Any) -> str:
         import ascend_config
@@ -56,7 +96,10 @@ class AscendCompiler(CompilerInterface):
         resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts)
         cc = resolved.ascend_compilation_config
         self.backend = graph_backend(resolved, vllm_config.compilation_config.cudagraph_mode)
-        manager = build_fusion_manager(cc, soc, facts)
+        # The same manager AscendPassManager.configure builds; load recompiles with it.
+        sequence_parallel = bool(vllm_config.parallel_config.use_sequence_parallel_moe)
+        manager = build_fusion_manager(cc, soc, facts, sequence_parallel=sequence_parallel)
+        self.fusion_manager = manager
         return str(compute_hash(
             manager, backend=self.backend,
             enable_npugraph_ex=self.backend == "npugraph_ex",
@@ -71,8 +114,6 @@ class AscendCompiler(CompilerInterface):
         compile_range: Any,
         key: str | None = None,
     ) -> tuple[Any, Any]:
-        from ascend_graph import compile_graph
-
         manager = compiler_config.get(PASS_KEY)
         fusion = getattr(manager, "fusion", manager)
         if fusion is None:
@@ -80,14 +121,91 @@ class AscendCompiler(CompilerInterface):
                 f"AscendCompiler needs the platform pass manager under {PASS_KEY!r} in the "
                 "compiler config; is the NPU platform active?"
             )
-        # Compilation may rewrite the graph in place; vLLM keeps using the original.
-        graph = copy.deepcopy(graph)
-        compiled = compile_graph(
-            graph, example_inputs, manager=fusion, backend=self.backend,
-            compile_range=compile_range,
-        )
-        return compiled, None  # no cache handle: vLLM recompiles on a cold start
+        self.fusion_manager = fusion
+        if not self.caching:
+            return self._compile(graph, example_inputs, fusion, compile_range)[0], None
+        if key is None:  # vLLM always passes one; direct callers may not
+            key = "ascend_fused_" + hashlib.sha256(
+                f"{graph.code}{compile_range}".encode()).hexdigest()[:24]
+        check_key(key)
+        compiled, fused = self._compile(graph, example_inputs, fusion, compile_range,
+                                        code_key=key + NPU_CODE_SUFFIX)
+        return compiled, self._save(fused, fusion, compile_range, key)
 
     def load(self, handle: Any, graph: Any, example_inputs: list[Any], graph_index: int,
              compile_range: Any) -> Any:
-        raise NotImplementedError("AscendCompiler does not save compiled artifacts")
+        key, saved_path = parse_handle(handle)
+        fusion = self.fusion_manager
+        if fusion is None:
+            raise RuntimeError(
+                "AscendCompiler.load needs the fusion pass manager: call compute_hash("
+                "vllm_config) or compile first, or pass AscendCompiler(fusion_manager=...)"
+            )
+        path = artifact_path(self.cache_dir, key, saved_path)
+        saved = read_fused(path, manager=fusion, backend=self.backend,
+                           compile_range=compile_range)
+        compiled: Any = None
+        fused = None
+        if saved is not None:
+            try:
+                compiled, fused = self._compile(graph, example_inputs, fusion, compile_range,
+                                                reuse=saved)
+            except Exception as exc:  # a saved graph must never stop the engine
+                logger.info("AscendCompiler cache miss for %s (the saved graph failed: %r); "
+                            "compiling again", path, exc)
+            else:
+                if fused.reused:
+                    return compiled
+                logger.info("AscendCompiler cache miss for %s (graph %d differs from the "
+                            "saved one); compiled again", path, graph_index)
+        if fused is None:
+            compiled, fused = self._compile(graph, example_inputs, fusion, compile_range)
+        if self.caching:
+            self._save(fused, fusion, compile_range, key)  # the next start hits again
+        return compiled
+
+    def _compile(self, graph: Any, example_inputs: list[Any], fusion: Any, compile_range: Any,
+                 *, reuse: Any = None, code_key: str | None = None) -> tuple[Any, Any]:
+        from ascend_graph import NpuGraphOptions, compile_graph_fused
+
+        # Compilation may rewrite the graph in place; vLLM keeps using the original.
+        graph = copy.deepcopy(graph)
+        returns_tuple = _return_tuple(graph)
+        options = None
+        if self.backend == "npugraph_ex":
+            code_dir = self.cache_dir if code_key else None
+            if code_dir and code_key:  # an old file must not pass for this compile's code
+                artifact_path(code_dir, code_key).unlink(missing_ok=True)
+            options = NpuGraphOptions(cache_dir=code_dir, cache_key=code_key)
+        compiled, fused = compile_graph_fused(
+            graph, example_inputs, manager=fusion, backend=self.backend,
+            compile_range=compile_range, npu_options=options, reuse=reuse,
+        )
+        if options is not None and options.cache_dir and code_key:
+            self._check_code_saved(code_key)
+        if returns_tuple:
+            return compiled, fused
+        return (lambda *args: compiled(*args)[0]), fused
+
+    def _check_code_saved(self, code_key: str) -> None:
+        path = artifact_path(self.cache_dir, code_key)
+        if not path.exists():
+            logger.info("npugraph_ex code for %s not saved: it calls process-local Triton "
+                        "kernels (or the extension has no code hook); the fused graph is "
+                        "saved and reused", path)
+
+    def _save(self, fused: Any, fusion: Any, compile_range: Any, key: str) -> Any:
+        from ascend_graph import FusedGraphError, dumps_fused_graph
+
+        path = artifact_path(self.cache_dir, key)
+        try:
+            data = dumps_fused_graph(fused, manager=fusion, backend=self.backend,
+                                     compile_range=compile_range)
+            write_atomic(path, data)
+        except FusedGraphError as exc:
+            logger.info("AscendCompiler does not cache %s: %s", path, exc)
+            return None
+        except OSError as exc:
+            logger.warning("AscendCompiler could not write %s (%s); not cached", path, exc)
+            return None
+        return (key, str(path))

@@ -8,7 +8,9 @@
 | ``vllm_ascend.schedulers`` | one of SCHEDULER_KEYS | ``module:Class`` | scheduler decision |
 | ``vllm_ascend.runtime`` | one of RUNTIME_KEYS | ``module:Class`` | NPU platform class paths |
 
-Discovery reads metadata only; nothing is imported until vLLM needs the class.
+Discovery reads metadata only; nothing is imported until vLLM needs the class. The runtime
+``attention`` entry may instead name a mapping variant -> class path (see
+``attention_selection``); it is imported when vLLM asks for an attention backend.
 """
 
 from __future__ import annotations
@@ -101,6 +103,29 @@ def _problem(ext: Extension) -> str | None:
 def runtime_class_paths() -> dict[str, str]:
     """Runtime pieces (worker, attention, ...) that installed runtime packages provide."""
     return {name: ext.class_path for name, ext in discover(RUNTIME).items()}
+
+
+def runtime_attention_backends() -> tuple[dict[str, str], str]:
+    """Attention variant -> class path from the runtime ``attention`` entry point, and a
+    description of that entry point for messages.
+
+    Raises RuntimeError when no installed package provides it or it cannot be loaded, and
+    ValueError when what it names is neither a class nor a valid mapping.
+    """
+    from vllm_ascend.attention_selection import backend_paths
+
+    ext = discover(RUNTIME).get("attention")
+    if ext is None:
+        raise RuntimeError(
+            "no installed package provides the NPU 'attention': install an Ascend runtime "
+            "package declaring entry point group 'vllm_ascend.runtime' name 'attention'"
+        )
+    source = f"entry point 'attention = {ext.value}' of {ext.distribution or 'an unnamed package'}"
+    try:
+        provided = ext.load()
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeError(f"cannot load {source}: {exc}") from exc
+    return backend_paths(provided, ext.class_path, source), source
 
 
 def scheduler_class_paths() -> dict[str, str]:

@@ -160,7 +160,24 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     @classmethod
     def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any,
                              num_heads: int | None = None) -> str:
-        return _runtime_class("attention")
+        """The runtime package's backend for the variant ``attention_selection`` picks from the
+        selector flags, the SoC and the resolved config's FA3 request."""
+        from vllm_ascend import attention_selection as selection
+        from vllm_ascend.extension_points import runtime_attention_backends
+        from vllm_ascend.process_setup import resolve_published
+
+        use_mla, use_sparse, use_compress = selection.selector_flags(attn_selector_config)
+        published = resolve_published()
+        variant = selection.select_attention_variant(
+            use_mla=use_mla, use_sparse=use_sparse, use_compress=use_compress, soc=cls.soc,
+            fa3_requested=published is not None and selection.fa3_requested(published[1]),
+        )
+        if variant == "fa3":
+            selection.require_fa3_kernels()
+        paths, source = runtime_attention_backends()
+        path = selection.backend_for(variant, paths, source)
+        logger.info("attention backend: %s (%s variant)", path, variant)
+        return path
 
     @classmethod
     def register_custom_kv_cache_specs(cls, vllm_config: VllmConfig) -> None:

@@ -87,14 +87,17 @@ def register_service_profiling() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.extension_points import runtime_class_paths
+    from vllm_ascend.extension_points import runtime_class_paths, scheduler_class_paths
     from vllm_ascend.service_profiling import generate_service_profiling_config
     from vllm_ascend.version import installed_vllm_version
 
     _setup_this_process(soc)
     found = installed_vllm_version()
     if found is not None:
-        generate_service_profiling_config(found[1], runtime_classes=runtime_class_paths())
+        generate_service_profiling_config(
+            found[1], runtime_classes=runtime_class_paths(),
+            scheduler_classes=scheduler_class_paths(),
+        )
 
 
 @_once_and_safe

@@ -1,87 +1,42 @@
 """The service-profiling symbol file that ms_service_profiler reads.
 
 Written once per vLLM version to ``$XDG_CONFIG_HOME/vllm_ascend/`` (default ``~/.config``),
-atomically and never over an existing file (a user's edits win). It lists only symbols that
-exist in the installed code: existence is checked from the modules' source (no import).
+atomically and never over an existing file (a user's edits win). It lists only the symbols
+that are defined in the installed code (found by parsing module sources, without importing
+them) and whose inclusive ``min_version`` / ``max_version`` range includes the vLLM version.
+The table itself lives in ``service_profiling_symbols``.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import fnmatch
 import importlib.util
+import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+
+from vllm_ascend.service_profiling_symbols import (
+    GROUPS,
+    OWN_SYMBOLS,
+    SCHEDULE_ATTRIBUTES,
+    VLLM_SYMBOLS,
+    ProfilingSymbol,
+)
+
+__all__ = [
+    "OWN_SYMBOLS", "VLLM_SYMBOLS", "ProfilingSymbol", "SourceIndex", "config_dir",
+    "config_path", "existing_symbols", "generate_service_profiling_config", "in_version_range",
+    "render", "runtime_symbols", "symbol_exists",
+]
 
 logger = logging.getLogger("vllm_ascend.service_profiling")
 
-_SCHED = "vllm.v1.core.sched.scheduler:Scheduler"
-_RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
-
-
-@dataclass(frozen=True)
-class ProfilingSymbol:
-    """One entry: ``symbol`` is ``module.path:Qualified.name``."""
-
-    symbol: str
-    domain: str
-    name: str
-    handler: str | None = None
-
-    def to_yaml(self) -> str:
-        lines = [f'- symbol: "{self.symbol}"', f"  domain: {self.domain}", f"  name: {self.name}"]
-        if self.handler:
-            lines.append(f'  handler: "{self.handler}"')
-        return "\n".join(lines)
-
-
-VLLM_CANDIDATES: tuple[ProfilingSymbol, ...] = (
-    ProfilingSymbol("vllm.entrypoints.openai.chat_completion.serving:"
-                    "OpenAIServingChat.create_chat_completion", "OpenAI", "ChatCompletion"),
-    ProfilingSymbol("vllm.entrypoints.openai.completion.serving:"
-                    "OpenAIServingCompletion.create_completion", "OpenAI", "Completion"),
-    ProfilingSymbol("vllm.v1.engine.async_llm:AsyncLLM.add_request", "Request", "AddRequest"),
-    ProfilingSymbol("vllm.v1.engine.async_llm:AsyncLLM.generate", "Request", "Generate"),
-    ProfilingSymbol("vllm.v1.engine.output_processor:OutputProcessor.process_outputs",
-                    "Request", "ProcessOutputs"),
-    ProfilingSymbol("vllm.v1.engine.core:EngineCore.step", "Engine", "EngineStep"),
-    ProfilingSymbol("vllm.v1.engine.core:EngineCore.add_request", "Engine", "EngineAddRequest"),
-    ProfilingSymbol(f"{_SCHED}.schedule", "Schedule", "Schedule"),
-    ProfilingSymbol(f"{_SCHED}.update_from_output", "Schedule", "UpdateFromOutput"),
-    ProfilingSymbol(f"{_SCHED}.add_request", "Scheduler", "SchedulerAddRequest"),
-    ProfilingSymbol(f"{_SCHED}.finish_requests", "Scheduler", "FinishRequests"),
-    ProfilingSymbol("vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots",
-                    "Scheduler", "AllocateSlots"),
-    ProfilingSymbol("vllm.v1.core.kv_cache_manager:KVCacheManager.get_computed_blocks",
-                    "Scheduler", "GetComputedBlocks"),
-    ProfilingSymbol("vllm.v1.core.kv_cache_manager:KVCacheManager.free", "Scheduler", "FreeBlocks"),
-    ProfilingSymbol(f"{_RUNNER}.execute_model", "Execute", "ExecuteModel"),
-    ProfilingSymbol(f"{_RUNNER}._prepare_inputs", "Execute", "PrepareInputs"),
-    ProfilingSymbol(f"{_RUNNER}.sample_tokens", "Sample", "SampleTokens"),
-    ProfilingSymbol("vllm.model_executor.layers.logits_processor:LogitsProcessor.forward",
-                    "ModelForward", "ComputeLogits"),
-    ProfilingSymbol("vllm.v1.sample.sampler:Sampler.forward", "Sample", "Sampler"),
-    ProfilingSymbol("vllm.v1.sample.rejection_sampler:RejectionSampler.forward",
-                    "SpecDecode", "RejectionSampler"),
-    ProfilingSymbol("vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose",
-                    "SpecDecode", "Propose"),
-    # Candidates kept for other vLLM versions; filtered out when absent.
-    ProfilingSymbol("vllm.v1.worker.gpu_model_runner:GPUModelRunner._execute_model_forward",
-                    "ModelForward", "ModelForward"),
-)
-
-OWN_SYMBOLS: tuple[ProfilingSymbol, ...] = (
-    ProfilingSymbol("vllm_ascend.forward_context:set_ascend_forward_context",
-                    "ModelForward", "AscendForwardContext"),
-    ProfilingSymbol("vllm_ascend.moe_comm:select_moe_comm_method", "ModelForward", "MoECommSelect"),
-    ProfilingSymbol("vllm_ascend.pass_manager:AscendPassManager.__call__", "Execute",
-                    "AscendFusionPasses"),
-    ProfilingSymbol("vllm_ascend.compiler:AscendCompiler.compile", "Execute", "AscendCompile"),
-)
+_GLOB_CHARS = frozenset("*?[")
 
 
 def config_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -95,68 +50,209 @@ def config_path(vllm_version: str, environ: Mapping[str, str] | None = None) -> 
     return config_dir(environ) / f"service_profiling_symbols.{vllm_version}.yaml"
 
 
-def symbol_exists(symbol: str) -> bool:
-    """Whether ``module:Qual.name`` is defined in the module's source (found without import)."""
-    module, _, qualname = symbol.partition(":")
+class SourceIndex:
+    """Finds where symbols are defined by parsing module sources (never importing the modules).
+
+    One instance per generation run caches each parsed module.
+    """
+
+    def __init__(self) -> None:
+        self._trees: dict[str, ast.Module | None] = {}
+
+    def matches(self, symbol: str) -> Iterator[str]:
+        """The concrete ``module:Qual.name`` symbols a (possibly glob) symbol stands for."""
+        module, _, qualname = symbol.partition(":")
+        parts = qualname.split(".")
+        for name, path in self._module_files(module):
+            if name in self._trees:
+                tree = self._trees[name]
+            else:
+                text = _read(path)
+                # Cheap text check first: a glob over a package can name hundreds of modules.
+                last = parts[-1]
+                if not _has_glob(last) and f"def {last}" not in text and (
+                        f"class {last}" not in text):
+                    continue
+                tree = self._trees[name] = _parse(text)
+            if tree is not None:
+                for qual in _qualnames(tree.body, parts):
+                    yield f"{name}:{qual}"
+
+    def exists(self, symbol: str) -> bool:
+        return next(self.matches(symbol), None) is not None
+
+    def _module_files(self, module: str) -> list[tuple[str, Path]]:
+        if not _has_glob(module):
+            path = _module_source(module)
+            return [(module, path)] if path is not None else []
+        parent, _, pattern = module.rpartition(".")
+        found = []
+        for directory in _package_dirs(parent):
+            for path in sorted(directory.glob("*.py")):
+                if path.stem != "__init__" and fnmatch.fnmatchcase(path.stem, pattern):
+                    found.append((f"{parent}.{path.stem}", path))
+        return found
+
+
+def _has_glob(text: str) -> bool:
+    return not _GLOB_CHARS.isdisjoint(text)
+
+
+def _package_dirs(package: str) -> list[Path]:
+    """Directories of a (sub)package, found under its top-level package's locations.
+
+    Only the top-level package is looked up (``find_spec`` of a top-level name imports
+    nothing), so no package ``__init__`` runs: vLLM's would import torch and, for some
+    connectors, log about missing libraries.
+    """
+    top, *rest = package.split(".")
     try:
-        spec = importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
-        return False
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return False
-    try:
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return False
-    body: list[ast.stmt] = tree.body
-    for part in qualname.split("."):
-        node = next((n for n in body if _defines(n, part)), None)
-        if node is None:
-            return False
-        body = getattr(node, "body", [])
-    return True
-
-
-def _defines(node: ast.stmt, name: str) -> bool:
-    if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-        return node.name == name
-    return False
-
-
-def runtime_symbols(runtime_classes: Mapping[str, str]) -> list[ProfilingSymbol]:
-    """Symbols of installed runtime extensions (their worker's ``execute_model``)."""
-    worker = runtime_classes.get("worker")
-    if not worker:
         return []
-    module, _, cls = worker.rpartition(".")
-    return [ProfilingSymbol(f"{module}:{cls}.execute_model", "Execute", "RuntimeExecuteModel")]
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    dirs = [Path(loc).joinpath(*rest) for loc in spec.submodule_search_locations]
+    return [d for d in dirs if (d / "__init__.py").is_file() or (rest and d.is_dir())]
 
 
-def existing_symbols(candidates: Iterable[ProfilingSymbol]) -> list[ProfilingSymbol]:
-    return [c for c in candidates if symbol_exists(c.symbol)]
+def _module_source(module: str) -> Path | None:
+    """The ``.py`` file of ``module`` (a plain module or a package's ``__init__``)."""
+    parent, _, leaf = module.rpartition(".")
+    if not parent:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        origin = spec.origin if spec is not None else None
+        return Path(origin) if origin and origin.endswith(".py") else None
+    for directory in _package_dirs(parent):
+        for path in (directory / f"{leaf}.py", directory / leaf / "__init__.py"):
+            if path.is_file():
+                return path
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _parse(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _qualnames(body: list[ast.stmt], parts: list[str]) -> Iterator[str]:
+    for node in body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and (
+                fnmatch.fnmatchcase(node.name, parts[0])):
+            if len(parts) == 1:
+                yield node.name
+            else:
+                for rest in _qualnames(node.body, parts[1:]):
+                    yield f"{node.name}.{rest}"
+
+
+def symbol_exists(symbol: str, index: SourceIndex | None = None) -> bool:
+    """Whether ``module:Qual.name`` (globs allowed) is defined in the installed sources."""
+    return (index or SourceIndex()).exists(symbol)
+
+
+def in_version_range(entry: ProfilingSymbol, vllm_version: str) -> bool:
+    """Whether ``vllm_version`` lies within the entry's inclusive min/max versions.
+
+    A version that cannot be parsed keeps every entry (the file is still useful).
+    """
+    # packaging is a dependency of vLLM, which is installed wherever this runs.
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        version = Version(vllm_version)
+    except InvalidVersion:
+        return True
+    if entry.min_version is not None and version < Version(entry.min_version):
+        return False
+    return entry.max_version is None or version <= Version(entry.max_version)
+
+
+def runtime_symbols(runtime_classes: Mapping[str, str],
+                    scheduler_classes: Mapping[str, str] | None = None) -> list[ProfilingSymbol]:
+    """Symbols of installed runtime extensions: the worker's ``execute_model`` and each
+    scheduler's ``schedule`` (the Ascend, recompute, dynamic-batch, ... schedulers)."""
+    found = []
+    worker = runtime_classes.get("worker")
+    if worker:
+        module, _, cls = worker.rpartition(".")
+        found.append(ProfilingSymbol(f"{module}:{cls}.execute_model", "Execute",
+                                     "RuntimeExecuteModel"))
+    for path in sorted(set((scheduler_classes or {}).values())):
+        module, _, cls = path.rpartition(".")
+        found.append(ProfilingSymbol(f"{module}:{cls}.schedule", "Scheduler",
+                                     f"{cls}.schedule", attributes=SCHEDULE_ATTRIBUTES))
+    return found
+
+
+def existing_symbols(candidates: Iterable[ProfilingSymbol],
+                     vllm_version: str | None = None) -> list[ProfilingSymbol]:
+    """The candidates defined in the installed code (and, given a version, in its range)."""
+    index = SourceIndex()
+    return [c for c in candidates
+            if (vllm_version is None or in_version_range(c, vllm_version))
+            and index.exists(c.symbol)]
 
 
 def render(symbols: Iterable[ProfilingSymbol], vllm_version: str) -> str:
-    header = (f"# Service-profiling symbols for vLLM {vllm_version}, generated by vllm-ascend.\n"
-              "# Edit freely: this file is never overwritten.\n")
-    return header + "\n".join(s.to_yaml() for s in symbols) + "\n"
+    """The YAML text: one mapping per entry, a comment line before each group."""
+    lines = [f"# Service-profiling symbols for vLLM {vllm_version}, generated by vllm-ascend.",
+             "# Edit freely: this file is never overwritten."]
+    group = None
+    for entry in symbols:
+        if entry.group != group:
+            group = entry.group
+            lines.append(f"\n# ===== {GROUPS[group]} =====")
+        lines.extend(_entry_lines(entry))
+    return "\n".join(lines) + "\n"
+
+
+def _entry_lines(entry: ProfilingSymbol) -> list[str]:
+    # JSON strings are valid YAML double-quoted scalars: no YAML library needed.
+    q = json.dumps
+    lines = [f"- symbol: {q(entry.symbol)}", f"  domain: {q(entry.domain)}",
+             f"  name: {q(entry.name)}"]
+    for key in ("handler", "min_version", "max_version"):
+        value = getattr(entry, key)
+        if value is not None:
+            lines.append(f"  {key}: {q(value)}")
+    if entry.attributes:
+        lines.append("  attributes:")
+        for name, expr in entry.attributes:
+            lines += [f"  - name: {q(name)}", f"    expr: {q(expr)}"]
+    return lines
 
 
 def generate_service_profiling_config(
     vllm_version: str,
     *,
     runtime_classes: Mapping[str, str] | None = None,
+    scheduler_classes: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Path | None:
     """Write the symbol file for ``vllm_version`` unless it exists; return its path or None.
 
-    Never raises: an unwritable directory is logged once and None returned.
+    ``runtime_classes`` / ``scheduler_classes`` are the class paths that installed runtime
+    extensions provide. Never raises: an unwritable directory is logged once and None returned.
     """
     target = config_path(vllm_version, environ)
     if target.exists():
         return target
-    candidates = [*VLLM_CANDIDATES, *OWN_SYMBOLS, *runtime_symbols(runtime_classes or {})]
-    text = render(existing_symbols(candidates), vllm_version)
+    candidates = [*VLLM_SYMBOLS, *OWN_SYMBOLS,
+                  *runtime_symbols(runtime_classes or {}, scheduler_classes)]
+    text = render(existing_symbols(candidates, vllm_version), vllm_version)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         return _write_once(target, text)

@@ -33,13 +33,26 @@ def refreshed_block_size(
 
 def rounded_batched_tokens(max_num_batched_tokens: int, tp: int, pcp: int,
                            sequence_parallel: bool) -> int:
-    """Round the token budget up to a multiple of TP x PCP when tokens are split that way."""
-    unit = (tp if sequence_parallel else 1) * max(pcp, 1)
-    return math.ceil(max_num_batched_tokens / unit) * unit if unit > 1 else max_num_batched_tokens
+    """Round the token budget up to a multiple of TP x PCP when prefill context parallel
+    (PCP > 1) and sequence parallelism both split a batch's tokens; else unchanged."""
+    if not sequence_parallel or pcp <= 1:
+        return max_num_batched_tokens
+    unit = max(tp, 1) * pcp
+    return math.ceil(max_num_batched_tokens / unit) * unit
+
+
+def sfa_interleave_size(interleave: int, block_size: int, *, uses_sfa: bool, pcp: int,
+                        dcp: int) -> int:
+    """The CP KV-cache interleave size for SFA models: one whole block per rank under context
+    parallel, except with the replicated indexer (DCP > 1), whose layout DCP fixes."""
+    if uses_sfa and pcp * dcp > 1 and dcp == 1 and interleave != block_size:
+        return block_size
+    return interleave
 
 
 def apply_derived_edits(vllm_config: Any, ascend_config: Any, facts: Any) -> list[str]:
-    """Block size, cache dtype for index_topk models, token rounding; returns the notes."""
+    """Block size, cache dtype for index_topk models, SFA interleave size, token rounding;
+    returns the notes (each logged as a warning: the user's value was changed)."""
     notes = []
     cache, sched, model = (vllm_config.cache_config, vllm_config.scheduler_config,
                            vllm_config.model_config)
@@ -57,14 +70,23 @@ def apply_derived_edits(vllm_config: Any, ascend_config: Any, facts: Any) -> lis
         cache.cache_dtype = facts.dtype
         notes.append(f"cache_dtype={facts.dtype} (model has index_topk)")
     par = vllm_config.parallel_config
-    sp = bool(getattr(par, "use_sequence_parallel_moe", False))
-    tokens = rounded_batched_tokens(
-        sched.max_num_batched_tokens, par.tensor_parallel_size,
-        facts.prefill_context_parallel_size, sp,
-    )
+    if cache is not None and hasattr(par, "cp_kv_cache_interleave_size"):
+        interleave = sfa_interleave_size(
+            par.cp_kv_cache_interleave_size, cache.block_size, uses_sfa=facts.uses_sfa,
+            pcp=facts.prefill_context_parallel_size, dcp=facts.decode_context_parallel_size,
+        )
+        if interleave != par.cp_kv_cache_interleave_size:
+            notes.append(f"cp_kv_cache_interleave_size={interleave}: SFA with prefill context "
+                         f"parallel keeps whole blocks (was {par.cp_kv_cache_interleave_size})")
+            par.cp_kv_cache_interleave_size = interleave
+    tp = facts.tensor_parallel_size
+    tokens = rounded_batched_tokens(sched.max_num_batched_tokens, tp,
+                                    facts.prefill_context_parallel_size, facts.sequence_parallel)
     if tokens != sched.max_num_batched_tokens:
+        notes.append(f"max_num_batched_tokens={tokens} (was {sched.max_num_batched_tokens}): "
+                     f"sequence parallel with prefill context parallel needs a multiple of "
+                     f"TP x PCP = {tp * facts.prefill_context_parallel_size}")
         sched.max_num_batched_tokens = tokens
-        notes.append(f"max_num_batched_tokens={tokens} (multiple of TP x PCP)")
     for note in notes:
-        logger.info(note)
+        logger.warning(note)
     return notes

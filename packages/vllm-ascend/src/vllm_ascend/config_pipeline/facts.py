@@ -75,6 +75,10 @@ def extract_facts(vllm_config: Any, soc: str) -> DeploymentFacts:
         "block_size": int(vllm_config.cache_config.block_size or 128),
         "use_model_runner_v2": bool(getattr(vllm_config, "use_v2_model_runner", False)),
         "megamoe_available": _findable("cann_ops_transformer"),
+        "sequence_parallel": bool(getattr(par, "use_sequence_parallel_moe", False)),
+        "scheduler_policy": str(getattr(sched, "policy", "fcfs")),
+        "nnodes_within_dp": int(getattr(par, "nnodes_within_dp", 1) or 1),
+        "enable_eplb": bool(getattr(par, "enable_eplb", False)),
         **_model_facts(vllm_config.model_config),
     }
     if kv is not None:

@@ -114,3 +114,19 @@ def fix_execute_model_timeout(environ: MutableMapping[str, str] | None = None) -
            f"({HCCL_OP_TIMEOUT_S} s); using {NPU_EXECUTE_MODEL_TIMEOUT_S}")
     logger.warning("%s", msg)
     return msg
+
+
+def use_hccl_eplb_communicator(vllm_config: Any) -> str | None:
+    """With vLLM's EPLB on, move expert weights over the device group ("torch_nccl", which
+    is HCCL on Ascend); returns the warning when the setting changed."""
+    par = vllm_config.parallel_config
+    eplb = getattr(par, "eplb_config", None)
+    if not getattr(par, "enable_eplb", False) or eplb is None:
+        return None
+    if eplb.communicator == "torch_nccl":
+        return None
+    msg = (f"parallel_config.eplb_config.communicator={eplb.communicator!r} -> 'torch_nccl' "
+           "(HCCL moves the expert weights on Ascend)")
+    eplb.communicator = "torch_nccl"
+    logger.warning("%s", msg)
+    return msg

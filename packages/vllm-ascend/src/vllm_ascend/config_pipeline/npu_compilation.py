@@ -65,7 +65,11 @@ def update_compilation_mode(vllm_config: Any, ascend_config: Any) -> list[str]:
         CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE
     ):
         vllm_compile = cc.mode == CompilationMode.VLLM_COMPILE
-        cc.cudagraph_mode = CUDAGraphMode.PIECEWISE if vllm_compile else CUDAGraphMode.NONE
+        new_mode = CUDAGraphMode.PIECEWISE if vllm_compile else CUDAGraphMode.NONE
+        notes.append(f"encoder-decoder model: cudagraph_mode {cc.cudagraph_mode.name} -> "
+                     f"{new_mode.name} (full graphs are not supported)")
+        logger.warning(notes[-1])
+        cc.cudagraph_mode = new_mode
     return notes
 
 

@@ -10,8 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_ascend.config_pipeline.draft_rules import DraftFacts, draft_of, draft_problems
+
 PRODUCER_ROLES = ("kv_producer", "kv_both")
 CONSUMER_ROLES = ("kv_consumer", "kv_both")
+# HCCL serves vLLM's "torch_nccl" device group; gloo stages through the CPU.
+EPLB_COMMUNICATORS = (None, "torch_nccl", "torch_gloo")
 
 
 @dataclass(frozen=True)
@@ -22,12 +26,18 @@ class LayoutFacts:
     sequence_parallel_moe: bool = False
     cp_kv_cache_interleave_size: int = 1
     kv_extra_config: Mapping[str, Any] = field(default_factory=dict)
+    kv_load_failure_policy: str = "fail"
+    is_hybrid: bool = False
+    eplb_use_async: bool = False
+    eplb_communicator: str | None = None
+    draft: DraftFacts | None = None
 
 
 def parallel_problems(facts: Any, layout: LayoutFacts) -> list[str]:
-    """Every violated layout rule (reference 4.4 _validate_parallel_config, _validate_sfa_dcp_kv_sp,
-    check_kv_extra_config), one message each naming the setting and what is allowed."""
-    problems = []
+    """Every violated layout rule (reference 4.4 _validate_draft_decode_context_parallel_config,
+    _validate_parallel_config, _validate_sfa_dcp_kv_sp, check_kv_extra_config, the kv load
+    failure policy and vLLM's EPLB), one message each naming the setting and what is allowed."""
+    problems = draft_problems(facts.decode_context_parallel_size, layout.draft)
     tp, dp = facts.tensor_parallel_size, facts.data_parallel_size
     pcp, dcp = facts.prefill_context_parallel_size, facts.decode_context_parallel_size
     if pcp > 1 and not layout.use_mrv2:
@@ -58,17 +68,34 @@ def parallel_problems(facts: Any, layout: LayoutFacts) -> list[str]:
             if key in part and int(part[key]) != local:
                 problems.append(f"kv_connector_extra_config.{section}.{key}={part[key]} must "
                                 f"equal this instance's {key.split('_')[0].upper()}={local}")
+    if layout.kv_load_failure_policy == "recompute" and layout.is_hybrid:
+        problems.append("kv_transfer_config.kv_load_failure_policy='recompute' is not supported "
+                        "for hybrid (attention + mamba) models; use 'fail'")
+    if layout.use_mrv2 and facts.enable_eplb:
+        if layout.eplb_use_async:
+            problems.append("eplb_config.use_async=True is not supported on Ascend; set "
+                            "use_async to false")
+        if layout.eplb_communicator not in EPLB_COMMUNICATORS:
+            problems.append(f"eplb_config.communicator={layout.eplb_communicator!r} is not "
+                            f"available on Ascend; allowed: {list(EPLB_COMMUNICATORS)}")
     return problems
 
 
 def layout_of(vllm_config: Any) -> LayoutFacts:
     par = vllm_config.parallel_config
     kv = vllm_config.kv_transfer_config
+    model = vllm_config.model_config
+    eplb = getattr(par, "eplb_config", None)
     return LayoutFacts(
         use_mrv2=bool(getattr(vllm_config, "use_v2_model_runner", False)),
         sequence_parallel_moe=bool(getattr(par, "use_sequence_parallel_moe", False)),
         cp_kv_cache_interleave_size=int(getattr(par, "cp_kv_cache_interleave_size", 1) or 1),
         kv_extra_config=dict(kv.kv_connector_extra_config or {}) if kv is not None else {},
+        kv_load_failure_policy=str(getattr(kv, "kv_load_failure_policy", "fail")),
+        is_hybrid=bool(model is not None and model.is_hybrid),
+        eplb_use_async=bool(getattr(eplb, "use_async", False)),
+        eplb_communicator=getattr(eplb, "communicator", None),
+        draft=draft_of(vllm_config),
     )
 
 

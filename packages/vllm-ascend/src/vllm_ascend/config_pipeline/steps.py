@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from vllm_ascend.config_pipeline import cpu_compilation, gpu_fixes
+from vllm_ascend.config_pipeline import cpu_compilation, gpu_fixes, quant_autodetect
 from vllm_ascend.config_pipeline.facts import extract_facts
 from vllm_ascend.config_pipeline.resolve_step import additional_config_of
 
@@ -44,6 +44,7 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
         return None
     compile_requested = cpu_compilation.wants_vllm_compile(vllm_config)
     facts, resolved, environ = _resolve(vllm_config, "cpu")  # AscendConfigError: all problems
+    quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
     cpu_defaults(vllm_config)
     cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
@@ -60,6 +61,7 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
     from vllm_ascend.config_pipeline import (
         allocator_env,
         derived_edits,
+        kv_engine_id,
         npu_compilation,
         parallel_rules,
     )
@@ -73,7 +75,10 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
     npu_device.require_npu_runtime()
     facts, resolved, environ = _resolve(vllm_config, soc)  # AscendConfigError: all problems
     parallel_rules.check_parallel_layout(facts, parallel_rules.layout_of(vllm_config))
+    quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
+    gpu_fixes.use_hccl_eplb_communicator(vllm_config)
+    kv_engine_id.make_engine_id_unique(vllm_config)
     gpu_fixes.fix_execute_model_timeout()
     npu_compilation.update_compilation_mode(vllm_config, resolved)
     npu_compilation.setup_compile_backend(vllm_config, resolved, soc)

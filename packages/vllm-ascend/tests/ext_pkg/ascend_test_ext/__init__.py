@@ -14,12 +14,27 @@ class TestModel:
 class TestScheduler:
     """Named by the vllm_ascend.schedulers entry point (recompute)."""
 
+    def schedule(self) -> None:
+        """Listed in the service-profiling symbols."""
+
 
 class TestWorker:
     """Named by the vllm_ascend.runtime entry point (worker)."""
 
     def execute_model(self) -> None:
         """Listed in the service-profiling symbols."""
+
+
+class TestMLABackend:
+    """The "mla" attention variant of ATTENTION_BACKENDS."""
+
+
+# Named by the vllm_ascend.runtime entry point (attention): a mapping variant -> class path.
+# "standard" stays TestWorker, the class every other runtime key names.
+ATTENTION_BACKENDS = {
+    "standard": "ascend_test_ext.TestWorker",
+    "mla": "ascend_test_ext.TestMLABackend",
+}
 
 
 def make_loader_class() -> type:

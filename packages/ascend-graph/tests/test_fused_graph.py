@@ -1,0 +1,199 @@
+"""Fused graphs as artifacts: compile, serialise, reuse, and every way an artifact goes bad."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+
+import pytest
+import torch
+from ascend_graph import (
+    FusedGraph,
+    FusedGraphError,
+    GraphFusionPassManager,
+    compile_graph_fused,
+    dumps_fused_graph,
+    loads_fused_graph,
+)
+from ascend_graph import fused_graph as fused_mod
+from torch.utils._python_dispatch import TorchDispatchMode
+
+A = torch.ops.ascend
+
+
+def block(x, residual, w, scale, offset, shared):
+    y, res = A.add_rms_norm(x, residual, w, 1e-6)
+    return A.quantize(y, scale, offset), res * 2.5 + shared, res.view(-1)
+
+
+def block_inputs(tokens: int = 5) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(tokens)
+    return [torch.randn(tokens, 64, generator=gen), torch.randn(tokens, 64, generator=gen),
+            torch.rand(64, generator=gen) + 0.5, torch.tensor([0.02]), torch.tensor([1.0]),
+            torch.randn(tokens, 64, generator=gen)]  # fmt: skip
+
+
+class OpLog(TorchDispatchMode):
+    """The ops a callable dispatches at its top level."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _ops(fn, args) -> tuple[list[str], object]:
+    with OpLog() as log:
+        out = fn(*args)
+    return log.ops, out
+
+
+def _equal(got, want) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_round_trip_keeps_the_fused_ops_and_reuse_skips_the_passes() -> None:
+    gm, args = torch.fx.symbolic_trace(block), block_inputs()
+    manager = GraphFusionPassManager()
+    compiled, fused = compile_graph_fused(gm, args, manager=manager, compile_range=(1, 8))
+    assert manager.last_counts["norm_quant"] == 1 and manager.last_counts["muls_add"] == 1
+    assert fused.fused_targets() == ["ascend.add_rms_norm_quant.default",
+                                     "ascend.muls_add.default"]
+    data = dumps_fused_graph(fused, manager=manager, backend="eager", compile_range=(1, 8))
+    loaded = loads_fused_graph(data, manager=GraphFusionPassManager(), backend="eager",
+                               compile_range=(1, 8))
+    assert loaded.source == fused.source and not loaded.reused
+    assert "torch.ops.ascend.add_rms_norm_quant.default(" in loaded.graph.code
+    fresh = GraphFusionPassManager()
+    again, result = compile_graph_fused(gm, args, manager=fresh, reuse=loaded)
+    assert result.reused and result.graph is loaded.graph
+    assert sum(fresh.counts.values()) == 0  # the passes did not run
+    ops, out = _ops(again, block_inputs(7))
+    assert ops == ["ascend.add_rms_norm_quant.default", "ascend.muls_add.default",
+                   "aten.view.default"]
+    assert _equal(out, compiled(*block_inputs(7)))
+    assert out[2].shape == (7 * 64,)
+
+
+def test_reuse_of_a_graph_made_from_another_graph_runs_the_passes() -> None:
+    args = block_inputs()
+    _, fused = compile_graph_fused(torch.fx.symbolic_trace(block), args,
+                                   manager=GraphFusionPassManager())
+
+    def other(x, residual, w, scale, offset, shared):
+        y, res = A.add_rms_norm(x, residual, w, 1e-6)
+        return A.quantize(y, scale, offset), res * 3.0 + shared
+
+    manager = GraphFusionPassManager()
+    fn, result = compile_graph_fused(torch.fx.symbolic_trace(other), args, manager=manager,
+                                     reuse=fused)
+    assert not result.reused and manager.last_counts["muls_add"] == 1
+    assert torch.equal(fn(*args)[1], other(*args)[1])
+
+
+def test_aot_wrappers_stay_exact_for_aliases_and_mutations() -> None:
+    def aliasing(x, y):
+        z = x + y
+        x.mul_(2.0)  # input mutation: aot_autograd writes it back
+        return z.view(-1), x.view(2, -1), z * 2.5 + y
+
+    args = [torch.randn(4, 8), torch.randn(4, 8)]
+    gm = torch.fx.symbolic_trace(aliasing)
+    manager = GraphFusionPassManager()
+    _, fused = compile_graph_fused(gm, [a.clone() for a in args], manager=manager)
+    data = dumps_fused_graph(fused, manager=manager, backend="eager")
+    saved = loads_fused_graph(data, manager=manager, backend="eager")
+    second, result = compile_graph_fused(gm, [a.clone() for a in args], manager=manager,
+                                         reuse=saved)
+    assert result.reused and "ascend.muls_add.default" in result.fused_targets()
+    want_args, got_args = [a.clone() for a in args], [a.clone() for a in args]
+    want, got = aliasing(*want_args), second(*got_args)
+    assert [t.shape for t in got] == [t.shape for t in want]
+    assert all(torch.allclose(a, b) for a, b in zip(got, want, strict=True))
+    assert torch.equal(got_args[0], want_args[0])  # the mutation reached the caller's tensor
+    assert got[1].data_ptr() == got_args[0].data_ptr()  # and the view aliases it
+
+
+def _artifact() -> tuple[bytes, GraphFusionPassManager]:
+    manager = GraphFusionPassManager()
+    _, fused = compile_graph_fused(torch.fx.symbolic_trace(block), block_inputs(),
+                                   manager=manager)
+    return dumps_fused_graph(fused, manager=manager, backend="eager", compile_range=(1, 8)), \
+        manager
+
+
+def test_stale_artifacts_name_what_changed(monkeypatch) -> None:
+    data, manager = _artifact()
+
+    def load(**overrides):
+        kwargs = {"manager": manager, "backend": "eager", "compile_range": (1, 8), **overrides}
+        return loads_fused_graph(data, **kwargs)
+
+    assert isinstance(load(), FusedGraph)
+    with pytest.raises(FusedGraphError, match="stale: made with passes="):
+        load(manager=GraphFusionPassManager(fuse_muls_add=False))
+    with pytest.raises(FusedGraphError, match="stale: made with backend='eager'"):
+        load(backend="npugraph_ex")
+    with pytest.raises(FusedGraphError, match=r"stale: made with compile_range=\[1, 8\]"):
+        load(compile_range=(9, 16))
+    monkeypatch.setattr(fused_mod.torch, "__version__", "9.9.9")
+    with pytest.raises(FusedGraphError, match="stale: made with torch="):
+        load()
+
+
+def _with_payload(data: bytes, payload: bytes, *, fix_checksum: bool) -> bytes:
+    head, _, _ = data[len(fused_mod.MAGIC):].partition(b"\n")
+    header = json.loads(head)
+    if fix_checksum:
+        header["sha256"] = hashlib.sha256(payload).hexdigest()
+    return fused_mod.MAGIC + json.dumps(header).encode() + b"\n" + payload
+
+
+def test_damaged_artifacts_are_errors_with_a_reason() -> None:
+    data, manager = _artifact()
+    payload = data[data.index(b"\n", len(fused_mod.MAGIC)) + 1:]
+    cases = {
+        b"": "not an ascend-graph",
+        b"garbage": "not an ascend-graph",
+        fused_mod.MAGIC + b"{not json\n" + payload: "damaged header",
+        fused_mod.MAGIC + b"[1, 2]\n": "damaged header",
+        data[:-10]: "checksum mismatch",
+        _with_payload(data, b"not a pickle", fix_checksum=True): "cannot rebuild",
+        _with_payload(data, pickle.dumps([1, 2]), fix_checksum=True): "not a graph",
+    }
+    for bad, reason in cases.items():
+        with pytest.raises(FusedGraphError, match=reason):
+            loads_fused_graph(bad, manager=manager, backend="eager", compile_range=(1, 8))
+
+
+def test_graphs_that_cannot_be_rebuilt_are_not_saved_and_bad_backends_refused() -> None:
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output((graph.call_function(lambda t: t + 1, (x,)),))  # not importable by name
+    fused = FusedGraph("src", torch.fx.GraphModule({}, graph))
+    with pytest.raises(FusedGraphError, match="cannot be serialised"):
+        dumps_fused_graph(fused, manager=GraphFusionPassManager(), backend="eager")
+    with pytest.raises(ValueError, match="allowed: eager, npugraph_ex"):
+        compile_graph_fused(torch.fx.symbolic_trace(block), block_inputs(),
+                            manager=GraphFusionPassManager(), backend="inductor")
+
+
+def test_graph_digest_covers_constant_tensors() -> None:
+    class WithConstant(torch.nn.Module):
+        def __init__(self, value: float) -> None:
+            super().__init__()
+            self.register_buffer("c", torch.full((4,), value))
+
+        def forward(self, x):
+            return (x + self.c,)
+
+    one = torch.fx.symbolic_trace(WithConstant(1.0))
+    same = torch.fx.symbolic_trace(WithConstant(1.0))
+    two = torch.fx.symbolic_trace(WithConstant(2.0))
+    assert one.code == two.code
+    assert fused_mod.graph_digest(one) == fused_mod.graph_digest(same)
+    assert fused_mod.graph_digest(one) != fused_mod.graph_digest(two)

@@ -1,0 +1,34 @@
+"""The "ascend" quantization method: ModelSlim W8A8 / W8A8_DYNAMIC checkpoints in vLLM.
+
+Modules: ``description`` (the per-parameter scheme file), ``int8_matmul`` (reference int8
+linear), ``linear_methods`` (vLLM linear methods calling ``torch.ops.ascend.quantize`` /
+``dynamic_quant``), ``config`` (``AscendQuantConfig``), ``registration`` (register/reset).
+"""
+
+from __future__ import annotations
+
+from vllm_ascend.quantization.description import (
+    DESCRIPTION_FILE,
+    FLOAT,
+    SCHEMES,
+    W8A8,
+    W8A8_DYNAMIC,
+    QuantDescription,
+    QuantDescriptionError,
+)
+from vllm_ascend.quantization.registration import (
+    register_ascend_quantization,
+    reset_ascend_quantization,
+)
+
+__all__ = [
+    "DESCRIPTION_FILE",
+    "FLOAT",
+    "SCHEMES",
+    "W8A8",
+    "W8A8_DYNAMIC",
+    "QuantDescription",
+    "QuantDescriptionError",
+    "register_ascend_quantization",
+    "reset_ascend_quantization",
+]

@@ -1,0 +1,57 @@
+"""Reference int8 x int8 linear with dequantization (plain torch, any device with integer mm).
+
+Both operands are affine int8: ``x ~= (q_x - o_x) * s_x`` (per tensor or per row) and
+``w[n] ~= (q_w[n] - o_w[n]) * s_w[n]`` (per output channel). The products are accumulated
+exactly in int32, then dequantized in float32 with the offsets expanded::
+
+    sum_k (q_x - o_x)(q_w - o_w) = acc - o_w * sum_k q_x - o_x * sum_k q_w + K * o_x * o_w
+
+so ``y = s_x * s_w * (that) + bias``, cast once to the output dtype. With zero offsets this is
+the symmetric ``s_x * s_w * (q_x @ q_w.T)``, the NPU quant-matmul's definition.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def int8_linear(
+    q_x: torch.Tensor,
+    x_scale: torch.Tensor,
+    q_w: torch.Tensor,
+    w_scale: torch.Tensor,
+    *,
+    x_offset: torch.Tensor | None = None,
+    w_offset: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """``dequant(q_x) @ dequant(q_w).T + bias`` computed as an int32-accumulated int8 matmul.
+
+    ``q_x``: int8 ``[..., K]``; ``x_scale``/``x_offset``: one value (per tensor) or one per row
+    of ``q_x`` (per token). ``q_w``: int8 ``[N, K]``; ``w_scale``/``w_offset``: ``N`` values.
+    """
+    if q_x.dtype != torch.int8 or q_w.dtype != torch.int8:
+        raise TypeError(f"int8_linear needs int8 operands, got {q_x.dtype} and {q_w.dtype}")
+    k = q_x.shape[-1]
+    if q_w.dim() != 2 or q_w.shape[1] != k:
+        raise ValueError(f"weight shape {tuple(q_w.shape)} does not match input width {k}")
+    lead = q_x.shape[:-1]
+    x2 = q_x.reshape(-1, k).to(torch.int32)
+    acc = torch.mm(x2, q_w.to(torch.int32).t()).to(torch.float32)  # exact int32 accumulation
+    # Per-tensor values broadcast as [1, 1]; per-token ones become a column [M, 1].
+    sx = x_scale.to(torch.float32).reshape(-1, 1)
+    sw = w_scale.to(torch.float32).reshape(1, -1)
+    if w_offset is not None:
+        ow = w_offset.to(torch.float32).reshape(1, -1)
+        acc = acc - ow * x2.sum(dim=-1, keepdim=True).to(torch.float32)
+    if x_offset is not None:
+        ox = x_offset.to(torch.float32).reshape(-1, 1)
+        w_sum = q_w.to(torch.int32).sum(dim=-1).to(torch.float32).reshape(1, -1)
+        acc = acc - ox * w_sum
+        if w_offset is not None:
+            acc = acc + ox * ow * k
+    y = acc * sx * sw
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(out_dtype).reshape(*lead, q_w.shape[0])

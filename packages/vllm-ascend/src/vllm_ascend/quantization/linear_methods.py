@@ -1,0 +1,150 @@
+"""vLLM linear methods for ModelSlim W8A8 (static) and W8A8_DYNAMIC checkpoints.
+
+Activations are quantized with ``torch.ops.ascend.quantize`` / ``torch.ops.ascend.dynamic_quant``
+applied to the layer input exactly as it arrives (no reshape or copy in between), so a
+preceding ``ascend.add_rms_norm`` and the quantization form the idiom the ``norm_quant`` fusion
+pass rewrites into ``add_rms_norm_quant`` / ``add_rms_norm_dynamic_quant``. The matmul is the
+int8 reference of :mod:`vllm_ascend.quantization.int8_matmul`.
+
+Checkpoint tensors per linear module (ModelSlim names; per output channel ``[N, 1]``):
+``weight`` int8 ``[N, K]``, ``weight_scale``, ``weight_offset``; W8A8 also ``input_scale`` and
+``input_offset`` (one value each, ``q = round(x / input_scale + input_offset)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn import Parameter
+from vllm.model_executor.layers.linear import LinearMethodBase
+from vllm.model_executor.parameter import (
+    ChannelQuantScaleParameter,
+    ModelWeightParameter,
+    PerTensorScaleParameter,
+)
+
+from vllm_ascend.quantization.int8_matmul import int8_linear
+
+
+def _frozen(data: torch.Tensor) -> Parameter:
+    return Parameter(data.contiguous(), requires_grad=False)
+
+
+class _AscendW8A8Base(LinearMethodBase):
+    """Per-channel int8 weight with scale and offset; subclasses quantize the activation."""
+
+    scheme = ""
+
+    def create_weights(
+        self,
+        layer: torch.nn.Module,
+        input_size_per_partition: int,
+        output_partition_sizes: list[int],
+        input_size: int,
+        output_size: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ) -> None:
+        import ascend_kernels  # noqa: F401 - registers torch.ops.ascend.* used by apply()
+
+        loader = extra_weight_attrs["weight_loader"]
+        rows = sum(output_partition_sizes)
+        mod: Any = layer
+        mod.logical_widths = output_partition_sizes
+        mod.ascend_act_dtype = params_dtype
+        layer.register_parameter("weight", ModelWeightParameter(
+            data=torch.empty(rows, input_size_per_partition, dtype=torch.int8),
+            input_dim=1, output_dim=0, weight_loader=loader,
+        ))  # fmt: skip
+        for name in ("weight_scale", "weight_offset"):
+            layer.register_parameter(name, ChannelQuantScaleParameter(
+                data=torch.empty(rows, 1, dtype=torch.float32), output_dim=0,
+                weight_loader=loader,
+            ))  # fmt: skip
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        mod: Any = layer
+        mod.weight = _frozen(mod.weight.data)
+        mod.weight_scale = _frozen(mod.weight_scale.data.reshape(-1).to(torch.float32))
+        offset = mod.weight_offset.data.reshape(-1).to(torch.float32)
+        # Symmetric weights (ModelSlim's usual export) skip the offset terms of the matmul.
+        mod.weight_offset = _frozen(offset) if bool(offset.any()) else None
+
+
+class AscendW8A8LinearMethod(_AscendW8A8Base):
+    """Static per-tensor int8 activation (``ascend.quantize`` with the checkpoint's scale and
+    offset) and per-channel int8 weight."""
+
+    scheme = "W8A8"
+
+    def create_weights(
+        self,
+        layer: torch.nn.Module,
+        input_size_per_partition: int,
+        output_partition_sizes: list[int],
+        input_size: int,
+        output_size: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ) -> None:
+        super().create_weights(
+            layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
+            params_dtype, **extra_weight_attrs,
+        )  # fmt: skip
+        # One value per fused part (q/k/v, gate/up): they quantize the same input.
+        for name in ("input_scale", "input_offset"):
+            layer.register_parameter(name, PerTensorScaleParameter(
+                data=torch.empty(len(output_partition_sizes), dtype=torch.float32),
+                weight_loader=extra_weight_attrs["weight_loader"],
+            ))  # fmt: skip
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        super().process_weights_after_loading(layer)
+        mod: Any = layer
+        where = getattr(mod, "prefix", "layer")
+        for name in ("input_scale", "input_offset"):
+            values = getattr(mod, name).data
+            if not bool(torch.all(values == values[0])):
+                raise ValueError(
+                    f"{where}: the fused parts have different {name} values "
+                    f"{values.tolist()}; a W8A8 layer quantizes its input once, so its parts "
+                    "need one static scale and offset"
+                )
+            # The NPU quantize kernels take scale/offset in the activation dtype.
+            setattr(mod, name, _frozen(values[:1].to(mod.ascend_act_dtype)))
+        if not bool((mod.input_scale > 0).all()):
+            raise ValueError(f"{where}: input_scale must be > 0, got {mod.input_scale.tolist()}")
+
+    def apply(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        mod: Any = layer
+        q = torch.ops.ascend.quantize(x, mod.input_scale, mod.input_offset)
+        return int8_linear(
+            q, mod.input_scale, mod.weight, mod.weight_scale,
+            x_offset=mod.input_offset, w_offset=mod.weight_offset, bias=bias, out_dtype=x.dtype,
+        )  # fmt: skip
+
+
+class AscendW8A8DynamicLinearMethod(_AscendW8A8Base):
+    """Per-token dynamic int8 activation (``ascend.dynamic_quant``) and per-channel int8
+    weight."""
+
+    scheme = "W8A8_DYNAMIC"
+
+    def apply(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        mod: Any = layer
+        q, scale = torch.ops.ascend.dynamic_quant(x)
+        return int8_linear(
+            q, scale, mod.weight, mod.weight_scale,
+            w_offset=mod.weight_offset, bias=bias, out_dtype=x.dtype,
+        )  # fmt: skip
+
+
+LINEAR_METHODS: dict[str, type[_AscendW8A8Base]] = {
+    AscendW8A8LinearMethod.scheme: AscendW8A8LinearMethod,
+    AscendW8A8DynamicLinearMethod.scheme: AscendW8A8DynamicLinearMethod,
+}

@@ -1,0 +1,404 @@
+"""AscendCompiler's compile cache: a new compiler loads what an earlier one saved; damaged,
+missing, stale or foreign artifacts are one info "cache miss" and a normal compile."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+from pathlib import Path
+
+import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
+import pytest
+import torch
+from ascend_graph import GraphFusionPassManager, loads_fused_graph
+from torch.utils._python_dispatch import TorchDispatchMode
+from vllm.config.utils import Range
+from vllm_ascend.compiler import NPU_CODE_SUFFIX, PASS_KEY, AscendCompiler
+
+A = torch.ops.ascend
+RANGE = Range(start=1, end=16)
+KEY = "artifact_compile_range_1_16_subgraph_0"
+FUSED_OPS = ["ascend.add_rms_norm_quant.default", "ascend.muls_add.default"]
+
+
+def block(x, residual, w, scale, offset, shared):
+    y, res = A.add_rms_norm(x, residual, w, 1e-6)
+    return A.quantize(y, scale, offset), res * 2.5 + shared, res.view(-1)
+
+
+def other_block(x, residual, w, scale, offset, shared):
+    y, res = A.add_rms_norm(x, residual, w, 1e-6)
+    return A.quantize(y, scale, offset), res * 3.0 - shared, res.view(-1)
+
+
+def block_args(tokens: int) -> list[torch.Tensor]:
+    """Inputs in the order the blocks use them (dynamo orders its inputs that way)."""
+    gen = torch.Generator().manual_seed(tokens)
+    x, residual, shared = (torch.randn(tokens, 64, generator=gen) for _ in range(3))
+    w = torch.rand(64, generator=gen) + 0.5
+    return [x, residual, w, torch.tensor([0.02]), torch.tensor([1.0]), shared]
+
+
+def dynamo_graph(fn) -> tuple[torch.fx.GraphModule, list]:
+    """Dynamo's graph of `fn` with the token count symbolic, and its example inputs."""
+    torch._dynamo.reset()
+    captured = []
+
+    def capture(gm, inputs):
+        captured.append((gm, list(inputs)))
+        return gm.forward
+
+    args = block_args(5)
+    for tensor in (args[0], args[1], args[5]):
+        torch._dynamo.mark_dynamic(tensor, 0)
+    with torch.no_grad():
+        torch.compile(fn, backend=capture, fullgraph=True)(*args)
+    return captured[0]
+
+
+def call_args(example_inputs: list, tokens: int) -> list:
+    tensors = iter(block_args(tokens))
+    return [tokens if isinstance(a, torch.SymInt) else next(tensors) for a in example_inputs]
+
+
+class OpLog(TorchDispatchMode):
+    """The ops a callable dispatches at its top level."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def run_logged(fn, args) -> tuple[list[str], tuple]:
+    with torch.no_grad(), OpLog() as log:
+        out = fn(*args)
+    return log.ops, out
+
+
+def same(got, want) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.fixture
+def graph():
+    return dynamo_graph(block)
+
+
+@pytest.fixture
+def compiler_log():
+    """Records of the compiler's logger (the plugin's logger may not propagate)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("vllm_ascend.compiler")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def misses(records) -> list[str]:
+    return [r.getMessage() for r in records if "cache miss" in r.getMessage()]
+
+
+def compiled_with_cache(cache_dir: Path, graph, backend: str = "eager"):
+    gm, inputs = graph
+    compiler = AscendCompiler()
+    compiler.backend = backend
+    compiler.initialize_cache(str(cache_dir), disable_cache=False, prefix="backbone")
+    with torch.no_grad():
+        fn, handle = compiler.compile(gm, inputs, {PASS_KEY: GraphFusionPassManager()}, RANGE,
+                                      KEY)
+    return fn, handle
+
+
+def fresh_load(cache_dir: Path, graph, handle, manager=None, backend: str = "eager"):
+    gm, inputs = graph
+    compiler = AscendCompiler(manager or GraphFusionPassManager())
+    compiler.backend = backend
+    compiler.initialize_cache(str(cache_dir), disable_cache=False, prefix="backbone")
+    with torch.no_grad():
+        return compiler.load(handle, gm, inputs, 0, RANGE), compiler.fusion_manager
+
+
+def test_a_new_compiler_loads_the_saved_fused_graph(tmp_path, graph, compiler_log) -> None:
+    compiled, handle = compiled_with_cache(tmp_path, graph)
+    assert handle == (KEY, str(tmp_path / KEY))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY]  # no temporary files left
+    saved = loads_fused_graph((tmp_path / KEY).read_bytes(), manager=GraphFusionPassManager(),
+                              backend="eager", compile_range=RANGE)
+    assert saved.fused_targets() == FUSED_OPS
+    assert "torch.ops.ascend.add_rms_norm_quant.default(" in saved.graph.code
+
+    loaded, manager = fresh_load(tmp_path, graph, handle)
+    assert sum(manager.counts.values()) == 0  # the passes did not run: the saved graph did
+    args = call_args(graph[1], 9)  # another token count: the graph stays symbolic
+    ops, out = run_logged(loaded, args)
+    assert ops == [*FUSED_OPS, "aten.view.default"]
+    assert same(out, run_logged(compiled, args)[1])
+    with torch.no_grad():
+        want = block(*block_args(9))
+    assert torch.equal(out[0], want[0]) and torch.allclose(out[1], want[1])
+    assert out[2].shape == (9 * 64,)
+    assert misses(compiler_log) == []
+
+
+def test_disable_cache_writes_nothing(tmp_path, graph) -> None:
+    gm, inputs = graph
+    compiler = AscendCompiler()
+    compiler.initialize_cache(str(tmp_path), disable_cache=True, prefix="")
+    with torch.no_grad():
+        fn, handle = compiler.compile(gm, inputs, {PASS_KEY: GraphFusionPassManager()}, RANGE,
+                                      KEY)
+    assert handle is None and list(tmp_path.iterdir()) == []
+    ops, _ = run_logged(fn, call_args(inputs, 3))
+    assert ops[:2] == FUSED_OPS  # still compiled with the passes
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "missing":
+        path.unlink()
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "flipped byte":
+        path.write_bytes(data[:-20] + bytes([data[-20] ^ 0xFF]) + data[-19:])
+    else:
+        path.write_bytes(b"\x00garbage" * 10)
+
+
+@pytest.mark.parametrize("how", ["missing", "empty", "truncated", "flipped byte", "garbage"])
+def test_damaged_or_missing_artifact_recompiles(tmp_path, graph, compiler_log, how) -> None:
+    compiled, handle = compiled_with_cache(tmp_path, graph)
+    _damage(tmp_path / KEY, how)
+    loaded, manager = fresh_load(tmp_path, graph, handle)
+    assert len(misses(compiler_log)) == 1 and KEY in misses(compiler_log)[0]
+    assert manager.counts["norm_quant"] == 1 and manager.counts["muls_add"] == 1  # recompiled
+    args = call_args(graph[1], 7)
+    ops, out = run_logged(loaded, args)
+    assert ops[:2] == FUSED_OPS and same(out, run_logged(compiled, args)[1])
+    # The artifact was written again: the next start hits.
+    _, again = fresh_load(tmp_path, graph, handle)
+    assert sum(again.counts.values()) == 0 and len(misses(compiler_log)) == 1
+
+
+def test_stale_artifact_recompiles_with_the_current_settings(tmp_path, graph,
+                                                             compiler_log) -> None:
+    _, handle = compiled_with_cache(tmp_path, graph)
+    current = GraphFusionPassManager(fuse_muls_add=False)  # another pass-manager uuid
+    loaded, manager = fresh_load(tmp_path, graph, handle, manager=current)
+    [miss] = misses(compiler_log)
+    assert "stale: made with passes=" in miss
+    assert manager.counts["norm_quant"] == 1 and manager.counts["muls_add"] == 0
+    ops, out = run_logged(loaded, call_args(graph[1], 6))
+    assert "ascend.add_rms_norm_quant.default" in ops and "ascend.muls_add.default" not in ops
+    with torch.no_grad():
+        want = block(*block_args(6))
+    assert torch.equal(out[0], want[0]) and torch.allclose(out[1], want[1])
+
+
+def test_another_graph_under_the_same_key_is_a_miss(tmp_path, graph, compiler_log) -> None:
+    _, handle = compiled_with_cache(tmp_path, graph)
+    other = dynamo_graph(other_block)
+    loaded, _ = fresh_load(tmp_path, other, handle)
+    [miss] = misses(compiler_log)
+    assert "differs from the saved one" in miss
+    _, out = run_logged(loaded, call_args(other[1], 4))
+    with torch.no_grad():
+        want = other_block(*block_args(4))
+    assert torch.allclose(out[1], want[1])
+
+
+def test_bad_handles_keys_and_missing_manager_are_clear_errors(tmp_path, graph) -> None:
+    gm, inputs = graph
+    compiler = AscendCompiler(GraphFusionPassManager())
+    compiler.initialize_cache(str(tmp_path))
+    for handle in (None, "k", (KEY,), (KEY, 3), [1, 2]):
+        with pytest.raises(ValueError, match=r"expected the \(key, path\) pair of strings"):
+            compiler.load(handle, gm, inputs, 0, RANGE)
+    for key in ("../escape", "a/b", "", ".."):
+        with pytest.raises(ValueError, match="file name without path separators"):
+            compiler.load((key, "/tmp/x"), gm, inputs, 0, RANGE)
+        with pytest.raises(ValueError, match="file name without path separators"):
+            compiler.compile(gm, inputs, {PASS_KEY: GraphFusionPassManager()}, RANGE, key)
+    with pytest.raises(RuntimeError, match="needs the fusion pass manager"):
+        AscendCompiler().load((KEY, str(tmp_path / KEY)), gm, inputs, 0, RANGE)
+
+
+def test_single_output_graphs_compile_and_load(tmp_path) -> None:
+    def single(x, residual, w, scale, offset, shared):
+        return A.add_rms_norm(x, residual, w, 1e-6)[1] * 2.5 + shared  # not a tuple
+
+    gm = torch.fx.symbolic_trace(single)
+    args = block_args(4)
+    compiler = AscendCompiler()
+    compiler.initialize_cache(str(tmp_path))
+    fn, handle = compiler.compile(gm, args, {PASS_KEY: GraphFusionPassManager()}, RANGE)
+    assert handle is not None and handle[0].startswith("ascend_fused_")
+    loaded, manager = fresh_load(tmp_path, (gm, args), handle)
+    ops, out = run_logged(loaded, args)
+    assert isinstance(out, torch.Tensor) and ops == ["ascend.add_rms_norm.default",
+                                                     "ascend.muls_add.default"]
+    assert torch.equal(out, fn(*args)) and sum(manager.counts.values()) == 0
+
+
+def test_vllm_compiler_manager_reuses_the_handle_on_a_warm_start(tmp_path, graph) -> None:
+    from vllm.compilation.backends import CompilerManager
+    from vllm.config import CompilationConfig
+
+    gm, inputs = graph
+
+    def manager_for(compiler: AscendCompiler) -> CompilerManager:
+        manager = CompilerManager(CompilationConfig(backend="eager"))
+        manager.compiler = compiler
+        manager.initialize_cache(str(tmp_path), disable_cache=False, prefix="backbone")
+        return manager
+
+    cold = manager_for(AscendCompiler())
+    with torch.no_grad():
+        compiled = cold.compile(gm, inputs, {PASS_KEY: GraphFusionPassManager()},
+                                cold.compilation_config, RANGE, graph_index=0, num_graphs=1)
+    cold.save_to_file()
+    assert "AscendCompiler" in (tmp_path / "vllm_compile_cache.py").read_text()
+    warm = manager_for(AscendCompiler(GraphFusionPassManager()))
+    with torch.no_grad():
+        # An empty compiler config: compiling would fail, so this result was loaded.
+        loaded = warm.compile(gm, inputs, {}, warm.compilation_config, RANGE,
+                              graph_index=0, num_graphs=1)
+    args = call_args(inputs, 11)
+    ops, out = run_logged(loaded, args)
+    assert ops[:2] == FUSED_OPS and same(out, run_logged(compiled, args)[1])
+
+
+def test_compute_hash_gives_load_the_manager_vllm_compiles_with(tmp_path, graph,
+                                                               make_vllm_config,
+                                                               compiler_log) -> None:
+    from vllm_ascend.pass_manager import AscendPassManager
+
+    config = make_vllm_config()
+    platform_manager = AscendPassManager()
+    platform_manager.configure(config)
+    gm, inputs = graph
+    cold = AscendCompiler()
+    cold.compute_hash(config)
+    cold.initialize_cache(str(tmp_path))
+    with torch.no_grad():
+        _, handle = cold.compile(gm, inputs, {PASS_KEY: platform_manager}, RANGE, KEY)
+    warm = AscendCompiler()
+    warm.compute_hash(config)  # what vLLM calls first on a warm start
+    warm.initialize_cache(str(tmp_path))
+    with torch.no_grad():
+        loaded = warm.load(handle, gm, inputs, 0, RANGE)
+    assert misses(compiler_log) == [] and sum(warm.fusion_manager.counts.values()) == 0
+    assert run_logged(loaded, call_args(inputs, 5))[0][:2] == FUSED_OPS
+
+
+def fake_npugraph_ex(triton: bool = False, failures: int = 0) -> types.ModuleType:
+    """A stand-in extension: records its graphs; 'generated code' is the graph's code (with a
+    Triton side-table call when `triton`); the first `failures` compiles raise."""
+    ext = types.ModuleType("npugraph_ex")
+    ext.graphs = []
+    ext.failures = failures
+
+    class CompilerConfig:
+        pass
+
+    class TritonCompiled:
+        def __init__(self, gm) -> None:
+            self.gm, self.code = gm, gm.code + "\n# triton_kernel_wrapper_functional(...)\n"
+
+        def __call__(self, *args):
+            return self.gm(*args)
+
+    class _NpuFxCompiler:
+        def _get_compiled_gm(self, gm):
+            ext.graphs.append(gm)
+            return TritonCompiled(gm) if triton else gm
+
+    def get_npu_backend(compiler_config):
+        def backend(gm, inputs):
+            if ext.failures:
+                ext.failures -= 1
+                raise RuntimeError("extension failed")
+            return _NpuFxCompiler()._get_compiled_gm(gm)
+
+        return backend
+
+    ext.CompilerConfig, ext._NpuFxCompiler, ext.get_npu_backend = (
+        CompilerConfig, _NpuFxCompiler, get_npu_backend,
+    )  # fmt: skip
+    return ext
+
+
+def test_npugraph_ex_saves_code_and_loads_the_fused_graph(tmp_path, graph, monkeypatch,
+                                                          compiler_log) -> None:
+    ext = fake_npugraph_ex()
+    monkeypatch.setitem(sys.modules, "npugraph_ex", ext)
+    compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY, KEY + NPU_CODE_SUFFIX]
+    assert "torch.ops.ascend.muls_add.default(" in (tmp_path / (KEY + NPU_CODE_SUFFIX)).read_text()
+    loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
+    assert sum(manager.counts.values()) == 0 and len(ext.graphs) == 2
+    given = [str(n.target) for n in ext.graphs[-1].graph.nodes if n.op == "call_function"]
+    assert [t for t in given if t.startswith("ascend.")] == FUSED_OPS
+    args = call_args(graph[1], 8)
+    assert same(run_logged(loaded, args)[1], run_logged(compiled, args)[1])
+    fresh_load(tmp_path, graph, handle, backend="eager")  # an artifact of another backend
+    assert "stale: made with backend='npugraph_ex'" in misses(compiler_log)[0]
+    assert not [r for r in compiler_log if "not saved" in r.getMessage()]
+
+
+def test_npugraph_ex_code_with_triton_kernels_is_not_saved(tmp_path, graph, monkeypatch,
+                                                           compiler_log) -> None:
+    monkeypatch.setitem(sys.modules, "npugraph_ex", fake_npugraph_ex(triton=True))
+    compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY]  # the fused graph only
+    notes = [r for r in compiler_log if "not saved" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO
+    assert "Triton" in notes[0].getMessage()
+    loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
+    assert sum(manager.counts.values()) == 0
+    args = call_args(graph[1], 3)
+    assert same(run_logged(loaded, args)[1], run_logged(compiled, args)[1])
+
+
+def test_a_saved_graph_the_backend_rejects_is_a_miss(tmp_path, graph, monkeypatch,
+                                                     compiler_log) -> None:
+    monkeypatch.setitem(sys.modules, "npugraph_ex", fake_npugraph_ex())
+    compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
+    monkeypatch.setitem(sys.modules, "npugraph_ex", fake_npugraph_ex(failures=1))
+    loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
+    [miss] = misses(compiler_log)
+    assert "the saved graph failed: RuntimeError('extension failed')" in miss
+    assert manager.counts["muls_add"] == 1  # compiled again, with the passes
+    args = call_args(graph[1], 5)
+    assert same(run_logged(loaded, args)[1], run_logged(compiled, args)[1])
+
+
+def test_a_fresh_process_loads_the_artifact(tmp_path, graph, py_runner, make_env) -> None:
+    compiled, handle = compiled_with_cache(tmp_path / "cache", graph)
+    with torch.no_grad():
+        torch.save(compiled(*call_args(graph[1], 6)), tmp_path / "want.pt")
+    result = py_runner(f"""
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import torch
+        from pathlib import Path
+        from test_compiler_cache import block, call_args, dynamo_graph, fresh_load, run_logged
+        graph = dynamo_graph(block)
+        loaded, manager = fresh_load(Path({str(tmp_path / "cache")!r}), graph, {handle!r})
+        ops, out = run_logged(loaded, call_args(graph[1], 6))
+        want = torch.load({str(tmp_path / "want.pt")!r})
+        print("RESULT " + json.dumps({{"passes": sum(manager.counts.values()), "ops": ops,
+            "equal": all(torch.equal(a, b) for a, b in zip(out, want, strict=True))}}))
+    """, make_env(tmp_path))
+    assert result == {"passes": 0, "ops": [*FUSED_OPS, "aten.view.default"], "equal": True}
