@@ -62,6 +62,12 @@ class _AscendW8A8Base(LinearMethodBase):
                 data=torch.empty(rows, 1, dtype=torch.float32), output_dim=0,
                 weight_loader=loader,
             ))  # fmt: skip
+        self.create_activation_params(layer, output_partition_sizes, loader)
+
+    def create_activation_params(
+        self, layer: torch.nn.Module, output_partition_sizes: list[int], loader: Any
+    ) -> None:
+        """Checkpoint parameters of the activation quantization (none when dynamic)."""
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         mod: Any = layer
@@ -78,25 +84,14 @@ class AscendW8A8LinearMethod(_AscendW8A8Base):
 
     scheme = "W8A8"
 
-    def create_weights(
-        self,
-        layer: torch.nn.Module,
-        input_size_per_partition: int,
-        output_partition_sizes: list[int],
-        input_size: int,
-        output_size: int,
-        params_dtype: torch.dtype,
-        **extra_weight_attrs: Any,
+    def create_activation_params(
+        self, layer: torch.nn.Module, output_partition_sizes: list[int], loader: Any
     ) -> None:
-        super().create_weights(
-            layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
-            params_dtype, **extra_weight_attrs,
-        )  # fmt: skip
         # One value per fused part (q/k/v, gate/up): they quantize the same input.
         for name in ("input_scale", "input_offset"):
             layer.register_parameter(name, PerTensorScaleParameter(
                 data=torch.empty(len(output_partition_sizes), dtype=torch.float32),
-                weight_loader=extra_weight_attrs["weight_loader"],
+                weight_loader=loader,
             ))  # fmt: skip
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
