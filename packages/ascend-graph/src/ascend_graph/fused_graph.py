@@ -29,7 +29,7 @@ from torch import fx
 
 from ascend_graph.manager import GraphFusionPassManager
 from ascend_graph.passes.base import CompileRange, range_bounds
-from ascend_graph.pipeline import _with_tuple_output, check_backend, run_manager_on
+from ascend_graph.pipeline import backend_callable, check_backend, run_manager_on
 
 FORMAT = 1
 MAGIC = b"ascend-graph fused graph\n"
@@ -79,22 +79,6 @@ def graph_digest(gm: fx.GraphModule) -> str:
     return digest.hexdigest()
 
 
-def _backend_fn(
-    graph: fx.GraphModule, inputs: Sequence[Any], backend: str, npu_options: Any
-) -> Callable[..., Any]:
-    if backend == "eager":
-        return cast(Callable[..., Any], graph.forward)
-    from ascend_graph.npu_graph_ex import NpuGraphOptions, npu_graph_compile
-
-    # The extension may rewrite what it is given; the fused graph must stay as saved.
-    work, wrapped = _with_tuple_output(copy.deepcopy(graph))
-    options = npu_options if npu_options is not None else NpuGraphOptions()
-    compiled = npu_graph_compile(work, inputs, options=options)
-    if not wrapped:
-        return compiled
-    return lambda *args: compiled(*args)[0]
-
-
 def compile_graph_fused(
     gm: fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -122,8 +106,10 @@ def compile_graph_fused(
         else:
             fused = FusedGraph(source, run_manager_on(fw, manager, compile_range))
         forwards.append(fused)
+        # The extension may rewrite what it is given; the fused graph must stay as saved.
+        target = fused.graph if backend == "eager" else copy.deepcopy(fused.graph)
         return cast(Callable[..., Any], make_boxed_func(
-            _backend_fn(fused.graph, inputs, backend, npu_options)))
+            backend_callable(target, inputs, backend, npu_options)))
 
     compiled = aot_autograd(fw_compiler=fw_compiler)(gm, list(example_inputs))
     return compiled, forwards[0]  # aot_autograd compiles the forward before returning

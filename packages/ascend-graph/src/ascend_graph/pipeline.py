@@ -119,32 +119,33 @@ def compile_graph(
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
+    def forward_compiler(fw: fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
+        fused = run_manager_on(fw, manager, compile_range, on_graph)
+        return cast(CompiledFn, make_boxed_func(backend_callable(fused, inputs, backend,
+                                                                  npu_options)))
+
+    return aot_autograd(fw_compiler=forward_compiler)(gm, list(example_inputs))
+
+
+def backend_callable(
+    graph: fx.GraphModule, inputs: Sequence[Any], backend: str, npu_options: Any = None
+) -> Callable[..., Any]:
+    """Run a fused ATen graph on `backend` (`eager` or `npugraph_ex`; the extension needs
+    tuple outputs, so a single output is wrapped for it and unwrapped again here)."""
     if backend == "eager":
-
-        def forward_compiler(fw: fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
-            return cast(
-                CompiledFn,
-                make_boxed_func(run_manager_on(fw, manager, compile_range, on_graph).forward),
-            )
-
-        return aot_autograd(fw_compiler=forward_compiler)(gm, list(example_inputs))
-
+        return cast(Callable[..., Any], graph.forward)
     from ascend_graph.npu_graph_ex import NpuGraphOptions, npu_graph_compile
 
+    graph, wrapped = _with_tuple_output(graph)
     options = npu_options if npu_options is not None else NpuGraphOptions()
+    compiled = npu_graph_compile(graph, inputs, options=options)
+    if not wrapped:
+        return compiled
 
-    def npu_compiler(fw: fx.GraphModule, inputs: Sequence[Any]) -> Callable[..., Any]:
-        fw, wrapped = _with_tuple_output(run_manager_on(fw, manager, compile_range, on_graph))
-        compiled = npu_graph_compile(fw, inputs, options=options)
-        if not wrapped:
-            return cast(CompiledFn, make_boxed_func(compiled))
+    def unwrap(*args: Any) -> Any:
+        return compiled(*args)[0]
 
-        def unwrap(*args: Any) -> Any:
-            return compiled(*args)[0]
-
-        return cast(CompiledFn, make_boxed_func(unwrap))
-
-    return aot_autograd(fw_compiler=npu_compiler)(gm, list(example_inputs))
+    return unwrap
 
 
 def inductor_pass(
