@@ -41,7 +41,7 @@ def test_demo_json_reports_fusion_binding_and_generation(
     result = json.loads(proc.stdout)
     assert result["model"] == "qwen3"
     assert result["num_layers"] == 2
-    assert result["platform"] == "vllm_ascend.platform_cpu.AscendCpuPlatform"
+    assert result["platform"] == "vllm_ascend.platform.cpu.AscendCpuPlatform"
     # A fresh compile cache: the passes ran, one QK-norm+RoPE fusion per attention layer.
     assert result["fusion"]["qknorm_rope"] == 2
     assert result["ascend_config"]["soc"] == "cpu"

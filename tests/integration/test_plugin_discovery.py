@@ -15,7 +15,7 @@ GENERAL_PLUGINS = {
     "ascend_service_profiling",
     "ascend_model",
 }
-ASCEND_CPU_PLATFORM = "vllm_ascend.platform_cpu.AscendCpuPlatform"
+ASCEND_CPU_PLATFORM = "vllm_ascend.platform.cpu.AscendCpuPlatform"
 STOCK_CPU_PLATFORM = "vllm.platforms.cpu.CpuPlatform"
 
 # What vLLM itself resolves in a fresh interpreter: the platform and the general plugins it

@@ -118,7 +118,7 @@ def tiny_qwen3_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ascend_cpu_platform():
     """vLLM's current platform, which must be the Ascend host-CPU platform in this session."""
     from vllm.platforms import current_platform
-    from vllm_ascend.platform_cpu import AscendCpuPlatform
+    from vllm_ascend.platform.cpu import AscendCpuPlatform
 
     assert isinstance(current_platform, AscendCpuPlatform), type(current_platform)
     return current_platform

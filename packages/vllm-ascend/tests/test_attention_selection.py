@@ -8,7 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
-from vllm_ascend import attention_selection as sel
+from vllm_ascend.platform import attention_selection as sel
 
 EXT_DIR = Path(__file__).resolve().parent / "ext_pkg"
 FLAG_ROWS = list(itertools.product((False, True), repeat=3))
@@ -124,8 +124,8 @@ def test_backend_paths_from_a_class_or_a_mapping() -> None:
 
 @pytest.fixture
 def npu_platform(monkeypatch):
-    from vllm_ascend.platform_npu import NPUPlatform
-    from vllm_ascend.process_setup import WORKER_INPUTS_ENV
+    from vllm_ascend.platform.npu import NPUPlatform
+    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV
 
     monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)
     monkeypatch.setattr(NPUPlatform, "soc", "A2")
@@ -159,7 +159,7 @@ def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform,
 
 def test_platform_fa3_path_follows_the_published_config(npu_platform, monkeypatch) -> None:
     import ascend_config
-    from vllm_ascend.process_setup import WORKER_INPUTS_ENV, publish_worker_inputs
+    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, publish_worker_inputs
 
     monkeypatch.syspath_prepend(str(EXT_DIR))
     published: dict[str, str] = {}

@@ -7,7 +7,7 @@ import types
 
 import pytest
 import torch
-from vllm_ascend import batch_invariance as bi
+from vllm_ascend.runtime import batch_invariance as bi
 
 Change = types.SimpleNamespace
 

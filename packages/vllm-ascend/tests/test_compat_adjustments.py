@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_ascend import compat_adjustments as ca
+from vllm_ascend.platform import compat_adjustments as ca
 
 
 def test_each_adjustment_has_a_reason() -> None:
@@ -21,7 +21,7 @@ def test_apply_is_idempotent_and_soc_aware(ascend_cpu_platform) -> None:
 
 def test_ir_provider_runs_ascend_kernels(ascend_cpu_platform) -> None:
     from vllm import ir
-    from vllm_ascend.ir_provider import register_ascend_ir_provider
+    from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
     ca.apply_compat_adjustments("cpu")
     assert register_ascend_ir_provider() is False  # already registered
@@ -39,7 +39,7 @@ def test_rotary_embedding_is_replaced(ascend_cpu_platform) -> None:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
-    from vllm_ascend.custom_ops import AscendRotaryEmbedding, register_ascend_custom_ops
+    from vllm_ascend.ops.custom_ops import AscendRotaryEmbedding, register_ascend_custom_ops
 
     ca.apply_compat_adjustments("cpu")
     assert op_registry_oot["RotaryEmbedding"] is AscendRotaryEmbedding
@@ -56,7 +56,7 @@ def test_rotary_embedding_is_replaced(ascend_cpu_platform) -> None:
 
 def test_reset_and_conflicts(ascend_cpu_platform) -> None:
     from vllm.model_executor.custom_op import op_registry_oot
-    from vllm_ascend.custom_ops import register_ascend_custom_ops
+    from vllm_ascend.ops.custom_ops import register_ascend_custom_ops
 
     ca.reset_compat_adjustments()
     assert "RotaryEmbedding" not in op_registry_oot

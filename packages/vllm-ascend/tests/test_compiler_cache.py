@@ -14,7 +14,7 @@ import torch
 from ascend_graph import GraphFusionPassManager, loads_fused_graph
 from torch.utils._python_dispatch import TorchDispatchMode
 from vllm.config.utils import Range
-from vllm_ascend.compiler import NPU_CODE_SUFFIX, PASS_KEY, AscendCompiler
+from vllm_ascend.compilation.compiler import NPU_CODE_SUFFIX, PASS_KEY, AscendCompiler
 
 A = torch.ops.ascend
 RANGE = Range(start=1, end=16)
@@ -95,7 +95,7 @@ def compiler_log():
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append  # type: ignore[method-assign]
-    logger = logging.getLogger("vllm_ascend.compiler")
+    logger = logging.getLogger("vllm_ascend.compilation.compiler")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
@@ -282,7 +282,7 @@ def test_vllm_compiler_manager_reuses_the_handle_on_a_warm_start(tmp_path, graph
 def test_compute_hash_gives_load_the_manager_vllm_compiles_with(tmp_path, graph,
                                                                make_vllm_config,
                                                                compiler_log) -> None:
-    from vllm_ascend.pass_manager import AscendPassManager
+    from vllm_ascend.compilation.pass_manager import AscendPassManager
 
     config = make_vllm_config()
     platform_manager = AscendPassManager()

@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-from vllm_ascend.compiler import PASS_KEY, AscendCompiler, graph_backend
+from vllm_ascend.compilation.compiler import PASS_KEY, AscendCompiler, graph_backend
 
 
 def test_backend_choice() -> None:
@@ -57,7 +57,7 @@ def test_graph_wrapper_captures_per_batch_descriptor(ascend_cpu_platform) -> Non
     from ascend_graph import RecordingRuntime
     from vllm.config import CUDAGraphMode
     from vllm.forward_context import BatchDescriptor
-    from vllm_ascend.graph_wrapper import AscendGraphWrapper, forward_context_key
+    from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper, forward_context_key
 
     calls = []
 
@@ -84,7 +84,7 @@ def test_graph_wrapper_captures_per_batch_descriptor(ascend_cpu_platform) -> Non
 
 
 def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:
-    from vllm_ascend.pass_manager import (
+    from vllm_ascend.compilation.pass_manager import (
         AscendPassManager,
         SafeFixFunctionalizationPass,
         fusion_report,
@@ -106,7 +106,7 @@ def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:
 
 def test_sequence_parallel_enables_the_allgather_cleanup_with_vllms_ops() -> None:
     import ascend_config
-    from vllm_ascend.pass_manager import build_fusion_manager, sequence_parallel_ops
+    from vllm_ascend.compilation.pass_manager import build_fusion_manager, sequence_parallel_ops
 
     handles = sequence_parallel_ops()
     assert handles == (torch.ops.vllm.all_gather.default,
@@ -123,7 +123,7 @@ def test_sequence_parallel_enables_the_allgather_cleanup_with_vllms_ops() -> Non
 def test_fusion_pass_hands_vllms_compile_range_to_the_manager(make_vllm_config) -> None:
     from vllm.compilation.passes.inductor_pass import pass_context
     from vllm.config.utils import Range
-    from vllm_ascend.pass_manager import AscendFusionPass
+    from vllm_ascend.compilation.pass_manager import AscendFusionPass
 
     class Recorder:
         def __init__(self) -> None:

@@ -33,7 +33,7 @@ FUSION_OFF = {"ascend_compilation_config": {
 def _compiled(model, tmp_path_factory, additional_config=None):
     import os
 
-    from vllm_ascend.pass_manager import fusion_report, reset_fusion_report
+    from vllm_ascend.compilation.pass_manager import fusion_report, reset_fusion_report
 
     reset_fusion_report()
     dump = tmp_path_factory.mktemp("dump")

@@ -35,8 +35,8 @@ def test_dense_facts(make_vllm_config) -> None:
 
 
 def test_moe_facts_and_forward_state(make_vllm_config, tiny_moe) -> None:
-    from vllm_ascend.forward_context import AscendForwardState
-    from vllm_ascend.moe_comm import MoECommType
+    from vllm_ascend.distributed.moe_comm import MoECommType
+    from vllm_ascend.runtime.forward_context import AscendForwardState
 
     cfg = make_vllm_config(model=str(tiny_moe), enforce_eager=True, skip_tokenizer_init=True)
     facts = extract_facts(cfg, "cpu")

@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from vllm_ascend import logging_setup as ls
+from vllm_ascend.observability import logging_setup as ls
 
 
 def _detach_all() -> None:
@@ -52,23 +52,23 @@ def _record(path: str, msg: str = "hello %s", args: tuple = ("world",)) -> loggi
 
 def test_prefix_root_nested_and_pass_through() -> None:
     fmt = ls.AscendFormatter()
-    root = fmt.format(_record("/s/vllm_ascend/platform_cpu.py"))
+    root = fmt.format(_record("/s/vllm_ascend/demo.py"))
     nested = fmt.format(_record("/s/vllm_ascend/config_pipeline/steps.py"))
     other = fmt.format(_record("/s/vllm/config/vllm.py"))
-    assert root.endswith("[platform_cpu.py:7] [vllm-ascend] - hello world")
+    assert root.endswith("[demo.py:7] [vllm-ascend] - hello world")
     assert nested.endswith("[steps.py:7] [vllm-ascend] [config_pipeline] - hello world")
     assert other.endswith("[vllm.py:7] hello world")
     assert re.match(r"INFO \d\d-\d\d \d\d:\d\d:\d\d ", root)
 
 
 def test_record_is_restored_for_other_handlers() -> None:
-    record = _record("/s/vllm_ascend/moe_comm.py")
+    record = _record("/s/vllm_ascend/plugin_hooks.py")
     ls.AscendFormatter().format(record)
     assert record.msg == "hello %s" and record.args == ("world",)
 
 
 def test_coloured_formatter_keeps_the_prefix() -> None:
-    text = ls.AscendFormatter(colour=True).format(_record("/s/vllm_ascend/moe_comm.py"))
+    text = ls.AscendFormatter(colour=True).format(_record("/s/vllm_ascend/plugin_hooks.py"))
     assert text.startswith("\033[32m") and text.endswith("\033[0m")
     assert "[vllm-ascend] - hello world" in text
 
@@ -155,7 +155,7 @@ def test_unwritable_dir_falls_back_to_stderr_with_one_warning(tmp_path, capsys) 
     assert ls.configure_file_logging(blocker / "logs", environ={}) is None
     err = capsys.readouterr().err
     assert err.count("cannot write log files") == 1
-    assert "[vllm-ascend] - cannot write log files" in err
+    assert "[vllm-ascend] [observability] - cannot write log files" in err
 
 
 def test_default_dir_is_under_home() -> None:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from vllm_ascend.moe_comm import (
+from vllm_ascend.distributed.moe_comm import (
     Mc2Budget,
     MoECommInputs,
     MoECommType,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from vllm_ascend import npu_device as nd
+from vllm_ascend.platform import npu_device as nd
 
 
 def test_streams_are_created_lazily_and_cached(fake_torch_npu) -> None:
@@ -27,7 +27,7 @@ def test_stream_switch(fake_torch_npu) -> None:
 
 
 def test_platform_device_calls_go_through_the_seam(fake_torch_npu) -> None:
-    from vllm_ascend.platform_npu import NPUPlatform
+    from vllm_ascend.platform.npu import NPUPlatform
 
     NPUPlatform.set_device(3)
     assert NPUPlatform.get_device_name(1) == "Ascend910B1"
@@ -38,7 +38,7 @@ def test_platform_device_calls_go_through_the_seam(fake_torch_npu) -> None:
 
 
 def test_missing_uuid_is_an_error(fake_torch_npu) -> None:
-    from vllm_ascend.platform_npu import NPUPlatform
+    from vllm_ascend.platform.npu import NPUPlatform
 
     fake_torch_npu.npu.get_device_properties = lambda i: object()
     with pytest.raises(RuntimeError, match="no uuid"):

@@ -397,7 +397,7 @@ def test_derived_edits_on_a_real_config(make_vllm_config) -> None:
 
 
 def test_npu_platform_attributes_and_capabilities() -> None:
-    from vllm_ascend.platform_npu import NPUPlatform
+    from vllm_ascend.platform.npu import NPUPlatform
 
     p = NPUPlatform()
     assert (p.device_name, p.device_type, p.dispatch_key) == ("npu", "npu", "PrivateUse1")
@@ -412,8 +412,9 @@ def test_npu_platform_attributes_and_capabilities() -> None:
                              p.support_hybrid_kv_cache, p.support_static_graph_mode,
                              p.use_custom_op_collectives))
     assert p.get_device_capability() is None
-    assert p.get_compile_backend() == "vllm_ascend.compiler.AscendCompiler"
-    assert p.get_static_graph_wrapper_cls() == "vllm_ascend.graph_wrapper.AscendGraphWrapper"
+    assert p.get_compile_backend() == "vllm_ascend.compilation.compiler.AscendCompiler"
+    assert p.get_static_graph_wrapper_cls() == (
+        "vllm_ascend.compilation.graph_wrapper.AscendGraphWrapper")
     with pytest.raises(NotImplementedError):
         p.get_device_total_memory()
     assert p.set_additional_forward_context(vllm_config=types.SimpleNamespace()) == {}
@@ -422,7 +423,7 @@ def test_npu_platform_attributes_and_capabilities() -> None:
 def test_runtime_pieces_come_from_entry_points(monkeypatch) -> None:
     from pathlib import Path
 
-    from vllm_ascend.platform_npu import NPUPlatform
+    from vllm_ascend.platform.npu import NPUPlatform
 
     with pytest.raises(RuntimeError, match=r"'vllm_ascend\.runtime' name 'punica'"):
         NPUPlatform.get_punica_wrapper()
@@ -437,7 +438,7 @@ def test_runtime_pieces_come_from_entry_points(monkeypatch) -> None:
 
 
 def test_pre_register_adds_ascend_quantization_once(fake_torch_npu) -> None:
-    from vllm_ascend.platform_npu import NPUPlatform
+    from vllm_ascend.platform.npu import NPUPlatform
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quantization", choices=["fp8", "awq"])
@@ -495,7 +496,7 @@ def test_whole_npu_pipeline_on_a_real_config(make_vllm_config, fake_torch_npu,
 
     assert os.environ["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
     assert os.environ["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
-    from vllm_ascend.process_setup import current_process_setup
+    from vllm_ascend.runtime.process_setup import current_process_setup
 
     # no npu-smi on this host: CPU binding becomes one warning, never an error
     assert current_process_setup().cpu_binding[0].startswith("CPU binding skipped")
@@ -531,7 +532,7 @@ def test_pipeline_skips_other_devices_and_missing_model_config(make_vllm_config,
     import logging
 
     from vllm_ascend.config_pipeline.steps import run_cpu_pipeline, run_npu_pipeline
-    from vllm_ascend.platform_npu import NPUPlatform
+    from vllm_ascend.platform.npu import NPUPlatform
 
     cfg = make_vllm_config(enforce_eager=True)
     assert cfg.device_config.device_type == "cpu"
@@ -548,7 +549,7 @@ def test_pipeline_skips_other_devices_and_missing_model_config(make_vllm_config,
 
 
 def test_platform_defaults_and_block_size_hooks_on_real_configs(make_vllm_config) -> None:
-    from vllm_ascend.platform_npu import NPUPlatform
+    from vllm_ascend.platform.npu import NPUPlatform
 
     cfg = make_vllm_config(enforce_eager=True, max_num_seqs=40)
     cc = cfg.compilation_config

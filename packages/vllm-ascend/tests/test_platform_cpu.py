@@ -12,7 +12,7 @@ import pytest
 def test_current_platform_is_the_ascend_host_cpu_platform(ascend_cpu_platform) -> None:
     assert ascend_cpu_platform.soc == "cpu" and ascend_cpu_platform.is_cpu()
     assert ascend_cpu_platform.get_pass_manager_cls() == (
-        "vllm_ascend.pass_manager.AscendPassManager")
+        "vllm_ascend.compilation.pass_manager.AscendPassManager")
 
 
 def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
@@ -36,7 +36,7 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
 
 def test_engine_side_and_worker_side_configs_are_equal(make_vllm_config) -> None:
     from vllm_ascend.config_pipeline.resolve_step import resolve_for
-    from vllm_ascend.process_setup import resolve_published
+    from vllm_ascend.runtime.process_setup import resolve_published
 
     extra = {"ascend_compilation_config": {"fuse_qknorm_rope": False}, "weight_nz_mode": 0}
     cfg = make_vllm_config(additional_config=extra)
@@ -115,9 +115,9 @@ def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, capl
 
 def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> None:
     import ascend_config
-    from vllm_ascend.batch_invariance import apply_env_changes
     from vllm_ascend.config_pipeline.facts import extract_facts
-    from vllm_ascend.process_setup import publish_worker_inputs, resolve_published
+    from vllm_ascend.runtime.batch_invariance import apply_env_changes
+    from vllm_ascend.runtime.process_setup import publish_worker_inputs, resolve_published
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = extract_facts(make_vllm_config(enforce_eager=True), "cpu")
@@ -135,7 +135,7 @@ def test_published_inputs_never_embed_the_previous_publication() -> None:
     each publication would nest the previous one, JSON-escaped (exponential growth)."""
     import types
 
-    from vllm_ascend.process_setup import (
+    from vllm_ascend.runtime.process_setup import (
         WORKER_INPUTS_ENV,
         ascend_environ,
         publish_worker_inputs,
@@ -153,7 +153,7 @@ def test_published_inputs_never_embed_the_previous_publication() -> None:
 
 
 def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm_config) -> None:
-    from vllm_ascend.process_setup import WORKER_INPUTS_ENV
+    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV
 
     sizes = []
     for _ in range(3):

@@ -27,7 +27,7 @@ def test_a_failing_hook_only_warns_and_runs_once(caplog) -> None:
 def test_hooks_register_extensions_and_profiling(ascend_cpu_platform, monkeypatch,
                                                   tmp_path) -> None:
     from vllm import ModelRegistry
-    from vllm_ascend import service_profiling
+    from vllm_ascend.observability import service_profiling
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))

@@ -73,7 +73,7 @@ def test_fused_layer_takes_its_parts_scheme_and_rejects_a_mix() -> None:
 def test_registration_is_idempotent_resettable_and_guarded(ascend_cpu_platform) -> None:
     from vllm.model_executor.layers import quantization
     from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED
-    from vllm_ascend.compat_adjustments import apply_compat_adjustments
+    from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
     from vllm_ascend.quantization.config import AscendQuantConfig
 
     apply_compat_adjustments("cpu")  # the plugin's path registers the method

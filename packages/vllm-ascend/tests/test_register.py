@@ -9,8 +9,8 @@ import sys
 
 import pytest
 import vllm_ascend
-from vllm_ascend import device_probe, version
-from vllm_ascend.device_probe import CPU_PLATFORM, NPU_PLATFORM, NpuProbe, choose_platform
+from vllm_ascend.platform import device_probe, version
+from vllm_ascend.platform.device_probe import CPU_PLATFORM, NPU_PLATFORM, NpuProbe, choose_platform
 
 FULL = NpuProbe(("/dev/davinci0",), "/usr/local/Ascend/driver", True)
 
@@ -96,7 +96,7 @@ def test_version_problem(found, problem) -> None:
 
 def test_version_check_logs_one_error_per_problem(caplog) -> None:
     version.reset_reported()
-    with caplog.at_level(logging.ERROR, logger="vllm_ascend.version"):
+    with caplog.at_level(logging.ERROR, logger="vllm_ascend.platform.version"):
         assert not version.check_vllm_version(("vllm", "0.40.0"))
         assert not version.check_vllm_version(("vllm", "0.40.0"))
     assert len([r for r in caplog.records if "0.40.0" in r.getMessage()]) == 1

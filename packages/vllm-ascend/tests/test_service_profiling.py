@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vllm_ascend import service_profiling as sp
-from vllm_ascend.service_profiling_symbols import REQUIRED_GROUPS
+from vllm_ascend.observability import service_profiling as sp
+from vllm_ascend.observability.service_profiling_symbols import REQUIRED_GROUPS
 
 
 def _resolve(symbol: str) -> object:
@@ -39,8 +39,8 @@ def test_generated_file_lists_only_resolvable_symbols(tmp_path) -> None:
     entries = yaml.safe_load(path.read_text())
     symbols = [e["symbol"] for e in entries]
     assert "vllm.v1.core.sched.scheduler:Scheduler.schedule" in symbols
-    assert "vllm_ascend.moe_comm:select_moe_comm_method" in symbols
-    assert "vllm_ascend.pass_manager:AscendFusionPass.__call__" in symbols
+    assert "vllm_ascend.distributed.moe_comm:select_moe_comm_method" in symbols
+    assert "vllm_ascend.compilation.pass_manager:AscendFusionPass.__call__" in symbols
     # Candidates absent from this vLLM are left out: an alias, not a class, since 0.12 ...
     assert not any("AsyncLLMEngine" in s for s in symbols)
     # ... and a method EagleProposer inherits (its base class's entry is written instead).
@@ -90,7 +90,7 @@ def test_wildcard_symbol_expands_to_the_models_that_define_it() -> None:
 def test_symbol_check_imports_nothing(py_runner, make_env, tmp_path) -> None:
     out = py_runner("""
         import json, sys
-        from vllm_ascend import service_profiling as sp
+        from vllm_ascend.observability import service_profiling as sp
         n = len(sp.existing_symbols(sp.VLLM_SYMBOLS, "0.32.0"))
         print("RESULT " + json.dumps({"n": n, "imported": sorted(
             m for m in ("torch", "vllm") if m in sys.modules)}))
@@ -133,7 +133,7 @@ def test_attributes_and_handlers_are_written(tmp_path) -> None:
 
 
 def test_runtime_extension_symbols_are_listed(tmp_path, monkeypatch) -> None:
-    from vllm_ascend import extension_points
+    from vllm_ascend.platform import extension_points
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
     entries = _written(tmp_path, "9.9.9", runtime_classes=extension_points.runtime_class_paths(),
@@ -147,7 +147,8 @@ def test_runtime_extension_symbols_are_listed(tmp_path, monkeypatch) -> None:
         "num_scheduled_tokens", "total_num_scheduled_tokens"]
     # A runtime class without execute_model is filtered out like any other symbol.
     other = _written(tmp_path / "other", "9.9.9",
-                     runtime_classes={"worker": "vllm_ascend.pass_manager.AscendPassManager"})
+                     runtime_classes={
+                         "worker": "vllm_ascend.compilation.pass_manager.AscendPassManager"})
     assert not any("AscendPassManager.execute_model" in e["symbol"] for e in other)
     assert sp.runtime_symbols({"worker": "pkg.mod.Worker"})[0].symbol == (
         "pkg.mod:Worker.execute_model")
@@ -165,7 +166,7 @@ def test_existing_file_is_never_overwritten(tmp_path) -> None:
 def test_unwritable_dir_returns_none_with_one_warning(tmp_path, caplog) -> None:
     blocker = tmp_path / "blocker"
     blocker.write_text("")
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.service_profiling"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.observability.service_profiling"):
         assert sp.generate_service_profiling_config(
             "0.32.0", environ={"XDG_CONFIG_HOME": str(blocker)}) is None
     assert len(caplog.records) == 1 and "cannot write" in caplog.records[0].getMessage()

@@ -22,7 +22,7 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     neither torch, torch_npu nor vLLM. When activating, checks the installed vLLM version
     and logs one clear error if it is missing or outside the tested range.
     """
-    from vllm_ascend import device_probe
+    from vllm_ascend.platform import device_probe
 
     try:
         mode = device_probe.read_device_mode(environ)
@@ -33,7 +33,7 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     probe = device_probe.probe_npu() if mode == "auto" else device_probe.NpuProbe()
     platform = device_probe.choose_platform(mode, probe)
     if platform is not None:
-        from vllm_ascend.version import check_vllm_version
+        from vllm_ascend.platform.version import check_vllm_version
 
         check_vllm_version()
     return platform

@@ -97,8 +97,8 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm import LLM
     from vllm.platforms import current_platform
 
+    from vllm_ascend.compilation.pass_manager import fusion_report
     from vllm_ascend.config_pipeline.resolve_step import resolve_for
-    from vllm_ascend.pass_manager import fusion_report
 
     # The plugin's log files go to the temporary directory: the demo leaves nothing behind.
     llm = LLM(**llm_kwargs(str(model_dir), fusion=options.fusion, log_dir=str(workdir / "logs")))

@@ -47,8 +47,8 @@ def active_ascend_soc() -> str | None:
 
 
 def _setup_this_process(soc: str) -> None:
-    from vllm_ascend.compat_adjustments import apply_compat_adjustments
-    from vllm_ascend.process_setup import current_process_setup, resolve_published
+    from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
+    from vllm_ascend.runtime.process_setup import current_process_setup, resolve_published
 
     apply_compat_adjustments(soc)
     published = resolve_published()
@@ -62,7 +62,7 @@ def register_connector() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.extension_points import register_connectors
+    from vllm_ascend.platform.extension_points import register_connectors
 
     _setup_this_process(soc)
     register_connectors()
@@ -74,7 +74,7 @@ def register_model_loader() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.extension_points import register_model_loaders
+    from vllm_ascend.platform.extension_points import register_model_loaders
 
     _setup_this_process(soc)
 
@@ -87,9 +87,9 @@ def register_service_profiling() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.extension_points import runtime_class_paths, scheduler_class_paths
-    from vllm_ascend.service_profiling import generate_service_profiling_config
-    from vllm_ascend.version import installed_vllm_version
+    from vllm_ascend.observability.service_profiling import generate_service_profiling_config
+    from vllm_ascend.platform.extension_points import runtime_class_paths, scheduler_class_paths
+    from vllm_ascend.platform.version import installed_vllm_version
 
     _setup_this_process(soc)
     found = installed_vllm_version()
@@ -106,7 +106,7 @@ def register_model() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.extension_points import register_models
+    from vllm_ascend.platform.extension_points import register_models
 
     _setup_this_process(soc)
     register_models()

@@ -11,7 +11,7 @@ logger = logging.getLogger("vllm_ascend.config_pipeline.npu_compilation")
 
 MAX_DEFAULT_CAPTURE_SIZE = 512
 A5_MAX_CAPTURE_SIZES = 4
-COMPILER_PATH = "vllm_ascend.compiler.AscendCompiler"
+COMPILER_PATH = "vllm_ascend.compilation.compiler.AscendCompiler"
 NPU_SPLITTING_OPS = ("vllm::mla_forward", "vllm::dsa_forward")
 
 

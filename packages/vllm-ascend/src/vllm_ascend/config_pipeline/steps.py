@@ -17,7 +17,7 @@ def _resolve(vllm_config: Any, soc: str) -> tuple[Any, Any, dict[str, str]]:
     """(facts, resolved config, the Ascend env variables it was resolved with)."""
     import ascend_config
 
-    from vllm_ascend.process_setup import ascend_environ
+    from vllm_ascend.runtime.process_setup import ascend_environ
 
     facts = extract_facts(vllm_config, soc)
     environ = ascend_environ()
@@ -34,8 +34,8 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
 
     Returns the resolved AscendConfig (None without a model config).
     """
-    from vllm_ascend import logging_setup
-    from vllm_ascend.process_setup import current_process_setup, publish_worker_inputs
+    from vllm_ascend.observability import logging_setup
+    from vllm_ascend.runtime.process_setup import current_process_setup, publish_worker_inputs
 
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
@@ -57,7 +57,6 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
     """NPU platform: the reference order of 4.3, each step one call. Returns the config."""
     import os
 
-    from vllm_ascend import extension_points, logging_setup, npu_device
     from vllm_ascend.config_pipeline import (
         allocator_env,
         derived_edits,
@@ -66,7 +65,9 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
         parallel_rules,
     )
     from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
-    from vllm_ascend.process_setup import current_process_setup, publish_worker_inputs
+    from vllm_ascend.observability import logging_setup
+    from vllm_ascend.platform import extension_points, npu_device
+    from vllm_ascend.runtime.process_setup import current_process_setup, publish_worker_inputs
 
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:

@@ -56,7 +56,7 @@ class EngineHost:
 
     def op_fusion_report(self) -> dict[str, Any]:
         """Sites rewritten per Ascend pass by the pass managers of this process's engines."""
-        from vllm_ascend.pass_manager import fusion_report
+        from vllm_ascend.compilation.pass_manager import fusion_report
 
         return {"report": fusion_report()}
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.process_setup")
+logger = logging.getLogger("vllm_ascend.runtime.process_setup")
 
 WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
 
@@ -84,8 +84,9 @@ class ProcessSetup:
 
     def setup(self, ascend_config: Any, soc: str, rank: int = 0) -> ProcessSetup:
         """Idempotent per resolved config: adjustments, file logging, batch invariance, binding."""
-        from vllm_ascend import batch_invariance, cpu_binding, logging_setup
-        from vllm_ascend.compat_adjustments import apply_compat_adjustments
+        from vllm_ascend.observability import logging_setup
+        from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
+        from vllm_ascend.runtime import batch_invariance, cpu_binding
 
         key = f"{soc}:{rank}:{ascend_config.to_json()}"
         if self.done_for == key:

@@ -281,9 +281,10 @@ VLLM_SYMBOLS: tuple[ProfilingSymbol, ...] = (
 
 OWN_SYMBOLS: tuple[ProfilingSymbol, ...] = _g(
     "ascend",
-    _S("vllm_ascend.forward_context:set_ascend_forward_context", "ModelForward",
+    _S("vllm_ascend.runtime.forward_context:set_ascend_forward_context", "ModelForward",
       "AscendForwardContext"),
-    _S("vllm_ascend.moe_comm:select_moe_comm_method", "ModelForward", "MoECommSelect"),
-    _S("vllm_ascend.pass_manager:AscendFusionPass.__call__", "Execute", "AscendFusionPasses"),
-    _S("vllm_ascend.compiler:AscendCompiler.compile", "Execute", "AscendCompile"),
+    _S("vllm_ascend.distributed.moe_comm:select_moe_comm_method", "ModelForward", "MoECommSelect"),
+    _S("vllm_ascend.compilation.pass_manager:AscendFusionPass.__call__", "Execute",
+       "AscendFusionPasses"),
+    _S("vllm_ascend.compilation.compiler:AscendCompiler.compile", "Execute", "AscendCompile"),
 )

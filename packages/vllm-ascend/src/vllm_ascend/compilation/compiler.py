@@ -24,7 +24,7 @@ from typing import Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
 
-from vllm_ascend.compile_cache import (
+from vllm_ascend.compilation.compile_cache import (
     artifact_path,
     check_key,
     parse_handle,
@@ -32,7 +32,7 @@ from vllm_ascend.compile_cache import (
     write_atomic,
 )
 
-logger = logging.getLogger("vllm_ascend.compiler")
+logger = logging.getLogger("vllm_ascend.compilation.compiler")
 
 PASS_KEY = "graph_fusion_manager"
 NPU_CODE_SUFFIX = ".npugraph_ex.py"
@@ -87,9 +87,9 @@ class AscendCompiler(CompilerInterface):
         from ascend_graph import compute_hash
         from vllm.platforms import current_platform
 
+        from vllm_ascend.compilation.pass_manager import build_fusion_manager
         from vllm_ascend.config_pipeline.facts import extract_facts
         from vllm_ascend.config_pipeline.resolve_step import additional_config_of
-        from vllm_ascend.pass_manager import build_fusion_manager
 
         soc = str(getattr(current_platform, "soc", "A2"))
         facts = extract_facts(vllm_config, soc)

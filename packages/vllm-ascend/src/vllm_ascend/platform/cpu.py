@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.platforms.cpu import CpuPlatform
 
-from vllm_ascend.platform_shared import AscendPlatformMixin
+from vllm_ascend.platform.shared import AscendPlatformMixin
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.platform_cpu")
+logger = logging.getLogger("vllm_ascend.platform.cpu")
 
 SOC = "cpu"
 
@@ -30,7 +30,7 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
 
     @classmethod
     def get_pass_manager_cls(cls) -> str:
-        return "vllm_ascend.pass_manager.AscendPassManager"
+        return "vllm_ascend.compilation.pass_manager.AscendPassManager"
 
     @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:

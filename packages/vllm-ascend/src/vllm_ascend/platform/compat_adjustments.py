@@ -23,19 +23,19 @@ class Adjustment:
 
 
 def _apply_ir(soc: str) -> object:
-    from vllm_ascend.ir_provider import register_ascend_ir_provider
+    from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
     return register_ascend_ir_provider(soc)
 
 
 def _undo_ir() -> None:
-    from vllm_ascend.ir_provider import reset_ascend_ir_provider
+    from vllm_ascend.ops.ir_provider import reset_ascend_ir_provider
 
     reset_ascend_ir_provider()
 
 
 def _apply_custom_ops(soc: str) -> object:
-    from vllm_ascend.custom_ops import register_ascend_custom_ops
+    from vllm_ascend.ops.custom_ops import register_ascend_custom_ops
     from vllm_ascend.quantization import register_ascend_quantization
 
     # The "ascend" quantization method must exist before vLLM builds its ModelConfig.
@@ -44,31 +44,31 @@ def _apply_custom_ops(soc: str) -> object:
 
 
 def _undo_custom_ops() -> None:
-    from vllm_ascend.custom_ops import reset_ascend_custom_ops
+    from vllm_ascend.ops.custom_ops import reset_ascend_custom_ops
 
     reset_ascend_custom_ops()
 
 
 def _apply_linear_route(soc: str) -> object:
-    from vllm_ascend.batch_invariance import install_cpu_linear_route
+    from vllm_ascend.runtime.batch_invariance import install_cpu_linear_route
 
     return install_cpu_linear_route()
 
 
 def _undo_linear_route() -> None:
-    from vllm_ascend.batch_invariance import remove_cpu_linear_route
+    from vllm_ascend.runtime.batch_invariance import remove_cpu_linear_route
 
     remove_cpu_linear_route()
 
 
 def _apply_handover(soc: str) -> object:
-    from vllm_ascend.batch_invariance import install_vllm_init_handover
+    from vllm_ascend.runtime.batch_invariance import install_vllm_init_handover
 
     return install_vllm_init_handover()
 
 
 def _undo_handover() -> None:
-    from vllm_ascend.batch_invariance import remove_vllm_init_handover
+    from vllm_ascend.runtime.batch_invariance import remove_vllm_init_handover
 
     remove_vllm_init_handover()
 

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.platforms.interface import Platform, PlatformEnum
 
-from vllm_ascend.platform_shared import AscendPlatformMixin
+from vllm_ascend.platform.shared import AscendPlatformMixin
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.platform_npu")
+logger = logging.getLogger("vllm_ascend.platform.npu")
 
 PASS_KEY = "graph_fusion_manager"
 
 
 def _runtime_class(key: str) -> str:
-    from vllm_ascend.extension_points import runtime_class_paths
+    from vllm_ascend.platform.extension_points import runtime_class_paths
 
     path = runtime_class_paths().get(key)
     if path is None:
@@ -91,13 +91,13 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
-        from vllm_ascend.npu_device import torch_npu
+        from vllm_ascend.platform.npu_device import torch_npu
 
         return str(torch_npu().npu.get_device_name(device_id))
 
     @classmethod
     def get_device_uuid(cls, device_id: int = 0) -> str:
-        from vllm_ascend.npu_device import torch_npu
+        from vllm_ascend.platform.npu_device import torch_npu
 
         uuid = getattr(torch_npu().npu.get_device_properties(device_id), "uuid", None)
         if uuid is None:
@@ -117,13 +117,13 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def set_device(cls, device: Any) -> None:
-        from vllm_ascend.npu_device import torch_npu
+        from vllm_ascend.platform.npu_device import torch_npu
 
         torch_npu().npu.set_device(device)
 
     @classmethod
     def get_current_memory_usage(cls, device: Any = None) -> float:
-        from vllm_ascend.npu_device import torch_npu
+        from vllm_ascend.platform.npu_device import torch_npu
 
         npu = torch_npu().npu
         npu.reset_peak_memory_stats(device)
@@ -131,7 +131,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def num_compute_units(cls, device_id: int = 0) -> int:
-        from vllm_ascend.npu_device import torch_npu
+        from vllm_ascend.platform.npu_device import torch_npu
 
         props = torch_npu().npu.get_device_properties(device_id)
         return int(getattr(props, "cube_core_num", 0) or getattr(props, "vector_core_num", 0)
@@ -139,15 +139,15 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def get_pass_manager_cls(cls) -> str:
-        return "vllm_ascend.pass_manager.AscendPassManager"
+        return "vllm_ascend.compilation.pass_manager.AscendPassManager"
 
     @classmethod
     def get_compile_backend(cls) -> str:
-        return "vllm_ascend.compiler.AscendCompiler"
+        return "vllm_ascend.compilation.compiler.AscendCompiler"
 
     @classmethod
     def get_static_graph_wrapper_cls(cls) -> str:
-        return "vllm_ascend.graph_wrapper.AscendGraphWrapper"
+        return "vllm_ascend.compilation.graph_wrapper.AscendGraphWrapper"
 
     @classmethod
     def get_punica_wrapper(cls) -> str:
@@ -162,9 +162,9 @@ class NPUPlatform(AscendPlatformMixin, Platform):
                              num_heads: int | None = None) -> str:
         """The runtime package's backend for the variant ``attention_selection`` picks from the
         selector flags, the SoC and the resolved config's FA3 request."""
-        from vllm_ascend import attention_selection as selection
-        from vllm_ascend.extension_points import runtime_attention_backends
-        from vllm_ascend.process_setup import resolve_published
+        from vllm_ascend.platform import attention_selection as selection
+        from vllm_ascend.platform.extension_points import runtime_attention_backends
+        from vllm_ascend.runtime.process_setup import resolve_published
 
         use_mla, use_sparse, use_compress = selection.selector_flags(attn_selector_config)
         published = resolve_published()
@@ -183,7 +183,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     def register_custom_kv_cache_specs(cls, vllm_config: VllmConfig) -> None:
         from vllm.utils.import_utils import resolve_obj_by_qualname
 
-        from vllm_ascend.extension_points import runtime_class_paths
+        from vllm_ascend.platform.extension_points import runtime_class_paths
 
         path = runtime_class_paths().get("kv_cache_specs")
         if path is not None:
@@ -191,7 +191,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def import_kernels(cls) -> None:
-        from vllm_ascend.npu_device import bootstrap_custom_op_env
+        from vllm_ascend.platform.npu_device import bootstrap_custom_op_env
 
         bootstrap_custom_op_env()  # the compiled extension itself is loaded lazily
 
@@ -199,7 +199,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     def pre_register_and_update(cls, parser: Any = None) -> None:
         """Report a missing NPU runtime before any config is built; offer ``--quantization
         ascend``."""
-        from vllm_ascend.npu_device import require_npu_runtime
+        from vllm_ascend.platform.npu_device import require_npu_runtime
 
         require_npu_runtime()
         if parser is None:
@@ -251,6 +251,6 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
-        from vllm_ascend.forward_context import mrv2_additional_context
+        from vllm_ascend.runtime.forward_context import mrv2_additional_context
 
         return mrv2_additional_context(cls.soc, **kwargs)

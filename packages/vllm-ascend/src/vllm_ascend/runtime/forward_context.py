@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.moe_comm import (
+from vllm_ascend.distributed.moe_comm import (
     Mc2Budget,
     MoECommInputs,
     mc2_tokens_capacity,

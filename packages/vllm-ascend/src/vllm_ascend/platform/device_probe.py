@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-NPU_PLATFORM = "vllm_ascend.platform_npu.NPUPlatform"
-CPU_PLATFORM = "vllm_ascend.platform_cpu.AscendCpuPlatform"
+NPU_PLATFORM = "vllm_ascend.platform.npu.NPUPlatform"
+CPU_PLATFORM = "vllm_ascend.platform.cpu.AscendCpuPlatform"
 DEVICE_MODES = ("auto", "npu", "cpu")
 DEFAULT_DRIVER_DIRS = ("/usr/local/Ascend/driver",)
 

@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.platform_shared")
+logger = logging.getLogger("vllm_ascend.platform.shared")
 
 
 class AscendPlatformMixin:
@@ -16,7 +16,7 @@ class AscendPlatformMixin:
 
     @classmethod
     def get_default_ir_op_priority(cls, vllm_config: Any) -> Any:
-        from vllm_ascend.ir_provider import ascend_ir_priority
+        from vllm_ascend.ops.ir_provider import ascend_ir_priority
 
         return ascend_ir_priority(vllm_config)
 
@@ -24,7 +24,7 @@ class AscendPlatformMixin:
     def import_ir_kernels(cls) -> None:
         import vllm.kernels  # noqa: F401 - vLLM's own providers (native, ...)
 
-        from vllm_ascend.ir_provider import register_ascend_ir_provider
+        from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
         register_ascend_ir_provider(cls.soc)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.cpu_binding")
+logger = logging.getLogger("vllm_ascend.runtime.cpu_binding")
 
 
 def bind_worker_cpus(ascend_config: Any, soc: str, rank: int) -> list[str]:

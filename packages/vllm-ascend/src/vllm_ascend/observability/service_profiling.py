@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from vllm_ascend.service_profiling_symbols import (
+from vllm_ascend.observability.service_profiling_symbols import (
     GROUPS,
     OWN_SYMBOLS,
     SCHEDULE_ATTRIBUTES,
@@ -34,7 +34,7 @@ __all__ = [
     "render", "runtime_symbols", "symbol_exists",
 ]
 
-logger = logging.getLogger("vllm_ascend.service_profiling")
+logger = logging.getLogger("vllm_ascend.observability.service_profiling")
 
 _GLOB_CHARS = frozenset("*?[")
 

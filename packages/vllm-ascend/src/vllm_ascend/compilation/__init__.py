@@ -1,0 +1,1 @@
+"""vLLM compilation adapters: the Ascend pass manager, compiler, compile cache and graph wrapper."""

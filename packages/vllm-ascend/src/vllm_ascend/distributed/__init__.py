@@ -1,0 +1,1 @@
+"""Many ranks: MoE communication choice and execution, parallel layout helpers."""

@@ -1,0 +1,1 @@
+"""Logging and the service-profiling symbol file."""

@@ -1,0 +1,1 @@
+"""How ``torch.ops.ascend.*`` enters vLLM's models: the IR provider and the CustomOps."""

@@ -1,0 +1,1 @@
+"""The Ascend platforms (NPU, host CPU), device probing, version checks, extension points."""
