@@ -158,6 +158,21 @@ class AllToAllDispatch:
         return out.to(x.dtype)
 
 
+def replicated_share(
+    x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: MoECommMethod,
+    experts: ExpertWeights, placement: ExpertPlacement, group: dist.ProcessGroup,
+) -> torch.Tensor:
+    """This rank's additive share of the MoE output of tokens that every rank of ``group``
+    holds (vLLM hands each EP rank the same tokens): the complete output of the rows it owns
+    (:func:`own_rows`), run through ``method``, and zeros elsewhere. Summing the shares over the
+    group (vLLM's final all-reduce) gives every rank the full output."""
+    start, end = own_rows(x.shape[0], dist.get_world_size(group), dist.get_rank(group))
+    share = torch.zeros_like(x)
+    share[start:end] = method(x[start:end], topk_weights[start:end], topk_ids[start:end],
+                              experts, placement, group)
+    return share
+
+
 def host_cpu_comm_methods() -> dict[MoECommType, MoECommMethod]:
     """The methods the host-CPU platform can execute (MC2 variants need NPU hardware)."""
     return {MoECommType.ALLGATHER: AllGatherDispatch(), MoECommType.ALLTOALL: AllToAllDispatch()}

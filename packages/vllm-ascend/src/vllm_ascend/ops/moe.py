@@ -12,10 +12,10 @@ exchanged sizes depend on the routing). At run time the op executes the method t
 - without expert parallelism every expert is local: no communication (vLLM's runner then
   all-reduces the TP-partial results, as for its own kernels);
 - with it, the runner hands every rank of the EP group the same tokens; each rank takes its
-  contiguous share of them (:func:`~vllm_ascend.distributed.moe_dispatch.own_rows`), runs the
-  ALLGATHER or ALLTOALL dispatch/combine, and returns its rows' complete outputs with zeros
-  elsewhere: the runner's final all-reduce (which also sums TP-sharded shared experts) then
-  assembles the full result.
+  contiguous rows of them, runs the ALLGATHER or ALLTOALL dispatch/combine, and returns its
+  rows' complete outputs with zeros elsewhere
+  (:func:`~vllm_ascend.distributed.moe_dispatch.replicated_share`): the runner's final
+  all-reduce (which also sums TP-sharded shared experts) then assembles the full result.
 
 Each layer counts the forwards it ran per (method, tokens); :func:`moe_comm_counts` reads them
 in a worker (``LLM.collective_rpc(moe_comm_counts)``), across process boundaries.
@@ -34,7 +34,7 @@ from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
 )
 
 from vllm_ascend.distributed.moe_comm import MoECommType
-from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, own_rows
+from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, replicated_share
 from vllm_ascend.distributed.moe_experts import (
     ACTIVATIONS,
     ExpertPlacement,
@@ -199,12 +199,8 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
             )
         from vllm.distributed import get_ep_group
 
-        group = get_ep_group()
-        start, end = own_rows(tokens, group.world_size, group.rank_in_group)
-        mine = method(x[start:end], topk_weights[start:end], topk_ids[start:end], experts,
-                      self._placement, group.cpu_group)
-        share = torch.zeros_like(x)
-        share[start:end] = mine
+        share = replicated_share(x, topk_weights, topk_ids, method, experts, self._placement,
+                                 get_ep_group().cpu_group)
         self._record(comm_type, tokens)
         return share
 
