@@ -10,6 +10,7 @@ one (prefill) ALLTOALL; without EP every forward is ALLGATHER (no communication 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,8 @@ llm = LLM(**kwargs)
 llm.collective_rpc(reset_moe_comm_counts)  # start-up and warm-up forwards are not counted
 runs = [generate(llm, prompts, max_tokens={max_tokens})[0] for prompts in ({all!r}, {one!r})]
 tokens = [[o["token_ids"] for o in outputs] for outputs in runs]
-print(json.dumps({{"tokens": tokens, "counts": llm.collective_rpc(moe_comm_counts)}}))
+counts = llm.collective_rpc(moe_comm_counts)
+print("RESULT " + json.dumps({{"tokens": tokens, "counts": counts}}), flush=True)
 """
 
 
@@ -49,8 +51,11 @@ def _run(run_python: Callable[..., Any], model: str, *, tp: int, ep: bool, compi
     code = SNIPPET.format(model=model, compile=compile, max_num_seqs=MAX_NUM_SEQS, tp=tp, ep=ep,
                           max_tokens=MAX_TOKENS, all=list(PROMPTS), one=list(SINGLE))
     run = run_python(code, timeout=timeout, **(TP2_ENV if tp == 2 else {}))
-    assert run.returncode == 0 and run.result is not None, run.output[-4000:]
-    return run.result  # type: ignore[no-any-return]
+    # vLLM's shutdown may log after the result line: look for it by its marker
+    lines = [ln for ln in run.output.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.output[-4000:]
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    return result
 
 
 def _prompt_tokens(model: str, prompts: tuple[str, ...]) -> int:

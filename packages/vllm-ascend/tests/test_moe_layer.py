@@ -272,6 +272,19 @@ def test_model_runner_v1_fields_are_read_as_attributes(ascend_cpu_platform, tiny
     fc.reset_forward_states()
 
 
+def test_decode_budget_counts_draft_tokens(ascend_cpu_platform, tiny_moe) -> None:
+    from vllm_ascend.runtime import forward_context as fc
+
+    spec = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2,
+            "prompt_lookup_min": 1}
+    cfg = _moe_config(tiny_moe, speculative_config=spec)
+    # 4 sequences x (1 + 2 draft tokens)
+    assert fc.AscendForwardState.from_vllm_config(cfg, "cpu").moe_inputs.decode_tokens == 12
+    plain = fc.AscendForwardState.from_vllm_config(_moe_config(tiny_moe), "cpu",
+                                                   uniform_decode_query_len=3)
+    assert plain.moe_inputs.decode_tokens == 12
+
+
 # A real vLLM Qwen3-MoE block (world size 1) against transformers' block, eager and under
 # torch.compile, in a fresh interpreter (it initialises vLLM's process groups).
 LAYER_SNIPPET = """

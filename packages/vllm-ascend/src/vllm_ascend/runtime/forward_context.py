@@ -94,7 +94,9 @@ class AscendForwardState:
             pipeline_parallel_size=facts.pipeline_parallel_size, num_experts=facts.num_experts,
             num_experts_per_tok=facts.num_experts_per_tok, enable_fused_mc2=fused,
             megamoe_available=facts.megamoe_available, mc2_capacity=capacity,
-            decode_tokens=(max_num_reqs or facts.max_num_seqs) * uniform_decode_query_len,
+            # a decode-only forward: every sequence with its draft tokens
+            decode_tokens=(max_num_reqs or facts.max_num_seqs)
+            * max(uniform_decode_query_len, 1 + facts.num_speculative_tokens),
         )
         mask_len = facts.max_num_batched_tokens if facts.is_moe else None
         methods: Mapping[MoECommType, Any] = {}
