@@ -185,6 +185,21 @@ def test_unsupported_reason(change, reason) -> None:
         assert found is not None and reason in found
 
 
+def test_unsupported_layers_go_to_vllm_without_ep_and_fail_with_it() -> None:
+    from vllm_ascend.ops.moe import plain_torch_supported
+
+    assert plain_torch_supported(_layer(2, 0, "linear", None)) is True
+    odd = types.SimpleNamespace(value="swigluoai")
+    single = _layer(1, 0, "linear", None)
+    single.activation = odd
+    assert plain_torch_supported(single) is False  # vLLM's own CPU kernel runs it
+    parallel = _layer(2, 1, "linear", None)
+    parallel.activation = odd
+    with pytest.raises(ValueError, match=r"expert parallelism on the host CPU needs the plain"
+                                         r"-torch experts, which do not support activation"):
+        plain_torch_supported(parallel)
+
+
 def test_moe_op_is_defined_once_with_a_fake(ascend_cpu_platform) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from vllm_ascend.ops.moe import register_moe_op

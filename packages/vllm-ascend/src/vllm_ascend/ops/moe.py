@@ -98,6 +98,25 @@ def unsupported_reason(layer: Any) -> str | None:
     return None
 
 
+def plain_torch_supported(layer: Any) -> bool:
+    """Whether the plain-torch experts run ``layer``; False leaves it to vLLM's CPU kernel.
+
+    With expert parallelism vLLM's kernel is no option (it ignores the expert map), so an
+    unsupported layer is then a ``ValueError`` naming the setting.
+    """
+    reason = unsupported_reason(layer)
+    if reason is None:
+        return True
+    parallel = layer.moe_config.moe_parallel_config
+    if parallel.use_ep and parallel.ep_size > 1:
+        raise ValueError(
+            f"{layer.layer_name}: expert parallelism on the host CPU needs the plain-torch"
+            f" experts, which do not support {reason}"
+        )
+    logger.info("%s: %s; vLLM's CPU MoE kernel runs it", layer.layer_name, reason)
+    return False
+
+
 def placement_of(layer: Any) -> ExpertPlacement | None:
     """Where the layer's experts live in its EP group (None without expert parallelism).
 
@@ -145,16 +164,7 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         return not self.runs_ascend_path
 
     def process_weights_after_loading(self, layer: Any) -> None:
-        reason = unsupported_reason(layer) if self.runs_ascend_path else None
-        parallel = layer.moe_config.moe_parallel_config
-        if reason is not None and parallel.use_ep and parallel.ep_size > 1:
-            raise ValueError(
-                f"{layer.layer_name}: expert parallelism on the host CPU needs the plain-torch"
-                f" experts, which do not support {reason}"
-            )
-        if not self.runs_ascend_path or reason is not None:
-            if reason is not None:
-                logger.info("%s: %s; vLLM's CPU MoE kernel runs it", layer.layer_name, reason)
+        if not self.runs_ascend_path or not plain_torch_supported(layer):
             self._use_vllm_kernel = True
             super().process_weights_after_loading(layer)
             return
