@@ -4,10 +4,11 @@ The host-CPU platform's row (SoC ``"cpu"``): MC2 and FUSED_MC2 need NPU hardware
 chosen there. With expert parallelism on (EP group larger than one, no LoRA), a forward whose
 DP-wide token count fits a decode-only batch (``decode_tokens`` = ``max_num_seqs`` x the
 uniform decode query length) uses ALLGATHER; a larger one, which necessarily holds prefill
-tokens, uses ALLTOALL. This mirrors A3 (MC2 for decode, ALLTOALL above its budget): for a
-handful of tokens one gather plus one reduce-scatter costs less than exchanging split sizes and
-two all-to-alls, while for a prefill each token travels only to the ranks that own its top-k
-experts. Both methods are executed by :mod:`vllm_ascend.distributed.moe_dispatch`.
+tokens, uses ALLTOALL. This mirrors A3's split (MC2 for decode-sized batches, ALLTOALL
+above): ALLGATHER needs no exchange of split sizes, ALLTOALL moves each token only to the
+ranks owning its top-k experts instead of to every rank, which matters as batches grow; and
+every serving run exercises both (decode steps and prefills). Both methods are executed by
+:mod:`vllm_ascend.distributed.moe_dispatch`.
 """
 
 from __future__ import annotations
