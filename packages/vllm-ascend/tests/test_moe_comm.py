@@ -18,6 +18,10 @@ from vllm_ascend.distributed.moe_comm import (
 A = MoECommType
 EP = MoECommInputs(soc="A2", is_moe=True, enable_expert_parallel=True, ep_group_size=16,
                    world_size_across_dp=16, num_experts=128, mc2_capacity=128)
+# The host-CPU platform with EP over 2 ranks and max_num_seqs 8 (decode budget 8 tokens).
+CPU = MoECommInputs(soc="cpu", is_moe=True, enable_expert_parallel=True, ep_group_size=2,
+                    world_size_across_dp=2, num_experts=4, num_experts_per_tok=2,
+                    mc2_capacity=512, decode_tokens=8)
 
 
 @pytest.mark.parametrize(
@@ -53,9 +57,22 @@ EP = MoECommInputs(soc="A2", is_moe=True, enable_expert_parallel=True, ep_group_
         (replace(EP, soc="A5", world_size_across_dp=8, num_experts_per_tok=4), 129,
          A.ALLTOALL),
         (replace(EP, soc="A5", world_size_across_dp=1, num_experts_per_tok=0), 1, A.ALLGATHER),
-        # row 12 and the host-CPU platform
+        # row 12
         (replace(EP, soc="310P"), 128, A.ALLGATHER),
-        (replace(EP, soc="cpu"), 100000, A.ALLGATHER),
+        # the host-CPU row: decode-sized forwards (<= decode_tokens) ALLGATHER, larger ALLTOALL,
+        # never MC2 (even where A2/A3/A5 would pick it: it needs NPU hardware)
+        (CPU, 7, A.ALLGATHER),
+        (CPU, 8, A.ALLGATHER),
+        (CPU, 9, A.ALLTOALL),
+        (CPU, 100000, A.ALLTOALL),
+        (CPU, None, A.ALLGATHER),
+        (CPU, 0, A.ALLGATHER),
+        (replace(CPU, decode_tokens=0), 1, A.ALLTOALL),
+        (replace(CPU, enable_fused_mc2=1, mc2_capacity=4096), 9, A.ALLTOALL),
+        (replace(CPU, enable_expert_parallel=False), 9, A.ALLGATHER),  # row 2 first
+        (replace(CPU, ep_group_size=1), 9, A.ALLGATHER),
+        (replace(CPU, has_lora=True), 8, A.ALLTOALL),  # row 3 first
+        (replace(CPU, is_moe=False), 9, None),
     ],
 )
 def test_decision_table(inputs, tokens, expected) -> None:

@@ -1,4 +1,15 @@
-"""The MoE communication method decision (pure) and the MC2 token budget (one per engine)."""
+"""The MoE communication method decision (pure) and the MC2 token budget (one per engine).
+
+The host-CPU platform's row (SoC ``"cpu"``): MC2 and FUSED_MC2 need NPU hardware and are never
+chosen there. With expert parallelism on (EP group larger than one, no LoRA), a forward whose
+DP-wide token count fits a decode-only batch (``decode_tokens`` = ``max_num_seqs`` x the
+uniform decode query length) uses ALLGATHER; a larger one, which necessarily holds prefill
+tokens, uses ALLTOALL. This mirrors A3's split (MC2 for decode-sized batches, ALLTOALL
+above): ALLGATHER needs no exchange of split sizes, ALLTOALL moves each token only to the
+ranks owning its top-k experts instead of to every rank, which matters as batches grow; and
+every serving run exercises both (decode steps and prefills). Both methods are executed by
+:mod:`vllm_ascend.distributed.moe_dispatch`.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +50,7 @@ class MoECommInputs:
     enable_fused_mc2: int = 0
     megamoe_available: bool = False
     mc2_capacity: int = 0
+    decode_tokens: int = 0  # host CPU: most tokens of a decode-only forward
 
 
 def select_moe_comm_method(num_tokens: int | None, inputs: MoECommInputs) -> MoECommType | None:
@@ -72,8 +84,12 @@ def select_moe_comm_method(num_tokens: int | None, inputs: MoECommInputs) -> MoE
         if inputs.world_size_across_dp <= top_k:
             return MoECommType.ALLGATHER
         return MoECommType.ALLTOALL
-    if soc in ("310P", "cpu"):  # row 12 (and the host-CPU platform)
+    if soc == "310P":  # row 12
         return MoECommType.ALLGATHER
+    if soc == "cpu":  # the host-CPU platform (module docstring): no MC2 without an NPU
+        if num_tokens is None or num_tokens <= inputs.decode_tokens:
+            return MoECommType.ALLGATHER
+        return MoECommType.ALLTOALL
     raise ValueError(
         f"no MoE communication method for SoC {soc!r}; allowed: A2, A3, A5, 310P, cpu"
     )

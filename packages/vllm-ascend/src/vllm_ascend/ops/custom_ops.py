@@ -12,6 +12,8 @@ import torch
 from vllm.model_executor.custom_op import op_registry_oot
 from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 
+from vllm_ascend.ops.moe import AscendUnquantizedFusedMoEMethod
+
 
 class AscendRotaryEmbedding(RotaryEmbedding):
     """Neox/GPT-J rotary embedding through ``torch.ops.ascend.rotary_embedding``."""
@@ -40,7 +42,10 @@ class AscendRotaryEmbedding(RotaryEmbedding):
 
 
 # vLLM class name -> Ascend replacement.
-ASCEND_CUSTOM_OPS: dict[str, type] = {"RotaryEmbedding": AscendRotaryEmbedding}
+ASCEND_CUSTOM_OPS: dict[str, type] = {
+    "RotaryEmbedding": AscendRotaryEmbedding,
+    "UnquantizedFusedMoEMethod": AscendUnquantizedFusedMoEMethod,
+}
 
 
 def register_ascend_custom_ops() -> list[str]:

@@ -39,6 +39,13 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
         run_cpu_pipeline(vllm_config, super().check_and_update_config)
 
     @classmethod
+    def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The Ascend forward fields (MoE communication method included) for every forward."""
+        from vllm_ascend.runtime.forward_context import host_cpu_additional_context
+
+        return host_cpu_additional_context(cls.soc, **kwargs)
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         """Short summary of the platform (for the demo and logs)."""
         return {"platform": cls.__name__, "soc": cls.soc, "device_type": cls.device_type}

@@ -1,21 +1,27 @@
 """The Ascend fields of vLLM's forward context (model runner v1 and v2).
 
-:class:`AscendForwardState` is created once per engine (it owns the MC2 budget and the MoE
-decision inputs); :func:`set_ascend_forward_context` enters vLLM's context and adds the
-Ascend fields; :class:`ExtraForwardContext` reads/writes them on either runner.
+:class:`AscendForwardState` is created once per engine (it owns the MC2 budget, the MoE
+decision inputs and the MoE communication methods the platform can execute);
+:func:`set_ascend_forward_context` enters vLLM's context and adds the Ascend fields;
+:class:`ExtraForwardContext` reads/writes them on either runner. On the host-CPU platform
+vLLM's own CPU model runners enter the context, so the fields arrive through the platform hook
+``set_additional_forward_context`` (:func:`host_cpu_additional_context`) in
+``forward_context.additional_kwargs``; :func:`current_moe_comm` reads the chosen method from
+either place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_ascend.distributed.moe_comm import (
     Mc2Budget,
     MoECommInputs,
+    MoECommType,
     mc2_tokens_capacity,
     padded_to_tp,
     select_moe_comm_method,
@@ -59,6 +65,7 @@ class AscendForwardState:
     budget: Mc2Budget
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
+    comm_methods: Mapping[MoECommType, Any] = field(default_factory=dict)
 
     @classmethod
     def from_vllm_config(
@@ -87,10 +94,18 @@ class AscendForwardState:
             pipeline_parallel_size=facts.pipeline_parallel_size, num_experts=facts.num_experts,
             num_experts_per_tok=facts.num_experts_per_tok, enable_fused_mc2=fused,
             megamoe_available=facts.megamoe_available, mc2_capacity=capacity,
+            # a decode-only forward: every sequence with its draft tokens
+            decode_tokens=(max_num_reqs or facts.max_num_seqs)
+            * max(uniform_decode_query_len, 1 + facts.num_speculative_tokens),
         )
         mask_len = facts.max_num_batched_tokens if facts.is_moe else None
+        methods: Mapping[MoECommType, Any] = {}
+        if soc == "cpu" and facts.is_moe:
+            from vllm_ascend.distributed.moe_dispatch import host_cpu_comm_methods
+
+            methods = host_cpu_comm_methods()
         return cls(inputs, Mc2Budget(capacity, mask_len, device),
-                   facts.tensor_parallel_size, facts.data_parallel_size)
+                   facts.tensor_parallel_size, facts.data_parallel_size, methods)
 
     def fields(
         self, num_tokens: int | None, *, num_tokens_across_dp: Any = None,
@@ -104,9 +119,13 @@ class AscendForwardState:
         if num_tokens_across_dp is not None and self.data_parallel_size > 1:
             max_dp = int(max(int(n) for n in num_tokens_across_dp))
         padded = padded_to_tp(max_dp, self.tensor_parallel_size)
+        comm_type = select_moe_comm_method(max_dp, self.moe_inputs)
         out: dict[str, Any] = {
-            "moe_comm_type": select_moe_comm_method(max_dp, self.moe_inputs),
-            "moe_comm_method": None,  # supplied by an NPU runtime package's MoE layer
+            "moe_comm_type": comm_type,
+            # The executor of that method: the host-CPU platform's own (moe_dispatch); on an
+            # NPU, None here and supplied by a runtime package's MoE layer.
+            "moe_comm_method": self.comm_methods.get(comm_type) if comm_type is not None
+            else None,
             "capturing": False,
             "mmrs_fusion": (not self.moe_inputs.is_moe) if mrv2
             else self.tensor_parallel_size <= MMRS_MAX_TP,
@@ -232,3 +251,32 @@ def mrv2_additional_context(
     return state_for(vllm_config, soc).fields(
         num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True
     )
+
+
+def host_cpu_additional_context(
+    soc: str, *, vllm_config: Any, num_tokens: int | None = 0, num_tokens_across_dp: Any = None,
+    **_unused: Any,
+) -> dict[str, Any]:
+    """``Platform.set_additional_forward_context`` of the host-CPU platform (either runner).
+
+    vLLM's CPU model runners enter vLLM's ``set_forward_context`` themselves, so every Ascend
+    field, the MoE communication method chosen for this forward included, goes into
+    ``forward_context.additional_kwargs``.
+    """
+    return state_for(vllm_config, soc).fields(
+        num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True
+    )
+
+
+def current_moe_comm() -> tuple[MoECommType | None, Any]:
+    """``(moe_comm_type, moe_comm_method)`` of the current forward; ``(None, None)`` outside a
+    forward or when no Ascend fields were set."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    if not is_forward_context_available():
+        return None, None
+    ctx = get_forward_context()
+    extra = ctx.additional_kwargs
+    if "moe_comm_type" in extra:
+        return extra["moe_comm_type"], extra.get("moe_comm_method")
+    return getattr(ctx, "moe_comm_type", None), getattr(ctx, "moe_comm_method", None)

@@ -1,0 +1,247 @@
+"""The Ascend MoE CustomOp of the host-CPU platform: routed experts with EP communication.
+
+vLLM's unquantized MoE quant method (the CustomOp ``UnquantizedFusedMoEMethod``) runs
+``CPUUnquantizedExperts`` on CPU, whose kernel ignores ``expert_map`` while ``topk_ids`` stay
+global, so expert parallelism crashes. Its out-of-tree replacement here keeps vLLM's router
+(softmax over the logits, top-k, renormalised when ``norm_topk_prob``) and its runner, and
+replaces the expert step (``forward_cpu``) by ``torch.ops.vllm_ascend.moe_routed_experts``, an
+op opaque to Dynamo (the communication method changes from one forward to the next and the
+exchanged sizes depend on the routing). At run time the op executes the method that
+``select_moe_comm_method`` chose for the forward (the forward context's ``moe_comm_method``):
+
+- without expert parallelism every expert is local: no communication (vLLM's runner then
+  all-reduces the TP-partial results, as for its own kernels);
+- with it, the runner hands every rank of the EP group the same tokens; each rank takes its
+  contiguous rows of them, runs the ALLGATHER or ALLTOALL dispatch/combine, and returns its
+  rows' complete outputs with zeros elsewhere
+  (:func:`~vllm_ascend.distributed.moe_dispatch.replicated_share`): the runner's final
+  all-reduce (which also sums TP-sharded shared experts) then assembles the full result.
+
+Each layer counts the forwards it ran per (method, tokens); :func:`moe_comm_counts` reads them
+in a worker (``LLM.collective_rpc(moe_comm_counts)``), across process boundaries.
+On an NPU platform (``forward_oot``) vLLM's own path is kept: the runtime package supplies MoE.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+import torch
+from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
+    UnquantizedFusedMoEMethod,
+)
+
+from vllm_ascend.distributed.moe_comm import MoECommType
+from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, replicated_share
+from vllm_ascend.distributed.moe_experts import (
+    ACTIVATIONS,
+    ExpertPlacement,
+    ExpertWeights,
+    expert_outputs,
+)
+
+logger = logging.getLogger("vllm_ascend.ops.moe")
+
+OP_NAMESPACE = "vllm_ascend"
+OP_NAME = "moe_routed_experts"
+OP_SCHEMA = "(Tensor x, Tensor topk_weights, Tensor topk_ids, str layer_name) -> Tensor"
+
+
+def register_moe_op() -> bool:
+    """Define ``vllm_ascend::moe_routed_experts`` once per process; True when defined now.
+
+    Real implementation: looks the layer up in the current forward context and runs it. Fake:
+    a tensor shaped like ``x`` (the output always is).
+    """
+    if hasattr(getattr(torch.ops, OP_NAMESPACE), OP_NAME):
+        return False
+    qualname = f"{OP_NAMESPACE}::{OP_NAME}"
+    torch.library.define(qualname, OP_SCHEMA)
+    torch.library.impl(qualname, "CompositeExplicitAutograd", _moe_routed_experts)
+    torch.library.register_fake(qualname, _moe_routed_experts_fake)
+    return True
+
+
+def _moe_routed_experts(
+    x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, layer_name: str
+) -> torch.Tensor:
+    from vllm.forward_context import get_forward_context
+
+    runner = get_forward_context().no_compile_layers.get(layer_name)
+    layer = getattr(runner, "routed_experts", None)
+    method = getattr(layer, "quant_method", None)
+    if not isinstance(method, AscendUnquantizedFusedMoEMethod):
+        raise RuntimeError(
+            f"no Ascend MoE layer named {layer_name!r} in the current forward context"
+        )
+    return method.run(layer, x, topk_weights, topk_ids)
+
+
+def _moe_routed_experts_fake(
+    x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, layer_name: str
+) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def unsupported_reason(layer: Any) -> str | None:
+    """Why the plain-torch experts cannot run ``layer`` (None when they can)."""
+    activation = getattr(layer.activation, "value", str(layer.activation))
+    if activation not in ACTIVATIONS:
+        return f"activation {activation!r} (supported: {', '.join(ACTIVATIONS)})"
+    if not layer.moe_config.is_act_and_mul:
+        return "a non-gated expert MLP"
+    for name in ("swiglu_limit", "swiglu_alpha", "swiglu_beta"):
+        if getattr(layer, name, None) is not None:
+            return f"{name}={getattr(layer, name)}"
+    return None
+
+
+def plain_torch_supported(layer: Any) -> bool:
+    """Whether the plain-torch experts run ``layer``; False leaves it to vLLM's CPU kernel.
+
+    With expert parallelism vLLM's kernel is no option (it ignores the expert map), so an
+    unsupported layer is then a ``ValueError`` naming the setting.
+    """
+    reason = unsupported_reason(layer)
+    if reason is None:
+        return True
+    parallel = layer.moe_config.moe_parallel_config
+    if parallel.use_ep and parallel.ep_size > 1:
+        raise ValueError(
+            f"{layer.layer_name}: expert parallelism on the host CPU needs the plain-torch"
+            f" experts, which do not support {reason}"
+        )
+    logger.info("%s: %s; vLLM's CPU MoE kernel runs it", layer.layer_name, reason)
+    return False
+
+
+def placement_of(layer: Any) -> ExpertPlacement | None:
+    """Where the layer's experts live in its EP group (None without expert parallelism).
+
+    Uses vLLM's own ``determine_expert_map`` for every rank and checks that this rank's row is
+    the layer's ``expert_map``.
+    """
+    from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
+
+    parallel = layer.moe_config.moe_parallel_config
+    if not parallel.use_ep or parallel.ep_size == 1:
+        return None
+    maps = [
+        determine_expert_map(parallel.ep_size, rank, layer.global_num_experts,
+                             layer.expert_placement_strategy)[1]
+        for rank in range(parallel.ep_size)
+    ]
+    mine = layer.expert_map
+    if mine is None or not torch.equal(maps[parallel.ep_rank].to(mine.dtype), mine.cpu()):
+        raise RuntimeError(
+            f"{layer.layer_name}: the expert map of EP rank {parallel.ep_rank} differs from"
+            " vLLM's placement (EPLB or a custom placement is not supported on the host CPU)"
+        )
+    return ExpertPlacement.from_expert_maps([m for m in maps if m is not None])
+
+
+class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
+    """Unquantized MoE experts in plain torch with the forward's EP communication (host CPU)."""
+
+    def __init__(self, moe: Any) -> None:
+        super().__init__(moe)
+        self.comm_counts: Counter[tuple[str, int]] = Counter()
+        self._placement: ExpertPlacement | None = None
+        self._use_vllm_kernel = not self.runs_ascend_path
+        if self.runs_ascend_path:
+            register_moe_op()
+
+    @property
+    def runs_ascend_path(self) -> bool:
+        """True when vLLM dispatched this CustomOp to ``forward_cpu`` (enabled, host CPU)."""
+        return bool(self._forward_method == self.forward_cpu)
+
+    @property
+    def supports_eplb(self) -> bool:
+        # EPLB moves experts between ranks at run time; the placement here is static.
+        return not self.runs_ascend_path
+
+    def process_weights_after_loading(self, layer: Any) -> None:
+        if not self.runs_ascend_path or not plain_torch_supported(layer):
+            self._use_vllm_kernel = True
+            super().process_weights_after_loading(layer)
+            return
+        # Weights stay in vLLM's plain layout: no CPU prepacking, no kernel object.
+        self._placement = placement_of(layer)
+
+    def forward_cpu(
+        self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+        shared_experts: Any, shared_experts_input: torch.Tensor | None,
+    ) -> torch.Tensor:
+        if self._use_vllm_kernel:
+            return super().forward_native(
+                layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input
+            )
+        out: torch.Tensor = torch.ops.vllm_ascend.moe_routed_experts(
+            x, topk_weights, topk_ids, layer.layer_name
+        )
+        return out
+
+    def run(
+        self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """The routed experts of ``x`` with this forward's communication method (op body)."""
+        from vllm_ascend.runtime.forward_context import current_moe_comm
+
+        comm_type, method = current_moe_comm()
+        experts = ExpertWeights(
+            layer.w13_weight, layer.w2_weight, getattr(layer, "w13_bias", None),
+            getattr(layer, "w2_bias", None), layer.activation.value,
+            bool(layer.apply_router_weight_on_input),
+        )
+        tokens = x.shape[0]
+        if self._placement is None:  # every expert is on this rank
+            self._record(comm_type or MoECommType.ALLGATHER, tokens)
+            return expert_outputs(x, topk_weights, topk_ids, experts).to(x.dtype)
+        if comm_type is None:  # a forward without the Ascend fields: the table's default
+            comm_type, method = MoECommType.ALLGATHER, AllGatherDispatch()
+        if method is None:
+            raise RuntimeError(
+                f"MoE communication {comm_type.name} needs NPU hardware; the host-CPU platform"
+                " executes ALLGATHER and ALLTOALL"
+            )
+        from vllm.distributed import get_ep_group
+
+        share = replicated_share(x, topk_weights, topk_ids, method, experts, self._placement,
+                                 get_ep_group().cpu_group)
+        self._record(comm_type, tokens)
+        return share
+
+    def _record(self, comm_type: MoECommType, tokens: int) -> None:
+        self.comm_counts[(comm_type.name, tokens)] += 1
+
+
+def _ascend_moe_methods(worker: Any) -> list[AscendUnquantizedFusedMoEMethod]:
+    model = worker.model_runner.get_model()
+    found: list[AscendUnquantizedFusedMoEMethod] = []
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, AscendUnquantizedFusedMoEMethod) and method not in found:
+            found.append(method)
+    return found
+
+
+def moe_comm_counts(worker: Any) -> dict[str, Any]:
+    """In a worker (``collective_rpc``): ``{"rank", "layers", "calls": [[method, tokens,
+    forwards], ...]}`` summed over this worker's Ascend MoE layers (each counts every forward)."""
+    methods = _ascend_moe_methods(worker)
+    total: Counter[tuple[str, int]] = Counter()
+    for method in methods:
+        total.update(method.comm_counts)
+    calls = [[name, tokens, count] for (name, tokens), count in sorted(total.items())]
+    return {"rank": int(getattr(worker, "rank", 0)), "layers": len(methods), "calls": calls}
+
+
+def reset_moe_comm_counts(worker: Any) -> int:
+    """In a worker (``collective_rpc``): clear the counts; returns the number of layers."""
+    methods = _ascend_moe_methods(worker)
+    for method in methods:
+        method.comm_counts.clear()
+    return len(methods)
