@@ -14,6 +14,7 @@ import torch
 from ascend_graph import GraphFusionPassManager, loads_fused_graph
 from torch.utils._python_dispatch import TorchDispatchMode
 from vllm.config.utils import Range
+from vllm_ascend.compilation.artifact_signing import load_signer
 from vllm_ascend.compilation.compiler import NPU_CODE_SUFFIX, PASS_KEY, AscendCompiler
 
 A = torch.ops.ascend
@@ -108,6 +109,18 @@ def misses(records) -> list[str]:
     return [r.getMessage() for r in records if "cache miss" in r.getMessage()]
 
 
+def rejections(records) -> list[str]:
+    return [r.getMessage() for r in records
+            if "rejected" in r.getMessage() and r.levelno == logging.WARNING]
+
+
+def unsigned(path: Path) -> bytes:
+    """The fused-graph bytes of an artifact, after checking it carries this user's signature."""
+    from vllm import envs
+
+    return load_signer(envs.VLLM_CACHE_ROOT).verify(path.read_bytes())
+
+
 def compiled_with_cache(cache_dir: Path, graph, backend: str = "eager"):
     gm, inputs = graph
     compiler = AscendCompiler()
@@ -132,7 +145,7 @@ def test_a_new_compiler_loads_the_saved_fused_graph(tmp_path, graph, compiler_lo
     compiled, handle = compiled_with_cache(tmp_path, graph)
     assert handle == (KEY, str(tmp_path / KEY))
     assert sorted(p.name for p in tmp_path.iterdir()) == [KEY]  # no temporary files left
-    saved = loads_fused_graph((tmp_path / KEY).read_bytes(), manager=GraphFusionPassManager(),
+    saved = loads_fused_graph(unsigned(tmp_path / KEY), manager=GraphFusionPassManager(),
                               backend="eager", compile_range=RANGE)
     assert saved.fused_targets() == FUSED_OPS
     assert "torch.ops.ascend.add_rms_norm_quant.default(" in saved.graph.code
@@ -181,14 +194,18 @@ def test_damaged_or_missing_artifact_recompiles(tmp_path, graph, compiler_log, h
     compiled, handle = compiled_with_cache(tmp_path, graph)
     _damage(tmp_path / KEY, how)
     loaded, manager = fresh_load(tmp_path, graph, handle)
-    assert len(misses(compiler_log)) == 1 and KEY in misses(compiler_log)[0]
+    # A missing file is a plain miss; changed bytes no longer carry this user's signature.
+    noted = misses(compiler_log) if how == "missing" else rejections(compiler_log)
+    assert len(noted) == 1 and KEY in noted[0]
+    assert len(misses(compiler_log) + rejections(compiler_log)) == 1
     assert manager.counts["norm_quant"] == 1 and manager.counts["muls_add"] == 1  # recompiled
     args = call_args(graph[1], 7)
     ops, out = run_logged(loaded, args)
     assert ops[:2] == FUSED_OPS and same(out, run_logged(compiled, args)[1])
     # The artifact was written again: the next start hits.
     _, again = fresh_load(tmp_path, graph, handle)
-    assert sum(again.counts.values()) == 0 and len(misses(compiler_log)) == 1
+    assert sum(again.counts.values()) == 0
+    assert len(misses(compiler_log) + rejections(compiler_log)) == 1
 
 
 def test_stale_artifact_recompiles_with_the_current_settings(tmp_path, graph,
@@ -385,6 +402,8 @@ def test_a_saved_graph_the_backend_rejects_is_a_miss(tmp_path, graph, monkeypatc
 
 
 def test_a_fresh_process_loads_the_artifact(tmp_path, graph, py_runner, make_env) -> None:
+    from vllm import envs
+
     compiled, handle = compiled_with_cache(tmp_path / "cache", graph)
     with torch.no_grad():
         torch.save(compiled(*call_args(graph[1], 6)), tmp_path / "want.pt")
@@ -400,5 +419,5 @@ def test_a_fresh_process_loads_the_artifact(tmp_path, graph, py_runner, make_env
         want = torch.load({str(tmp_path / "want.pt")!r})
         print("RESULT " + json.dumps({{"passes": sum(manager.counts.values()), "ops": ops,
             "equal": all(torch.equal(a, b) for a, b in zip(out, want, strict=True))}}))
-    """, make_env(tmp_path))
+    """, make_env(tmp_path, VLLM_CACHE_ROOT=envs.VLLM_CACHE_ROOT))  # the same signing key
     assert result == {"passes": 0, "ops": [*FUSED_OPS, "aten.view.default"], "equal": True}

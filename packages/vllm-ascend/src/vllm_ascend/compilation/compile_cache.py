@@ -1,9 +1,11 @@
 """``AscendCompiler``'s compile-cache files: handles, atomic writes, reading artifacts back.
 
 An artifact is one file, ``<cache_dir>/<key>``, holding one fused graph (see
-``ascend_graph.dumps_fused_graph``). The handle vLLM stores for it is ``(key, path)``, two
-strings (vLLM's ``CompilerManager`` checks exactly that). On load the file is looked up as
-``<cache_dir>/<key>`` whenever the cache dir is known, so a moved cache still works.
+``ascend_graph.dumps_fused_graph``) signed with this user's key (``artifact_signing``). The
+handle vLLM stores for it is ``(key, path)``, two strings (vLLM's ``CompilerManager`` checks
+exactly that). On load the file is looked up as ``<cache_dir>/<key>`` whenever the cache dir is
+known, so a moved cache still works. Nothing is unpickled unless the file is a regular file in
+a trusted directory (``runtime.trusted_paths``), owned by this user, and its signature checks.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from vllm_ascend.compilation.artifact_signing import ArtifactSignatureError, ArtifactSigner
+from vllm_ascend.runtime.trusted_paths import UntrustedPathError, read_trusted_file
 
 logger = logging.getLogger("vllm_ascend.compilation.compiler")
 
@@ -65,19 +70,28 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def read_fused(path: Path, *, manager: Any, backend: str, compile_range: Any) -> Any:
-    """The fused graph saved at ``path``, or None after one info log saying why it cannot be
-    used (missing, unreadable, damaged, or made with other versions or settings)."""
+def read_fused(path: Path, *, signer: ArtifactSigner, manager: Any, backend: str,
+               compile_range: Any) -> Any:
+    """The fused graph saved at ``path``, or None after one log line saying why it cannot be
+    used: info for a missing, damaged or stale artifact (made with other versions or
+    settings), a warning naming the file for one that could have been planted (untrusted
+    location or owner, or a signature that is not this user's)."""
     from ascend_graph import FusedGraphError, loads_fused_graph
 
     try:
-        data = path.read_bytes()
+        payload = signer.verify(read_trusted_file(path))
+    except FileNotFoundError:
+        logger.info("AscendCompiler cache miss for %s (no such file); compiling again", path)
+        return None
+    except (UntrustedPathError, ArtifactSignatureError) as exc:
+        logger.warning("AscendCompiler rejected the compile-cache artifact %s (%s); it is not "
+                       "loaded, compiling again", path, exc)
+        return None
     except OSError as exc:
-        logger.info("AscendCompiler cache miss for %s (%s); compiling again", path,
-                    "no such file" if isinstance(exc, FileNotFoundError) else exc)
+        logger.info("AscendCompiler cache miss for %s (%s); compiling again", path, exc)
         return None
     try:
-        return loads_fused_graph(data, manager=manager, backend=backend,
+        return loads_fused_graph(payload, manager=manager, backend=backend,
                                  compile_range=compile_range)
     except FusedGraphError as exc:
         logger.info("AscendCompiler cache miss for %s (%s); compiling again", path, exc)

@@ -9,7 +9,10 @@ Compile cache: with caching on, ``compile`` saves the fused ATen graph of every 
 graph as ``<cache_dir>/<key>`` and returns the handle ``(key, path)``; ``load`` rebuilds it,
 derives the ATen graph of ``graph`` again (cheap; keeps torch's handling of aliased and
 mutated tensors exact) and runs the saved fused graph instead of the passes. A missing,
-damaged or stale artifact is one info "cache miss" and a normal compile. On npugraph_ex the
+damaged or stale artifact is one info "cache miss" and a normal compile; an artifact that
+could have been planted by someone else (untrusted location, foreign owner, or not signed with
+this user's key, see ``compile_cache``) is one warning naming the file, then a normal compile.
+A cache dir that is not trusted disables the cache with one warning. On npugraph_ex the
 extension's generated code is also saved, as ``<key>.npugraph_ex.py``, unless it calls
 process-local Triton kernels; it is for inspection only, since the extension's own loader is
 not public (the saved fused graph is what ``load`` uses).
@@ -24,6 +27,7 @@ from typing import Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
 
+from vllm_ascend.compilation.artifact_signing import ArtifactSigner, load_signer
 from vllm_ascend.compilation.compile_cache import (
     artifact_path,
     check_key,
@@ -31,6 +35,7 @@ from vllm_ascend.compilation.compile_cache import (
     read_fused,
     write_atomic,
 )
+from vllm_ascend.runtime.trusted_paths import make_private_dir
 
 logger = logging.getLogger("vllm_ascend.compilation.compiler")
 
@@ -72,15 +77,32 @@ class AscendCompiler(CompilerInterface):
         self.prefix = ""
         self.backend = "eager"
         self.fusion_manager = fusion_manager
+        self.signer: ArtifactSigner | None = None
 
     def initialize_cache(
-        self, cache_dir: str, disable_cache: bool = False, prefix: str = ""
+        self, cache_dir: str, disable_cache: bool = False, prefix: str = "",
+        cache_root: str | None = None,
     ) -> None:
+        """Use ``cache_dir`` for artifacts, signed with the key under ``cache_root`` (default:
+        vLLM's ``VLLM_CACHE_ROOT``); an untrusted location turns caching off with one warning."""
         self.cache_dir, self.disable_cache, self.prefix = cache_dir, disable_cache, prefix
+        self.signer = None
+        if disable_cache or not cache_dir:
+            return
+        if cache_root is None:
+            from vllm import envs
+
+            cache_root = envs.VLLM_CACHE_ROOT
+        try:
+            make_private_dir(cache_dir)
+            self.signer = load_signer(cache_root)
+        except OSError as exc:
+            logger.warning("AscendCompiler compile cache off: %s (nothing is read from or "
+                           "written to %s)", exc, cache_dir)
 
     @property
     def caching(self) -> bool:
-        return bool(self.cache_dir) and not self.disable_cache
+        return bool(self.cache_dir) and not self.disable_cache and self.signer is not None
 
     def compute_hash(self, vllm_config: Any) -> str:
         import ascend_config
@@ -142,8 +164,10 @@ class AscendCompiler(CompilerInterface):
                 "vllm_config) or compile first, or pass AscendCompiler(fusion_manager=...)"
             )
         path = artifact_path(self.cache_dir, key, saved_path)
-        saved = read_fused(path, manager=fusion, backend=self.backend,
-                           compile_range=compile_range)
+        saved = None
+        if self.signer is not None:
+            saved = read_fused(path, signer=self.signer, manager=fusion, backend=self.backend,
+                               compile_range=compile_range)
         compiled: Any = None
         fused = None
         if saved is not None:
@@ -201,7 +225,8 @@ class AscendCompiler(CompilerInterface):
         try:
             data = dumps_fused_graph(fused, manager=fusion, backend=self.backend,
                                      compile_range=compile_range)
-            write_atomic(path, data)
+            assert self.signer is not None  # _save runs only while caching
+            write_atomic(path, self.signer.sign(data))
         except FusedGraphError as exc:
             logger.info("AscendCompiler does not cache %s: %s", path, exc)
             return None

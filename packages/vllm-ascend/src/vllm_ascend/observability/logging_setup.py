@@ -1,4 +1,4 @@
-"""Logging for vllm-ascend: prefixes, colour rules, and a size-rotating per-process file log.
+"""Logging for vllm-ascend: prefixes, colour rules, and where the per-process log file goes.
 
 Records from ``vllm_ascend`` source files get ``[vllm-ascend]`` (package root modules) or
 ``[vllm-ascend] [<module>]`` (sub-packages) in front of the message; other records pass
@@ -7,8 +7,6 @@ through unchanged. Nothing here runs at import: call the ``configure_*`` functio
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
 import logging
 import os
 import sys
@@ -16,11 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from vllm_ascend.observability.log_files import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    RotatingAscendFileHandler,
+)
+
 LOGGER_NAME = "vllm_ascend"
 FORMAT = "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"
 DATE_FORMAT = "%m-%d %H:%M:%S"
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
-DEFAULT_MAX_FILES = 5
 _COLOURS = {"DEBUG": "\033[37m", "INFO": "\033[32m", "WARNING": "\033[33m",
             "ERROR": "\033[31m", "CRITICAL": "\033[1;31m"}
 _RESET = "\033[0m"
@@ -124,88 +126,6 @@ class _ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marker type so configure_console_logging stays idempotent."""
 
 
-class RotatingAscendFileHandler(logging.Handler):
-    """Per-process log file rotated by size, keeping at most ``max_files`` of this process's files.
-
-    Files: ``vllm_ascend_<YYYYmmdd_HHMMSS>_<pid>.log``, then ``..._002.log``, ``..._003.log``.
-    """
-
-    def __init__(
-        self,
-        log_dir: str | os.PathLike[str],
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_files: int = DEFAULT_MAX_FILES,
-        *,
-        now: _dt.datetime | None = None,
-        pid: int | None = None,
-    ) -> None:
-        if max_bytes <= 0 or max_files <= 0:
-            raise ValueError(
-                f"max_bytes={max_bytes} and max_files={max_files} must both be positive"
-            )
-        super().__init__()
-        self.log_dir = Path(log_dir)
-        self.max_bytes = max_bytes
-        self.max_files = max_files
-        stamp = (now or _dt.datetime.now()).strftime("%Y%m%d_%H%M%S")
-        self.base = f"vllm_ascend_{stamp}_{pid if pid is not None else os.getpid()}"
-        self.sequence = 1
-        self.files: list[Path] = []
-        self._stream: IO[str] | None = None
-        self._open()
-
-    @property
-    def current_path(self) -> Path:
-        suffix = "" if self.sequence == 1 else f"_{self.sequence:03d}"
-        return self.log_dir / f"{self.base}{suffix}.log"
-
-    def _open(self) -> None:
-        path = self.current_path
-        self._stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 - owned by the handler
-        self.files.append(path)
-        while len(self.files) > self.max_files:
-            oldest = self.files.pop(0)
-            with contextlib.suppress(OSError):
-                oldest.unlink()
-
-    def _rotate_if_needed(self) -> None:
-        try:
-            full = self.current_path.stat().st_size >= self.max_bytes
-        except OSError:
-            return
-        if full:
-            self.close_stream()
-            self.sequence += 1
-            self._open()
-
-    def close_stream(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.acquire()
-            try:
-                if self._stream is None:
-                    # Closed under us: vLLM's dictConfig closes every existing handler when it
-                    # (re)configures logging, but this one stays attached. Reopen, as
-                    # logging.FileHandler does.
-                    self._stream = open(self.current_path, "a", encoding="utf-8")  # noqa: SIM115
-                self._rotate_if_needed()
-                assert self._stream is not None
-                self._stream.write(self.format(record) + "\n")
-                self._stream.flush()
-            finally:
-                self.release()
-        except Exception:
-            self.handleError(record)
-
-    def close(self) -> None:
-        self.close_stream()
-        super().close()
-
-
 def configure_file_logging(
     log_dir: str | os.PathLike[str] | None,
     *,
@@ -231,7 +151,6 @@ def configure_file_logging(
             logger.removeHandler(handler)
         handler.close()
     try:
-        wanted.mkdir(parents=True, exist_ok=True)
         handler = RotatingAscendFileHandler(wanted, max_bytes, max_files)
     except OSError as exc:
         configure_console_logging(env)

@@ -1,0 +1,172 @@
+"""The per-process log file keeps its caps and never writes where it should not."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from vllm_ascend.observability import logging_setup as ls
+from vllm_ascend.observability.log_files import (
+    RETRY_SECONDS,
+    RotatingAscendFileHandler,
+    prune_dir,
+)
+
+NOW = dt.datetime(2026, 1, 2, 3, 4, 5)
+NOBODY = 65534
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(i: int, size: int = 60) -> logging.LogRecord:
+    return logging.LogRecord("vllm", logging.INFO, "/x.py", 1, "line %s " + "x" * size, (i,), None)
+
+
+def handler(log_dir: Path, **kw) -> RotatingAscendFileHandler:
+    h = RotatingAscendFileHandler(log_dir, **{"max_bytes": 200, "max_files": 3, "now": NOW,
+                                              "pid": 42, **kw})
+    h.setFormatter(logging.Formatter("%(message)s"))
+    return h
+
+
+def written(log_dir: Path) -> list[int]:
+    files = sorted(p for p in log_dir.glob("vllm_ascend_*.log") if p.is_file())  # not a FIFO
+    text = "".join(p.read_text() for p in files)
+    return [int(line.split()[1]) for line in text.splitlines()]
+
+
+def test_the_size_cap_holds_after_the_directory_is_deleted(tmp_path) -> None:
+    log_dir = tmp_path / "logs"
+    h = handler(log_dir)
+    for i in range(3):
+        h.emit(record(i))
+    shutil.rmtree(log_dir)
+    for i in range(3, 40):
+        h.emit(record(i))
+    h.close()
+    files = sorted(log_dir.glob("vllm_ascend_*.log"))
+    assert len(files) == 3  # made again, rotated, at most max_files of them
+    assert all(p.stat().st_size <= 200 + 70 for p in files)  # cap + at most one record
+    assert written(log_dir)[-1] == 39
+    assert oct(log_dir.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_deleted_file_is_opened_again(tmp_path) -> None:
+    h = handler(tmp_path)
+    h.emit(record(0))
+    h.current_path.unlink()
+    h.emit(record(1))
+    h.close()
+    assert written(tmp_path) == [1]
+
+
+def test_a_symlink_at_the_file_name_is_never_followed(tmp_path, capsys) -> None:
+    target = tmp_path / "victim"
+    target.write_text("keep me\n")
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir(mode=0o700)
+    name = f"vllm_ascend_{NOW:%Y%m%d_%H%M%S}_42.log"
+    (log_dir / name).symlink_to(target)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        handler(log_dir)
+    assert target.read_text() == "keep me\n"
+
+
+def test_configure_falls_back_to_the_console_for_a_planted_symlink(tmp_path, capsys,
+                                                                   monkeypatch) -> None:
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir(mode=0o700)
+    target = tmp_path / "victim"
+    target.write_text("")
+    stamp = dt.datetime.now().strftime("%Y%m%d_%H%M%S")
+    for seconds in range(-2, 5):  # whichever second the handler starts in
+        t = dt.datetime.strptime(stamp, "%Y%m%d_%H%M%S") + dt.timedelta(seconds=seconds)
+        (log_dir / f"vllm_ascend_{t:%Y%m%d_%H%M%S}_4242.log").symlink_to(target)
+    assert ls.configure_file_logging(log_dir, environ={}) is None
+    err = capsys.readouterr().err
+    assert err.count("cannot write log files") == 1 and "symbolic links" in err
+    assert target.read_text() == ""
+
+
+def test_an_unopenable_next_file_degrades_with_one_warning_then_recovers(tmp_path,
+                                                                         capsys) -> None:
+    clock = Clock()
+    h = handler(tmp_path, clock=clock)
+    blocker = tmp_path / f"vllm_ascend_{NOW:%Y%m%d_%H%M%S}_42_002.log"
+    os.mkfifo(blocker)  # the rotation target: opening it for writing would block or fail
+    for i in range(10):
+        h.emit(record(i))  # rotation after 3 records fails: no exception, no traceback
+    err = capsys.readouterr().err
+    assert err.count("cannot write the log file") == 1 and "Traceback" not in err
+    assert "logging to the console only" in err
+    assert written(tmp_path) == [0, 1, 2]
+    blocker.unlink()
+    h.emit(record(10))  # still inside the retry delay: skipped
+    clock.now += RETRY_SECONDS + 1
+    h.emit(record(11))
+    h.close()
+    assert written(tmp_path) == [0, 1, 2, 11]
+    assert capsys.readouterr().err == ""
+
+
+def test_retention_prunes_earlier_processes_files_oldest_first(tmp_path) -> None:
+    old = []
+    for pid in range(5):
+        path = tmp_path / f"vllm_ascend_20250101_000000_{pid}.log"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1000 + pid, 1000 + pid))
+        old.append(path)
+    other = tmp_path / "notes.log"  # not ours by name: never touched
+    other.write_bytes(b"y" * 1000)
+    h = handler(tmp_path, max_dir_bytes=300)
+    h.emit(record(0))
+    h.close()
+    left = sorted(p.name for p in tmp_path.glob("vllm_ascend_*.log"))
+    # 500 bytes of old files against a 300-byte budget when this file opens: the two oldest go.
+    assert left == [old[2].name, old[3].name, old[4].name, h.current_path.name]
+    assert other.exists()
+
+
+def test_prune_never_deletes_the_kept_file(tmp_path) -> None:
+    keep = tmp_path / "vllm_ascend_20250101_000000_1.log"
+    keep.write_bytes(b"x" * 500)
+    os.utime(keep, (1, 1))
+    assert prune_dir(tmp_path, 100, keep=keep) == [] and keep.exists()
+
+
+def test_a_log_dir_others_can_write_is_refused(tmp_path, capsys) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    assert ls.configure_file_logging(shared, environ={}) is None
+    err = capsys.readouterr().err
+    assert err.count("cannot write log files") == 1 and "writable by group or others" in err
+    assert list(shared.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's file needs root (chown)")
+def test_a_file_another_user_planted_at_the_name_is_refused(tmp_path) -> None:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir(mode=0o700)
+    planted = log_dir / f"vllm_ascend_{NOW:%Y%m%d_%H%M%S}_42.log"
+    planted.write_text("")
+    os.chown(planted, NOBODY, NOBODY)
+    with pytest.raises(OSError, match=f"owned by uid {NOBODY}"):
+        handler(log_dir)
+    assert planted.read_text() == ""
+
+
+def test_limits_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_dir_bytes=10 at least max_bytes"):
+        RotatingAscendFileHandler("/nonexistent", max_bytes=20, max_dir_bytes=10)
