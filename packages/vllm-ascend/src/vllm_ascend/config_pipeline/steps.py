@@ -96,7 +96,10 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
         sched.scheduler_cls = selection.scheduler_cls
     logger.info("worker/scheduler: %s", selection.reason)
     if soc != "310P":
-        vllm_config.compilation_config.custom_ops = ["all"]
+        from vllm_ascend.ops.custom_ops import all_custom_ops
+
+        cc = vllm_config.compilation_config
+        cc.custom_ops = all_custom_ops(cc.custom_ops)
     alloc = allocator_env.npu_alloc_conf(
         os.environ.get("PYTORCH_NPU_ALLOC_CONF"), vllm_config.model_config.enable_sleep_mode
     )
