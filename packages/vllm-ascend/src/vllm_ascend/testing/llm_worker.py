@@ -24,11 +24,21 @@ class EngineHost:
     def __init__(self) -> None:
         self.engines: dict[str, Any] = {}
 
-    def op_load(self, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def op_load(
+        self, name: str, kwargs: dict[str, Any], native_custom_ops: bool = False
+    ) -> dict[str, Any]:
+        """Build engine `name`; `native_custom_ops` switches every Ascend CustomOp off (vLLM's
+        native implementations run instead)."""
         import time
 
         from vllm import LLM
 
+        if native_custom_ops:
+            from vllm_ascend.ops.custom_ops import native_directives
+
+            compilation = dict(kwargs.get("compilation_config") or {})
+            compilation["custom_ops"] = ["all", *native_directives()]
+            kwargs = {**kwargs, "compilation_config": compilation}
         start = time.perf_counter()
         self.engines[name] = LLM(**kwargs)
         return {"startup_s": time.perf_counter() - start}
