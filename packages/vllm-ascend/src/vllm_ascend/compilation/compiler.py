@@ -146,8 +146,11 @@ class AscendCompiler(CompilerInterface):
             vllm_config, bool(cc.enable_static_kernel) and self.backend == "npugraph_ex"
         )
         # The same manager AscendPassManager.configure builds; load recompiles with it.
+        from vllm_ascend.compilation.norm_quant_gate import quant_description_of
+
         sequence_parallel = bool(vllm_config.parallel_config.use_sequence_parallel_moe)
-        manager = build_fusion_manager(cc, soc, facts, sequence_parallel=sequence_parallel)
+        manager = build_fusion_manager(cc, soc, facts, sequence_parallel=sequence_parallel,
+                                       quant_description=quant_description_of(vllm_config, facts))
         self.fusion_manager = manager
         return str(compute_hash(
             manager, backend=self.backend,
