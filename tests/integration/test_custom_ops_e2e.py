@@ -40,7 +40,7 @@ MODELS: dict[str, tuple[str, dict[str, Any], int, int]] = {
     "qwen3-yarn": ("qwen3", YARN, 0, NUM_LAYERS),  # every rope follows a q/k norm
 }
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @dataclass
@@ -71,9 +71,9 @@ class Comparisons:
                 worker = workers[setting]
                 kwargs = llm_kwargs(str(model), log_dir=self.log_dir)
                 worker.request("load", name=setting, kwargs=kwargs,
-                               native_custom_ops=settings[setting], timeout=500)
+                               native_custom_ops=settings[setting], timeout=1500)
                 answer = worker.request("generate", name=setting, prompts=list(PROMPTS),
-                                        max_tokens=MAX_TOKENS)
+                                        max_tokens=MAX_TOKENS, timeout=900)
                 report = worker.request("fusion_report")["report"]
                 worker.close()
                 return Run(answer["outputs"], report, count_ops_in_dump(dumps[setting], OPS))

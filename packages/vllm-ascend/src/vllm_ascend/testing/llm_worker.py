@@ -78,6 +78,22 @@ class EngineHost:
             batch_invariant.reset_call_counts()
         return {"counts": counts, "enabled": batch_invariant.is_batch_invariant_mode_enabled()}
 
+    def op_process_state(self, env_names: list[str]) -> dict[str, Any]:
+        """What this process's setup left behind: the named env variables, torch's
+        deterministic-algorithms switch, and the custom-kernel decision."""
+        import os
+
+        import torch
+
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
+        report = current_process_setup().batch_invariance
+        return {
+            "env": {name: os.environ.get(name) for name in env_names},
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "custom_kernels": None if report is None else report.custom_kernels,
+        }
+
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.pop("op", None)
         handler: Callable[..., dict[str, Any]] | None = getattr(self, f"op_{op}", None)
