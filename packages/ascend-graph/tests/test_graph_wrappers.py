@@ -159,6 +159,44 @@ def test_graph_params_store_and_full_graph_update() -> None:
     assert calls == [(("stream", "ctx", 8, "cfg", "spec"), {"draft_attn_metadatas": ["m"]})]
 
 
+def test_capture_scope_and_full_replay_hook_run_in_order() -> None:
+    import contextlib
+
+    runtime = RecordingRuntime()
+    events = runtime.events
+
+    @contextlib.contextmanager
+    def scope(key):
+        events.append(("enter", key))
+        yield
+        events.append(("exit", key))
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        events.append(("run",))
+        return x + 1
+
+    full = GraphWrapper(model, "full", runtime=runtime, capture_scope=scope,
+                        before_full_replay=lambda key: events.append(("update", key)),
+                        on_capture=lambda key: events.append(("captured", key)))
+    full.run(4, "FULL", torch.ones(4))
+    full.run(4, "FULL", torch.ones(4))
+    assert events == [("enter", 4), ("capture", 0), ("run",), ("exit", 4), ("captured", 4),
+                      ("sync",), ("update", 4), ("replay", 0)]
+    events.clear()
+    piece = GraphWrapper(model, "piecewise", runtime=runtime,
+                         before_full_replay=lambda key: events.append(("update", key)))
+    piece.run(2, "PIECEWISE", torch.ones(2))
+    piece.run(2, "PIECEWISE", torch.ones(2))
+    assert events == [("capture", 1), ("run",), ("replay", 1)]  # no hook for piecewise
+    store = GraphParamsStore()
+    store.bind_attention("backend", "stream")
+    assert store.attention == ("backend", "stream")
+    store.set("draft", [1])
+    assert store.kinds() == ["draft"]
+    store.reset()
+    assert store.attention is None and store.kinds() == []
+
+
 def test_decode_batch_sizes() -> None:
     assert decode_batch_sizes([1, 2, 4, 8, 16, 32], 1, 8) == [2, 4, 8, 16]
     assert decode_batch_sizes([1, 2, 4, 8], 0, 4) == [1, 2, 4]

@@ -125,7 +125,8 @@ def test_extension_patch_is_restored_even_when_compilation_fails(tmp_path) -> No
     npu_graph_compile(gm, [torch.ones(2)], options=opts, extension=ok)
     assert ok._NpuFxCompiler._get_compiled_gm is original
     assert "x + 1" in (tmp_path / "k1").read_text()  # the generated code was saved
-    assert ok.last_config.static_kernel_sym_range == [1, 2]
+    assert ok.last_config.static_kernel_compile is True
+    assert ok.last_config._vllm_aclnn_static_kernel_sym_range == [1, 2]
     bad = _fake_extension(fail=True)
     original = bad._NpuFxCompiler._get_compiled_gm
     with pytest.raises(RuntimeError, match="compile failed"):

@@ -66,6 +66,18 @@ def sample_args(op: str, dtype: torch.dtype) -> tuple[Any, ...]:
             24,
             16,
         ),
+        "silu_and_mul": (rand(5, 2 * 35),),
+        "mrotary_embedding": (
+            torch.tensor([[0, 3, 1, 7, 2], [1, 1, 0, 2, 5], [4, 0, 6, 1, 3]]),
+            rand(5, 4 * 48),
+            rand(5, 2, 48),
+            cache,
+            48,
+            32,
+            [4, 6, 6],
+            True,
+            False,
+        ),
     }
     return table[op]
 

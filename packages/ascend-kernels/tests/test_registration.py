@@ -42,6 +42,11 @@ CONTRACT = {
     " int slice_offset, int slice_size) -> Tensor",
     "sgmv_expand": "ascend::sgmv_expand(Tensor x, Tensor weight, Tensor lora_indices,"
     " Tensor seq_len, Tensor y, int slice_offset, int slice_size) -> Tensor",
+    # Added the documented way for vLLM CustomOps (README "Schema changes").
+    "silu_and_mul": "ascend::silu_and_mul(Tensor x) -> Tensor",
+    "mrotary_embedding": "ascend::mrotary_embedding(Tensor positions, Tensor q, Tensor k,"
+    " Tensor cos_sin_cache, int head_size, int rotary_dim, int[] mrope_section, bool is_neox,"
+    " bool interleaved) -> (Tensor q_out, Tensor k_out)",
 }
 
 

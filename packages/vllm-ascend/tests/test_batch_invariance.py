@@ -17,7 +17,7 @@ def kernels_mode():
     from ascend_kernels import batch_invariant
 
     yield batch_invariant
-    batch_invariant.disable_batch_invariant_mode()
+    bi.disable_ascend_batch_invariance()
 
 
 @pytest.fixture
@@ -71,6 +71,27 @@ def test_resolved_config_drives_it(kernels_mode) -> None:
     assert env["VLLM_BATCH_INVARIANT"] == "1" and env["HCCL_DETERMINISTIC"] == "strict"
 
 
+def test_worker_overrides_apply_the_published_config(monkeypatch) -> None:
+    import ascend_config
+    from vllm_ascend.runtime.process_setup import publish_worker_inputs
+
+    rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
+    facts = ascend_config.DeploymentFacts(soc="A2")
+    env: dict[str, str] = {}
+    assert publish_worker_inputs("A2", rl, facts, {}, env)
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        names = bi.apply_worker_overrides(env)
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+    assert {"HCCL_DETERMINISTIC", "LCCL_DETERMINISTIC", "VLLM_BATCH_INVARIANT"} <= set(names)
+    assert (env["HCCL_DETERMINISTIC"], env["LCCL_DETERMINISTIC"]) == ("strict", "1")
+    assert bi.apply_worker_overrides({}) == []  # nothing published: no env change
+    torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+
+
 def test_cpu_linear_route(without_adjustments, kernels_mode) -> None:
     from vllm.model_executor.layers import utils
 
@@ -104,6 +125,8 @@ def test_vllm_worker_hook_enables_the_ascend_mode(without_adjustments, kernels_m
 
     original = vllm_bi.init_batch_invariance
     saved_env = dict(os.environ)  # vLLM's overrides write NCCL/CUBLAS variables
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
     try:
         assert bi.install_vllm_init_handover() is True
         assert bi.install_vllm_init_handover() is False
@@ -116,8 +139,11 @@ def test_vllm_worker_hook_enables_the_ascend_mode(without_adjustments, kernels_m
         assert kernels_mode.is_batch_invariant_mode_enabled()
         assert not vllm_bi._batch_invariant_MODE  # vLLM's Triton kernels stay off
         assert os.environ["VLLM_USE_AOT_COMPILE"] == "0"  # vLLM's env overrides kept
+        assert torch.are_deterministic_algorithms_enabled()  # the Ascend worker override
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
         bi.remove_vllm_init_handover()
         os.environ.clear()
         os.environ.update(saved_env)
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
     assert vllm_bi.init_batch_invariance is original

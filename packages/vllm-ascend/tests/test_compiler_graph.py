@@ -14,9 +14,14 @@ def test_backend_choice() -> None:
         enable_npugraph_ex=True))
     off = types.SimpleNamespace(ascend_compilation_config=types.SimpleNamespace(
         enable_npugraph_ex=False))
-    piecewise, none = types.SimpleNamespace(name="PIECEWISE"), types.SimpleNamespace(name="NONE")
-    assert graph_backend(on, piecewise) == "npugraph_ex"
-    assert graph_backend(on, none) == "eager" and graph_backend(off, piecewise) == "eager"
+    from vllm.config import CUDAGraphMode
+
+    # npugraph_ex builds whole-forward graphs only (the reference disables it for piecewise).
+    for mode in (CUDAGraphMode.FULL, CUDAGraphMode.FULL_DECODE_ONLY):
+        assert graph_backend(on, mode) == "npugraph_ex" and graph_backend(off, mode) == "eager"
+    for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.NONE,
+                 None):
+        assert graph_backend(on, mode) == "eager"
 
 
 def test_hash_covers_the_fusion_settings(make_vllm_config) -> None:

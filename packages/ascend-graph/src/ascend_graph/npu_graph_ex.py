@@ -65,24 +65,54 @@ def patched_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
             setattr(owner, name, original)
 
 
+#: Modules of npugraph_ex releases that hold its option helper (newest first).
+_OPTION_HELPER_MODULES = ("configs.compiler_config", "configs.npugraphex_config")
+
+
+def npugraph_ex_options(options: NpuGraphOptions) -> dict[str, Any]:
+    """The npugraph_ex options for `options`: run the FX graph eagerly before capture, no
+    in-place rewrite (it would move gelu to the CPU), no input/output copies; with the static
+    kernel, compile static-shape kernels for the decode batch sizes only."""
+    opts: dict[str, Any] = {
+        "force_eager": True, "inplace_pass": False, "clone_input": False, "clone_output": False,
+    }  # fmt: skip
+    if options.static_kernel:
+        opts["static_kernel_compile"] = True
+        opts["_vllm_aclnn_static_kernel_sym_range"] = list(options.decode_batch_sizes)
+    return opts
+
+
+def _option_helper(ext: ModuleType) -> Callable[[Any, dict[str, Any]], None] | None:
+    """npugraph_ex's own `_process_kwargs_options(config, {"options": ...})`, if it has one."""
+    for name in _OPTION_HELPER_MODULES:
+        try:
+            module = importlib.import_module(f"{ext.__name__}.{name}")
+        except ImportError:
+            continue
+        helper = getattr(module, "_process_kwargs_options", None)
+        if callable(helper):
+            return cast(Callable[[Any, dict[str, Any]], None], helper)
+    return None
+
+
 def _compiler_config(ext: ModuleType, options: NpuGraphOptions) -> Any:
     config = ext.CompilerConfig()
     if ext.__name__ == "torchair":
         config.mode = "reduce-overhead"
         config.debug.run_eagerly = True
+        config.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
         if options.static_kernel:
             aclgraph = config.experimental_config.aclgraph
             aclgraph._aclnn_static_shape_kernel = True
             aclgraph._aclnn_static_shape_kernel_sym_value_range = list(options.decode_batch_sizes)
         return config
-    # npugraph_ex: keep the eager kernels, no in-place rewrites, no input/output copies.
-    for key, value in {
-        "force_eager": True, "inplace_pass": False, "clone_input": False, "clone_output": False,
-    }.items():  # fmt: skip
-        setattr(config, key, value)
-    if options.static_kernel:
-        config.static_kernel_compile = True
-        config.static_kernel_sym_range = list(options.decode_batch_sizes)
+    opts = npugraph_ex_options(options)
+    helper = _option_helper(ext)
+    if helper is not None:  # validates the values and knows older config layouts
+        helper(config, {"options": opts})
+    else:
+        for key, value in opts.items():
+            setattr(config, key, value)
     return config
 
 

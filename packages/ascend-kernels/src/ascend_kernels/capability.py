@@ -45,6 +45,10 @@ _NPU_TABLE: dict[str, tuple[frozenset[str], frozenset[torch.dtype], frozenset[in
     "muls_add": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
     "bgmv_expand": (frozenset({"A2", "A3", "310P"}), HALF_DTYPES, None),
     "sgmv_expand": (frozenset({"A2", "A3", "310P"}), HALF_DTYPES, None),
+    # npu_swiglu exists on every SoC; npu_mrope is not used on 310P (vllm-ascend keeps a
+    # separate 310P MRoPE path there).
+    "silu_and_mul": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
+    "mrotary_embedding": (frozenset({"A2", "A3", "A5"}), FLOAT_DTYPES, None),
 }
 
 

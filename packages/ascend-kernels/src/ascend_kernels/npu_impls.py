@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ascend_kernels import ops_rope
+from ascend_kernels import ops_activation, ops_mrope, ops_rope
 from ascend_kernels.schemas import NAMESPACE
 
 E4M3 = torch.float8_e4m3fn
@@ -204,6 +204,9 @@ ADAPTERS: dict[str, Callable[..., Any]] = {
     "rotary_embedding": rotary_embedding,
     "split_qkv_rmsnorm_rope": split_qkv_rmsnorm_rope,
     "muls_add": muls_add,
+    # Adapters of the ops added for vLLM CustomOps live beside their references.
+    "silu_and_mul": ops_activation.npu_silu_and_mul,
+    "mrotary_embedding": ops_mrope.npu_mrotary_embedding,
 }
 
 

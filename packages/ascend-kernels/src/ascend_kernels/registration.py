@@ -7,14 +7,25 @@ from typing import Any
 
 import torch
 
-from ascend_kernels import ops_elementwise, ops_lora, ops_mx, ops_norm, ops_quant, ops_rope
+from ascend_kernels import (
+    ops_activation,
+    ops_elementwise,
+    ops_lora,
+    ops_mrope,
+    ops_mx,
+    ops_norm,
+    ops_quant,
+    ops_rope,
+)
 from ascend_kernels.schemas import NAMESPACE, SCHEMAS, qualname
 
 # The reference runs on any device (CompositeExplicitAutograd); a backend kernel registered
 # for a device key (the NPU's PrivateUse1) takes precedence over it on that device.
 REFERENCE_KEY = "CompositeExplicitAutograd"
 
-_MODULES = (ops_norm, ops_quant, ops_mx, ops_rope, ops_elementwise, ops_lora)
+_MODULES = (
+    ops_norm, ops_quant, ops_mx, ops_rope, ops_elementwise, ops_lora, ops_activation, ops_mrope,
+)
 
 
 def _lookup(op: str, suffix: str) -> Callable[..., Any]:

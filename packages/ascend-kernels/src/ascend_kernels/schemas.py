@@ -50,6 +50,13 @@ SCHEMAS: dict[str, str] = {
         "(Tensor x, Tensor weight, Tensor lora_indices, Tensor seq_len, Tensor y,"
         " int slice_offset, int slice_size) -> Tensor"
     ),
+    # Added for vLLM CustomOps the plugin replaces (README "Schema changes").
+    "silu_and_mul": "(Tensor x) -> Tensor",
+    "mrotary_embedding": (
+        "(Tensor positions, Tensor q, Tensor k, Tensor cos_sin_cache, int head_size,"
+        " int rotary_dim, int[] mrope_section, bool is_neox, bool interleaved)"
+        " -> (Tensor q_out, Tensor k_out)"
+    ),
 }
 
 OP_NAMES: tuple[str, ...] = tuple(SCHEMAS)

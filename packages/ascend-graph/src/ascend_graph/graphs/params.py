@@ -45,10 +45,20 @@ def _kind(kind: str) -> str:
 
 
 class GraphParamsStore:
-    """The GraphParams of each model kind, set once per kind."""
+    """The GraphParams of each model kind, set once per kind, and the attention backend (with
+    its update stream) that refreshes them before a full graph replays."""
 
     def __init__(self) -> None:
         self._params: dict[str, GraphParams] = {}
+        self.attention: tuple[Any, Any] | None = None
+
+    def bind_attention(self, attn_backend: Any, update_stream: Any) -> None:
+        """Name the attention backend whose ``update_graph_params`` full replays call."""
+        self.attention = (attn_backend, update_stream)
+
+    def kinds(self) -> list[str]:
+        """The kinds set so far, in ``GRAPH_KINDS`` order."""
+        return [k for k in GRAPH_KINDS if k in self._params]
 
     def set(self, kind: str, capture_sizes: Iterable[int]) -> GraphParams:
         if _kind(kind) in self._params:
@@ -94,6 +104,7 @@ class GraphParamsStore:
 
     def reset(self) -> None:
         self._params.clear()
+        self.attention = None
 
 
 def decode_batch_sizes(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,11 @@ class GraphWrapper:
     Outputs are kept as weak references (the graph pool owns the memory); in `debug` mode a
     replay checks that tensor arguments sit at the captured addresses. Known NPU capture
     failures raise `GraphCaptureError` saying what to change.
+
+    Hooks for the caller (all take the key): `capture_scope` returns a context manager the
+    capture runs in (e.g. one that marks the forward context as capturing); `before_full_replay`
+    runs before each replay of a FULL graph, after the optional synchronisation (e.g. to hand
+    the attention backend this step's parameters); `on_capture` runs after each capture.
     """
 
     def __init__(
@@ -55,6 +62,8 @@ class GraphWrapper:
         sync_before_full_replay: bool = True,
         params: GraphParamsStore | None = None,
         on_capture: Callable[[Any], None] | None = None,
+        capture_scope: Callable[[Any], AbstractContextManager[Any]] | None = None,
+        before_full_replay: Callable[[Any], None] | None = None,
     ) -> None:
         mode = RuntimeMode.parse(runtime_mode)
         if mode is RuntimeMode.NONE:
@@ -71,6 +80,8 @@ class GraphWrapper:
         self.sync_before_full_replay = sync_before_full_replay
         self.params = params
         self.on_capture = on_capture
+        self.capture_scope = capture_scope
+        self.before_full_replay = before_full_replay
         self.entries: dict[Any, GraphEntry] = {}
         self.captures = 0
 
@@ -109,8 +120,11 @@ class GraphWrapper:
             return self._capture(entry, args, kwargs)
         if self.debug:
             self._check_addresses(entry, args)
-        if self.runtime_mode is RuntimeMode.FULL and self.sync_before_full_replay:
-            self.runtime.synchronize()
+        if self.runtime_mode is RuntimeMode.FULL:
+            if self.sync_before_full_replay:
+                self.runtime.synchronize()
+            if self.before_full_replay is not None:
+                self.before_full_replay(key)
         self.runtime.replay(entry.graph)
         entry.replays += 1
         return self.runtime.resolve(entry.output) if self.weak_ref_output else entry.output
@@ -118,8 +132,10 @@ class GraphWrapper:
     def _capture(self, entry: GraphEntry, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         entry.input_addresses = tensor_addresses(args)
         graph = self.runtime.new_graph()
+        scope = self.capture_scope(entry.key) if self.capture_scope else contextlib.nullcontext()
         try:
-            output = self.runtime.capture(graph, self.runnable, args, kwargs, self.pool)
+            with scope:
+                output = self.runtime.capture(graph, self.runnable, args, kwargs, self.pool)
         except Exception as exc:
             translated = translate_capture_error(exc)
             if translated is not None:

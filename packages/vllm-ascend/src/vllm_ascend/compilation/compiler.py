@@ -23,6 +23,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
@@ -43,11 +45,54 @@ PASS_KEY = "graph_fusion_manager"
 NPU_CODE_SUFFIX = ".npugraph_ex.py"
 
 
+# Graph modes whose graphs npugraph_ex may build: whole-forward graphs. The reference plugin
+# disables npugraph_ex (and the static kernel) for every mode that needs piecewise compilation
+# (PIECEWISE, FULL_AND_PIECEWISE; reference 4.4 _setup_compile_backend); so does this one.
+NPUGRAPH_EX_MODES = ("FULL", "FULL_DECODE_ONLY")
+
+
 def graph_backend(ascend_config: Any, cudagraph_mode: Any) -> str:
-    """``npugraph_ex`` when enabled and graphs are captured, else ``eager``."""
+    """``npugraph_ex`` when enabled and the graph mode captures whole forwards, else ``eager``."""
     enabled = bool(ascend_config.ascend_compilation_config.enable_npugraph_ex)
-    captures = cudagraph_mode is not None and getattr(cudagraph_mode, "name", "NONE") != "NONE"
-    return "npugraph_ex" if enabled and captures else "eager"
+    name = getattr(cudagraph_mode, "name", cudagraph_mode)
+    return "npugraph_ex" if enabled and name in NPUGRAPH_EX_MODES else "eager"
+
+
+@dataclass(frozen=True)
+class StaticKernelPlan:
+    """npugraph_ex's static-shape kernels: on or off, for which decode batch sizes, and the
+    ``LOCAL_WORLD_SIZE`` they need (local world size times the local DP size)."""
+
+    enabled: bool = False
+    decode_batch_sizes: tuple[int, ...] = ()
+    local_world_size: int = 1
+
+    @classmethod
+    def from_vllm_config(cls, vllm_config: Any, enabled: bool) -> StaticKernelPlan:
+        from ascend_graph import decode_batch_sizes
+
+        if not enabled:
+            return cls()
+        cc, par = vllm_config.compilation_config, vllm_config.parallel_config
+        spec = vllm_config.speculative_config
+        sizes = decode_batch_sizes(
+            cc.cudagraph_capture_sizes or [],
+            int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec is not None else 0,
+            int(vllm_config.scheduler_config.max_num_seqs),
+        )
+        local = int(par.local_world_size) * int(par.data_parallel_size_local or 1)
+        return cls(True, tuple(sizes), local)
+
+    def apply_environment(self, environ: Any = None) -> str | None:
+        """Set ``LOCAL_WORLD_SIZE`` for the static kernel unless already set; returns the value
+        set (None when nothing changed)."""
+        env = os.environ if environ is None else environ
+        if not self.enabled or "LOCAL_WORLD_SIZE" in env:
+            return None
+        env["LOCAL_WORLD_SIZE"] = str(self.local_world_size)
+        logger.info("LOCAL_WORLD_SIZE=%d for the static kernel (local world size x local DP "
+                    "size)", self.local_world_size)
+        return env["LOCAL_WORLD_SIZE"]
 
 
 def _return_tuple(graph: Any) -> bool:
@@ -78,6 +123,7 @@ class AscendCompiler(CompilerInterface):
         self.backend = "eager"
         self.fusion_manager = fusion_manager
         self.signer: ArtifactSigner | None = None
+        self.static_kernel = StaticKernelPlan()
 
     def initialize_cache(
         self, cache_dir: str, disable_cache: bool = False, prefix: str = "",
@@ -118,14 +164,21 @@ class AscendCompiler(CompilerInterface):
         resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts)
         cc = resolved.ascend_compilation_config
         self.backend = graph_backend(resolved, vllm_config.compilation_config.cudagraph_mode)
+        self.static_kernel = StaticKernelPlan.from_vllm_config(
+            vllm_config, bool(cc.enable_static_kernel) and self.backend == "npugraph_ex"
+        )
         # The same manager AscendPassManager.configure builds; load recompiles with it.
+        from vllm_ascend.compilation.norm_quant_gate import quant_description_of
+
         sequence_parallel = bool(vllm_config.parallel_config.use_sequence_parallel_moe)
-        manager = build_fusion_manager(cc, soc, facts, sequence_parallel=sequence_parallel)
+        manager = build_fusion_manager(cc, soc, facts, sequence_parallel=sequence_parallel,
+                                       quant_description=quant_description_of(vllm_config, facts))
         self.fusion_manager = manager
         return str(compute_hash(
             manager, backend=self.backend,
             enable_npugraph_ex=self.backend == "npugraph_ex",
-            enable_static_kernel=bool(cc.enable_static_kernel),
+            enable_static_kernel=self.static_kernel.enabled,
+            decode_batch_sizes=self.static_kernel.decode_batch_sizes,
         ))[:10]
 
     def compile(
@@ -200,7 +253,12 @@ class AscendCompiler(CompilerInterface):
             code_dir = self.cache_dir if code_key else None
             if code_dir and code_key:  # an old file must not pass for this compile's code
                 artifact_path(code_dir, code_key).unlink(missing_ok=True)
-            options = NpuGraphOptions(cache_dir=code_dir, cache_key=code_key)
+            plan = self.static_kernel
+            plan.apply_environment()
+            options = NpuGraphOptions(
+                static_kernel=plan.enabled, decode_batch_sizes=plan.decode_batch_sizes,
+                cache_dir=code_dir, cache_key=code_key,
+            )
         compiled, fused = compile_graph_fused(
             graph, example_inputs, manager=fusion, backend=self.backend,
             compile_range=compile_range, npu_options=options, reuse=reuse,

@@ -1,14 +1,22 @@
 """vLLM's static-graph wrapper for the NPU platform, over ascend-graph's GraphWrapper.
 
 The capture key and runtime mode come from vLLM's forward context (the batch descriptor and
-``cudagraph_runtime_mode`` that vLLM's dispatcher set for this step).
+``cudagraph_runtime_mode`` that vLLM's dispatcher set for this step). Per capture the wrapper
+checks that vLLM allows capturing, marks the forward context as capturing, counts the graph
+in vLLM's compilation counter and turns the attention workspaces of the engine's graph
+parameters into weak references. Before a FULL graph replays it waits for the previous replay
+(except for an EAGLE drafter) and has the attention backend refresh this step's parameters
+(``update_full_graph_params``); PIECEWISE graphs contain no attention and replay directly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from vllm_ascend.compilation.graph_params import graph_params_for
 
 
 def forward_context_key() -> tuple[Any, Any]:
@@ -21,8 +29,35 @@ def forward_context_key() -> tuple[Any, Any]:
     return ctx.batch_descriptor, ctx.cudagraph_runtime_mode
 
 
+def npu_weak_ref_tensors(value: Any) -> Any:
+    """Tensors (also in tuples/lists) as torch_npu weak references that do not own memory."""
+    import torch
+    import torch_npu  # the NPU runtime only
+
+    if isinstance(value, torch.Tensor):
+        return torch_npu._C._weak_ref_tensor(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(npu_weak_ref_tensors(v) for v in value)
+    return value
+
+
+def _forward_fields(vllm_config: Any) -> Any:
+    """The Ascend fields of the current forward context (None outside one)."""
+    from vllm.forward_context import is_forward_context_available
+
+    from vllm_ascend.runtime.forward_context import ExtraForwardContext
+
+    if not is_forward_context_available():
+        return None
+    return ExtraForwardContext(bool(getattr(vllm_config, "use_v2_model_runner", False)))
+
+
 class AscendGraphWrapper:
-    """Capture/replay one runnable per batch descriptor in its runtime mode (vLLM signature)."""
+    """Capture/replay one runnable per batch descriptor in its runtime mode (vLLM signature).
+
+    ``runtime`` (default: NPU graphs) and ``context`` are seams for tests; ``use_eagle`` marks
+    the wrapper of an EAGLE drafter, whose full replays skip the synchronisation.
+    """
 
     def __init__(
         self,
@@ -31,6 +66,7 @@ class AscendGraphWrapper:
         runtime_mode: Any,
         cudagraph_options: Any = None,
         *,
+        use_eagle: bool = False,
         runtime: Any = None,
         context: Callable[[], tuple[Any, Any]] = forward_context_key,
     ) -> None:
@@ -38,11 +74,23 @@ class AscendGraphWrapper:
 
         self.vllm_config = vllm_config
         self.cudagraph_options = cudagraph_options
-        weak = getattr(cudagraph_options, "weak_ref_output", True)
+        self.use_eagle = use_eagle
+        self.params = graph_params_for(vllm_config)
+        pool = None
+        if runtime is None:
+            from vllm.platforms import current_platform
+
+            gc_disable = bool(getattr(cudagraph_options, "gc_disable", False))
+            runtime = NPUGraphRuntime(weak_ref_fn=npu_weak_ref_tensors, gc_disable=gc_disable)
+            pool = current_platform.get_global_graph_pool()
+        self.runtime = runtime
         self._wrapper = GraphWrapper(
-            runnable, runtime_mode, runtime=runtime if runtime is not None else NPUGraphRuntime(),
-            context=context, debug=os.environ.get("VLLM_LOGGING_LEVEL", "") == "DEBUG",
-            weak_ref_output=weak,
+            runnable, runtime_mode, runtime=runtime, context=context, pool=pool,
+            debug=os.environ.get("VLLM_LOGGING_LEVEL", "") == "DEBUG",
+            weak_ref_output=getattr(cudagraph_options, "weak_ref_output", True),
+            sync_before_full_replay=False,  # done in _before_full_replay (EAGLE skips it)
+            params=self.params, on_capture=self._count_capture,
+            capture_scope=self._capturing, before_full_replay=self._before_full_replay,
         )
 
     @property
@@ -56,6 +104,9 @@ class AscendGraphWrapper:
     def unwrap(self) -> Callable[..., Any]:
         return self._wrapper.unwrap()
 
+    def clear(self) -> None:
+        self._wrapper.clear()
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._wrapper(*args, **kwargs)
 
@@ -64,3 +115,48 @@ class AscendGraphWrapper:
         if wrapper is not None and hasattr(wrapper.runnable, name):
             return getattr(wrapper.runnable, name)
         raise AttributeError(f"{type(self).__name__} and its runnable have no attribute {name!r}")
+
+    @contextlib.contextmanager
+    def _capturing(self, key: Any) -> Iterator[None]:
+        from vllm.compilation.monitor import validate_cudagraph_capturing_enabled
+
+        validate_cudagraph_capturing_enabled()
+        fields = _forward_fields(self.vllm_config)
+        if fields is None:
+            yield
+            return
+        before = fields.capturing
+        fields.capturing = True
+        try:
+            yield
+        finally:
+            fields.capturing = before
+
+    @staticmethod
+    def _count_capture(key: Any) -> None:
+        from vllm.compilation.counter import compilation_counter
+
+        compilation_counter.num_cudagraph_captured += 1
+
+    def _before_full_replay(self, key: Any) -> None:
+        from vllm.forward_context import get_forward_context
+
+        fields = _forward_fields(self.vllm_config)
+        is_draft = fields is not None and bool(fields.is_draft_model)
+        if not (is_draft and self.use_eagle):
+            # Async scheduling may update step i's attention parameters while replay i-1
+            # still runs: wait for it first.
+            self.runtime.synchronize()
+        if self.params.attention is None:
+            raise RuntimeError(
+                "a FULL graph is about to replay but no attention backend is bound to the "
+                "engine's graph parameters: the NPU model runner must call "
+                "vllm_ascend.compilation.graph_params.graph_params_for(vllm_config)"
+                ".bind_attention(attn_backend, update_stream) before capturing full graphs"
+            )
+        attn_backend, update_stream = self.params.attention
+        self.params.update_full_graph_params(
+            attn_backend, update_stream, get_forward_context() if fields else None, key.num_tokens,
+            self.vllm_config, self.vllm_config.speculative_config,
+            draft_attn_metadatas=fields.draft_attn_metadatas if is_draft else None,
+        )

@@ -77,19 +77,29 @@ def sequence_parallel_ops() -> tuple[Any, Any] | None:
 
 
 def build_fusion_manager(
-    switches: Any, soc: str, facts: Any, *, sequence_parallel: bool = False
+    switches: Any, soc: str, facts: Any, *, sequence_parallel: bool = False,
+    quant_description: Any = None, log_decisions: bool = False,
 ) -> Any:
     """ascend-graph's manager for the resolved pass switches and model facts.
 
     The all-gather/chunk cleanup runs only with sequence parallelism, and only when vLLM
     provides both op handles it matches (they are passed in: ascend-graph never imports vLLM).
+    norm_quant follows ``norm_quant_gate`` (W4A4 layers, model dtype).
     """
     from ascend_graph import GraphFusionPassManager
+
+    from vllm_ascend.compilation.norm_quant_gate import decide_norm_quant, log_once
+
+    norm_quant = decide_norm_quant(bool(switches.fuse_norm_quant), soc, str(facts.dtype),
+                                   quant_description)
+    if log_decisions:
+        log_once(norm_quant)
 
     scale = facts.routed_scaling_factor if facts.routed_scaling_factor != 1.0 else None
     handles = sequence_parallel_ops() if sequence_parallel else None
     return GraphFusionPassManager(
-        fuse_norm_quant=bool(switches.fuse_norm_quant),
+        fuse_norm_quant=norm_quant.enabled,
+        w4a4=norm_quant.w4a4,
         fuse_qknorm_rope=bool(switches.fuse_qknorm_rope),
         fuse_muls_add=bool(switches.fuse_muls_add),
         muls_add_scale=scale,
@@ -121,8 +131,13 @@ class AscendPassManager(PostGradPassManager):
         facts = extract_facts(config, self.soc)
         resolved = ascend_config.resolve(additional_config_of(config), facts=facts)
         sequence_parallel = bool(config.parallel_config.use_sequence_parallel_moe)
-        self.fusion = build_fusion_manager(resolved.ascend_compilation_config, self.soc, facts,
-                                           sequence_parallel=sequence_parallel)
+        from vllm_ascend.compilation.norm_quant_gate import quant_description_of
+
+        self.fusion = build_fusion_manager(
+            resolved.ascend_compilation_config, self.soc, facts,
+            sequence_parallel=sequence_parallel,
+            quant_description=quant_description_of(config, facts), log_decisions=True,
+        )
         self.add(AscendFusionPass(config, self.fusion))
         self.fix_functionalization = SafeFixFunctionalizationPass(config)
 

@@ -51,8 +51,10 @@ def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str
     """Apply the host-CPU compilation settings; returns what was decided (for the log)."""
     from vllm.config import CompilationMode
 
+    from vllm_ascend.ops.custom_ops import all_custom_ops
+
     cc = vllm_config.compilation_config
-    cc.custom_ops = ["all"]
+    cc.custom_ops = all_custom_ops(cc.custom_ops)  # every op on; the user's +x/-x kept
     turned_off = disable_vllm_gpu_fusions(vllm_config)
     if compile_requested:
         cc.mode = CompilationMode.VLLM_COMPILE

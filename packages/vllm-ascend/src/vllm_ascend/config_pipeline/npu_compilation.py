@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger("vllm_ascend.config_pipeline.npu_compilation")
@@ -13,6 +14,78 @@ MAX_DEFAULT_CAPTURE_SIZE = 512
 A5_MAX_CAPTURE_SIZES = 4
 COMPILER_PATH = "vllm_ascend.compilation.compiler.AscendCompiler"
 NPU_SPLITTING_OPS = ("vllm::mla_forward", "vllm::dsa_forward")
+
+
+@dataclass(frozen=True)
+class UserCaptureSettings:
+    """The capture settings the user gave, before vLLM filled in its defaults."""
+
+    max_size: int | None = None
+    sizes: tuple[int, ...] | None = None
+
+
+# What each VllmConfig's user asked for, recorded by the platform's defaults hook (vLLM calls it
+# before computing its own sizes) and read by check_and_update_config; keyed by the config
+# object, as vLLM passes nothing else to either hook. reset_user_capture_settings() clears it.
+_USER_SETTINGS: dict[int, tuple[Any, UserCaptureSettings]] = {}
+
+
+def record_user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
+    """Remember the user's ``max_cudagraph_capture_size`` / ``cudagraph_capture_sizes``."""
+    cc = vllm_config.compilation_config
+    sizes = cc.cudagraph_capture_sizes
+    settings = UserCaptureSettings(
+        cc.max_cudagraph_capture_size, tuple(sizes) if sizes is not None else None
+    )
+    _USER_SETTINGS[id(vllm_config)] = (vllm_config, settings)
+    return settings
+
+
+def user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
+    """What :func:`record_user_capture_settings` saw for this config (nothing: defaults)."""
+    entry = _USER_SETTINGS.get(id(vllm_config))
+    return entry[1] if entry is not None and entry[0] is vllm_config else UserCaptureSettings()
+
+
+def reset_user_capture_settings() -> None:
+    _USER_SETTINGS.clear()
+
+
+def update_cudagraph_capture_sizes(
+    cc: Any, sizes: Sequence[int], *, reason: str, user: UserCaptureSettings | None = None,
+    user_sizes_must_stay: bool = False,
+) -> list[str]:
+    """Replace the capture sizes by ``sizes`` (``reason`` says why) and the max by their last.
+
+    With ``user_sizes_must_stay``, dropping a size the user listed is one ValueError naming
+    the sizes and what is allowed; otherwise every dropped size is named in one warning.
+    Returns the notes logged.
+    """
+    new = sorted(set(sizes))
+    current = list(cc.cudagraph_capture_sizes or [])
+    dropped = [s for s in current if s not in new]
+    user = user or UserCaptureSettings()
+    if user_sizes_must_stay and user.sizes:
+        lost = sorted(set(user.sizes) & set(dropped))
+        if lost:
+            raise ValueError(
+                f"compilation_config.cudagraph_capture_sizes={sorted(set(user.sizes))} includes "
+                f"{lost}, which cannot be used: {reason}. Allowed sizes here: {new or 'none'}"
+            )
+    old_max = cc.max_cudagraph_capture_size
+    new_max = new[-1] if new else 0
+    notes = []
+    if dropped or old_max != new_max:
+        notes.append(
+            f"capture sizes {dropped} dropped ({reason}); max_cudagraph_capture_size "
+            f"{old_max} -> {new_max}"
+        )
+    for note in notes:
+        logger.warning(note)
+    cc.max_cudagraph_capture_size = new_max
+    cc.cudagraph_capture_sizes = new
+    cc.post_init_cudagraph_sizes()
+    return notes
 
 
 def default_max_capture_size(
@@ -105,15 +178,18 @@ def setup_compile_backend(
         bool(ascend_config.enable_shared_expert_dp), bool(ascend_config.enable_dsa_cp),
     ):
         sizes = list(cc.cudagraph_capture_sizes or [])
-        kept = sp_capture_sizes(sizes, par.tensor_parallel_size)
+        tp = par.tensor_parallel_size
+        kept = sp_capture_sizes(sizes, tp)
         if not kept:
             raise ValueError(
                 f"no graph capture size in {sizes} suits sequence parallelism with "
-                f"TP={par.tensor_parallel_size}; choose sizes that are multiples of TP"
+                f"TP={tp}; choose sizes that are multiples of TP"
             )
         if kept != sizes:
-            _set_capture_sizes(cc, kept)
-            notes.append(f"capture sizes aligned for sequence parallelism: {kept}")
+            notes += update_cudagraph_capture_sizes(
+                cc, kept, user=user_capture_settings(vllm_config), user_sizes_must_stay=True,
+                reason=f"sequence parallelism with TP={tp} needs multiples of {tp}",
+            )
     cc.backend = COMPILER_PATH
     mode = cc.cudagraph_mode
     if mode == CUDAGraphMode.NONE:
@@ -126,8 +202,10 @@ def setup_compile_backend(
         cc.set_splitting_ops_for_v1(par.all2all_backend, par.data_parallel_size)
         cc.splitting_ops = [*(cc.splitting_ops or []), *NPU_SPLITTING_OPS]
         if soc == "A5" and len(cc.cudagraph_capture_sizes or []) > A5_MAX_CAPTURE_SIZES:
-            _set_capture_sizes(cc, prune_capture_sizes(cc.cudagraph_capture_sizes))
-            notes.append(f"A5: capture sizes pruned to {cc.cudagraph_capture_sizes}")
+            notes += update_cudagraph_capture_sizes(
+                cc, prune_capture_sizes(cc.cudagraph_capture_sizes),
+                reason=f"A5 captures at most {A5_MAX_CAPTURE_SIZES} sizes",
+            )
     else:
         cc.splitting_ops = []
     graph_mode = cc.cudagraph_mode != CUDAGraphMode.NONE
@@ -136,12 +214,4 @@ def setup_compile_backend(
             "ASCEND_LAUNCH_BLOCKING=1 cannot be used with graph mode; unset it or run with "
             "enforce_eager (plogs are under $HOME/ascend/log/debug)"
         )
-    for note in notes:
-        logger.warning(note)
     return notes
-
-
-def _set_capture_sizes(cc: Any, sizes: list[int]) -> None:
-    cc.max_cudagraph_capture_size = sizes[-1] if sizes else 0
-    cc.cudagraph_capture_sizes = sizes
-    cc.post_init_cudagraph_sizes()

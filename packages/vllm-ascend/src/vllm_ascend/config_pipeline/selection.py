@@ -11,6 +11,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# Worker entry points (group ``vllm_ascend.runtime``) by kind, and the reference plugin's class
+# each stands for (reference 4.4 _setup_worker_and_scheduler; 310P wins over xlite).
+WORKER_ENTRIES: dict[str, tuple[str, str]] = {
+    "310p": ("worker_310p", "vllm_ascend._310p.worker_310p.NPUWorker310"),
+    "xlite": ("worker_xlite", "vllm_ascend.xlite.xlite_worker.XliteWorker"),
+    "npu": ("worker", "vllm_ascend.worker.worker.NPUWorker"),
+}
+
+
+def worker_kind(soc: str, xlite: bool) -> str:
+    """Which worker the SoC and the xlite switch need: ``310p``, ``xlite`` or ``npu``."""
+    if soc == "310P":
+        return "310p"
+    return "xlite" if xlite else "npu"
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -59,16 +74,19 @@ def select_worker_and_scheduler(
     async_scheduling: bool, runtime: Mapping[str, str], schedulers: Mapping[str, str],
 ) -> Selection:
     """One decision for both classes; a missing provider is an error naming what to install."""
+    kind = worker_kind(soc, xlite)
+    entry, reference = WORKER_ENTRIES[kind]
     if worker_setting != "auto":
         worker, why = worker_setting, "worker_cls set by the user"
-    elif "worker" in runtime:
-        suffix = " (xlite)" if xlite else ""
-        worker, why = runtime["worker"], f"NPU runtime worker for {soc}{suffix}"
+    elif entry in runtime:
+        worker, why = runtime[entry], f"{entry} for {soc}" + (" (xlite)" if xlite else "")
     else:
+        label = {"310p": "the 310P worker", "xlite": "the Xlite worker (xlite_graph_config"
+                 ".enabled)", "npu": "the NPU worker"}[kind]
         raise RuntimeError(
-            "no installed package provides the NPU worker: install an Ascend runtime package "
-            "that declares the entry point group 'vllm_ascend.runtime' with name 'worker', "
-            "or set VLLM_ASCEND_DEVICE=cpu"
+            f"no installed package provides {label}: install the Ascend runtime extension that "
+            f"declares the entry point group 'vllm_ascend.runtime' with name {entry!r} (the "
+            f"reference plugin's {reference}), or set VLLM_ASCEND_DEVICE=cpu"
         )
     key = scheduler_key(scheduler_policy(ascend_config, kv_role), async_scheduling)
     if key is None:

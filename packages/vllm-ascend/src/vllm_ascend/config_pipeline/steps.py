@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,24 @@ def _resolve(vllm_config: Any, soc: str) -> tuple[Any, Any, dict[str, str]]:
     return facts, resolved, environ
 
 
+def write_dump_config(resolved: Any, cwd: str | None = None) -> Any:
+    """Materialise ``dump_config`` as msprobe's config file under ``cwd`` (default: the working
+    directory); returns the file msprobe reads (also ``dump_config_path``), or None."""
+    import ascend_config
+
+    where = os.getcwd() if cwd is None else cwd
+    try:
+        path = ascend_config.write_dump_config(resolved, where)
+    except OSError as exc:
+        raise RuntimeError(
+            f"dump_config: cannot write {ascend_config.dump_config_file(where)} ({exc}); run "
+            "from a writable directory or pass an existing file as dump_config_path"
+        ) from exc
+    if path is not None and resolved.dump_config is not None:
+        logger.info("msprobe dump config written to %s", path)
+    return path
+
+
 def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> Any:
     """Host-CPU platform: Ascend config + vLLM's CPU defaults + compilation kept for the passes.
 
@@ -44,6 +63,7 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
         return None
     compile_requested = cpu_compilation.wants_vllm_compile(vllm_config)
     facts, resolved, environ = _resolve(vllm_config, "cpu")  # AscendConfigError: all problems
+    write_dump_config(resolved)
     quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
     cpu_defaults(vllm_config)
@@ -55,8 +75,6 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
 
 def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
     """NPU platform: the reference order of 4.3, each step one call. Returns the config."""
-    import os
-
     from vllm_ascend.config_pipeline import (
         allocator_env,
         derived_edits,
@@ -75,6 +93,7 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
         return None
     npu_device.require_npu_runtime()
     facts, resolved, environ = _resolve(vllm_config, soc)  # AscendConfigError: all problems
+    write_dump_config(resolved)
     parallel_rules.check_parallel_layout(facts, parallel_rules.layout_of(vllm_config))
     quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
@@ -96,7 +115,10 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
         sched.scheduler_cls = selection.scheduler_cls
     logger.info("worker/scheduler: %s", selection.reason)
     if soc != "310P":
-        vllm_config.compilation_config.custom_ops = ["all"]
+        from vllm_ascend.ops.custom_ops import all_custom_ops
+
+        cc = vllm_config.compilation_config
+        cc.custom_ops = all_custom_ops(cc.custom_ops)
     alloc = allocator_env.npu_alloc_conf(
         os.environ.get("PYTORCH_NPU_ALLOC_CONF"), vllm_config.model_config.enable_sleep_mode
     )

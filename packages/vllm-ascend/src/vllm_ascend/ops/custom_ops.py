@@ -1,74 +1,139 @@
-"""Out-of-tree CustomOp classes that put ``torch.ops.ascend.*`` into vLLM's models.
+"""The one map of vLLM CustomOps vllm-ascend replaces, and its registration.
 
-vLLM keys its out-of-tree registry by the Python class name being instantiated, so the Ascend
-rotary embedding registers under ``"RotaryEmbedding"``; on the host-CPU platform vLLM calls
-``forward_cpu``, on the NPU platform ``forward_oot``. Registered once per process
-(:func:`register_ascend_custom_ops`); :func:`reset_ascend_custom_ops` undoes it for tests.
+vLLM keys its out-of-tree registry by the Python class name being instantiated (a subclass
+such as ``Llama3RotaryEmbedding`` is looked up under its own name), so every variant a model
+can build has its own row. Each replacement subclasses the class it replaces and runs
+``torch.ops.ascend.*`` from ``forward_cpu`` (host-CPU platform) and ``forward_oot`` (NPU
+platform). Registered once per process (:func:`register_ascend_custom_ops`, from the platform's
+compatibility adjustments); :func:`reset_ascend_custom_ops` undoes it for tests.
+
+After registration vLLM's ``custom_ops`` directives use the class names: ``-SiluAndMul`` (or
+:func:`native_directives` for all of them) brings vLLM's native implementation back.
+
+vLLM 0.32 rotary classes of the llama/qwen/deepseek families that are not replaced, and why:
+``DualChunkRotaryEmbedding`` (Qwen2.5-1M dual-chunk attention returns five rotated query
+variants, not one rope), ``DeepseekV4ScalingRotaryEmbedding`` (DeepSeek V4's attention only
+reads its ``cos_sin_cache`` in fused kernels; its forward is never called),
+``Llama4VisionRotaryEmbedding`` (vision encoder, complex-number form) and
+``MRotaryEmbeddingInterleaved`` (openPangu only).
 """
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
 from vllm.model_executor.custom_op import op_registry_oot
-from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 
+from vllm_ascend.ops.activation_norm import AscendGemmaRMSNorm, AscendSiluAndMul
 from vllm_ascend.ops.moe import AscendUnquantizedFusedMoEMethod
+from vllm_ascend.ops.rotary import (
+    AscendDeepseekScalingRotaryEmbedding,
+    AscendDynamicNTKAlphaRotaryEmbedding,
+    AscendDynamicNTKScalingRotaryEmbedding,
+    AscendLinearScalingRotaryEmbedding,
+    AscendLlama3RotaryEmbedding,
+    AscendMRotaryEmbedding,
+    AscendNTKScalingRotaryEmbedding,
+    AscendRotaryEmbedding,
+    AscendYaRNScalingRotaryEmbedding,
+)
 
+@dataclass(frozen=True)
+class CustomOpRow:
+    """One replacement: vLLM class name -> Ascend class, and the ascend ops it calls."""
 
-class AscendRotaryEmbedding(RotaryEmbedding):
-    """Neox/GPT-J rotary embedding through ``torch.ops.ascend.rotary_embedding``."""
+    name: str
+    replacement: type
+    ascend_ops: tuple[str, ...]
+    used_by: str
 
-    def _ascend_forward(
-        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if key is None:  # the op rotates q and k together; query-only callers use native
-            return self.forward_native(positions, query, key)
-        cos_sin_cache = self._match_cos_sin_cache_dtype(query)
-        q_out, k_out = torch.ops.ascend.rotary_embedding(
-            positions, query, key, cos_sin_cache, self.head_size, self.rotary_dim,
-            self.is_neox_style,
+    @property
+    def replaced(self) -> type:
+        """The vLLM class this row replaces (the replacement's base of that name)."""
+        for base in self.replacement.__mro__[1:]:
+            if base.__name__ == self.name:
+                return base
+        raise TypeError(
+            f"{self.replacement.__qualname__} must subclass vLLM's {self.name} to replace it"
         )
-        return q_out, k_out
-
-    def forward_cpu(
-        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self._ascend_forward(positions, query, key)
-
-    def forward_oot(
-        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self._ascend_forward(positions, query, key)
 
 
-# vLLM class name -> Ascend replacement.
-ASCEND_CUSTOM_OPS: dict[str, type] = {
-    "RotaryEmbedding": AscendRotaryEmbedding,
-    "UnquantizedFusedMoEMethod": AscendUnquantizedFusedMoEMethod,
-}
+_ROPE = ("rotary_embedding",)
+
+#: Every vLLM CustomOp vllm-ascend replaces (README "CustomOps replaced" mirrors this table).
+ASCEND_CUSTOM_OPS: tuple[CustomOpRow, ...] = (
+    CustomOpRow("RotaryEmbedding", AscendRotaryEmbedding, _ROPE, "default rope (all families)"),
+    CustomOpRow("Llama3RotaryEmbedding", AscendLlama3RotaryEmbedding, _ROPE,
+                "rope_type llama3 (Llama 3.1+, Llama 4)"),
+    CustomOpRow("YaRNScalingRotaryEmbedding", AscendYaRNScalingRotaryEmbedding, _ROPE,
+                "rope_type yarn (Qwen2/3, Llama)"),
+    CustomOpRow("LinearScalingRotaryEmbedding", AscendLinearScalingRotaryEmbedding, _ROPE,
+                "rope_type linear"),
+    CustomOpRow("NTKScalingRotaryEmbedding", AscendNTKScalingRotaryEmbedding, _ROPE,
+                "rope_type ntk"),
+    CustomOpRow("DynamicNTKScalingRotaryEmbedding", AscendDynamicNTKScalingRotaryEmbedding,
+                _ROPE, "rope_type dynamic with factor (Llama, Qwen)"),
+    CustomOpRow("DynamicNTKAlphaRotaryEmbedding", AscendDynamicNTKAlphaRotaryEmbedding, _ROPE,
+                "rope_type dynamic with alpha"),
+    CustomOpRow("DeepseekScalingRotaryEmbedding", AscendDeepseekScalingRotaryEmbedding, _ROPE,
+                "deepseek_yarn (DeepSeek V2/V3 MLA)"),
+    CustomOpRow("MRotaryEmbedding", AscendMRotaryEmbedding, ("mrotary_embedding",),
+                "mrope_section (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)"),
+    CustomOpRow("SiluAndMul", AscendSiluAndMul, ("silu_and_mul",),
+                "SwiGLU MLPs (all families)"),
+    CustomOpRow("GemmaRMSNorm", AscendGemmaRMSNorm, ("rms_norm", "add_rms_norm"),
+                "x * (1 + w) norms (Gemma, Qwen3-Next)"),
+    CustomOpRow("UnquantizedFusedMoEMethod", AscendUnquantizedFusedMoEMethod, (),
+                "MoE experts with expert-parallel dispatch on the host CPU (vllm_ascend::"
+                "moe_routed_experts); vLLM's own path on NPU"),
+)
 
 
-def register_ascend_custom_ops() -> list[str]:
-    """Register every Ascend CustomOp not yet registered; returns the names registered now."""
+def _rows(rows: Iterable[CustomOpRow] | None) -> tuple[CustomOpRow, ...]:
+    return ASCEND_CUSTOM_OPS if rows is None else tuple(rows)
+
+
+def register_ascend_custom_ops(rows: Iterable[CustomOpRow] | None = None) -> list[str]:
+    """Register every Ascend replacement not yet registered; returns the names registered now.
+
+    A class name already taken by another package's replacement is an error naming both.
+    """
     import ascend_kernels  # noqa: F401 - registers torch.ops.ascend.*
 
     done = []
-    for name, cls in ASCEND_CUSTOM_OPS.items():
-        current = op_registry_oot.get(name)
-        if current is cls:
+    for row in _rows(rows):
+        current = op_registry_oot.get(row.name)
+        if current is row.replacement:
             continue
         if current is not None:
             raise RuntimeError(
-                f"vLLM custom op {name!r} is already replaced by {current.__module__}."
-                f"{current.__qualname__}; vllm-ascend cannot register {cls.__qualname__}"
+                f"vLLM custom op {row.name!r} is already replaced by {current.__module__}."
+                f"{current.__qualname__}; vllm-ascend cannot register "
+                f"{row.replacement.__qualname__}"
             )
-        RotaryEmbedding.register_oot(cls, name=name)
-        done.append(name)
+        row.replaced.register_oot(row.replacement, name=row.name)  # type: ignore[attr-defined]
+        done.append(row.name)
     return done
 
 
-def reset_ascend_custom_ops() -> None:
+def reset_ascend_custom_ops(rows: Iterable[CustomOpRow] | None = None) -> None:
     """Remove the Ascend classes from vLLM's out-of-tree registry (tests)."""
-    for name, cls in ASCEND_CUSTOM_OPS.items():
-        if op_registry_oot.get(name) is cls:
-            del op_registry_oot[name]
+    for row in _rows(rows):
+        if op_registry_oot.get(row.name) is row.replacement:
+            del op_registry_oot[row.name]
+
+
+def native_directives(rows: Iterable[CustomOpRow] | None = None) -> list[str]:
+    """``custom_ops`` entries that switch every Ascend replacement off (vLLM's native code)."""
+    return [f"-{row.name}" for row in _rows(rows)]
+
+
+def all_custom_ops(current: Sequence[str] | None) -> list[str]:
+    """``["all"]`` plus the user's own ``+name``/``-name`` directives from ``current``.
+
+    The Ascend platforms enable every custom op; a user's explicit directive for one op (e.g.
+    ``-SiluAndMul`` to compare with vLLM's native code) is kept.
+    """
+    directives = [d for d in (current or []) if d[:1] in ("+", "-") and len(d) > 1]
+    return ["all", *dict.fromkeys(directives)]

@@ -29,7 +29,10 @@ SCHEDULERS = "vllm_ascend.schedulers"
 RUNTIME = "vllm_ascend.runtime"
 GROUPS = (CONNECTORS, MODEL_LOADERS, MODELS, SCHEDULERS, RUNTIME)
 
-RUNTIME_KEYS = ("worker", "attention", "communicator", "punica", "kv_cache_specs")
+RUNTIME_KEYS = (
+    "worker", "worker_310p", "worker_xlite", "attention", "communicator", "punica",
+    "kv_cache_specs",
+)
 SCHEDULER_KEYS = (
     "recompute", "async_recompute", "dyntra_lb", "async_dyntra_lb", "dyntra_lb_recompute",
     "async_dyntra_lb_recompute", "profiling_chunk", "batch_job", "async_batch_job",

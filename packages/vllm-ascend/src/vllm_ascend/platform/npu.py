@@ -212,8 +212,12 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def apply_config_platform_defaults(cls, vllm_config: VllmConfig) -> None:
-        from vllm_ascend.config_pipeline.npu_compilation import default_max_capture_size
+        from vllm_ascend.config_pipeline.npu_compilation import (
+            default_max_capture_size,
+            record_user_capture_settings,
+        )
 
+        record_user_capture_settings(vllm_config)  # before vLLM fills in its defaults
         cc, spec = vllm_config.compilation_config, vllm_config.speculative_config
         size = default_max_capture_size(
             vllm_config.scheduler_config.max_num_seqs,

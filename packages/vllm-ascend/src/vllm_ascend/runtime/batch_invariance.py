@@ -20,11 +20,65 @@ _TRUE = ("1", "true", "yes", "on")
 
 @dataclass
 class BatchInvarianceReport:
-    """What init_batch_invariance did."""
+    """What init_batch_invariance did (and whether custom NPU kernels may run here)."""
 
     env_set: dict[str, str] = field(default_factory=dict)
     env_unset: list[str] = field(default_factory=list)
     mode_enabled: bool = False
+    custom_kernels: bool = True
+    custom_kernels_reason: str = ""
+
+
+class AddRmsNormOverride:
+    """Owns the ``ascend::add_rms_norm`` registration of batch-invariant mode."""
+
+    def __init__(self) -> None:
+        self.library: Any = None
+        self.dispatch_key: str | None = None
+
+    def enable(self) -> bool:
+        """Register the add-then-rms_norm kernel on the active key; False when already on."""
+        if self.library is not None:
+            return False
+        import torch
+        from ascend_kernels import batch_invariant
+        from ascend_kernels.npu_loader import npu_registration
+
+        def add_rms_norm(x: Any, residual: Any, weight: Any, eps: float,
+                         bias: Any = None) -> tuple[Any, Any]:
+            out, summed = batch_invariant.add_rms_norm(x, residual, weight, eps)
+            return (out if bias is None else out + bias), summed
+
+        key = "PrivateUse1" if npu_registration.loaded else "CPU"
+        lib = torch.library.Library("ascend", "IMPL")  # type: ignore[no-untyped-call]
+        lib.impl("add_rms_norm", add_rms_norm, key)  # type: ignore[no-untyped-call]
+        self.library, self.dispatch_key = lib, key
+        return True
+
+    def disable(self) -> None:
+        """Remove the registration; the previous kernel (fused NPU or reference) is back."""
+        if self.library is not None:
+            self.library._destroy()
+        self.library, self.dispatch_key = None, None
+
+
+_ADD_RMS_NORM = AddRmsNormOverride()
+
+
+def enable_ascend_batch_invariance() -> None:
+    """ascend-kernels' batch-invariant mode plus the ``ascend::add_rms_norm`` override."""
+    from ascend_kernels import batch_invariant
+
+    batch_invariant.enable_batch_invariant_mode()
+    _ADD_RMS_NORM.enable()
+
+
+def disable_ascend_batch_invariance() -> None:
+    """Undo :func:`enable_ascend_batch_invariance` (tests)."""
+    from ascend_kernels import batch_invariant
+
+    _ADD_RMS_NORM.disable()
+    batch_invariant.disable_batch_invariant_mode()
 
 
 def apply_env_changes(
@@ -54,11 +108,14 @@ def init_batch_invariance(
     ascend_config: Any, environ: MutableMapping[str, str] | None = None
 ) -> BatchInvarianceReport:
     """Apply the config's env changes, then enable ascend-kernels' mode if vLLM asks for it."""
-    report = apply_env_changes(ascend_config.env_changes, environ)
-    if vllm_wants_batch_invariance(environ):
-        from ascend_kernels import batch_invariant
+    from vllm_ascend.ops.custom_kernels import custom_kernels_allowed
 
-        batch_invariant.enable_batch_invariant_mode()
+    report = apply_env_changes(ascend_config.env_changes, environ)
+    report.custom_kernels, report.custom_kernels_reason = custom_kernels_allowed(ascend_config)
+    if not report.custom_kernels:
+        logger.info("vllm-ascend custom NPU kernels off: %s", report.custom_kernels_reason)
+    if vllm_wants_batch_invariance(environ):
+        enable_ascend_batch_invariance()
         report.mode_enabled = True
         logger.info("batch-invariant kernels enabled (env changes: %s)",
                     report.env_set)
@@ -131,14 +188,29 @@ def install_vllm_init_handover() -> bool:
     def make(current: Callable[[], None]) -> Callable[[], None]:
         def init_batch_invariance() -> None:
             if vllm_wants_batch_invariance():
-                from ascend_kernels import batch_invariant
-
                 vllm_bi.override_envs_for_invariance()  # type: ignore[no-untyped-call]
-                batch_invariant.enable_batch_invariant_mode()
+                apply_worker_overrides()
+                enable_ascend_batch_invariance()
 
         return init_batch_invariance
 
     return _install_wrapper(vllm_bi, "init_batch_invariance", "_ascend_handover", make)
+
+
+def apply_worker_overrides(environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """The worker side of the mode: the env changes of the config this process resolved from
+    the published inputs (HCCL/LCCL determinism, ...) and torch's deterministic algorithms
+    (warn only). Returns the variables set."""
+    import torch
+
+    from vllm_ascend.runtime.process_setup import resolve_published
+
+    published = resolve_published(environ)
+    report = BatchInvarianceReport()
+    if published is not None:
+        report = apply_env_changes(published[1].env_changes, environ)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return sorted(report.env_set)
 
 
 def remove_vllm_init_handover() -> None:

@@ -24,11 +24,21 @@ class EngineHost:
     def __init__(self) -> None:
         self.engines: dict[str, Any] = {}
 
-    def op_load(self, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def op_load(
+        self, name: str, kwargs: dict[str, Any], native_custom_ops: bool = False
+    ) -> dict[str, Any]:
+        """Build engine `name`; `native_custom_ops` switches every Ascend CustomOp off (vLLM's
+        native implementations run instead)."""
         import time
 
         from vllm import LLM
 
+        if native_custom_ops:
+            from vllm_ascend.ops.custom_ops import native_directives
+
+            compilation = dict(kwargs.get("compilation_config") or {})
+            compilation["custom_ops"] = ["all", *native_directives()]
+            kwargs = {**kwargs, "compilation_config": compilation}
         start = time.perf_counter()
         self.engines[name] = LLM(**kwargs)
         return {"startup_s": time.perf_counter() - start}
@@ -67,6 +77,22 @@ class EngineHost:
         if reset:
             batch_invariant.reset_call_counts()
         return {"counts": counts, "enabled": batch_invariant.is_batch_invariant_mode_enabled()}
+
+    def op_process_state(self, env_names: list[str]) -> dict[str, Any]:
+        """What this process's setup left behind: the named env variables, torch's
+        deterministic-algorithms switch, and the custom-kernel decision."""
+        import os
+
+        import torch
+
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
+        report = current_process_setup().batch_invariance
+        return {
+            "env": {name: os.environ.get(name) for name in env_names},
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "custom_kernels": None if report is None else report.custom_kernels,
+        }
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.pop("op", None)

@@ -8,6 +8,7 @@ downloaded; the same arguments always produce the same weights and tokenizer.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +46,29 @@ _CORPUS: Final = (
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+# `rope_scaling` types the factory accepts, with the keys each needs (Hugging Face names).
+ROPE_SCALING_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+               "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings"),
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+}
+
+
+def _check_rope_scaling(rope_scaling: Mapping[str, Any] | None) -> None:
+    if rope_scaling is None:
+        return
+    kind = rope_scaling.get("rope_type") if isinstance(rope_scaling, Mapping) else None
+    _require(
+        kind in ROPE_SCALING_KEYS,
+        f"rope_scaling={rope_scaling!r} needs a rope_type of: {', '.join(ROPE_SCALING_KEYS)}",
+    )
+    assert isinstance(rope_scaling, Mapping) and isinstance(kind, str)
+    missing = [k for k in ROPE_SCALING_KEYS[kind] if k not in rope_scaling]
+    _require(not missing, f"rope_scaling of type {kind!r} misses {', '.join(missing)}")
 
 
 def _check_args(
@@ -103,6 +127,7 @@ def _config_kwargs(
     kv_heads: int,
     head_dim: int,
     dtype: str,
+    rope_scaling: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     common: dict[str, Any] = {
         "vocab_size": vocab_size,
@@ -120,6 +145,8 @@ def _config_kwargs(
         "pad_token_id": 0,
         "dtype": dtype,
     }
+    if rope_scaling is not None:
+        common["rope_scaling"] = dict(rope_scaling)
     if arch == "qwen3_moe":
         common.update(
             num_experts=4,
@@ -170,12 +197,16 @@ def make_tiny_model(
     head_dim: int = 64,
     dtype: str = "float32",
     seed: int = 0,
+    rope_scaling: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a tiny random-weight `arch` model ("llama", "qwen3" or "qwen3_moe") to `path`.
 
-    Deterministic from `seed`; loads offline with vLLM and transformers. Returns the directory.
+    Deterministic from `seed`; loads offline with vLLM and transformers. `rope_scaling` (Hugging
+    Face form, e.g. `{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings":
+    512}`; types in `ROPE_SCALING_KEYS`) gives the model that rope variant. Returns the directory.
     """
     _check_args(arch, layers, hidden, heads, kv_heads, head_dim, dtype)
+    _check_rope_scaling(rope_scaling)
     import torch
 
     out = Path(path)
@@ -190,6 +221,7 @@ def make_tiny_model(
         kv_heads=kv_heads,
         head_dim=head_dim,
         dtype=dtype,
+        rope_scaling=rope_scaling,
     )
     model_cls, config = _model_class_and_config(arch, kwargs)
     # Every weight is drawn from a private generator (weights depend on the seed only); the

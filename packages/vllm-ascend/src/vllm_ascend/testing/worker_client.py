@@ -18,13 +18,16 @@ class WorkerError(RuntimeError):
 
 
 class LLMWorker:
-    """One `python -m vllm_ascend.testing.llm_worker` child with its own environment.
+    """One `python -m vllm_ascend.testing.llm_worker` child with its own environment (and
+    working directory, `cwd`).
 
     vLLM's output goes to `log_path`; error messages quote its tail. Use as a context manager
     or call `close()`.
     """
 
-    def __init__(self, env: Mapping[str, str], log_path: str | Path) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_path: str | Path, cwd: str | Path | None = None
+    ) -> None:
         self.log_path = Path(log_path)
         read_fd, write_fd = os.pipe()
         with self.log_path.open("wb") as log:
@@ -34,6 +37,7 @@ class LLMWorker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=dict(env),
+                cwd=cwd,
                 pass_fds=(write_fd,),
                 text=True,
             )

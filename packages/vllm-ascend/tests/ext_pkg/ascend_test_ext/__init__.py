@@ -25,6 +25,14 @@ class TestWorker:
         """Listed in the service-profiling symbols."""
 
 
+class TestWorker310P:
+    """Named by the vllm_ascend.runtime entry point (worker_310p)."""
+
+
+class TestXliteWorker:
+    """Named by the vllm_ascend.runtime entry point (worker_xlite)."""
+
+
 class TestMLABackend:
     """The "mla" attention variant of ATTENTION_BACKENDS."""
 

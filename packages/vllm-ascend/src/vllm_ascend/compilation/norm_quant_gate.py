@@ -1,0 +1,101 @@
+"""Whether the norm+quant fusion pass runs for a model (reference 12.6).
+
+Off when the switch is off; off when the quantization description has W4A4 layers
+(``W4A4_DYNAMIC``, ``W4A4_FLATQUANT_DYNAMIC``: their activations are quantized inside the
+matmul, so an ``add_rms_norm_quant`` in front of them would quantize twice); on an NPU only for
+bfloat16/float16 models (the fused NPU kernels have no float32 variant). The host-CPU platform
+also fuses float32 models: its reference kernels are exact in float32, and that is where the
+pass is tested against real vLLM graphs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("vllm_ascend.compilation.norm_quant_gate")
+
+W4A4_SCHEMES = ("W4A4_DYNAMIC", "W4A4_FLATQUANT_DYNAMIC")
+NPU_DTYPES = ("bfloat16", "float16")
+DESCRIPTION_FILE = "quant_model_description.json"
+
+# Decisions already logged in this process (one line per distinct decision).
+_LOGGED: set[str] = set()
+
+
+@dataclass(frozen=True)
+class NormQuantDecision:
+    """The pass on or off, whether the model has W4A4 layers, and why."""
+
+    enabled: bool
+    w4a4: bool
+    reason: str
+
+
+def w4a4_layers(description: Mapping[str, Any] | None) -> list[str]:
+    """Entries of a quantization description whose scheme is a W4A4 one (sorted)."""
+    if not description:
+        return []
+    return sorted(k for k, v in description.items() if isinstance(v, str) and v in W4A4_SCHEMES)
+
+
+def decide_norm_quant(
+    switch: bool, soc: str, dtype: str, description: Mapping[str, Any] | None
+) -> NormQuantDecision:
+    """The decision for the resolved ``fuse_norm_quant`` switch, SoC, model dtype and
+    quantization description (parameter name -> scheme)."""
+    w4a4 = w4a4_layers(description)
+    if w4a4:
+        return NormQuantDecision(
+            False, True, f"norm_quant off: {len(w4a4)} W4A4 layer entries (e.g. {w4a4[0]})"
+        )
+    if not switch:
+        return NormQuantDecision(False, False, "norm_quant off: fuse_norm_quant is false")
+    name = dtype.removeprefix("torch.")
+    if soc != "cpu" and name not in NPU_DTYPES:
+        return NormQuantDecision(
+            False, False, f"norm_quant off: model dtype {name} (the NPU kernels need "
+            f"{' or '.join(NPU_DTYPES)})"
+        )
+    return NormQuantDecision(True, False, f"norm_quant on ({name} model on {soc})")
+
+
+def quant_description_of(vllm_config: Any, facts: Any = None) -> Mapping[str, Any] | None:
+    """The model's quantization description, from the first source that has one: vLLM's
+    quantization config object, config.json's ``quantization_config`` (``facts``), or a local
+    ``quant_model_description.json``."""
+    quant = getattr(vllm_config, "quant_config", None)
+    for candidate in (getattr(quant, "quant_description", None),
+                      getattr(getattr(quant, "description", None), "schemes", None),
+                      getattr(facts, "quant_description", None)):
+        if isinstance(candidate, Mapping) and candidate:
+            return candidate
+    model = getattr(getattr(vllm_config, "model_config", None), "model", None)
+    path = Path(str(model)) / DESCRIPTION_FILE if model else None
+    if path is not None and path.is_file():
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot read %s (%s); treated as no quantization description",
+                           path, exc)
+            return None
+        return loaded if isinstance(loaded, Mapping) else None
+    return None
+
+
+def log_once(decision: NormQuantDecision) -> bool:
+    """Log the decision at info level the first time it is made in this process."""
+    if decision.reason in _LOGGED:
+        return False
+    _LOGGED.add(decision.reason)
+    logger.info("%s", decision.reason)
+    return True
+
+
+def reset_logged() -> None:
+    """Forget which decisions were logged (tests)."""
+    _LOGGED.clear()

@@ -1,0 +1,1 @@
+"""Helpers about particular model architectures (layer names, per-layer settings)."""

@@ -1,0 +1,36 @@
+"""Whether vllm-ascend's compiled custom NPU kernels (``vllm_ascend_C``) may be used.
+
+Never in batch-invariant mode (their reductions are tiled by batch size, so a row's result
+would depend on its batch) and never on A5 (reference 11.1: the extension is disabled there);
+never on the host-CPU platform (there is no NPU). Elsewhere the extension is loaded on the
+first call that needs it, not earlier: loading initialises the CANN runtime, which must wait
+until ``ASCEND_RT_VISIBLE_DEVICES`` is final (RL workers change it late).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DISABLED_SOCS = ("A5", "cpu")
+
+
+def custom_kernels_allowed(ascend_config: Any) -> tuple[bool, str]:
+    """(allowed, reason) for the resolved config; never imports anything."""
+    if bool(getattr(ascend_config, "batch_invariant", False)):
+        return False, "batch-invariant mode (the custom kernels are not batch invariant)"
+    soc = str(getattr(ascend_config, "soc", "A2"))
+    if soc in DISABLED_SOCS:
+        return False, f"SoC {soc} (the compiled extension is not used there)"
+    return True, f"SoC {soc}"
+
+
+def enable_custom_op(ascend_config: Any, extension: Any = None) -> bool:
+    """True when the custom kernels may be used here and the extension loads (loaded now)."""
+    allowed, _ = custom_kernels_allowed(ascend_config)
+    if not allowed:
+        return False
+    if extension is None:
+        from vllm_ascend.platform.npu_device import CompiledExtension
+
+        extension = CompiledExtension()
+    return bool(extension.load())
