@@ -114,6 +114,9 @@ ROW_CASES: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[Any, ...]], 
                      {"npu_add_rms_norm"}),
 }
 ROWS = {row.name: row for row in ASCEND_CUSTOM_OPS}
+#: The MoE quant method is not a layer with a native forward: its row is tested in a real vLLM
+#: MoE block (test_moe_layer.py::test_real_vllm_block_runs_the_ascend_op_eager_and_compiled).
+ROWS_TESTED_ELSEWHERE = {"UnquantizedFusedMoEMethod"}
 
 
 @pytest.fixture
@@ -133,7 +136,8 @@ def vllm_context(ascend_cpu_platform: Any) -> Iterator[Callable[..., Any]]:
 
 
 def test_every_row_has_a_case_and_a_vllm_base() -> None:
-    assert set(ROW_CASES) == set(ROWS)
+    assert set(ROW_CASES) | ROWS_TESTED_ELSEWHERE == set(ROWS)
+    assert not set(ROW_CASES) & ROWS_TESTED_ELSEWHERE
     for row in ASCEND_CUSTOM_OPS:
         assert row.replaced.__name__ == row.name and row.replaced.__module__.startswith("vllm.")
         assert all(hasattr(torch.ops.ascend, op) for op in row.ascend_ops)

@@ -39,6 +39,7 @@ from vllm_ascend.ops.rotary import (
     AscendYaRNScalingRotaryEmbedding,
 )
 
+
 @dataclass(frozen=True)
 class CustomOpRow:
     """One replacement: vLLM class name -> Ascend class, and the ascend ops it calls."""
