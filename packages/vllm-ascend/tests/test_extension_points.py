@@ -43,6 +43,12 @@ def test_registration_with_vllm_factories(test_extension) -> None:
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.model_executor import model_loader
 
+    def forget() -> None:
+        KVConnectorFactory._registry.pop("AscendTestConnector", None)
+        ModelRegistry.models.pop("AscendTestForCausalLM", None)
+        model_loader._LOAD_FORMAT_TO_MODEL_LOADER.pop("ascend_test_format", None)
+
+    forget()  # vLLM's plugin hooks in an earlier test may have registered the test extension
     try:
         assert ep.register_connectors() == ["AscendTestConnector"]
         assert ep.register_connectors() == []  # idempotent
@@ -57,6 +63,4 @@ def test_registration_with_vllm_factories(test_extension) -> None:
         loader = model_loader._LOAD_FORMAT_TO_MODEL_LOADER["ascend_test_format"]
         assert loader.__name__ == "TestLoader"
     finally:
-        KVConnectorFactory._registry.pop("AscendTestConnector", None)
-        ModelRegistry.models.pop("AscendTestForCausalLM", None)
-        model_loader._LOAD_FORMAT_TO_MODEL_LOADER.pop("ascend_test_format", None)
+        forget()

@@ -81,9 +81,10 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
         _apply_ir, _undo_ir,
     ),
     Adjustment(
-        "ascend_rotary_embedding",
-        "vLLM's RotaryEmbedding calls CUDA/CPU _C kernels; the out-of-tree CustomOp class "
-        "(public CustomOp.register_oot) calls torch.ops.ascend.rotary_embedding instead",
+        "ascend_custom_ops",
+        "vLLM's rotary embeddings, SiluAndMul, GemmaRMSNorm and CPU MoE method call CUDA/CPU "
+        "_C kernels; the out-of-tree CustomOp classes of ops.custom_ops.ASCEND_CUSTOM_OPS "
+        "(public CustomOp.register_oot) call torch.ops.ascend.* instead",
         _apply_custom_ops, _undo_custom_ops,
     ),
     Adjustment(
