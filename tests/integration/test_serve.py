@@ -211,7 +211,7 @@ def test_serve_with_bad_additional_config_exits_listing_every_problem(
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     command = [*serve_command(), str(tiny_models.path("qwen3"))]
     command += _serve_args(["--enforce-eager", "--additional-config", json.dumps(bad)])
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-3000:]
     for fragment in (
