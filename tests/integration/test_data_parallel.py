@@ -17,7 +17,7 @@ from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend.testing.serve import VllmServer
 
 SERVED_NAME = "tiny-qwen3-dp"
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def cpus_allowed(pid: int) -> list[int]:
@@ -58,13 +58,14 @@ def dp_session(tiny_models, make_env: Callable[..., dict[str, str]],
         "--served-model-name", SERVED_NAME, "--dtype", "float32", "--max-model-len", "512",
         "--max-num-seqs", "4", "--kv-cache-memory-bytes", str(64 * 1024 * 1024),
         "--gpu-memory-utilization", "0.05", "--enforce-eager", "--data-parallel-size", "2",
+        "--api-server-count", "1",  # one front end is enough; vLLM defaults to one per DP rank
         "--additional-config", json.dumps({"ascend_log_path": ascend_log_dir}),
     ]
     log_path = tmp_path_factory.mktemp("dp_serve") / "serve.log"
     server = VllmServer(tiny_models.path("qwen3"), args, env, log_path)
     affinity: dict[str, list[int]] = {}
     try:
-        server.wait_healthy(timeout=480)
+        server.wait_healthy(timeout=900)
         reports = read_rank_reports(reports_dir)
         affinity["api_server"] = cpus_allowed(server.proc.pid)
         for (dp, _), report in reports.items():

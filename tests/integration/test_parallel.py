@@ -177,3 +177,29 @@ def test_ray_tp2_generates_the_greedy_tokens_of_tp1(engines: Engines,
     assert run.tokens() == single.tokens()
     assert sorted(run.reports) == [(0, 0), (0, 1)]
     assert [run.reports[(0, r)]["cpus_allowed"] for r in (0, 1)] == allowed_halves()
+
+
+# --- enable_cpu_binding: false -----------------------------------------------------------------
+
+def test_binding_disabled_leaves_vllms_own_omp_binding(start_worker, tiny_models,
+                                                       ascend_log_dir: str) -> None:
+    """vLLM's automatic binding wants one NUMA node per local rank: on this one-node machine
+    TP=2 then stops at vLLM's own assertion, as it does without the plugin."""
+    from vllm_ascend.testing.worker_client import WorkerError
+
+    nodes = [n for n in os.listdir("/sys/devices/system/node") if n[4:].isdigit()]
+    if len(nodes) > 1:
+        pytest.fail(f"this check needs a host with one NUMA node; this one has {len(nodes)}")
+    worker = start_worker("qwen3-tp2-unbound", device="cpu")
+    kwargs = llm_kwargs(str(tiny_models.path("qwen3")), compile=False, log_dir=ascend_log_dir)
+    kwargs.update(tensor_parallel_size=2,
+                  additional_config={**kwargs["additional_config"], "enable_cpu_binding": False})
+    try:
+        with pytest.raises(WorkerError) as failure:
+            worker.request("load", name="unbound", kwargs=kwargs, timeout=600)
+    finally:
+        worker.close()
+    log = worker.log_path.read_text(errors="replace")
+    assert "Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers" in (
+        str(failure.value) + log)
+    assert "CPU binding disabled by additional_config.enable_cpu_binding" in log
