@@ -93,7 +93,8 @@ def test_dp2_serves_completions_and_chat(dp_session: DpSession) -> None:
 
 
 def test_dp2_starts_two_engine_cores(dp_session: DpSession) -> None:
-    assert sorted(dp_session.reports) == [(0, 0), (1, 0)], dp_session.log[-3000:]
+    assert sorted(dp_session.reports) == [(0, 0), (1, 0)], (sorted(dp_session.reports),
+                                                          dp_session.log[-3000:])
     assert "EngineCore_DP0" in dp_session.log and "EngineCore_DP1" in dp_session.log
 
 

@@ -277,3 +277,18 @@ def test_cli_help_lists_serve() -> None:
     text = " ".join(build_parser().format_help().split())
     assert "serve vLLM's OpenAI-compatible server with the Ascend plugin (every `vllm serve` " \
         "option" in text
+
+
+def test_rank_report_names_the_engines_dp_rank_for_dense_models() -> None:
+    from vllm_ascend.runtime.rank_report import build_rank_report
+
+    cfg = config(tp=1, dp_local=1, dp_rank_local=1)
+    # vLLM's independent DP engine of a dense model: data_parallel_rank reset to 0, the
+    # engine's DP rank kept in data_parallel_index.
+    cfg.parallel_config.data_parallel_rank = 0
+    cfg.parallel_config.data_parallel_index = 1
+    binding = cpu_binding.WorkerBinding(0, lines=["x"])
+    report = build_rank_report(cfg, rank=0, local_rank=0, binding=binding, stage="device")
+    assert (report["dp_rank"], report["rank"], report["host_rank"]) == (1, 0, 1)
+    assert report["binding"] == ["x"] and report["bound_cpus"] == []
+    assert report["cpus_allowed"] == sorted(os.sched_getaffinity(0))

@@ -33,10 +33,13 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
     from vllm_ascend.runtime.cpu_binding import host_rank
 
     par = vllm_config.parallel_config
+    # vLLM resets data_parallel_rank to 0 in each engine of a dense model (its DP ranks are
+    # independent engines); data_parallel_index keeps the engine's DP rank.
+    dp_rank = getattr(par, "data_parallel_index", None)
     return {
         "stage": stage,
         "pid": os.getpid(),
-        "dp_rank": int(par.data_parallel_rank or 0),
+        "dp_rank": int(par.data_parallel_rank if dp_rank is None else dp_rank),
         "rank": rank,
         "local_rank": local_rank,
         "host_rank": host_rank(par, local_rank),
