@@ -14,8 +14,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_e2e import FULL, PROMPTS, QUICK
+from benchmarks.bench_e2e import PROMPTS, QUICK, Size
 from benchmarks.table import Table
+
+# Smaller than the e2e benchmark's model: two engines of two processes each share the host.
+FULL = Size(layers=4, hidden=512, heads=8, kv_heads=4, max_tokens=64, repeats=5)
 
 SETTINGS = {"TP=1": 1, "TP=2": 2}
 
