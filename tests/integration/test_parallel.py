@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.worker_client import LLMWorker
+from vllm_ascend.testing.worker_client import LLMWorker, WorkerError
 
 # conftest's values (the compiled references were generated with them).
 NUM_LAYERS = 2
@@ -140,13 +140,28 @@ def test_tp2_ranks_run_on_disjoint_pools(engines: Engines) -> None:
 
 # --- pipeline parallel ------------------------------------------------------------------------
 
-def test_pp2_generates_the_greedy_tokens_of_pp1(engines: Engines) -> None:
-    single = eager_reference(engines)
-    run = engines.run("qwen3-pp2", "qwen3", compile=False, max_tokens=EAGER_MAX_TOKENS,
+def test_pp2_generates_the_greedy_tokens_of_pp1(engines: Engines, compiled_runs) -> None:
+    single = [o["token_ids"] for o in compiled_runs.get("qwen3", fusion=True).outputs]
+    run = engines.run("qwen3-pp2", "qwen3", compile=True, max_tokens=COMPILED_MAX_TOKENS,
                       pipeline_parallel_size=2)
-    assert run.tokens() == single.tokens()
+    assert run.tokens() == single
     assert [run.reports[(0, r)]["cpus_allowed"] for r in (0, 1)] == allowed_halves()
     assert {r["pipeline_parallel_size"] for r in run.reports.values()} == {2}
+
+
+@pytest.mark.xfail(
+    strict=True, raises=WorkerError,
+    reason="vLLM 0.32's CPU worker runs no dummy batch in eager mode (CPUModelRunner."
+    "warming_up_model returns at CompilationMode.NONE), so PP rank 1 never allocates its "
+    "intermediate_tensors buffer and its first step fails: AssertionError at "
+    "gpu_model_runner.py sync_and_gather_intermediate_tensors "
+    "(`assert self.intermediate_tensors is not None`)",
+)
+def test_pp2_eager_generates_the_greedy_tokens_of_pp1(engines: Engines) -> None:
+    single = eager_reference(engines)
+    run = engines.run("qwen3-pp2-eager", "qwen3", compile=False, max_tokens=EAGER_MAX_TOKENS,
+                      pipeline_parallel_size=2)
+    assert run.tokens() == single.tokens()
 
 
 # --- Ray executor -----------------------------------------------------------------------------
@@ -185,8 +200,6 @@ def test_binding_disabled_leaves_vllms_own_omp_binding(start_worker, tiny_models
                                                        ascend_log_dir: str) -> None:
     """vLLM's automatic binding wants one NUMA node per local rank: on this one-node machine
     TP=2 then stops at vLLM's own assertion, as it does without the plugin."""
-    from vllm_ascend.testing.worker_client import WorkerError
-
     nodes = [n for n in os.listdir("/sys/devices/system/node") if n[4:].isdigit()]
     if len(nodes) > 1:
         pytest.fail(f"this check needs a host with one NUMA node; this one has {len(nodes)}")
