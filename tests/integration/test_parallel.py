@@ -185,7 +185,7 @@ def test_ray_tp2_generates_the_greedy_tokens_of_tp1(engines: Engines,
         setup=start_ray, teardown=stop_ray,
         # Ray keeps its token and files under HOME; workers must run this interpreter, not
         # a `uv run` environment Ray would build when it sees the driver started by uv.
-        env={"HOME": str(home), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "VLLM_HOST_IP": "127.0.0.1",
+        env={"HOME": str(home), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
              "RAY_USAGE_STATS_ENABLED": "0"},
         tensor_parallel_size=2, distributed_executor_backend="ray",
     )

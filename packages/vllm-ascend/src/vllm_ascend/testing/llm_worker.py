@@ -56,7 +56,6 @@ class EngineHost:
         context = ray.init(
             num_cpus=num_cpus, resources={"NPU": npus}, _temp_dir=temp_dir,
             include_dashboard=False, configure_logging=False, log_to_driver=True,
-            _node_ip_address="127.0.0.1",  # loopback only: no traffic on other interfaces
         )
         return {"address": str(context.address_info.get("address", "")),
                 "resources": ray.cluster_resources()}
