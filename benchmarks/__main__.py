@@ -18,6 +18,7 @@ BENCHMARKS = {
     "e2e": "benchmarks.bench_e2e",
     "topology": "benchmarks.bench_topology",
     "config": "benchmarks.bench_config",
+    "ranks": "benchmarks.bench_ranks",
 }
 
 

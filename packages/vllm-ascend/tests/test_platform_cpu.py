@@ -27,7 +27,8 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     assert not any(getattr(cc.pass_config, f, False) for f in VLLM_GPU_FUSION_FLAGS)
     prio = cfg.kernel_config.ir_op_priority
     assert prio.rms_norm[0] == "ascend" and prio.fused_add_rms_norm[0] == "ascend"
-    assert cfg.parallel_config.worker_cls == "vllm.v1.worker.cpu_worker.CPUWorker"
+    # vLLM's CPU worker with the per-rank binding hook
+    assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
     assert cfg.additional_config == {}  # never used as a scratchpad
     inputs = json.loads(os.environ["VLLM_ASCEND_WORKER_CONFIG_INPUTS"])
     assert inputs["soc"] == "cpu" and inputs["facts"]["model_type"] == "qwen3"

@@ -102,6 +102,9 @@ REGISTRY: tuple[EnvVar, ...] = (
        "internal, set by the engine-side platform: the JSON inputs of config resolution "
        "(additional_config, deployment facts, Ascend env vars) that worker processes resolve "
        "again; never set it by hand"),
+    _v("VLLM_ASCEND_RANK_REPORT_DIR", "str", None,
+       "directory where every worker writes dp<D>-rank<R>.json (its CPU binding and fusion "
+       "counts); unset = no report files"),
     _v("MAX_JOBS", "str", None, "build parallelism (unset = all cores)"),
     _v("CMAKE_BUILD_TYPE", "str", None, "Release, Debug or RelWithDebugInfo (unset = Release)"),
     _v("COMPILE_CUSTOM_KERNELS", "flag", True,
@@ -171,6 +174,12 @@ REGISTRY: tuple[EnvVar, ...] = (
        "vLLM: set to 1 on NPU (CUDA-only stream code)", written=True),
     _v("ASCEND_LOCAL_COMM_RES", "str", None, "local comm endpoints (JSON from the kv connector)",
        written=True),
+    _v("VLLM_ASCEND_RANK_PLAN", "str", None,
+       "internal, set by the host-CPU platform: the per-rank CPU plan handed to vLLM's CPU "
+       "workers; never set it by hand", written=True),
+    _v("VLLM_CPU_OMP_THREADS_BIND", "str", None,
+       "vLLM: OpenMP CPUs per local rank ('0-3|4-7'); the host-CPU platform writes its rank "
+       "plan here unless the user set it", written=True),
 )
 
 BY_NAME: Mapping[str, EnvVar] = {v.name: v for v in REGISTRY}

@@ -1,4 +1,4 @@
-"""`python -m vllm_ascend demo ...`: the `vllm-ascend` command line."""
+"""`python -m vllm_ascend demo|serve ...`: the `vllm-ascend` command line."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]`."""
+"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]` and
+`vllm-ascend serve MODEL [vLLM serve options]`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vllm-ascend", description="Tools of the vLLM Ascend platform plugin."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Listed here for --help; its arguments are vLLM's own (see vllm_ascend.serve).
+    commands.add_parser(
+        "serve",
+        add_help=False,
+        help="vLLM's OpenAI-compatible server with the Ascend plugin (every `vllm serve` "
+        "option; `vllm-ascend serve --help` lists them)",
+    )
     demo = commands.add_parser(
         "demo",
         help="run a tiny model through vLLM on the Ascend host-CPU platform",
@@ -35,7 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vllm-ascend` console script."""
-    args = build_parser().parse_args(argv)
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if args_in[:1] == ["serve"]:
+        from vllm_ascend import serve
+
+        return serve.main(args_in[1:])
+    args = build_parser().parse_args(args_in)
     if args.command == "demo":
         from vllm_ascend import demo
 

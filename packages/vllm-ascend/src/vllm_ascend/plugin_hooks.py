@@ -47,6 +47,8 @@ def active_ascend_soc() -> str | None:
 
 
 def _setup_this_process(soc: str) -> None:
+    # No rank is known here (API server, engine core and workers all run it), so nothing is
+    # bound to CPUs: workers bind themselves (runtime.cpu_binding.bind_this_worker).
     from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
     from vllm_ascend.runtime.process_setup import current_process_setup, resolve_published
 

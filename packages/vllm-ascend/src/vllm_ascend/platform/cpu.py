@@ -4,6 +4,15 @@ vLLM's CPU platform and CPU worker run the model; on top of them this platform r
 Ascend pipeline: config resolution and validation, the GPU-only fixes, ``VLLM_COMPILE`` with
 the Ascend pass manager, and the ``torch.ops.ascend.*`` kernels (IR provider, custom ops).
 No NPU worker, capture sizes or NPU allocator settings.
+
+Ray: vLLM's CPU platform declares no Ray device key ("no Ray"). This platform declares
+``"NPU"``: every worker rank stands for one NPU rank of a real deployment, so a Ray node offers
+as many rank slots as it declares NPUs (``ray start --resources '{"NPU": 2}'``), and the
+placement group has the shape it has on an Ascend cluster. A custom resource name cannot be
+used: vLLM asks Ray for the worker's accelerator ids under this key, which Ray answers only for
+accelerator resources, and Ray refuses ``"CPU"`` as a custom resource. Ray is told not to set
+``ASCEND_RT_VISIBLE_DEVICES``; workers find their CPUs by local rank, as with the
+multiprocess executor.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
     """vLLM's CpuPlatform running the Ascend configuration, passes and kernels."""
 
     soc: str = SOC
+    ray_device_key: str = "NPU"
+    ray_noset_device_env_vars = ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]  # noqa: RUF012
 
     @classmethod
     def get_pass_manager_cls(cls) -> str:

@@ -1,42 +1,213 @@
-"""CPU binding of an NPU worker through ascend-topology (never fatal)."""
+"""CPU binding of one worker process, done where its rank is known (never fatal).
+
+A worker calls :func:`bind_this_worker` once its local rank is known and before the model
+loads (the host-CPU platform's :class:`~vllm_ascend.runtime.cpu_worker.AscendCPUWorker` does;
+an NPU worker of a runtime package must, see the package README), then
+:meth:`WorkerBinding.bind_late_threads` once the threads that appear later exist (acl,
+release, UVB poll). The engine core and the API server never call it, so they keep the
+affinity they were started with.
+
+- NPU platform: ascend-topology reads the live host (npu-smi, NUMA, allowed CPUs), plans with
+  ``cpu_binding_config`` and binds this process to the pool of the NPU this worker drives.
+- Host-CPU platform: the engine side planned one pool per local rank and handed it to vLLM's
+  CPU workers (``config_pipeline.rank_binding``); the worker binds to its rank's pool, the
+  same CPUs its OpenMP threads were given.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger("vllm_ascend.runtime.cpu_binding")
 
+RANK_PLAN_ENV = "VLLM_ASCEND_RANK_PLAN"
+"""The host-CPU platform's per-rank plan (JSON: the plan and the OpenMP lists handed to vLLM)."""
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+"""vLLM's per-local-rank OpenMP CPU lists (``"0-3|4-7"``), in DP x PP x TP rank order."""
+VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
-def bind_worker_cpus(ascend_config: Any, soc: str, rank: int) -> list[str]:
-    """Bind this worker to the CPUs planned for its NPU; returns the report lines.
 
-    Skipped with one info line on the host-CPU platform or when disabled; any failure to
-    read the host or apply the plan becomes one warning and the process keeps its affinity.
+def local_rank_count(parallel_config: Any) -> int:
+    """Worker processes on this host: data-parallel ranks here x (PP x TP) local ranks."""
+    local_world = int(getattr(parallel_config, "local_world_size", 0) or 0) or int(
+        parallel_config.world_size)
+    return local_world * max(1, int(getattr(parallel_config, "data_parallel_size_local", 1) or 1))
+
+
+def host_rank(parallel_config: Any, local_rank: int) -> int:
+    """This worker's index among the host's workers (DP x PP x TP order, as vLLM slices
+    ``VLLM_CPU_OMP_THREADS_BIND``): ``local DP rank * local world size + local rank``."""
+    local_world = int(getattr(parallel_config, "local_world_size", 0) or 0) or int(
+        parallel_config.world_size)
+    dp_local = int(getattr(parallel_config, "data_parallel_rank_local", 0) or 0)
+    return dp_local * local_world + local_rank
+
+
+def worker_npu(parallel_config: Any, local_rank: int,
+               environ: Mapping[str, str] | None = None) -> int:
+    """The logical NPU this worker drives: vLLM's per-shard assignment when it made one (data
+    parallel, Ray), else the ``local_rank``-th visible device, else ``local_rank``."""
+    assigned = getattr(parallel_config, "assigned_physical_gpu_ids", None)
+    if assigned:
+        return int(assigned[local_rank])
+    env = os.environ if environ is None else environ
+    visible = [p.strip() for p in env.get(VISIBLE_DEVICES_ENV, "").split(",") if p.strip()]
+    if visible:
+        return int(visible[local_rank])
+    return local_rank
+
+
+@dataclass
+class WorkerBinding:
+    """What binding did in this worker: the plan, this worker's entry in it, and report lines.
+
+    ``index`` is None when nothing was bound (``lines`` say why).
     """
-    if soc == "cpu":
-        msg = "CPU binding skipped: the host-CPU platform has no NPUs to bind to"
-        logger.info("%s", msg)
-        return [msg]
-    if not getattr(ascend_config, "enable_cpu_binding", False):
-        return ["CPU binding disabled by additional_config.enable_cpu_binding"]
-    try:
+
+    local_rank: int
+    plan: Any = None
+    index: int | None = None
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def cpus(self) -> tuple[int, ...]:
+        """The main CPUs this worker was bound to (empty when unbound)."""
+        if self.plan is None or self.index is None:
+            return ()
+        return tuple(self.plan.npus[self.index].main)
+
+    def bind_late_threads(self) -> list[str]:
+        """Bind the threads that appeared since :func:`bind_this_worker` (acl, release, UVB)
+        to their role's CPUs; the other threads are set to the main CPUs again. Never raises."""
+        if self.plan is None or self.index is None:
+            return []
         import ascend_topology as topo
 
-        opts = ascend_config.cpu_binding_config
-        plan = topo.plan(
-            topo.read_live_host(),
-            topo.PlanOptions(
-                min_cpus_per_npu=opts.min_cpus_per_npu,
-                bind_irq=opts.bind_irq,
-                migrate_memory=opts.migrate_memory,
-            ),
-        )
-        report = topo.apply(plan, rank)
+        report = topo.apply(self.plan, self.index)
+        lines = [*report.done, *report.skipped]
+        for line in report.skipped:
+            logger.warning("CPU binding (late threads): %s", line)
+        self.lines += lines
+        return lines
+
+
+def _apply(binding: WorkerBinding, label: str) -> WorkerBinding:
+    import ascend_topology as topo
+
+    report = topo.apply(binding.plan, binding.index if binding.index is not None else 0)
+    if report.bound:
+        logger.info("CPU binding of %s: %s", label, "; ".join(report.done))
+    else:
+        binding.index = None
+    for line in report.skipped:
+        logger.warning("CPU binding of %s: %s", label, line)
+    binding.lines += [*report.done, *report.skipped]
+    return binding
+
+
+def bind_npu_worker(local_rank: int, options: Any, *, npu: int | None = None,
+                    soc: str | None = None,
+                    environ: Mapping[str, str] | None = None) -> WorkerBinding:
+    """Bind this NPU worker to the pool of NPU ``npu`` (default ``local_rank``) planned from the
+    live host with ``options`` (an ``ascend_topology.PlanOptions``). Never raises: a host that
+    cannot be read or planned becomes one warning and the process keeps its affinity."""
+    import ascend_topology as topo
+    from ascend_topology.rank_hosts import plan_for_npu
+
+    device = local_rank if npu is None else npu
+    binding = WorkerBinding(local_rank=local_rank)
+    try:
+        facts = topo.read_live_host(soc=soc, environ=environ)
+        binding.plan, binding.index = plan_for_npu(facts, device, options)
     except Exception as exc:  # binding must never take a worker down
         msg = f"CPU binding skipped: {exc}"
         logger.warning("%s", msg)
-        return [msg]
-    for line in report.skipped:
-        logger.warning("CPU binding: %s", line)
-    return [*report.done, *report.skipped]
+        binding.lines.append(msg)
+        return binding
+    return _apply(binding, f"local rank {local_rank} (NPU {device})")
+
+
+def handed_rank_plan(environ: Mapping[str, str] | None = None) -> Any:
+    """The host-CPU platform's per-rank plan when it is the one vLLM's CPU workers were given
+    (``VLLM_CPU_OMP_THREADS_BIND`` still holds its OpenMP lists), else None."""
+    import json
+
+    import ascend_topology as topo
+
+    env = os.environ if environ is None else environ
+    text = env.get(RANK_PLAN_ENV)
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        if env.get(OMP_BIND_ENV) != data["omp"]:
+            return None
+        return topo.Plan.from_dict(data["plan"])
+    except (ValueError, KeyError, TypeError, topo.TopologyError):
+        return None
+
+
+def bind_host_cpu_worker(rank: int, environ: Mapping[str, str] | None = None) -> WorkerBinding:
+    """Host-CPU platform: bind this worker (host rank ``rank``) and its torch threads to the
+    rank's pool of the handed plan. Without a handed plan (the user's own
+    ``VLLM_CPU_OMP_THREADS_BIND``, binding disabled, one in-process worker) nothing changes."""
+    binding = WorkerBinding(local_rank=rank)
+    plan = handed_rank_plan(environ)
+    if plan is None:
+        binding.lines.append("CPU binding left to vLLM: no plan of this plugin was handed to "
+                             "the CPU workers")
+        return binding
+    if not 0 <= rank < len(plan.npus):
+        binding.lines.append(f"CPU binding skipped: host rank {rank} is outside the plan of "
+                             f"{len(plan.npus)} ranks")
+        logger.warning("%s", binding.lines[-1])
+        return binding
+    binding.plan, binding.index = plan, rank
+    _apply(binding, f"host rank {rank}")
+    if binding.index is not None:
+        import torch
+
+        # The OpenMP runtime of a Ray actor started with one thread; vLLM's CPU worker forbids
+        # changing the count after its own setup, so it is set here, before.
+        torch.set_num_threads(len(binding.cpus))
+    return binding
+
+
+def bind_this_worker(vllm_config: Any, local_rank: int,
+                     environ: Mapping[str, str] | None = None) -> WorkerBinding:
+    """The worker hook: bind this worker process by its rank (see the module docstring).
+
+    Reads the resolved Ascend config the engine published; honours ``enable_cpu_binding``.
+    Records the report lines on this process's :class:`ProcessSetup`. Never raises.
+    """
+    from vllm_ascend.runtime.process_setup import current_process_setup, resolve_published
+
+    par = vllm_config.parallel_config
+    try:
+        published = resolve_published(environ)
+    except Exception as exc:  # a damaged channel must not stop the worker
+        published = None
+        logger.warning("CPU binding: cannot read the published Ascend config: %s", exc)
+    soc, resolved = published if published is not None else (None, None)
+    if resolved is not None and not resolved.enable_cpu_binding:
+        binding = WorkerBinding(local_rank, lines=[
+            "CPU binding disabled by additional_config.enable_cpu_binding"])
+    elif soc == "cpu":
+        binding = bind_host_cpu_worker(host_rank(par, local_rank), environ)
+    elif soc is None:
+        binding = WorkerBinding(local_rank, lines=[
+            "CPU binding skipped: no Ascend config was published to this worker"])
+    else:
+        import ascend_topology as topo
+
+        opts = resolved.cpu_binding_config
+        options = topo.PlanOptions(min_cpus_per_npu=opts.min_cpus_per_npu,
+                                   bind_irq=opts.bind_irq, migrate_memory=opts.migrate_memory)
+        binding = bind_npu_worker(local_rank, options, npu=worker_npu(par, local_rank, environ),
+                                  soc=soc, environ=environ)
+    current_process_setup().cpu_binding = list(binding.lines)
+    return binding

@@ -1,5 +1,9 @@
 """Per-process setup of an Ascend vLLM process: adjustments, file logging, batch invariance.
 
+It runs in every process (API server, engine core, workers) and knows no rank, so it binds no
+CPU: a worker binds itself where its rank is known (``runtime.cpu_binding.bind_this_worker``)
+and records the result in ``ProcessSetup.cpu_binding``.
+
 The engine-side platform resolves the Ascend config and publishes the *inputs* of that
 resolution (additional_config, deployment facts, the Ascend environment variables as they
 were before any env change was applied) in one environment variable that spawned workers
@@ -24,14 +28,18 @@ WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
 def ascend_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of ascend-config's env registry that are set (the env input of resolve).
 
-    :data:`WORKER_INPUTS_ENV` is left out: it is this module's output channel, not an input of
-    the resolution. Were it included, every publication would embed (JSON-escaped) the one
-    before it, so the variable would more than double with each config built in a process.
+    :data:`WORKER_INPUTS_ENV` and the host-CPU rank plan are left out: they are the plugin's
+    output channels, not inputs of the resolution. Were the first included, every publication
+    would embed (JSON-escaped) the one before it, so the variable would more than double with
+    each config built in a process.
     """
     from ascend_config import envs
 
+    from vllm_ascend.runtime.cpu_binding import RANK_PLAN_ENV
+
     env = os.environ if environ is None else environ
-    return {name: env[name] for name in envs.names() if name in env and name != WORKER_INPUTS_ENV}
+    outputs = (WORKER_INPUTS_ENV, RANK_PLAN_ENV)
+    return {name: env[name] for name in envs.names() if name in env and name not in outputs}
 
 
 def publish_worker_inputs(
@@ -74,7 +82,11 @@ def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, An
 
 @dataclass
 class ProcessSetup:
-    """What has been set up in this process (one instance per process; reset in tests)."""
+    """What has been set up in this process (one instance per process; reset in tests).
+
+    ``cpu_binding`` holds the report lines of this worker's binding (empty in processes that
+    are not workers: they are never bound).
+    """
 
     adjustments: list[str] = field(default_factory=list)
     log_dir: str | None = None
@@ -82,13 +94,13 @@ class ProcessSetup:
     cpu_binding: list[str] = field(default_factory=list)
     done_for: str | None = None
 
-    def setup(self, ascend_config: Any, soc: str, rank: int = 0) -> ProcessSetup:
-        """Idempotent per resolved config: adjustments, file logging, batch invariance, binding."""
+    def setup(self, ascend_config: Any, soc: str) -> ProcessSetup:
+        """Idempotent per resolved config: adjustments, file logging, batch invariance."""
         from vllm_ascend.observability import logging_setup
         from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
-        from vllm_ascend.runtime import batch_invariance, cpu_binding
+        from vllm_ascend.runtime import batch_invariance
 
-        key = f"{soc}:{rank}:{ascend_config.to_json()}"
+        key = f"{soc}:{ascend_config.to_json()}"
         if self.done_for == key:
             return self
         self.done_for = key
@@ -98,7 +110,6 @@ class ProcessSetup:
         handler = logging_setup.configure_file_logging(log_dir)
         self.log_dir = str(handler.log_dir) if handler is not None else None
         self.batch_invariance = batch_invariance.init_batch_invariance(ascend_config)
-        self.cpu_binding = cpu_binding.bind_worker_cpus(ascend_config, soc, rank)
         return self
 
 

@@ -58,6 +58,25 @@ class EngineHost:
         gc.collect()
         return {}
 
+    def op_start_ray(self, temp_dir: str, npus: int, num_cpus: int = 1) -> dict[str, Any]:
+        """Start a local Ray cluster owned by this process, offering ``npus`` NPU slots (the
+        host-CPU platform's ranks); its files stay under ``temp_dir``."""
+        import ray
+
+        context = ray.init(
+            num_cpus=num_cpus, resources={"NPU": npus}, _temp_dir=temp_dir,
+            include_dashboard=False, configure_logging=False, log_to_driver=True,
+        )
+        return {"address": str(context.address_info.get("address", "")),
+                "resources": ray.cluster_resources()}
+
+    def op_stop_ray(self) -> dict[str, Any]:
+        """Shut the cluster of :meth:`op_start_ray` down (its processes end with it)."""
+        import ray
+
+        ray.shutdown()
+        return {}
+
     def op_platform(self) -> dict[str, Any]:
         from vllm.platforms import current_platform
 

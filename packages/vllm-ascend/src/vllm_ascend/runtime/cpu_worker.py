@@ -1,0 +1,36 @@
+"""vLLM's CPU worker with the Ascend per-rank hooks (the host-CPU platform's worker class).
+
+Imported only in worker processes (vLLM resolves ``parallel_config.worker_cls`` there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.worker.cpu_worker import CPUWorker
+
+from vllm_ascend.runtime.cpu_binding import WorkerBinding, bind_this_worker
+from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
+
+
+class AscendCPUWorker(CPUWorker):
+    """Binds itself to its rank's CPU pool before the device and the model are set up, and
+    writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``)."""
+
+    ascend_binding: WorkerBinding | None = None
+
+    def init_device(self) -> None:
+        self.ascend_binding = bind_this_worker(self.vllm_config, self.local_rank)
+        super().init_device()
+        self._report("device")
+
+    def compile_or_warm_up_model(self) -> Any:
+        result = super().compile_or_warm_up_model()
+        self._report("warmed_up")
+        return result
+
+    def _report(self, stage: str) -> None:
+        write_rank_report(build_rank_report(
+            self.vllm_config, rank=self.rank, local_rank=self.local_rank,
+            binding=self.ascend_binding, stage=stage,
+        ))

@@ -1,0 +1,82 @@
+"""Per-rank report files: what each worker process was bound to and what its passes rewrote.
+
+With ``VLLM_ASCEND_RANK_REPORT_DIR`` set, every worker writes ``dp<D>-rank<R>.json`` there (D:
+data-parallel rank, R: rank in its engine's TP x PP world) after its device is set up and
+again once the model is compiled and warmed up, so a deployment's ranks can be checked from
+outside the worker processes (the fusion counts of a worker exist only in that worker).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("vllm_ascend.runtime.rank_report")
+
+REPORT_DIR_ENV = "VLLM_ASCEND_RANK_REPORT_DIR"
+
+
+def report_name(dp_rank: int, rank: int) -> str:
+    """File name of a rank's report."""
+    return f"dp{dp_rank}-rank{rank}.json"
+
+
+def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
+                      stage: str) -> dict[str, Any]:
+    """The report of this worker process (``stage``: "device" or "warmed_up")."""
+    from vllm_ascend.compilation.pass_manager import fusion_report
+    from vllm_ascend.runtime.cpu_binding import host_rank
+
+    par = vllm_config.parallel_config
+    # vLLM resets data_parallel_rank to 0 in each engine of a dense model (its DP ranks are
+    # independent engines); data_parallel_index keeps the engine's DP rank.
+    dp_rank = getattr(par, "data_parallel_index", None)
+    return {
+        "stage": stage,
+        "pid": os.getpid(),
+        "dp_rank": int(par.data_parallel_rank if dp_rank is None else dp_rank),
+        "rank": rank,
+        "local_rank": local_rank,
+        "host_rank": host_rank(par, local_rank),
+        "tensor_parallel_size": int(par.tensor_parallel_size),
+        "pipeline_parallel_size": int(par.pipeline_parallel_size),
+        "cpus_allowed": sorted(os.sched_getaffinity(0)),
+        "bound_cpus": list(binding.cpus) if binding is not None else [],
+        "binding": list(binding.lines) if binding is not None else [],
+        "fusion": fusion_report(),
+    }
+
+
+def write_rank_report(report: Mapping[str, Any],
+                      environ: Mapping[str, str] | None = None) -> Path | None:
+    """Write ``report`` under ``VLLM_ASCEND_RANK_REPORT_DIR`` (no-op when unset); returns the
+    file. Atomic (a fresh temporary file renamed into place); a failure is one warning."""
+    env = os.environ if environ is None else environ
+    directory = env.get(REPORT_DIR_ENV)
+    if not directory:
+        return None
+    target = Path(directory) / report_name(int(report["dp_rank"]), int(report["rank"]))
+    try:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".rank-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2, sort_keys=True)
+        os.replace(tmp, target)
+    except OSError as exc:
+        logger.warning("rank report not written to %s: %s", target, exc)
+        return None
+    return target
+
+
+def read_rank_reports(directory: str | Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """The reports under ``directory`` keyed by (dp_rank, rank)."""
+    reports = {}
+    for path in sorted(Path(directory).glob("dp*-rank*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        reports[(int(data["dp_rank"]), int(data["rank"]))] = data
+    return reports
