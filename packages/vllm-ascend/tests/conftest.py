@@ -42,6 +42,17 @@ def _restore_environ() -> Iterator[None]:
         os.environ.update(saved)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_setup() -> Iterator[None]:
+    """Each test sees the process setup of a fresh process (a worker hook run by one test
+    records binding lines the next would otherwise read)."""
+    from vllm_ascend.runtime.process_setup import reset_process_setup
+
+    reset_process_setup()
+    yield
+    reset_process_setup()
+
+
 TESTS_DIR = Path(__file__).resolve().parent
 
 
