@@ -35,3 +35,16 @@ def test_every_key_and_env_var_is_documented() -> None:
     for path in all_paths():
         assert f"`{path.rsplit('.', 1)[-1]}`" in text, path
     assert "`VLLM_ASCEND_DEVICE`" in text and "`min_cpus_per_npu`" in text
+
+
+def test_every_limit_is_documented() -> None:
+    from ascend_config import limits
+
+    text = render_markdown()
+    readme = (REPO / "packages" / "ascend-config" / "README.md").read_text()
+    names = [name for name in vars(limits) if name.isupper() and name != "DOCUMENTED"]
+    assert sorted(names) == sorted(name for name, _, _ in limits.DOCUMENTED)
+    for name, value, _ in limits.DOCUMENTED:
+        assert f"| `{name}` | {value} |" in text
+        assert name in readme, name
+    assert "| `MAX_CONFIG_BYTES` | 1,048,576 bytes |" in text  # 2**20

@@ -146,12 +146,50 @@ def test_reduce_sample(problems: Any, res: Any) -> None:
     assert paths(found) == ["enable_reduce_sample"]
 
 
-def test_cpu_binding_irq_needs_five(problems: Any, res: Any) -> None:
-    assert paths(problems({"cpu_binding_config": {"bind_irq": True, "min_cpus_per_npu": 4}})
-                 ) == ["cpu_binding_config.min_cpus_per_npu"]
-    cfg = res({"cpu_binding_config": {"bind_irq": True}})
+CPU = "cpu_binding_config"
+IRQ_OFF_ON_A5 = ("cpu_binding_config.bind_irq: IRQ binding is not available on A5; it is set "
+                 "to false")
+
+
+@pytest.mark.parametrize("soc", ["A2", "A3", "A5", "310P", "cpu"])
+def test_min_cpus_default_is_the_socs_own(res: Any, soc: str) -> None:
+    # None = "the SoC's default", which ascend-topology's planner decides (A5 3, others 5).
+    cfg = res(None, soc=soc).cpu_binding_config
+    assert (cfg.min_cpus_per_npu, cfg.bind_irq) == (None, False)
+
+
+@pytest.mark.parametrize("soc", ["A2", "A5"])
+@pytest.mark.parametrize("value", [3, 4, 5, 6, 1024])
+def test_explicit_min_cpus_passes_through(res: Any, soc: str, value: int) -> None:
+    assert res({CPU: {"min_cpus_per_npu": value}}, soc=soc).cpu_binding_config.min_cpus_per_npu \
+        == value
+
+
+# bind_irq reserves 2 IRQ CPUs + main + acl + release: an explicit minimum needs >= 5.
+@pytest.mark.parametrize(("value", "ok"), [(None, True), (3, False), (4, False), (5, True),
+                                           (6, True)])
+@pytest.mark.parametrize("soc", ["A2", "A3", "310P"])
+def test_bind_irq_needs_five_cpus(res: Any, problems: Any, soc: str, value: int | None,
+                                  ok: bool) -> None:
+    config = {CPU: {"bind_irq": True, "min_cpus_per_npu": value}}
+    if ok:
+        cfg = res(config, soc=soc)
+        assert (cfg.cpu_binding_config.bind_irq, cfg.cpu_binding_config.min_cpus_per_npu,
+                cfg.warnings) == (True, value, ())
+    else:
+        assert problems(config, soc=soc) == [(
+            f"{CPU}.min_cpus_per_npu",
+            f"{CPU}.min_cpus_per_npu: 2 IRQ + main + acl + release CPUs (given {value}; "
+            "allowed: null or an integer >= 5 with bind_irq)")]
+
+
+@pytest.mark.parametrize("value", [None, 3, 4, 5])
+def test_bind_irq_is_off_on_a5(res: Any, value: int | None) -> None:
+    cfg = res({CPU: {"bind_irq": True, "min_cpus_per_npu": value}}, soc="A5")
     assert (cfg.cpu_binding_config.bind_irq, cfg.cpu_binding_config.min_cpus_per_npu) == (
-        True, 5)
+        False, value)
+    assert cfg.warnings == (IRQ_OFF_ON_A5,)
+    assert res({CPU: {"bind_irq": False}}, soc="A5").warnings == ()
 
 
 # --- EPLB ---------------------------------------------------------------------------------
