@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import IO, Any
 
+from ascend_config.bounds import text_problem
 from ascend_config.limits import MAX_DEPTH, MAX_YAML_ALIASES
 
 
@@ -50,17 +51,17 @@ def _refuse_special(mode: int, shown: str) -> None:
 def read_text_file(path: str | os.PathLike[str], limit: int, what: str) -> str:
     """The UTF-8 text of regular file ``path`` of at most ``limit`` bytes."""
     shown = f"{what} {show_path(path)}"
-    if "\x00" in os.fspath(path):
-        raise InputError(f"cannot read {shown}: the path contains a NUL byte")
+    why = text_problem(os.fspath(path), is_path=True)
+    if why and "\x00" in os.fspath(path):
+        raise InputError(f"cannot read {shown}: the path {why}")
     try:
         mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise InputError(f"cannot read {shown}: {exc.strerror or exc}") from None
-    _refuse_special(mode, shown)
-    try:
+        _refuse_special(mode, shown)
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
         raise InputError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    except UnicodeEncodeError:  # a surrogate that is not an undecodable byte of the argv
+        raise InputError(f"cannot read {shown}: the path {why}") from None
     with os.fdopen(fd, "rb") as fh:
         _refuse_special(os.fstat(fh.fileno()).st_mode, shown)
         data = _read_at_most(fh, limit, shown)
