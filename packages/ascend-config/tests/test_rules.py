@@ -36,7 +36,9 @@ def test_oproj_tp_every_violation_reported(problems: Any) -> None:
 def test_embedding_tp_needs_recompute(problems: Any, res: Any) -> None:
     found = problems({FTP: {"embedding_tensor_parallel_size": 2}}, **MOE)
     assert paths(found) == [f"{FTP}.embedding_tensor_parallel_size"]
-    res({FTP: {"embedding_tensor_parallel_size": 2}, **RECOMPUTE}, **D_NODE)
+    cfg = res({FTP: {"embedding_tensor_parallel_size": 2}, **RECOMPUTE}, **D_NODE)
+    assert cfg.finegrained_tp_config.enabled_sizes() == {"embedding_tensor_parallel_size": 2}
+    assert cfg.scheduler_config.recompute_scheduler_enable is True
 
 
 def test_olora_tp_needs_graph_mode_and_consumer(problems: Any) -> None:
@@ -69,8 +71,11 @@ def test_hierarchy_counts_dynamic_eplb_redundancy(problems: Any) -> None:
 
 
 def test_hierarchy_ignores_redundancy_without_dynamic_eplb(res: Any) -> None:
-    res({"enable_mc2_hierarchy_comm": True, "eplb_config": {"num_redundant_experts": 33}},
-        soc="A3", num_experts=480)
+    cfg = res({"enable_mc2_hierarchy_comm": True, "eplb_config": {"num_redundant_experts": 33}},
+              soc="A3", num_experts=480)
+    # 480 + 33 = 513 would be over the limit, but without dynamic EPLB only 480 count.
+    assert cfg.enable_mc2_hierarchy_comm is True
+    assert (cfg.eplb_config.dynamic_eplb, cfg.eplb_config.num_redundant_experts) == (False, 33)
 
 
 @pytest.mark.parametrize("soc", ["A5", "310P", "cpu"])
@@ -382,8 +387,10 @@ def test_kv_extra_config_must_match_local_sizes(problems: Any, res: Any) -> None
     found = problems(None, kv_role="kv_consumer", kv_connector_extra_config=extra,
                      tensor_parallel_size=2, data_parallel_size=4, num_key_value_heads=8)
     assert paths(found) == ["facts.kv_connector_extra_config.decode.tp_size"]
-    res(None, kv_role="kv_producer", kv_connector_extra_config=extra, tensor_parallel_size=8,
-        data_parallel_size=2, num_key_value_heads=8)
+    cfg = res(None, kv_role="kv_producer", kv_connector_extra_config=extra,
+              tensor_parallel_size=8, data_parallel_size=2, num_key_value_heads=8)
+    # prefill 8 // decode 4 = 2; 8 heads: min(8,8)//min(4,8) = 2, replica 8 // 8 = 1
+    assert (cfg.pd_tp_ratio, cfg.pd_head_ratio, cfg.num_head_replica) == (2, 2, 1)
 
 
 C8 = {"quant_description": {"enable_c8_quant": True}, "num_attention_heads": 32,
@@ -409,7 +416,9 @@ def test_mooncake_c8_found_inside_multi_connector(problems: Any) -> None:
     {"kv_connector": "MooncakeConnector", **C8, "use_mla": True},
 ])
 def test_mooncake_c8_allowed_cases(res: Any, facts: dict[str, Any]) -> None:
-    res(None, kv_role="kv_consumer", **facts)
+    cfg = res(None, kv_role="kv_consumer", **facts)
+    # Accepted, and identical to the config without any kv connector named.
+    assert cfg == res(None, kv_role="kv_consumer", **{**facts, "kv_connector": None})
 
 
 def test_training_consistency_needs_plain_attention(problems: Any, res: Any) -> None:
