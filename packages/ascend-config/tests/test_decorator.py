@@ -75,6 +75,7 @@ def test_fields_need_defaults() -> None:
             x: int
 
 
+@pytest.mark.child_process
 def test_decorator_does_not_import_vllm() -> None:
     code = ("import sys\nfrom dataclasses import dataclass\nfrom ascend_config import config\n"
             "@config\n@dataclass\nclass C:\n    x: int = 1\n"

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from ascend_config.introspect import all_paths
 from ascend_config.reference_doc import render_markdown
 
@@ -15,12 +16,14 @@ REPO = next(p for p in Path(__file__).resolve().parents if (p / "uv.lock").is_fi
 TOOL = REPO / "tools" / "gen_config_docs.py"
 
 
+@pytest.mark.child_process
 def test_committed_reference_is_current() -> None:
     result = subprocess.run([sys.executable, str(TOOL), "--check"], capture_output=True,
                             text=True, timeout=60, cwd=REPO)
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.child_process
 def test_check_detects_a_stale_file(tmp_path: Path) -> None:
     stale = tmp_path / "configuration.md"
     stale.write_text(render_markdown().replace("131072", "131071"))

@@ -70,15 +70,19 @@ def test_deep_json_text_stdin_and_facts(tmp_path: Path) -> None:
     code, _, err = run("check", deep)
     assert code == 2
     assert one_error_line(err) == f"error: the JSON text is nested deeper than {MAX_DEPTH} levels"
-    code, _, err = cli("check", "-", stdin=deep.encode())
-    assert code == 2
-    assert one_error_line(err) == f"error: stdin is nested deeper than {MAX_DEPTH} levels"
     facts = tmp_path / "facts.json"
     facts.write_text('{"kv_connector_extra_config": ' + deep + "}")
     code, _, err = run("check", "{}", "--facts", str(facts))
     assert code == 2
     assert one_error_line(err) == (f"error: deployment facts file {str(facts)!r} is nested "
                                    f"deeper than {MAX_DEPTH} levels")
+
+
+@pytest.mark.child_process
+def test_deep_json_on_stdin() -> None:
+    code, _, err = cli("check", "-", stdin=nested(100_000).encode())
+    assert code == 2
+    assert one_error_line(err) == f"error: stdin is nested deeper than {MAX_DEPTH} levels"
 
 
 @pytest.mark.parametrize(("depth", "ok"), [(MAX_DEPTH, True), (MAX_DEPTH + 1, False)])
@@ -89,6 +93,7 @@ def test_json_text_depth_boundary(depth: int, ok: bool) -> None:
     assert code == (0 if ok else 2), err
 
 
+@pytest.mark.child_process
 @pytest.mark.parametrize("where", ["config", "facts"])
 def test_fifo_is_refused_not_read(tmp_path: Path, where: str) -> None:
     fifo = tmp_path / "pipe.json"
@@ -101,6 +106,7 @@ def test_fifo_is_refused_not_read(tmp_path: Path, where: str) -> None:
                                    "give a regular file")
 
 
+@pytest.mark.child_process
 @pytest.mark.parametrize(("path", "kind"), [("/dev/null", "a character device"),
                                             ("/dev/zero", "a character device"),
                                             ("/", "a directory")])
@@ -108,6 +114,24 @@ def test_special_files_are_refused(path: str, kind: str) -> None:
     code, _, err = cli("check", path)
     assert code == 2
     assert one_error_line(err) == f"error: config file {path!r} is {kind}; give a regular file"
+
+
+@pytest.mark.parametrize(("make", "kind"), [
+    ("fifo", "a named pipe (FIFO)"), ("dir", "a directory"), ("/dev/null", "a character device"),
+    ("/dev/zero", "a character device")])
+def test_special_files_refused_in_process(tmp_path: Path, make: str, kind: str) -> None:
+    from ascend_config.reading import InputError, read_text_file
+
+    path = tmp_path / "x"
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "dir":
+        path.mkdir()
+    else:
+        path = Path(make)
+    with pytest.raises(InputError) as info:
+        read_text_file(path, MAX_CONFIG_BYTES, "what")
+    assert str(info.value) == f"what {str(path)!r} is {kind}; give a regular file"
 
 
 def test_socket_is_refused(tmp_path: Path) -> None:
@@ -151,6 +175,7 @@ def test_inline_text_size_limit() -> None:
                                    f"{MAX_CONFIG_BYTES:,} bytes")
 
 
+@pytest.mark.child_process
 def test_stdin_yaml_is_parsed_as_yaml() -> None:
     code, out, err = cli("check", "-", stdin=b"weight_nz_mode: 0\n")
     assert code == 0, err
@@ -165,6 +190,7 @@ BOMB = "\n".join(
     + ["dump_config: {x: *a8}"]) + "\n"
 
 
+@pytest.mark.child_process
 def test_yaml_alias_bomb_under_dump_config(tmp_path: Path) -> None:
     path = tmp_path / "bomb.yaml"
     path.write_text(BOMB)
@@ -200,6 +226,7 @@ def test_yaml_depth_limit(tmp_path: Path) -> None:
                                    f"{MAX_DEPTH} levels")
 
 
+@pytest.mark.child_process
 def test_shared_python_values_are_bounded() -> None:
     # The same bomb built from Python objects: 9**10 values once expanded; the walk stops
     # at the budget. Run in a child so that a regression times out instead of hanging.
