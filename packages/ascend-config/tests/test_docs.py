@@ -53,3 +53,9 @@ def test_every_limit_is_documented() -> None:
         assert f"| `{name}` | {value} |" in text
         assert name in readme, name
     assert "| `MAX_CONFIG_BYTES` | 1,048,576 bytes |" in text  # 2**20
+
+
+def test_rendered_page_equals_the_committed_page() -> None:
+    # In-process twin of the --check run above (the mutation runner sees this one).
+    committed = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert render_markdown() == committed

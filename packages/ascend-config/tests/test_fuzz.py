@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import pytest
@@ -60,7 +61,9 @@ def _deep(depth: int) -> Any:
     return value
 
 
-@settings(max_examples=200, deadline=None, derandomize=True,
+# Fewer examples under the mutation runner (see test_fuzz_inputs.py).
+@settings(max_examples=200 // (10 if "MUTANT_UNDER_TEST" in os.environ else 1), deadline=None,
+          derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(config=CONFIG, facts=FACTS, env=ENV)
 def test_only_ascend_config_error_escapes(config: Any, facts: DeploymentFacts,

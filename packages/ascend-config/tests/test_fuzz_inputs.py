@@ -26,7 +26,10 @@ from ascend_config.reading import InputError, parse_json_text, parse_yaml_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+# The mutation runner (mutmut sets MUTANT_UNDER_TEST) runs the suite once per mutant; a tenth of
+# the examples still reaches every error path there, the full count would take hours.
+SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
+FUZZ = settings(max_examples=150 // SCALE, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 KEYS = sorted({p.split(".")[-1] for p in all_paths()})
@@ -240,7 +243,7 @@ def _argv(files: list[str]) -> st.SearchStrategy[list[str]]:
     return st.one_of(check, explain, st.just(["schema"]), noise)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True,
+@settings(max_examples=100 // SCALE, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_cli_arguments(files: list[str], data: st.DataObject,
