@@ -422,14 +422,21 @@ def test_mrv1_dynamic_eplb_switch(env: dict[str, str], allowed: bool) -> None:
         assert result == ["eplb_config.dynamic_eplb"]
 
 
-@pytest.mark.parametrize(("env", "allowed"), [
-    ({"DYNAMIC_EPLB": "1"}, False), ({"DYNAMIC_EPLB": "true"}, False),
-    ({"EXPERT_MAP_RECORD": "1"}, False), ({"EXPERT_MAP_RECORD": "true"}, False),
-    ({"DYNAMIC_EPLB": "false", "EXPERT_MAP_RECORD": "0"}, True), ({}, True),
+@pytest.mark.parametrize(("env", "refused"), [
+    ({"DYNAMIC_EPLB": "1"}, ["env DYNAMIC_EPLB"]), ({"DYNAMIC_EPLB": "TRUE"}, ["env DYNAMIC_EPLB"]),
+    ({"EXPERT_MAP_RECORD": "1"}, ["env EXPERT_MAP_RECORD"]),
+    ({"EXPERT_MAP_RECORD": "true"}, ["env EXPERT_MAP_RECORD"]),
+    ({"DYNAMIC_EPLB": "1", "EXPERT_MAP_RECORD": "true"},
+     ["env DYNAMIC_EPLB", "env EXPERT_MAP_RECORD"]),
+    ({"DYNAMIC_EPLB": "false", "EXPERT_MAP_RECORD": "0"}, []), ({"DYNAMIC_EPLB": "2"}, []),
+    ({}, []),
 ])
-def test_mrv2_refuses_v1_switches(env: dict[str, str], allowed: bool) -> None:
+def test_mrv2_refuses_v1_switches(env: dict[str, str], refused: list[str]) -> None:
     result = outcome({}, env, use_model_runner_v2=True)
-    assert (result == ["env DYNAMIC_EPLB"]) is not allowed
+    if refused:
+        assert result == refused
+    else:
+        assert ok(result).eplb_config.dynamic_eplb is False
 
 
 # --- 2.4 rl_config and batch invariance: weight NZ forced to 0, warning only if it was not --

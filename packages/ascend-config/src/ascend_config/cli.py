@@ -88,7 +88,7 @@ def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ascend_config.introspect import explain, field_at, iter_keys, section_of, suggest
+    from ascend_config.introspect import explain, field_at, iter_keys, suggest
 
     key = args.key
     if key in BY_NAME:
@@ -100,11 +100,10 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     doc = explain(key)
     if doc is None:
+        # field_at stops at the first unknown part, inside the section that should hold it.
         parts = key.split(".")
-        model, info, matched = field_at(parts)
-        section = section_of(info.annotation) if info is not None else None
-        parent = section if section is not None and matched == len(parts) - 1 else model
-        guess = suggest(parts[min(matched, len(parts) - 1)], parent)
+        model, _, matched = field_at(parts)
+        guess = suggest(parts[matched], model)
         hint = f"; did you mean '{guess}'?" if guess else ""
         print(f"error: unknown key {short_repr(key)}{hint}", file=err)
         return EXIT_INVALID

@@ -137,10 +137,10 @@ def check_eplb(ctx: RuleContext) -> None:
         if legacy:
             ctx.problem("eplb_config", ", ".join(legacy), "only load_collection_phase",
                         "model runner v2 uses vLLM's --enable-eplb; legacy EPLB fields given")
-        if dyn_env or record_env:
-            ctx.problem("env DYNAMIC_EPLB", ctx.environ.get("DYNAMIC_EPLB", "")
-                        or ctx.environ.get("EXPERT_MAP_RECORD", ""), "unset on model runner v2",
-                        "model runner v1 control; use vLLM's --enable-eplb")
+        for name, on in (("DYNAMIC_EPLB", dyn_env), ("EXPERT_MAP_RECORD", record_env)):
+            if on:
+                ctx.problem(f"env {name}", ctx.environ.get(name), "unset on model runner v2",
+                            "model runner v1 control; use vLLM's --enable-eplb")
         return
     if "load_collection_phase" in given:
         ctx.problem("eplb_config.load_collection_phase", eplb.load_collection_phase,
