@@ -314,9 +314,9 @@ def test_surrogate_in_environment_value() -> None:
     env = {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True,\udcff"}
     with pytest.raises(AscendConfigError) as info:
         resolve({"rl_config": {"enabled": True}}, environ=env)
-    [problem] = info.value.problems
-    assert problem.path == "env PYTORCH_NPU_ALLOC_CONF"
-    assert problem.allowed == "valid UTF-8 text"
+    assert info.value.lines() == [
+        "env PYTORCH_NPU_ALLOC_CONF: invalid value: contains an unpaired surrogate (not valid "
+        "Unicode text) (given 'expandable_segments:True,\\udcff'; allowed: valid UTF-8 text)"]
 
 
 # --- unbounded work -----------------------------------------------------------------------

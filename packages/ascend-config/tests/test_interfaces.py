@@ -294,11 +294,7 @@ def test_dump_failure_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert list((tmp_path / ".vllm_ascend" / "msprobe").iterdir()) == []
 
 
-def test_dump_text_is_utf8_with_non_ascii_kept(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import locale
-
-    monkeypatch.setattr(locale, "getpreferredencoding", lambda *_: "latin-1")
+def test_dump_text_is_utf8_with_non_ascii_kept(tmp_path: Path) -> None:
     target = write_dump_config(resolve({"dump_config": {"说明": "保留"}}, environ={}), tmp_path)
     assert target is not None
     assert target.read_bytes() == '{\n  "说明": "保留"\n}'.encode()

@@ -406,6 +406,37 @@ def test_mooncake_c8_needs_c8_exactly_true(flag: Any) -> None:
         "facts.kv_connector"]
 
 
+def _nested_connector(depth: int, wrap_in_list: bool = False) -> dict[str, Any]:
+    """The connector name in a mapping ``depth`` levels below kv_connector_extra_config."""
+    value: Any = {"kv_connector": "MooncakeConnector"}
+    for level in range(depth):
+        # with lists, every other level is a list; the outermost level is always a mapping
+        value = [value] if wrap_in_list and (depth - level) % 2 == 0 else {"inner": value}
+    return dict(value)
+
+
+# Our bound on the recursive search (the reference searches without one): 8 levels down.
+@pytest.mark.parametrize(("depth", "found"), [(0, True), (7, True), (8, True), (9, False)])
+@pytest.mark.parametrize("lists", [False, True])
+def test_mooncake_search_depth(depth: int, found: bool, lists: bool) -> None:
+    result = outcome(None, kv_role="kv_both", kv_connector="MultiConnector",
+                     kv_connector_extra_config=_nested_connector(depth, lists),
+                     quant_description={"enable_c8_quant": True}, num_attention_heads=32,
+                     num_key_value_heads=8)
+    if found:
+        assert result == ["facts.kv_connector"]
+    else:
+        assert ok(result).pd_tp_ratio == 1
+
+
+def test_mooncake_name_counts_only_under_kv_connector() -> None:
+    extra = {"connectors": [{"name": "MooncakeConnector"}, {"kv_connector": "LMCacheConnector"}]}
+    cfg = ok(outcome(None, kv_role="kv_both", kv_connector="MultiConnector",
+                     kv_connector_extra_config=extra, quant_description={"enable_c8_quant": True},
+                     num_attention_heads=32, num_key_value_heads=8))
+    assert cfg.pd_tp_ratio == 1
+
+
 # --- 2.4 EPLB environment switches (MRV1 needs one; MRV2 refuses both) ---------------------
 
 @pytest.mark.parametrize(("env", "allowed"), [
