@@ -27,6 +27,12 @@ EXIT_OK = 0
 EXIT_INVALID = 2
 
 
+def _is_json(text: str) -> bool:
+    """JSON text (an object, a list or null) rather than a file name or YAML."""
+    stripped = text.strip()
+    return stripped[:1] in ("{", "[") or stripped == "null"
+
+
 def _load_source(source: str) -> Any:
     """additional_config from ``-`` (stdin), inline JSON text or a JSON/YAML file."""
     if source == "-":
@@ -34,11 +40,9 @@ def _load_source(source: str) -> Any:
         if stream is None:
             raise InputError("cannot read stdin: it is not a byte stream")
         text = read_stream(stream, MAX_CONFIG_BYTES, "stdin")
-        if text.strip()[:1] in ("{", "[") or text.strip() == "null":
-            return parse_json_text(text, "stdin")
-        return parse_yaml_text(text, "stdin")
-    stripped = source.strip()
-    if stripped[:1] in ("{", "[") or stripped == "null":
+        parse = parse_json_text if _is_json(text) else parse_yaml_text
+        return parse(text, "stdin")
+    if _is_json(source):
         if len(source) > MAX_CONFIG_BYTES:
             raise InputError(f"the JSON text is longer than the limit of {MAX_CONFIG_BYTES:,} "
                              "bytes")

@@ -140,10 +140,7 @@ class DeploymentFacts:
                     if (want := field_problem(name, v))]
         if problems:
             raise FactsError("; ".join(problems))
-        kwargs = dict(data)
-        if "architectures" in kwargs:
-            kwargs["architectures"] = tuple(kwargs["architectures"])
-        return cls(**kwargs)
+        return cls(**data)  # __post_init__ turns an architectures list into a tuple
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> DeploymentFacts:

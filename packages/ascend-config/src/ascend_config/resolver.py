@@ -73,8 +73,9 @@ def _given_paths(raw: Mapping[Any, Any], prefix: str = "", depth: int = 0) -> se
 
 def _check_facts(facts: object) -> tuple[DeploymentFacts, list[Problem]]:
     if not isinstance(facts, DeploymentFacts):
-        return DeploymentFacts(), [make_problem("facts", facts, "a DeploymentFacts instance")]
-    problems = [make_problem(f"facts.{name}", value, allowed)
+        return DeploymentFacts(), [make_problem("facts", facts, "a DeploymentFacts instance",
+                                                "wrong type of deployment facts")]
+    problems = [make_problem(f"facts.{name}", value, allowed, "invalid deployment fact")
                 for name, value, allowed in check_fields(facts)]
     # Rules would trip over wrongly typed facts; judge the config against the defaults instead.
     return (DeploymentFacts() if problems else facts), problems

@@ -32,7 +32,7 @@ class RuleContext:
     env_changes: list[EnvChange] = field(default_factory=list)
     derived: dict[str, Any] = field(default_factory=dict)
 
-    def problem(self, path: str, value: object, allowed: str, message: str = "") -> None:
+    def problem(self, path: str, value: object, allowed: str, message: str) -> None:
         """Record one problem."""
         self.problems.append(make_problem(path, value, allowed, message))
 

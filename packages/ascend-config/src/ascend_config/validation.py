@@ -22,16 +22,15 @@ from ascend_config.schema_top import AdditionalConfig
 _MAX_ROUNDS = 4
 
 
-def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[type[BaseModel], int]:
-    """The deepest section model along ``loc`` and how many parts lead to it."""
-    depth = 0
-    for depth, part in enumerate(loc):
-        info = model.model_fields.get(part) if isinstance(part, str) else None
+def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel]:
+    """The section model that ``loc`` (a path of section keys) leads to."""
+    for part in loc:
+        info = model.model_fields.get(str(part))
         section = section_of(info.annotation) if info is not None else None
         if section is None:
-            return model, depth
+            break
         model = section
-    return model, len(loc) if loc else 0
+    return model
 
 
 def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
@@ -41,7 +40,7 @@ def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
     value = error.get("input")
     kind = error["type"]
     if kind == "extra_forbidden":
-        parent, _ = _walk(root, loc[:-1])
+        parent = _walk(root, loc[:-1])
         guess = suggest(str(loc[-1]), parent) if loc else None
         allowed = f"did you mean '{guess}'?" if guess else "a key listed by `ascend-config explain`"
         return make_problem(path, value, allowed, "unknown key")

@@ -1,0 +1,228 @@
+"""How schema errors are reported and dropped, did-you-mean, type wording, CLI text output."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import typing
+from typing import Annotated, Any, Literal
+
+import pytest
+from ascend_config import AscendConfigError, DeploymentFacts, Problem, resolve
+from ascend_config.cli import main
+from ascend_config.introspect import allowed_text, suggest, type_text
+from ascend_config.schema_top import AdditionalConfig
+from pydantic import Field
+from pydantic.fields import FieldInfo
+
+
+def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
+    with pytest.raises(AscendConfigError) as info:
+        resolve(config, DeploymentFacts(**facts), env or {})
+    return info.value.lines()
+
+
+# --- offending keys are dropped one by one; the rest still reaches the rules --------------
+
+def test_bad_nested_key_keeps_its_siblings() -> None:
+    # end_step is dropped; enabled stays, so DyntraLB's placement rules still run.
+    found = lines({"scheduler_config": {"dyntra_lb_config": {"enabled": True, "end_step": 0}}})
+    assert [line.split(":")[0] for line in found] == [
+        "scheduler_config.dyntra_lb_config.end_step",
+        "scheduler_config.dyntra_lb_config.enabled",
+        "scheduler_config.dyntra_lb_config.enabled"]
+
+
+def test_errors_in_two_sections_keep_both_sections() -> None:
+    found = lines({"eplb_config": {"num_redundant_experts": -1, "dynamic_eplb": True},
+                   "rl_config": {"enabled": "yes", "enable_training_consistency": True}},
+                  use_mla=True)
+    assert [line.split(":")[0] for line in found] == [
+        "eplb_config.num_redundant_experts", "rl_config.enabled", "eplb_config.dynamic_eplb"]
+
+
+def test_non_string_keys_drop_only_themselves() -> None:
+    found = lines({None: 1, 7: 2, "enable_kv_nz": True,  # type: ignore[dict-item]
+                   "eplb_config": {None: 1, "dynamic_eplb": True}})
+    assert [line.split(":")[0] for line in found] == [
+        "eplb_config.None", "None", "[7]", "eplb_config.dynamic_eplb", "enable_kv_nz",
+        "enable_kv_nz"]
+    assert found[1] == "None: Keys should be strings (given None; allowed: see the schema)"
+
+
+def test_a_section_given_as_a_list_is_dropped_whole() -> None:
+    found = lines({"scheduler_config": [1], "enable_kv_nz": True})
+    assert [line.split(":")[0] for line in found] == [
+        "scheduler_config", "enable_kv_nz", "enable_kv_nz"]
+
+
+def test_bad_list_item_drops_the_list() -> None:
+    found = lines({"pa_shape_list": [1, "x", 3], "weight_nz_mode": 9})
+    assert [line.split(":")[0] for line in found] == ["pa_shape_list[1]", "weight_nz_mode"]
+
+
+def test_facts_problems_have_a_message() -> None:
+    assert lines({}, soc="B9") == [
+        "facts.soc: invalid deployment fact (given 'B9'; allowed: one of ['A2', 'A3', 'A5', "
+        "'310P', 'cpu'])"]
+    with pytest.raises(AscendConfigError) as info:
+        resolve({}, {"soc": "A2"}, {})  # type: ignore[arg-type]
+    assert info.value.lines() == [
+        "facts: wrong type of deployment facts (given {'soc': 'A2'}; allowed: a "
+        "DeploymentFacts instance)"]
+
+
+def test_json_path_line() -> None:
+    assert lines({"eplb_config": {"expert_map_record_path": "map.txt"}}) == [
+        "eplb_config.expert_map_record_path: must be a path ending in .json (given 'map.txt'; "
+        "allowed: null or a .json path)"]
+
+
+def test_problem_line_without_message() -> None:
+    assert Problem("a.b", "1", "x", "").line() == "a.b: (given 1; allowed: x)"
+    assert Problem("a", "1", "x", "m\nn").line() == "a: m n (given 1; allowed: x)"
+
+
+# --- did-you-mean ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "guess"), [
+    ("eplb_confg", "eplb_config"),                                 # a close sibling
+    ("end_step", "scheduler_config.dyntra_lb_config.end_step"),   # the same name elsewhere
+    ("DYNAMIC_EPLB", "eplb_config.dynamic_eplb"),                 # compared lower-cased
+    ("dynamic_epl", "eplb_config.dynamic_eplb"),     # closer elsewhere than any sibling
+    ("enabled", "xlite_graph_config.enabled"),       # exact name elsewhere beats a sibling
+    ("weight_nz", "weight_nz_mode"),                 # sibling on a close call
+    ("bind_irqs", "cpu_binding_config.bind_irq"),
+    ("min_cpus", None), ("xyz_unrelated", None),     # nothing close enough
+    ("eplb_config.expert_map_path", "eplb_config.expert_map_path"),  # a flat dotted key
+    ("xlite.full_mode", "xlite_graph_config.full_mode"),
+    ("sched.end_step", None),
+    ("d" * 100, None), ("dynamic_eplb" + "x" * 89, None),  # longer than 100: no search
+])
+def test_suggest(key: str, guess: str | None) -> None:
+    assert suggest(key, AdditionalConfig) == guess
+
+
+def test_suggest_inside_a_section() -> None:
+    from ascend_config.schema_features import RlConfig
+    from ascend_config.schema_scheduler import DyntraLBConfig
+
+    assert suggest("end_stp", DyntraLBConfig) == "end_step"
+    assert suggest("refresh", RlConfig) == "refresh"  # the top-level key of that name
+    assert suggest(7, DyntraLBConfig) is None  # type: ignore[arg-type]
+
+
+# --- type and range wording --------------------------------------------------------------------
+
+def _field(annotation: Any, **kwargs: Any) -> FieldInfo:
+    info = FieldInfo.from_annotated_attribute(annotation, Field(None, **kwargs))
+    return info
+
+
+@pytest.mark.parametrize(("annotation", "kwargs", "allowed", "short"), [
+    (int, {"lt": 5}, "an integer < 5", "int"),
+    (int, {"gt": 0, "le": 9}, "an integer > 0 and <= 9", "int"),
+    (float, {"ge": 0.5}, "a number >= 0.5", "float"),
+    (int | str, {}, "a value", "a value"),
+    (typing.Union[int, str, None], {}, "null or a value", "a value | null"),  # noqa: UP007
+    (int | str | None, {}, "null or a value", "a value | null"),
+    (typing.List, {}, "a list of values", "list"),  # noqa: UP006 - no item type given
+    (tuple[str, ...], {}, "a list of strings", "list"),
+    (list[int], {}, "a list of integers", "list"),
+    (dict[str, int], {}, "a JSON object", "object"),
+    (Literal["a", "b"], {}, "one of 'a', 'b'", "enum"),
+    (Annotated[bool, "meta"], {}, "true or false", "bool"),
+    (bytes, {}, "bytes", "bytes"),
+    (str | None, {}, "null or a string", "str | null"),
+])
+def test_allowed_and_type_wording(annotation: Any, kwargs: dict[str, Any], allowed: str,
+                                  short: str) -> None:
+    info = _field(annotation, **kwargs)
+    assert allowed_text(info) == allowed
+    assert type_text(info) == short
+
+
+# --- CLI text output ----------------------------------------------------------------------------
+
+def test_check_prints_indented_json_with_non_ascii_kept() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", '{"dump_config": {"说明": "保留"}}'], out, err) == 0
+    text = out.getvalue()
+    assert '\n  "dump_config": {\n    "说明": "保留"\n  },\n' in text
+    assert json.loads(text)["dump_config"] == {"说明": "保留"}
+
+
+HELP_CHECK = """\
+usage: ascend-config check [-h] [--facts FACTS] [--env NAME=VALUE] [--summary]
+                           source
+
+positional arguments:
+  source            a JSON/YAML file, JSON text such as '{"a": 1}', or - for
+                    stdin (JSON or YAML); at most 1,048,576 bytes
+
+options:
+  -h, --help        show this help message and exit
+  --facts FACTS     JSON file of deployment facts (DeploymentFacts fields; at
+                    most 33,554,432 bytes)
+  --env NAME=VALUE  override an environment variable for this check
+                    (repeatable)
+  --summary         print the short summary only
+"""
+
+HELP_TOP = """\
+usage: ascend-config [-h] {check,schema,explain,env} ...
+
+``ascend-config``: check a config, print the JSON Schema, explain a key, list
+env vars. Exit codes: 0 success, 2 invalid input (every problem listed on
+stderr).
+
+positional arguments:
+  {check,schema,explain,env}
+    check               validate a config; print it resolved (exit 0) or every
+                        problem (exit 2)
+    schema              print the JSON Schema of additional_config
+    explain             type, default, range, description of a key
+    env                 every environment variable, its value and source
+
+options:
+  -h, --help            show this help message and exit
+"""
+
+HELP_EXPLAIN = """\
+usage: ascend-config explain [-h] key
+
+positional arguments:
+  key         dotted key path or environment variable name
+
+options:
+  -h, --help  show this help message and exit
+"""
+
+
+@pytest.mark.parametrize(("argv", "text"), [
+    (["--help"], HELP_TOP), (["check", "--help"], HELP_CHECK),
+    (["explain", "--help"], HELP_EXPLAIN),
+    (["schema", "--help"], "usage: ascend-config schema [-h]\n\noptions:\n"
+                           "  -h, --help  show this help message and exit\n"),
+    (["env", "--help"], "usage: ascend-config env [-h]\n\noptions:\n"
+                        "  -h, --help  show this help message and exit\n")])
+def test_help_text(argv: list[str], text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as info:
+        main(argv, io.StringIO(), io.StringIO())
+    assert info.value.code == 0 and out.getvalue() == text
+
+
+def test_repeated_env_options_and_missing_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("VLLM_ASCEND_ENABLE_NZ", "VLLM_BATCH_INVARIANT"):
+        monkeypatch.delenv(name, raising=False)
+    out = io.StringIO()
+    assert main(["check", "{}", "--env", "VLLM_ASCEND_ENABLE_NZ=2", "--env",
+                 "VLLM_BATCH_INVARIANT=1", "--summary"], out, io.StringIO()) == 0
+    summary = json.loads(out.getvalue())
+    assert (summary["weight_nz_mode"], summary["batch_invariant"]) == (0, True)
+    with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit) as info:
+        main([], io.StringIO(), io.StringIO())
+    assert info.value.code == 2
