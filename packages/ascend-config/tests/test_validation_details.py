@@ -226,3 +226,137 @@ def test_repeated_env_options_and_missing_command(monkeypatch: pytest.MonkeyPatc
     with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit) as info:
         main([], io.StringIO(), io.StringIO())
     assert info.value.code == 2
+
+
+# --- schema error lines ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("config", "line"), [
+    ({"zzzz_unrelated": 1},
+     "zzzz_unrelated: unknown key (given 1; allowed: a key listed by `ascend-config explain`)"),
+    ({"scheduler_config": {"dyntra_lb_config": {"end_stp": 1}}},
+     "scheduler_config.dyntra_lb_config.end_stp: unknown key (given 1; allowed: did you mean "
+     "'end_step'?)"),
+    ({"short_request_first_config": {"thresold": 1}},
+     "short_request_first_config.thresold: unknown key (given 1; allowed: did you mean "
+     "'threshold'?)"),
+    ({"eplb_config": [1]}, "eplb_config: must be a JSON object (given [1]; allowed: a JSON "
+     "object)"),
+    ({"dump_config": "x"},
+     "dump_config: must be a JSON object (given 'x'; allowed: null or a JSON object)"),
+    ({"enable_fused_mc2": True},
+     "enable_fused_mc2: must be an integer (given True; allowed: 0 or 1)"),
+    ({"weight_nz_mode": 1.0},
+     "weight_nz_mode: must be an integer (given 1.0; allowed: 0, 1 or 2)"),
+    ({"mega_moe_max_tokens": 0},
+     "mega_moe_max_tokens: Input should be greater than 0 (given 0; allowed: an integer > 0)"),
+])
+def test_schema_error_lines(config: dict[str, Any], line: str) -> None:
+    assert lines(config) == [line]
+
+
+def test_payload_error_lines() -> None:
+    from ascend_config import AscendConfig
+
+    with pytest.raises(AscendConfigError) as info:
+        AscendConfig.from_json('{"weight_nz_mode": 7, "soc": 1}')
+    assert info.value.lines() == [
+        "weight_nz_mode: Input should be 0, 1 or 2 (given 7; allowed: a value written by "
+        "AscendConfig.to_json)",
+        "soc: Input should be a valid string (given 1; allowed: a value written by "
+        "AscendConfig.to_json)"]
+    with pytest.raises(ValueError, match="must be valid text: contains an unpaired surrogate"):
+        AscendConfig(soc="\udcff")
+
+
+# --- bounded rendering of values and paths ------------------------------------------------------
+
+def test_short_repr_bounds() -> None:
+    from ascend_config.errors import short_repr
+
+    fits = {"x" * 30: 1, "y" * 36: 1}
+    assert short_repr(fits) == repr(fits) and len(repr(fits)) == 80
+    long = {"x" * 30: 1, "y" * 37: 1}
+    assert short_repr(long) == repr(long)[:77] + "..."
+
+    class Hostile(list):  # type: ignore[type-arg]
+        # reprlib dispatches on the class name and calls len() itself, unguarded
+        def __len__(self) -> int:
+            raise RuntimeError("no")
+
+    Hostile.__name__ = "list"
+
+    class Multiline:
+        def __repr__(self) -> str:
+            return "a\nb\u2028"
+
+    assert short_repr(Hostile()) == "<list>"
+    assert short_repr(Multiline()) == "a\\nb\\u2028"
+
+
+def test_render_path() -> None:
+    from ascend_config.errors import render_path
+
+    assert render_path(["a", 0, "b c", 1, "d"]) == "a[0].'b c'[1].d"
+    assert render_path([0, "x"]) == "[0].x"
+    assert render_path([]) == "<additional_config>"
+    assert render_path(["a\nb"]) == "'a\\nb'"
+
+
+@pytest.mark.parametrize(("field", "limit"), [("path", 120), ("allowed", 160),
+                                              ("message", 160)])
+def test_problem_parts_are_clipped(field: str, limit: int) -> None:
+    from ascend_config.errors import make_problem
+
+    parts = {"path": "p", "allowed": "a", "message": "m"}
+    parts[field] = "z" * limit
+    problem = make_problem(parts["path"], 1, parts["allowed"], parts["message"])
+    assert getattr(problem, field) == "z" * limit
+    parts[field] = "z" * (limit + 1)
+    problem = make_problem(parts["path"], 1, parts["allowed"], parts["message"])
+    assert getattr(problem, field) == "z" * (limit - 3) + "..."
+
+
+def test_problem_line_is_clipped_at_300() -> None:
+    # 100 + ": " + 20 + " (given 1; allowed: " + 157 + ")" = 300 characters: kept whole
+    fits = Problem("p" * 100, "1", "a" * 157, "m" * 20)
+    assert len(fits.line()) == 300 and fits.line().endswith("a)")
+    over = Problem("p" * 100, "1", "a" * 158, "m" * 20)
+    assert over.line() == fits.line()[:297] + "..."
+    short = Problem("p", "1", "a" * 100, "m")
+    assert short.line() == "p: m (given 1; allowed: " + "a" * 100 + ")"
+
+
+# --- did-you-mean boundaries --------------------------------------------------------------------
+
+def test_suggest_length_bound() -> None:
+    path = "scheduler_config.dyntra_lb_config.long_req_block_threshold"
+    assert suggest((path + "x" * 100)[:100], AdditionalConfig) == path
+    assert suggest((path + "x" * 100)[:101], AdditionalConfig) is None
+
+
+def test_suggest_cutoff_is_inclusive() -> None:
+    from ascend_config.schema_scheduler import DyntraLBConfig
+
+    # "end" / "enabled": 2 * 3 matching / (3 + 7) characters = exactly 0.6
+    assert suggest("end", DyntraLBConfig) == "enabled"
+
+
+def test_unnamed_annotation_is_written_as_text() -> None:
+    from ascend_config.introspect import _base_text
+
+    assert _base_text(typing.ForwardRef("Later")) == ("ForwardRef('Later')", False)
+    assert _base_text(bytes) == ("bytes", False)
+
+
+@pytest.mark.parametrize(("source", "first_line"), [
+    ("[1]", "1 problem in the Ascend configuration:"),
+    (" null ", None), ('  {"weight_nz_mode": 0}', None),
+    ("nonexistent.json", "error: cannot read config file 'nonexistent.json': No such file or "
+                         "directory"),
+])
+def test_inline_json_or_file(source: str, first_line: str | None) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["check", source], out, err)
+    assert code == (0 if first_line is None else 2)
+    if first_line:
+        assert err.getvalue().splitlines()[0] == first_line

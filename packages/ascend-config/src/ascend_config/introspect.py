@@ -62,12 +62,12 @@ def _base_text(annotation: Any) -> tuple[str, bool]:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        text, _ = _base_text(inner[0]) if len(inner) == 1 else ("a value", False)
+        text = _base_text(inner[0])[0] if len(inner) == 1 else "a value"
         return text, len(inner) < len(args)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args), False
     if origin is tuple or origin is list:
-        item, _ = _base_text(args[0]) if args else ("value", False)
+        item = _base_text(args[0])[0] if args else "value"
         return f"a list of {item.removeprefix('a ').removeprefix('an ')}s", False
     if origin is dict:
         return "a JSON object", False

@@ -22,17 +22,6 @@ from ascend_config.schema_top import AdditionalConfig
 _MAX_ROUNDS = 4
 
 
-def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel]:
-    """The section model that ``loc`` (a path of section keys) leads to."""
-    for part in loc:
-        info = model.model_fields.get(str(part))
-        section = section_of(info.annotation) if info is not None else None
-        if section is None:
-            break
-        model = section
-    return model
-
-
 def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
     """One pydantic error as one problem line."""
     loc = tuple(error["loc"])
@@ -40,11 +29,12 @@ def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
     value = error.get("input")
     kind = error["type"]
     if kind == "extra_forbidden":
-        parent = _walk(root, loc[:-1])
-        guess = suggest(str(loc[-1]), parent) if loc else None
+        # field_at stops at the unknown key, inside the section that should hold it.
+        parent, _, _ = field_at(loc)
+        guess = suggest(str(loc[-1]), parent)
         allowed = f"did you mean '{guess}'?" if guess else "a key listed by `ascend-config explain`"
         return make_problem(path, value, allowed, "unknown key")
-    message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    message = error["msg"].removeprefix("Value error, ")
     if root is AdditionalConfig:
         _, info, matched = field_at(loc)
         allowed = allowed_text(info) if info is not None and matched >= 1 else "see the schema"
