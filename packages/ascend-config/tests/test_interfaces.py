@@ -243,7 +243,7 @@ def test_summary_profiling_chunk_label() -> None:
 @pytest.mark.parametrize(("name", "expected"), [
     (".model.mtp.", True), ("model.mtp", True), ("model.mtp.indexer", True),
     ("model.mtpx", False), ("model.layers.4", True), ("layers.4.self_attn", True),
-    ("model.layers.40", False), ("mtp", False)])
+    ("model.layers.40", False), ("mtp", False), ("model.mtpX", False)])
 def test_li_c8_layer_names_without_an_index(name: str, expected: bool) -> None:
     quant = {"model.mtp.indexer.quant_type": "INT8_DYNAMIC",
              "model.layers.4.self_attn.indexer.wq_b_weight": "W8A8_MXFP8"}

@@ -148,7 +148,7 @@ def test_reported_problems_cap(count: int, listed: int, last: str | None) -> Non
 
 
 def test_error_counts_given_omissions() -> None:
-    problem = make_problem("a", 1, "x")
+    problem = make_problem("a", 1, "x", "")
     err = Err([problem], omitted=4)
     assert str(err).splitlines() == [
         "5 problems in the Ascend configuration:", problem.line(),

@@ -360,3 +360,106 @@ def test_inline_json_or_file(source: str, first_line: str | None) -> None:
     assert code == (0 if first_line is None else 2)
     if first_line:
         assert err.getvalue().splitlines()[0] == first_line
+
+
+# --- more edges ---------------------------------------------------------------------------------
+
+def test_stdin_parse_errors_name_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    for data, expected in ((b'{"a": }', "error: stdin is not valid JSON: Expecting value: "
+                                        "line 1 column 7 (char 6)\n"),
+                           (b"a: [1,\n", "error: stdin is not valid YAML: ")):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["check", "-"], out, err) == 2
+        assert err.getvalue().startswith(expected) and err.getvalue().count("\n") == 1
+
+
+def test_inline_text_of_exactly_the_limit_is_read() -> None:
+    from ascend_config.limits import MAX_CONFIG_BYTES
+
+    head, tail = '{"dump_config": {"p": "', '"}}'
+    text = head + "x" * (MAX_CONFIG_BYTES - len(head) - len(tail)) + tail
+    assert len(text) == MAX_CONFIG_BYTES
+    out = io.StringIO()
+    assert main(["check", text, "--summary"], out, io.StringIO()) == 0
+
+
+def test_missing_command_names_it() -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        main([], io.StringIO(), io.StringIO())
+    assert err.getvalue().splitlines()[-1] == (
+        "ascend-config: error: the following arguments are required: command")
+
+
+def test_envs_name_is_resolved_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ascend_config
+    import ascend_config.envs as envs_module
+
+    monkeypatch.delattr(ascend_config, "envs")  # as in a fresh interpreter
+    assert ascend_config.envs is envs_module
+
+
+def test_decorated_hash_emits_no_warnings() -> None:
+    import warnings
+
+    from ascend_config import config
+
+    @config(frozen=True)
+    class Small:
+        size: int = 1
+        name: str = "n"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        digest = Small().compute_hash()  # type: ignore[attr-defined]
+    assert digest != Small(size=2).compute_hash()  # type: ignore[attr-defined]
+
+
+def test_closest_prefers_the_first_on_a_tie() -> None:
+    from ascend_config.introspect import _closest
+
+    assert _closest("a", ["ab", "ba"], 0.6) == (2 / 3, "ab")
+    assert _closest("a", ["ab", "ba"], 0.7) is None
+
+
+def test_table_cell_text() -> None:
+    from ascend_config.reference_doc import _cell
+
+    assert _cell("a|b\nc") == "a\\|b c"
+
+
+def test_flat_facts_mapping_over_the_limit() -> None:
+    from ascend_config import FactsError
+    from ascend_config.limits import MAX_FACTS_VALUES
+
+    with pytest.raises(FactsError) as info:
+        DeploymentFacts.from_mapping({"quant_description": {
+            f"k{i}": 0 for i in range(MAX_FACTS_VALUES + 1)}})
+    assert str(info.value).endswith("; more than 1000000 keys and list items")
+
+
+def test_odd_keys_deep_in_a_section_drop_only_themselves() -> None:
+    found = lines({"eplb_config": {1.5: 1, "dynamic_eplb": True}})  # type: ignore[dict-item]
+    assert [line.split(":")[0] for line in found] == [
+        "eplb_config.'1.5'", "eplb_config.dynamic_eplb"]
+    found = lines({"dump_config": {1: 2}, "enable_kv_nz": True})  # type: ignore[dict-item]
+    assert [line.split(":")[0] for line in found] == [
+        "dump_config[1].'[key]'", "enable_kv_nz", "enable_kv_nz"]
+
+
+@pytest.mark.parametrize(("text", "accepted"), [
+    # 31 levels, an empty list closes back to 31, then two more levels: 33 in all
+    ("[" * 31 + "[], [[]]" + "]" * 31, False),
+    # three empty lists beside a 32-deep chain: still 33 with the outer list
+    ("[[], [], [], " + "[" * 32 + "]" * 32 + "]", False),
+    ("[[], [], [], " + "[" * 31 + "]" * 31 + "]", True),
+])
+def test_yaml_depth_after_closing(text: str, accepted: bool) -> None:
+    from ascend_config.reading import InputError, parse_yaml_text
+
+    if accepted:
+        assert parse_yaml_text(text, "t")[0] == []
+    else:
+        with pytest.raises(InputError, match="nested deeper than 32 levels"):
+            parse_yaml_text(text, "t")

@@ -61,12 +61,12 @@ class Problem:
 
     def line(self) -> str:
         """The problem as one line of at most 300 characters."""
-        head = f"{self.path}: {self.message}" if self.message else f"{self.path}:"
-        text = f"{head} (given {self.value}; allowed: {self.allowed})"
+        # _clip folds the double space left by an empty message
+        text = f"{self.path}: {self.message} (given {self.value}; allowed: {self.allowed})"
         return _clip(text, MAX_LINE)
 
 
-def make_problem(path: str, value: object, allowed: str, message: str = "") -> Problem:
+def make_problem(path: str, value: object, allowed: str, message: str) -> Problem:
     """Build a problem with every part bounded (value rendered with :func:`short_repr`)."""
     return Problem(
         path=_clip(path, 120),

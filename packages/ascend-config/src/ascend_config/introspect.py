@@ -132,13 +132,8 @@ def iter_keys(model: type[BaseModel] = AdditionalConfig, prefix: str = "") -> It
         path = f"{prefix}{name}"
         yield key_doc(path, info)
         section = section_of(info.annotation)
-        if section is not None and not _is_legacy(info):
+        if section is not None:
             yield from iter_keys(section, path + ".")
-
-
-def _is_legacy(info: FieldInfo) -> bool:
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    return bool(extra.get("deprecated"))
 
 
 def field_at(parts: Sequence[object]) -> tuple[type[BaseModel], FieldInfo | None, int]:

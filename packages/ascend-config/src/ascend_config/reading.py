@@ -97,11 +97,11 @@ def json_depth(text: str) -> int:
     """Deepest nesting of ``[`` / ``{`` outside strings (linear; exact for valid JSON)."""
     depth = deepest = 0
     for match in _JSON_TOKENS.finditer(text):
-        char = match.group()
-        if char in "[{":
+        token = match.group()
+        if token in ("[", "{"):
             depth += 1
             deepest = max(deepest, depth)
-        elif char in "]}":
+        elif token in ("]", "}"):
             depth -= 1
     return deepest
 

@@ -32,8 +32,8 @@ environment variable (deprecated, warns once); else the default. Unknown keys ar
 """
 
 
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell (no pipe, no line break)."""
     return text.replace("|", "\\|").replace("\n", " ")
 
 

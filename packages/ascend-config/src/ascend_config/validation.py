@@ -36,11 +36,11 @@ def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
         return make_problem(path, value, allowed, "unknown key")
     message = error["msg"].removeprefix("Value error, ")
     if root is AdditionalConfig:
-        _, info, matched = field_at(loc)
-        allowed = allowed_text(info) if info is not None and matched >= 1 else "see the schema"
+        _, info, _ = field_at(loc)
+        allowed = allowed_text(info) if info is not None else "see the schema"
     else:
         allowed = "a value written by AscendConfig.to_json"
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
+    if kind in ("model_type", "dict_type"):
         message = "must be a JSON object"
     return make_problem(path, value, allowed, message)
 
