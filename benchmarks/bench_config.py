@@ -2,11 +2,13 @@
 
 ``python -m benchmarks config [--quick]``. Targets: median ``resolve`` < 2 ms per example
 config; ``import ascend_config`` < 150 ms in a fresh interpreter (measured with
-``-X importtime``; wall-clock interpreter start-up is shown beside it as the baseline).
+``-X importtime``; wall-clock interpreter start-up is shown beside it as the baseline);
+rejecting a config of N unknown keys grows linearly with N (4x the keys costs < 6x the time).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
@@ -21,6 +23,7 @@ from benchmarks.table import Table
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RESOLVE_TARGET_MS = 2.0
 IMPORT_TARGET_MS = 150.0
+SCALING_TARGET = 6.0  # 4x the input may cost at most 6x the time (linear plus noise)
 
 
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -125,6 +128,38 @@ def import_table(quick: bool) -> Table:
     )
 
 
+def _reject_ms(keys: int, repeats: int) -> float:
+    from ascend_config import AscendConfigError, resolve
+
+    config = {f"unknown_key_number_{i}": i for i in range(keys)}
+
+    def once() -> None:
+        with contextlib.suppress(AscendConfigError):
+            resolve(config, environ={})
+
+    return _median_ms(once, repeats)
+
+
+def scaling_table(quick: bool) -> Table:
+    """Bad input of growing size: every unknown key is one error, work must stay linear."""
+    sizes = (500, 2_000) if quick else (2_500, 10_000, 40_000)
+    repeats = 3 if quick else 5
+    times = [_reject_ms(n, repeats) for n in sizes]
+    rows = [[n, round(ms, 2), round(1e3 * ms / n, 2),
+             round(ms / times[i - 1], 2) if i else ""] for i, (n, ms) in enumerate(zip(
+                 sizes, times, strict=True))]
+    worst = max(times[i] / times[i - 1] for i in range(1, len(times)))
+    verdict = "PASS" if worst < SCALING_TARGET else "FAIL"
+    return Table(
+        title=f"ascend-config: rejecting N unknown keys (median of {repeats})",
+        columns=["unknown keys", "resolve ms", "us per key", "time ratio for 4x keys"],
+        rows=rows,
+        notes=[f"worst ratio {worst:.2f} for 4x the keys; target < {SCALING_TARGET}: "
+               f"{verdict} (quadratic work would give about 16)",
+               "the error lists the first 50 problems and counts the rest"],
+    )
+
+
 def run(quick: bool = False) -> list[Table]:
-    """Both tables; ``quick`` uses fewer repetitions."""
-    return [resolve_table(quick), import_table(quick)]
+    """All tables; ``quick`` uses fewer repetitions and smaller inputs."""
+    return [resolve_table(quick), import_table(quick), scaling_table(quick)]

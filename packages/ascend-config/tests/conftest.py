@@ -18,6 +18,12 @@ Resolve = Callable[..., AscendConfig]
 Problems = Callable[..., list[tuple[str, str]]]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "child_process: runs ascend_config in a child interpreter, which imports the "
+        "installed package (the mutation runner deselects these: they cannot see its mutants)")
+
+
 @pytest.fixture
 def res() -> Resolve:
     """``res(config, env=None, **facts)``: resolve with an explicit (default empty) environment."""

@@ -81,7 +81,7 @@ def test_explain_nested_and_section() -> None:
     code, out, _ = run("explain", "scheduler_config.dyntra_lb_config.end_step")
     assert code == 0 and "allowed: -1 or an integer > start_step" in out
     code, out, _ = run("explain", "cpu_binding_config")
-    assert code == 0 and "min_cpus_per_npu = 5" in out and "bind_irq = false" in out
+    assert code == 0 and "min_cpus_per_npu = null" in out and "bind_irq = false" in out
 
 
 def test_explain_env_var_and_unknown() -> None:

@@ -66,7 +66,8 @@ SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
     "rl_config": {
         "enabled": False, "sleep_mode_extra_cleanup": False,
         "enable_training_consistency": False, "enable_batch_invariant": False},
-    "cpu_binding_config": {"min_cpus_per_npu": 5, "bind_irq": False, "migrate_memory": True},
+    # None: the SoC's default, decided by ascend-topology's planner (A5 3, other SoCs 5).
+    "cpu_binding_config": {"min_cpus_per_npu": None, "bind_irq": False, "migrate_memory": True},
 }
 
 SCHEDULER_DEFAULTS: dict[str, Any] = {

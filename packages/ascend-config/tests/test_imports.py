@@ -24,6 +24,7 @@ def _importtime_us(stderr: str, module: str) -> int:
     raise AssertionError(f"{module} not in -X importtime output")
 
 
+@pytest.mark.child_process
 def test_import_is_cheap_and_loads_no_torch_or_vllm() -> None:
     result = _run("import ascend_config", "-X", "importtime")
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
@@ -32,6 +33,7 @@ def test_import_is_cheap_and_loads_no_torch_or_vllm() -> None:
     assert _importtime_us(result.stderr, "ascend_config") < 150_000
 
 
+@pytest.mark.child_process
 @pytest.mark.parametrize("module", ["ascend_config.envs", "ascend_config.facts",
                                     "ascend_config.errors"])
 def test_stdlib_only_modules_do_not_import_pydantic(module: str) -> None:
@@ -41,6 +43,7 @@ def test_stdlib_only_modules_do_not_import_pydantic(module: str) -> None:
     assert json.loads(_run(code).stdout) == []
 
 
+@pytest.mark.child_process
 def test_full_resolve_path_loads_no_torch_or_vllm() -> None:
     code = ("import sys, json, ascend_config as ac; ac.resolve({}); ac.json_schema(); "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
@@ -48,6 +51,7 @@ def test_full_resolve_path_loads_no_torch_or_vllm() -> None:
     assert "pydantic" in loaded and not loaded & set(FORBIDDEN)
 
 
+@pytest.mark.child_process
 def test_import_has_no_side_effects() -> None:
     code = ("import os, json; before = dict(os.environ); import ascend_config as ac; "
             "ac.resolve({'rl_config': {'enabled': True}}); print(json.dumps(before == "

@@ -56,6 +56,8 @@ def test_rl_never_unsets_user_batch_invariant(res: Any) -> None:
     ("garbage_collection_threshold:0.6,expandable_segments:False",
      "garbage_collection_threshold:0.6"),
     ("my_expandable_segments:True", "my_expandable_segments:True"),
+    ("a:1,expandable_segments:True,b:2", "a:1,b:2"),
+    (" expandable_segments:True, b:2", " b:2"),
 ])
 def test_rl_strips_expandable_segments(res: Any, before: str, after: str | None) -> None:
     changes = dict(res(RL, env={"PYTORCH_NPU_ALLOC_CONF": before}).env_changes)

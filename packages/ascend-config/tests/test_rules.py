@@ -36,7 +36,9 @@ def test_oproj_tp_every_violation_reported(problems: Any) -> None:
 def test_embedding_tp_needs_recompute(problems: Any, res: Any) -> None:
     found = problems({FTP: {"embedding_tensor_parallel_size": 2}}, **MOE)
     assert paths(found) == [f"{FTP}.embedding_tensor_parallel_size"]
-    res({FTP: {"embedding_tensor_parallel_size": 2}, **RECOMPUTE}, **D_NODE)
+    cfg = res({FTP: {"embedding_tensor_parallel_size": 2}, **RECOMPUTE}, **D_NODE)
+    assert cfg.finegrained_tp_config.enabled_sizes() == {"embedding_tensor_parallel_size": 2}
+    assert cfg.scheduler_config.recompute_scheduler_enable is True
 
 
 def test_olora_tp_needs_graph_mode_and_consumer(problems: Any) -> None:
@@ -69,8 +71,11 @@ def test_hierarchy_counts_dynamic_eplb_redundancy(problems: Any) -> None:
 
 
 def test_hierarchy_ignores_redundancy_without_dynamic_eplb(res: Any) -> None:
-    res({"enable_mc2_hierarchy_comm": True, "eplb_config": {"num_redundant_experts": 33}},
-        soc="A3", num_experts=480)
+    cfg = res({"enable_mc2_hierarchy_comm": True, "eplb_config": {"num_redundant_experts": 33}},
+              soc="A3", num_experts=480)
+    # 480 + 33 = 513 would be over the limit, but without dynamic EPLB only 480 count.
+    assert cfg.enable_mc2_hierarchy_comm is True
+    assert (cfg.eplb_config.dynamic_eplb, cfg.eplb_config.num_redundant_experts) == (False, 33)
 
 
 @pytest.mark.parametrize("soc", ["A5", "310P", "cpu"])
@@ -146,12 +151,50 @@ def test_reduce_sample(problems: Any, res: Any) -> None:
     assert paths(found) == ["enable_reduce_sample"]
 
 
-def test_cpu_binding_irq_needs_five(problems: Any, res: Any) -> None:
-    assert paths(problems({"cpu_binding_config": {"bind_irq": True, "min_cpus_per_npu": 4}})
-                 ) == ["cpu_binding_config.min_cpus_per_npu"]
-    cfg = res({"cpu_binding_config": {"bind_irq": True}})
+CPU = "cpu_binding_config"
+IRQ_OFF_ON_A5 = ("cpu_binding_config.bind_irq: IRQ binding is not available on A5; it is set "
+                 "to false")
+
+
+@pytest.mark.parametrize("soc", ["A2", "A3", "A5", "310P", "cpu"])
+def test_min_cpus_default_is_the_socs_own(res: Any, soc: str) -> None:
+    # None = "the SoC's default", which ascend-topology's planner decides (A5 3, others 5).
+    cfg = res(None, soc=soc).cpu_binding_config
+    assert (cfg.min_cpus_per_npu, cfg.bind_irq) == (None, False)
+
+
+@pytest.mark.parametrize("soc", ["A2", "A5"])
+@pytest.mark.parametrize("value", [3, 4, 5, 6, 1024])
+def test_explicit_min_cpus_passes_through(res: Any, soc: str, value: int) -> None:
+    assert res({CPU: {"min_cpus_per_npu": value}}, soc=soc).cpu_binding_config.min_cpus_per_npu \
+        == value
+
+
+# bind_irq reserves 2 IRQ CPUs + main + acl + release: an explicit minimum needs >= 5.
+@pytest.mark.parametrize(("value", "ok"), [(None, True), (3, False), (4, False), (5, True),
+                                           (6, True)])
+@pytest.mark.parametrize("soc", ["A2", "A3", "310P"])
+def test_bind_irq_needs_five_cpus(res: Any, problems: Any, soc: str, value: int | None,
+                                  ok: bool) -> None:
+    config = {CPU: {"bind_irq": True, "min_cpus_per_npu": value}}
+    if ok:
+        cfg = res(config, soc=soc)
+        assert (cfg.cpu_binding_config.bind_irq, cfg.cpu_binding_config.min_cpus_per_npu,
+                cfg.warnings) == (True, value, ())
+    else:
+        assert problems(config, soc=soc) == [(
+            f"{CPU}.min_cpus_per_npu",
+            f"{CPU}.min_cpus_per_npu: 2 IRQ + main + acl + release CPUs (given {value}; "
+            "allowed: null or an integer >= 5 with bind_irq)")]
+
+
+@pytest.mark.parametrize("value", [None, 3, 4, 5])
+def test_bind_irq_is_off_on_a5(res: Any, value: int | None) -> None:
+    cfg = res({CPU: {"bind_irq": True, "min_cpus_per_npu": value}}, soc="A5")
     assert (cfg.cpu_binding_config.bind_irq, cfg.cpu_binding_config.min_cpus_per_npu) == (
-        True, 5)
+        False, value)
+    assert cfg.warnings == (IRQ_OFF_ON_A5,)
+    assert res({CPU: {"bind_irq": False}}, soc="A5").warnings == ()
 
 
 # --- EPLB ---------------------------------------------------------------------------------
@@ -344,8 +387,10 @@ def test_kv_extra_config_must_match_local_sizes(problems: Any, res: Any) -> None
     found = problems(None, kv_role="kv_consumer", kv_connector_extra_config=extra,
                      tensor_parallel_size=2, data_parallel_size=4, num_key_value_heads=8)
     assert paths(found) == ["facts.kv_connector_extra_config.decode.tp_size"]
-    res(None, kv_role="kv_producer", kv_connector_extra_config=extra, tensor_parallel_size=8,
-        data_parallel_size=2, num_key_value_heads=8)
+    cfg = res(None, kv_role="kv_producer", kv_connector_extra_config=extra,
+              tensor_parallel_size=8, data_parallel_size=2, num_key_value_heads=8)
+    # prefill 8 // decode 4 = 2; 8 heads: min(8,8)//min(4,8) = 2, replica 8 // 8 = 1
+    assert (cfg.pd_tp_ratio, cfg.pd_head_ratio, cfg.num_head_replica) == (2, 2, 1)
 
 
 C8 = {"quant_description": {"enable_c8_quant": True}, "num_attention_heads": 32,
@@ -371,7 +416,9 @@ def test_mooncake_c8_found_inside_multi_connector(problems: Any) -> None:
     {"kv_connector": "MooncakeConnector", **C8, "use_mla": True},
 ])
 def test_mooncake_c8_allowed_cases(res: Any, facts: dict[str, Any]) -> None:
-    res(None, kv_role="kv_consumer", **facts)
+    cfg = res(None, kv_role="kv_consumer", **facts)
+    # Accepted, and identical to the config without any kv connector named.
+    assert cfg == res(None, kv_role="kv_consumer", **{**facts, "kv_connector": None})
 
 
 def test_training_consistency_needs_plain_attention(problems: Any, res: Any) -> None:

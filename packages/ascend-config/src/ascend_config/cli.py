@@ -10,41 +10,44 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 from ascend_config.env_registry import BY_NAME, REGISTRY, EnvVarError
+from ascend_config.errors import short_repr
+from ascend_config.limits import MAX_CONFIG_BYTES, MAX_FACTS_BYTES
+from ascend_config.reading import (
+    InputError,
+    load_config_file,
+    parse_json_text,
+    parse_yaml_text,
+    read_stream,
+)
 
 EXIT_OK = 0
 EXIT_INVALID = 2
 
 
-class _InputError(Exception):
-    """The command's input (file, JSON text, facts, --env) cannot be used."""
+def _is_json(text: str) -> bool:
+    """JSON text (an object, a list or null) rather than a file name or YAML."""
+    stripped = text.strip()
+    return stripped[:1] in ("{", "[") or stripped == "null"
 
 
 def _load_source(source: str) -> Any:
+    """additional_config from ``-`` (stdin), inline JSON text or a JSON/YAML file."""
     if source == "-":
-        source = sys.stdin.read()
-    text = source.strip()
-    if text[:1] in "{[" or text == "null":
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise _InputError(f"invalid JSON text: {exc}") from None
-    path = Path(source)
-    try:
-        content = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _InputError(f"cannot read {source}: {exc.strerror or exc}") from None
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            return yaml.safe_load(content)
-        return json.loads(content)
-    except Exception as exc:  # json/yaml parse errors of any kind
-        raise _InputError(f"cannot parse {source}: {str(exc).splitlines()[0]}") from None
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:
+            raise InputError("cannot read stdin: it is not a byte stream")
+        text = read_stream(stream, MAX_CONFIG_BYTES, "stdin")
+        parse = parse_json_text if _is_json(text) else parse_yaml_text
+        return parse(text, "stdin")
+    if _is_json(source):
+        if len(source) > MAX_CONFIG_BYTES:
+            raise InputError(f"the JSON text is longer than the limit of {MAX_CONFIG_BYTES:,} "
+                             "bytes")
+        return parse_json_text(source, "the JSON text")
+    return load_config_file(source, MAX_CONFIG_BYTES)
 
 
 def _environ(pairs: Sequence[str]) -> dict[str, str]:
@@ -52,7 +55,7 @@ def _environ(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise _InputError(f"--env expects NAME=VALUE, got {pair!r}")
+            raise InputError(f"--env expects NAME=VALUE, got {short_repr(pair)}")
         env[name] = value
     return env
 
@@ -66,7 +69,7 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         data = _load_source(args.source)
         facts = DeploymentFacts.from_json_file(args.facts) if args.facts else DeploymentFacts()
         environ = _environ(args.env or [])
-    except (_InputError, FactsError) as exc:
+    except (InputError, FactsError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_INVALID
     try:
@@ -89,7 +92,7 @@ def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ascend_config.introspect import explain, field_at, iter_keys, section_of, suggest
+    from ascend_config.introspect import explain, field_at, iter_keys, suggest
 
     key = args.key
     if key in BY_NAME:
@@ -101,13 +104,12 @@ def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     doc = explain(key)
     if doc is None:
+        # field_at stops at the first unknown part, inside the section that should hold it.
         parts = key.split(".")
-        model, info, matched = field_at(parts)
-        section = section_of(info.annotation) if info is not None else None
-        parent = section if section is not None and matched == len(parts) - 1 else model
-        guess = suggest(parts[min(matched, len(parts) - 1)], parent)
+        model, _, matched = field_at(parts)
+        guess = suggest(parts[matched], model)
         hint = f"; did you mean '{guess}'?" if guess else ""
-        print(f"error: unknown key {key!r}{hint}", file=err)
+        print(f"error: unknown key {short_repr(key)}{hint}", file=err)
         return EXIT_INVALID
     lines = [f"{doc.path} ({doc.type_text})", f"  {doc.description}"]
     if not doc.is_section:
@@ -148,8 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a config; print it resolved (exit 0) or "
                                          "every problem (exit 2)")
     check.add_argument("source", help="a JSON/YAML file, JSON text such as '{\"a\": 1}', "
-                                      "or - for stdin")
-    check.add_argument("--facts", help="JSON file of deployment facts (DeploymentFacts fields)")
+                                      "or - for stdin (JSON or YAML); at most "
+                                      f"{MAX_CONFIG_BYTES:,} bytes")
+    check.add_argument("--facts", help="JSON file of deployment facts (DeploymentFacts fields; "
+                                       f"at most {MAX_FACTS_BYTES:,} bytes)")
     check.add_argument("--env", action="append", metavar="NAME=VALUE",
                        help="override an environment variable for this check (repeatable)")
     check.add_argument("--summary", action="store_true", help="print the short summary only")

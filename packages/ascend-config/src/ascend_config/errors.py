@@ -7,6 +7,8 @@ import reprlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ascend_config.limits import MAX_REPORTED_PROBLEMS
+
 MAX_LINE = 300
 _IDENT = re.compile(r"[A-Za-z0-9_]+\Z")
 _REPR = reprlib.Repr()
@@ -59,12 +61,12 @@ class Problem:
 
     def line(self) -> str:
         """The problem as one line of at most 300 characters."""
-        head = f"{self.path}: {self.message}" if self.message else f"{self.path}:"
-        text = f"{head} (given {self.value}; allowed: {self.allowed})"
+        # _clip folds the double space left by an empty message
+        text = f"{self.path}: {self.message} (given {self.value}; allowed: {self.allowed})"
         return _clip(text, MAX_LINE)
 
 
-def make_problem(path: str, value: object, allowed: str, message: str = "") -> Problem:
+def make_problem(path: str, value: object, allowed: str, message: str) -> Problem:
     """Build a problem with every part bounded (value rendered with :func:`short_repr`)."""
     return Problem(
         path=_clip(path, 120),
@@ -75,14 +77,23 @@ def make_problem(path: str, value: object, allowed: str, message: str = "") -> P
 
 
 class AscendConfigError(ValueError):
-    """Every problem of an Ascend configuration, reported together (one per line)."""
+    """Every problem of an Ascend configuration, reported together (one per line).
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems: list[Problem] = list(problems)
-        count = len(self.problems)
+    At most :data:`~ascend_config.limits.MAX_REPORTED_PROBLEMS` problems are kept and listed;
+    ``omitted`` counts the rest (shown as a last line "... and N more problems").
+    """
+
+    def __init__(self, problems: Sequence[Problem], omitted: int = 0) -> None:
+        self.problems: list[Problem] = list(problems[:MAX_REPORTED_PROBLEMS])
+        self.omitted: int = omitted + max(0, len(problems) - MAX_REPORTED_PROBLEMS)
+        count = len(self.problems) + self.omitted
         head = f"{count} problem{'s' if count != 1 else ''} in the Ascend configuration:"
-        super().__init__("\n".join([head, *(p.line() for p in self.problems)]))
+        lines = [head, *(p.line() for p in self.problems)]
+        if self.omitted:
+            lines.append(f"... and {self.omitted} more problem{'s' if self.omitted != 1 else ''}"
+                         f" (the first {len(self.problems)} are listed)")
+        super().__init__("\n".join(lines))
 
     def lines(self) -> list[str]:
-        """One line per problem, in the order found."""
+        """One line per listed problem, in the order found."""
         return [p.line() for p in self.problems]

@@ -8,11 +8,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ascend_config.bounds import scan, text_problem
+from ascend_config.errors import short_repr
+from ascend_config.limits import (
+    MAX_DEPTH,
+    MAX_FACT_TEXT_CHARS,
+    MAX_FACTS_BYTES,
+    MAX_FACTS_VALUES,
+    MODEL_SIZE_RANGE,
+    PARALLEL_SIZE_RANGE,
+    SCALING_FACTOR_RANGE,
+    TOKEN_COUNT_RANGE,
+)
+from ascend_config.reading import InputError, parse_json_text, read_text_file, show_path
 
 SOCS = ("A2", "A3", "A5", "310P", "cpu")
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
@@ -111,48 +126,57 @@ class DeploymentFacts:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> DeploymentFacts:
-        """Build from a mapping; unknown fields and wrong types raise :class:`FactsError`."""
+        """Build from a mapping; unknown fields, wrong types and values out of range raise
+        :class:`FactsError` (one line)."""
         if not isinstance(data, Mapping):
             raise FactsError(f"deployment facts must be a JSON object, got {type(data).__name__}")
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(str(k) for k in data if k not in known)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = [short_repr(k) for k in data if k not in known]
         if unknown:
-            raise FactsError(f"unknown deployment fact(s) {unknown}; known: {sorted(known)}")
-        problems = [f"{name}: got {v!r:.60}, expected {want}" for name, v in data.items()
+            more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+            raise FactsError(f"unknown deployment fact(s) {', '.join(sorted(unknown)[:10])}{more}; "
+                             f"known: {', '.join(sorted(known))}")
+        problems = [f"{name}: got {short_repr(v)}, expected {want}" for name, v in data.items()
                     if (want := field_problem(name, v))]
         if problems:
             raise FactsError("; ".join(problems))
-        kwargs = dict(data)
-        if "architectures" in kwargs:
-            kwargs["architectures"] = tuple(kwargs["architectures"])
-        return cls(**kwargs)
+        return cls(**data)  # __post_init__ turns an architectures list into a tuple
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> DeploymentFacts:
-        """Load facts from a JSON file (an object with any subset of the fields)."""
+        """Load facts from a JSON file (an object with any subset of the fields).
+
+        The file must be a regular file of at most ``MAX_FACTS_BYTES`` bytes of UTF-8 JSON
+        nested at most ``MAX_DEPTH`` levels (:mod:`ascend_config.limits`).
+        """
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise FactsError(f"cannot read deployment facts from {path}: {exc}") from None
+            text = read_text_file(path, MAX_FACTS_BYTES, "deployment facts file")
+            data = parse_json_text(text, f"deployment facts file {show_path(path)}")
+        except InputError as exc:
+            raise FactsError(str(exc)) from None
         return cls.from_mapping(data)
 
 
-_INT_FIELDS = {
+_PARALLEL_FIELDS = {
     "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
-    "prefill_context_parallel_size", "decode_context_parallel_size", "num_experts",
-    "num_experts_per_tok", "moe_intermediate_size", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "hidden_size", "num_speculative_tokens",
-    "max_num_seqs", "max_num_batched_tokens", "block_size", "nnodes_within_dp",
+    "prefill_context_parallel_size", "decode_context_parallel_size", "nnodes_within_dp",
 }
+_MODEL_FIELDS = {
+    "num_experts", "num_experts_per_tok", "moe_intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "hidden_size",
+}
+_TOKEN_FIELDS = {"num_speculative_tokens", "max_num_seqs", "max_num_batched_tokens", "block_size"}
 _BOOL_FIELDS = {
     "enable_expert_parallel", "is_moe", "use_mla", "has_compress_ratios", "enforce_eager",
     "use_model_runner_v2", "megamoe_available", "sequence_parallel", "enable_eplb",
 }
 _OPT_STR_FIELDS = {"quantization", "kv_connector", "speculative_method"}
+_STR_FIELDS = {"model_type", "dtype", "scheduler_policy"}
+_MAPPING_FIELDS = {"quant_description", "kv_connector_extra_config"}
 
 
 def check_fields(facts: DeploymentFacts) -> list[tuple[str, Any, str]]:
-    """(field, value, what is allowed) for every field of ``facts`` with a wrong type."""
+    """(field, value, what is allowed) for every field of ``facts`` that does not fit."""
     out = []
     for f in dataclasses.fields(facts):
         value = getattr(facts, f.name)
@@ -162,32 +186,69 @@ def check_fields(facts: DeploymentFacts) -> list[tuple[str, Any, str]]:
     return out
 
 
+def _int_in(value: Any, bounds: tuple[int, int]) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and bounds[0] <= value <= bounds[1])
+
+
+def _text_ok(value: Any) -> bool:
+    return isinstance(value, str) and text_problem(value, max_chars=MAX_FACT_TEXT_CHARS) is None
+
+
+def _json_problem(value: Any) -> str | None:
+    found = scan(value, max_depth=MAX_DEPTH, max_values=MAX_FACTS_VALUES, json_only=True)
+    return None if found is None else found.text()
+
+
 def field_problem(name: str, value: Any) -> str | None:
-    """What field ``name`` allows when ``value`` does not fit, else None."""
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if name in _INT_FIELDS:
-        ok = is_int and value >= 0
-        want = "an integer >= 0"
+    """What field ``name`` allows when ``value`` does not fit, else None.
+
+    Numbers are range-checked (:mod:`ascend_config.limits`); strings must be valid text of at
+    most ``MAX_FACT_TEXT_CHARS`` characters; mappings must be plain JSON (finite numbers).
+    """
+    text = f"valid text of at most {MAX_FACT_TEXT_CHARS} characters"
+    if name in _PARALLEL_FIELDS:
+        lo, hi = PARALLEL_SIZE_RANGE
+        ok, want = _int_in(value, PARALLEL_SIZE_RANGE), f"an integer from {lo} to {hi}"
+    elif name in _MODEL_FIELDS:
+        lo, hi = MODEL_SIZE_RANGE
+        ok, want = _int_in(value, MODEL_SIZE_RANGE), f"an integer from {lo} to {hi}"
+    elif name in _TOKEN_FIELDS:
+        lo, hi = TOKEN_COUNT_RANGE
+        ok, want = _int_in(value, TOKEN_COUNT_RANGE), f"an integer from {lo} to {hi}"
     elif name in _BOOL_FIELDS:
         ok, want = isinstance(value, bool), "true or false"
     elif name in _OPT_STR_FIELDS:
-        ok, want = value is None or isinstance(value, str), "a string or null"
+        ok, want = value is None or _text_ok(value), f"null or {text}"
     elif name == "soc":
-        ok, want = value in SOCS, f"one of {list(SOCS)}"
+        ok, want = isinstance(value, str) and value in SOCS, f"one of {list(SOCS)}"
     elif name == "kv_role":
-        ok, want = value is None or value in KV_ROLES, f"null or one of {list(KV_ROLES)}"
-    elif name in ("model_type", "dtype", "scheduler_policy"):
-        ok, want = isinstance(value, str), "a string"
+        ok = value is None or (isinstance(value, str) and value in KV_ROLES)
+        want = f"null or one of {list(KV_ROLES)}"
+    elif name in _STR_FIELDS:
+        ok, want = _text_ok(value), text
     elif name == "architectures":
-        ok = isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value)
-        want = "a list of strings"
+        ok = (isinstance(value, (list, tuple)) and len(value) <= MAX_FACTS_VALUES
+              and all(_text_ok(a) for a in value))
+        want = f"a list of strings ({text})"
     elif name == "index_topk":
-        ok, want = value is None or (is_int and value > 0), "null or an integer > 0"
+        lo, hi = MODEL_SIZE_RANGE
+        ok = value is None or _int_in(value, (1, hi))
+        want = f"null or an integer from 1 to {hi}"
     elif name == "routed_scaling_factor":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        want = "a number"
-    elif name == "quant_description":
-        ok, want = value is None or isinstance(value, Mapping), "an object or null"
-    else:  # kv_connector_extra_config
-        ok, want = isinstance(value, Mapping), "an object"
+        lo_f, hi_f = SCALING_FACTOR_RANGE
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) and lo_f <= value <= hi_f)
+        want = f"a finite number from {lo_f:g} to {hi_f:g}"
+    else:  # quant_description (may be null), kv_connector_extra_config
+        nullable = name == "quant_description"
+        if value is None and nullable:
+            return None
+        want = ("null or " if nullable else "") + (
+            f"a JSON object (finite numbers, at most {MAX_DEPTH} levels, "
+            f"{MAX_FACTS_VALUES} keys and list items)")
+        if not isinstance(value, Mapping):
+            return want
+        why = _json_problem(value)
+        return None if why is None else f"{want}; {why}"
     return None if ok else want

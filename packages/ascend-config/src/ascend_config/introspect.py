@@ -10,7 +10,7 @@ import difflib
 import functools
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -62,12 +62,12 @@ def _base_text(annotation: Any) -> tuple[str, bool]:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        text, _ = _base_text(inner[0]) if len(inner) == 1 else ("a value", False)
-        return text, True
+        text = _base_text(inner[0])[0] if len(inner) == 1 else "a value"
+        return text, len(inner) < len(args)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args), False
     if origin is tuple or origin is list:
-        item, _ = _base_text(args[0]) if args else ("value", False)
+        item = _base_text(args[0])[0] if args else "value"
         return f"a list of {item.removeprefix('a ').removeprefix('an ')}s", False
     if origin is dict:
         return "a JSON object", False
@@ -132,13 +132,8 @@ def iter_keys(model: type[BaseModel] = AdditionalConfig, prefix: str = "") -> It
         path = f"{prefix}{name}"
         yield key_doc(path, info)
         section = section_of(info.annotation)
-        if section is not None and not _is_legacy(info):
+        if section is not None:
             yield from iter_keys(section, path + ".")
-
-
-def _is_legacy(info: FieldInfo) -> bool:
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    return bool(extra.get("deprecated"))
 
 
 def field_at(parts: Sequence[object]) -> tuple[type[BaseModel], FieldInfo | None, int]:
@@ -174,17 +169,44 @@ def all_paths() -> tuple[str, ...]:
     return tuple(doc.path for doc in iter_keys())
 
 
+@functools.cache
+def _paths_by_leaf() -> dict[str, str]:
+    """Last key name -> the first dotted path that ends with it."""
+    out: dict[str, str] = {}
+    for path in all_paths():
+        out.setdefault(path.rsplit(".", 1)[-1], path)
+    return out
+
+
+def _closest(word: str, choices: Iterable[str], cutoff: float) -> tuple[float, str] | None:
+    """The choice most similar to ``word`` with its similarity, if at least ``cutoff``."""
+    matcher = difflib.SequenceMatcher(b=word)
+    best: tuple[float, str] | None = None
+    for choice in choices:
+        matcher.set_seq1(choice)
+        score = matcher.ratio()
+        if score >= cutoff and (best is None or score > best[0]):
+            best = (score, choice)
+    return best
+
+
 def suggest(key: str, model: type[BaseModel]) -> str | None:
-    """A did-you-mean for unknown ``key`` inside ``model``: a close sibling, else the same
-    name elsewhere in the schema (e.g. ``dynamic_eplb`` -> ``eplb_config.dynamic_eplb``)."""
+    """A did-you-mean for unknown ``key`` inside ``model``.
+
+    A dotted key (a path written flat) is compared with whole paths. Otherwise the closer of
+    two candidates wins (a sibling on a tie): a sibling key of ``model`` (similarity >= 0.6)
+    and a key of the same or a very similar name elsewhere (>= 0.8), given as its path
+    (``dynamic_eplb`` -> ``eplb_config.dynamic_eplb``). Keys longer than 100 characters get
+    none (the comparison is quadratic in the length).
+    """
     if not isinstance(key, str) or len(key) > 100:
         return None
-    close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
-    if close:
-        return close[0]
-    leaf = key.lower()
-    matches = [p for p in all_paths() if p.rsplit(".", 1)[-1] == leaf]
-    if matches:
-        return matches[0]
-    close = difflib.get_close_matches(leaf, all_paths(), n=1, cutoff=0.75)
-    return close[0] if close else None
+    if "." in key:
+        found = _closest(key.lower(), all_paths(), 0.6)
+        return found[1] if found else None
+    sibling = _closest(key, model.model_fields, 0.6)
+    by_leaf = _paths_by_leaf()
+    elsewhere = _closest(key.lower(), by_leaf, 0.8)
+    if elsewhere and (sibling is None or elsewhere[0] > sibling[0]):
+        return by_leaf[elsewhere[1]]
+    return sibling[1] if sibling else None

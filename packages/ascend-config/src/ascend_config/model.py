@@ -55,7 +55,7 @@ class AscendConfig(TopLevelOptions):
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
-            raise AscendConfigError(problems_from_validation(exc, cls)) from None
+            raise AscendConfigError(*problems_from_validation(exc, cls)) from None
 
     def compute_hash(self) -> str:
         """A stable SHA-256 of everything in the config (for compile-cache keys)."""

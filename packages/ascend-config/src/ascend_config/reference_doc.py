@@ -9,6 +9,7 @@ from typing import Any
 from ascend_config.env_registry import REGISTRY
 from ascend_config.facts import DeploymentFacts
 from ascend_config.introspect import KeyDoc, iter_keys
+from ascend_config.limits import DOCUMENTED
 from ascend_config.schema_top import RETIRED_KEYS
 
 HEADER = """\
@@ -31,8 +32,8 @@ environment variable (deprecated, warns once); else the default. Unknown keys ar
 """
 
 
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell (no pipe, no line break)."""
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -81,6 +82,13 @@ def render_markdown() -> str:
         note = " *(written)*" if var.written else ""
         out.append(f"| `{var.name}` | {_cell(var.allowed())} | {_code(var.default)} | {key} | "
                    f"{_cell(var.description)}{note} |")
+    out += ["", "## Limits", "",
+            "Every input is checked within these bounds (`ascend_config.limits`); crossing one "
+            "is one error line, never a hang or a traceback. Files must be regular files (a "
+            "FIFO, device, socket or directory is refused before it is read) of UTF-8 text. "
+            "Strings are checked for unpaired surrogates; path keys also for NUL bytes.",
+            "", "| limit | value | applies to |", "|---|---|---|"]
+    out += [f"| `{name}` | {_cell(value)} | {_cell(what)} |" for name, value, what in DOCUMENTED]
     out += ["", "## Deployment facts (`--facts` file, `DeploymentFacts`)", "",
             "| field | default |", "|---|---|"]
     for f in dataclasses.fields(DeploymentFacts):

@@ -18,9 +18,12 @@ from ascend_config import (
     rules_rl,
     rules_scheduler,
 )
+from ascend_config.bounds import scan
 from ascend_config.env_registry import BY_NAME
-from ascend_config.errors import AscendConfigError, Problem, make_problem
+from ascend_config.errors import AscendConfigError, Problem, make_problem, render_path
 from ascend_config.facts import DeploymentFacts, check_fields
+from ascend_config.introspect import field_at
+from ascend_config.limits import MAX_CONFIG_CHARS, MAX_CONFIG_VALUES, MAX_DEPTH
 from ascend_config.model import AscendConfig
 from ascend_config.rule_context import RuleContext
 from ascend_config.schema_scheduler import LEGACY_SCHEDULER_KEYS
@@ -70,11 +73,37 @@ def _given_paths(raw: Mapping[Any, Any], prefix: str = "", depth: int = 0) -> se
 
 def _check_facts(facts: object) -> tuple[DeploymentFacts, list[Problem]]:
     if not isinstance(facts, DeploymentFacts):
-        return DeploymentFacts(), [make_problem("facts", facts, "a DeploymentFacts instance")]
-    problems = [make_problem(f"facts.{name}", value, allowed)
+        return DeploymentFacts(), [make_problem("facts", facts, "a DeploymentFacts instance",
+                                                "wrong type of deployment facts")]
+    problems = [make_problem(f"facts.{name}", value, allowed, "invalid deployment fact")
                 for name, value, allowed in check_fields(facts)]
     # Rules would trip over wrongly typed facts; judge the config against the defaults instead.
     return (DeploymentFacts() if problems else facts), problems
+
+
+_SHAPE_ALLOWED = {
+    "depth": f"at most {MAX_DEPTH} levels of objects and lists",
+    "values": f"at most {MAX_CONFIG_VALUES} keys and list items in total",
+    "chars": f"at most {MAX_CONFIG_CHARS} characters of text in total",
+}
+
+
+def _shape_problem(additional_config: object) -> Problem | None:
+    """additional_config too deep or too big to validate within bounded work, else None."""
+    if not isinstance(additional_config, Mapping):
+        return None
+    found = scan(additional_config, max_depth=MAX_DEPTH, max_values=MAX_CONFIG_VALUES,
+                 max_chars=MAX_CONFIG_CHARS)
+    if found is None:
+        return None
+    parts: tuple[object, ...] = ()
+    value: object = additional_config
+    if found.kind == "depth" and found.parts:
+        _, _, matched = field_at(found.parts)
+        parts = found.parts[: max(matched, 1)]
+        for part in parts:
+            value = value[part]  # type: ignore[index]  # the scan walked this very path
+    return make_problem(render_path(parts), value, _SHAPE_ALLOWED[found.kind], found.reason)
 
 
 def _prepare(additional_config: object, ctx: RuleContext) -> dict[str, Any]:
@@ -144,24 +173,30 @@ def resolve(
     ``os.environ`` and is only read.
     """
     facts, fact_problems = _check_facts(DeploymentFacts() if facts is None else facts)
+    shape = _shape_problem(additional_config)
+    if shape is not None:  # nothing else is looked at: the work would not be bounded
+        raise AscendConfigError([*fact_problems, shape])
     env: Mapping[str, str] = os.environ if environ is None else environ
     ctx = RuleContext(facts=facts, environ=env, opts=TopLevelOptions())
     ctx.problems.extend(fact_problems)
     raw = _prepare(additional_config, ctx)
     ctx.given = frozenset(_given_paths(raw))
-    parsed, schema_problems = validate_best_effort(raw)
+    parsed, schema_problems, omitted = validate_best_effort(raw)
     ctx.problems.extend(schema_problems)
+    ctx.omitted += omitted
     ctx.opts = _merge_legacy(parsed, ctx)
     for rule in RULES:
         rule(ctx)
     if ctx.problems:
-        raise AscendConfigError(ctx.problems)
+        raise AscendConfigError(ctx.problems, ctx.omitted)
     values = {name: getattr(ctx.opts, name) for name in TopLevelOptions.model_fields}
     try:
-        return AscendConfig(
+        cfg = AscendConfig(
             **values, **ctx.derived, soc=facts.soc,
             env_changes=tuple(ctx.env_changes), warnings=tuple(ctx.warnings),
         )
+        cfg.to_json()  # the engine sends it to the workers; it must serialise
     except ValueError as exc:  # a derivation bug must still surface as our error type
         raise AscendConfigError([make_problem("<resolved>", str(exc)[:80], "a valid config",
                                               "internal derivation error")]) from exc
+    return cfg

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ascend_config.bounds import text_problem
 from ascend_config.env_registry import BY_NAME, EnvChange, EnvValue, EnvVarError
 from ascend_config.errors import Problem, make_problem
 from ascend_config.facts import DeploymentFacts
@@ -26,11 +27,12 @@ class RuleContext:
     opts: TopLevelOptions
     given: frozenset[str] = frozenset()
     problems: list[Problem] = field(default_factory=list)
+    omitted: int = 0  # problems found beyond the ones listed (see MAX_REPORTED_PROBLEMS)
     warnings: list[str] = field(default_factory=list)
     env_changes: list[EnvChange] = field(default_factory=list)
     derived: dict[str, Any] = field(default_factory=dict)
 
-    def problem(self, path: str, value: object, allowed: str, message: str = "") -> None:
+    def problem(self, path: str, value: object, allowed: str, message: str) -> None:
         """Record one problem."""
         self.problems.append(make_problem(path, value, allowed, message))
 
@@ -62,6 +64,16 @@ class RuleContext:
         except EnvVarError as exc:
             self.problems.extend(exc.problems)
             return var.default
+
+    def env_text(self, name: str) -> str | None:
+        """The raw text of ``name`` (None when unset); text that could not be passed on as
+        UTF-8 (an undecodable byte in the environment) is a problem and reads as unset."""
+        text = self.environ.get(name)
+        why = text_problem(text) if text is not None else None
+        if why:
+            self.problem(f"env {name}", text, "valid UTF-8 text", f"invalid value: {why}")
+            return None
+        return text
 
     def set_env(self, name: str, value: str | None) -> None:
         """Ask the caller to set (or, with None, unset) ``name``; no-ops are skipped."""

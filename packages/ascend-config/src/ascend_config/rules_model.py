@@ -100,7 +100,8 @@ def check_sparse_kv_offload(ctx: RuleContext) -> None:
 def _positive_int(ctx: RuleContext, section: Mapping[str, Any], role: str, key: str) -> int:
     value = section.get(key, 1)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        ctx.problem(f"{_EXTRA}.{role}.{key}", value, "an integer > 0")
+        ctx.problem(f"{_EXTRA}.{role}.{key}", value, "an integer > 0",
+                    "PD parallel sizes must be positive integers")
         return 1
     return value
 
@@ -115,7 +116,8 @@ def check_pd_heads(ctx: RuleContext) -> None:
     for role in ("prefill", "decode"):
         section = extra.get(role, {})
         if not isinstance(section, Mapping):
-            ctx.problem(f"{_EXTRA}.{role}", section, "a JSON object with tp_size and dp_size")
+            ctx.problem(f"{_EXTRA}.{role}", section, "a JSON object with tp_size and dp_size",
+                        "must be a JSON object")
             section = {}
         sizes[role] = {k: _positive_int(ctx, section, role, k) for k in ("tp_size", "dp_size")}
         sizes[role]["given_tp"] = int("tp_size" in section)

@@ -8,6 +8,7 @@ from ascend_config.facts import DeploymentFacts
 from ascend_config.rule_context import RuleContext
 
 MAX_HIERARCHY_EXPERTS = 512
+IRQ_MIN_CPUS_PER_NPU = 5  # 2 IRQ + main + acl + release
 MEGAMOE_QUANT_TYPES = frozenset(
     {"w8a8", "w4a8", "w8a8_dynamic", "w4a8_dynamic", "quanttype.w8a8", "quanttype.w4a8"})
 _FTP = "finegrained_tp_config"
@@ -136,10 +137,10 @@ def check_eplb(ctx: RuleContext) -> None:
         if legacy:
             ctx.problem("eplb_config", ", ".join(legacy), "only load_collection_phase",
                         "model runner v2 uses vLLM's --enable-eplb; legacy EPLB fields given")
-        if dyn_env or record_env:
-            ctx.problem("env DYNAMIC_EPLB", ctx.environ.get("DYNAMIC_EPLB", "")
-                        or ctx.environ.get("EXPERT_MAP_RECORD", ""), "unset on model runner v2",
-                        "model runner v1 control; use vLLM's --enable-eplb")
+        for name, on in (("DYNAMIC_EPLB", dyn_env), ("EXPERT_MAP_RECORD", record_env)):
+            if on:
+                ctx.problem(f"env {name}", ctx.environ.get(name), "unset on model runner v2",
+                            "model runner v1 control; use vLLM's --enable-eplb")
         return
     if "load_collection_phase" in given:
         ctx.problem("eplb_config.load_collection_phase", eplb.load_collection_phase,
@@ -156,8 +157,18 @@ def check_eplb(ctx: RuleContext) -> None:
 
 
 def check_cpu_binding(ctx: RuleContext) -> None:
-    """IRQ binding reserves two CPUs, so each NPU needs at least five."""
+    """IRQ binding reserves two CPUs, so an explicit minimum must be at least five; A5 has no
+    IRQ binding (the SoC default of None is decided by ascend-topology's planner)."""
     cfg = ctx.opts.cpu_binding_config
-    if cfg.bind_irq and cfg.min_cpus_per_npu < 5:
+    if not cfg.bind_irq:
+        return
+    if ctx.facts.soc == "A5":
+        if ctx.is_given("cpu_binding_config.bind_irq"):
+            ctx.warn("cpu_binding_config.bind_irq: IRQ binding is not available on A5; it is "
+                     "set to false")
+        ctx.set_in("cpu_binding_config", bind_irq=False)
+        return
+    if cfg.min_cpus_per_npu is not None and cfg.min_cpus_per_npu < IRQ_MIN_CPUS_PER_NPU:
         ctx.problem("cpu_binding_config.min_cpus_per_npu", cfg.min_cpus_per_npu,
-                    "an integer >= 5 with bind_irq", "2 IRQ + main + acl + release CPUs")
+                    f"null or an integer >= {IRQ_MIN_CPUS_PER_NPU} with bind_irq",
+                    "2 IRQ + main + acl + release CPUs")

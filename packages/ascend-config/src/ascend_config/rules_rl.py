@@ -25,7 +25,7 @@ def apply_rl(ctx: RuleContext) -> None:
         ctx.warn(f"rl_config.enabled sets weight_nz_mode to 0 (was {ctx.opts.weight_nz_mode})")
         ctx.set_top(weight_nz_mode=0)
     ctx.set_env("VLLM_ASCEND_ENABLE_NZ", "0")
-    current = ctx.environ.get(ALLOC_CONF)
+    current = ctx.env_text(ALLOC_CONF)
     stripped = strip_expandable_segments(current)
     if stripped != current:
         ctx.set_env(ALLOC_CONF, stripped)

@@ -17,34 +17,41 @@ from pydantic import (
     model_validator,
 )
 
+from ascend_config.bounds import scan, text_problem
+from ascend_config.limits import MAX_CONFIG_VALUES, MAX_DEPTH, MAX_PATH_CHARS
+
+
+def _valid_text(value: str) -> str:
+    # Every string ends up in to_json(); an unpaired surrogate cannot be written as UTF-8.
+    why = text_problem(value)
+    if why:
+        raise ValueError(f"must be valid text: {why}")
+    return value
+
+
+def _valid_path(value: str) -> str:
+    why = text_problem(value, is_path=True, max_chars=MAX_PATH_CHARS)
+    if why:
+        raise ValueError(f"must be a usable path: {why}")
+    return value
+
+
+def _plain_json(value: Any) -> Any:
+    # Free-form objects (dump_config, method_params) must survive to_json/from_json unchanged:
+    # plain JSON types only, finite numbers, valid text, bounded depth and size.
+    found = scan(value, max_depth=MAX_DEPTH, max_values=MAX_CONFIG_VALUES, json_only=True)
+    if found is not None:
+        raise ValueError(found.text())
+    return value
+
+
 # Strict scalars: JSON true is not 1, "1" is not 1, 1.0 is not 1; floats accept integers.
 Bool = StrictBool
 Int = StrictInt
 Float = StrictFloat
-Str = StrictStr
-MAX_JSON_DEPTH = 32
-
-
-def _plain_json(value: Any, depth: int = 0) -> Any:
-    # Free-form objects (dump_config, method_params) must survive to_json/from_json unchanged:
-    # plain JSON types only, finite numbers, bounded depth.
-    if depth > MAX_JSON_DEPTH:
-        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError("object keys must be strings")
-            _plain_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _plain_json(item, depth + 1)
-    elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("numbers must be finite (no NaN or Infinity)")
-    elif value is not None and not isinstance(value, (bool, int, str)):
-        raise ValueError(f"{type(value).__name__} is not a JSON value")
-    return value
-
+Str = Annotated[StrictStr, AfterValidator(_valid_text)]
+PathStr = Annotated[StrictStr, AfterValidator(_valid_path)]
+"""A file-system path: valid text, no NUL byte, at most ``MAX_PATH_CHARS`` characters."""
 
 JsonObject = Annotated[dict[StrictStr, Any], AfterValidator(_plain_json)]
 

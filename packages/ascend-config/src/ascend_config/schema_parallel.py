@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import field_validator
 
-from ascend_config.schema_base import Bool, Int, RequireInt, Section, Str, opt
+from ascend_config.schema_base import Bool, Int, PathStr, RequireInt, Section, opt
 
 EPLB_STAGES = ("all", "prefill", "decode")
 EPLB_LEGACY_FIELDS = (
@@ -46,11 +46,11 @@ class EplbConfig(Section):
     dynamic_eplb: Bool = opt(
         False, "rebalance experts at run time (MRV1; needs env DYNAMIC_EPLB=true or "
         "EXPERT_MAP_RECORD=true)")
-    expert_map_path: Str | None = opt(
+    expert_map_path: PathStr | None = opt(
         None, "static expert map to load (a readable .json file)", allowed="null or a .json path")
     expert_heat_collection_interval: Int = opt(600, "steps between expert-heat samples", ge=0)
     algorithm_execution_interval: Int = opt(50, "steps between rebalancing runs", ge=0)
-    expert_map_record_path: Str | None = opt(
+    expert_map_record_path: PathStr | None = opt(
         None, "where to record the expert map (.json); implies dynamic_eplb",
         allowed="null or a .json path")
     num_redundant_experts: Int = opt(0, "redundant expert replicas", ge=0)
@@ -68,8 +68,12 @@ class EplbConfig(Section):
 class CpuBindingConfig(Section):
     """Options for binding worker threads to CPUs near their NPU (ascend-topology)."""
 
-    min_cpus_per_npu: Int = opt(
-        5, "fewest CPUs an NPU's pool may have (2 IRQ + main + acl + release)", ge=3, le=1024)
+    min_cpus_per_npu: Int | None = opt(
+        None, "fewest CPUs an NPU's pool may have; null = the SoC's default, chosen by "
+        "ascend-topology's planner: 3 on A5/950 (main CPUs only: no IRQ, acl or release "
+        "reservation there), 5 on other SoCs (2 IRQ + main + acl + release); an integer is "
+        "used as given (at least 5 with bind_irq)", ge=3, le=1024)
     bind_irq: Bool = opt(
-        False, "pin the NPU's IRQs to the pool's first two CPUs (writes /proc/irq; opt-in)")
+        False, "pin the NPU's IRQs to the pool's first two CPUs (writes /proc/irq; opt-in; not "
+        "available on A5, where it is set to false with a warning)")
     migrate_memory: Bool = opt(True, "migrate the process's memory to the pool's NUMA node")

@@ -7,7 +7,16 @@ from typing import Annotated, Literal
 from pydantic import Field
 from pydantic.config import JsonDict
 
-from ascend_config.schema_base import Bool, Int, JsonObject, RequireInt, Section, Str, opt, sub
+from ascend_config.schema_base import (
+    Bool,
+    Int,
+    JsonObject,
+    PathStr,
+    RequireInt,
+    Section,
+    opt,
+    sub,
+)
 from ascend_config.schema_compilation import (
     AscendCompilationConfig,
     AscendFusionConfig,
@@ -47,13 +56,15 @@ class TopLevelOptions(Section):
     dynamic_spec_config: DynamicSpecConfig = sub(DynamicSpecConfig, "dynamic speculation")
     eplb_config: EplbConfig = sub(EplbConfig, "expert-parallel load balancing")
     scheduler_config: SchedulerConfig = sub(SchedulerConfig, "Ascend scheduler options")
-    dump_config_path: Str | None = opt(
+    dump_config_path: PathStr | None = opt(
         None, "msprobe dump config file to use (not with dump_config)",
         allowed="null or a path string")
     dump_config: JsonObject | None = opt(
         None, "msprobe dump config, written to <cwd>/.vllm_ascend/msprobe/"
         "msprobe_dump_config.json (not with dump_config_path)", allowed="null or a JSON object")
-    ascend_log_path: Str = opt(DEFAULT_LOG_PATH, "directory of the Ascend log files (~ expanded)")
+    ascend_log_path: PathStr = opt(
+        DEFAULT_LOG_PATH, "directory of the Ascend log files (~ expanded)",
+        allowed="a path string")
     enable_shared_expert_dp: Bool = opt(
         False, "shared experts in DP (effective only with expert parallel and TP > 1)")
     multistream_overlap_shared_expert: Bool = opt(

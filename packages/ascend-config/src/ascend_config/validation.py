@@ -16,21 +16,10 @@ from pydantic_core import ErrorDetails
 
 from ascend_config.errors import Problem, make_problem, render_path
 from ascend_config.introspect import allowed_text, field_at, section_of, suggest
+from ascend_config.limits import MAX_REPORTED_PROBLEMS
 from ascend_config.schema_top import AdditionalConfig
 
 _MAX_ROUNDS = 4
-
-
-def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[type[BaseModel], int]:
-    """The deepest section model along ``loc`` and how many parts lead to it."""
-    depth = 0
-    for depth, part in enumerate(loc):
-        info = model.model_fields.get(part) if isinstance(part, str) else None
-        section = section_of(info.annotation) if info is not None else None
-        if section is None:
-            return model, depth
-        model = section
-    return model, len(loc) if loc else 0
 
 
 def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
@@ -40,61 +29,83 @@ def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
     value = error.get("input")
     kind = error["type"]
     if kind == "extra_forbidden":
-        parent, _ = _walk(root, loc[:-1])
-        guess = suggest(str(loc[-1]), parent) if loc else None
+        # field_at stops at the unknown key, inside the section that should hold it.
+        parent, _, _ = field_at(loc)
+        guess = suggest(str(loc[-1]), parent)
         allowed = f"did you mean '{guess}'?" if guess else "a key listed by `ascend-config explain`"
         return make_problem(path, value, allowed, "unknown key")
-    message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    message = error["msg"].removeprefix("Value error, ")
     if root is AdditionalConfig:
-        _, info, matched = field_at(loc)
-        allowed = allowed_text(info) if info is not None and matched >= 1 else "see the schema"
+        _, info, _ = field_at(loc)
+        allowed = allowed_text(info) if info is not None else "see the schema"
     else:
         allowed = "a value written by AscendConfig.to_json"
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
+    if kind in ("model_type", "dict_type"):
         message = "must be a JSON object"
     return make_problem(path, value, allowed, message)
 
 
-def problems_from_validation(exc: ValidationError, root: type[BaseModel]) -> list[Problem]:
-    """Every error of ``exc`` as a problem."""
-    return [problem_from_error(e, root) for e in exc.errors(include_url=False)]
+def problems_from_validation(
+    exc: ValidationError, root: type[BaseModel], limit: int = MAX_REPORTED_PROBLEMS
+) -> tuple[list[Problem], int]:
+    """The first ``limit`` errors of ``exc`` as problems, and how many more there were.
+
+    Only the listed errors are rendered (with their did-you-mean), so the cost of a config
+    with 50,000 unknown keys is one pass over its errors.
+    """
+    errors = exc.errors(include_url=False)
+    return [problem_from_error(e, root) for e in errors[:limit]], max(0, len(errors) - limit)
 
 
-def _without(data: Mapping[str, Any], loc: tuple[int | str, ...]) -> dict[str, Any]:
-    """A copy of ``data`` without the key that ``loc`` points into (copies only the path)."""
-    model: type[BaseModel] = AdditionalConfig
-    out = dict(data)
-    node = out
-    for index, part in enumerate(loc):
-        if not isinstance(part, str) or part not in node:
-            break
-        info = model.model_fields.get(part)
+def _drop(data: Mapping[str, Any], locs: list[tuple[int | str, ...]],
+          model: type[BaseModel]) -> dict[str, Any] | None:
+    """A copy of ``data`` without every key the error locations point into.
+
+    A location inside a nested section drops only the key in that section (the section keeps
+    its other keys); a location that leads to no key here gives None, so the caller drops the
+    whole section. Only the dicts on the way are copied, each once: linear in the errors.
+    """
+    by_key: dict[object, list[tuple[int | str, ...]]] = {}
+    non_str: dict[str, object] | None = None
+    for loc in locs:
+        key: object = loc[0] if loc else None
+        if loc and key not in data:
+            # pydantic renders a non-string key (None, 1) as text in the location
+            if non_str is None:
+                non_str = {str(k): k for k in data if not isinstance(k, str)}
+            key = non_str.get(str(key), key)
+        if not loc or key not in data:
+            return None
+        by_key.setdefault(key, []).append(loc[1:])
+    out: dict[Any, Any] = dict(data)
+    for key, rests in by_key.items():
+        info = model.model_fields.get(key) if isinstance(key, str) else None
         section = section_of(info.annotation) if info is not None else None
-        child = node[part]
-        if section is None or not isinstance(child, Mapping) or index == len(loc) - 1:
-            del node[part]
-            return out
-        node[part] = dict(child)
-        node = node[part]
-        model = section
-    # The location did not lead to a key (e.g. a union member); drop the whole top-level key.
-    trimmed = dict(data)
-    if loc and isinstance(loc[0], str):
-        trimmed.pop(loc[0], None)
-    return trimmed
+        child = out[key]
+        trimmed = None
+        if section is not None and isinstance(child, Mapping) and all(rests):
+            trimmed = _drop(child, rests, section)
+        if trimmed is None:
+            del out[key]
+        else:
+            out[key] = trimmed
+    return out
 
 
-def validate_best_effort(raw: Mapping[str, Any]) -> tuple[AdditionalConfig, list[Problem]]:
-    """Validate ``raw``; return the config (offending keys defaulted) and every problem."""
+def validate_best_effort(
+    raw: Mapping[str, Any],
+) -> tuple[AdditionalConfig, list[Problem], int]:
+    """Validate ``raw``; return the config (offending keys defaulted), the first problems
+    (at most MAX_REPORTED_PROBLEMS) and how many more problems there were."""
     data: Mapping[str, Any] = raw
     problems: list[Problem] = []
+    omitted = 0
     for round_no in range(_MAX_ROUNDS):
         try:
-            return AdditionalConfig.model_validate(data), problems
+            return AdditionalConfig.model_validate(data), problems, omitted
         except ValidationError as exc:
-            errors = exc.errors(include_url=False)
             if round_no == 0:
-                problems = [problem_from_error(e, AdditionalConfig) for e in errors]
-            for error in errors:
-                data = _without(data, tuple(error["loc"]))
-    return AdditionalConfig.model_validate({}), problems
+                problems, omitted = problems_from_validation(exc, AdditionalConfig)
+            locs = [tuple(e["loc"]) for e in exc.errors(include_url=False)]
+            data = _drop(data, locs, AdditionalConfig) or {}
+    return AdditionalConfig.model_validate({}), problems, omitted
