@@ -21,8 +21,8 @@ from ascend_topology.facts import parse_visible_devices
 from ascend_topology.npu_smi import (
     parse_board_pcie,
     parse_chip_map,
+    parse_npu_irqs,
     parse_running_npus,
-    parse_sq_irqs,
     parse_topo_affinity,
 )
 from ascend_topology.pools import overlap_groups
@@ -92,7 +92,7 @@ def test_npu_smi_parsers(text: str, chip_map: dict[int, dict[int, int]]) -> None
     for npu, cpus in parse_topo_affinity(text).items():
         assert npu >= 0 and cpus == sorted(set(cpus))
     assert parse_board_pcie(text) in (None, parse_board_pcie(text))
-    assert all(irq >= 0 for irq in parse_sq_irqs(text))
+    assert all(irq >= 0 for irq in parse_npu_irqs(text))
 
 
 @FUZZ

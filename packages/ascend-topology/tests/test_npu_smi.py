@@ -7,8 +7,8 @@ from ascend_topology.npu_smi import (
     logic_npus,
     parse_board_pcie,
     parse_chip_map,
+    parse_npu_irqs,
     parse_running_npus,
-    parse_sq_irqs,
     parse_topo_affinity,
 )
 
@@ -129,14 +129,19 @@ def test_board_pcie_is_lower_cased() -> None:
     assert parse_board_pcie("nothing") is None
 
 
-def test_sq_irqs_from_proc_interrupts() -> None:
+def test_npu_irqs_from_proc_interrupts() -> None:
     text = (
         "           CPU0       CPU1\n"
         " 120:          0          0   ITS-MSI 1 Edge      sq_send_trigger_irq\n"
         " 121:          0          0   ITS-MSI 2 Edge      cq_update_irq\n"
+        " 122:          0          0   ITS-MSI 3 Edge      eth0-rx\n"
         " 300:          0          0   ITS-MSI 9 Edge      sq_send_trigger_irq\n"
+        " 301:          0          0   ITS-MSI 9 Edge      sq_send_trigger_irq cq_update_irq\n"
+        " NMI:          0          0   Non-maskable interrupts sq_send_trigger_irq\n"
     )
-    assert parse_sq_irqs(text) == [120, 300]
+    # A line naming both queue interrupts is ambiguous and attributed to neither.
+    assert parse_npu_irqs(text) == {120: "sq_send_trigger_irq", 121: "cq_update_irq",
+                                    300: "sq_send_trigger_irq"}
 
 
 @pytest.mark.parametrize(

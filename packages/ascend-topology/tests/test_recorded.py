@@ -79,14 +79,15 @@ def _edit_meta(folder: Path, **changes: object) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"soc": "A9"}, "soc 'A9' is not one of"),
-        ({"threads_per_core": 0}, "threads_per_core must be 1..8"),
+        ({"soc": "A9"}, "soc: 'A9' is not one of A2, A3, A5, 310P"),
+        ({"threads_per_core": 0}, "threads_per_core: must be 1..8; got 0"),
         ({"allowed_cpus": "0-x"}, "allowed_cpus: bad CPU list"),
-        ({"allowed_cpus": 5}, "allowed_cpus must be a CPU list"),
-        ({"numa": {"a": "0-3"}}, "numa key 'a' is not a node id"),
-        ({"numa": []}, "numa must be like"),
+        ({"allowed_cpus": 5}, "allowed_cpus: must be a CPU list"),
+        ({"numa": {"a": "0-3"}}, "numa: key 'a' is not a node id"),
+        ({"numa": []}, "numa: must be like"),
         ({"visible_devices": "0,x"}, "visible devices '0,x': 'x' is not a device id"),
-        ({"pcie": {"0": 5}}, "pcie must be like"),
+        ({"pcie": {"0": 5}}, "pcie: must be like"),
+        ({"pcie": {"0": "../../../etc"}}, "pcie: must be like"),
     ],
 )
 def test_invalid_host_json_names_the_problem(

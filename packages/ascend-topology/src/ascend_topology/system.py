@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ascend_topology.cpulist import parse_cpu_list
+from ascend_topology.cpulist import check_cpu_id, check_cpu_ids, parse_cpu_list
 from ascend_topology.errors import CommandError, ParseError, TopologyError
+from ascend_topology.safe_io import RECORDED_FILE_LIMIT, SYSFS_FILE_LIMIT, read_limited
 
 SYS_NODE_ROOT = Path("/sys/devices/system/node")
 SYS_CPU_ROOT = Path("/sys/devices/system/cpu")
@@ -24,11 +27,13 @@ def run_command(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
+    limit: int = RECORDED_FILE_LIMIT,
 ) -> str:
     """Run ``args`` without a shell in the C locale and return its stdout.
 
-    Raises ``CommandError`` (one line) when the program is missing, fails, or exceeds
-    ``timeout`` seconds (the child is killed). stderr is discarded.
+    Raises ``CommandError`` (one line) when the program is missing, fails, exceeds
+    ``timeout`` seconds or prints more than ``limit`` bytes (the child is killed in both
+    cases). stderr is discarded.
     """
     if not args:
         raise CommandError("run_command needs a program name")
@@ -36,24 +41,61 @@ def run_command(
     env.update(_C_LOCALE)
     shown = " ".join(args)
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             list(args),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             env=env,
-            timeout=timeout,
-            check=False,
         )
     except FileNotFoundError:
         raise CommandError(f"'{args[0]}' was not found on PATH (needed for `{shown}`)") from None
-    except subprocess.TimeoutExpired:
-        raise CommandError(f"`{shown}` did not finish within {timeout:g} s") from None
     except OSError as exc:
         raise CommandError(f"`{shown}` could not run: {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        raise CommandError(f"`{shown}` exited with status {done.returncode}")
-    return done.stdout.decode("utf-8", errors="replace")
+    with proc:
+        try:
+            out = _bounded_output(proc, time.monotonic() + timeout, limit)
+        except _Overrun as exc:
+            proc.kill()
+            proc.wait()
+            what = f"did not finish within {timeout:g} s" if exc.timed_out else (
+                f"printed more than {limit} bytes")
+            raise CommandError(f"`{shown}` {what}") from None
+    if proc.returncode != 0:
+        raise CommandError(f"`{shown}` exited with status {proc.returncode}")
+    return out.decode("utf-8", errors="replace")
+
+
+class _Overrun(Exception):
+    def __init__(self, timed_out: bool) -> None:
+        super().__init__()
+        self.timed_out = timed_out
+
+
+def _bounded_output(proc: subprocess.Popen[bytes], deadline: float, limit: int) -> bytes:
+    """Read the child's stdout until EOF and reap it; ``_Overrun`` past the deadline or
+    the byte limit."""
+    assert proc.stdout is not None
+    out = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Overrun(timed_out=True)
+            if not selector.select(left):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > limit:
+                raise _Overrun(timed_out=False)
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        raise _Overrun(timed_out=True) from None
+    return bytes(out)
 
 
 def parse_lscpu_nodes(text: str) -> dict[int, list[int]]:
@@ -65,7 +107,8 @@ def parse_lscpu_nodes(text: str) -> dict[int, list[int]]:
             continue
         if len(tokens[0]) > 5 or len(tokens[1]) > 5:
             continue
-        nodes.setdefault(int(tokens[1]), set()).add(int(tokens[0]))
+        cpu = check_cpu_id(int(tokens[0]), "lscpu -e=CPU,NODE: CPU")
+        nodes.setdefault(int(tokens[1]), set()).add(cpu)
     if not nodes:
         raise ParseError("lscpu -e=CPU,NODE: no 'CPU NODE' rows of two integers found")
     return {node: sorted(cpus) for node, cpus in sorted(nodes.items())}
@@ -93,8 +136,8 @@ def read_numa_sysfs(root: Path = SYS_NODE_ROOT) -> dict[int, list[int]]:
         if not match:
             continue
         try:
-            cpus = parse_cpu_list((entry / "cpulist").read_text())
-        except (OSError, ParseError):
+            cpus = parse_cpu_list(read_limited(entry / "cpulist", SYSFS_FILE_LIMIT))
+        except (OSError, TopologyError):
             continue
         if cpus:  # memory-only nodes have no CPUs to plan with
             nodes[int(match.group(1))] = cpus
@@ -117,8 +160,9 @@ def read_threads_per_core(cpu_root: Path = SYS_CPU_ROOT) -> int:
     """SMT threads per core: sysfs sibling list of cpu0, else ``lscpu``, else 1."""
     for cpu_dir in sorted(cpu_root.glob("cpu[0-9]*"))[:1]:
         try:
-            siblings = parse_cpu_list((cpu_dir / "topology" / "thread_siblings_list").read_text())
-        except (OSError, ParseError):
+            siblings = parse_cpu_list(read_limited(
+                cpu_dir / "topology" / "thread_siblings_list", SYSFS_FILE_LIMIT))
+        except (OSError, TopologyError):
             break
         if siblings:
             return len(siblings)
@@ -131,9 +175,10 @@ def read_threads_per_core(cpu_root: Path = SYS_CPU_ROOT) -> int:
 def read_allowed_cpus(pid: int = 0) -> list[int]:
     """CPUs the process may run on (``os.sched_getaffinity``; 0 = this process)."""
     try:
-        return sorted(os.sched_getaffinity(pid))
+        cpus = os.sched_getaffinity(pid)
     except OSError as exc:
         raise TopologyError(f"cannot read the CPU affinity of process {pid}: {exc}") from None
+    return check_cpu_ids(cpus, "allowed CPUs")
 
 
 def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
@@ -148,8 +193,8 @@ def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
         if not (task.name.isascii() and task.name.isdigit()):
             continue
         try:
-            names[int(task.name)] = (task / "comm").read_text().strip()
-        except OSError:
+            names[int(task.name)] = read_limited(task / "comm", SYSFS_FILE_LIMIT).strip()
+        except (OSError, TopologyError):
             continue
     return names
 
@@ -159,8 +204,8 @@ def find_threads_named(name: str, proc_root: Path = PROC_ROOT) -> list[int]:
     found: list[int] = []
     for comm in proc_root.glob("[0-9]*/task/[0-9]*/comm"):
         try:
-            if comm.read_text().strip() == name:
+            if read_limited(comm, SYSFS_FILE_LIMIT).strip() == name:
                 found.append(int(comm.parent.name))
-        except OSError:
+        except (OSError, TopologyError):
             continue
     return sorted(found)
