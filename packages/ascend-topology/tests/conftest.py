@@ -37,7 +37,8 @@ else:
 @pytest.fixture
 def install_fake_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> InstallFake:
     """``install(example, lspci=None)``: put an ``npu-smi`` replaying a bundled example host
-    first on PATH (and an ``lspci`` printing ``lspci`` when given); returns npu-smi's log."""
+    first on PATH (and an ``lspci`` printing ``lspci`` when given, logging each call to
+    ``lspci.log`` next to it); returns npu-smi's log."""
 
     def install(example: str, lspci: str | None = None) -> Path:
         bin_dir = tmp_path / "fake-bin"
@@ -51,6 +52,7 @@ def install_fake_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ins
             (bin_dir / "lspci.out").write_text(lspci)
             fake = bin_dir / "lspci"
             fake.write_text(f"#!{sys.executable}\nimport sys\n"
+                            f"open({str(bin_dir / 'lspci.log')!r}, 'a').write('lspci\\n')\n"
                             f"sys.stdout.write(open({str(bin_dir / 'lspci.out')!r}).read())\n")
             fake.chmod(0o755)
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
