@@ -183,3 +183,21 @@ def test_sysfs_readers_skip_special_files(tmp_path: Path) -> None:
     (task / "42" / "comm").write_text("python\n")
     (task / "43" / "comm").symlink_to("/dev/zero")
     assert read_thread_names(42, tmp_path) == {42: "python"}
+
+
+def test_the_readme_states_every_read_limit() -> None:
+    from ascend_topology import safe_io
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = [  # (row of the README's limits table, size it states, the limit in the code)
+        ("| `host.json` | 1 MiB |", "1 MiB", safe_io.HOST_JSON_LIMIT),
+        ("`lspci.txt`) | 4 MiB each |", "4 MiB", safe_io.RECORDED_FILE_LIMIT),
+        ("| 4 MiB (the command is killed beyond it", "4 MiB", safe_io.RECORDED_FILE_LIMIT),
+        ("`comm`) | 64 KiB |", "64 KiB", safe_io.SYSFS_FILE_LIMIT),
+        ("| `/proc/interrupts` | 64 MiB |", "64 MiB", safe_io.INTERRUPTS_LIMIT),
+    ]
+    units = {"KiB": 1024, "MiB": 1024 * 1024}
+    for row, size, limit in rows:
+        assert row in readme
+        number, unit = size.split()
+        assert int(number) * units[unit] == limit, row
