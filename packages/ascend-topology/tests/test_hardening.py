@@ -263,6 +263,29 @@ def test_capture_refuses_a_non_empty_folder_without_force(
     assert json.loads((target / "host.json").read_text())["soc"] == "A3"
 
 
+def test_capture_refuses_a_file_before_reading_the_host(run_cli: Run, tmp_path: Path) -> None:
+    # No npu-smi on this machine: the target is refused first (exit 2), npu-smi never runs.
+    target = tmp_path / "file"
+    target.write_text("x")
+    for extra in ([], ["--force"]):
+        status, out, err = run_cli("capture", target, *extra)
+        assert (status, out) == (2, "")
+        assert err == (f"ascend-topology: error: cannot write recorded host: {target} is a "
+                       "regular file, not a folder; refused\n")
+
+
+def test_capture_refuses_a_non_empty_folder_before_reading_the_host(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    (tmp_path / "keep.txt").write_text("x")
+    status, _, err = run_cli("capture", tmp_path)
+    assert status == 2 and "is not empty (1 entries)" in err
+    status, _, err = run_cli("capture", tmp_path, "--force")  # allowed: then npu-smi is missing
+    assert status == 1 and "npu-smi was not found" in err
+    status, _, err = run_cli("capture", "a\0b")
+    assert status == 2 and "contains a NUL byte" in err
+
+
 def test_capture_into_an_empty_or_new_folder(
     install_fake_npu_smi: InstallFake, run_cli: Run, tmp_path: Path
 ) -> None:

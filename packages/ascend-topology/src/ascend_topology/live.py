@@ -18,6 +18,7 @@ from ascend_topology.recorded import (
     LSCPU_FILE,
     LSPCI_FILE,
     TOPO_FILE,
+    check_capture_folder,
     host_meta,
     read_host_meta,
     resolve_host_dir,
@@ -111,6 +112,7 @@ def capture_live_host(
     A ``folder`` that already holds entries is refused unless ``force``; symbolic links are
     never followed (see ``write_recorded_host``). Raises ``TopologyError``.
     """
+    check_capture_folder(Path(folder), force=force)  # fail fast, before running npu-smi
     facts, outputs = _read_live(soc, environ, timeout)
     return write_recorded_host(Path(folder), outputs=outputs, meta=host_meta(facts),
                                force=force)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -25,6 +27,7 @@ from ascend_topology.rc_mode import rc_mode
 from ascend_topology.safe_io import (
     HOST_JSON_LIMIT,
     RECORDED_FILE_LIMIT,
+    check_output_dir,
     check_path_text,
     open_output_dir,
     read_limited,
@@ -145,6 +148,24 @@ def load_recorded_host(path: str | Path) -> HostFacts:
     return replace(facts, rc_device=rc_device, rc_source=rc_source)
 
 
+def check_capture_folder(folder: Path, *, force: bool) -> None:
+    """Refuse, before reading the host, a ``capture`` folder that ``write_recorded_host``
+    would refuse (``RecordedHostError``)."""
+    with _write_errors(folder):
+        check_output_dir(folder, force=force)
+
+
+@contextmanager
+def _write_errors(folder: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise RecordedHostError(
+            f"cannot write recorded host to {folder}: {exc.strerror or exc}") from None
+    except TopologyError as exc:
+        raise RecordedHostError(f"cannot write recorded host: {exc}") from None
+
+
 def write_recorded_host(
     folder: Path,
     *,
@@ -159,19 +180,12 @@ def write_recorded_host(
     opened or followed: each file is written fresh and renamed into place.
     """
     files = {**outputs, HOST_FILE: json.dumps(meta, indent=2) + "\n"}
-    try:
+    with _write_errors(folder):
         dir_fd = open_output_dir(folder, force=force)
-    except OSError as exc:
-        raise RecordedHostError(
-            f"cannot write recorded host to {folder}: {exc.strerror or exc}") from None
-    except TopologyError as exc:
-        raise RecordedHostError(f"cannot write recorded host: {exc}") from None
     try:
-        for name, text in files.items():
-            write_new_file(dir_fd, name, text)
-    except OSError as exc:
-        raise RecordedHostError(
-            f"cannot write recorded host to {folder}: {exc.strerror or exc}") from None
+        with _write_errors(folder):
+            for name, text in files.items():
+                write_new_file(dir_fd, name, text)
     finally:
         os.close(dir_fd)
     return [folder / name for name in files]

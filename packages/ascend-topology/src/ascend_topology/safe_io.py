@@ -128,11 +128,29 @@ def open_output_dir(folder: Path, *, force: bool) -> int:
     entries = os.listdir(fd)
     if entries and not force:
         os.close(fd)
-        raise TopologyError(
-            f"{folder} is not empty ({len(entries)} entries); pass --force (force=True) to "
-            "replace the recorded files in it"
-        )
+        raise _not_empty(folder, len(entries))
     return fd
+
+
+def _not_empty(folder: Path, count: int) -> TopologyError:
+    return TopologyError(f"{folder} is not empty ({count} entries); pass --force (force=True) "
+                         "to replace the recorded files in it")
+
+
+def check_output_dir(folder: Path, *, force: bool) -> None:
+    """Refuse early (before any slow work) what ``open_output_dir`` would refuse for an
+    existing ``folder``; ``open_output_dir`` checks again when writing."""
+    check_path_text(str(folder), "folder")
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        raise TopologyError(f"{folder} is a {_kind(mode)}, not a folder; refused")
+    if not force:
+        count = len(os.listdir(folder))
+        if count:
+            raise _not_empty(folder, count)
 
 
 def write_new_file(dir_fd: int, name: str, text: str) -> None:
