@@ -137,11 +137,12 @@ def test_npu_irqs_from_proc_interrupts() -> None:
         " 122:          0          0   ITS-MSI 3 Edge      eth0-rx\n"
         " 300:          0          0   ITS-MSI 9 Edge      sq_send_trigger_irq\n"
         " 301:          0          0   ITS-MSI 9 Edge      sq_send_trigger_irq cq_update_irq\n"
+        " 302:          0          0   IR-PCI-MSI 0000:c1:00.0 Edge  cq_update_irq\n"
         " NMI:          0          0   Non-maskable interrupts sq_send_trigger_irq\n"
     )
     # A line naming both queue interrupts is ambiguous and attributed to neither.
     assert parse_npu_irqs(text) == {120: "sq_send_trigger_irq", 121: "cq_update_irq",
-                                    300: "sq_send_trigger_irq"}
+                                    300: "sq_send_trigger_irq", 302: "cq_update_irq"}
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from ascend_topology import (
+    HostFacts,
     RecordedHostError,
     example_host_dir,
     example_hosts,
@@ -136,3 +137,34 @@ def test_write_then_load_round_trips(tmp_path: Path) -> None:
     assert {p.name for p in written} == {*outputs, "host.json"}
     again = load_recorded_host(tmp_path / "copy")
     assert again.to_dict() | {"source": ""} == facts.to_dict() | {"source": ""}
+
+
+def test_describe_lists_every_fact() -> None:
+    facts = load_recorded_host("x86-a2")
+    assert facts.describe() == "\n".join([
+        f"host: {example_host_dir('x86-a2')}",
+        "soc: A2   arch: x86_64",
+        "NPUs (logical): 0-7",
+        "running NPUs: 0-7",  # unfiltered; the planner applies the visible devices
+        "visible devices: 4-7",
+        "allowed CPUs: 0-191   threads per core: 2",
+        "NUMA node 0: CPUs 0-47,96-143",
+        "NUMA node 1: CPUs 48-95,144-191",
+        *(f"NPU {n} CPU affinity: {'0-47,96-143' if n < 4 else '48-95,144-191'}"
+          for n in range(8)),
+    ])
+
+
+def test_describe_of_a_bare_host() -> None:
+    facts = HostFacts(soc="310P", numa={1: (4, 5)}, allowed_cpus=(4,), rc_device=True,
+                      rc_source="lspci.txt: no 'accelerators' line", source="bare")
+    assert facts.describe() == "\n".join([
+        "host: bare",
+        "soc: 310P   arch: unknown",
+        "NPUs (logical): -",
+        "running NPUs: -",
+        "visible devices: all",
+        "allowed CPUs: 4   threads per core: 1",
+        "310P mode: RC (root complex) (lspci.txt: no 'accelerators' line)",
+        "NUMA node 1: CPUs 4-5",
+    ])

@@ -201,3 +201,25 @@ def test_the_readme_states_every_read_limit() -> None:
         assert row in readme
         number, unit = size.split()
         assert int(number) * units[unit] == limit, row
+
+
+@pytest.mark.parametrize(("limit", "shown"), [
+    (1023, "1023 bytes"), (1024, "1 KiB"), (1025, "1025 bytes"), (2048, "2 KiB"),
+    (1536, "1536 bytes"), (3 * 1024 * 1024, "3 MiB"), (1024 * 1024 + 1024, "1025 KiB")])
+def test_limits_are_shown_in_the_largest_whole_unit(
+    tmp_path: Path, limit: int, shown: str
+) -> None:
+    path = tmp_path / "big"
+    path.write_bytes(b"x" * (limit + 1))
+    with pytest.raises(TopologyError) as caught:
+        read_limited(path, limit)
+    assert str(caught.value) == f"{path} is larger than the {shown} limit; refused"
+
+
+def test_block_devices_are_refused(tmp_path: Path) -> None:
+    loop = Path("/dev/loop0")
+    if not loop.is_block_device():
+        pytest.skip("no /dev/loop0 block device here")
+    with pytest.raises(TopologyError) as caught:
+        read_limited(loop, 10)
+    assert str(caught.value) == "/dev/loop0 is a block device, not a regular file; refused"

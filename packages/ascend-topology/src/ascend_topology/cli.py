@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     bind.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                       help="program to run with the binding (after --)")
     capture = sub.add_parser("capture", help="record this host into a folder")
-    capture.add_argument("dir", metavar="DIR")
+    capture.add_argument("dir", metavar="DIR", help="folder to record into (created if missing)")
     capture.add_argument("--soc", choices=SOCS, help="override SoC detection")
     capture.add_argument("--force", action="store_true",
                          help="write into DIR even when it already holds files")

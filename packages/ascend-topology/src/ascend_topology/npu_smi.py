@@ -167,9 +167,8 @@ def is_pci_address(text: str) -> bool:
 def parse_board_pcie(text: str) -> str | None:
     """The PCIe address (lower case) from ``npu-smi info -t board``, or None if absent."""
     for line in text.splitlines():
-        if "pcie bus info" in _norm(line):
-            tokens = line.split()
-            value = tokens[-1].lower() if tokens else ""
+        if "pcie bus info" in _norm(line):  # so the line has tokens
+            value = line.split()[-1].lower()
             return value if is_pci_address(value) else None
     return None
 

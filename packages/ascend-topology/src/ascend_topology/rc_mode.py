@@ -8,7 +8,6 @@ share memory, and no ``accelerators`` line appears). Other SoCs are never RC dev
 from __future__ import annotations
 
 from ascend_topology.errors import TopologyError
-from ascend_topology.safe_io import RECORDED_FILE_LIMIT
 from ascend_topology.system import run_command
 
 LSPCI_TIMEOUT_S = 10.0
@@ -36,9 +35,9 @@ def rc_mode(soc: str, lspci_text: str | None, source: str) -> tuple[bool, str]:
 
 
 def read_lspci(*, timeout: float = LSPCI_TIMEOUT_S) -> str | None:
-    """``lspci`` output of this host (at most ``RECORDED_FILE_LIMIT`` bytes), or None when
-    lspci is missing, fails or times out."""
+    """``lspci`` output of this host (at most ``safe_io.RECORDED_FILE_LIMIT`` bytes, like
+    every command), or None when lspci is missing, fails or times out."""
     try:
-        return run_command(["lspci"], timeout=timeout, limit=RECORDED_FILE_LIMIT)
+        return run_command(["lspci"], timeout=timeout)  # output limit: RECORDED_FILE_LIMIT
     except TopologyError:
         return None
