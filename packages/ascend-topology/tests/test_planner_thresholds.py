@@ -240,3 +240,24 @@ def test_facts_need_a_known_soc_and_numa() -> None:
         HostFacts(soc="A9", numa={0: (0,)}, allowed_cpus=(0,))
     with pytest.raises(TopologyError, match="no NUMA layout"):
         HostFacts(soc="A2", numa={}, allowed_cpus=(0,))
+
+
+def test_a_running_npu_unknown_to_the_host_gets_no_cpu(make_facts: MakeFacts) -> None:
+    # npu-smi lists NPU 5 as running but neither the chip map nor the topology knows it.
+    facts = HostFacts(soc="A2", numa={0: tuple(R(8))}, allowed_cpus=tuple(R(8)),
+                      affinity={0: tuple(R(8))}, running_npus=(5,))
+    result = plan(facts, PlanOptions(min_cpus_per_npu=1))
+    assert [(p.npu, p.cpus, p.quality) for p in result.npus] == [(5, (), 0.0)]
+    assert result.problems == (
+        "npu-smi info -t topo gives no CPU affinity for NPU 5",
+        "NPU 5 would get no CPU: 8 allowed CPUs cannot give each of 1 NPUs its own CPU",
+    )
+
+
+def test_npus_sharing_an_affinity_list_share_its_node(make_facts: MakeFacts) -> None:
+    # Both NPUs' affinity is 0-7 (node 0 holds 0-5, node 1 6-7): both are on node 0 even
+    # though NPU 1's pool (4-7) is half on node 1.
+    facts = make_facts(numa={0: R(6), 1: R(6, 8)}, affinity={0: R(8), 1: R(8)})
+    result = plan(facts, PlanOptions(min_cpus_per_npu=1))
+    assert [(p.npu, p.cpus, p.numa_node, p.quality) for p in result.npus] == [
+        (0, (0, 1, 2, 3), 0, 1.0), (1, (4, 5, 6, 7), 0, 0.5)]
