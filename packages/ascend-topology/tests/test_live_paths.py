@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascend_topology import CommandError, capture_live_host, example_host_dir, read_live_host
+from ascend_topology import (
+    CommandError,
+    RecordedHostError,
+    capture_live_host,
+    example_host_dir,
+    read_live_host,
+)
 from ascend_topology.live import read_board_pcie
 from ascend_topology.recorded import host_meta
 from ascend_topology.system import read_threads_per_core
@@ -52,15 +58,18 @@ def test_numa_from_lscpu_is_recorded(install_fake_npu_smi: InstallFake, tmp_path
 def test_capture_writes_the_raw_outputs_and_host_meta(install_fake_npu_smi: InstallFake,
                                                       tmp_path: Path) -> None:
     install_fake_npu_smi("a2-8npu")
-    written = capture_live_host(tmp_path / "rec", soc="A2", environ={
+    written = capture_live_host(tmp_path / "rec", soc="A3", environ={
         "ASCEND_RT_VISIBLE_DEVICES": "1"})
     assert written == [tmp_path / "rec" / name for name in [*FILES, "host.json"]]
     for name in FILES:
         assert (tmp_path / "rec" / name).read_text() == (
             example_host_dir("a2-8npu") / name).read_text()
     meta = json.loads((tmp_path / "rec" / "host.json").read_text())
-    assert meta == host_meta(read_live_host(environ={"ASCEND_RT_VISIBLE_DEVICES": "1"}))
-    assert meta["visible_devices"] == "1" and meta["soc"] == "A2"
+    assert meta == host_meta(read_live_host(soc="A3",
+                                            environ={"ASCEND_RT_VISIBLE_DEVICES": "1"}))
+    assert meta["visible_devices"] == "1" and meta["soc"] == "A3"
+    with pytest.raises(RecordedHostError, match="is not empty"):  # no force by default
+        capture_live_host(tmp_path / "rec")
 
 
 def test_topology_query_failure_leaves_the_topology_empty(

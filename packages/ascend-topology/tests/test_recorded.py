@@ -168,3 +168,59 @@ def test_describe_of_a_bare_host() -> None:
         "310P mode: RC (root complex) (lspci.txt: no 'accelerators' line)",
         "NUMA node 1: CPUs 4-5",
     ])
+
+
+def test_written_host_json_layout(tmp_path: Path) -> None:
+    facts = load_recorded_host("a2-8npu")
+    meta = host_meta(facts)
+    assert meta["pcie"] == {str(n): a for n, a in sorted(facts.pcie.items())}
+    assert meta["pcie"]["0"] == "0000:c1:00.0" and "visible_devices" not in meta
+    write_recorded_host(tmp_path / "w", outputs={"a.txt": "x"}, meta={"soc": "A2", "n": [1]})
+    assert (tmp_path / "w" / "host.json").read_text() == (
+        '{\n  "soc": "A2",\n  "n": [\n    1\n  ]\n}\n')
+    assert (tmp_path / "w" / "a.txt").read_text() == "x"
+
+
+def test_write_refusals_and_errors(tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "old").write_text("x")
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "full", outputs={}, meta={})
+    assert str(caught.value) == (
+        f"cannot write recorded host: {tmp_path}/full is not empty (1 entries); pass --force "
+        "(force=True) to replace the recorded files in it")
+    assert write_recorded_host(tmp_path / "full", outputs={}, meta={}, force=True) == [
+        tmp_path / "full" / "host.json"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "file" / "sub", outputs={}, meta={})
+    assert str(caught.value) == (
+        f"cannot write recorded host to {tmp_path}/file/sub: File exists")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "link", outputs={}, meta={}, force=True)
+    assert str(caught.value) == (
+        f"cannot write recorded host: {tmp_path}/link is a symbolic link, not a folder; "
+        "refused")
+    (tmp_path / "dir" / "host.json").mkdir(parents=True)
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "dir", outputs={}, meta={}, force=True)
+    assert str(caught.value) == (
+        f"cannot write recorded host to {tmp_path}/dir: Is a directory")
+
+
+def test_capture_folder_checks(tmp_path: Path) -> None:
+    from ascend_topology.recorded import check_capture_folder
+
+    check_capture_folder(tmp_path / "new", force=False)  # absent: fine
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RecordedHostError) as caught:
+        check_capture_folder(tmp_path / "file" / "sub", force=True)
+    assert str(caught.value) == (
+        f"cannot write recorded host to {tmp_path}/file/sub: Not a directory")
+    with pytest.raises(RecordedHostError) as caught:
+        check_capture_folder(Path("a\0b"), force=True)
+    assert str(caught.value) == (
+        "cannot write recorded host: folder 'a\\x00b' contains a NUL byte; paths cannot hold "
+        "one")

@@ -4,6 +4,7 @@ writes never open an existing entry; commands stop at their output limit."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from collections.abc import Iterator
@@ -223,3 +224,58 @@ def test_block_devices_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TopologyError) as caught:
         read_limited(loop, 10)
     assert str(caught.value) == "/dev/loop0 is a block device, not a regular file; refused"
+
+
+def test_new_folders_and_files_have_fixed_modes(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        fd = open_output_dir(tmp_path / "a" / "b" / "c", force=False)  # parents created too
+        try:
+            write_new_file(fd, "f.txt", "text")
+        finally:
+            os.close(fd)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a" / "b" / "c").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "a" / "b" / "c" / "f.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_output_dir_checks(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(TopologyError) as caught:
+        open_output_dir(tmp_path / "link", force=True)
+    assert str(caught.value) == f"{tmp_path}/link is a symbolic link, not a folder; refused"
+    (tmp_path / "real" / "x").write_text("x")
+    with pytest.raises(TopologyError) as caught:
+        open_output_dir(tmp_path / "real", force=False)
+    assert str(caught.value) == (f"{tmp_path}/real is not empty (1 entries); pass --force "
+                                 "(force=True) to replace the recorded files in it")
+    with pytest.raises(TopologyError) as caught:
+        open_output_dir(Path("a\0b"), force=True)
+    assert str(caught.value) == "folder 'a\\x00b' contains a NUL byte; paths cannot hold one"
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b"])
+def test_write_new_file_takes_plain_names_only(tmp_path: Path, name: str) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(ValueError, match=f"^not a plain file name: {re.escape(repr(name))}$"):
+            write_new_file(fd, name, "x")
+    finally:
+        os.close(fd)
+
+
+def test_a_planted_temporary_name_is_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f".host.json.{os.getpid()}.tmp").symlink_to(victim)
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(FileExistsError):
+            write_new_file(fd, "host.json", "{}")
+    finally:
+        os.close(fd)
+    assert victim.read_text() == "precious" and not (out / "host.json").exists()

@@ -128,7 +128,7 @@ def read_numa_sysfs(root: Path = SYS_NODE_ROOT) -> dict[int, list[int]]:
     """NUMA node -> CPUs from ``/sys/devices/system/node/node*/cpulist`` ({} when absent)."""
     nodes: dict[int, list[int]] = {}
     try:
-        entries = list(root.iterdir())
+        entries = sorted(root.iterdir())
     except OSError:
         return {}
     for entry in entries:
@@ -186,7 +186,7 @@ def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
     while being read are left out."""
     names: dict[int, str] = {}
     try:
-        tasks = list((proc_root / str(pid) / "task").iterdir())
+        tasks = sorted((proc_root / str(pid) / "task").iterdir())
     except OSError as exc:
         raise TopologyError(f"cannot list the threads of process {pid}: {exc.strerror}") from None
     for task in tasks:
@@ -202,7 +202,7 @@ def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
 def find_threads_named(name: str, proc_root: Path = PROC_ROOT) -> list[int]:
     """Thread ids, in any visible process, whose name is ``name`` (sorted)."""
     found: list[int] = []
-    for comm in proc_root.glob("[0-9]*/task/[0-9]*/comm"):
+    for comm in sorted(proc_root.glob("[0-9]*/task/[0-9]*/comm")):
         try:
             if read_limited(comm, SYSFS_FILE_LIMIT).strip() == name:
                 found.append(int(comm.parent.name))
