@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from ascend_topology import (
     MAX_CPU_ID,
     HostFacts,
@@ -36,6 +37,9 @@ from ascend_topology.system import parse_lscpu_nodes, parse_threads_per_core
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+# Seconds per suite: marked slow so that mutation runs, which repeat every covering test for
+# each mutant, leave them out; the package's normal test command runs them.
+pytestmark = pytest.mark.slow
 T = TypeVar("T")
 FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

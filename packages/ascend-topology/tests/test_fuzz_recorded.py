@@ -25,6 +25,9 @@ from ascend_topology.cli import main
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+# Seconds per suite: marked slow so that mutation runs, which repeat every covering test for
+# each mutant, leave them out; the package's normal test command runs them.
+pytestmark = pytest.mark.slow
 BOUNDED = settings(max_examples=80, deadline=None, database=None, derandomize=True,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 KEYS = ["arch", "soc", "allowed_cpus", "threads_per_core", "numa", "visible_devices", "pcie"]
