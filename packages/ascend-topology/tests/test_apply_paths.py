@@ -249,7 +249,9 @@ def test_apply_passes_the_irqbalance_opt_in(
     report = apply(_plan(bind_irq=True), 0, pid=PID, proc_root=proc, irq_binder=binder,
                    stop_irqbalance=True)
     assert calls == [(2, "A2", True)]
-    assert report.done[-1] == "irq done" and report.skipped == ["irq skipped"]
+    assert report.done == ["process 100: 1 threads -> main CPUs 4-5", "1 acl_thread -> CPUs 6",
+                           "1 release_thread -> CPUs 7", "irq done"]
+    assert report.skipped == ["irq skipped"]
     apply(_plan(bind_irq=False), 0, pid=PID, proc_root=proc, irq_binder=binder)
     assert len(calls) == 1
 
@@ -295,6 +297,7 @@ def test_bind_worker_turns_unexpected_errors_into_a_line(
 def test_bind_worker_without_npu_smi(no_commands: Path) -> None:
     report = bind_worker(1, pid=42)
     assert (report.rank, report.pid, report.bound) == (1, 42, False)
+    assert bind_worker(1).pid == os.getpid()
     assert report.skipped[0].startswith("binding skipped: npu-smi was not found on PATH")
     assert ApplyReport(rank=0, pid=1).lines() == []
 

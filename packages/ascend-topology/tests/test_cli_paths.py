@@ -16,6 +16,8 @@ import pytest
 from ascend_topology import HostFacts, example_host_dir, parse_cpu_list
 from ascend_topology.cli import main
 
+from .conftest import InstallFake
+
 Run = Callable[..., tuple[int, str, str]]
 MakeFacts = Callable[..., HostFacts]
 
@@ -157,12 +159,21 @@ def test_plan_text_marks_the_rank(run_cli: Run) -> None:
     assert (status, out) == (2, "") and "rank 2 is out of range" in err
 
 
+def test_capture_passes_the_soc(run_cli: Run, install_fake_npu_smi: InstallFake,
+                                tmp_path: Path) -> None:
+    install_fake_npu_smi("a2-8npu")
+    status, out, _ = run_cli("capture", tmp_path / "rec", "--soc", "A3")
+    assert status == 0 and out.splitlines()[-1] == f"wrote {tmp_path}/rec/host.json"
+    assert json.loads((tmp_path / "rec" / "host.json").read_text())["soc"] == "A3"
+
+
 def test_examples_and_show_json(run_cli: Run) -> None:
     status, out, err = run_cli("examples")
     assert (status, err) == (0, "")
     assert out == "310p\n950-4numa\na2-8npu\na3-16die\nx86-a2\n"
     status, out, _ = run_cli("show", "--host", example_host_dir("310p"), "--json")
     assert status == 0 and json.loads(out)["npus"] == [0, 1, 2, 3]
+    assert out.startswith('{\n  "source": ')  # indented two spaces
 
 
 # --- bind on the live host (read_live_host replaced by facts of this machine) --------------
@@ -200,6 +211,8 @@ def execvp(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
         calls.append((file, list(args)))
         if file == "missing-program":
             raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+        if "\0" in file:
+            raise ValueError("embedded null byte")
 
     monkeypatch.setattr(os, "execvp", fake)
     return calls
@@ -224,6 +237,10 @@ def test_bind_then_exec_the_command(
     assert err == ("ascend-topology: error: cannot run 'missing-program': No such file or "
                    "directory\n")
     assert execvp[-1] == ("missing-program", ["missing-program"])
+    status, _, err = run_cli("bind", "--rank", "0", "--no-migrate-memory", "--min-cpus-per-npu",
+                             "1", "bad\0name")
+    assert (status, err) == (1, "ascend-topology: error: cannot run 'bad\\x00name': embedded "
+                                "null byte\n")
 
 
 def test_bind_refuses_a_plan_with_problems(run_cli: Run, live: list[str | None]) -> None:

@@ -11,6 +11,8 @@ import pytest
 from ascend_topology import NpuPlan
 from ascend_topology.irq import bind_npu_irqs
 
+from .conftest import InstallFake
+
 POOL = NpuPlan(npu=0, numa_node=0, cpus=(35, 36, 37, 38, 39), main=(37,), acl=(38,),
                release=(39,), irq=(35, 36))
 ADDRESS = "0000:c1:00.0"
@@ -122,3 +124,60 @@ def test_an_smp_affinity_symlink_is_not_followed(tmp_path: Path) -> None:
     done, skipped = bind_npu_irqs(POOL, "A2", pcie=ADDRESS, **roots)
     assert done == [] and skipped[0].startswith("IRQ binding: writing IRQ 300 failed: ")
     assert victim.read_text() == "precious"
+
+
+def test_skip_reasons_word_for_word(tmp_path: Path) -> None:
+    roots = _host(tmp_path, {300: SQ, 301: CQ}, {300, 301})
+    assert bind_npu_irqs(POOL, "A5", **roots) == ([], ["IRQ binding: not used on Ascend 950"])
+    missing = {**roots, "irq_root": tmp_path / "no-irq"}
+    assert bind_npu_irqs(POOL, "A2", **missing) == ([], [
+        f"IRQ binding: {tmp_path}/no-irq is not writable (run as root; in Docker use "
+        "--privileged=true)"])
+    no_irq = NpuPlan(npu=0, numa_node=0, cpus=(1, 2), main=(1,), acl=(2,), release=(2,))
+    assert bind_npu_irqs(no_irq, "A2", **roots) == ([], [
+        "IRQ binding: the plan reserves no IRQ CPUs"])
+
+
+@pytest.mark.parametrize(("soc", "npu", "function"), [("A2", 0, "0"), ("A3", 2, "0"),
+                                                      ("A3", 3, "1")])
+def test_address_from_npu_smi_board_info(
+    tmp_path: Path, install_fake_npu_smi: InstallFake, soc: str, npu: int, function: str
+) -> None:
+    # The stand-in npu-smi answers "0000:C1:00.<last argument>": "-i <npu>" on A2, and
+    # "-i <card> -c <chip>" (card = npu // 2, chip = npu % 2) on A3.
+    install_fake_npu_smi("a2-8npu")
+    address = f"0000:c1:00.{function}"
+    roots = _host(tmp_path, {300: SQ, 301: CQ}, {300, 301})
+    (tmp_path / "pci" / ADDRESS).rename(tmp_path / "pci" / "moved")
+    (tmp_path / "pci" / "moved").rename(tmp_path / "pci" / address)
+    pool = NpuPlan(npu=npu, numa_node=0, cpus=(35, 36, 37), main=(37,), irq=(35, 36))
+    done, skipped = bind_npu_irqs(pool, soc, **roots)
+    assert skipped == []
+    assert done == [f"IRQ 300 of NPU {npu} -> CPU 35", f"IRQ 301 of NPU {npu} -> CPU 36"]
+
+
+def test_msi_entries_that_are_not_irq_numbers_are_ignored(tmp_path: Path) -> None:
+    roots = _host(tmp_path, {300: SQ, 301: CQ}, {300, 301})
+    msi = tmp_path / "pci" / ADDRESS / "msi_irqs"
+    for name in ("abc", "\u0663\u0660\u0661", "x1"):
+        (msi / name).write_text("msi")
+    done, _ = bind_npu_irqs(POOL, "A2", pcie=ADDRESS, **roots)
+    assert done == ["IRQ 300 of NPU 0 -> CPU 35", "IRQ 301 of NPU 0 -> CPU 36"]
+
+
+def test_one_irq_cpu_serves_both_queues(tmp_path: Path) -> None:
+    roots = _host(tmp_path, {300: SQ, 301: CQ}, {300, 301})
+    pool = NpuPlan(npu=0, numa_node=0, cpus=(35,), main=(35,), irq=(35,))
+    done, _ = bind_npu_irqs(pool, "A2", pcie=ADDRESS, **roots)
+    assert done == ["IRQ 300 of NPU 0 -> CPU 35", "IRQ 301 of NPU 0 -> CPU 35"]
+
+
+def test_write_failures_are_reported(tmp_path: Path) -> None:
+    roots = _host(tmp_path, {300: SQ, 301: CQ}, {300, 301})
+    too_big = NpuPlan(npu=0, numa_node=0, cpus=(9000,), main=(9000,), irq=(9000,))
+    assert bind_npu_irqs(too_big, "A2", pcie=ADDRESS, **roots) == ([], [
+        "IRQ binding: writing IRQ 300 failed: CPU id 9000 is outside 0..8191"])
+    (roots["irq_root"] / "301" / "smp_affinity").unlink()
+    assert bind_npu_irqs(POOL, "A2", pcie=ADDRESS, **roots) == (
+        ["IRQ 300 of NPU 0 -> CPU 35"],
+        ["IRQ binding: writing IRQ 301 failed: No such file or directory"])

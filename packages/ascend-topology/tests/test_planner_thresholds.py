@@ -261,3 +261,25 @@ def test_npus_sharing_an_affinity_list_share_its_node(make_facts: MakeFacts) -> 
     result = plan(facts, PlanOptions(min_cpus_per_npu=1))
     assert [(p.npu, p.cpus, p.numa_node, p.quality) for p in result.npus] == [
         (0, (0, 1, 2, 3), 0, 1.0), (1, (4, 5, 6, 7), 0, 0.5)]
+
+
+def test_plan_fields_and_empty_plans(make_facts: MakeFacts) -> None:
+    facts = make_facts(soc="A3", numa={3: R(4), 1: R(4, 8)}, npus=2)
+    result = plan(facts, PlanOptions(min_cpus_per_npu=1))
+    assert (result.numa_nodes, result.source, result.notes, result.uvb_cpus) == (
+        (1, 3), "test", (), ())  # A3 slices by design: no note about missing topology
+    none = plan(make_facts(numa={0: R(4)}, allowed=[], npus=1))
+    assert (none.mode, none.npus, none.problems, none.numa_nodes) == (
+        "none", (), ("the process may run on no CPU",), (0,))
+    nothing = plan(make_facts(numa={0: R(4)}, npus=1, visible=[3]))
+    assert (nothing.mode, nothing.npus, nothing.problems) == (
+        "none", (), ("no NPU to plan for (npu-smi lists none, or none is visible)",))
+
+
+def test_each_short_group_is_named(make_facts: MakeFacts) -> None:
+    # NPU 0 alone on node 0 is fine (5 CPUs); NPUs 1-2 share 6 CPUs over nodes 1 and 2.
+    facts = make_facts(numa={0: R(5), 1: R(5, 8), 2: R(8, 11)}, allowed=R(11),
+                       affinity={0: R(5), 1: R(5, 11), 2: R(5, 11)})
+    assert plan(facts).problems == (
+        "2 NPUs (1-2) need at least 10 CPUs near NUMA node 1,2 (5 per NPU); 6 are allowed "
+        "there",)

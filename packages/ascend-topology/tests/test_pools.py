@@ -5,6 +5,7 @@ from ascend_topology.pools import (
     cluster_pools,
     extend_numa,
     global_slice,
+    overlap_groups,
     topo_affinity_pools,
     uvb_pool,
 )
@@ -178,3 +179,11 @@ def test_global_slice_keeps_host_positions_for_non_contiguous_ids() -> None:
     # Logical ids 2, 5, 9: positions 0, 1, 2 of 9 CPUs; only NPU 9 asked for.
     assert global_slice(list(R(9)), [9, 2, 5, 5], {9}) == {9: [6, 7, 8]}
     assert global_slice([4, 4, 1], [0], {0}) == {0: [1, 4]}
+
+
+def test_overlap_groups_follow_merged_groups() -> None:
+    # 2 bridges 0 and 1; 3 then touches a CPU that belonged to 1's group before the merge.
+    groups = overlap_groups({0: [0, 1], 1: [5, 6], 2: [1, 5], 3: [6, 9], 4: [20]})
+    assert groups == [([0, 1, 2, 3], {0, 1, 5, 6, 9}), ([4], {20})]
+    # Identical lists are one entry; groups come out by their smallest NPU.
+    assert overlap_groups({7: [3], 2: [8], 5: [3]}) == [([2], {8}), ([5, 7], {3})]

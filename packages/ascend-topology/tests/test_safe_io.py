@@ -279,3 +279,29 @@ def test_a_planted_temporary_name_is_not_followed(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert victim.read_text() == "precious" and not (out / "host.json").exists()
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_swapped_in_after_lstat_neither_blocks_nor_is_read(
+    tmp_path: Path, regular: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race: lstat saw a regular file, then a FIFO took its place before the open.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    real_lstat = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda p: real_lstat(regular))
+    with pytest.raises(TopologyError) as caught:
+        read_limited(fifo, 100)  # O_NONBLOCK: the open returns at once
+    assert str(caught.value) == f"{fifo} is a FIFO, not a regular file; refused"
+
+
+def test_a_symlink_swapped_in_after_lstat_is_not_followed(
+    tmp_path: Path, regular: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(regular)
+    real_lstat = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda p: real_lstat(regular))
+    with pytest.raises(TopologyError) as caught:
+        read_limited(link, 100)  # O_NOFOLLOW: refused as a link, whatever it points to
+    assert str(caught.value) == f"{link} is a symbolic link, not a regular file; refused"

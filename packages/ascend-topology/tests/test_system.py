@@ -144,7 +144,7 @@ def test_allowed_cpus_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.timeout(30)
 def test_thread_readers_skip_what_they_cannot_read(tmp_path: Path) -> None:
     task = tmp_path / "9" / "task"
-    for tid in ("10", "11", "12", "abc", "\u0663"):
+    for tid in ("0x", "10", "11", "12", "abc", "\u0663"):
         (task / tid).mkdir(parents=True)
     os.mkfifo(task / "10" / "comm")
     (task / "11" / "comm").write_text("acl_thread\n")

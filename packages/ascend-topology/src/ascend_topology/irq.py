@@ -67,7 +67,7 @@ def bind_npu_irqs(
         return done, [f"IRQ binding: {address!r} is not a PCI address like 0000:c1:00.0"]
     try:
         msi = {int(p.name) for p in (pci_root / address / "msi_irqs").iterdir()
-               if p.name.isascii() and p.name.isdigit() and len(p.name) <= 7}
+               if p.name.isascii() and p.name.isdigit()}
         named = parse_npu_irqs(read_limited(interrupts, INTERRUPTS_LIMIT))
     except OSError as exc:
         return done, [f"IRQ binding: cannot read the IRQs of {address}: {exc.strerror}"]

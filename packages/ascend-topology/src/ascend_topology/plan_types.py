@@ -204,7 +204,7 @@ class Plan:
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = [head, ""]
         lines += [
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+            "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows
         ]
         if self.uvb_cpus:
             lines.append(f"UVB poll threads: {format_cpu_list(self.uvb_cpus)}")

@@ -105,15 +105,13 @@ def _pools(
     if mode == "topo_affinity":
         result = topo_affinity_pools(facts.affinity, allowed, facts.numa, targets, min_cpus)
         if result.pools is not None:
-            problems += _short_groups(result.groups, targets, facts, min_cpus)
-            return mode, result.pools, [], problems
+            return mode, result.pools, [], _short_groups(result.groups, targets, facts, min_cpus)
         problems.append(result.reason)
         notes.append("the best valid plan below slices the allowed CPUs instead")
         mode = "global_slice"
     everyone = facts.logic_npus
     pools = global_slice(allowed, everyone, set(targets))
-    per_npu = len(allowed) // len(everyone)
-    if per_npu < min_cpus:
+    if len(allowed) < len(everyone) * min_cpus:
         problems.append(
             f"{len(everyone)} NPUs need at least {len(everyone) * min_cpus} "
             f"CPUs ({min_cpus} per NPU); {len(allowed)} are allowed"
@@ -132,7 +130,7 @@ def _short_groups(
     wanted = set(targets)
     problems = []
     for npus, pool in groups:
-        if wanted.isdisjoint(npus) or len(pool) // len(npus) >= min_cpus:
+        if wanted.isdisjoint(npus) or len(pool) >= len(npus) * min_cpus:
             continue
         nodes = ",".join(str(n) for n in sorted({node_of[c] for c in pool if c in node_of}))
         who = f"NPU {npus[0]} needs" if len(npus) == 1 else (

@@ -119,7 +119,7 @@ def parse_threads_per_core(text: str) -> int | None:
     for line in text.splitlines():
         if "Thread(s) per core:" in line:
             value = line.partition(":")[2].strip()
-            if value.isdigit() and value.isascii() and 0 < len(value) < 4 and int(value) > 0:
+            if value.isdigit() and value.isascii() and len(value) < 4 and int(value) > 0:
                 return int(value)
     return None
 
