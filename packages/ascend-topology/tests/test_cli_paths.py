@@ -306,3 +306,10 @@ def test_broken_pipe_is_quiet(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         monkeypatch.setattr(sys, "stdout", sink)
         assert main(["examples"]) == 1
     assert capsys.readouterr().err == ""
+
+
+def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([])
+    assert done.value.code == 2
+    assert "the following arguments are required: COMMAND" in capsys.readouterr().err

@@ -355,3 +355,37 @@ def test_pool_reasons() -> None:
         "or a cpuset pinning the process?)")
     assert cluster_pools({}, [5], numa, [0], 2).reason == (
         "npu-smi info -t topo gives no CPU affinity for NPU 0")
+
+
+def test_topology_error_carries_each_problem() -> None:
+    import pickle
+
+    error = RecordedHostError("first", "second")
+    assert (str(error), error.problems, error.args) == ("first; second", ("first", "second"),
+                                                        ("first", "second"))
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is RecordedHostError and again.problems == ("first", "second")
+    assert str(ParseError("only")) == "only" and ParseError("only").args == ("only",)
+
+
+def test_unreadable_recorded_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "host"
+    folder.mkdir()
+    (folder / "host.json").write_text('{"numa": {"0": "0"}}')
+    real_lstat = os.lstat
+
+    def denied(path: object) -> os.stat_result:
+        if str(path).endswith("npu-smi-info-m.txt"):
+            raise PermissionError(13, "Permission denied")
+        return real_lstat(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "lstat", denied)
+    assert _message(RecordedHostError, lambda: load_recorded_host(folder)) == (
+        f"recorded host {folder}: cannot read npu-smi-info-m.txt: Permission denied")
+
+
+def test_allowed_cpus_may_be_a_subset(tmp_path: Path) -> None:
+    (tmp_path / "host.json").write_text('{"numa": {"0": "0-7"}, "allowed_cpus": "2-3"}')
+    (tmp_path / "npu-smi-info-m.txt").write_text("NPU ID  Chip ID\n0  0\n")
+    facts = load_recorded_host(tmp_path)
+    assert facts.allowed_cpus == (2, 3) and dict(facts.numa) == {0: tuple(R(8))}

@@ -157,3 +157,28 @@ def test_thread_readers_skip_what_they_cannot_read(tmp_path: Path) -> None:
     (other / "comm").write_text("acl_thread")
     assert find_threads_named("acl_thread", tmp_path) == [11, 12, 21]
     assert find_threads_named("python", tmp_path) == []
+
+
+def test_allowed_cpus_of_this_thread() -> None:
+    before = os.sched_getaffinity(0)
+    one = min(before)
+    try:
+        os.sched_setaffinity(0, {one})
+        assert read_allowed_cpus() == [one]  # this thread's, not another process's
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_threads_per_core_reads_cpu0_only(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    for cpu, siblings in (("cpu0", "\n"), ("cpu1", "1,2\n")):
+        (tmp_path / cpu / "topology").mkdir(parents=True)
+        (tmp_path / cpu / "topology" / "thread_siblings_list").write_text(siblings)
+    assert read_threads_per_core(tmp_path) == 1  # cpu0 says nothing: lscpu, else 1
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lscpu").write_text(f"#!{sys.executable}\nprint('Architecture: x86_64')\n")
+    (bin_dir / "lscpu").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert read_threads_per_core(tmp_path / "none") == 1

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def plan_args(p: argparse.ArgumentParser) -> None:
         host_args(p)
-        p.add_argument("--min-cpus-per-npu", type=int, default=None, metavar="N",
+        p.add_argument("--min-cpus-per-npu", type=int, metavar="N",
                        help="smallest pool per NPU (default: 3 on Ascend 950, else 5)")
         p.add_argument("--bind-irq", action="store_true",
                        help="reserve two CPUs per NPU for its IRQs and bind them")

@@ -42,7 +42,7 @@ def cpu_list_value(value: Any) -> list[int]:
     if isinstance(value, str):
         return parse_cpu_list(value)
     if isinstance(value, list):
-        return check_cpu_ids(value, "CPU list")
+        return check_cpu_ids(value)
     raise TopologyError(f"must be a CPU list like '0-47,96-143' or [0, 1]; got {value!r:.60}")
 
 
@@ -84,10 +84,10 @@ def _pcie(raw: Any) -> dict[int, str]:
     return pcie
 
 
-def _soc(raw: Any) -> str | None:
-    if raw is not None and raw not in SOCS:
+def _soc(raw: Any) -> str:
+    if raw not in SOCS:
         raise TopologyError(f"{raw!r:.40} is not one of {', '.join(SOCS)}")
-    return None if raw is None else str(raw)
+    return str(raw)
 
 
 def _threads(raw: Any) -> int:

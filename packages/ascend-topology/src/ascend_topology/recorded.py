@@ -67,7 +67,7 @@ def resolve_host_dir(value: str | Path) -> Path:
     path = Path(value)
     if path.is_dir():
         return path
-    if isinstance(value, str) and "/" not in value and value in example_hosts():
+    if isinstance(value, str) and value in example_hosts():  # names hold no "/"
         return example_host_dir(value)
     raise RecordedHostError(
         f"--host {str(value)!r}: not a folder and not an example host "
@@ -75,31 +75,35 @@ def resolve_host_dir(value: str | Path) -> Path:
     )
 
 
-def _read(folder: Path, name: str, *, required: bool, limit: int = RECORDED_FILE_LIMIT
-          ) -> str | None:
+def _read(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str:
+    """A required file of the folder (``RecordedHostError`` when missing or unsafe)."""
+    text = _read_optional(folder, name, limit)
+    if text is None:
+        raise RecordedHostError(f"recorded host {folder}: missing {name}")
+    return text
+
+
+def _read_optional(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str | None:
     try:
         return read_limited(folder / name, limit)
     except FileNotFoundError:
-        if required:
-            raise RecordedHostError(f"recorded host {folder}: missing {name}") from None
         return None
     except OSError as exc:
         raise RecordedHostError(
-            f"recorded host {folder}: cannot read {name}: {exc.strerror or exc}") from None
+            f"recorded host {folder}: cannot read {name}: {exc.strerror}") from None
     except TopologyError as exc:
         raise RecordedHostError(f"recorded host {folder}: {exc}") from None
 
 
 def read_host_meta(folder: Path) -> HostMeta:
     """The checked ``host.json`` of a recorded-host folder (``RecordedHostError``)."""
-    text = _read(folder, HOST_FILE, required=True, limit=HOST_JSON_LIMIT) or ""
-    return parse_host_json(text, str(folder / HOST_FILE))
+    return parse_host_json(_read(folder, HOST_FILE, HOST_JSON_LIMIT), str(folder / HOST_FILE))
 
 
 def _numa(folder: Path, meta: HostMeta) -> dict[int, list[int]]:
     if meta.numa is not None:
         return meta.numa
-    lscpu = _read(folder, LSCPU_FILE, required=False)
+    lscpu = _read_optional(folder, LSCPU_FILE)
     if lscpu is None:
         raise RecordedHostError(
             f"recorded host {folder}: host.json has no 'numa' and there is no {LSCPU_FILE}"
@@ -125,12 +129,12 @@ def load_recorded_host(path: str | Path) -> HostFacts:
         if meta.allowed_cpus is None
         else meta.allowed_cpus
     )
-    lspci = _read(folder, LSPCI_FILE, required=False)
+    lspci = _read_optional(folder, LSPCI_FILE)
     try:
         facts = build_host_facts(
-            chip_map_text=_read(folder, CHIP_MAP_FILE, required=True) or "",
-            info_text=_read(folder, INFO_FILE, required=False) or "",
-            topo_text=_read(folder, TOPO_FILE, required=False) or "",
+            chip_map_text=_read(folder, CHIP_MAP_FILE),
+            info_text=_read_optional(folder, INFO_FILE) or "",
+            topo_text=_read_optional(folder, TOPO_FILE) or "",
             numa=numa,
             allowed_cpus=allowed_cpus,
             threads_per_core=meta.threads_per_core,
