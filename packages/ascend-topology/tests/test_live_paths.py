@@ -42,6 +42,15 @@ def test_live_facts_field_by_field(install_fake_npu_smi: InstallFake,
     assert read_live_host(soc="A3").soc == "A3"
 
 
+def test_live_smt_and_architecture_come_from_the_os(install_fake_npu_smi: InstallFake,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_npu_smi("a2-8npu")
+    monkeypatch.setattr("ascend_topology.live.read_threads_per_core", lambda: 2)
+    monkeypatch.setattr(platform, "machine", lambda: "")
+    facts = read_live_host()
+    assert (facts.threads_per_core, facts.arch) == (2, "unknown")
+
+
 def test_numa_from_lscpu_is_recorded(install_fake_npu_smi: InstallFake, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # A host without NUMA sysfs: the layout comes from lscpu, whose output capture keeps.

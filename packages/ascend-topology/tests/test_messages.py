@@ -144,6 +144,19 @@ def test_detect_soc_cases(chip_map_text: str, info: str, chips: dict[int, dict[i
     assert detect_soc(chip_map_text, info, chips) == soc
 
 
+@pytest.mark.parametrize(("chip_map_text", "info_text", "soc"), [
+    ("NPU ID  Chip ID\n0  0  Ascend310P3\n", "", "310P"),
+    ("NPU ID  Chip ID\n0  0\n", "| 0  310P3 | OK |", "310P"),
+    ("NPU ID  Chip ID\n0  0\n", "", "A2"),
+])
+def test_soc_detected_from_both_outputs(chip_map_text: str, info_text: str, soc: str) -> None:
+    facts = build_host_facts(chip_map_text=chip_map_text, info_text=info_text, topo_text="",
+                             numa={0: [0]}, allowed_cpus=[0])
+    assert facts.soc == soc
+    assert build_host_facts(chip_map_text=chip_map_text, info_text=info_text, topo_text="",
+                            numa={0: [0]}, allowed_cpus=[0], soc="A3").soc == "A3"
+
+
 def test_host_facts_need_an_npu() -> None:
     assert _message(ParseError, lambda: build_host_facts(
         chip_map_text="NPU ID  Chip ID\n-  0\n", info_text="", topo_text="",
@@ -224,6 +237,10 @@ def test_command_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run_command([sys.executable, "-c", code]).split() == ["os-env", "C"]
     assert run_command([sys.executable, "-c", code], environ={"KEEP": "given"}).split() == [
         "given", "C"]
+
+
+def test_a_quick_command_within_a_short_timeout() -> None:
+    assert run_command(["true"], timeout=0.99) == ""
 
 
 def test_command_output_is_decoded_leniently() -> None:

@@ -73,8 +73,7 @@ def _read_live(
         visible_devices=parse_visible_devices(env.get(VISIBLE_DEVICES_ENV)),
         soc=soc,
         arch=platform.machine() or "unknown",
-        source="live",
-    )
+    )  # source: "live" by default
     # Only a 310P host can be an RC device; lspci is not run on the others.
     lspci = read_lspci() if facts.soc == "310P" else None
     if lspci is not None:
