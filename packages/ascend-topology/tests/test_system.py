@@ -182,3 +182,20 @@ def test_threads_per_core_reads_cpu0_only(tmp_path: Path,
     (bin_dir / "lscpu").chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
     assert read_threads_per_core(tmp_path / "none") == 1
+
+
+def test_commands_get_no_stdin_and_their_stderr_is_dropped(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    code = "import sys; sys.stderr.write('noise'); print(repr(sys.stdin.read()))"
+    assert run_command([sys.executable, "-c", code], timeout=20) == "''\n"
+    assert capfd.readouterr().err == ""
+
+
+def test_unreadable_cpu0_topology_falls_back(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    (tmp_path / "cpu0" / "topology").mkdir(parents=True)  # no thread_siblings_list
+    (tmp_path / "cpu1" / "topology").mkdir(parents=True)
+    (tmp_path / "cpu1" / "topology" / "thread_siblings_list").write_text("1-2\n")
+    assert read_threads_per_core(tmp_path) == 1

@@ -54,47 +54,43 @@ def run_command(
         raise CommandError(f"`{shown}` could not run: {exc.strerror or exc}") from None
     with proc:
         try:
-            out = _bounded_output(proc, time.monotonic() + timeout, limit)
+            out = _bounded_output(proc, timeout, limit)
         except _Overrun as exc:
             proc.kill()
             proc.wait()
-            what = f"did not finish within {timeout:g} s" if exc.timed_out else (
-                f"printed more than {limit} bytes")
-            raise CommandError(f"`{shown}` {what}") from None
+            raise CommandError(f"`{shown}` {exc}") from None
     if proc.returncode != 0:
         raise CommandError(f"`{shown}` exited with status {proc.returncode}")
     return out.decode("utf-8", errors="replace")
 
 
 class _Overrun(Exception):
-    def __init__(self, timed_out: bool) -> None:
-        super().__init__()
-        self.timed_out = timed_out
+    """The child ran past its deadline or printed past its limit (the message says which)."""
 
 
-def _bounded_output(proc: subprocess.Popen[bytes], deadline: float, limit: int) -> bytes:
-    """Read the child's stdout until EOF and reap it; ``_Overrun`` past the deadline or
-    the byte limit."""
+def _bounded_output(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> bytes:
+    """Read the child's stdout until EOF and reap it; ``_Overrun`` past ``timeout`` seconds
+    or ``limit`` bytes."""
     assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    late = _Overrun(f"did not finish within {timeout:g} s")
     out = bytearray()
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise _Overrun(timed_out=True)
-            if not selector.select(left):
-                continue
+            if left <= 0 or not selector.select(left):
+                raise late
             chunk = os.read(proc.stdout.fileno(), 65536)
             if not chunk:
                 break
             out += chunk
             if len(out) > limit:
-                raise _Overrun(timed_out=False)
+                raise _Overrun(f"printed more than {limit} bytes")
     try:
         proc.wait(max(deadline - time.monotonic(), 0.0))
     except subprocess.TimeoutExpired:
-        raise _Overrun(timed_out=True) from None
+        raise late from None
     return bytes(out)
 
 
