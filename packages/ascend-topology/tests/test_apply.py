@@ -122,7 +122,7 @@ def test_apply_reports_missing_migratepages_and_irq_opt_in(
 
 def _irq_tree(tmp_path: Path) -> dict[str, Any]:
     irq_root = tmp_path / "irq"
-    for irq in (120, 121, 300):
+    for irq in (120, 121, 300, 301):
         (irq_root / str(irq)).mkdir(parents=True)
         (irq_root / str(irq) / "smp_affinity").write_text("ffffffff")
     msi = tmp_path / "pci" / "0000:c1:00.0" / "msi_irqs"
@@ -131,7 +131,9 @@ def _irq_tree(tmp_path: Path) -> dict[str, Any]:
         (msi / str(irq)).write_text("msi")
     interrupts = tmp_path / "interrupts"
     interrupts.write_text(" 120: 0 0 ITS-MSI sq_send_trigger_irq\n"
-                          " 300: 0 0 ITS-MSI sq_send_trigger_irq\n")
+                          " 121: 0 0 ITS-MSI cq_update_irq\n"
+                          " 300: 0 0 ITS-MSI sq_send_trigger_irq\n"
+                          " 301: 0 0 ITS-MSI cq_update_irq\n")
     return {"irq_root": irq_root, "pci_root": tmp_path / "pci", "interrupts": interrupts}
 
 
@@ -139,7 +141,6 @@ def test_irq_binding_writes_masks_for_the_devices_sq_and_cq(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("ascend_topology.irq.irqbalance_active", lambda: False)
-    (tmp_path / "irq" / "301").mkdir(parents=True)
     roots = _irq_tree(tmp_path)
     pool = NpuPlan(npu=0, numa_node=0, cpus=tuple(range(35, 40)), main=(37,), acl=(38,),
                    release=(39,), irq=(35, 36))
@@ -180,7 +181,7 @@ def test_irq_binding_skips_with_reasons(tmp_path: Path, monkeypatch: pytest.Monk
     missing = bind_npu_irqs(pool, "A2", pcie="0000:c9:00.0", **roots)[1][0]
     assert "cannot read the IRQs of 0000:c9:00.0" in missing
     (roots["interrupts"]).write_text("nothing here\n")
-    assert "no sq_send_trigger_irq IRQ belongs" in bind_npu_irqs(
+    assert "no sq_send_trigger_irq IRQ in" in bind_npu_irqs(
         pool, "A2", pcie="0000:c1:00.0", **roots)[1][0]
     no_irq = NpuPlan(npu=0, numa_node=0, cpus=(0,), main=(0,))
     assert "reserves no IRQ CPUs" in bind_npu_irqs(no_irq, "A2", **roots)[1][0]

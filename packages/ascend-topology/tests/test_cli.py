@@ -76,18 +76,21 @@ def test_show_and_examples(run_cli: Run) -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "message", "code"),
     [
-        (["plan", "--host", "nope"], "--host nope: not a folder and not an example host"),
-        (["bind", "--rank", "0", "--host", "a2-8npu"], "add --dry-run"),
-        (["bind", "--rank", "8", "--host", "a2-8npu", "--dry-run"], "rank 8 is out of range"),
-        (["plan", "--host", "a2-8npu", "--min-cpus-per-npu", "0"], "must be 1..1024; got 0"),
-        (["show"], "npu-smi was not found"),
+        (["plan", "--host", "nope"], "--host 'nope': not a folder and not an example host", 2),
+        (["bind", "--rank", "0", "--host", "a2-8npu"], "add --dry-run", 2),
+        (["bind", "--rank", "8", "--host", "a2-8npu", "--dry-run"], "rank 8 is out of range", 2),
+        (["plan", "--host", "a2-8npu", "--min-cpus-per-npu", "0"], "must be 1..1024; got 0", 2),
+        (["plan", "--host", "a2\0x"], "contains a NUL byte", 2),
+        (["show"], "npu-smi was not found", 1),
     ],
 )
-def test_errors_are_one_line(run_cli: Run, argv: list[str], message: str) -> None:
+def test_errors_are_one_line(run_cli: Run, argv: list[str], message: str, code: int) -> None:
     status, out, err = run_cli(*argv)
-    assert status == 1 and out == "" and message in err and err.count("\n") == 1
+    assert (status, out) == (code, "")
+    assert err.startswith("ascend-topology: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_capture_on_this_machine_fails_and_writes_nothing(run_cli: Run, tmp_path: Path) -> None:

@@ -40,6 +40,12 @@ def test_cpu_to_mask(cpu: int, mask: str) -> None:
     assert cpu_to_mask(cpu) == mask
 
 
-def test_cpu_to_mask_rejects_negative() -> None:
-    with pytest.raises(ValueError, match=">= 0"):
-        cpu_to_mask(-1)
+@pytest.mark.parametrize("bad", [-1, 8192, 10**30, True, 3.0])
+def test_cpu_to_mask_rejects_anything_but_a_cpu_id(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"CPU id|outside 0\.\.8191"):
+        cpu_to_mask(bad)  # type: ignore[arg-type]
+
+
+def test_cpu_to_mask_at_the_cap() -> None:
+    # 8191 = 255 * 32 + 31: bit 31 of group 255, then 255 lower groups.
+    assert cpu_to_mask(8191) == "80000000" + ",00000000" * 255

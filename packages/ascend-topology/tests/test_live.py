@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -14,48 +13,19 @@ from ascend_topology import (
     CommandError,
     PlanOptions,
     capture_live_host,
-    example_host_dir,
     load_recorded_host,
     plan,
     read_live_host,
 )
 from ascend_topology.live import read_board_pcie
 
-FAKE = """#!{python}
-import os, sys
-from pathlib import Path
-args = sys.argv[1:]
-with open({log!r}, "a") as log:
-    log.write(" ".join(args) + " LC_ALL=" + os.environ.get("LC_ALL", "") + "\\n")
-files = {{"info -m": "npu-smi-info-m.txt", "info": "npu-smi-info.txt",
-         "info -t topo": "npu-smi-info-t-topo.txt"}}
-key = " ".join(args)
-if key in files:
-    sys.stdout.write((Path({folder!r}) / files[key]).read_text())
-elif args[:3] == ["info", "-t", "board"]:
-    print("Board ID : 0x02")
-    print("PCIe Bus Info                  : 0000:C1:00." + args[-1])
-else:
-    sys.exit(2)
-"""
-
-
-def _install_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, example: str) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "npu-smi.log"
-    script = bin_dir / "npu-smi"
-    script.write_text(FAKE.format(python=sys.executable, log=str(log),
-                                  folder=str(example_host_dir(example))))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-    return log
+from .conftest import InstallFake
 
 
 @pytest.fixture
-def fake_npu_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def fake_npu_smi(install_fake_npu_smi: InstallFake) -> Path:
     """Put an ``npu-smi`` replaying the a3-16die example first on PATH; returns its log."""
-    return _install_fake(tmp_path, monkeypatch, "a3-16die")
+    return install_fake_npu_smi("a3-16die")
 
 
 def test_read_live_host_uses_npu_smi_and_this_machines_cpus(fake_npu_smi: Path) -> None:
@@ -100,12 +70,10 @@ def test_failing_npu_smi_is_one_clear_line(tmp_path: Path,
         read_live_host()
 
 
-def test_bind_then_run_a_command_with_the_binding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bind_then_run_a_command_with_the_binding(install_fake_npu_smi: InstallFake) -> None:
     # The 310P example's chips 0 and 1 are affine to CPUs 0-31: here that is CPUs 0 and 1,
     # split between the two running chips, so rank 0 gets CPU 0.
-    _install_fake(tmp_path, monkeypatch, "310p")
+    install_fake_npu_smi("310p")
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs CPUs 0 and 1")
     script = Path(sys.executable).parent / "ascend-topology"

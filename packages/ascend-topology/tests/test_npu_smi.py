@@ -7,8 +7,8 @@ from ascend_topology.npu_smi import (
     logic_npus,
     parse_board_pcie,
     parse_chip_map,
+    parse_npu_irqs,
     parse_running_npus,
-    parse_sq_irqs,
     parse_topo_affinity,
 )
 
@@ -129,14 +129,20 @@ def test_board_pcie_is_lower_cased() -> None:
     assert parse_board_pcie("nothing") is None
 
 
-def test_sq_irqs_from_proc_interrupts() -> None:
+def test_npu_irqs_from_proc_interrupts() -> None:
     text = (
         "           CPU0       CPU1\n"
         " 120:          0          0   ITS-MSI 1 Edge      sq_send_trigger_irq\n"
         " 121:          0          0   ITS-MSI 2 Edge      cq_update_irq\n"
+        " 122:          0          0   ITS-MSI 3 Edge      eth0-rx\n"
         " 300:          0          0   ITS-MSI 9 Edge      sq_send_trigger_irq\n"
+        " 301:          0          0   ITS-MSI 9 Edge      sq_send_trigger_irq cq_update_irq\n"
+        " 302:          0          0   IR-PCI-MSI 0000:c1:00.0 Edge  cq_update_irq\n"
+        " NMI:          0          0   Non-maskable interrupts sq_send_trigger_irq\n"
     )
-    assert parse_sq_irqs(text) == [120, 300]
+    # A line naming both queue interrupts is ambiguous and attributed to neither.
+    assert parse_npu_irqs(text) == {120: "sq_send_trigger_irq", 121: "cq_update_irq",
+                                    300: "sq_send_trigger_irq", 302: "cq_update_irq"}
 
 
 @pytest.mark.parametrize(
@@ -151,3 +157,37 @@ def test_sq_irqs_from_proc_interrupts() -> None:
 def test_detect_soc(chip_map_text: str, info_text: str, chip_map: dict[int, dict[int, int]],
                     soc: str) -> None:
     assert detect_soc(chip_map_text, info_text, chip_map) == soc
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # No header: the row's last token is the affinity.
+    ("NPU0  X  HCCS  0-3\nNPU1  HCCS  X  4-7\n", {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}),
+    # A blank line and a lone label before the rows; a two-token row is enough.
+    ("\nNPU0\nNPU3  0-1\n", {3: [0, 1]}),
+    # Label ids: six digits are read, seven are garbage (and skipped, not the end).
+    ("NPU1234567  0-1\nNPU123456  2-3\n", {123456: [2, 3]}),
+    # One NPU column, then CPU Affinity and NUMA Affinity: the header's position is used.
+    ("        NPU0    CPU Affinity    NUMA Affinity\nNPU0    X       0-2     0\n",
+     {0: [0, 1, 2]}),
+    # A trailing token after the affinity column does not hide it.
+    ("    NPU0  NPU1  CPU Affinity\nNPU0  X  HCCS  0-3  extra\n", {0: [0, 1, 2, 3]}),
+    # A row shorter than the header: its last token is used.
+    ("    NPU0  NPU1  CPU Affinity\nNPU0  X  0-3\n", {0: [0, 1, 2, 3]}),
+    # "cpu affinity" inside a longer word is no column name.
+    ("    NPU0  XCPU Affinity\nNPU0  X  0-3\n", {0: [0, 1, 2, 3]}),
+    # The column's value is out of range: the last token is tried next.
+    ("  NPU0  CPU Affinity  Spare\nNPU0  X  0-9999  4-5\n", {0: [4, 5]}),
+])
+def test_topo_rows(text: str, expected: dict[int, list[int]]) -> None:
+    assert parse_topo_affinity(text) == expected
+
+
+def test_running_npus_bad_rows_do_not_end_the_table() -> None:
+    text = "| NPU  Chip | Process id |\n| | |\n| x 0 | 1 |\n| 2  0 | 1 |\n"
+    assert parse_running_npus(text, {2: {0: 7}}) == [7]
+
+
+def test_chip_map_bad_rows_do_not_end_the_table() -> None:
+    text = "NPU ID  Chip ID  Chip Logic ID\n0  0  -\n1234567  0  1\n3  0\n2  0  9\n"
+    assert parse_chip_map(text) == {2: {0: 9}}
+    assert parse_chip_map("NPU ID  Chip ID\n123456  0\n") == {123456: {0: 123456}}

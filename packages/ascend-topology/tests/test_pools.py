@@ -5,6 +5,7 @@ from ascend_topology.pools import (
     cluster_pools,
     extend_numa,
     global_slice,
+    overlap_groups,
     topo_affinity_pools,
     uvb_pool,
 )
@@ -149,3 +150,40 @@ def test_topo_affinity_chains_of_overlaps_merge_into_one_group() -> None:
     result = topo_affinity_pools(affinity, list(R(16)), {0: list(R(16))}, [0, 1, 2, 3], 1)
     assert result.groups == [([0, 2, 3], list(R(0, 8))), ([1], list(R(10, 14)))]
     assert result.pools == {0: [0, 1], 1: [*R(10, 14)], 2: [2, 3], 3: [4, 5, 6, 7]}
+
+
+def test_average_distribute_edges() -> None:
+    assert average_distribute([3, 1, 2], []) == {}
+    assert average_distribute([3, 1, 2], [7]) == {7: [1, 2, 3]}
+    # Fewer CPUs than NPUs: every NPU but the last gets none, the last takes them all.
+    assert average_distribute([5, 6], [0, 1, 2]) == {0: [], 1: [], 2: [5, 6]}
+    assert average_distribute([], [0, 1]) == {0: [], 1: []}
+
+
+def test_hidden_npus_near_the_allowed_cpus_take_part() -> None:
+    # NPU 1 (another process's) shares CPUs 0-7 with NPU 0; NPU 2 sits on CPUs not allowed
+    # here and stays out, so NPU 0 gets half of 0-7, not the whole.
+    affinity = {0: R(8), 1: R(8), 2: R(8, 16)}
+    result = topo_affinity_pools(affinity, list(R(8)), {0: list(R(8)), 1: list(R(8, 16))},
+                                 [0], 1)
+    assert result.pools == {0: [0, 1, 2, 3]}
+    assert result.groups == [([0, 1], list(R(8)))]
+
+
+def test_uvb_pool_only_takes_allowed_node_0_cpus() -> None:
+    assert uvb_pool({0: [2, 0, 1], 1: [3]}, [0, 1, 3]) == [1]
+    assert uvb_pool({0: [0]}, [0]) == []
+
+
+def test_global_slice_keeps_host_positions_for_non_contiguous_ids() -> None:
+    # Logical ids 2, 5, 9: positions 0, 1, 2 of 9 CPUs; only NPU 9 asked for.
+    assert global_slice(list(R(9)), [9, 2, 5, 5], {9}) == {9: [6, 7, 8]}
+    assert global_slice([4, 4, 1], [0], {0}) == {0: [1, 4]}
+
+
+def test_overlap_groups_follow_merged_groups() -> None:
+    # 2 bridges 0 and 1; 3 then touches a CPU that belonged to 1's group before the merge.
+    groups = overlap_groups({0: [0, 1], 1: [5, 6], 2: [1, 5], 3: [6, 9], 4: [20]})
+    assert groups == [([0, 1, 2, 3], {0, 1, 5, 6, 9}), ([4], {20})]
+    # Identical lists are one entry; groups come out by their smallest NPU.
+    assert overlap_groups({7: [3], 2: [8], 5: [3]}) == [([2], {8}), ([5, 7], {3})]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from ascend_topology import (
+    HostFacts,
     RecordedHostError,
     example_host_dir,
     example_hosts,
@@ -79,14 +80,15 @@ def _edit_meta(folder: Path, **changes: object) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"soc": "A9"}, "soc 'A9' is not one of"),
-        ({"threads_per_core": 0}, "threads_per_core must be 1..8"),
+        ({"soc": "A9"}, "soc: 'A9' is not one of A2, A3, A5, 310P"),
+        ({"threads_per_core": 0}, "threads_per_core: must be 1..8; got 0"),
         ({"allowed_cpus": "0-x"}, "allowed_cpus: bad CPU list"),
-        ({"allowed_cpus": 5}, "allowed_cpus must be a CPU list"),
-        ({"numa": {"a": "0-3"}}, "numa key 'a' is not a node id"),
-        ({"numa": []}, "numa must be like"),
+        ({"allowed_cpus": 5}, "allowed_cpus: must be a CPU list"),
+        ({"numa": {"a": "0-3"}}, "numa: key 'a' is not a node id"),
+        ({"numa": []}, "numa: must be like"),
         ({"visible_devices": "0,x"}, "visible devices '0,x': 'x' is not a device id"),
-        ({"pcie": {"0": 5}}, "pcie must be like"),
+        ({"pcie": {"0": 5}}, "pcie: must be like"),
+        ({"pcie": {"0": "../../../etc"}}, "pcie: must be like"),
     ],
 )
 def test_invalid_host_json_names_the_problem(
@@ -135,3 +137,90 @@ def test_write_then_load_round_trips(tmp_path: Path) -> None:
     assert {p.name for p in written} == {*outputs, "host.json"}
     again = load_recorded_host(tmp_path / "copy")
     assert again.to_dict() | {"source": ""} == facts.to_dict() | {"source": ""}
+
+
+def test_describe_lists_every_fact() -> None:
+    facts = load_recorded_host("x86-a2")
+    assert facts.describe() == "\n".join([
+        f"host: {example_host_dir('x86-a2')}",
+        "soc: A2   arch: x86_64",
+        "NPUs (logical): 0-7",
+        "running NPUs: 0-7",  # unfiltered; the planner applies the visible devices
+        "visible devices: 4-7",
+        "allowed CPUs: 0-191   threads per core: 2",
+        "NUMA node 0: CPUs 0-47,96-143",
+        "NUMA node 1: CPUs 48-95,144-191",
+        *(f"NPU {n} CPU affinity: {'0-47,96-143' if n < 4 else '48-95,144-191'}"
+          for n in range(8)),
+    ])
+
+
+def test_describe_of_a_bare_host() -> None:
+    facts = HostFacts(soc="310P", numa={1: (4, 5)}, allowed_cpus=(4,), rc_device=True,
+                      rc_source="lspci.txt: no 'accelerators' line", source="bare")
+    assert facts.describe() == "\n".join([
+        "host: bare",
+        "soc: 310P   arch: unknown",
+        "NPUs (logical): -",
+        "running NPUs: -",
+        "visible devices: all",
+        "allowed CPUs: 4   threads per core: 1",
+        "310P mode: RC (root complex) (lspci.txt: no 'accelerators' line)",
+        "NUMA node 1: CPUs 4-5",
+    ])
+
+
+def test_written_host_json_layout(tmp_path: Path) -> None:
+    facts = load_recorded_host("a2-8npu")
+    meta = host_meta(facts)
+    assert meta["pcie"] == {str(n): a for n, a in sorted(facts.pcie.items())}
+    assert meta["pcie"]["0"] == "0000:c1:00.0" and "visible_devices" not in meta
+    write_recorded_host(tmp_path / "w", outputs={"a.txt": "x"}, meta={"soc": "A2", "n": [1]})
+    assert (tmp_path / "w" / "host.json").read_text() == (
+        '{\n  "soc": "A2",\n  "n": [\n    1\n  ]\n}\n')
+    assert (tmp_path / "w" / "a.txt").read_text() == "x"
+
+
+def test_write_refusals_and_errors(tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "old").write_text("x")
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "full", outputs={}, meta={})
+    assert str(caught.value) == (
+        f"cannot write recorded host: {tmp_path}/full is not empty (1 entries); pass --force "
+        "(force=True) to replace the recorded files in it")
+    assert write_recorded_host(tmp_path / "full", outputs={}, meta={}, force=True) == [
+        tmp_path / "full" / "host.json"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "file" / "sub", outputs={}, meta={})
+    assert str(caught.value) == (
+        f"cannot write recorded host to {tmp_path}/file/sub: File exists")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "link", outputs={}, meta={}, force=True)
+    assert str(caught.value) == (
+        f"cannot write recorded host: {tmp_path}/link is a symbolic link, not a folder; "
+        "refused")
+    (tmp_path / "dir" / "host.json").mkdir(parents=True)
+    with pytest.raises(RecordedHostError) as caught:
+        write_recorded_host(tmp_path / "dir", outputs={}, meta={}, force=True)
+    assert str(caught.value) == (
+        f"cannot write recorded host to {tmp_path}/dir: Is a directory")
+
+
+def test_capture_folder_checks(tmp_path: Path) -> None:
+    from ascend_topology.recorded import check_capture_folder
+
+    check_capture_folder(tmp_path / "new", force=False)  # absent: fine
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RecordedHostError) as caught:
+        check_capture_folder(tmp_path / "file" / "sub", force=True)
+    assert str(caught.value) == (
+        f"cannot write recorded host to {tmp_path}/file/sub: Not a directory")
+    with pytest.raises(RecordedHostError) as caught:
+        check_capture_folder(Path("a\0b"), force=True)
+    assert str(caught.value) == (
+        "cannot write recorded host: folder 'a\\x00b' contains a NUL byte; paths cannot hold "
+        "one")

@@ -94,3 +94,108 @@ def test_thread_names_from_proc() -> None:
     finally:
         stop.set()
         thread.join()
+
+
+@pytest.mark.parametrize(("text", "threads"), [
+    ("Thread(s) per core: 2", 2), ("Thread(s) per core:   999 ", 999),
+    ("Thread(s) per core: 1000", None), ("Thread(s) per core: 0", None),
+    ("Thread(s) per core: 1", 1), ("Thread(s) per core: \u0663", None),
+    ("Thread(s) per core: \u00b2", None), ("Thread(s) per core:", None),
+    ("Thread(s) per core: 2: 4", None), ("Thread(s) per core: x\nThread(s) per core: 4", 4),
+])
+def test_threads_per_core_values(text: str, threads: int | None) -> None:
+    assert parse_threads_per_core(text) == threads
+
+
+@pytest.mark.timeout(30)
+def test_sysfs_entries_in_order_skipping_what_is_not_a_node(tmp_path: Path) -> None:
+    # "has_cpu" sorts before the nodes; node1's cpulist cannot be read; node2 is fine.
+    (tmp_path / "has_cpu").write_text("0-3\n")
+    for node in ("node0", "node1", "node2"):
+        (tmp_path / node).mkdir()
+    (tmp_path / "node0" / "cpulist").write_text("0-1\n")
+    os.mkfifo(tmp_path / "node1" / "cpulist")
+    (tmp_path / "node2" / "cpulist").write_text("2-3\n")
+    assert read_numa_sysfs(tmp_path) == {0: [0, 1], 2: [2, 3]}
+
+
+def test_numa_falls_back_to_lscpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lscpu").write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        "print('CPU NODE') if sys.argv[1:] == ['-e=CPU,NODE'] else sys.exit(1)\n"
+        "print('0 0'); print('1 1')\n")
+    (bin_dir / "lscpu").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert read_numa(tmp_path / "no-sysfs") == ({0: [0], 1: [1]}, "CPU NODE\n0 0\n1 1\n")
+    (tmp_path / "node0").mkdir()
+    (tmp_path / "node0" / "cpulist").write_text("5\n")
+    assert read_numa(tmp_path) == ({0: [5]}, None)
+
+
+def test_allowed_cpus_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 9000})
+    with pytest.raises(ParseError) as caught:
+        read_allowed_cpus()
+    assert str(caught.value) == "allowed CPUs: CPU 9000 is outside 0..8191"
+
+
+@pytest.mark.timeout(30)
+def test_thread_readers_skip_what_they_cannot_read(tmp_path: Path) -> None:
+    task = tmp_path / "9" / "task"
+    for tid in ("0x", "10", "11", "12", "abc", "\u0663"):
+        (task / tid).mkdir(parents=True)
+    os.mkfifo(task / "10" / "comm")
+    (task / "11" / "comm").write_text("acl_thread\n")
+    (task / "abc" / "comm").write_text("acl_thread\n")
+    (task / "\u0663" / "comm").write_text("acl_thread\n")
+    (task / "12" / "comm").write_text("acl_thread\n")
+    assert read_thread_names(9, tmp_path) == {11: "acl_thread", 12: "acl_thread"}
+    other = tmp_path / "20" / "task" / "21"
+    other.mkdir(parents=True)
+    (other / "comm").write_text("acl_thread")
+    assert find_threads_named("acl_thread", tmp_path) == [11, 12, 21]
+    assert find_threads_named("python", tmp_path) == []
+
+
+def test_allowed_cpus_of_this_thread() -> None:
+    before = os.sched_getaffinity(0)
+    one = min(before)
+    try:
+        os.sched_setaffinity(0, {one})
+        assert read_allowed_cpus() == [one]  # this thread's, not another process's
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_threads_per_core_reads_cpu0_only(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    for cpu, siblings in (("cpu0", "\n"), ("cpu1", "1,2\n")):
+        (tmp_path / cpu / "topology").mkdir(parents=True)
+        (tmp_path / cpu / "topology" / "thread_siblings_list").write_text(siblings)
+    assert read_threads_per_core(tmp_path) == 1  # cpu0 says nothing: lscpu, else 1
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lscpu").write_text(f"#!{sys.executable}\nprint('Architecture: x86_64')\n")
+    (bin_dir / "lscpu").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert read_threads_per_core(tmp_path / "none") == 1
+
+
+def test_commands_get_no_stdin_and_their_stderr_is_dropped(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    code = "import sys; sys.stderr.write('noise'); print(repr(sys.stdin.read()))"
+    assert run_command([sys.executable, "-c", code], timeout=20) == "''\n"
+    assert capfd.readouterr().err == ""
+
+
+def test_unreadable_cpu0_topology_falls_back(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    (tmp_path / "cpu0" / "topology").mkdir(parents=True)  # no thread_siblings_list
+    (tmp_path / "cpu1" / "topology").mkdir(parents=True)
+    (tmp_path / "cpu1" / "topology" / "thread_siblings_list").write_text("1-2\n")
+    assert read_threads_per_core(tmp_path) == 1

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ascend_topology.apply import apply
-from ascend_topology.errors import TopologyError
+from ascend_topology.errors import PlanError, RecordedHostError, TopologyError
 from ascend_topology.facts import SOCS, HostFacts
 from ascend_topology.live import capture_live_host, read_live_host
 from ascend_topology.plan_types import Plan, PlanOptions
@@ -18,10 +18,14 @@ from ascend_topology.planner import plan
 from ascend_topology.recorded import example_hosts, load_recorded_host
 
 PROG = "ascend-topology"
+EXIT_FAILED = 1
+"""This host could not be read or bound, or the plan cannot be applied as configured."""
+EXIT_BAD_INPUT = 2
+"""Bad input: arguments, option values, a recorded host (argparse uses 2 as well)."""
 
 
-class _Failure(Exception):
-    """A user-facing error raised by the CLI itself (one line)."""
+class _UsageError(Exception):
+    """A user-facing error about how the CLI was called (one line)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def plan_args(p: argparse.ArgumentParser) -> None:
         host_args(p)
-        p.add_argument("--min-cpus-per-npu", type=int, default=5, metavar="N",
-                       help="smallest pool per NPU (default 5)")
+        p.add_argument("--min-cpus-per-npu", type=int, metavar="N",
+                       help="smallest pool per NPU (default: 3 on Ascend 950, else 5)")
         p.add_argument("--bind-irq", action="store_true",
                        help="reserve two CPUs per NPU for its IRQs and bind them")
         p.add_argument("--no-migrate-memory", action="store_true",
@@ -61,8 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     bind.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                       help="program to run with the binding (after --)")
     capture = sub.add_parser("capture", help="record this host into a folder")
-    capture.add_argument("dir", metavar="DIR")
+    capture.add_argument("dir", metavar="DIR", help="folder to record into (created if missing)")
     capture.add_argument("--soc", choices=SOCS, help="override SoC detection")
+    capture.add_argument("--force", action="store_true",
+                         help="write into DIR even when it already holds files")
     sub.add_parser("examples", help="list the bundled example hosts")
     return parser
 
@@ -89,17 +95,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(result.to_json() if args.json else result.explain(args.rank))
     if not result.ok:
         print(f"{PROG}: plan not applicable: {result.reason}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     return 0
 
 
 def _cmd_bind(args: argparse.Namespace) -> int:
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if args.host and not args.dry_run:
-        raise _Failure("--host plans a recorded host; add --dry-run to print its plan "
-                       "(binding needs this host's live facts)")
+        raise _UsageError("--host plans a recorded host; add --dry-run to print its plan "
+                          "(binding needs this host's live facts)")
     if command and args.pid is not None:
-        raise _Failure("give either --pid or a COMMAND to run, not both")
+        raise _UsageError("give either --pid or a COMMAND to run, not both")
     result = _plan(args)
     pool = result.for_rank(args.rank)
     if args.dry_run:
@@ -108,19 +114,22 @@ def _cmd_bind(args: argparse.Namespace) -> int:
         verdict = "would bind" if result.ok else "would NOT bind"
         print(f"\ndry run: {verdict} {target} (rank {args.rank}) to NPU {pool.npu}; "
               "nothing was changed")
-        return 0 if result.ok else 1
+        return 0 if result.ok else EXIT_FAILED
     if not result.ok:
-        raise _Failure(f"cannot bind: {result.reason}")
+        print(f"{PROG}: error: cannot bind: {result.reason}", file=sys.stderr)
+        return EXIT_FAILED
     report = apply(result, args.rank, pid=args.pid, stop_irqbalance=args.stop_irqbalance)
     for line in report.lines():
         print(line)
     if not report.bound:
-        return 1
+        return EXIT_FAILED
     if command:
         try:
             os.execvp(command[0], command)
-        except OSError as exc:
-            raise _Failure(f"cannot run {command[0]}: {exc.strerror}") from None
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+            print(f"{PROG}: error: cannot run {command[0]!r}: {reason}", file=sys.stderr)
+            return EXIT_FAILED
     return 0
 
 
@@ -129,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join(example_hosts()))
         return 0
     if args.command == "capture":
-        for path in capture_live_host(args.dir, soc=args.soc):
+        for path in capture_live_host(args.dir, soc=args.soc, force=args.force):
             print(f"wrote {path}")
         return 0
     if args.command == "show":
@@ -141,21 +150,35 @@ def _run(args: argparse.Namespace) -> int:
     return _cmd_bind(args)
 
 
+def _error(problems: Sequence[str], status: int) -> int:
+    for problem in problems:
+        flat = " ".join(problem.splitlines())  # one line per problem, whatever a value held
+        print(f"{PROG}: error: {flat}", file=sys.stderr)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ascend-topology`` console script; returns the exit status."""
+    """Entry point of the ``ascend-topology`` console script; returns the exit status.
+
+    0 success; 1 (``EXIT_FAILED``) when this host cannot be read or bound or the plan is not
+    applicable; 2 (``EXIT_BAD_INPUT``) for bad arguments, option values or recorded hosts.
+    Errors print one ``ascend-topology: error: ...`` line per problem, never a traceback.
+    """
     args = _parser().parse_args(argv)
     try:
         return _run(args)
     except BrokenPipeError:  # output piped into e.g. `head`: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
-    except (TopologyError, _Failure) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
+    except _UsageError as exc:
+        return _error([str(exc)], EXIT_BAD_INPUT)
+    except (RecordedHostError, PlanError) as exc:
+        return _error(exc.problems, EXIT_BAD_INPUT)
+    except TopologyError as exc:
+        return _error(exc.problems, EXIT_FAILED)
     except Exception as exc:  # one clear line instead of a traceback
-        print(f"{PROG}: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return _error([f"unexpected {type(exc).__name__}: {exc}"], EXIT_FAILED)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,23 @@ def _is_id(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 6
 
 
+def check_cpu_id(value: object, what: str = "CPU id") -> int:
+    """``value`` as a CPU id, or ``ParseError``: an ``int`` (not a ``bool``) in
+    0..``MAX_CPU_ID``. Every CPU id the package accepts passes through here or through
+    ``parse_cpu_list``, which applies the same cap."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"{what} {value!r:.40} is not an integer CPU id")
+    if not 0 <= value <= MAX_CPU_ID:
+        raise ParseError(f"{what} {value} is outside 0..{MAX_CPU_ID}")
+    return value
+
+
+def check_cpu_ids(values: Iterable[object], what: str = "CPU list") -> list[int]:
+    """Every id of ``values`` through ``check_cpu_id``; returns them sorted, without
+    duplicates."""
+    return sorted({check_cpu_id(v, f"{what}: CPU") for v in values})
+
+
 def looks_like_cpu_list(text: str) -> bool:
     """True when ``text`` has the shape ``a-b,c,d-e`` (spaces tolerated)."""
     return bool(_CPU_LIST_RE.match(text))
@@ -36,13 +53,13 @@ def parse_cpu_list(text: str) -> list[int]:
             continue
         low_text, sep, high_text = part.partition("-")
         if not _is_id(low_text) or (sep and not _is_id(high_text)):
-            raise ParseError(f"bad CPU list {text!r}: {part!r} is not 'N' or 'N-M'")
+            raise ParseError(f"bad CPU list {text!r:.60}: {part!r:.20} is not 'N' or 'N-M'")
         low = int(low_text)
         high = int(high_text) if sep else low
         if high < low:
-            raise ParseError(f"bad CPU list {text!r}: range {part!r} runs backwards")
+            raise ParseError(f"bad CPU list {text!r:.60}: range {part!r:.20} runs backwards")
         if high > MAX_CPU_ID:
-            raise ParseError(f"bad CPU list {text!r}: CPU {high} is above {MAX_CPU_ID}")
+            raise ParseError(f"bad CPU list {text!r:.60}: CPU {high} is outside 0..{MAX_CPU_ID}")
         cpus.update(range(low, high + 1))
     return sorted(cpus)
 
@@ -66,8 +83,11 @@ def cpu_to_mask(cpu: int) -> str:
 
     Eight hex digits for the CPU's 32-bit group, then ``,00000000`` per lower group:
     ``cpu_to_mask(3) == "00000008"``, ``cpu_to_mask(35) == "00000008,00000000"``.
+    ``ValueError`` for anything but a CPU id in 0..``MAX_CPU_ID``.
     """
-    if cpu < 0:
-        raise ValueError(f"CPU id must be >= 0, got {cpu}")
+    try:
+        check_cpu_id(cpu)
+    except ParseError as exc:
+        raise ValueError(str(exc)) from None
     group, bit = divmod(cpu, _MASK_BITS)
     return f"{1 << bit:08x}" + ",00000000" * group

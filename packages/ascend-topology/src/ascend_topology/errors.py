@@ -4,7 +4,18 @@ from __future__ import annotations
 
 
 class TopologyError(RuntimeError):
-    """Base of every error this package raises; its message is one actionable line."""
+    """Base of every error this package raises.
+
+    Each problem is one actionable line; an error may carry several (``problems``), e.g. every
+    invalid value of one ``host.json``. ``str(error)`` joins them with ``"; "``.
+    """
+
+    def __init__(self, problem: str, *more: str) -> None:
+        super().__init__(problem, *more)
+        self.problems: tuple[str, ...] = (problem, *more)
+
+    def __str__(self) -> str:
+        return "; ".join(self.problems)
 
 
 class ParseError(TopologyError):
@@ -16,7 +27,7 @@ class CommandError(TopologyError):
 
 
 class RecordedHostError(TopologyError):
-    """A recorded-host folder is missing files or holds invalid values."""
+    """A recorded-host folder is missing files, holds unsafe files or invalid values."""
 
 
 class PlanError(TopologyError):

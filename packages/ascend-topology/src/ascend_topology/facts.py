@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascend_topology.cpulist import format_cpu_list
+from ascend_topology.cpulist import check_cpu_id, format_cpu_list
 from ascend_topology.errors import ParseError, TopologyError
 from ascend_topology.npu_smi import (
     ChipMap,
@@ -27,7 +27,9 @@ class HostFacts:
     """One host as seen by a process: NPUs, their CPU affinity, NUMA layout, allowed CPUs.
 
     NPU ids are logical ids (what ``ASCEND_RT_VISIBLE_DEVICES`` and ranks refer to).
-    ``running_npus`` is unfiltered; the planner applies ``visible_devices``.
+    ``running_npus`` is unfiltered; the planner applies ``visible_devices``. Every CPU id is
+    checked against ``MAX_CPU_ID`` (``TopologyError`` otherwise). ``rc_device`` is the 310P
+    root-complex mode and ``rc_source`` where that answer came from (see ``is_rc_device``).
     """
 
     soc: str
@@ -41,6 +43,8 @@ class HostFacts:
     arch: str = "unknown"
     pcie: Mapping[int, str] = field(default_factory=dict)
     source: str = "live"
+    rc_device: bool = False
+    rc_source: str = "not read"
 
     def __post_init__(self) -> None:
         if self.soc not in SOCS:
@@ -49,6 +53,12 @@ class HostFacts:
             raise TopologyError(f"threads_per_core must be >= 1, got {self.threads_per_core}")
         if not self.numa:
             raise TopologyError("the host has no NUMA layout (no node has CPUs)")
+        groups = [("allowed CPUs", self.allowed_cpus)]
+        groups += [(f"NUMA node {n}", c) for n, c in self.numa.items()]
+        groups += [(f"NPU {n} affinity", c) for n, c in self.affinity.items()]
+        for what, cpus in groups:
+            for cpu in cpus:
+                check_cpu_id(cpu, f"{what}: CPU")
 
     @property
     def logic_npus(self) -> tuple[int, ...]:
@@ -77,6 +87,8 @@ class HostFacts:
             "numa": {str(n): format_cpu_list(c) for n, c in sorted(self.numa.items())},
             "affinity": {str(n): format_cpu_list(c) for n, c in sorted(self.affinity.items())},
             "pcie": {str(n): a for n, a in sorted(self.pcie.items())},
+            "rc_device": self.rc_device,
+            "rc_source": self.rc_source,
         }
 
     def describe(self) -> str:
@@ -89,6 +101,9 @@ class HostFacts:
         lines.append(f"visible devices: {visible}")
         lines.append(f"allowed CPUs: {data['allowed_cpus']}   threads per core: "
                      f"{self.threads_per_core}")
+        if self.soc == "310P":
+            mode = "RC (root complex)" if self.rc_device else "EP (PCIe card)"
+            lines.append(f"310P mode: {mode} ({self.rc_source})")
         for node, cpus in data["numa"].items():
             lines.append(f"NUMA node {node}: CPUs {cpus}")
         for npu, cpus in data["affinity"].items():
@@ -105,7 +120,7 @@ def parse_visible_devices(text: str | None) -> tuple[int, ...] | None:
         part = part.strip()
         if not (part.isdigit() and part.isascii() and len(part) <= 6):
             raise ParseError(
-                f"visible devices {text!r}: {part!r} is not a device id; "
+                f"visible devices {text!r:.60}: {part!r:.20} is not a device id; "
                 "expected comma-separated integers like '0,1'"
             )
         ids.append(int(part))

@@ -5,17 +5,23 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from ascend_topology.errors import CommandError, TopologyError
 from ascend_topology.facts import HostFacts, build_host_facts, parse_visible_devices
 from ascend_topology.npu_smi import parse_board_pcie
+from ascend_topology.rc_mode import rc_mode, read_lspci
 from ascend_topology.recorded import (
     CHIP_MAP_FILE,
     INFO_FILE,
     LSCPU_FILE,
+    LSPCI_FILE,
     TOPO_FILE,
+    check_capture_folder,
     host_meta,
+    read_host_meta,
+    resolve_host_dir,
     write_recorded_host,
 )
 from ascend_topology.system import (
@@ -67,9 +73,13 @@ def _read_live(
         visible_devices=parse_visible_devices(env.get(VISIBLE_DEVICES_ENV)),
         soc=soc,
         arch=platform.machine() or "unknown",
-        source="live",
-    )
-    return facts, outputs
+    )  # source: "live" by default
+    # Only a 310P host can be an RC device; lspci is not run on the others.
+    lspci = read_lspci() if facts.soc == "310P" else None
+    if lspci is not None:
+        outputs[LSPCI_FILE] = lspci
+    rc_device, rc_source = rc_mode(facts.soc, lspci, "lspci")
+    return replace(facts, rc_device=rc_device, rc_source=rc_source), outputs
 
 
 def read_live_host(
@@ -94,10 +104,28 @@ def capture_live_host(
     soc: str | None = None,
     environ: Mapping[str, str] | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    force: bool = False,
 ) -> list[Path]:
-    """Record this host into ``folder`` (recorded-host format); returns the files written."""
+    """Record this host into ``folder`` (recorded-host format); returns the files written.
+
+    A ``folder`` that already holds entries is refused unless ``force``; symbolic links are
+    never followed (see ``write_recorded_host``). Raises ``TopologyError``.
+    """
+    check_capture_folder(Path(folder), force=force)  # fail fast, before running npu-smi
     facts, outputs = _read_live(soc, environ, timeout)
-    return write_recorded_host(Path(folder), outputs=outputs, meta=host_meta(facts))
+    return write_recorded_host(Path(folder), outputs=outputs, meta=host_meta(facts),
+                               force=force)
+
+
+def threads_per_core(host: str | Path | None = None) -> int:
+    """SMT threads per physical core: of this host (sysfs, else ``lscpu``, else 1) when
+    ``host`` is None, else of a recorded host (folder or example name; its ``host.json``).
+
+    Needs no npu-smi. Raises ``RecordedHostError`` for an unreadable recorded host.
+    """
+    if host is None:
+        return read_threads_per_core()
+    return read_host_meta(resolve_host_dir(host)).threads_per_core
 
 
 def read_board_pcie(npu: int, soc: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> str | None:

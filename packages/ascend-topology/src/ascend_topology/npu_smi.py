@@ -16,7 +16,7 @@ ChipMap = dict[int, dict[int, int]]
 
 _COLUMN_SPLIT = re.compile(r"\t+|\s{2,}")
 _NPU_LABEL = re.compile(r"^NPU(\d+)$")
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 # npu-smi ids are small; anything longer is garbage (and keeps int() cheap on fuzzed input).
 _MAX_ID_DIGITS = 6
 # Chip names like "Ascend950DT"; a bare "950" could be a memory figure.
@@ -49,7 +49,7 @@ def parse_chip_map(text: str) -> ChipMap:
     if "npu id" not in columns:
         raise ParseError(
             "npu-smi info -m: header columns must be separated by two or more spaces; "
-            f"got {lines[header_at].strip()!r}"
+            f"got {lines[header_at].strip()!r:.80}"
         )
     npu_col = columns.index("npu id")
     chip_col = columns.index("chip id") if "chip id" in columns else None
@@ -159,24 +159,35 @@ def parse_topo_affinity(text: str) -> dict[int, list[int]]:
     return result
 
 
+def is_pci_address(text: str) -> bool:
+    """True for a lower-case PCI address like ``0000:c1:00.0`` (safe as a path component)."""
+    return _PCI_ADDRESS.fullmatch(text) is not None
+
+
 def parse_board_pcie(text: str) -> str | None:
     """The PCIe address (lower case) from ``npu-smi info -t board``, or None if absent."""
     for line in text.splitlines():
-        if "pcie bus info" in _norm(line):
-            tokens = line.split()
-            value = tokens[-1].lower() if tokens else ""
-            return value if _PCI_ADDRESS.match(value) else None
+        if "pcie bus info" in _norm(line):  # so the line has tokens
+            value = line.split()[-1].lower()
+            return value if is_pci_address(value) else None
     return None
 
 
-def parse_sq_irqs(text: str) -> list[int]:
-    """IRQ numbers of ``sq_send_trigger_irq`` lines in ``/proc/interrupts``."""
-    irqs: list[int] = []
+SQ_IRQ = "sq_send_trigger_irq"
+CQ_IRQ = "cq_update_irq"
+
+
+def parse_npu_irqs(text: str) -> dict[int, str]:
+    """IRQ number -> ``SQ_IRQ`` or ``CQ_IRQ`` for the ``/proc/interrupts`` lines naming one
+    of the two NPU queue interrupts (lines naming both, or neither, are left out)."""
+    irqs: dict[int, str] = {}
     for line in text.splitlines():
-        if "sq_send_trigger_irq" in line:
-            irq = _small_int(line.partition(":")[0])
-            if irq is not None:
-                irqs.append(irq)
+        names = [name for name in (SQ_IRQ, CQ_IRQ) if name in line]
+        if len(names) != 1:
+            continue
+        irq = _small_int(line.partition(":")[0])
+        if irq is not None:
+            irqs[irq] = names[0]
     return irqs
 
 

@@ -7,29 +7,40 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascend_topology.cpulist import format_cpu_list
-from ascend_topology.errors import PlanError
+from ascend_topology.cpulist import check_cpu_id, format_cpu_list
+from ascend_topology.errors import PlanError, TopologyError
 
 MODES = ("global_slice", "topo_affinity", "cluster_pools", "none")
+
+
+def _cpus(values: Any) -> tuple[int, ...]:
+    """CPU ids of a plan object in their order, each under the ``MAX_CPU_ID`` cap."""
+    return tuple(check_cpu_id(c) for c in values)
 
 
 @dataclass(frozen=True)
 class PlanOptions:
     """Planning choices (ascend-config's ``cpu_binding_config`` carries the same three).
 
-    ``min_cpus_per_npu``: smallest pool an NPU may get (default 5: 2 IRQ + main + acl +
-    release); a host that cannot give every NPU this many gets a plan with ``problems``.
+    ``min_cpus_per_npu``: smallest pool an NPU may get; None (the default) means the SoC's
+    default, ``default_min_cpus_per_npu(soc)``: 3 on Ascend 950 (all-main pools, no IRQ,
+    acl or release CPUs there), else 5 (2 IRQ + main + acl + release). A host that cannot
+    give every NPU this many gets a plan with ``problems``. A plan made by ``plan()`` holds
+    the resolved integer.
     ``bind_irq``: reserve the first two pool CPUs for the NPU's IRQs and bind them on apply.
     ``migrate_memory``: run ``migratepages`` to the pool's NUMA node on apply (if installed).
     """
 
-    min_cpus_per_npu: int = 5
+    min_cpus_per_npu: int | None = None
     bind_irq: bool = False
     migrate_memory: bool = True
 
     def __post_init__(self) -> None:
+        if self.min_cpus_per_npu is None:
+            return
         if isinstance(self.min_cpus_per_npu, bool) or not isinstance(self.min_cpus_per_npu, int):
-            raise PlanError(f"min_cpus_per_npu must be an integer; got {self.min_cpus_per_npu!r}")
+            raise PlanError(
+                f"min_cpus_per_npu must be an integer or None; got {self.min_cpus_per_npu!r}")
         if not 1 <= self.min_cpus_per_npu <= 1024:
             raise PlanError(f"min_cpus_per_npu must be 1..1024; got {self.min_cpus_per_npu}")
 
@@ -140,11 +151,11 @@ class Plan:
                 NpuPlan(
                     npu=int(e["npu"]),
                     numa_node=int(e["numa_node"]),
-                    cpus=tuple(int(c) for c in e["cpus"]),
-                    main=tuple(int(c) for c in e["main"]),
-                    acl=tuple(int(c) for c in e.get("acl", ())),
-                    release=tuple(int(c) for c in e.get("release", ())),
-                    irq=tuple(int(c) for c in e.get("irq", ())),
+                    cpus=_cpus(e["cpus"]),
+                    main=_cpus(e["main"]),
+                    acl=_cpus(e.get("acl", ())),
+                    release=_cpus(e.get("release", ())),
+                    irq=_cpus(e.get("irq", ())),
                     quality=float(e.get("quality", 1.0)),
                 )
                 for e in data["npus"]
@@ -155,13 +166,15 @@ class Plan:
                 npus=npus,
                 options=options,
                 numa_nodes=tuple(int(n) for n in data.get("numa_nodes", ())),
-                uvb_cpus=tuple(int(c) for c in data.get("uvb_cpus", ())),
+                uvb_cpus=_cpus(data.get("uvb_cpus", ())),
                 problems=tuple(str(p) for p in data.get("problems", ())),
                 notes=tuple(str(n) for n in data.get("notes", ())),
                 source=str(data.get("source", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PlanError(f"not a plan object: {exc!r}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise PlanError(f"not a plan object: {exc!r:.200}") from None
+        except TopologyError as exc:
+            raise PlanError(f"not a plan object: {exc}") from None
 
     def explain(self, rank: int | None = None) -> str:
         """A readable table per NPU (NUMA node, quality, CPUs by role), then problems/notes.
@@ -191,7 +204,7 @@ class Plan:
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = [head, ""]
         lines += [
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+            "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows
         ]
         if self.uvb_cpus:
             lines.append(f"UVB poll threads: {format_cpu_list(self.uvb_cpus)}")

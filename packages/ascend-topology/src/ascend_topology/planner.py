@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ascend_topology.cpulist import format_cpu_list
 from ascend_topology.facts import HostFacts
@@ -12,6 +13,22 @@ from ascend_topology.pools import cluster_pools, global_slice, topo_affinity_poo
 
 _MODE_BY_SOC = {"A2": "topo_affinity", "310P": "topo_affinity", "A3": "global_slice",
                 "A5": "cluster_pools"}
+# Ascend 950 pools are all main (no IRQ, acl or release CPUs), so 3 CPUs per NPU suffice
+# there, as in the original binder; elsewhere 2 IRQ + main + acl + release.
+_MIN_CPUS_PER_NPU_BY_SOC = {"A5": 3}
+_MIN_CPUS_PER_NPU = 5
+
+
+def default_min_cpus_per_npu(soc: str) -> int:
+    """The ``min_cpus_per_npu`` that ``PlanOptions(min_cpus_per_npu=None)`` means on ``soc``:
+    3 on Ascend 950 ("A5"), 5 on every other SoC."""
+    return _MIN_CPUS_PER_NPU_BY_SOC.get(soc, _MIN_CPUS_PER_NPU)
+
+
+def resolve_min_cpus_per_npu(options: PlanOptions, soc: str) -> int:
+    """``options.min_cpus_per_npu`` when set, else the SoC default."""
+    given = options.min_cpus_per_npu
+    return default_min_cpus_per_npu(soc) if given is None else given
 
 
 def target_npus(facts: HostFacts) -> tuple[list[int], list[str]]:
@@ -69,7 +86,7 @@ def split_roles(
 
 
 def _pools(
-    facts: HostFacts, targets: list[int], options: PlanOptions, notes: list[str]
+    facts: HostFacts, targets: list[int], min_cpus: int, notes: list[str]
 ) -> tuple[str, dict[int, list[int]], list[int], list[str]]:
     """(mode, pools, uvb_cpus, problems) by the SoC's policy, falling back to a global slice."""
     allowed = facts.allowed_cpus
@@ -86,21 +103,18 @@ def _pools(
         notes.append(f"950 cluster pools do not apply ({result.reason}); slicing instead")
         mode = "global_slice"
     if mode == "topo_affinity":
-        result = topo_affinity_pools(facts.affinity, allowed, facts.numa, targets,
-                                     options.min_cpus_per_npu)
+        result = topo_affinity_pools(facts.affinity, allowed, facts.numa, targets, min_cpus)
         if result.pools is not None:
-            problems += _short_groups(result.groups, targets, facts, options.min_cpus_per_npu)
-            return mode, result.pools, [], problems
+            return mode, result.pools, [], _short_groups(result.groups, targets, facts, min_cpus)
         problems.append(result.reason)
         notes.append("the best valid plan below slices the allowed CPUs instead")
         mode = "global_slice"
     everyone = facts.logic_npus
     pools = global_slice(allowed, everyone, set(targets))
-    per_npu = len(allowed) // len(everyone)
-    if per_npu < options.min_cpus_per_npu:
+    if len(allowed) < len(everyone) * min_cpus:
         problems.append(
-            f"{len(everyone)} NPUs need at least {len(everyone) * options.min_cpus_per_npu} "
-            f"CPUs ({options.min_cpus_per_npu} per NPU); {len(allowed)} are allowed"
+            f"{len(everyone)} NPUs need at least {len(everyone) * min_cpus} "
+            f"CPUs ({min_cpus} per NPU); {len(allowed)} are allowed"
         )
     return mode, pools, [], problems
 
@@ -116,7 +130,7 @@ def _short_groups(
     wanted = set(targets)
     problems = []
     for npus, pool in groups:
-        if wanted.isdisjoint(npus) or len(pool) // len(npus) >= min_cpus:
+        if wanted.isdisjoint(npus) or len(pool) >= len(npus) * min_cpus:
             continue
         nodes = ",".join(str(n) for n in sorted({node_of[c] for c in pool if c in node_of}))
         who = f"NPU {npus[0]} needs" if len(npus) == 1 else (
@@ -133,9 +147,12 @@ def plan(facts: HostFacts, options: PlanOptions | None = None) -> Plan:
 
     A3: global slice; A2/310P: topology affinity with NUMA extension and average distribution;
     Ascend 950: cluster pools plus the UVB poll-thread pool. When a hard rule fails the plan
-    carries ``problems`` (with numbers) and the best valid pools found.
+    carries ``problems`` (with numbers) and the best valid pools found. The plan's
+    ``options`` hold the resolved ``min_cpus_per_npu`` (``default_min_cpus_per_npu``).
     """
     options = options or PlanOptions()
+    min_cpus = resolve_min_cpus_per_npu(options, facts.soc)
+    options = replace(options, min_cpus_per_npu=min_cpus)
     targets, notes = target_npus(facts)
 
     def make(mode: str, npus: tuple[NpuPlan, ...], problems: list[str], uvb: Sequence[int] = ()
@@ -148,7 +165,7 @@ def plan(facts: HostFacts, options: PlanOptions | None = None) -> Plan:
         return make("none", (), ["the process may run on no CPU"])
     if not targets:
         return make("none", (), ["no NPU to plan for (npu-smi lists none, or none is visible)"])
-    mode, pools, uvb, problems = _pools(facts, targets, options, notes)
+    mode, pools, uvb, problems = _pools(facts, targets, min_cpus, notes)
     node_of = facts.node_of()
     default_node = min(facts.numa)
     entries = []
@@ -172,7 +189,7 @@ def plan(facts: HostFacts, options: PlanOptions | None = None) -> Plan:
             f"NPU {format_cpu_list(empty)} would get no CPU: {len(facts.allowed_cpus)} allowed "
             f"CPUs cannot give each of {len(facts.logic_npus)} NPUs its own CPU"
         )
-    elif smallest < options.min_cpus_per_npu:
+    elif smallest < min_cpus:
         notes.append(
             f"the best valid plan gives the smallest pool {smallest} CPUs; set "
             f"min_cpus_per_npu={smallest} (cpu_binding_config / --min-cpus-per-npu) to use it"

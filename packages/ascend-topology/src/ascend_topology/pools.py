@@ -29,7 +29,9 @@ def average_distribute(cpus: Sequence[int], npus: Sequence[int]) -> dict[int, li
     order); the last NPU also takes the remainder: 14 CPUs over 3 NPUs -> 4, 4, 6."""
     ordered = sorted(cpus)
     ids = sorted(npus)
-    size = len(ordered) // len(ids) if ids else 0
+    if not ids:
+        return {}
+    size = len(ordered) // len(ids)
     pools: dict[int, list[int]] = {}
     for i, npu in enumerate(ids):
         end = len(ordered) if i == len(ids) - 1 else (i + 1) * size
@@ -148,7 +150,7 @@ def topo_affinity_pools(
             extra = [c for c in extend_numa(pool, numa, allowed_set) if c not in claimed]
             claimed.update(extra)
             pool = sorted({*pool, *extra})
-        pools.update(average_distribute(pool, ids) if len(ids) > 1 else {ids[0]: pool})
+        pools.update(average_distribute(pool, ids))  # one NPU: the whole pool
         shared.append((ids, pool))
     return PoolResult({n: pools[n] for n in targets}, groups=shared)
 

@@ -4,25 +4,42 @@ A folder holds the raw outputs ``npu-smi-info-m.txt``, ``npu-smi-info.txt``,
 ``npu-smi-info-t-topo.txt``, optionally ``lscpu-e.txt`` (``lscpu -e=CPU,NODE``), and
 ``host.json``: ``{"arch": "aarch64", "soc": "A2", "allowed_cpus": "0-191",
 "threads_per_core": 1, "numa": {"0": "0-47", ...}, "visible_devices": "0,1"}`` where ``numa``
-may be omitted when ``lscpu-e.txt`` exists and ``visible_devices`` is optional.
+may be omitted when ``lscpu-e.txt`` exists and ``visible_devices`` is optional. An optional
+``lspci.txt`` (``lspci``) tells a 310P host's RC mode.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ascend_topology.cpulist import format_cpu_list, parse_cpu_list
+from ascend_topology.cpulist import format_cpu_list
 from ascend_topology.errors import RecordedHostError, TopologyError
-from ascend_topology.facts import SOCS, HostFacts, build_host_facts, parse_visible_devices
+from ascend_topology.facts import HostFacts, build_host_facts
+from ascend_topology.host_json import HostMeta, parse_host_json
+from ascend_topology.rc_mode import rc_mode
+from ascend_topology.safe_io import (
+    HOST_JSON_LIMIT,
+    RECORDED_FILE_LIMIT,
+    check_output_dir,
+    check_path_text,
+    open_output_dir,
+    read_limited,
+    write_new_file,
+)
 from ascend_topology.system import parse_lscpu_nodes
 
 CHIP_MAP_FILE = "npu-smi-info-m.txt"
 INFO_FILE = "npu-smi-info.txt"
 TOPO_FILE = "npu-smi-info-t-topo.txt"
 LSCPU_FILE = "lscpu-e.txt"
+LSPCI_FILE = "lspci.txt"
 HOST_FILE = "host.json"
 _EXAMPLES = "example_hosts"
 
@@ -43,125 +60,114 @@ def example_host_dir(name: str) -> Path:
 
 def resolve_host_dir(value: str | Path) -> Path:
     """A folder path, or the name of a bundled example host."""
+    try:
+        check_path_text(str(value), "--host")
+    except TopologyError as exc:
+        raise RecordedHostError(str(exc)) from None
     path = Path(value)
     if path.is_dir():
         return path
-    if isinstance(value, str) and "/" not in value and value in example_hosts():
+    if isinstance(value, str) and value in example_hosts():  # names hold no "/"
         return example_host_dir(value)
     raise RecordedHostError(
-        f"--host {value}: not a folder and not an example host ({', '.join(example_hosts())})"
+        f"--host {str(value)!r}: not a folder and not an example host "
+        f"({', '.join(example_hosts())})"
     )
 
 
-def _read(folder: Path, name: str, *, required: bool) -> str | None:
-    path = folder / name
+def _read(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str:
+    """A required file of the folder (``RecordedHostError`` when missing or unsafe)."""
+    text = _read_optional(folder, name, limit)
+    if text is None:
+        raise RecordedHostError(f"recorded host {folder}: missing {name}")
+    return text
+
+
+def _read_optional(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str | None:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_limited(folder / name, limit)
     except FileNotFoundError:
-        if required:
-            raise RecordedHostError(f"recorded host {folder}: missing {name}") from None
         return None
     except OSError as exc:
-        raise RecordedHostError(f"recorded host {folder}: cannot read {name}: {exc}") from None
+        raise RecordedHostError(
+            f"recorded host {folder}: cannot read {name}: {exc.strerror}") from None
+    except TopologyError as exc:
+        raise RecordedHostError(f"recorded host {folder}: {exc}") from None
 
 
-def _cpus(folder: Path, key: str, value: Any) -> list[int]:
-    if isinstance(value, list) and all(isinstance(v, int) and v >= 0 for v in value):
-        return sorted(set(value))
-    if isinstance(value, str):
-        try:
-            return parse_cpu_list(value)
-        except TopologyError as exc:
-            raise RecordedHostError(f"{folder / HOST_FILE}: {key}: {exc}") from None
-    raise RecordedHostError(
-        f"{folder / HOST_FILE}: {key} must be a CPU list like '0-47,96-143'; got {value!r}"
-    )
+def read_host_meta(folder: Path) -> HostMeta:
+    """The checked ``host.json`` of a recorded-host folder (``RecordedHostError``)."""
+    return parse_host_json(_read(folder, HOST_FILE, HOST_JSON_LIMIT), str(folder / HOST_FILE))
 
 
-def _numa(folder: Path, meta: dict[str, Any]) -> dict[int, list[int]]:
-    raw = meta.get("numa")
-    if raw is None:
-        lscpu = _read(folder, LSCPU_FILE, required=False)
-        if lscpu is None:
-            raise RecordedHostError(
-                f"recorded host {folder}: host.json has no 'numa' and there is no {LSCPU_FILE}"
-            )
-        try:
-            return parse_lscpu_nodes(lscpu)
-        except TopologyError as exc:
-            raise RecordedHostError(f"{folder / LSCPU_FILE}: {exc}") from None
-    if not isinstance(raw, dict) or not raw:
-        raise RecordedHostError(f"{folder / HOST_FILE}: numa must be like {{\"0\": \"0-47\"}}")
-    numa: dict[int, list[int]] = {}
-    for node, cpus in raw.items():
-        if not (isinstance(node, str) and node.isdigit() and node.isascii() and len(node) < 6):
-            raise RecordedHostError(f"{folder / HOST_FILE}: numa key {node!r} is not a node id")
-        numa[int(node)] = _cpus(folder, f"numa[{node}]", cpus)
-    return numa
-
-
-def _meta(folder: Path) -> dict[str, Any]:
-    text = _read(folder, HOST_FILE, required=True) or ""
+def _numa(folder: Path, meta: HostMeta) -> dict[int, list[int]]:
+    if meta.numa is not None:
+        return meta.numa
+    lscpu = _read_optional(folder, LSCPU_FILE)
+    if lscpu is None:
+        raise RecordedHostError(
+            f"recorded host {folder}: host.json has no 'numa' and there is no {LSCPU_FILE}"
+        )
     try:
-        meta = json.loads(text)
-    except ValueError as exc:
-        raise RecordedHostError(f"{folder / HOST_FILE}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict):
-        raise RecordedHostError(f"{folder / HOST_FILE}: must hold a JSON object")
-    soc = meta.get("soc")
-    if soc is not None and soc not in SOCS:
-        raise RecordedHostError(f"{folder / HOST_FILE}: soc {soc!r} is not one of {SOCS}")
-    tpc = meta.get("threads_per_core", 1)
-    if not isinstance(tpc, int) or isinstance(tpc, bool) or not 1 <= tpc <= 8:
-        raise RecordedHostError(f"{folder / HOST_FILE}: threads_per_core must be 1..8; got {tpc!r}")
-    if not isinstance(meta.get("arch", ""), str):
-        raise RecordedHostError(f"{folder / HOST_FILE}: arch must be a string")
-    return meta
+        return parse_lscpu_nodes(lscpu)
+    except TopologyError as exc:
+        raise RecordedHostError(f"{folder / LSCPU_FILE}: {exc}") from None
 
 
 def load_recorded_host(path: str | Path) -> HostFacts:
     """Load a recorded-host folder (or a bundled example name) into ``HostFacts``.
 
-    Raises ``RecordedHostError``/``ParseError`` (both ``TopologyError``) with one clear line.
+    Raises ``RecordedHostError`` (a ``TopologyError``) naming every problem, one line each.
+    Files must be regular files (no symbolic links, FIFOs or devices) within the size limits
+    of ``safe_io`` (``host.json`` 1 MiB, other files 4 MiB).
     """
     folder = resolve_host_dir(path)
-    meta = _meta(folder)
+    meta = read_host_meta(folder)
     numa = _numa(folder, meta)
-    allowed = meta.get("allowed_cpus")
     allowed_cpus = (
         sorted({c for cpus in numa.values() for c in cpus})
-        if allowed is None
-        else _cpus(folder, "allowed_cpus", allowed)
+        if meta.allowed_cpus is None
+        else meta.allowed_cpus
     )
-    visible = meta.get("visible_devices")
-    if isinstance(visible, list):
-        visible = ",".join(str(v) for v in visible)
-    if visible is not None and not isinstance(visible, str):
-        raise RecordedHostError(f"{folder / HOST_FILE}: visible_devices must be like '0,1'")
-    pcie_raw = meta.get("pcie", {})
-    if not isinstance(pcie_raw, dict) or not all(
-        isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 6 and isinstance(v, str)
-        for k, v in pcie_raw.items()
-    ):
-        raise RecordedHostError(f"{folder / HOST_FILE}: pcie must be like {{'0': '0000:c1:00.0'}}")
+    lspci = _read_optional(folder, LSPCI_FILE)
     try:
-        return build_host_facts(
-            chip_map_text=_read(folder, CHIP_MAP_FILE, required=True) or "",
-            info_text=_read(folder, INFO_FILE, required=False) or "",
-            topo_text=_read(folder, TOPO_FILE, required=False) or "",
+        facts = build_host_facts(
+            chip_map_text=_read(folder, CHIP_MAP_FILE),
+            info_text=_read_optional(folder, INFO_FILE) or "",
+            topo_text=_read_optional(folder, TOPO_FILE) or "",
             numa=numa,
             allowed_cpus=allowed_cpus,
-            threads_per_core=int(meta.get("threads_per_core", 1)),
-            visible_devices=parse_visible_devices(visible),
-            soc=meta.get("soc"),
-            arch=str(meta.get("arch", "unknown")),
-            pcie={int(k): v.lower() for k, v in pcie_raw.items()},
+            threads_per_core=meta.threads_per_core,
+            visible_devices=meta.visible_devices,
+            soc=meta.soc,
+            arch=meta.arch,
+            pcie=meta.pcie,
             source=str(folder),
         )
     except RecordedHostError:
         raise
     except TopologyError as exc:
         raise RecordedHostError(f"recorded host {folder}: {exc}") from None
+    rc_device, rc_source = rc_mode(facts.soc, lspci, LSPCI_FILE)
+    return replace(facts, rc_device=rc_device, rc_source=rc_source)
+
+
+def check_capture_folder(folder: Path, *, force: bool) -> None:
+    """Refuse, before reading the host, a ``capture`` folder that ``write_recorded_host``
+    would refuse (``RecordedHostError``)."""
+    with _write_errors(folder):
+        check_output_dir(folder, force=force)
+
+
+@contextmanager
+def _write_errors(folder: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise RecordedHostError(
+            f"cannot write recorded host to {folder}: {exc.strerror or exc}") from None
+    except TopologyError as exc:
+        raise RecordedHostError(f"cannot write recorded host: {exc}") from None
 
 
 def write_recorded_host(
@@ -169,18 +175,24 @@ def write_recorded_host(
     *,
     outputs: dict[str, str],
     meta: dict[str, Any],
+    force: bool = False,
 ) -> list[Path]:
-    """Write raw outputs (file name -> text) and ``host.json``; returns the files written."""
+    """Write raw outputs (file name -> text) and ``host.json``; returns the files written.
+
+    ``folder`` is created when missing; a folder that already holds entries is refused
+    unless ``force``. ``folder`` must not be a symbolic link, and no existing entry in it is
+    opened or followed: each file is written fresh and renamed into place.
+    """
+    files = {**outputs, HOST_FILE: json.dumps(meta, indent=2) + "\n"}
+    with _write_errors(folder):
+        dir_fd = open_output_dir(folder, force=force)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name, text in outputs.items():
-            (folder / name).write_text(text, encoding="utf-8")
-            written.append(folder / name)
-        (folder / HOST_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise RecordedHostError(f"cannot write recorded host to {folder}: {exc}") from None
-    return [*written, folder / HOST_FILE]
+        with _write_errors(folder):
+            for name, text in files.items():
+                write_new_file(dir_fd, name, text)
+    finally:
+        os.close(dir_fd)
+    return [folder / name for name in files]
 
 
 def host_meta(facts: HostFacts) -> dict[str, Any]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ascend_topology.cpulist import parse_cpu_list
+from ascend_topology.cpulist import check_cpu_id, check_cpu_ids, parse_cpu_list
 from ascend_topology.errors import CommandError, ParseError, TopologyError
+from ascend_topology.safe_io import RECORDED_FILE_LIMIT, SYSFS_FILE_LIMIT, read_limited
 
 SYS_NODE_ROOT = Path("/sys/devices/system/node")
 SYS_CPU_ROOT = Path("/sys/devices/system/cpu")
@@ -24,11 +27,13 @@ def run_command(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
+    limit: int = RECORDED_FILE_LIMIT,
 ) -> str:
     """Run ``args`` without a shell in the C locale and return its stdout.
 
-    Raises ``CommandError`` (one line) when the program is missing, fails, or exceeds
-    ``timeout`` seconds (the child is killed). stderr is discarded.
+    Raises ``CommandError`` (one line) when the program is missing, fails, exceeds
+    ``timeout`` seconds or prints more than ``limit`` bytes (the child is killed in both
+    cases). stderr is discarded.
     """
     if not args:
         raise CommandError("run_command needs a program name")
@@ -36,24 +41,57 @@ def run_command(
     env.update(_C_LOCALE)
     shown = " ".join(args)
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             list(args),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             env=env,
-            timeout=timeout,
-            check=False,
         )
     except FileNotFoundError:
         raise CommandError(f"'{args[0]}' was not found on PATH (needed for `{shown}`)") from None
-    except subprocess.TimeoutExpired:
-        raise CommandError(f"`{shown}` did not finish within {timeout:g} s") from None
     except OSError as exc:
         raise CommandError(f"`{shown}` could not run: {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        raise CommandError(f"`{shown}` exited with status {done.returncode}")
-    return done.stdout.decode("utf-8", errors="replace")
+    with proc:
+        try:
+            out = _bounded_output(proc, timeout, limit)
+        except _Overrun as exc:
+            proc.kill()
+            proc.wait()
+            raise CommandError(f"`{shown}` {exc}") from None
+    if proc.returncode != 0:
+        raise CommandError(f"`{shown}` exited with status {proc.returncode}")
+    return out.decode("utf-8", errors="replace")
+
+
+class _Overrun(Exception):
+    """The child ran past its deadline or printed past its limit (the message says which)."""
+
+
+def _bounded_output(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> bytes:
+    """Read the child's stdout until EOF and reap it; ``_Overrun`` past ``timeout`` seconds
+    or ``limit`` bytes."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    late = _Overrun(f"did not finish within {timeout:g} s")
+    out = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                raise late
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > limit:
+                raise _Overrun(f"printed more than {limit} bytes")
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        raise late from None
+    return bytes(out)
 
 
 def parse_lscpu_nodes(text: str) -> dict[int, list[int]]:
@@ -65,7 +103,8 @@ def parse_lscpu_nodes(text: str) -> dict[int, list[int]]:
             continue
         if len(tokens[0]) > 5 or len(tokens[1]) > 5:
             continue
-        nodes.setdefault(int(tokens[1]), set()).add(int(tokens[0]))
+        cpu = check_cpu_id(int(tokens[0]), "lscpu -e=CPU,NODE: CPU")
+        nodes.setdefault(int(tokens[1]), set()).add(cpu)
     if not nodes:
         raise ParseError("lscpu -e=CPU,NODE: no 'CPU NODE' rows of two integers found")
     return {node: sorted(cpus) for node, cpus in sorted(nodes.items())}
@@ -76,7 +115,7 @@ def parse_threads_per_core(text: str) -> int | None:
     for line in text.splitlines():
         if "Thread(s) per core:" in line:
             value = line.partition(":")[2].strip()
-            if value.isdigit() and value.isascii() and 0 < len(value) < 4 and int(value) > 0:
+            if value.isdigit() and value.isascii() and len(value) < 4 and int(value) > 0:
                 return int(value)
     return None
 
@@ -85,7 +124,7 @@ def read_numa_sysfs(root: Path = SYS_NODE_ROOT) -> dict[int, list[int]]:
     """NUMA node -> CPUs from ``/sys/devices/system/node/node*/cpulist`` ({} when absent)."""
     nodes: dict[int, list[int]] = {}
     try:
-        entries = list(root.iterdir())
+        entries = sorted(root.iterdir())
     except OSError:
         return {}
     for entry in entries:
@@ -93,8 +132,8 @@ def read_numa_sysfs(root: Path = SYS_NODE_ROOT) -> dict[int, list[int]]:
         if not match:
             continue
         try:
-            cpus = parse_cpu_list((entry / "cpulist").read_text())
-        except (OSError, ParseError):
+            cpus = parse_cpu_list(read_limited(entry / "cpulist", SYSFS_FILE_LIMIT))
+        except (OSError, TopologyError):
             continue
         if cpus:  # memory-only nodes have no CPUs to plan with
             nodes[int(match.group(1))] = cpus
@@ -117,8 +156,9 @@ def read_threads_per_core(cpu_root: Path = SYS_CPU_ROOT) -> int:
     """SMT threads per core: sysfs sibling list of cpu0, else ``lscpu``, else 1."""
     for cpu_dir in sorted(cpu_root.glob("cpu[0-9]*"))[:1]:
         try:
-            siblings = parse_cpu_list((cpu_dir / "topology" / "thread_siblings_list").read_text())
-        except (OSError, ParseError):
+            siblings = parse_cpu_list(read_limited(
+                cpu_dir / "topology" / "thread_siblings_list", SYSFS_FILE_LIMIT))
+        except (OSError, TopologyError):
             break
         if siblings:
             return len(siblings)
@@ -131,9 +171,10 @@ def read_threads_per_core(cpu_root: Path = SYS_CPU_ROOT) -> int:
 def read_allowed_cpus(pid: int = 0) -> list[int]:
     """CPUs the process may run on (``os.sched_getaffinity``; 0 = this process)."""
     try:
-        return sorted(os.sched_getaffinity(pid))
+        cpus = os.sched_getaffinity(pid)
     except OSError as exc:
         raise TopologyError(f"cannot read the CPU affinity of process {pid}: {exc}") from None
+    return check_cpu_ids(cpus, "allowed CPUs")
 
 
 def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
@@ -141,15 +182,15 @@ def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
     while being read are left out."""
     names: dict[int, str] = {}
     try:
-        tasks = list((proc_root / str(pid) / "task").iterdir())
+        tasks = sorted((proc_root / str(pid) / "task").iterdir())
     except OSError as exc:
         raise TopologyError(f"cannot list the threads of process {pid}: {exc.strerror}") from None
     for task in tasks:
         if not (task.name.isascii() and task.name.isdigit()):
             continue
         try:
-            names[int(task.name)] = (task / "comm").read_text().strip()
-        except OSError:
+            names[int(task.name)] = read_limited(task / "comm", SYSFS_FILE_LIMIT).strip()
+        except (OSError, TopologyError):
             continue
     return names
 
@@ -157,10 +198,10 @@ def read_thread_names(pid: int, proc_root: Path = PROC_ROOT) -> dict[int, str]:
 def find_threads_named(name: str, proc_root: Path = PROC_ROOT) -> list[int]:
     """Thread ids, in any visible process, whose name is ``name`` (sorted)."""
     found: list[int] = []
-    for comm in proc_root.glob("[0-9]*/task/[0-9]*/comm"):
+    for comm in sorted(proc_root.glob("[0-9]*/task/[0-9]*/comm")):
         try:
-            if comm.read_text().strip() == name:
+            if read_limited(comm, SYSFS_FILE_LIMIT).strip() == name:
                 found.append(int(comm.parent.name))
-        except OSError:
+        except (OSError, TopologyError):
             continue
     return sorted(found)

@@ -1,0 +1,177 @@
+"""Bounded, symlink-free file access for recorded hosts, sysfs/procfs and ``capture``.
+
+Reads refuse symbolic links and special files (FIFOs, devices, sockets) before reading a byte:
+the path is ``lstat``-ed, opened with ``O_NOFOLLOW | O_NONBLOCK`` (so a FIFO cannot block the
+open) and the open file is ``fstat``-ed and compared with the ``lstat`` result, so a file
+swapped in between is caught. Every read stops at a stated limit. Writes go through a
+directory descriptor opened with ``O_NOFOLLOW`` and never open an existing name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+
+from ascend_topology.errors import TopologyError
+
+KIB = 1024
+MIB = 1024 * KIB
+RECORDED_FILE_LIMIT = 4 * MIB
+"""Largest recorded npu-smi/lscpu/lspci output (and largest live command output)."""
+HOST_JSON_LIMIT = 1 * MIB
+"""Largest ``host.json``."""
+SYSFS_FILE_LIMIT = 64 * KIB
+"""Largest sysfs/procfs attribute read (``cpulist``, ``thread_siblings_list``, ``comm``)."""
+INTERRUPTS_LIMIT = 64 * MIB
+"""Largest ``/proc/interrupts`` (one column per CPU: about 11 bytes x CPUs x IRQs)."""
+_CHUNK = 64 * KIB
+
+
+def check_path_text(value: str, what: str) -> str:
+    """Return ``value`` unless it holds a NUL byte (which no path can contain)."""
+    if "\0" in value:
+        raise TopologyError(f"{what} {value!r} contains a NUL byte; paths cannot hold one")
+    return value
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISREG, "regular file"), (stat.S_ISLNK, "symbolic link"),
+             (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+             (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"),
+             (stat.S_ISDIR, "directory"))
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def _refuse(path: Path, mode: int) -> TopologyError:
+    return TopologyError(f"{path} is a {_kind(mode)}, not a regular file; refused")
+
+
+def read_limited(path: Path, limit: int) -> str:
+    """Read a regular file of at most ``limit`` bytes as UTF-8 (bad bytes replaced).
+
+    Raises ``TopologyError`` for symbolic links, special files and files over the limit;
+    ``OSError`` (e.g. ``FileNotFoundError``) passes through for the caller to word.
+    """
+    check_path_text(str(path), "file name")
+    before = os.lstat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise _refuse(path, before.st_mode)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # became a symlink after lstat
+            raise _refuse(path, stat.S_IFLNK) from None
+        raise
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise _refuse(path, opened.st_mode)
+        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+            raise TopologyError(f"{path} was replaced while being opened; refused")
+        data = bytearray()
+        while True:
+            chunk = os.read(fd, min(_CHUNK, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > limit:
+                raise TopologyError(f"{path} is larger than the {_size(limit)} limit; refused")
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace")
+
+
+def _size(limit: int) -> str:
+    if limit % MIB == 0:
+        return f"{limit // MIB} MiB"
+    if limit % KIB == 0:
+        return f"{limit // KIB} KiB"
+    return f"{limit} bytes"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_proc_value(path: Path, text: str) -> None:
+    """Write ``text`` into an existing kernel attribute (``/proc/irq/N/smp_affinity``):
+    never creates, truncates or follows a symbolic link. Raises ``OSError``."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _write_all(fd, text.encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+def open_output_dir(folder: Path, *, force: bool) -> int:
+    """Create ``folder`` if needed and return a descriptor of it (caller closes it).
+
+    ``folder`` itself must not be a symbolic link; when it already holds entries it is
+    refused unless ``force``. Raises ``TopologyError`` (one line) or ``OSError``.
+    """
+    check_path_text(str(folder), "folder")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o755)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            mode = os.lstat(folder).st_mode
+            raise TopologyError(f"{folder} is a {_kind(mode)}, not a folder; refused") from None
+        raise
+    entries = os.listdir(fd)
+    if entries and not force:
+        os.close(fd)
+        raise _not_empty(folder, len(entries))
+    return fd
+
+
+def _not_empty(folder: Path, count: int) -> TopologyError:
+    return TopologyError(f"{folder} is not empty ({count} entries); pass --force (force=True) "
+                         "to replace the recorded files in it")
+
+
+def check_output_dir(folder: Path, *, force: bool) -> None:
+    """Refuse early (before any slow work) what ``open_output_dir`` would refuse for an
+    existing ``folder``; ``open_output_dir`` checks again when writing."""
+    check_path_text(str(folder), "folder")
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        raise TopologyError(f"{folder} is a {_kind(mode)}, not a folder; refused")
+    if not force:
+        count = len(os.listdir(folder))
+        if count:
+            raise _not_empty(folder, count)
+
+
+def write_new_file(dir_fd: int, name: str, text: str) -> None:
+    """Create ``name`` in the directory ``dir_fd`` with ``text``.
+
+    The data goes to a fresh temporary file (``O_EXCL | O_NOFOLLOW``) that is then renamed
+    over ``name``: an existing ``name`` (a symbolic link, a FIFO, a file) is replaced as a
+    directory entry, never opened or followed. Raises ``OSError``.
+    """
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"not a plain file name: {name!r}")
+    temp = f".{name}.{os.getpid()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o644, dir_fd=dir_fd)
+    try:
+        try:
+            _write_all(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise

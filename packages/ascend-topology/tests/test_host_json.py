@@ -1,0 +1,130 @@
+"""host.json checks: every value kind at its limits, every message exactly, all problems of
+one file reported together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ascend_topology import RecordedHostError, TopologyError
+from ascend_topology.host_json import HostMeta, cpu_list_value, parse_host_json
+
+W = "H/host.json"
+
+
+def _meta(**values: Any) -> HostMeta:
+    import json
+
+    return parse_host_json(json.dumps(values), W)
+
+
+def _problems(text: str) -> tuple[str, ...]:
+    with pytest.raises(RecordedHostError) as caught:
+        parse_host_json(text, W)
+    return caught.value.problems
+
+
+def test_defaults_for_absent_and_null_keys() -> None:
+    expected = HostMeta(arch="unknown", soc=None, threads_per_core=1, allowed_cpus=None,
+                        numa=None, visible_devices=None, pcie={})
+    assert parse_host_json("{}", W) == expected
+    nulls = dict.fromkeys(["arch", "soc", "threads_per_core", "allowed_cpus", "numa",
+                           "visible_devices", "pcie"])
+    assert _meta(**nulls) == expected
+
+
+def test_every_value_read() -> None:
+    meta = _meta(arch="x86_64", soc="310P", threads_per_core=8, allowed_cpus="0-3,8",
+                 numa={"0": "0-3", "99999": [8, 8]}, visible_devices=[1, 0],
+                 pcie={"3": "0000:C1:00.0"}, extra="ignored")
+    assert meta == HostMeta(arch="x86_64", soc="310P", threads_per_core=8,
+                            allowed_cpus=[0, 1, 2, 3, 8], numa={0: [0, 1, 2, 3], 99999: [8]},
+                            visible_devices=(1, 0), pcie={3: "0000:c1:00.0"})
+
+
+@pytest.mark.parametrize("text", ["[1]", '"x"', "1", "null"])
+def test_not_an_object(text: str) -> None:
+    assert _problems(text) == (f"{W}: must hold a JSON object",)
+
+
+def test_not_json() -> None:
+    assert _problems("{") == (f"{W}: not valid JSON (Expecting property name enclosed in "
+                              "double quotes: line 1 column 2 (char 1))",)
+
+
+def test_deep_nesting_is_one_line() -> None:
+    assert _problems("[" * 100_000) == (f"{W}: not valid JSON (nested too deeply)",)
+
+
+def test_invalid_json_detail_is_cut_at_120_characters() -> None:
+    (problem,) = _problems('{"a": ' + "x" * 500)
+    assert problem == f"{W}: not valid JSON (Expecting value: line 1 column 7 (char 6))"
+    long = _problems("{" + '"k": 1, ' * 3 + "}")[0]
+    assert long.startswith(f"{W}: not valid JSON (") and len(long) <= len(W) + 20 + 120 + 1
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("arch", 5, "arch: must be a short string like 'aarch64'; got 5"),
+    ("arch", "a\0b", "arch: must be a short string like 'aarch64'; got 'a\\x00b'"),
+    ("arch", "a" * 65, "arch: must be a short string like 'aarch64'; got '" + "a" * 39),
+    ("soc", "A9", "soc: 'A9' is not one of A2, A3, A5, 310P"),
+    ("soc", ["A2"], "soc: ['A2'] is not one of A2, A3, A5, 310P"),
+    ("threads_per_core", 0, "threads_per_core: must be 1..8; got 0"),
+    ("threads_per_core", 9, "threads_per_core: must be 1..8; got 9"),
+    ("threads_per_core", True, "threads_per_core: must be 1..8; got True"),
+    ("threads_per_core", "2", "threads_per_core: must be 1..8; got '2'"),
+    ("allowed_cpus", 5, "allowed_cpus: must be a CPU list like '0-47,96-143' or [0, 1]; got 5"),
+    ("allowed_cpus", "0-x", "allowed_cpus: bad CPU list '0-x': '0-x' is not 'N' or 'N-M'"),
+    ("allowed_cpus", [1, "2"], "allowed_cpus: CPU list: CPU '2' is not an integer CPU id"),
+    ("numa", [], 'numa: must be like {"0": "0-47", "1": "48-95"}'),
+    ("numa", {}, 'numa: must be like {"0": "0-47", "1": "48-95"}'),
+    ("numa", {"100000": "0"}, "numa: key '100000' is not a node id (0..99999)"),
+    ("numa", {"-1": "0"}, "numa: key '-1' is not a node id (0..99999)"),
+    ("numa", {"\u0663": "0"}, "numa: key '\u0663' is not a node id (0..99999)"),
+    ("numa", {"0": 7}, "numa: node 0: must be a CPU list like '0-47,96-143' or [0, 1]; got 7"),
+    ("visible_devices", [0, True], "visible_devices: must be like '0,1' or [0, 1]; got [0, True]"),
+    ("visible_devices", 3, "visible_devices: must be like '0,1' or [0, 1]; got 3"),
+    ("visible_devices", "0,x", "visible_devices: visible devices '0,x': 'x' is not a device id; "
+                               "expected comma-separated integers like '0,1'"),
+    ("pcie", [], 'pcie: must be like {"0": "0000:c1:00.0"}'),
+    ("pcie", {"a": "0000:c1:00.0"},
+     'pcie: must be like {"0": "0000:c1:00.0"}; got \'a\': \'0000:c1:00.0\''),
+    ("pcie", {"0": 5}, 'pcie: must be like {"0": "0000:c1:00.0"}; got \'0\': 5'),
+    ("pcie", {"0": "0000:c1:00.0/.."},
+     'pcie: must be like {"0": "0000:c1:00.0"}; got \'0\': \'0000:c1:00.0/..\''),
+])
+def test_each_invalid_value(key: str, value: Any, message: str) -> None:
+    import json
+
+    assert _problems(json.dumps({key: value})) == (f"{W}: {message}",)
+
+
+@pytest.mark.parametrize(("arch", "ok"), [("a" * 63, True), ("a" * 64, True), ("a" * 65, False)])
+def test_arch_length_limit(arch: str, ok: bool) -> None:
+    if ok:
+        assert _meta(arch=arch).arch == arch
+    else:
+        with pytest.raises(RecordedHostError):
+            _meta(arch=arch)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7, 8])
+def test_threads_per_core_accepted(threads: int) -> None:
+    assert _meta(threads_per_core=threads).threads_per_core == threads
+
+
+def test_all_problems_at_once_in_key_order() -> None:
+    import json
+
+    text = json.dumps({"pcie": 1, "numa": 1, "soc": 1, "arch": 1, "threads_per_core": 0,
+                       "allowed_cpus": 1, "visible_devices": 1.5})
+    assert [p.split(": ")[1] for p in _problems(text)] == [
+        "arch", "soc", "threads_per_core", "allowed_cpus", "numa", "visible_devices", "pcie"]
+
+
+def test_cpu_list_value_forms() -> None:
+    assert cpu_list_value("3,1-2") == [1, 2, 3]
+    assert cpu_list_value([3, 1, 3]) == [1, 3]
+    assert cpu_list_value([]) == []
+    with pytest.raises(TopologyError, match=r"^must be a CPU list like "):
+        cpu_list_value(None)
