@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kernels.native_loops import default_loops
+from ascend_kernels import native_loops
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
 from ascend_kernels.validation import check, check_floating, check_out
@@ -32,7 +32,7 @@ def muls_add_out(
     )
     check_out("out", out, x.shape, x.dtype)
     if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.numel() > 0:
-        loop = default_loops().muls_add_bf16()
+        loop = native_loops.default_loops().muls_add_bf16()
         if loop is not None:
             loop(x.contiguous(), y.contiguous(), out, scale)
             return out
