@@ -177,7 +177,7 @@ def test_loader_imports_torch_npu_from_sys_modules_and_reset_restores(fake_npu: 
         state.reset()
         del sys.modules["torch_npu"]
     assert not state.loaded
-    assert A.rms_norm(torch.ones(1, 4), torch.ones(4), 0.0).tolist() == [[1.0] * 4]
+    assert A.rms_norm(torch.ones(1, 4), torch.ones(4), 3.0).tolist() == [[0.5] * 4]
 
 
 def test_loader_reports_a_broken_torch_npu_without_raising(monkeypatch: pytest.MonkeyPatch) -> None:
