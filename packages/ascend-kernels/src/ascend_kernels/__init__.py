@@ -13,10 +13,12 @@ from ascend_kernels.meta_registration import register_meta_if_necessary
 from ascend_kernels.npu_loader import npu_registration
 from ascend_kernels.registration import register_all
 from ascend_kernels.schemas import OP_NAMES, SCHEMAS
+from ascend_kernels.validation import DeviceMismatchError
 
 __all__ = [
     "OP_NAMES",
     "SCHEMAS",
+    "DeviceMismatchError",
     "aligned_16",
     "nd_to_nz_2d",
     "nd_to_nz_spec",
