@@ -47,8 +47,8 @@ def _check_rope(
     check_floating("cos_sin_cache", cos_sin_cache)
 
 
-def _heads_view(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torch.Tensor:
-    """``t`` as ``[T, heads, head_size]`` (a view); ValueError naming ``t`` if it is not."""
+def _check_heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> None:
+    """``t`` must be a float ``[T, heads * head_size]`` or ``[T, heads, head_size]``."""
     dims = t.dim()
     if dims not in (2, 3) or t.shape[0] != tokens or (
         t.shape[-1] % head_size if dims == 2 else t.shape[-1] != head_size
@@ -58,7 +58,11 @@ def _heads_view(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torc
             f" got {list(t.shape)}"
         )
     check_floating(name, t)
-    return t if dims == 3 else t.view(tokens, t.shape[-1] // head_size, head_size)
+
+
+def _heads_view(t: torch.Tensor, tokens: int, head_size: int) -> torch.Tensor:
+    """A checked ``t`` as ``[T, heads, head_size]`` (a view)."""
+    return t if t.dim() == 3 else t.view(tokens, t.shape[-1] // head_size, head_size)
 
 
 def rotary_embedding_check(
@@ -74,8 +78,8 @@ def rotary_embedding_check(
     check_devices(("q", q), ("positions", positions), ("k", k), ("cos_sin_cache", cos_sin_cache))
     _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
     tokens = positions.numel()
-    _heads_view(q, tokens, head_size, "q")
-    _heads_view(k, tokens, head_size, "k")
+    _check_heads(q, tokens, head_size, "q")
+    _check_heads(k, tokens, head_size, "k")
 
 
 def split_qkv_rmsnorm_rope_check(
@@ -191,8 +195,8 @@ def rotary_embedding_out(
     rotary_embedding_check(positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox)
     pos = positions.reshape(-1)
     tokens = pos.shape[0]
-    q3 = _heads_view(q, tokens, head_size, "q")
-    k3 = _heads_view(k, tokens, head_size, "k")
+    q3 = _heads_view(q, tokens, head_size)
+    k3 = _heads_view(k, tokens, head_size)
     check_out("q_out", q_out, q)
     check_out("k_out", k_out, k)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
