@@ -96,6 +96,10 @@ class FakeTorchNpu(types.ModuleType):
             self.marker(92, x.shape[:-1], torch.float32),
         )
 
+    def npu_format_cast(self, weight: torch.Tensor, acl_format: int) -> torch.Tensor:
+        self._record("npu_format_cast", (weight, acl_format), {})
+        return weight.clone()
+
     def _npu_rotary_embedding(self, positions: Any, query: Any, key: Any, *args: Any) -> None:
         self._record("_npu_rotary_embedding", (positions, query, key, *args), {})
         query.fill_(100.0)
