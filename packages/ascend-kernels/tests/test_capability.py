@@ -49,6 +49,7 @@ def test_norm_quant_fusions_need_half_precision_and_310p_has_no_bf16() -> None:
     ],
 )
 def test_bad_queries_are_value_errors(kwargs: dict[str, object], message: str) -> None:
+    kwargs = dict(kwargs)  # parametrize values are shared between runs: do not mutate
     op = kwargs.pop("op")
     with pytest.raises(ValueError, match=message):
         supports(op, **kwargs)  # type: ignore[arg-type]

@@ -70,4 +70,5 @@ def dispose_tensor(t: torch.Tensor) -> None:
 
     Other tensors that share the old storage (views) keep it alive and keep their values.
     """
-    t.set_(torch.empty((0,), dtype=t.dtype, device=t.device))
+    # set_(Tensor) is valid torch API that the type stubs do not list.
+    t.set_(torch.empty((0,), dtype=t.dtype, device=t.device))  # type: ignore[call-overload]
