@@ -101,7 +101,8 @@ class FakeTorchNpu(types.ModuleType):
         return weight.clone()
 
     def _npu_rotary_embedding(self, positions: Any, query: Any, key: Any, *args: Any) -> None:
-        self._record("_npu_rotary_embedding", (positions, query, key, *args), {})
+        # The kernel rotates in place: record the inputs as they were at the call.
+        self._record("_npu_rotary_embedding", (positions, query.clone(), key.clone(), *args), {})
         query.fill_(100.0)
         key.fill_(101.0)
 

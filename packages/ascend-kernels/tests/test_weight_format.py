@@ -108,3 +108,17 @@ def test_dispose_tensor_frees_the_storage_and_keeps_dtype_and_device() -> None:
     meta = torch.empty(3, 3, device="meta")
     dispose_tensor(meta)
     assert meta.shape == (0,) and meta.device.type == "meta"
+
+
+def test_the_installed_torch_npu_is_used_by_default(
+    fake_npu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_npu)
+    weight = _weight(I8)
+    result = maybe_trans_nz(weight, weight_nz_mode=1, soc="A5")
+    assert [(name, args[0] is weight, args[1]) for name, args, _ in fake_npu.calls] == [
+        ("npu_format_cast", True, ACL_FORMAT_FRACTAL_NZ)
+    ]
+    assert result is not weight
