@@ -94,3 +94,21 @@ def test_npu_matrix_matches_the_documented_table(op: str, soc: str) -> None:
 
 def test_every_op_has_a_documented_row() -> None:
     assert set(SPEC) <= set(OP_NAMES) and len(SPEC) == 14
+
+
+def test_bad_query_messages_are_exact() -> None:
+    with pytest.raises(ValueError) as info:
+        supports("rms_nrom")
+    assert str(info.value) == "unknown op 'rms_nrom'; known ops: " + ", ".join(OP_NAMES)
+    with pytest.raises(ValueError) as info:
+        supports("rms_norm", soc="910B")
+    assert str(info.value) == "unknown soc '910B'; allowed: A2, A3, A5, 310P, cpu"
+
+
+@pytest.mark.parametrize(("head_dim", "ok"), [(-1, False), (0, False), (1, True), (2, True)])
+def test_head_dim_must_be_positive_at_the_boundary(head_dim: int, ok: bool) -> None:
+    if ok:
+        assert supports("rms_norm", head_dim=head_dim) is True
+    else:
+        with pytest.raises(ValueError, match=f"^head_dim must be positive, got {head_dim}$"):
+            supports("rms_norm", head_dim=head_dim)

@@ -82,6 +82,10 @@ def test_reset_removes_every_registration_of_a_namespace(test_namespace: str) ->
     try:
         assert register_meta_if_necessary(test_namespace, "expand", lambda x, y, n: y)
         assert register_meta_if_necessary(test_namespace, "other", lambda x: x)
+        for op in ("expand", "other"):  # both live until reset
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(
+                f"{test_namespace}::{op}", "Meta"
+            )
         meta_registry.reset()
         for op in ("expand", "other"):
             assert not torch._C._dispatch_has_kernel_for_dispatch_key(
