@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -309,13 +310,18 @@ def test_truncated_library_is_rebuilt_without_crashing(xdg: Path) -> None:
     _assert_rebuilt_by_us(target)
 
 
-def test_fresh_cache_is_private_and_recorded(tmp_path: Path) -> None:
+def test_fresh_cache_is_private_and_recorded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     root = tmp_path / "a" / "b" / "ascend_kernels"
-    assert native_loops.NativeLoops(root).muls_add_bf16() is not None
+    with caplog.at_level(logging.INFO, logger="ascend_kernels.native_loops"):
+        assert native_loops.NativeLoops(root).muls_add_bf16() is not None
+    assert caplog.records == []  # a first build is not worth a word
     for directory in (tmp_path / "a", tmp_path / "a" / "b", root):
         assert directory.stat().st_mode & 0o777 == 0o700
     target = _target(root)
     _assert_rebuilt_by_us(target)
+    assert target.stat().st_mode & 0o777 == 0o700
     assert _record_for(target).stat().st_mode & 0o777 == 0o600
 
 
@@ -336,3 +342,169 @@ def test_private_fallback_leaves_nothing_behind(
     out = torch.empty_like(x)
     loop(x, y, out, 1e-3)
     assert torch.equal(out, _definition(x, y, 1e-3))
+
+
+def test_directory_problems_are_named_exactly(tmp_path: Path) -> None:
+    euid = os.geteuid()
+    missing = tmp_path / "missing"
+    assert native_cache.directory_problem(missing, euid) == (
+        f"{missing} cannot be inspected: [Errno 2] No such file or directory: '{missing}'"
+    )
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert native_cache.directory_problem(a_file, euid) == f"{a_file} is not a directory"
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert native_cache.directory_problem(link, euid) == f"{link} is a symlink"
+    assert native_cache.directory_problem(real, euid) is None
+    assert native_cache.directory_problem(real, euid + 1) == (
+        f"{real} is owned by uid {euid}, not by this user (uid {euid + 1})"
+    )
+    os.chmod(real, 0o720)
+    assert native_cache.directory_problem(real, euid) == (
+        f"{real} is writable by group or others (mode 720)"
+    )
+    os.chmod(real, 0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    inner = shared / "inner"
+    inner.mkdir(mode=0o700)
+    assert native_cache.directory_problem(inner, euid) == (
+        f"{shared} (above {inner}) is writable by group or others without the sticky bit"
+        " (mode 777)"
+    )
+
+
+@needs_root
+def test_foreign_ancestor_message(tmp_path: Path) -> None:
+    parent = tmp_path / "parent"
+    parent.mkdir(mode=0o755)
+    inner = parent / "inner"
+    inner.mkdir(mode=0o700)
+    os.chown(parent, OTHER_UID, OTHER_UID)
+    assert native_cache.directory_problem(inner, os.geteuid()) == (
+        f"{parent} (above {inner}) is owned by uid {OTHER_UID}"
+    )
+
+
+def test_the_resolved_path_is_checked_too(tmp_path: Path) -> None:
+    # tmp/link -> tmp/shared/real: the lexical parents are fine, the real ones are not.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    real = shared / "real"
+    real.mkdir(mode=0o700)
+    (real / "cache").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    problem = native_cache.directory_problem(tmp_path / "link" / "cache", os.geteuid())
+    assert problem is not None and problem.startswith(f"{shared} (above ")
+
+
+def test_an_uninspectable_ancestor_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inner = tmp_path / "inner"
+    inner.mkdir(mode=0o700)
+    real_stat = os.stat
+
+    def failing_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(path) == tmp_path:
+            raise PermissionError(13, "Permission denied")
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", failing_stat)
+    assert native_cache.directory_problem(inner, os.geteuid()) == (
+        f"{tmp_path} cannot be inspected: [Errno 13] Permission denied"
+    )
+
+
+def test_new_directories_are_0700_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o777)  # mkdir alone would create them with no permission at all
+    try:
+        native_cache.make_private_directory(tmp_path / "a" / "b")
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "a", tmp_path / "a" / "b"):
+        assert directory.stat().st_mode & 0o777 == 0o700
+    native_cache.make_private_directory(tmp_path / "a" / "b")  # existing: left alone
+
+
+def test_a_directory_created_concurrently_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path: Any, mode: int = 0o777) -> None:
+        real_mkdir(path, mode)  # "another process" wins the race
+        raise FileExistsError(17, "File exists", str(path))
+
+    monkeypatch.setattr(os, "mkdir", racing_mkdir)
+    native_cache.make_private_directory(tmp_path / "x" / "y")
+    assert (tmp_path / "x" / "y").is_dir()
+
+
+def test_a_failed_atomic_write_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_replace(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        native_cache.write_atomic(tmp_path, "lib.so", b"data", 0o600)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_untrusted_file_reasons(tmp_path: Path) -> None:
+    euid = os.geteuid()
+    with pytest.raises(native_cache.UntrustedFile) as info:
+        native_cache.read_trusted(tmp_path / "none", euid)
+    assert str(info.value) == f"{tmp_path / 'none'} does not exist"
+    os.mkfifo(tmp_path / "fifo", 0o600)  # must not block the open
+    with pytest.raises(native_cache.UntrustedFile) as info:
+        native_cache.read_trusted(tmp_path / "fifo", euid)
+    assert str(info.value) == f"{tmp_path / 'fifo'} is not a regular file"
+    shared = tmp_path / "shared.so"
+    _plant(shared, b"x", mode=0o646)
+    with pytest.raises(native_cache.UntrustedFile) as info:
+        native_cache.read_trusted(shared, euid)
+    assert str(info.value) == f"{shared} is writable by group or others"
+    mine = tmp_path / "mine.so"
+    _plant(mine, b"x", mode=0o600)
+    with pytest.raises(native_cache.UntrustedFile, match=f"owned by uid {euid}, not by uid"):
+        native_cache.read_trusted(mine, euid + 1)
+    assert native_cache.read_trusted(mine, euid) == b"x"
+
+
+def test_no_trusted_place_at_all_means_the_torch_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir()
+    os.chmod(shared_tmp, 0o777)  # no sticky bit: a private directory in it is not private
+    monkeypatch.setattr("tempfile.tempdir", str(shared_tmp))
+    refused = tmp_path / "cache"
+    refused.mkdir()
+    os.chmod(refused, 0o777)
+    loops = native_loops.NativeLoops(refused)
+    with caplog.at_level(logging.INFO, logger="ascend_kernels.native_loops"):
+        assert loops.muls_add_bf16() is None
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+    assert "unavailable, using torch paths: no trusted directory to build in: " in (
+        caplog.records[1].getMessage()
+    )
+    assert list(shared_tmp.iterdir()) == [] and list(refused.iterdir()) == []
+
+
+def test_compiler_from_cc_comes_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    assert gcc is not None
+    monkeypatch.setenv("CC", gcc)
+    assert native_loops.NativeLoops(Path("/unused")).compiler == gcc
+    monkeypatch.setenv("CC", "no-such-compiler-here")
+    assert native_loops.NativeLoops(Path("/unused")).compiler == shutil.which("cc")

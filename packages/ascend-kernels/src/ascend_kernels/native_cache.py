@@ -101,7 +101,8 @@ def read_trusted(path: Path, euid: int) -> bytes:
     Raises :class:`UntrustedFile` otherwise (also when it does not exist).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO planted under the name must not block the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise UntrustedFile(f"{path} does not exist") from exc
     except OSError as exc:  # ELOOP: a symlink
