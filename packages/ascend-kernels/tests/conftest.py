@@ -96,8 +96,13 @@ class FakeTorchNpu(types.ModuleType):
             self.marker(92, x.shape[:-1], torch.float32),
         )
 
+    def npu_format_cast(self, weight: torch.Tensor, acl_format: int) -> torch.Tensor:
+        self._record("npu_format_cast", (weight, acl_format), {})
+        return weight.clone()
+
     def _npu_rotary_embedding(self, positions: Any, query: Any, key: Any, *args: Any) -> None:
-        self._record("_npu_rotary_embedding", (positions, query, key, *args), {})
+        # The kernel rotates in place: record the inputs as they were at the call.
+        self._record("_npu_rotary_embedding", (positions, query.clone(), key.clone(), *args), {})
         query.fill_(100.0)
         key.fill_(101.0)
 
@@ -150,3 +155,58 @@ def same_bits() -> Any:
         return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
 
     return compare
+
+
+def valid_arguments(op: str, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Valid arguments of ``ascend::<op>`` by schema name (small, odd sizes, seeded)."""
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    x, res, w, b = rand(5, 70), rand(5, 70), rand(70), rand(70)
+    scale, offset = torch.tensor([0.05]), torch.tensor([1.0])
+    pos = torch.tensor([0, 3, 1, 7, 2])
+    cache = rand(8, 32)
+    norm = {"x": x, "residual": res, "weight": w, "eps": 1e-6}
+    table: dict[str, dict[str, Any]] = {
+        "rms_norm": {"x": x, "weight": w, "eps": 1e-6},
+        "add_rms_norm": {**norm, "bias": b},
+        "quantize": {"x": x, "scale": scale, "offset": offset},
+        "dynamic_quant": {"x": x},
+        "add_rms_norm_quant": {
+            "x": x, "residual": res, "weight": w, "scale": scale, "offset": offset,
+            "eps": 1e-6, "bias": b,
+        },
+        "add_rms_norm_dynamic_quant": {**norm, "bias": None},
+        "dynamic_mx_quant": {"x": x},
+        "add_rms_norm_dynamic_mx_quant": norm,
+        "rms_norm_dynamic_mx_quant": {"x": x, "weight": w, "eps": 1e-6},
+        "rotary_embedding": {
+            "positions": pos, "q": rand(5, 4 * 48), "k": rand(5, 2, 48), "cos_sin_cache": cache,
+            "head_size": 48, "rotary_dim": 32, "is_neox": True,
+        },
+        "split_qkv_rmsnorm_rope": {
+            "qkv": rand(5, 8 * 48), "q_weight": rand(48), "k_weight": rand(48),
+            "positions": pos, "cos_sin_cache": cache, "q_size": 4 * 48, "kv_size": 2 * 48,
+            "head_size": 48, "rotary_dim": 32, "is_neox": False, "eps": 1e-6,
+            "q_bias": rand(48), "k_bias": rand(48),
+        },
+        "muls_add": {"x": x, "y": res, "scale": 0.25},
+        "bgmv_expand": {
+            "x": rand(5, 8), "weight": rand(3, 16, 8), "indices": torch.tensor([0, 1, -1, 2, 0]),
+            "y": rand(5, 40), "slice_offset": 8, "slice_size": 16,
+        },
+        "sgmv_expand": {
+            "x": rand(5, 8), "weight": rand(3, 16, 8), "lora_indices": torch.tensor([2, 0]),
+            "seq_len": torch.tensor([2, 3]), "y": rand(5, 40), "slice_offset": 24,
+            "slice_size": 16,
+        },
+    }
+    return dict(table[op])
+
+
+@pytest.fixture(scope="session")
+def valid_args() -> Any:
+    """:func:`valid_arguments` as a fixture (test modules are imported in importlib mode)."""
+    return valid_arguments

@@ -49,6 +49,66 @@ def test_norm_quant_fusions_need_half_precision_and_310p_has_no_bf16() -> None:
     ],
 )
 def test_bad_queries_are_value_errors(kwargs: dict[str, object], message: str) -> None:
+    kwargs = dict(kwargs)  # parametrize values are shared between runs: do not mutate
     op = kwargs.pop("op")
     with pytest.raises(ValueError, match=message):
         supports(op, **kwargs)  # type: ignore[arg-type]
+
+
+# The whole NPU matrix, restated from reference/upstream-behaviour.md (sections 11.1, 12.6)
+# and the README: op -> (SoCs, activation dtypes, head sizes or None for any).
+ALL_NPUS = {"A2", "A3", "A5", "310P"}
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+SPEC: dict[str, tuple[set[str], set[torch.dtype], set[int] | None]] = {
+    "rms_norm": (ALL_NPUS, {F32, BF16, F16}, None),
+    "add_rms_norm": (ALL_NPUS, {F32, BF16, F16}, None),
+    "quantize": (ALL_NPUS, {F32, BF16, F16}, None),
+    "dynamic_quant": (ALL_NPUS, {BF16, F16}, None),
+    "add_rms_norm_quant": ({"A2", "A3", "A5"}, {BF16, F16}, None),
+    "add_rms_norm_dynamic_quant": ({"A2", "A3", "A5"}, {BF16, F16}, None),
+    "dynamic_mx_quant": ({"A5"}, {BF16, F16}, None),
+    "add_rms_norm_dynamic_mx_quant": ({"A5"}, {BF16, F16}, None),
+    "rms_norm_dynamic_mx_quant": ({"A5"}, {BF16, F16}, None),
+    "rotary_embedding": (ALL_NPUS, {F32, BF16, F16}, None),
+    "split_qkv_rmsnorm_rope": ({"A2", "A3", "A5"}, {BF16}, {64, 128}),
+    "muls_add": (ALL_NPUS, {F32, BF16, F16}, None),
+    "bgmv_expand": ({"A2", "A3", "310P"}, {BF16, F16}, None),
+    "sgmv_expand": ({"A2", "A3", "310P"}, {BF16, F16}, None),
+}
+
+
+@pytest.mark.parametrize("soc", sorted(ALL_NPUS))
+@pytest.mark.parametrize("op", sorted(SPEC))
+def test_npu_matrix_matches_the_documented_table(op: str, soc: str) -> None:
+    socs, dtypes, heads = SPEC[op]
+    for dtype in (F32, BF16, F16, torch.int8):
+        # 310P has no bfloat16 at all.
+        expected = soc in socs and dtype in dtypes and not (soc == "310P" and dtype == BF16)
+        for head in (None, 63, 64, 96, 128, 256):
+            allowed = heads is None or head is None or head in heads
+            got = supports(op, dtype=dtype, head_dim=head, soc=soc)
+            assert got == (expected and allowed), (op, soc, dtype, head)
+    # dtype=None: "is this op there at all on this SoC"
+    assert supports(op, soc=soc) == (soc in socs)
+
+
+def test_every_op_has_a_documented_row() -> None:
+    assert set(SPEC) <= set(OP_NAMES) and len(SPEC) == 14
+
+
+def test_bad_query_messages_are_exact() -> None:
+    with pytest.raises(ValueError) as info:
+        supports("rms_nrom")
+    assert str(info.value) == "unknown op 'rms_nrom'; known ops: " + ", ".join(OP_NAMES)
+    with pytest.raises(ValueError) as info:
+        supports("rms_norm", soc="910B")
+    assert str(info.value) == "unknown soc '910B'; allowed: A2, A3, A5, 310P, cpu"
+
+
+@pytest.mark.parametrize(("head_dim", "ok"), [(-1, False), (0, False), (1, True), (2, True)])
+def test_head_dim_must_be_positive_at_the_boundary(head_dim: int, ok: bool) -> None:
+    if ok:
+        assert supports("rms_norm", head_dim=head_dim) is True
+    else:
+        with pytest.raises(ValueError, match=f"^head_dim must be positive, got {head_dim}$"):
+            supports("rms_norm", head_dim=head_dim)

@@ -126,18 +126,18 @@ def test_rope_general_angle_and_3d_input() -> None:
 
 def test_rms_norm_golden() -> None:
     w = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    out = A.rms_norm(torch.tensor([[2.0, -2.0, 2.0, -2.0], [0.0, 0.0, 0.0, 0.0]]), w, 0.0)
-    assert out[0].tolist() == [1.0, -2.0, 3.0, -4.0]  # mean(x^2) = 4, rsqrt = 0.5
-    assert torch.isnan(out[1]).all()  # eps 0 on a zero row: 0 * inf, as in the definition
+    out = A.rms_norm(torch.tensor([[2.0, -2.0, 2.0, -2.0], [0.0, 0.0, 0.0, 0.0]]), w, 12.0)
+    assert out[0].tolist() == [0.5, -1.0, 1.5, -2.0]  # mean(x^2) = 4, rsqrt(4 + 12) = 0.25
+    assert out[1].tolist() == [0.0] * 4
     assert A.rms_norm(torch.zeros(1, 4), w, 1.0).tolist() == [[0.0] * 4]
 
 
 def test_add_rms_norm_golden_with_bias() -> None:
     x = torch.tensor([[1.0, -3.0, 1.0, -3.0]])
     res = torch.tensor([[1.0, 1.0, 1.0, 1.0]])
-    out, res_out = A.add_rms_norm(x, res, torch.ones(4), 0.0, torch.tensor([0.5, 0, 0, 0]))
+    out, res_out = A.add_rms_norm(x, res, torch.ones(4), 12.0, torch.tensor([0.5, 0, 0, 0]))
     assert res_out.tolist() == [[2.0, -2.0, 2.0, -2.0]]
-    assert out.tolist() == [[1.5, -1.0, 1.0, -1.0]]
+    assert out.tolist() == [[1.0, -0.5, 0.5, -0.5]]  # rsqrt(4 + 12) = 0.25, then + bias
 
 
 def test_muls_add_golden_rounds_once() -> None:

@@ -72,3 +72,32 @@ def test_aligned_16() -> None:
     assert aligned_16(t16) is t16
     out = aligned_16(torch.ones(17, 2, dtype=torch.int8))
     assert out.shape == (32, 2) and out.dtype == torch.int8 and out[17:].sum() == 0
+
+
+def test_helpers_keep_dtype_and_device() -> None:
+    # Device-side helpers: the padding is allocated where the input lives, in its dtype.
+    meta = torch.empty(30, 62, dtype=torch.bfloat16, device="meta")
+    for out, shape in (
+        (nd_to_nz_2d(meta), (1, 4, 32, 16)),
+        (nd_to_nz_spec(meta), (1, 4, 32, 16)),
+        (aligned_16(meta), (32, 62)),
+        (trans_nd_to_nz(torch.empty(2, 32, 64, dtype=torch.int8, device="meta")),
+         (2, 2, 2, 16, 32)),
+    ):
+        assert out.device.type == "meta" and tuple(out.shape) == shape
+        assert out.dtype in (torch.bfloat16, torch.int8)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: nd_to_nz_2d(torch.zeros(2, 3, 4)), "2-D tensor"),
+        (lambda: nd_to_nz_spec(torch.zeros(4)), "2-D mask"),
+        (lambda: trans_nd_to_nz(torch.zeros(16)), "at least 2 dims"),
+        (lambda: trans_nd_to_nz(torch.zeros(16, 16, dtype=torch.int8)), r"\(16, 32\)"),
+        (lambda: aligned_16(torch.tensor(1.0)), "at least one dim"),
+    ],
+)
+def test_bad_shapes_are_value_errors(call: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()  # type: ignore[operator]

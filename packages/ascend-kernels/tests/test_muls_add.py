@@ -116,12 +116,14 @@ def test_built_library_is_reused_by_a_new_process_view(
     loops: native_loops.NativeLoops, tmp_path: Path
 ) -> None:
     (library,) = tmp_path.glob("muls_add_bf16-*.so")
-    stamp = library.stat().st_mtime_ns
+    record = library.with_suffix(".sha256")
+    stamps = library.stat().st_mtime_ns, record.stat().st_mtime_ns
     again = native_loops.NativeLoops(tmp_path)
     assert again.muls_add_bf16() is not None
     assert list(tmp_path.glob("muls_add_bf16-*.so")) == [library]
-    assert library.stat().st_mtime_ns == stamp
-    assert not [p for p in tmp_path.iterdir() if p != library]  # no temporary left behind
+    assert (library.stat().st_mtime_ns, record.stat().st_mtime_ns) == stamps
+    # Only the library and its record: no temporary left behind.
+    assert sorted(tmp_path.iterdir()) == sorted([library, record])
 
 
 @pytest.mark.parametrize("compiler", [None, "/nonexistent/cc"])
@@ -135,13 +137,33 @@ def test_without_a_compiler_the_torch_path_is_used(
         assert unavailable.muls_add_bf16() is None
         assert unavailable.muls_add_bf16() is None  # one attempt, one log line
     assert len(caplog.records) == 1
-    assert "using torch paths" in caplog.records[0].getMessage()
+    message = caplog.records[0].getMessage()
+    assert message.startswith("one-pass C loops of muls_add_bf16.c unavailable, using torch"
+                              " paths: ")
+    if compiler is None:
+        assert message.endswith(": no C compiler (cc, gcc or clang) on PATH")
     monkeypatch.setattr(native_loops, "default_loops", lambda: unavailable)
     x, y = _pair((9, 70), torch.bfloat16)
     assert torch.equal(A.muls_add(x, y, 0.37), _definition(x, y, 0.37))
 
 
-def test_unwritable_cache_directory_falls_back(tmp_path: Path) -> None:
+def test_unusable_cache_directory_builds_privately_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert native_loops.NativeLoops(blocker / "cache").muls_add_bf16() is None
+    loops = native_loops.NativeLoops(blocker / "cache")
+    with caplog.at_level(logging.INFO, logger="ascend_kernels.native_loops"):
+        loop = loops.muls_add_bf16()
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    message = caplog.records[0].getMessage()
+    cache = blocker / "cache"
+    assert message == (
+        f"not using the native-loop cache {cache} ({cache} cannot be created: [Errno 20] Not a"
+        f" directory: '{cache}'); building in a private temporary directory instead"
+    )
+    assert loop is not None
+    x, y = _pair((9, 70), torch.bfloat16)
+    out = torch.empty_like(x)
+    loop(x, y, out, 0.37)
+    assert torch.equal(out, _definition(x, y, 0.37))

@@ -177,7 +177,7 @@ def test_loader_imports_torch_npu_from_sys_modules_and_reset_restores(fake_npu: 
         state.reset()
         del sys.modules["torch_npu"]
     assert not state.loaded
-    assert A.rms_norm(torch.ones(1, 4), torch.ones(4), 0.0).tolist() == [[1.0] * 4]
+    assert A.rms_norm(torch.ones(1, 4), torch.ones(4), 3.0).tolist() == [[0.5] * 4]
 
 
 def test_loader_reports_a_broken_torch_npu_without_raising(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,3 +209,62 @@ def test_loader_without_torch_npu_does_nothing(monkeypatch: pytest.MonkeyPatch) 
     state = NpuRegistration()
     assert state.load_if_available() is False
     assert not state.loaded and state.error is None
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, torch.Tensor):
+        return got is want
+    return bool(type(got) is type(want) and got == want)
+
+
+def test_each_adapter_passes_every_argument_in_the_kernels_order(fake_npu_on_cpu: Any) -> None:
+    """Exact positional arguments (the very tensors) and keywords of every kernel call."""
+    x, r, w, b = torch.randn(2, 64), torch.randn(2, 64), torch.randn(64), torch.randn(64)
+    s, o = torch.tensor([0.5]), torch.tensor([1.0])
+    calls: list[tuple[Any, str, tuple[Any, ...], dict[str, Any]]] = [
+        (lambda: A.rms_norm(x, w, 0.25), "npu_rms_norm", (x, w), {"epsilon": 0.25}),
+        (lambda: A.add_rms_norm(x, r, w, 0.5), "npu_add_rms_norm", (x, r, w), {"epsilon": 0.5}),
+        (lambda: A.quantize(x, s, o), "npu_quantize", (x, s, o, torch.qint8, -1, True), {}),
+        (lambda: A.dynamic_quant(x), "npu_dynamic_quant", (x,), {}),
+        (lambda: A.add_rms_norm_quant(x, r, w, s, o, 0.125, b), "npu_add_rms_norm_quant",
+         (x, r, w, s, o), {"epsilon": 0.125, "beta": b}),
+        (lambda: A.add_rms_norm_quant(x, r, w, s, o, 0.125), "npu_add_rms_norm_quant",
+         (x, r, w, s, o), {"epsilon": 0.125}),
+        (lambda: A.add_rms_norm_dynamic_quant(x, r, w, 0.75, b),
+         "npu_add_rms_norm_dynamic_quant", (x, r, w),
+         {"epsilon": 0.75, "output_mask": [True, False], "beta": b}),
+        (lambda: A.add_rms_norm_dynamic_quant(x, r, w, 0.75),
+         "npu_add_rms_norm_dynamic_quant", (x, r, w),
+         {"epsilon": 0.75, "output_mask": [True, False]}),
+        (lambda: A.dynamic_mx_quant(x), "npu_dynamic_mx_quant", (x,), {"dst_type": E4M3}),
+        (lambda: A.add_rms_norm_dynamic_mx_quant(x, r, w, 0.375),
+         "npu_add_rms_norm_dynamic_mx_quant", (x, r, w), {"epsilon": 0.375, "dst_type": E4M3}),
+        (lambda: A.rms_norm_dynamic_mx_quant(x, w, 0.625), "npu_rms_norm_dynamic_mx_quant",
+         (x, w), {"epsilon": 0.625, "dst_type": E4M3}),
+    ]
+    for call, name, args, kwargs in calls:
+        fake_npu_on_cpu.calls.clear()
+        call()
+        ((got_name, got_args, got_kwargs),) = fake_npu_on_cpu.calls
+        assert got_name == name
+        assert len(got_args) == len(args) and all(map(_same, got_args, args)), name
+        assert got_kwargs.keys() == kwargs.keys(), name
+        assert all(_same(got_kwargs[k], v) for k, v in kwargs.items()), name
+
+
+def test_split_qkv_rmsnorm_rope_passes_weights_eps_and_rope_arguments(
+    fake_npu_on_cpu: Any,
+) -> None:
+    qkv = torch.randn(3, 4 * 16)
+    qw, kw, qb = torch.randn(16), torch.randn(16), torch.randn(16)
+    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
+    A.split_qkv_rmsnorm_rope(qkv, qw, kw, pos, cache, 32, 16, 16, 16, False, 0.25, qb, None)
+    (q_norm, k_norm, rope) = fake_npu_on_cpu.calls
+    assert torch.equal(q_norm[1][0], qkv[:, :32].reshape(3, 2, 16)) and q_norm[1][1] is qw
+    assert torch.equal(k_norm[1][0], qkv[:, 32:48].reshape(3, 1, 16)) and k_norm[1][1] is kw
+    assert q_norm[2] == {"epsilon": 0.25} and k_norm[2] == {"epsilon": 0.25}
+    positions, q_in, k_in, head, cache_in, neox = rope[1]
+    assert positions is pos and cache_in is cache and head == 16 and neox is False
+    # q went through the norm kernel's output (marker 10) plus the bias.
+    assert torch.equal(q_in, (torch.full((3, 2, 16), 10.0) + qb).reshape(3, 32))
+    assert torch.equal(k_in, torch.full((3, 16), 10.0))

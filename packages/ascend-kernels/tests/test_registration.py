@@ -110,3 +110,21 @@ def test_reference_ops_fill_one_preallocated_output_per_schema_return() -> None:
             continue
         returns = getattr(torch.ops.ascend, op).default._schema.returns
         assert len(output_names(out_fn)) == len(returns), op
+
+
+def test_reference_functions_take_keywords_and_carry_their_op_name() -> None:
+    from ascend_kernels import ops_norm, ops_quant
+
+    x, r, w, b = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8), torch.randn(8)
+    by_keyword = ops_norm.add_rms_norm(x=x, residual=r, weight=w, eps=1e-5, bias=b)
+    by_position = torch.ops.ascend.add_rms_norm(x, r, w, 1e-5, b)
+    assert all(map(torch.equal, by_keyword, by_position))
+    mixed = ops_quant.add_rms_norm_dynamic_quant(x, r, w, eps=1e-5)
+    assert all(map(torch.equal, mixed, torch.ops.ascend.add_rms_norm_dynamic_quant(x, r, w, 1e-5)))
+    for op in ("rms_norm", "add_rms_norm", "muls_add", "rotary_embedding"):
+        fn = registration.reference_impl(op)
+        assert fn.__name__ == op and fn.__qualname__ == op
+        assert fn.__doc__ == f"Reference ``ascend::{op}``: ``{op}_out`` into fresh outputs."
+        assert registration.fake_impl(op).__name__ == f"{op}_fake"
+    with pytest.raises(LookupError, match="no implementation nope_fake"):
+        registration.fake_impl("nope")

@@ -13,14 +13,26 @@ from ascend_kernels.meta_registration import register_meta_if_necessary
 from ascend_kernels.npu_loader import npu_registration
 from ascend_kernels.registration import register_all
 from ascend_kernels.schemas import OP_NAMES, SCHEMAS
+from ascend_kernels.validation import DeviceMismatchError
+from ascend_kernels.weight_format import (
+    ACL_FORMAT_FRACTAL_NZ,
+    dispose_tensor,
+    maybe_trans_nz,
+    nz_cast_wanted,
+)
 
 __all__ = [
+    "ACL_FORMAT_FRACTAL_NZ",
     "OP_NAMES",
     "SCHEMAS",
+    "DeviceMismatchError",
     "aligned_16",
+    "dispose_tensor",
+    "maybe_trans_nz",
     "nd_to_nz_2d",
     "nd_to_nz_spec",
     "npu_registration",
+    "nz_cast_wanted",
     "register_meta_if_necessary",
     "supports",
     "trans_nd_to_nz",

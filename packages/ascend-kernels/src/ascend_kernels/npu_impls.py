@@ -213,9 +213,26 @@ ADAPTERS: dict[str, Callable[..., Any]] = {
 def register(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1") -> torch.library.Library:
     """Register every adapter bound to ``torch_npu`` under ``dispatch_key``.
 
-    Returns the library; keep it alive (``_destroy()`` removes the registrations).
+    Each adapter first runs the op's argument checks (``<op>_check``, shared with the reference
+    and the fake), so bad input gets the same ``ValueError`` on every device. Returns the
+    library; keep it alive (``_destroy()`` removes the registrations).
     """
+    from ascend_kernels.registration import check_impl
+
     lib = torch.library.Library(NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
     for op, adapter in ADAPTERS.items():
-        lib.impl(op, functools.partial(adapter, torch_npu), dispatch_key)  # type: ignore[no-untyped-call]
+        lib.impl(op, _checked(check_impl(op), functools.partial(adapter, torch_npu)), dispatch_key)  # type: ignore[no-untyped-call]
     return lib
+
+
+def _checked(
+    check: Callable[..., None] | None, kernel: Callable[..., Any]
+) -> Callable[..., Any]:
+    if check is None:
+        return kernel
+
+    def checked_kernel(*args: Any, **kwargs: Any) -> Any:
+        check(*args, **kwargs)
+        return kernel(*args, **kwargs)
+
+    return checked_kernel

@@ -15,24 +15,27 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kernels.native_loops import default_loops
+from ascend_kernels import native_loops
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
-from ascend_kernels.validation import check, check_floating, check_out
+from ascend_kernels.validation import check_devices, check_floating, check_out, check_same_shape
+
+
+def muls_add_check(x: torch.Tensor, y: torch.Tensor, scale: float) -> None:
+    """Argument checks of ``ascend::muls_add``: float ``x``, ``y`` like ``x``, same device."""
+    check_devices(("x", x), ("y", y))
+    check_floating("x", x)
+    check_same_shape("y", y, x)
 
 
 def muls_add_out(
     x: torch.Tensor, y: torch.Tensor, scale: float, *, out: torch.Tensor
 ) -> torch.Tensor:
     """``muls_add`` into a preallocated contiguous ``out`` (shape and dtype of ``x``)."""
-    check_floating("x", x)
-    check(
-        y.shape == x.shape and y.dtype == x.dtype,
-        f"y must match x (shape {list(x.shape)}, {x.dtype}), got {list(y.shape)}, {y.dtype}",
-    )
-    check_out("out", out, x.shape, x.dtype)
+    muls_add_check(x, y, scale)
+    check_out("out", out, x)
     if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.numel() > 0:
-        loop = default_loops().muls_add_bf16()
+        loop = native_loops.default_loops().muls_add_bf16()
         if loop is not None:
             loop(x.contiguous(), y.contiguous(), out, scale)
             return out
@@ -56,8 +59,10 @@ def muls_add_chunked_out(
     return out
 
 
-def muls_add_fake(x: torch.Tensor, *_: object) -> torch.Tensor:
-    """Fake ``ascend::muls_add`` (and the reference's output allocation): shaped like ``x``."""
+def muls_add_fake(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+    """Fake ``ascend::muls_add`` (and the reference's output allocation): checks the
+    arguments, returns a tensor shaped like ``x``."""
+    muls_add_check(x, y, scale)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 

@@ -10,36 +10,78 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kernels.validation import check
+from ascend_kernels.validation import check_devices, check_floating, check_index
 
 
 def _weights3(weight: torch.Tensor) -> torch.Tensor:
     if weight.dim() == 4 and weight.shape[1] == 1:
         return weight.squeeze(1)
-    check(weight.dim() == 3, f"weight must be [num_loras, out, rank], got {list(weight.shape)}")
     return weight
 
 
-def _check(
-    x: torch.Tensor, w3: torch.Tensor, y: torch.Tensor, slice_offset: int, slice_size: int
+def _check_expand(
+    x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, slice_offset: int, slice_size: int
 ) -> None:
-    check(
-        x.dim() == 2 and y.dim() == 2, f"x and y must be 2-D, got {list(x.shape)}, {list(y.shape)}"
+    """The arguments both expand ops share (devices are checked by the callers)."""
+    for name, t in (("x", x), ("y", y)):
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D [T, ...], got {list(t.shape)}")
+        check_floating(name, t)
+    check_floating("weight", weight)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y need the same token count, got {x.shape[0]}, {y.shape[0]}")
+    if slice_offset < 0 or slice_size < 0 or slice_offset + slice_size > y.shape[1]:
+        raise ValueError(
+            f"slice_offset ({slice_offset}) and slice_size ({slice_size}) must be >= 0 and"
+            f" the slice must lie within y's {y.shape[1]} columns"
+        )
+    w3 = _weights3(weight)
+    if w3.dim() != 3 or w3.shape[1] != slice_size or w3.shape[2] != x.shape[1]:
+        raise ValueError(
+            f"weight must be [num_loras, slice_size={slice_size}, rank={x.shape[1]}]"
+            f" (or [num_loras, 1, {slice_size}, {x.shape[1]}]), got {list(weight.shape)}"
+        )
+
+
+def bgmv_expand_check(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    y: torch.Tensor,
+    slice_offset: int,
+    slice_size: int,
+) -> None:
+    """Argument checks of ``ascend::bgmv_expand`` (index values: checked by the reference)."""
+    check_devices(("x", x), ("weight", weight), ("indices", indices), ("y", y))
+    _check_expand(x, weight, y, slice_offset, slice_size)
+    check_index("indices", indices)
+    if indices.dim() != 1 or indices.shape[0] != x.shape[0]:
+        raise ValueError(f"indices must be [T={x.shape[0]}], got {list(indices.shape)}")
+
+
+def sgmv_expand_check(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    lora_indices: torch.Tensor,
+    seq_len: torch.Tensor,
+    y: torch.Tensor,
+    slice_offset: int,
+    slice_size: int,
+) -> None:
+    """Argument checks of ``ascend::sgmv_expand`` (values of seq_len and lora_indices: checked
+    by the reference, which needs them anyway)."""
+    check_devices(
+        ("x", x), ("weight", weight), ("lora_indices", lora_indices), ("seq_len", seq_len),
+        ("y", y),
     )
-    check(
-        x.shape[0] == y.shape[0],
-        f"x and y need the same token count, got {x.shape[0]}, {y.shape[0]}",
-    )
-    check(
-        w3.shape[1] == slice_size and w3.shape[2] == x.shape[1],
-        f"weight must be [num_loras, slice_size={slice_size}, rank={x.shape[1]}],"
-        f" got {list(w3.shape)}",
-    )
-    check(
-        slice_offset >= 0 and slice_offset + slice_size <= y.shape[1],
-        f"slice [{slice_offset}, {slice_offset + slice_size}) must lie within y's"
-        f" {y.shape[1]} columns",
-    )
+    _check_expand(x, weight, y, slice_offset, slice_size)
+    check_index("lora_indices", lora_indices)
+    check_index("seq_len", seq_len)
+    if lora_indices.dim() != 1 or lora_indices.shape != seq_len.shape:
+        raise ValueError(
+            f"lora_indices and seq_len must be 1-D of equal length,"
+            f" got {list(lora_indices.shape)}, {list(seq_len.shape)}"
+        )
 
 
 def _expand(
@@ -49,6 +91,7 @@ def _expand(
     y: torch.Tensor,
     slice_offset: int,
     slice_size: int,
+    index_name: str = "indices",
 ) -> torch.Tensor:
     out = y.clone(memory_format=torch.contiguous_format)
     target = out[:, slice_offset : slice_offset + slice_size]
@@ -57,7 +100,10 @@ def _expand(
     for lora in torch.unique(token_lora).tolist():
         if lora < 0:
             continue
-        check(lora < w3.shape[0], f"LoRA index {lora} out of range for {w3.shape[0]} LoRAs")
+        if lora >= w3.shape[0]:
+            raise ValueError(
+                f"{index_name} must be < num_loras={w3.shape[0]} (negative: no LoRA), got {lora}"
+            )
         rows = (token_lora == lora).nonzero().squeeze(1)
         acc[rows] += x32[rows] @ w3[lora].to(torch.float32).T
     target.copy_(acc)
@@ -73,13 +119,8 @@ def bgmv_expand(
     slice_size: int,
 ) -> torch.Tensor:
     """Reference ``ascend::bgmv_expand``: one LoRA index per token."""
-    w3 = _weights3(weight)
-    _check(x, w3, y, slice_offset, slice_size)
-    check(
-        indices.dim() == 1 and indices.shape[0] == x.shape[0],
-        f"indices must be [T={x.shape[0]}], got {list(indices.shape)}",
-    )
-    return _expand(x, w3, indices, y, slice_offset, slice_size)
+    bgmv_expand_check(x, weight, indices, y, slice_offset, slice_size)
+    return _expand(x, _weights3(weight), indices, y, slice_offset, slice_size)
 
 
 def sgmv_expand(
@@ -93,16 +134,16 @@ def sgmv_expand(
 ) -> torch.Tensor:
     """Reference ``ascend::sgmv_expand``: ``bgmv_expand`` with ``lora_indices[i]`` repeated
     ``seq_len[i]`` times (one LoRA index per sequence)."""
-    check(
-        lora_indices.shape == seq_len.shape and lora_indices.dim() == 1,
-        f"lora_indices and seq_len must be 1-D of equal length,"
-        f" got {list(lora_indices.shape)}, {list(seq_len.shape)}",
-    )
-    tokens = x.shape[0] if x.dim() else 0
+    sgmv_expand_check(x, weight, lora_indices, seq_len, y, slice_offset, slice_size)
+    if bool((seq_len < 0).any()):
+        raise ValueError(f"seq_len must be >= 0, got {seq_len.tolist()}")
     total = int(seq_len.sum())
-    check(total == tokens, f"seq_len must sum to the token count {tokens}, got {total}")
+    if total != x.shape[0]:
+        raise ValueError(f"seq_len must sum to the token count {x.shape[0]}, got {total}")
     token_lora = torch.repeat_interleave(lora_indices, seq_len)
-    return bgmv_expand(x, weight, token_lora, y, slice_offset, slice_size)
+    return _expand(
+        x, _weights3(weight), token_lora, y, slice_offset, slice_size, "lora_indices"
+    )
 
 
 def bgmv_expand_fake(
@@ -113,7 +154,8 @@ def bgmv_expand_fake(
     slice_offset: int,
     slice_size: int,
 ) -> torch.Tensor:
-    """Fake ``ascend::bgmv_expand``: a new tensor shaped like ``y``."""
+    """Fake ``ascend::bgmv_expand``: checks the arguments; a new tensor shaped like ``y``."""
+    bgmv_expand_check(x, weight, indices, y, slice_offset, slice_size)
     return torch.empty(y.shape, dtype=y.dtype, device=y.device)
 
 
@@ -126,5 +168,6 @@ def sgmv_expand_fake(
     slice_offset: int,
     slice_size: int,
 ) -> torch.Tensor:
-    """Fake ``ascend::sgmv_expand``: a new tensor shaped like ``y``."""
+    """Fake ``ascend::sgmv_expand``: checks the arguments; a new tensor shaped like ``y``."""
+    sgmv_expand_check(x, weight, lora_indices, seq_len, y, slice_offset, slice_size)
     return torch.empty(y.shape, dtype=y.dtype, device=y.device)

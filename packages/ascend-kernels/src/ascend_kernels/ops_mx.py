@@ -15,10 +15,10 @@ from functools import partial
 
 import torch
 
-from ascend_kernels.ops_norm import normed_chunks
+from ascend_kernels.ops_norm import check_norm_args, normed_chunks
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import RowSource, Scratch, as_rows3, float32_chunks, scratch_for
-from ascend_kernels.validation import check_floating, check_out
+from ascend_kernels.validation import check_floating, check_out, check_rows
 
 BLOCK = 32
 E4M3_MAX = 448.0
@@ -65,6 +65,24 @@ def mx_into(
     q.copy_(tmp.view(n, inner, nb * BLOCK)[..., :width])
 
 
+def dynamic_mx_quant_check(x: torch.Tensor) -> None:
+    """Argument checks of ``ascend::dynamic_mx_quant``."""
+    check_floating("x", x)
+    check_rows("x", x)
+
+
+def rms_norm_dynamic_mx_quant_check(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """Argument checks of ``ascend::rms_norm_dynamic_mx_quant``."""
+    check_norm_args(x, weight, eps)
+
+
+def add_rms_norm_dynamic_mx_quant_check(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> None:
+    """Argument checks of ``ascend::add_rms_norm_dynamic_mx_quant``."""
+    check_norm_args(x, weight, eps, residual)
+
+
 def _q_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
 
@@ -78,9 +96,9 @@ def _mx_quant_rows(
     x: torch.Tensor, source: RowSource, out: torch.Tensor, scale_out: torch.Tensor
 ) -> None:
     """MX quantization of every chunk of ``source`` (rows of ``x``) into the outputs."""
-    check_out("out", out, x.shape, torch.float8_e4m3fn)
+    check_out("out", out, x, dtype=torch.float8_e4m3fn)
     scale_shape = torch.Size((*x.shape[:-1], num_blocks(x.shape[-1])))
-    check_out("scale_out", scale_out, scale_shape, torch.float8_e8m0fnu)
+    check_out("scale_out", scale_out, x, scale_shape, torch.float8_e8m0fnu)
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
     q3 = out.view(x3.shape)
@@ -94,7 +112,7 @@ def dynamic_mx_quant_out(
     x: torch.Tensor, *, out: torch.Tensor, scale_out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``dynamic_mx_quant`` into preallocated contiguous ``out`` and ``scale_out``."""
-    check_floating("x", x)
+    dynamic_mx_quant_check(x)
     _mx_quant_rows(x, partial(float32_chunks, x), out, scale_out)
     return out, scale_out
 
@@ -110,6 +128,11 @@ def rms_norm_dynamic_mx_quant_out(
     residual_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused (add-)RMSNorm + MX quant into preallocated outputs."""
+    check_norm_args(x, weight, eps, residual)
+    if residual is not None:
+        if residual_out is None:
+            raise ValueError("residual_out is required with residual")
+        check_out("residual_out", residual_out, x)
     normed = partial(normed_chunks, x, weight, eps, residual=residual, residual_out=residual_out)
     _mx_quant_rows(x, normed, out, scale_out)
     return out, scale_out
@@ -132,26 +155,29 @@ def add_rms_norm_dynamic_mx_quant_out(
     return out, scale_out, residual_out
 
 
-# The fakes allocate an op's outputs (also for the reference ops, see out_variants); the
-# outputs' shapes depend on x only, so the other arguments are not named.
+# The fakes check the arguments and allocate the outputs (also for the reference ops, see
+# out_variants), so the reference, the fake and torch.compile reject the same inputs.
 
 
 def dynamic_mx_quant_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fake ``ascend::dynamic_mx_quant``."""
+    dynamic_mx_quant_check(x)
     return _q_like(x), _mx_scale_like(x)
 
 
 def rms_norm_dynamic_mx_quant_fake(
-    x: torch.Tensor, *_: object
+    x: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fake ``ascend::rms_norm_dynamic_mx_quant``."""
+    rms_norm_dynamic_mx_quant_check(x, weight, eps)
     return _q_like(x), _mx_scale_like(x)
 
 
 def add_rms_norm_dynamic_mx_quant_fake(
-    x: torch.Tensor, *_: object
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_dynamic_mx_quant``."""
+    add_rms_norm_dynamic_mx_quant_check(x, residual, weight, eps)
     return _q_like(x), _mx_scale_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 

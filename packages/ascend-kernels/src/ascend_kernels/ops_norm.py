@@ -16,8 +16,11 @@ from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, as_rows3, chunks, scratch_for, upcast
 from ascend_kernels.validation import (
     check,
+    check_devices,
+    check_eps,
     check_floating,
     check_out,
+    check_rows,
     check_same_shape,
     check_vector,
 )
@@ -41,14 +44,41 @@ def rms_into(
         dst.add_(bias32)
 
 
-def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+def check_norm_args(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> None:
+    """The (add-)RMSNorm arguments: same device, float ``x`` with a non-empty last dim H,
+    ``weight``/``bias`` ``[H]``, ``residual`` like ``x``, finite ``eps > 0``."""
+    check_devices(("x", x), ("weight", weight), ("residual", residual), ("bias", bias))
     check_floating("x", x)
-    check(
-        x.dim() >= 1 and x.shape[-1] > 0, f"x must have a non-empty last dim, got {list(x.shape)}"
-    )
-    check_vector("weight", weight, x.shape[-1])
+    check_rows("x", x)
+    width = x.shape[-1]
+    check_vector("weight", weight, width)
     if bias is not None:
-        check_vector("bias", bias, x.shape[-1])
+        check_vector("bias", bias, width)
+    if residual is not None:
+        check_same_shape("residual", residual, x)
+    check_eps(eps)
+
+
+def rms_norm_check(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """Argument checks of ``ascend::rms_norm``."""
+    check_norm_args(x, weight, eps)
+
+
+def add_rms_norm_check(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> None:
+    """Argument checks of ``ascend::add_rms_norm``."""
+    check_norm_args(x, weight, eps, residual, bias)
 
 
 def normed_chunks(
@@ -70,16 +100,15 @@ def normed_chunks(
     so a consumer quantizing it matches the unfused composition bit for bit. When ``residual``
     is given, ``residual_out`` (preallocated, contiguous) receives ``x + residual``. With
     ``out`` (preallocated, contiguous, x's shape and dtype) every chunk is also stored there,
-    float32 ones directly (no extra copy).
+    float32 ones directly (no extra copy). The caller has checked the arguments
+    (:func:`check_norm_args`).
     """
-    _check_norm_args(x, weight, bias)
     x3 = as_rows3(x)
     rows, inner, width = x3.shape
     if scratch is None:
         scratch = scratch_for(x)
     r3 = ro3 = None
     if residual is not None:
-        check_same_shape("residual", residual, x)
         check(residual_out is not None, "residual_out is required with residual")
         assert residual_out is not None
         r3 = as_rows3(residual).reshape(x3.shape)
@@ -126,7 +155,8 @@ def rms_norm_out(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``rms_norm`` into a preallocated contiguous ``out`` (shape and dtype of ``x``)."""
-    check_out("out", out, x.shape, x.dtype)
+    check_norm_args(x, weight, eps, bias=bias)
+    check_out("out", out, x)
     for _ in normed_chunks(x, weight, eps, bias=bias, round_to_dtype=False, out=out):
         pass
     return out
@@ -143,8 +173,9 @@ def add_rms_norm_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``add_rms_norm`` into preallocated contiguous ``out`` and ``residual_out``."""
-    check_out("out", out, x.shape, x.dtype)
-    check_out("residual_out", residual_out, x.shape, x.dtype)
+    check_norm_args(x, weight, eps, residual, bias)
+    check_out("out", out, x)
+    check_out("residual_out", residual_out, x)
     for _ in normed_chunks(
         x,
         weight,
@@ -159,18 +190,30 @@ def add_rms_norm_out(
     return out, residual_out
 
 
-# The fakes allocate an op's outputs (also for the reference ops, see out_variants); the
-# outputs' shapes depend on the first argument only, so the other arguments are not named.
+# The fakes check the arguments and allocate the outputs (also for the reference ops, see
+# out_variants), so the reference, the fake and torch.compile reject the same inputs.
 
 
-def rms_norm_fake(x: torch.Tensor, *_: object) -> torch.Tensor:
-    """Fake ``ascend::rms_norm``: shaped like ``x``."""
+def rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Fake ``ascend::rms_norm``: checks the arguments, returns a tensor shaped like ``x``."""
+    rms_norm_check(x, weight, eps)
+    return _like(x)
+
+
+def add_rms_norm_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake ``ascend::add_rms_norm``: checks the arguments; ``(out, residual_out)`` like ``x``."""
+    add_rms_norm_check(x, residual, weight, eps, bias)
+    return _like(x), _like(x)
+
+
+def _like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
-def add_rms_norm_fake(x: torch.Tensor, *_: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::add_rms_norm``: ``(out, residual_out)`` shaped like ``x``."""
-    return rms_norm_fake(x), rms_norm_fake(x)
 
 
 rms_norm = into_fresh_outputs(rms_norm_out, rms_norm_fake)

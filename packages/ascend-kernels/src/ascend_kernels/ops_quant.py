@@ -14,10 +14,10 @@ from functools import partial
 
 import torch
 
-from ascend_kernels.ops_norm import normed_chunks
+from ascend_kernels.ops_norm import check_norm_args, normed_chunks
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import RowSource, as_rows3, float32_chunks, scratch_for
-from ascend_kernels.validation import check, check_floating, check_out
+from ascend_kernels.validation import check_devices, check_floating, check_out, check_rows
 
 
 def quant_into(
@@ -52,14 +52,61 @@ def dynamic_quant_into(
     q.copy_(tmp)
 
 
-def _static_params(
-    scale: torch.Tensor, offset: torch.Tensor, width: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def check_static_params(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> None:
+    """``scale`` (floating) and ``offset`` (floating or integer): 1 value or one per channel."""
+    width = x.shape[-1]
     for name, t in (("scale", scale), ("offset", offset)):
-        check(
-            t.numel() in (1, width),
-            f"{name} must hold 1 value (per tensor) or {width} (per channel), got {t.numel()}",
-        )
+        numel = t.numel()
+        if numel != 1 and numel != width:
+            raise ValueError(
+                f"{name} must hold 1 value (per tensor) or {width} (per channel), got {numel}"
+            )
+    check_floating("scale", scale)
+    if offset.dtype == torch.bool or offset.is_complex():
+        raise ValueError(f"offset must be a floating or integer tensor, got {offset.dtype}")
+
+
+def quantize_check(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> None:
+    """Argument checks of ``ascend::quantize``."""
+    check_devices(("x", x), ("scale", scale), ("offset", offset))
+    check_floating("x", x)
+    check_rows("x", x)
+    check_static_params(x, scale, offset)
+
+
+def dynamic_quant_check(x: torch.Tensor) -> None:
+    """Argument checks of ``ascend::dynamic_quant``."""
+    check_floating("x", x)
+    check_rows("x", x)
+
+
+def add_rms_norm_quant_check(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> None:
+    """Argument checks of ``ascend::add_rms_norm_quant``."""
+    check_devices(("x", x), ("scale", scale), ("offset", offset))
+    check_norm_args(x, weight, eps, residual, bias)
+    check_static_params(x, scale, offset)
+
+
+def add_rms_norm_dynamic_quant_check(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> None:
+    """Argument checks of ``ascend::add_rms_norm_dynamic_quant``."""
+    check_norm_args(x, weight, eps, residual, bias)
+
+
+def _static_params(scale: torch.Tensor, offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return scale.to(torch.float32).reshape(-1), offset.to(torch.float32).reshape(-1)
 
 
@@ -79,8 +126,8 @@ def _static_quant_rows(
     out: torch.Tensor,
 ) -> None:
     """Static int8 quantization of every chunk of ``source`` (rows of ``x``) into ``out``."""
-    check_out("out", out, x.shape, torch.int8)
-    s32, o32 = _static_params(scale, offset, x.shape[-1])
+    check_out("out", out, x, dtype=torch.int8)
+    s32, o32 = _static_params(scale, offset)
     q3 = out.view(as_rows3(x).shape)
     scratch = scratch_for(x)
     for start, stop, src32 in source(scratch):
@@ -92,8 +139,8 @@ def _dynamic_quant_rows(
     x: torch.Tensor, source: RowSource, out: torch.Tensor, scale_out: torch.Tensor
 ) -> None:
     """Per-row dynamic int8 quantization of every chunk of ``source`` (rows of ``x``)."""
-    check_out("out", out, x.shape, torch.int8)
-    check_out("scale_out", scale_out, x.shape[:-1], torch.float32)
+    check_out("out", out, x, dtype=torch.int8)
+    check_out("scale_out", scale_out, x, x.shape[:-1], torch.float32)
     x3 = as_rows3(x)
     q3 = out.view(x3.shape)
     s2 = scale_out.view(x3.shape[:2])
@@ -109,7 +156,7 @@ def quantize_out(
     x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, *, out: torch.Tensor
 ) -> torch.Tensor:
     """``quantize`` into a preallocated contiguous int8 ``out``."""
-    check_floating("x", x)
+    quantize_check(x, scale, offset)
     _static_quant_rows(x, partial(float32_chunks, x), scale, offset, out)
     return out
 
@@ -118,7 +165,7 @@ def dynamic_quant_out(
     x: torch.Tensor, *, out: torch.Tensor, scale_out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``dynamic_quant`` into preallocated contiguous ``out`` (int8) and ``scale_out``."""
-    check_floating("x", x)
+    dynamic_quant_check(x)
     _dynamic_quant_rows(x, partial(float32_chunks, x), out, scale_out)
     return out, scale_out
 
@@ -136,6 +183,8 @@ def add_rms_norm_quant_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``add_rms_norm_quant`` into preallocated ``out`` (int8) and ``residual_out``."""
+    add_rms_norm_quant_check(x, residual, weight, scale, offset, eps, bias)
+    check_out("residual_out", residual_out, x)
     normed = partial(
         normed_chunks, x, weight, eps, residual=residual, residual_out=residual_out, bias=bias
     )
@@ -155,6 +204,8 @@ def add_rms_norm_dynamic_quant_out(
     residual_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fused ``add_rms_norm_dynamic_quant`` into preallocated outputs."""
+    add_rms_norm_dynamic_quant_check(x, residual, weight, eps, bias)
+    check_out("residual_out", residual_out, x)
     normed = partial(
         normed_chunks, x, weight, eps, residual=residual, residual_out=residual_out, bias=bias
     )
@@ -162,29 +213,45 @@ def add_rms_norm_dynamic_quant_out(
     return out, scale_out, residual_out
 
 
-# The fakes allocate an op's outputs (also for the reference ops, see out_variants); the
-# outputs' shapes depend on x only, so the other arguments are not named.
+# The fakes check the arguments and allocate the outputs (also for the reference ops, see
+# out_variants), so the reference, the fake and torch.compile reject the same inputs.
 
 
-def quantize_fake(x: torch.Tensor, *_: object) -> torch.Tensor:
+def quantize_fake(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     """Fake ``ascend::quantize``."""
+    quantize_check(x, scale, offset)
     return _int8_like(x)
 
 
 def dynamic_quant_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fake ``ascend::dynamic_quant``."""
+    dynamic_quant_check(x)
     return _int8_like(x), _scale_like(x)
 
 
-def add_rms_norm_quant_fake(x: torch.Tensor, *_: object) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm_quant_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_quant``."""
+    add_rms_norm_quant_check(x, residual, weight, scale, offset, eps, bias)
     return _int8_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 def add_rms_norm_dynamic_quant_fake(
-    x: torch.Tensor, *_: object
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fake ``ascend::add_rms_norm_dynamic_quant``."""
+    add_rms_norm_dynamic_quant_check(x, residual, weight, eps, bias)
     return _int8_like(x), _scale_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 

@@ -15,36 +15,119 @@ import torch
 from ascend_kernels.ops_norm import rms_into
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks, upcast
-from ascend_kernels.validation import check, check_floating, check_out, check_vector
+from ascend_kernels.validation import (
+    check_devices,
+    check_eps,
+    check_floating,
+    check_index,
+    check_out,
+    check_positive,
+    check_vector,
+)
 
 
 def _check_rope(
     positions: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int
 ) -> None:
-    check(head_size > 0, f"head_size must be positive, got {head_size}")
-    check(
-        0 < rotary_dim <= head_size and rotary_dim % 2 == 0,
-        f"rotary_dim must be even and in (0, head_size={head_size}], got {rotary_dim}",
-    )
-    check(
-        cos_sin_cache.dim() == 2 and cos_sin_cache.shape[1] == rotary_dim,
-        f"cos_sin_cache must be [max_position, rotary_dim={rotary_dim}],"
-        f" got {list(cos_sin_cache.shape)}",
-    )
-    check(not positions.is_floating_point(), f"positions must be integers, got {positions.dtype}")
+    check_index("positions", positions)
+    check_positive("head_size", head_size)
+    if not (0 < rotary_dim <= head_size and rotary_dim % 2 == 0):
+        raise ValueError(
+            f"rotary_dim must be even and in (0, head_size={head_size}], got {rotary_dim}"
+        )
+    if (
+        cos_sin_cache.dim() != 2
+        or cos_sin_cache.shape[1] != rotary_dim
+        or cos_sin_cache.shape[0] == 0
+    ):
+        raise ValueError(
+            f"cos_sin_cache must be [max_position > 0, rotary_dim={rotary_dim}],"
+            f" got {list(cos_sin_cache.shape)}"
+        )
+    check_floating("cos_sin_cache", cos_sin_cache)
 
 
-def _heads_view(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torch.Tensor:
-    width = t.shape[-1] if t.dim() == 2 else t.shape[-1] * t.shape[-2]
-    check(
-        t.dim() in (2, 3)
-        and t.shape[0] == tokens
-        and width % head_size == 0
-        and (t.dim() == 2 or t.shape[-1] == head_size),
-        f"{name} must be [T={tokens}, heads * {head_size}] or [T, heads, {head_size}],"
-        f" got {list(t.shape)}",
+def _check_heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> None:
+    """``t`` must be a float ``[T, heads * head_size]`` or ``[T, heads, head_size]``."""
+    dims = t.dim()
+    if dims not in (2, 3) or t.shape[0] != tokens or (
+        t.shape[-1] % head_size if dims == 2 else t.shape[-1] != head_size
+    ):
+        raise ValueError(
+            f"{name} must be [T={tokens}, heads * {head_size}] or [T, heads, {head_size}],"
+            f" got {list(t.shape)}"
+        )
+    check_floating(name, t)
+
+
+def _heads_view(t: torch.Tensor, tokens: int, head_size: int) -> torch.Tensor:
+    """A checked ``t`` as ``[T, heads, head_size]`` (a view)."""
+    return t if t.dim() == 3 else t.view(tokens, t.shape[-1] // head_size, head_size)
+
+
+def rotary_embedding_check(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+) -> None:
+    """Argument checks of ``ascend::rotary_embedding`` (position values: see ``_cos_sin``)."""
+    check_devices(("q", q), ("positions", positions), ("k", k), ("cos_sin_cache", cos_sin_cache))
+    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
+    tokens = positions.numel()
+    _check_heads(q, tokens, head_size, "q")
+    _check_heads(k, tokens, head_size, "k")
+
+
+def split_qkv_rmsnorm_rope_check(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_size: int,
+    kv_size: int,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+    eps: float,
+    q_bias: torch.Tensor | None = None,
+    k_bias: torch.Tensor | None = None,
+) -> None:
+    """Argument checks of ``ascend::split_qkv_rmsnorm_rope`` (position values: ``_cos_sin``)."""
+    check_devices(
+        ("qkv", qkv), ("q_weight", q_weight), ("k_weight", k_weight), ("positions", positions),
+        ("cos_sin_cache", cos_sin_cache), ("q_bias", q_bias), ("k_bias", k_bias),
     )
-    return t if t.dim() == 3 else t.view(tokens, width // head_size, head_size)
+    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
+    check_positive("q_size", q_size)
+    check_positive("kv_size", kv_size)
+    if q_size % head_size or kv_size % head_size:
+        raise ValueError(
+            f"q_size ({q_size}) and kv_size ({kv_size}) must be multiples of"
+            f" head_size ({head_size})"
+        )
+    check_floating("qkv", qkv)
+    if qkv.dim() != 2 or qkv.shape[1] != q_size + 2 * kv_size:
+        raise ValueError(
+            f"qkv must be [T, q_size + 2 * kv_size = {q_size + 2 * kv_size}],"
+            f" got {list(qkv.shape)}"
+        )
+    tokens = qkv.shape[0]
+    if positions.numel() != tokens:
+        raise ValueError(f"positions must hold T={tokens} values, got {positions.numel()}")
+    for name, t in (
+        ("q_weight", q_weight),
+        ("k_weight", k_weight),
+        ("q_bias", q_bias),
+        ("k_bias", k_bias),
+    ):
+        if t is not None:
+            check_vector(name, t, head_size)
+    check_eps(eps)
 
 
 def rope_into(
@@ -84,7 +167,15 @@ def _cos_sin(
     rotary_dim = cos_sin_cache.shape[1]
     half = rotary_dim // 2
     cs = scratch.get("cos_sin", (rotary_dim,), n)
-    cs.copy_(cos_sin_cache.index_select(0, positions))
+    try:
+        cs.copy_(cos_sin_cache.index_select(0, positions))
+    except IndexError as exc:
+        # Checked here rather than up front: finding the bad value needs the data, and the
+        # happy path then costs nothing extra (the NPU adapters do not check it, see README).
+        raise ValueError(
+            f"positions must lie in [0, {cos_sin_cache.shape[0]}) (the rows of cos_sin_cache),"
+            f" got values in [{int(positions.min())}, {int(positions.max())}]"
+        ) from exc
     return cs[:, None, :half], cs[:, None, half:]
 
 
@@ -101,15 +192,13 @@ def rotary_embedding_out(
     k_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``rotary_embedding`` into preallocated contiguous ``q_out``/``k_out`` (shapes of q/k)."""
-    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
-    check_floating("q", q)
-    check_floating("k", k)
+    rotary_embedding_check(positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox)
     pos = positions.reshape(-1)
     tokens = pos.shape[0]
-    q3 = _heads_view(q, tokens, head_size, "q")
-    k3 = _heads_view(k, tokens, head_size, "k")
-    check_out("q_out", q_out, q.shape, q.dtype)
-    check_out("k_out", k_out, k.shape, k.dtype)
+    q3 = _heads_view(q, tokens, head_size)
+    k3 = _heads_view(k, tokens, head_size)
+    check_out("q_out", q_out, q)
+    check_out("k_out", k_out, k)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
     per_token = (q3.shape[1] + k3.shape[1]) * head_size
     scratch = Scratch(chunk_rows(tokens, per_token), q.device)
@@ -167,34 +256,19 @@ def split_qkv_rmsnorm_rope_out(
     Equals: split ``qkv`` into ``[q_size, kv_size, kv_size]``; ``rms_norm`` each head of q and
     k (weights ``[head_size]``; optional bias added to the norm output); ``rotary_embedding``.
     """
-    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
-    check_floating("qkv", qkv)
-    check(
-        qkv.dim() == 2 and qkv.shape[1] == q_size + 2 * kv_size,
-        f"qkv must be [T, q_size + 2 * kv_size = {q_size + 2 * kv_size}], got {list(qkv.shape)}",
+    split_qkv_rmsnorm_rope_check(
+        qkv, q_weight, k_weight, positions, cos_sin_cache, q_size, kv_size, head_size,
+        rotary_dim, is_neox, eps, q_bias, k_bias,
     )
-    check(
-        q_size % head_size == 0 and kv_size % head_size == 0,
-        f"q_size ({q_size}) and kv_size ({kv_size}) must be multiples of head_size ({head_size})",
-    )
-    for name, t in (
-        ("q_weight", q_weight),
-        ("k_weight", k_weight),
-        ("q_bias", q_bias),
-        ("k_bias", k_bias),
-    ):
-        if t is not None:
-            check_vector(name, t, head_size)
     pos = positions.reshape(-1)
     tokens = qkv.shape[0]
-    check(pos.shape[0] == tokens, f"positions must hold T={tokens} values, got {pos.shape[0]}")
     qh, kh = q_size // head_size, kv_size // head_size
     for name, t, width in (
         ("q_out", q_out, q_size),
         ("k_out", k_out, kv_size),
         ("v_out", v_out, kv_size),
     ):
-        check_out(name, t, torch.Size((tokens, width)), qkv.dtype)
+        check_out(name, t, qkv, torch.Size((tokens, width)))
     v_out.copy_(qkv[:, q_size + kv_size :])
     qw32, kw32 = q_weight.to(torch.float32), k_weight.to(torch.float32)
     qo3, ko3 = q_out.view(tokens, qh, head_size), k_out.view(tokens, kh, head_size)
@@ -214,10 +288,16 @@ def split_qkv_rmsnorm_rope_out(
 
 
 def rotary_embedding_fake(
-    _positions: object, q: torch.Tensor, k: torch.Tensor, *_: object
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::rotary_embedding``: shaped like ``q`` and ``k`` (the other arguments do
-    not change the output shapes)."""
+    """Fake ``ascend::rotary_embedding``: checks the arguments; outputs shaped like q and k."""
+    rotary_embedding_check(positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox)
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
         torch.empty(k.shape, dtype=k.dtype, device=k.device),
@@ -239,7 +319,11 @@ def split_qkv_rmsnorm_rope_fake(
     q_bias: torch.Tensor | None = None,
     k_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::split_qkv_rmsnorm_rope``."""
+    """Fake ``ascend::split_qkv_rmsnorm_rope``: checks the arguments; ``[T, q]``, ``[T, kv]`` x2."""
+    split_qkv_rmsnorm_rope_check(
+        qkv, q_weight, k_weight, positions, cos_sin_cache, q_size, kv_size, head_size,
+        rotary_dim, is_neox, eps, q_bias, k_bias,
+    )
     tokens = qkv.shape[0]
     return (
         qkv.new_empty((tokens, q_size)),

@@ -46,6 +46,14 @@ def fake_impl(op: str) -> Callable[..., Any]:
     return _lookup(op, "_fake")
 
 
+def check_impl(op: str) -> Callable[..., None] | None:
+    """The argument checks of ``ascend::<op>`` (``<op>_check``), or ``None`` if it has none."""
+    try:
+        return _lookup(op, "_check")
+    except LookupError:
+        return None
+
+
 def _existing_schema(op: str) -> str | None:
     namespace = getattr(torch.ops, NAMESPACE)
     if not hasattr(namespace, op):

@@ -1,0 +1,280 @@
+"""The error contract of every op (README "Error contract"), at each rule's boundary.
+
+Each bad input is tried on three paths: the reference kernels (CPU), the fake kernels under
+``FakeTensorMode`` (what torch.compile runs) and the NPU adapters (through the recording fake
+``torch_npu``). Checks that need tensor values (rope positions, LoRA indices, sequence
+lengths) run in the reference only: elsewhere they would need a device sync.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pytest
+import torch
+from ascend_kernels import OP_NAMES, DeviceMismatchError
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+A = torch.ops.ascend
+NAN, INF = float("nan"), float("inf")
+PATHS = ["reference", "fake", "symbolic", "npu"]
+REFERENCE_ONLY = "reference-only"
+SINGLE_TENSOR_OPS = ("dynamic_quant", "dynamic_mx_quant")  # nothing to mix
+
+
+def _t(*values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+EPS_CASES = [0.0, -0.0, -1e-6, NAN, INF, -INF]
+
+# (op, changed arguments, message regex, flag)
+BAD: list[tuple[str, dict[str, Any], str, str]] = [
+    *[("rms_norm", {"eps": e}, "eps must be finite and > 0", "") for e in EPS_CASES],
+    ("rms_norm", {"x": torch.tensor(1.0)}, "x must have at least 1 dim", ""),
+    ("rms_norm", {"x": torch.ones(5, 0), "weight": torch.ones(0)}, "non-empty last dim", ""),
+    ("rms_norm", {"x": torch.ones(5, 70, dtype=torch.int32)}, "x must be float32", ""),
+    ("rms_norm", {"x": torch.ones(5, 70, dtype=torch.float64)}, "x must be float32", ""),
+    ("rms_norm", {"weight": torch.ones(69)}, r"weight must have shape \[70\]", ""),
+    ("rms_norm", {"weight": torch.ones(1, 70)}, r"weight must have shape \[70\]", ""),
+    ("rms_norm", {"weight": torch.ones(70, dtype=torch.int32)}, "weight must be float32", ""),
+    ("add_rms_norm", {"residual": torch.ones(5, 71)}, "residual must match x", ""),
+    ("add_rms_norm", {"residual": torch.ones(5, 70).bfloat16()}, "residual must match x", ""),
+    ("add_rms_norm", {"bias": torch.ones(3)}, r"bias must have shape \[70\]", ""),
+    ("add_rms_norm", {"eps": NAN}, "eps", ""),
+    ("quantize", {"scale": torch.ones(3)}, "scale must hold 1 value", ""),
+    ("quantize", {"offset": torch.ones(2)}, "offset must hold 1 value", ""),
+    ("quantize", {"scale": _t(1)}, "scale must be float32", ""),
+    ("quantize", {"offset": _t(True, dtype=torch.bool)}, "offset must be a floating or int", ""),
+    ("quantize", {"x": torch.tensor(1.0)}, "x must have at least 1 dim", ""),
+    ("dynamic_quant", {"x": torch.tensor(1.0)}, "x must have at least 1 dim", ""),
+    ("dynamic_quant", {"x": torch.ones(3, 0)}, "non-empty last dim", ""),
+    ("dynamic_quant", {"x": torch.ones(3, 4, dtype=torch.float64)}, "x must be float32", ""),
+    ("add_rms_norm_quant", {"eps": -1.0}, "eps", ""),
+    ("add_rms_norm_quant", {"scale": torch.ones(69)}, "scale must hold", ""),
+    ("add_rms_norm_dynamic_quant", {"eps": INF}, "eps", ""),
+    ("add_rms_norm_dynamic_quant", {"residual": torch.ones(4, 70)}, "residual must match", ""),
+    ("dynamic_mx_quant", {"x": torch.tensor(2.0)}, "x must have at least 1 dim", ""),
+    ("dynamic_mx_quant", {"x": torch.ones(2, 0)}, "non-empty last dim", ""),
+    ("dynamic_mx_quant", {"x": torch.ones(2, 3, dtype=torch.bool)}, "x must be float32", ""),
+    ("add_rms_norm_dynamic_mx_quant", {"eps": NAN}, "eps", ""),
+    ("rms_norm_dynamic_mx_quant", {"eps": 0.0}, "eps", ""),
+    ("rms_norm_dynamic_mx_quant", {"weight": torch.ones(71)}, "weight must have shape", ""),
+    ("rotary_embedding", {"positions": torch.zeros(5)}, "positions must be an int32 or int64",
+     ""),
+    ("rotary_embedding", {"positions": torch.zeros(5, dtype=torch.bool)}, "positions must be",
+     ""),
+    ("rotary_embedding", {"positions": _t(0, 3, 1, 8, 2)}, r"positions must lie in \[0, 8\)",
+     REFERENCE_ONLY),
+    ("rotary_embedding", {"positions": _t(0, -1, 1, 7, 2)}, r"positions must lie in \[0, 8\)",
+     REFERENCE_ONLY),
+    ("rotary_embedding", {"cos_sin_cache": torch.ones(0, 32)}, "cos_sin_cache must be", ""),
+    ("rotary_embedding", {"cos_sin_cache": torch.ones(8, 30)}, "cos_sin_cache must be", ""),
+    ("rotary_embedding", {"cos_sin_cache": torch.ones(8, 32, dtype=torch.int32)},
+     "cos_sin_cache must be float32", ""),
+    ("rotary_embedding", {"head_size": 0}, "head_size must be > 0", ""),
+    ("rotary_embedding", {"head_size": -48}, "head_size must be > 0", ""),
+    ("rotary_embedding", {"rotary_dim": 0}, "rotary_dim must be even", ""),
+    ("rotary_embedding", {"rotary_dim": 31}, "rotary_dim must be even", ""),
+    ("rotary_embedding", {"rotary_dim": 50}, "rotary_dim must be even", ""),
+    ("rotary_embedding", {"q": torch.tensor(1.0)}, "q must be", ""),
+    ("rotary_embedding", {"q": torch.ones(4, 192)}, "q must be", ""),
+    ("rotary_embedding", {"q": torch.ones(5, 190)}, "q must be", ""),
+    ("rotary_embedding", {"k": torch.ones(5, 2, 47)}, "k must be", ""),
+    ("rotary_embedding", {"q": torch.ones(5, 192, dtype=torch.int32)}, "q must be float32", ""),
+    *[("split_qkv_rmsnorm_rope", {"eps": e}, "eps must be finite", "") for e in EPS_CASES],
+    ("split_qkv_rmsnorm_rope", {"q_size": -192}, "q_size must be > 0", ""),
+    ("split_qkv_rmsnorm_rope", {"q_size": 0}, "q_size must be > 0", ""),
+    ("split_qkv_rmsnorm_rope", {"kv_size": -96}, "kv_size must be > 0", ""),
+    ("split_qkv_rmsnorm_rope", {"kv_size": 0}, "kv_size must be > 0", ""),
+    ("split_qkv_rmsnorm_rope", {"q_size": 190}, "multiples of head_size", ""),
+    ("split_qkv_rmsnorm_rope", {"qkv": torch.ones(5, 385)}, "qkv must be", ""),
+    ("split_qkv_rmsnorm_rope", {"positions": _t(0, 1, 2, 3)}, "positions must hold T=5", ""),
+    ("split_qkv_rmsnorm_rope", {"positions": _t(0, 3, 1, 8, 2)}, r"positions must lie in",
+     REFERENCE_ONLY),
+    ("split_qkv_rmsnorm_rope", {"cos_sin_cache": torch.ones(0, 32)}, "cos_sin_cache", ""),
+    ("split_qkv_rmsnorm_rope", {"q_weight": torch.ones(47)}, "q_weight must have shape", ""),
+    ("split_qkv_rmsnorm_rope", {"k_bias": torch.ones(47)}, "k_bias must have shape", ""),
+    ("muls_add", {"y": torch.ones(5, 71)}, "y must match x", ""),
+    ("muls_add", {"y": torch.ones(5, 70).half()}, "y must match x", ""),
+    ("muls_add", {"x": torch.ones(5, 70, dtype=torch.int64)}, "x must be float32", ""),
+    ("bgmv_expand", {"indices": torch.zeros(5)}, "indices must be an int32 or int64", ""),
+    ("bgmv_expand", {"indices": torch.zeros(5, dtype=torch.bool)}, "indices must be an int32",
+     ""),
+    ("bgmv_expand", {"indices": _t(0, 1, -1, 3, 0)}, "indices must be < num_loras=3",
+     REFERENCE_ONLY),
+    ("bgmv_expand", {"indices": _t(0, 1, -1, 2)}, r"indices must be \[T=5\]", ""),
+    ("bgmv_expand", {"slice_offset": -1}, r"slice_offset \(-1\)", ""),
+    ("bgmv_expand", {"slice_size": -16}, r"slice_size \(-16\)", ""),
+    ("bgmv_expand", {"slice_offset": 25}, "within y's 40 columns", ""),
+    ("bgmv_expand", {"weight": torch.ones(3, 15, 8)}, "weight must be", ""),
+    ("bgmv_expand", {"x": torch.ones(8)}, "x must be 2-D", ""),
+    ("bgmv_expand", {"y": torch.ones(5, 40, dtype=torch.int32)}, "y must be float32", ""),
+    ("sgmv_expand", {"lora_indices": torch.zeros(2)}, "lora_indices must be an int32", ""),
+    ("sgmv_expand", {"seq_len": torch.ones(2)}, "seq_len must be an int32", ""),
+    ("sgmv_expand", {"seq_len": _t(-1, 6)}, "seq_len must be >= 0", REFERENCE_ONLY),
+    ("sgmv_expand", {"seq_len": _t(2, 2)}, "sum to the token count 5", REFERENCE_ONLY),
+    ("sgmv_expand", {"lora_indices": _t(3, 0)}, "lora_indices must be < num_loras=3",
+     REFERENCE_ONLY),
+    ("sgmv_expand", {"lora_indices": _t(2)}, "equal length", ""),
+]
+
+# Just inside each boundary: these must run.
+GOOD: list[tuple[str, dict[str, Any]]] = [
+    ("rms_norm", {"eps": 1e-30}),
+    ("rms_norm", {"eps": 1e30}),
+    ("rms_norm", {"x": torch.ones(0, 70)}),
+    ("rms_norm", {"x": torch.ones(70)}),
+    ("dynamic_quant", {"x": torch.ones(3, 1)}),
+    ("dynamic_mx_quant", {"x": torch.ones(1)}),
+    ("quantize", {"scale": torch.ones(70), "offset": torch.ones(70, dtype=torch.int8)}),
+    ("rotary_embedding", {"positions": _t(0, 7, 7, 0, 1)}),
+    ("rotary_embedding", {"positions": _t(0, 7, 7, 0, 1, dtype=torch.int32)}),
+    ("rotary_embedding", {"rotary_dim": 48, "cos_sin_cache": torch.ones(8, 48)}),
+    ("rotary_embedding", {"rotary_dim": 2, "cos_sin_cache": torch.ones(1, 2),
+                          "positions": torch.zeros(5, dtype=torch.int64)}),
+    ("split_qkv_rmsnorm_rope", {"positions": _t(7, 0, 7, 1, 6), "eps": 1e-30}),
+    ("split_qkv_rmsnorm_rope", {"q_bias": None, "k_bias": None}),
+    ("muls_add", {"x": torch.tensor(1.0), "y": torch.tensor(2.0)}),
+    ("bgmv_expand", {"indices": _t(2, 2, -1, -5, 0), "slice_offset": 24}),
+    ("bgmv_expand", {"slice_offset": 0, "slice_size": 0, "weight": torch.ones(3, 0, 8)}),
+    ("bgmv_expand", {"weight": torch.ones(3, 1, 16, 8)}),
+    ("sgmv_expand", {"seq_len": _t(0, 5)}),
+    ("sgmv_expand", {"lora_indices": _t(-1, 2, dtype=torch.int32)}),
+]
+
+
+def _call(op: str, args: dict[str, Any], path: str, request: pytest.FixtureRequest) -> Any:
+    values = list(args.values())
+    if path == "npu":
+        request.getfixturevalue("fake_npu_on_cpu")
+    if path in ("fake", "symbolic"):
+        shape_env = ShapeEnv() if path == "symbolic" else None
+        with FakeTensorMode(shape_env=shape_env, static_shapes=path == "fake") as mode:
+            fakes = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in values]
+            return getattr(A, op)(*fakes)
+    return getattr(A, op)(*values)
+
+
+def _case_id(case: tuple[Any, ...]) -> str:
+    op, changes = case[0], case[1]
+    parts = []
+    for name, value in changes.items():
+        if isinstance(value, torch.Tensor):
+            parts.append(f"{name}={str(value.dtype).removeprefix('torch.')}{list(value.shape)}")
+        else:
+            parts.append(f"{name}={value}")
+    return f"{op}:{','.join(parts)}"
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", BAD, ids=_case_id)
+def test_bad_input_raises_value_error_naming_the_argument(
+    case: tuple[str, dict[str, Any], str, str],
+    path: str,
+    valid_args: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    op, changes, message, flag = case
+    args = {**valid_args(op), **changes}
+    if flag == REFERENCE_ONLY and path != "reference":
+        # Not checked without the values (no device sync): the call must not fail otherwise.
+        if path != "npu":
+            _call(op, args, path, request)
+        return
+    if path == "symbolic":
+        # Sizes print as symbols (s0, s1...): match the text before the first size.
+        message = re.split(r"\\\[|\d", message)[0]
+    with pytest.raises(ValueError, match=message):
+        _call(op, args, path, request)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", GOOD, ids=_case_id)
+def test_inputs_at_the_boundary_are_accepted(
+    case: tuple[str, dict[str, Any]], path: str, valid_args: Any, request: pytest.FixtureRequest
+) -> None:
+    op, changes = case
+    args = {**valid_args(op), **changes}
+    expected = getattr(A, op)(*args.values()) if path != "reference" else None
+    got = _call(op, args, path, request)
+    outs = got if isinstance(got, tuple) else (got,)
+    for out in outs:
+        assert isinstance(out, torch.Tensor)
+    if expected is not None:  # every path agrees on the output shapes and dtypes
+        want = expected if isinstance(expected, tuple) else (expected,)
+        assert [(tuple(o.shape), o.dtype) for o in outs] == [
+            (tuple(w.shape), w.dtype) for w in want
+        ]
+
+
+def _tensor_arguments(op: str, valid_args: Any) -> list[str]:
+    return [k for k, v in valid_args(op).items() if isinstance(v, torch.Tensor)]
+
+
+@pytest.mark.parametrize("op", [op for op in OP_NAMES if op not in SINGLE_TENSOR_OPS])
+def test_one_tensor_on_another_device_is_a_device_error(op: str, valid_args: Any) -> None:
+    for name in _tensor_arguments(op, valid_args):
+        on_cpu = valid_args(op)
+        one_meta = {**on_cpu, name: on_cpu[name].to("meta")}
+        all_meta_but_one = {
+            k: v.to("meta") if isinstance(v, torch.Tensor) and k != name else v
+            for k, v in on_cpu.items()
+        }
+        for args in (one_meta, all_meta_but_one):
+            with pytest.raises(DeviceMismatchError) as info:
+                getattr(A, op)(*args.values())
+            message = str(info.value)
+            # The odd one out is named, with both devices.
+            assert name in message and "meta" in message and "cpu" in message, message
+    assert issubclass(DeviceMismatchError, RuntimeError)  # like torch's own device errors
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_all_meta_arguments_give_meta_outputs_shaped_like_the_reference(
+    op: str, valid_args: Any
+) -> None:
+    args = valid_args(op)
+    want = getattr(A, op)(*args.values())
+    meta = [v.to("meta") if isinstance(v, torch.Tensor) else v for v in args.values()]
+    got = getattr(A, op)(*meta)
+    want_t = want if isinstance(want, tuple) else (want,)
+    got_t = got if isinstance(got, tuple) else (got,)
+    assert [(o.device.type, tuple(o.shape), o.dtype) for o in got_t] == [
+        ("meta", tuple(w.shape), w.dtype) for w in want_t
+    ]
+
+
+def test_out_helpers_reject_an_output_on_another_device() -> None:
+    from ascend_kernels import ops_elementwise, ops_norm
+
+    x = torch.randn(3, 8)
+    with pytest.raises(DeviceMismatchError, match="out is on meta"):
+        ops_norm.rms_norm_out(x, torch.ones(8), 1e-6, out=torch.empty(3, 8, device="meta"))
+    with pytest.raises(DeviceMismatchError, match="out is on meta"):
+        ops_elementwise.muls_add_out(x, x, 0.5, out=torch.empty(3, 8, device="meta"))
+
+
+def test_every_documented_op_has_argument_checks() -> None:
+    from ascend_kernels.registration import check_impl
+
+    documented = (
+        "rms_norm", "add_rms_norm", "quantize", "dynamic_quant", "add_rms_norm_quant",
+        "add_rms_norm_dynamic_quant", "dynamic_mx_quant", "add_rms_norm_dynamic_mx_quant",
+        "rms_norm_dynamic_mx_quant", "rotary_embedding", "split_qkv_rmsnorm_rope", "muls_add",
+        "bgmv_expand", "sgmv_expand",
+    )
+    assert [op for op in documented if check_impl(op) is None] == []
+
+
+def test_eps_rule_is_the_documented_one() -> None:
+    from ascend_kernels.validation import check_eps
+
+    for ok in (1e-30, 1e-6, 0.1, 1e300, math.ulp(0.0)):
+        check_eps(ok)
+    for bad in EPS_CASES:
+        with pytest.raises(ValueError, match=f"got {bad!r}"):
+            check_eps(bad)
