@@ -4,7 +4,7 @@ helper that returns outputs, the rewritten graphs and the backend report."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,10 @@ import ascend_graph
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
 import pytest
 import torch
+from ascend_graph.pipeline import compile_graph
 from torch import fx, nn
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 A = torch.ops.ascend
 
@@ -192,3 +195,96 @@ class MoEOutput(nn.Module):
 @pytest.fixture
 def models() -> dict[str, type[nn.Module]]:
     return {"norm_quant": NormQuantLayers, "qknorm": QKNormRopeAttention, "moe": MoEOutput}
+
+
+# --- running one traced site through a manager (the near-miss catalogue) ----------------
+
+
+@dataclass
+class SiteOutcome:
+    """Graph printouts before/after the passes, their report, and the rewritten graph's
+    outputs; `symbolic` when the graph had SymInt sizes."""
+
+    before: list[str]
+    after: list[str]
+    report: dict[str, int]
+    outputs: Any
+    symbolic: bool
+
+
+def canonical(graph: fx.Graph) -> list[str]:
+    """One line per node: name, kind, target and arguments (nodes shown by name)."""
+
+    def show(value: Any) -> Any:
+        return fx.map_arg(value, lambda n: f"%{n.name}")
+
+    return [f"{n.name} = {n.op} {n.target} {show(n.args)!r} {show(n.kwargs)!r}"
+            for n in graph.nodes]  # fmt: skip
+
+
+def _label(graph: fx.Graph, streams: dict[str, str]) -> None:
+    for node in graph.nodes:
+        for key, label in streams.items():
+            if node.op == "call_function" and (key == "*" or key in str(node.target)):
+                node.meta["stream_label"] = label
+
+
+def _traced(site: Any) -> fx.GraphModule:
+    if site.trace == "fx":
+        gm = fx.symbolic_trace(site.fn)
+        FakeTensorProp(gm).propagate(*site.inputs)
+        return gm
+    return make_fx(site.fn, tracing_mode="fake")(*site.inputs)
+
+
+class _Snapshots(ascend_graph.GraphFusionPassManager):
+    """A manager that keeps the printout of every graph before and after its passes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.before: list[list[str]] = []
+        self.after: list[list[str]] = []
+        self.symbolic = False
+
+    def run(self, graph: Any, compile_range: Any = None) -> dict[str, int]:
+        self.symbolic |= any(isinstance(n.meta.get("val"), torch.SymInt) for n in graph.nodes)
+        self.before.append(canonical(graph))
+        counts = super().run(graph, compile_range)
+        self.after.append(canonical(graph))
+        return counts
+
+
+def run_site(site: Any) -> SiteOutcome:
+    """Trace `site` (fn, inputs, manager kwargs, trace, dynamic, streams), run a manager on
+    the graph, and run the rewritten graph on the inputs.
+
+    trace "make_fx": static fake-tensor trace; "fx": `fx.symbolic_trace` (call_method nodes)
+    with fake values propagated; "dynamo": `torch.compile` through `compile_graph` with dim 0
+    of the inputs listed in `dynamic` marked dynamic. `streams` maps a target substring
+    ("*": every call) to the stream label put on those nodes before the passes.
+    """
+    if site.trace == "dynamo":
+        torch._dynamo.reset()
+        manager = _Snapshots(**site.manager)
+        for index in site.dynamic:
+            torch._dynamo.mark_dynamic(site.inputs[index], 0)
+
+        def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+            return compile_graph(gm, example_inputs, manager=manager)
+
+        with torch.no_grad():
+            outputs = torch.compile(site.fn, backend=backend, fullgraph=True)(*site.inputs)
+        (before,), (after,) = manager.before, manager.after
+        return SiteOutcome(before, after, dict(manager.counts), outputs, manager.symbolic)
+    gm = _traced(site)
+    _label(gm.graph, site.streams)
+    before = canonical(gm.graph)
+    report = ascend_graph.GraphFusionPassManager(**site.manager).run(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    return SiteOutcome(before, canonical(gm.graph), report, gm(*site.inputs), False)
+
+
+@pytest.fixture(name="run_site")
+def run_site_fixture() -> Callable[[Any], SiteOutcome]:
+    return run_site
