@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from ascend_config import AscendConfig, AscendConfigError, DeploymentFacts, resolve
 
-REPO = Path(__file__).resolve().parents[3]
+# The workspace root, found by its lock file: the mutation runner (tools/mutation.py) runs
+# these tests from a copy one directory deeper.
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "uv.lock").is_file())
 EXAMPLES = REPO / "examples"
 
 Resolve = Callable[..., AscendConfig]

@@ -9,7 +9,9 @@ from pathlib import Path
 from ascend_config.introspect import all_paths
 from ascend_config.reference_doc import render_markdown
 
-REPO = Path(__file__).resolve().parents[3]
+# The workspace root, found by its lock file: the mutation runner (tools/mutation.py) runs
+# these tests from a copy one directory deeper.
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "uv.lock").is_file())
 TOOL = REPO / "tools" / "gen_config_docs.py"
 
 

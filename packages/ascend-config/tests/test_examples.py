@@ -10,7 +10,10 @@ import pytest
 from ascend_config.cli import main
 from ascend_config.env_registry import REGISTRY
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+# The workspace root, found by its lock file: the mutation runner (tools/mutation.py) runs
+# these tests from a copy one directory deeper.
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "uv.lock").is_file())
+EXAMPLES = REPO / "examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "expected.json").exists())
 
 

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Mutation testing of the library packages with mutmut: one command, one table row per package.
+
+Usage (from the workspace root)::
+
+    uv run --no-sync python tools/mutation.py ascend-config [ascend-topology ...]
+        [--max-children N] [--fresh]
+
+For each package it runs ``mutmut run`` in ``packages/<name>/`` with the ``[tool.mutmut]``
+table of that package's ``pyproject.toml`` (what to mutate, which tests run, what else the
+tests need copied), then prints one Markdown row for ``docs/testing.md``::
+
+    | package | mutants | killed | survived | equivalent | score |
+
+and writes the names of the surviving mutants to ``packages/<name>/mutants/survivors.txt``
+(``uv run --no-sync python -m mutmut show NAME`` inside the package shows a mutant's diff).
+
+Killed means a test failed or timed out with the mutant in place. A survivor judged
+equivalent (it cannot change behaviour that anyone can observe) is listed, with one line of
+why, in ``packages/<name>/mutation-equivalent.txt`` as ``<mutant name>  <reason>``; those are
+left out of the score: ``score = killed / (mutants - equivalent)``. Listed names that no longer
+survive are reported as stale.
+
+mutmut keeps its results in ``packages/<name>/mutants/`` (git-ignored) and re-runs only what
+changed; ``--fresh`` deletes that directory first. Several minutes per package on 2 cores; it
+is not part of CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("ascend-config", "ascend-topology", "ascend-kernels", "ascend-graph")
+HEADER = "| package | mutants | killed | survived | equivalent | score |\n|---|---|---|---|---|---|"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One package's mutation result."""
+
+    package: str
+    total: int
+    killed: int
+    survivors: tuple[str, ...]
+    equivalent: tuple[str, ...]
+    stale: tuple[str, ...]
+
+    @property
+    def score(self) -> float:
+        counted = self.total - len(self.equivalent)
+        return self.killed / counted if counted else 1.0
+
+    def row(self) -> str:
+        return (f"| {self.package} | {self.total} | {self.killed} | {len(self.survivors)} "
+                f"| {len(self.equivalent)} | {100 * self.score:.1f}% |")
+
+
+def read_equivalent(package_dir: Path) -> dict[str, str]:
+    """Mutant name -> reason, from ``mutation-equivalent.txt`` (blank and # lines ignored)."""
+    path = package_dir / "mutation-equivalent.txt"
+    if not path.is_file():
+        return {}
+    found: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, reason = line.partition(" ")
+        found[name] = reason.strip()
+    return found
+
+
+def parse_results(text: str) -> dict[str, str]:
+    """Mutant name -> status from the lines ``    NAME: STATUS`` printed by ``mutmut results``."""
+    statuses: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and "__mutmut_" in name:
+            statuses[name] = status.strip()
+    return statuses
+
+
+def _mutmut(package_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=package_dir, text=True,
+                          capture_output=True, check=False)
+
+
+def run_package(package: str, max_children: int, fresh: bool) -> Outcome:
+    """Run mutmut on one package and summarise its results."""
+    package_dir = ROOT / "packages" / package
+    config = tomllib.loads((package_dir / "pyproject.toml").read_text(encoding="utf-8"))
+    if "mutmut" not in config.get("tool", {}):
+        raise SystemExit(f"{package}: pyproject.toml has no [tool.mutmut] table")
+    if fresh:
+        shutil.rmtree(package_dir / "mutants", ignore_errors=True)
+    print(f"==> mutmut run in packages/{package} (max children {max_children})", flush=True)
+    run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
+                          str(max_children)], cwd=package_dir, check=False)
+    if run.returncode != 0:
+        raise SystemExit(f"{package}: mutmut run failed with exit status {run.returncode}")
+    stats = _mutmut(package_dir, "export-cicd-stats")
+    if stats.returncode != 0:
+        raise SystemExit(f"{package}: mutmut export-cicd-stats failed:\n{stats.stderr}")
+    counts = json.loads((package_dir / "mutants" / "mutmut-cicd-stats.json").read_text())
+    statuses = parse_results(_mutmut(package_dir, "results", "--all", "true").stdout)
+    unchecked = sum(1 for s in statuses.values() if s == "not checked")
+    if unchecked:
+        raise SystemExit(f"{package}: {unchecked} mutants were not checked (interrupted run?); "
+                         "run again to finish them")
+    survivors = tuple(sorted(n for n, s in statuses.items() if s not in ("killed", "timeout")))
+    (package_dir / "mutants" / "survivors.txt").write_text(
+        "".join(f"{name}\n" for name in survivors), encoding="utf-8")
+    equivalent_list = read_equivalent(package_dir)
+    equivalent = tuple(n for n in survivors if n in equivalent_list)
+    stale = tuple(sorted(set(equivalent_list) - set(survivors)))
+    return Outcome(package=package, total=int(counts["total"]),
+                   killed=int(counts["killed"]) + int(counts["timeout"]),
+                   survivors=survivors, equivalent=equivalent, stale=stale)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("packages", nargs="*", metavar="PACKAGE",
+                        help=f"any of {', '.join(PACKAGES)} (default: all)")
+    parser.add_argument("--max-children", type=int, default=2)
+    parser.add_argument("--fresh", action="store_true", help="forget earlier results first")
+    args = parser.parse_args(argv)
+    unknown = [p for p in args.packages if p not in PACKAGES]
+    if unknown:
+        parser.error(f"unknown package(s) {', '.join(unknown)}; allowed: {', '.join(PACKAGES)}")
+    outcomes = [run_package(p, args.max_children, args.fresh) for p in args.packages or PACKAGES]
+    print("\n" + HEADER)
+    for outcome in outcomes:
+        print(outcome.row())
+    for outcome in outcomes:
+        unexplained = [n for n in outcome.survivors if n not in outcome.equivalent]
+        if unexplained:
+            print(f"\n{outcome.package}: {len(unexplained)} survivors not judged equivalent "
+                  f"(packages/{outcome.package}/mutants/survivors.txt)")
+        if outcome.stale:
+            print(f"{outcome.package}: listed as equivalent but no longer surviving: "
+                  + ", ".join(outcome.stale))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
