@@ -3,6 +3,7 @@ helper that returns outputs, the rewritten graphs and the backend report."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -288,3 +289,30 @@ def run_site(site: Any) -> SiteOutcome:
 @pytest.fixture(name="run_site")
 def run_site_fixture() -> Callable[[Any], SiteOutcome]:
     return run_site
+
+
+@pytest.fixture(scope="module")
+def sp_ops() -> Any:
+    """Stand-ins for vLLM's all_gather / sequence_parallel_chunk_impl (world of 2, rank 0):
+    `all_gather(x, world)` and `chunk(x, parts, dtype=None)` (rank 0's rows, optionally cast).
+
+    The namespace is new each time: torch.ops caches op handles by name, so a namespace
+    destroyed and defined again in one process (pytest run twice in-process, as mutmut
+    does) would hand out stale handles.
+    """
+    namespace = f"ascend_graph_test_{uuid.uuid4().hex[:8]}"
+    lib = torch.library.Library(namespace, "DEF")
+    lib.define("all_gather(Tensor x, int world) -> Tensor")
+    lib.define("chunk(Tensor x, int parts, ScalarType? dtype=None) -> Tensor")
+
+    def gather(x: torch.Tensor, world: int) -> torch.Tensor:
+        return torch.cat([x] * world)
+
+    def chunk(x: torch.Tensor, parts: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return x[: x.shape[0] // parts].to(dtype or x.dtype).clone()
+
+    for name, impl in (("all_gather", gather), ("chunk", chunk)):
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{namespace}::{name}", impl, lib=lib)
+    yield getattr(torch.ops, namespace)
+    lib._destroy()

@@ -24,23 +24,8 @@ def test_noop_views_removed(compile_module, close, dynamic) -> None:
     close(result.outputs, result.reference, torch.float32)
 
 
-@pytest.fixture(scope="module")
-def sp_ops():
-    """Stand-ins for vLLM's all_gather / sequence_parallel_chunk_impl (world of 2, rank 0)."""
-    lib = torch.library.Library("ascend_graph_test", "FRAGMENT")
-    lib.define("all_gather(Tensor x, int world) -> Tensor")
-    lib.define("chunk(Tensor x, int world) -> Tensor")
-    lib.impl("all_gather", lambda x, w: torch.cat([x] * w), "CompositeExplicitAutograd")
-    lib.impl("chunk", lambda x, w: x[: x.shape[0] // w].clone(), "CompositeExplicitAutograd")
-    torch.library.register_fake("ascend_graph_test::all_gather", lambda x, w: torch.cat([x] * w))
-    torch.library.register_fake("ascend_graph_test::chunk", lambda x, w: x[: x.shape[0] // w])
-    ops = torch.ops.ascend_graph_test
-    yield ops.all_gather.default, ops.chunk.default
-    lib._destroy()
-
-
 def test_allgather_then_chunk_is_identity(compile_module, close, sp_ops) -> None:
-    gather, chunk = sp_ops
+    gather, chunk = sp_ops.all_gather.default, sp_ops.chunk.default
 
     class _SP(nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,8 +50,8 @@ def test_allgather_then_chunk_is_identity(compile_module, close, sp_ops) -> None
         out = torch.compile(_SP(), backend=backend, fullgraph=True)(x)
     assert manager.counts["allgather_chunk_cleanup"] == 1
     targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert targets.count("ascend_graph_test.chunk.default") == 1
-    assert targets.count("ascend_graph_test.all_gather.default") == 1
+    assert targets.count(str(chunk)) == 1
+    assert targets.count(str(gather)) == 1
     close(out, _SP()(x), torch.float32)
 
 

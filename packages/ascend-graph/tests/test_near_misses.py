@@ -24,7 +24,6 @@ from ascend_graph import PASS_NAMES
 
 A = torch.ops.ascend
 F32, BF16 = torch.float32, torch.bfloat16
-SP_NAMESPACE = "ascend_graph_near_miss"
 
 
 @dataclass
@@ -79,11 +78,10 @@ def noop_cast(*, dtype: torch.dtype) -> Site:
 
 
 def sp_cleanup(
-    *, parts: int = 2, between: bool = False, dtype: torch.dtype | None = None,
+    *, ops: Any, parts: int = 2, between: bool = False, dtype: torch.dtype | None = None,
     streams: dict[str, str] | None = None, dynamic: bool = False,
 ) -> Site:  # fmt: skip
-    """`chunk(all_gather(x, 2), parts)` in a world of 2 (rank 0)."""
-    ops = getattr(torch.ops, SP_NAMESPACE)
+    """`chunk(all_gather(x, 2), parts)` in a world of 2 (rank 0); `ops`: conftest's sp_ops."""
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         gathered = ops.all_gather(x, 2)
@@ -98,25 +96,6 @@ def sp_cleanup(
     }
     trace = "dynamo" if dynamic else "make_fx"
     return Site(fn, (_randn(4, 8),), manager, trace, (0,) if dynamic else (), streams or {})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _sp_ops():
-    lib = torch.library.Library(SP_NAMESPACE, "DEF")
-    lib.define("all_gather(Tensor x, int world) -> Tensor")
-    lib.define("chunk(Tensor x, int parts, ScalarType? dtype=None) -> Tensor")
-
-    def gather(x: torch.Tensor, world: int) -> torch.Tensor:
-        return torch.cat([x] * world)
-
-    def chunk(x: torch.Tensor, parts: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return x[: x.shape[0] // parts].to(dtype or x.dtype).clone()
-
-    for name, impl in (("all_gather", gather), ("chunk", chunk)):
-        lib.impl(name, impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"{SP_NAMESPACE}::{name}", impl, lib=lib)
-    yield
-    lib._destroy()
 
 
 # --- norm_quant ------------------------------------------------------------------------------
@@ -381,9 +360,14 @@ def eager(site: Site) -> Any:
         return site.fn(*site.inputs)
 
 
+def _site(row: Row, settings: dict[str, Any], sp_ops: Any) -> Site:
+    context = {"ops": sp_ops} if row.build is sp_cleanup else {}
+    return row.build(**settings, **context)
+
+
 @pytest.mark.parametrize("row", CATALOGUE, ids=[r.id for r in CATALOGUE])
-def test_near_miss_is_left_unchanged(row: Row, run_site) -> None:
-    site = row.build(**row.miss)
+def test_near_miss_is_left_unchanged(row: Row, run_site, sp_ops) -> None:
+    site = _site(row, row.miss, sp_ops)
     outcome = run_site(site)
     assert outcome.symbolic == (site.trace == "dynamo")
     assert outcome.after == outcome.before, f"{row.pattern} rewrote it: {row.why}"
@@ -399,8 +383,9 @@ HITS = [r for r in CATALOGUE if r.hit is not None]
 
 
 @pytest.mark.parametrize("row", HITS, ids=[r.id for r in HITS])
-def test_counterpart_fuses(row: Row, run_site, close) -> None:
-    site = row.build(**row.hit)
+def test_counterpart_fuses(row: Row, run_site, sp_ops, close) -> None:
+    assert row.hit is not None
+    site = _site(row, row.hit, sp_ops)
     outcome = run_site(site)
     assert outcome.symbolic == (site.trace == "dynamo")
     assert outcome.report == {**dict.fromkeys(PASS_NAMES, 0), row.pattern: 1}
