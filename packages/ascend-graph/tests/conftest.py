@@ -211,6 +211,7 @@ class SiteOutcome:
     report: dict[str, int]
     outputs: Any
     symbolic: bool
+    labels: set[Any] = field(default_factory=set)  # stream labels of the calls afterwards
 
 
 def canonical(graph: fx.Graph) -> list[str]:
@@ -283,7 +284,8 @@ def run_site(site: Any) -> SiteOutcome:
     report = ascend_graph.GraphFusionPassManager(**site.manager).run(gm.graph)
     gm.graph.lint()
     gm.recompile()
-    return SiteOutcome(before, canonical(gm.graph), report, gm(*site.inputs), False)
+    labels = {n.meta.get("stream_label") for n in gm.graph.nodes if n.op == "call_function"}
+    return SiteOutcome(before, canonical(gm.graph), report, gm(*site.inputs), False, labels)
 
 
 @pytest.fixture(name="run_site")

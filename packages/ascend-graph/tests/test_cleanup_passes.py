@@ -6,6 +6,7 @@ import pytest
 import torch
 from ascend_graph import GraphFusionPassManager
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 
 class _Views(nn.Module):
@@ -58,3 +59,27 @@ def test_allgather_then_chunk_is_identity(compile_module, close, sp_ops) -> None
 def test_allgather_cleanup_needs_both_ops() -> None:
     with pytest.raises(ValueError, match="allgather_op and chunk_op"):
         GraphFusionPassManager(sequence_parallel=True, allgather_op=None, chunk_op=None)
+
+
+def test_allgather_cleanup_goes_on_after_sites_it_leaves(sp_ops) -> None:
+    """Every kind of site the pass leaves alone, then two it rewrites: both are counted."""
+    gather, chunk = sp_ops.all_gather, sp_ops.chunk
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        padded = chunk(torch.nn.functional.pad(x, (0, 0, 4, 0)), 2)  # no gather
+        streamed = chunk(gather(y, 2), 2)  # the gather runs on another stream
+        quarter = chunk(gather(x, 2), 4)  # not this rank's whole slice
+        return padded, streamed, quarter, chunk(gather(x, 2), 2), chunk(gather(y, 2), 2)
+
+    inputs = (torch.randn(4, 8), torch.randn(4, 8))
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    first_gather = next(n for n in gm.graph.nodes if n.target == gather.default)
+    first_gather.meta["stream_label"] = "aux"
+    manager = GraphFusionPassManager(
+        sequence_parallel=True, allgather_op=gather.default, chunk_op=chunk.default
+    )
+    assert manager.run(gm.graph)["allgather_chunk_cleanup"] == 2
+    gm.recompile()
+    got, want = gm(*inputs), fn(*inputs)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert got[3] is inputs[0] and got[4] is inputs[1]

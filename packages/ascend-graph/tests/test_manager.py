@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ascend_graph
 import pytest
 import torch
@@ -160,3 +162,39 @@ def test_every_pattern_matches_its_own_search_and_agrees_with_its_replacement(
             close(_tuple(pattern.replacement(*inputs)), want, dtype)
             checked += 1
     assert checked == 6 + 2 + 1  # norm_quant variants, qknorm (bias or not), muls_add
+
+
+@pytest.mark.parametrize(
+    ("shape", "error"),
+    [
+        ((0, 64, 64), "multiples of head_dim"),  # head_dim at 0
+        ((64, 128, 0), "multiples of head_dim"),  # kv_size at 0
+        ((64, 0, 64), "multiples of head_dim"),  # q_size at 0
+        ((64, 96, 64), "multiples of head_dim"),
+        (("a", 1, 2), r"must be \(head_dim, q_size, kv_size\) integers"),
+        ((64, 128), r"must be \(head_dim, q_size, kv_size\) integers"),
+        ((1, 1, 1), None),  # the smallest geometry
+        ((64, 128, 64), None),
+    ],
+)
+def test_qknorm_shape_bounds(shape, error) -> None:
+    if error is None:
+        (pass_,) = [p for p in GraphFusionPassManager(qknorm_shapes=[shape]).passes
+                    if p.name == "qknorm_rope"]  # fmt: skip
+        assert pass_.geometries == [shape]
+    else:
+        with pytest.raises(ValueError, match=error):
+            GraphFusionPassManager(qknorm_shapes=[shape])
+
+
+@pytest.mark.parametrize("source", ["manager.py", "capability.py", "passes/muls_add.py"])
+def test_uuid_changes_with_the_pass_source_code(monkeypatch, source) -> None:
+    base = GraphFusionPassManager().uuid()
+    read_bytes = Path.read_bytes
+
+    def edited(path: Path) -> bytes:
+        data = read_bytes(path)
+        return data + b"\n# edited\n" if path.as_posix().endswith(source) else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    assert GraphFusionPassManager().uuid() != base

@@ -79,12 +79,13 @@ def noop_cast(*, dtype: torch.dtype) -> Site:
 
 def sp_cleanup(
     *, ops: Any, parts: int = 2, between: bool = False, dtype: torch.dtype | None = None,
-    streams: dict[str, str] | None = None, dynamic: bool = False,
+    streams: dict[str, str] | None = None, dynamic: bool = False, pad: bool = False,
 ) -> Site:  # fmt: skip
-    """`chunk(all_gather(x, 2), parts)` in a world of 2 (rank 0); `ops`: conftest's sp_ops."""
+    """`chunk(all_gather(x, 2), parts)` in a world of 2 (rank 0); `ops`: conftest's sp_ops.
+    `pad` puts x below 4 rows of zeros instead of gathering it."""
 
     def fn(x: torch.Tensor) -> torch.Tensor:
-        gathered = ops.all_gather(x, 2)
+        gathered = torch.nn.functional.pad(x, (0, 0, 4, 0)) if pad else ops.all_gather(x, 2)
         if between:
             gathered = gathered.relu()
         return ops.chunk(gathered, parts, dtype) * 2
@@ -259,6 +260,8 @@ CATALOGUE: tuple[Row, ...] = (
         sp_cleanup, {"dtype": BF16}, {"dtype": None}),
     Row("op-between-gather-and-chunk", "allgather_chunk_cleanup", "relu(gather) sliced is "
         "relu(x), not x", sp_cleanup, {"between": True}, {"between": False}),
+    Row("chunk-of-another-op", "allgather_chunk_cleanup", "pad(x) has the gather's shape "
+        "but its first half is zeros, not x", sp_cleanup, {"pad": True}, {"pad": False}),
     Row("gather-on-other-stream", "allgather_chunk_cleanup", "mixed streams: the chunk may "
         "run before the gather finished", sp_cleanup, {"streams": {"all_gather": "aux"}},
         {"streams": {"*": "aux"}}),
@@ -281,6 +284,9 @@ CATALOGUE: tuple[Row, ...] = (
     Row("quant-on-other-stream", "norm_quant", "mixed streams", norm_quant,
         {"quant": "dynamic", "streams": {"dynamic_quant": "aux"}},
         {"quant": "dynamic", "streams": {"*": "aux"}}),
+    Row("rms-norm-on-other-stream", "norm_quant", "mixed streams", norm_quant,
+        {"quant": "rms_mx", "streams": {"rms_norm": "aux"}},
+        {"quant": "rms_mx", "streams": {"*": "aux"}}),
     Row("dtype-not-registered", "norm_quant", "float32 graph, patterns for bfloat16 only",
         norm_quant, {"manager": {"dtypes": ["bfloat16"]}}, {"manager": {"dtypes": ["float32"]}}),
     Row("mx-on-soc-without-mx", "norm_quant", "A2 has no MX kernels", norm_quant,
@@ -392,5 +398,7 @@ def test_counterpart_fuses(row: Row, run_site, sp_ops, close) -> None:
     assert outcome.after != outcome.before
     if site.fused is not None:
         assert any(f"ascend.{site.fused}." in line for line in outcome.after)
+    if "*" in site.streams:  # every node on one stream: the fused nodes stay on it
+        assert outcome.labels == {site.streams["*"]}
     dtype = site.inputs[0].dtype
     close(outcome.outputs, eager(site), dtype)
