@@ -212,6 +212,8 @@ class SiteOutcome:
     outputs: Any
     symbolic: bool
     labels: set[Any] = field(default_factory=set)  # stream labels of the calls afterwards
+    # nodes whose recorded example value disagrees (dtype/shape) with what they compute
+    meta_mismatches: list[str] = field(default_factory=list)
 
 
 def canonical(graph: fx.Graph) -> list[str]:
@@ -229,6 +231,31 @@ def _label(graph: fx.Graph, streams: dict[str, str]) -> None:
         for key, label in streams.items():
             if node.op == "call_function" and (key == "*" or key in str(node.target)):
                 node.meta["stream_label"] = label
+
+
+class _MetaCheck(fx.Interpreter):
+    """Runs a graph for real and notes every node whose `meta["val"]` has another dtype or
+    shape than the value it computes (passes must keep example values truthful)."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.mismatches: list[str] = []
+
+    def run_node(self, n: fx.Node) -> Any:
+        result = super().run_node(n)
+        val = n.meta.get("val")
+        if n.op != "output" and "val" in n.meta and _layout(val) != _layout(result):
+            self.mismatches.append(f"{n.name}: {_layout(val)} recorded, {_layout(result)} computed")
+        return result
+
+
+def _layout(value: Any) -> Any:
+    """dtype and shape of every tensor in a value (None where the value holds none)."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_layout(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, tuple(value.shape))
+    return None
 
 
 def _traced(site: Any) -> fx.GraphModule:
@@ -285,7 +312,10 @@ def run_site(site: Any) -> SiteOutcome:
     gm.graph.lint()
     gm.recompile()
     labels = {n.meta.get("stream_label") for n in gm.graph.nodes if n.op == "call_function"}
-    return SiteOutcome(before, canonical(gm.graph), report, gm(*site.inputs), False, labels)
+    check = _MetaCheck(gm)
+    outputs = check.run(*site.inputs)
+    return SiteOutcome(before, canonical(gm.graph), report, outputs, False, labels,
+                       check.mismatches)  # fmt: skip
 
 
 @pytest.fixture(name="run_site")

@@ -106,16 +106,22 @@ def norm_quant(
     *, quant: str = "static", bias: bool = False, eps: float = 1e-6, y_user: bool = False,
     cast: torch.dtype | None = None, scale_from_residual: bool = False,
     dtype: torch.dtype = F32, streams: dict[str, str] | None = None,
-    manager: dict[str, Any] | None = None, dynamic: bool = False,
+    manager: dict[str, Any] | None = None, dynamic: bool = False, source: str = "norm",
 ) -> Site:  # fmt: skip
     """`quant(add_rms_norm(x, r, w, eps[, b])[0])`; quant: "static", "dynamic" or "mx";
-    "rms_mx" is `dynamic_mx_quant(rms_norm(x, w, eps))`."""
+    "rms_mx" is `dynamic_mx_quant(rms_norm(x, w, eps))`. `source` "residual" quantises the
+    norm's residual output instead, "torch_rms" the output of torch's own RMSNorm
+    (`aten._fused_rms_norm`, which ATen graphs hold decomposed into pointwise ops)."""
 
     def fn(x, r, w, b, scale, offset):
         if quant == "rms_mx":
             y, res = A.rms_norm(x, w, eps), r
         else:
             y, res = A.add_rms_norm(x, r, w, eps, b if bias else None)
+        if source == "residual":
+            y, res = res, y
+        elif source == "torch_rms":
+            y = torch.ops.aten._fused_rms_norm(x, [64], w, eps)[0]
         extra = (y * 2,) if y_user else ()
         if cast is not None:
             y = y.to(cast)
@@ -270,6 +276,12 @@ CATALOGUE: tuple[Row, ...] = (
         "be dropped", norm_quant, {"quant": "mx", "bias": True}, {"quant": "mx"}),
     Row("mx-with-bias-symbolic", "norm_quant", "as mx-with-bias, token count symbolic",
         norm_quant, {"quant": "mx", "bias": True, **DY}, {"quant": "mx", **DY}),
+    Row("quantise-the-residual", "norm_quant", "quantize(add_rms_norm(...)[1]) quantises the "
+        "new residual; the fused kernel quantises the norm output", norm_quant,
+        {"source": "residual"}, {"source": "norm"}),
+    Row("quantise-torch-rms-norm", "norm_quant", "torch's own RMSNorm (decomposed, no "
+        "residual) is not the ascend add_rms_norm the kernel replaces", norm_quant,
+        {"source": "torch_rms"}, {"source": "norm"}),
     Row("norm-output-extra-user", "norm_quant", "y is still needed unquantised elsewhere",
         norm_quant, {"y_user": True}, {"y_user": False}),
     Row("rms-norm-output-extra-user", "norm_quant", "the rms_norm output is still needed",
@@ -378,6 +390,7 @@ def test_near_miss_is_left_unchanged(row: Row, run_site, sp_ops) -> None:
     assert outcome.symbolic == (site.trace == "dynamo")
     assert outcome.after == outcome.before, f"{row.pattern} rewrote it: {row.why}"
     assert not any(outcome.report.values()), outcome.report
+    assert outcome.meta_mismatches == []
     got, want = _flat(outcome.outputs), _flat(eager(site))
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -395,6 +408,7 @@ def test_counterpart_fuses(row: Row, run_site, sp_ops, close) -> None:
     outcome = run_site(site)
     assert outcome.symbolic == (site.trace == "dynamo")
     assert outcome.report == {**dict.fromkeys(PASS_NAMES, 0), row.pattern: 1}
+    assert outcome.meta_mismatches == []  # fused nodes carry their outputs' example values
     assert outcome.after != outcome.before
     if site.fused is not None:
         assert any(f"ascend.{site.fused}." in line for line in outcome.after)
