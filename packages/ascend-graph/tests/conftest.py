@@ -3,8 +3,9 @@ helper that returns outputs, the rewritten graphs and the backend report."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,10 @@ import ascend_graph
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
 import pytest
 import torch
+from ascend_graph.pipeline import compile_graph
 from torch import fx, nn
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 A = torch.ops.ascend
 
@@ -192,3 +196,155 @@ class MoEOutput(nn.Module):
 @pytest.fixture
 def models() -> dict[str, type[nn.Module]]:
     return {"norm_quant": NormQuantLayers, "qknorm": QKNormRopeAttention, "moe": MoEOutput}
+
+
+# --- running one traced site through a manager (the near-miss catalogue) ----------------
+
+
+@dataclass
+class SiteOutcome:
+    """Graph printouts before/after the passes, their report, and the rewritten graph's
+    outputs; `symbolic` when the graph had SymInt sizes."""
+
+    before: list[str]
+    after: list[str]
+    report: dict[str, int]
+    outputs: Any
+    symbolic: bool
+    labels: set[Any] = field(default_factory=set)  # stream labels of the calls afterwards
+    # nodes whose recorded example value disagrees (dtype/shape) with what they compute
+    meta_mismatches: list[str] = field(default_factory=list)
+
+
+def canonical(graph: fx.Graph) -> list[str]:
+    """One line per node: name, kind, target and arguments (nodes shown by name)."""
+
+    def show(value: Any) -> Any:
+        return fx.map_arg(value, lambda n: f"%{n.name}")
+
+    return [f"{n.name} = {n.op} {n.target} {show(n.args)!r} {show(n.kwargs)!r}"
+            for n in graph.nodes]  # fmt: skip
+
+
+def _label(graph: fx.Graph, streams: dict[str, str]) -> None:
+    for node in graph.nodes:
+        for key, label in streams.items():
+            if node.op == "call_function" and (key == "*" or key in str(node.target)):
+                node.meta["stream_label"] = label
+
+
+class _MetaCheck(fx.Interpreter):
+    """Runs a graph for real and notes every node whose `meta["val"]` has another dtype or
+    shape than the value it computes (passes must keep example values truthful)."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.mismatches: list[str] = []
+
+    def run_node(self, n: fx.Node) -> Any:
+        result = super().run_node(n)
+        val = n.meta.get("val")
+        if n.op != "output" and "val" in n.meta and _layout(val) != _layout(result):
+            self.mismatches.append(f"{n.name}: {_layout(val)} recorded, {_layout(result)} computed")
+        return result
+
+
+def _layout(value: Any) -> Any:
+    """dtype and shape of every tensor in a value (None where the value holds none)."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_layout(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, tuple(value.shape))
+    return None
+
+
+def _traced(site: Any) -> fx.GraphModule:
+    if site.trace == "fx":
+        gm = fx.symbolic_trace(site.fn)
+        FakeTensorProp(gm).propagate(*site.inputs)
+        return gm
+    return make_fx(site.fn, tracing_mode="fake")(*site.inputs)
+
+
+class _Snapshots(ascend_graph.GraphFusionPassManager):
+    """A manager that keeps the printout of every graph before and after its passes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.before: list[list[str]] = []
+        self.after: list[list[str]] = []
+        self.symbolic = False
+
+    def run(self, graph: Any, compile_range: Any = None) -> dict[str, int]:
+        self.symbolic |= any(isinstance(n.meta.get("val"), torch.SymInt) for n in graph.nodes)
+        self.before.append(canonical(graph))
+        counts = super().run(graph, compile_range)
+        self.after.append(canonical(graph))
+        return counts
+
+
+def run_site(site: Any) -> SiteOutcome:
+    """Trace `site` (fn, inputs, manager kwargs, trace, dynamic, streams), run a manager on
+    the graph, and run the rewritten graph on the inputs.
+
+    trace "make_fx": static fake-tensor trace; "fx": `fx.symbolic_trace` (call_method nodes)
+    with fake values propagated; "dynamo": `torch.compile` through `compile_graph` with dim 0
+    of the inputs listed in `dynamic` marked dynamic. `streams` maps a target substring
+    ("*": every call) to the stream label put on those nodes before the passes.
+    """
+    if site.trace == "dynamo":
+        torch._dynamo.reset()
+        manager = _Snapshots(**site.manager)
+        for index in site.dynamic:
+            torch._dynamo.mark_dynamic(site.inputs[index], 0)
+
+        def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+            return compile_graph(gm, example_inputs, manager=manager)
+
+        with torch.no_grad():
+            outputs = torch.compile(site.fn, backend=backend, fullgraph=True)(*site.inputs)
+        (before,), (after,) = manager.before, manager.after
+        return SiteOutcome(before, after, dict(manager.counts), outputs, manager.symbolic)
+    gm = _traced(site)
+    _label(gm.graph, site.streams)
+    before = canonical(gm.graph)
+    report = ascend_graph.GraphFusionPassManager(**site.manager).run(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    labels = {n.meta.get("stream_label") for n in gm.graph.nodes if n.op == "call_function"}
+    check = _MetaCheck(gm)
+    outputs = check.run(*site.inputs)
+    return SiteOutcome(before, canonical(gm.graph), report, outputs, False, labels,
+                       check.mismatches)  # fmt: skip
+
+
+@pytest.fixture(name="run_site")
+def run_site_fixture() -> Callable[[Any], SiteOutcome]:
+    return run_site
+
+
+@pytest.fixture(scope="module")
+def sp_ops() -> Any:
+    """Stand-ins for vLLM's all_gather / sequence_parallel_chunk_impl (world of 2, rank 0):
+    `all_gather(x, world)` and `chunk(x, parts, dtype=None)` (rank 0's rows, optionally cast).
+
+    The namespace is new each time: torch.ops caches op handles by name, so a namespace
+    destroyed and defined again in one process (pytest run twice in-process, as mutmut
+    does) would hand out stale handles.
+    """
+    namespace = f"ascend_graph_test_{uuid.uuid4().hex[:8]}"
+    lib = torch.library.Library(namespace, "DEF")
+    lib.define("all_gather(Tensor x, int world) -> Tensor")
+    lib.define("chunk(Tensor x, int parts, ScalarType? dtype=None) -> Tensor")
+
+    def gather(x: torch.Tensor, world: int) -> torch.Tensor:
+        return torch.cat([x] * world)
+
+    def chunk(x: torch.Tensor, parts: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return x[: x.shape[0] // parts].to(dtype or x.dtype).clone()
+
+    for name, impl in (("all_gather", gather), ("chunk", chunk)):
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{namespace}::{name}", impl, lib=lib)
+    yield getattr(torch.ops, namespace)
+    lib._destroy()

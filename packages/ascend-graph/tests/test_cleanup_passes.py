@@ -6,6 +6,7 @@ import pytest
 import torch
 from ascend_graph import GraphFusionPassManager
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 
 class _Views(nn.Module):
@@ -24,23 +25,8 @@ def test_noop_views_removed(compile_module, close, dynamic) -> None:
     close(result.outputs, result.reference, torch.float32)
 
 
-@pytest.fixture(scope="module")
-def sp_ops():
-    """Stand-ins for vLLM's all_gather / sequence_parallel_chunk_impl (world of 2, rank 0)."""
-    lib = torch.library.Library("ascend_graph_test", "FRAGMENT")
-    lib.define("all_gather(Tensor x, int world) -> Tensor")
-    lib.define("chunk(Tensor x, int world) -> Tensor")
-    lib.impl("all_gather", lambda x, w: torch.cat([x] * w), "CompositeExplicitAutograd")
-    lib.impl("chunk", lambda x, w: x[: x.shape[0] // w].clone(), "CompositeExplicitAutograd")
-    torch.library.register_fake("ascend_graph_test::all_gather", lambda x, w: torch.cat([x] * w))
-    torch.library.register_fake("ascend_graph_test::chunk", lambda x, w: x[: x.shape[0] // w])
-    ops = torch.ops.ascend_graph_test
-    yield ops.all_gather.default, ops.chunk.default
-    lib._destroy()
-
-
 def test_allgather_then_chunk_is_identity(compile_module, close, sp_ops) -> None:
-    gather, chunk = sp_ops
+    gather, chunk = sp_ops.all_gather.default, sp_ops.chunk.default
 
     class _SP(nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,11 +51,35 @@ def test_allgather_then_chunk_is_identity(compile_module, close, sp_ops) -> None
         out = torch.compile(_SP(), backend=backend, fullgraph=True)(x)
     assert manager.counts["allgather_chunk_cleanup"] == 1
     targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert targets.count("ascend_graph_test.chunk.default") == 1
-    assert targets.count("ascend_graph_test.all_gather.default") == 1
+    assert targets.count(str(chunk)) == 1
+    assert targets.count(str(gather)) == 1
     close(out, _SP()(x), torch.float32)
 
 
 def test_allgather_cleanup_needs_both_ops() -> None:
     with pytest.raises(ValueError, match="allgather_op and chunk_op"):
         GraphFusionPassManager(sequence_parallel=True, allgather_op=None, chunk_op=None)
+
+
+def test_allgather_cleanup_goes_on_after_sites_it_leaves(sp_ops) -> None:
+    """Every kind of site the pass leaves alone, then two it rewrites: both are counted."""
+    gather, chunk = sp_ops.all_gather, sp_ops.chunk
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        padded = chunk(torch.nn.functional.pad(x, (0, 0, 4, 0)), 2)  # no gather
+        streamed = chunk(gather(y, 2), 2)  # the gather runs on another stream
+        quarter = chunk(gather(x, 2), 4)  # not this rank's whole slice
+        return padded, streamed, quarter, chunk(gather(x, 2), 2), chunk(gather(y, 2), 2)
+
+    inputs = (torch.randn(4, 8), torch.randn(4, 8))
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    first_gather = next(n for n in gm.graph.nodes if n.target == gather.default)
+    first_gather.meta["stream_label"] = "aux"
+    manager = GraphFusionPassManager(
+        sequence_parallel=True, allgather_op=gather.default, chunk_op=chunk.default
+    )
+    assert manager.run(gm.graph)["allgather_chunk_cleanup"] == 2
+    gm.recompile()
+    got, want = gm(*inputs), fn(*inputs)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert got[3] is inputs[0] and got[4] is inputs[1]

@@ -6,6 +6,7 @@ import hashlib
 import json
 import pickle
 
+import ascend_graph
 import pytest
 import torch
 from ascend_graph import (
@@ -15,6 +16,7 @@ from ascend_graph import (
     compile_graph_fused,
     dumps_fused_graph,
     loads_fused_graph,
+    npu_graph_ex,
 )
 from ascend_graph import fused_graph as fused_mod
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -70,7 +72,7 @@ def test_round_trip_keeps_the_fused_ops_and_reuse_skips_the_passes() -> None:
     assert "torch.ops.ascend.add_rms_norm_quant.default(" in loaded.graph.code
     fresh = GraphFusionPassManager()
     again, result = compile_graph_fused(gm, args, manager=fresh, reuse=loaded)
-    assert result.reused and result.graph is loaded.graph
+    assert result.reused and result.graph is loaded.graph and result.source == fused.source
     assert sum(fresh.counts.values()) == 0  # the passes did not run
     ops, out = _ops(again, block_inputs(7))
     assert ops == ["ascend.add_rms_norm_quant.default", "ascend.muls_add.default",
@@ -157,16 +159,18 @@ def test_damaged_artifacts_are_errors_with_a_reason() -> None:
     data, manager = _artifact()
     payload = data[data.index(b"\n", len(fused_mod.MAGIC)) + 1:]
     cases = {
-        b"": "not an ascend-graph",
-        b"garbage": "not an ascend-graph",
+        b"": "not an ascend-graph fused-graph artifact",
+        b"garbage": "not an ascend-graph fused-graph artifact",
         fused_mod.MAGIC + b"{not json\n" + payload: "damaged header",
         fused_mod.MAGIC + b"[1, 2]\n": "damaged header",
-        data[:-10]: "checksum mismatch",
-        _with_payload(data, b"not a pickle", fix_checksum=True): "cannot rebuild",
-        _with_payload(data, pickle.dumps([1, 2]), fix_checksum=True): "not a graph",
-    }
+        data[:-10]: "damaged: checksum mismatch",
+        _with_payload(data, b"not a pickle", fix_checksum=True):
+            "damaged: cannot rebuild the graph: .*",
+        _with_payload(data, pickle.dumps([1, 2]), fix_checksum=True):
+            "damaged: payload is not a graph",
+    }  # fmt: skip
     for bad, reason in cases.items():
-        with pytest.raises(FusedGraphError, match=reason):
+        with pytest.raises(FusedGraphError, match=f"^{reason}$"):
             loads_fused_graph(bad, manager=manager, backend="eager", compile_range=(1, 8))
 
 
@@ -197,3 +201,83 @@ def test_graph_digest_covers_constant_tensors() -> None:
     assert one.code == two.code
     assert fused_mod.graph_digest(one) == fused_mod.graph_digest(same)
     assert fused_mod.graph_digest(one) != fused_mod.graph_digest(two)
+
+
+def test_artifact_header_records_what_it_was_made_with() -> None:
+    data, manager = _artifact()
+    head, _, payload = data[len(fused_mod.MAGIC):].partition(b"\n")
+    header = json.loads(head)
+    assert header == {
+        "format": 1, "torch": torch.__version__, "ascend_graph": ascend_graph.__version__,
+        "passes": manager.uuid(), "backend": "eager", "compile_range": [1, 8],
+        "source": header["source"], "sha256": hashlib.sha256(payload).hexdigest(),
+    }  # fmt: skip
+    assert len(header["source"]) == 64
+
+
+def test_a_graph_whose_code_is_stale_is_not_saved() -> None:
+    _, fused = compile_graph_fused(torch.fx.symbolic_trace(block), block_inputs(),
+                                   manager=GraphFusionPassManager())  # fmt: skip
+    graph = fused.graph.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    with graph.inserting_before(output):
+        extra = graph.call_function(torch.ops.aten.relu.default, (output.args[0][0],))
+    output.args = ((extra, *output.args[0][1:]),)  # changed, but the code not regenerated
+    stale = r"^the fused graph changes when rebuilt from its code$"
+    with pytest.raises(FusedGraphError, match=stale):
+        dumps_fused_graph(fused, manager=GraphFusionPassManager(), backend="eager")
+
+
+def test_compile_range_reaches_the_passes() -> None:
+    manager = GraphFusionPassManager()
+    manager.passes[-1].max_tokens = 4  # muls_add only for graphs of at most 4 tokens
+    _, fused = compile_graph_fused(torch.fx.symbolic_trace(block), block_inputs(),
+                                   manager=manager, compile_range=(1, 8))  # fmt: skip
+    assert fused.fused_targets() == ["ascend.add_rms_norm_quant.default"]
+
+
+def test_npu_backend_gets_a_copy_the_inputs_and_the_options(monkeypatch) -> None:
+    calls = []
+
+    def fake_compile(gm, example_inputs, *, options):
+        calls.append((gm, list(example_inputs), options))
+        return gm.forward
+
+    monkeypatch.setattr(npu_graph_ex, "npu_graph_compile", fake_compile)
+    options = npu_graph_ex.NpuGraphOptions()
+    args = block_inputs()
+    compiled, fused = compile_graph_fused(torch.fx.symbolic_trace(block), args,
+                                          manager=GraphFusionPassManager(),
+                                          backend="npugraph_ex", npu_options=options)  # fmt: skip
+    ((given, inputs, given_options),) = calls
+    for got, want in zip(compiled(*args), block(*args), strict=True):
+        torch.testing.assert_close(got, want)
+    assert given_options is options
+    assert [tuple(t.shape) for t in inputs] == [tuple(t.shape) for t in args]
+    assert given is not fused.graph and given.code == fused.graph.code
+    saved = fused.graph.code
+    for node in list(given.graph.nodes):  # what the extension does to its copy stays there
+        if node.op == "call_function" and "muls_add" in str(node.target):
+            node.target = torch.ops.aten.sub.Tensor
+    given.recompile()
+    assert fused.graph.code == saved and "muls_add" in saved
+
+
+def test_graph_digest_reads_nested_large_and_plain_attributes() -> None:
+    def module(weight: torch.Tensor, number: int) -> torch.fx.GraphModule:
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        w = graph.get_attr("inner.weight")
+        n = graph.get_attr("number")
+        graph.output((graph.call_function(torch.add, (x, w)), n))
+        inner = torch.nn.Module()
+        inner.register_buffer("weight", weight)
+        return torch.fx.GraphModule({"inner.weight": weight, "number": number}, graph)
+
+    big = torch.zeros(64, 64)  # large enough that repr() leaves most values out
+    changed = big.clone()
+    changed[31, 17] = 1.0
+    base = fused_mod.graph_digest(module(big, 3))
+    assert base == fused_mod.graph_digest(module(big.clone(), 3))
+    assert base != fused_mod.graph_digest(module(changed, 3))
+    assert base != fused_mod.graph_digest(module(big, 4))

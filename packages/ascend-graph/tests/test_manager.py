@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ascend_graph
 import pytest
 import torch
 from ascend_graph import PASS_NAMES, SWITCH_DEFAULTS, GraphFusionPassManager
 from ascend_graph.passes.fusion_passes import MulsAddPass, QKNormRopePass
 from ascend_graph.passes.muls_add import MulsAddPattern
+from ascend_graph.passes.qknorm_rope import QKNormRopePattern
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -67,6 +70,27 @@ def test_uuid_is_stable_and_changes_with_every_setting() -> None:
     before = manager.uuid()
     manager.passes[-1].register(MulsAddPattern(scale=3.0, dtype=torch.float32))
     assert manager.uuid() != before  # a later registration changes it too
+    aten = torch.ops.aten
+
+    def sp(gather, chunk):
+        return GraphFusionPassManager(
+            sequence_parallel=True, allgather_op=gather, chunk_op=chunk
+        ).uuid()
+
+    # the sequence-parallel op handles are settings too
+    clone, alias = aten.clone.default, aten.alias.default
+    sp_ids = {sp(clone, alias), sp(alias, clone)}
+    assert len(sp_ids) == 2 and base not in sp_ids
+
+
+def test_pattern_repr_shows_settings_and_context() -> None:
+    muls = MulsAddPattern(scale=2.5, dtype=torch.float32)
+    assert repr(muls) == "MulsAddPattern(scale=2.5, dtype=torch.float32)"
+    qk = QKNormRopePattern(eps=1e-6, dtype=torch.bfloat16, bias=True, head_dim=128, soc="A2")
+    assert repr(qk) == (
+        "QKNormRopePattern(eps=1e-06, dtype=torch.bfloat16, bias=True, head_dim=128, "
+        "q_size=None, kv_size=None, soc='A2')"
+    )
 
 
 def test_patterns_are_keyed_and_owned_by_the_instance() -> None:
@@ -97,6 +121,10 @@ def test_counts_accumulate_and_compile_range_gates() -> None:
     assert not muls_add.is_applicable_for_range((1, 128))
     assert manager.run(graph(), compile_range=(1, 128))["muls_add"] == 0
     assert manager.run(graph(), compile_range=(1, 8))["muls_add"] == 1
+    manager(graph(), (1, 128))  # the inductor-pass call honours the range too
+    assert manager.last_counts["muls_add"] == 0
+    manager(graph(), (1, 64))
+    assert manager.last_counts["muls_add"] == 1
     with pytest.raises(TypeError, match="compile_range"):
         manager.is_applicable_for_range(object())
 
@@ -105,19 +133,68 @@ def _tuple(value):
     return value if isinstance(value, tuple) else (value,)
 
 
-def test_every_pattern_matches_its_own_search_and_agrees_with_its_replacement() -> None:
-    manager = GraphFusionPassManager(dtypes=["float32"], norm_eps=[2**-20])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"dtypes": ["float32"]},
+        {"dtypes": ["bfloat16"]},
+        {"dtypes": ["float16"]},
+        # configured scale and geometry: the patterns' own example values follow them
+        {"dtypes": ["float32"], "muls_add_scale": 1.5, "qknorm_shapes": [(32, 64, 32)]},
+    ],
+    ids=["fp32", "bf16", "fp16", "configured"],
+)
+def test_every_pattern_matches_its_own_search_and_agrees_with_its_replacement(
+    settings, close
+) -> None:
+    manager = GraphFusionPassManager(norm_eps=[2**-20], **settings)
+    dtype = getattr(torch, settings["dtypes"][0])
     checked = 0
     for fusion in manager.passes[1:]:
         for pattern in fusion.patterns:
             inputs = pattern.example_inputs()
+            assert {t.dtype for t in inputs if t.is_floating_point()} == {dtype}, pattern
             gm = make_fx(pattern.search, tracing_mode="fake")(*inputs)
             assert fusion(gm.graph) == 1, pattern
             gm.recompile()
             want = _tuple(pattern.search(*inputs))
-            for got in (_tuple(gm(*inputs)), _tuple(pattern.replacement(*inputs))):
-                assert len(got) == len(want)
-                for g, w in zip(got, want, strict=True):
-                    torch.testing.assert_close(g.float(), w.float(), rtol=1e-5, atol=1e-5)
+            close(_tuple(gm(*inputs)), want, dtype)
+            close(_tuple(pattern.replacement(*inputs)), want, dtype)
             checked += 1
     assert checked == 6 + 2 + 1  # norm_quant variants, qknorm (bias or not), muls_add
+
+
+@pytest.mark.parametrize(
+    ("shape", "error"),
+    [
+        ((0, 64, 64), "multiples of head_dim"),  # head_dim at 0
+        ((64, 128, 0), "multiples of head_dim"),  # kv_size at 0
+        ((64, 0, 64), "multiples of head_dim"),  # q_size at 0
+        ((64, 96, 64), "multiples of head_dim"),
+        (("a", 1, 2), r"must be \(head_dim, q_size, kv_size\) integers"),
+        ((64, 128), r"must be \(head_dim, q_size, kv_size\) integers"),
+        ((1, 1, 1), None),  # the smallest geometry
+        ((64, 128, 64), None),
+    ],
+)
+def test_qknorm_shape_bounds(shape, error) -> None:
+    if error is None:
+        (pass_,) = [p for p in GraphFusionPassManager(qknorm_shapes=[shape]).passes
+                    if p.name == "qknorm_rope"]  # fmt: skip
+        assert pass_.geometries == [shape]
+    else:
+        with pytest.raises(ValueError, match=error):
+            GraphFusionPassManager(qknorm_shapes=[shape])
+
+
+@pytest.mark.parametrize("source", ["manager.py", "capability.py", "passes/muls_add.py"])
+def test_uuid_changes_with_the_pass_source_code(monkeypatch, source) -> None:
+    base = GraphFusionPassManager().uuid()
+    read_bytes = Path.read_bytes
+
+    def edited(path: Path) -> bytes:
+        data = read_bytes(path)
+        return data + b"\n# edited\n" if path.as_posix().endswith(source) else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    assert GraphFusionPassManager().uuid() != base

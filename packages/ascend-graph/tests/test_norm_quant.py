@@ -92,3 +92,25 @@ def test_w4a4_and_capability_switch_off(models, compile_module) -> None:
     assert names == {"AddRmsNormQuantPattern", "AddRmsNormDynamicQuantPattern"}
     a5 = {type(p).__name__ for p in NormQuantPass(soc="A5").patterns}
     assert "RmsNormDynamicMxQuantPattern" in a5
+
+
+@pytest.mark.parametrize("quant", ["static", "dynamic"])
+def test_fuses_when_the_new_residual_is_unused(quant, close) -> None:
+    """Only the norm output is used: the fused kernel's residual output stays unused."""
+    A = torch.ops.ascend
+
+    def fn(x, r, w, scale, offset):
+        y = A.add_rms_norm(x, r, w, 1e-6)[0]
+        return A.quantize(y, scale, offset) if quant == "static" else A.dynamic_quant(y)
+
+    x, r = _inputs(torch.float32)
+    inputs = (x, r, torch.rand(64) + 0.5, torch.tensor([0.02]), torch.tensor([1.0]))
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    assert GraphFusionPassManager().run(gm.graph)["norm_quant"] == 1
+    gm.recompile()
+    fused = [str(n.target) for n in gm.graph.nodes if "add_rms_norm" in str(n.target)]
+    assert fused == [f"ascend.{FUSED_NAMES[quant]}.default"]
+    close(gm(*inputs), fn(*inputs), torch.float32)
+
+
+FUSED_NAMES = {"static": "add_rms_norm_quant", "dynamic": "add_rms_norm_dynamic_quant"}

@@ -68,10 +68,31 @@ def test_compute_hash_covers_versions_and_every_setting(monkeypatch) -> None:
     monkeypatch.setattr(torch, "__version__", "9.9.9")
     assert compute_hash(GraphFusionPassManager()) != base
     monkeypatch.undo()
-    monkeypatch.setattr(
-        pipeline_mod, "_dist_version", lambda name: "2.9.0" if name == "torch-npu" else None
+    installed = pipeline_mod._dist_version
+    for dist in ("torch-npu", "ascend-graph", "ascend-kernels"):  # each version on its own
+
+        def version(name: str, changed: str = dist) -> str | None:
+            return "9.9.9" if name == changed else installed(name)
+
+        monkeypatch.setattr(pipeline_mod, "_dist_version", version)
+        assert compute_hash(GraphFusionPassManager()) != base, dist
+    monkeypatch.undo()
+    assert compute_hash(GraphFusionPassManager()) == base
+
+
+def test_compute_hash_extra_factors() -> None:
+    assert compute_hash(extra={"a": 1, "b": 2}) == compute_hash(extra={"b": 2, "a": 1})
+    assert compute_hash(extra=None) == compute_hash(extra={}) != compute_hash(extra={"a": 1})
+    # values JSON cannot hold count by their text
+    assert compute_hash(extra={"dtype": torch.bfloat16}) != compute_hash(
+        extra={"dtype": torch.float16}
     )
-    assert compute_hash(GraphFusionPassManager()) != base
+
+
+def test_dist_version_reads_installed_metadata() -> None:
+    assert pipeline_mod._dist_version("ascend-graph") == ascend_graph.__version__
+    assert pipeline_mod._dist_version("torch") == torch.__version__.split("+")[0]
+    assert pipeline_mod._dist_version("ascend-graph-no-such-distribution") is None
 
 
 def _fake_extension(fail: bool = False) -> types.ModuleType:
@@ -108,10 +129,15 @@ def test_npu_graph_backend_through_make_backend(monkeypatch, compile_module, clo
         def forward(self, x, y):
             return x * 2.5 + y
 
-    result = compile_module(_M(), (torch.randn(3, 4), torch.randn(3, 4)),
-                            config={"backend": "npugraph_ex"})  # fmt: skip
-    assert result.report["muls_add"] == 1
-    close(result.outputs, result.reference, torch.float32)
+    class _Two(nn.Module):
+        def forward(self, x, y):
+            return x * 2.5 + y, x - y
+
+    for module in (_M(), _Two()):  # one output and several: the graph returns them all
+        result = compile_module(module, (torch.randn(3, 4), torch.randn(3, 4)),
+                                config={"backend": "npugraph_ex"})  # fmt: skip
+        assert result.report["muls_add"] == 1
+        close(result.outputs, result.reference, torch.float32)
     config = ext.last_config
     assert (config.force_eager, config.inplace_pass, config.clone_input) == (True, False, False)
 

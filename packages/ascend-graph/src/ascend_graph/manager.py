@@ -163,10 +163,6 @@ class GraphFusionPassManager:
         digest.update(json.dumps(self.settings(), sort_keys=True, default=str).encode())
         return digest.hexdigest()
 
-    def reset_counts(self) -> None:
-        self.counts = dict.fromkeys(PASS_NAMES, 0)
-        self.last_counts = dict.fromkeys(PASS_NAMES, 0)
-
     def __repr__(self) -> str:
         return f"GraphFusionPassManager(passes={list(self.enabled)}, soc={self.soc!r})"
 

@@ -88,16 +88,6 @@ def run_manager_on(
     return gm
 
 
-def _with_tuple_output(gm: fx.GraphModule) -> tuple[fx.GraphModule, bool]:
-    """Backends that require tuple outputs get one; returns (graph, was_wrapped)."""
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    if isinstance(output.args[0], (tuple, list)):
-        return gm, False
-    output.args = ((output.args[0],),)
-    gm.recompile()
-    return gm, True
-
-
 def compile_graph(
     gm: fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -130,22 +120,14 @@ def compile_graph(
 def backend_callable(
     graph: fx.GraphModule, inputs: Sequence[Any], backend: str, npu_options: Any = None
 ) -> Callable[..., Any]:
-    """Run a fused ATen graph on `backend` (`eager` or `npugraph_ex`; the extension needs
-    tuple outputs, so a single output is wrapped for it and unwrapped again here)."""
+    """Run a fused ATen graph on `backend` (`eager` or `npugraph_ex`). The graph is an
+    aot_autograd forward graph, whose output is always a tuple, as the extension needs."""
     if backend == "eager":
         return cast(Callable[..., Any], graph.forward)
     from ascend_graph.npu_graph_ex import NpuGraphOptions, npu_graph_compile
 
-    graph, wrapped = _with_tuple_output(graph)
     options = npu_options if npu_options is not None else NpuGraphOptions()
-    compiled = npu_graph_compile(graph, inputs, options=options)
-    if not wrapped:
-        return compiled
-
-    def unwrap(*args: Any) -> Any:
-        return compiled(*args)[0]
-
-    return unwrap
+    return npu_graph_compile(graph, inputs, options=options)
 
 
 def inductor_pass(

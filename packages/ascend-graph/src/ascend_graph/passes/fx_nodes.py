@@ -54,12 +54,6 @@ def getitems(node: fx.Node) -> dict[int, list[fx.Node]]:
     return found
 
 
-def only_getitem(node: fx.Node, index: int) -> fx.Node | None:
-    """The single getitem user of `node` at `index`, or None when absent or duplicated."""
-    items = getitems(node).get(index, [])
-    return items[0] if len(items) == 1 else None
-
-
 def sole_user(node: object) -> fx.Node | None:
     """The only user of `node` (a node used exactly once), else None."""
     if not isinstance(node, fx.Node) or len(node.users) != 1:

@@ -18,7 +18,6 @@ from ascend_graph.passes.fx_nodes import (
     erase_dead,
     is_call,
     node_dtype,
-    propagate_meta,
     same_shape,
     sole_user,
     stream_label,
@@ -74,13 +73,11 @@ class MulsAddPattern(FusionPattern):
             fused = graph.call_function(
                 ascend_op("muls_add"), (v["x"], v["y"], match.attrs["scale"])
             )
+        # extract() required the add's example value: the fused node produces exactly it
+        fused.meta["val"] = add.meta["val"]
         label = stream_label(match.nodes)
-        if isinstance(add.meta.get("val"), torch.Tensor):
-            fused.meta["val"] = add.meta["val"]
-            if label is not None:
-                fused.meta["stream_label"] = label
-        else:
-            propagate_meta(fused, label)
+        if label is not None:
+            fused.meta["stream_label"] = label
         add.replace_all_uses_with(fused)
         erase_dead([mul, add])
 

@@ -139,8 +139,8 @@ def _norm_inputs(bias: bool) -> tuple[torch.Tensor, ...]:
     return (x, residual, weight, b) if bias else (x, residual, weight)
 
 
-def _cast(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[Any, ...]:
-    return tuple(t.to(dtype) if dtype is not None and t.is_floating_point() else t for t in inputs)
+def _cast(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype) -> tuple[Any, ...]:
+    return tuple(t.to(dtype) for t in inputs)
 
 
 class AddRmsNormQuantPattern(_AddNormQuantBase):

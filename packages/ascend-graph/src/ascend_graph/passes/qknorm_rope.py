@@ -58,9 +58,10 @@ def _split_signature(split: Any) -> tuple[Any, ...] | None:
     sizes_t = tuple(static_int(s) for s in sizes)
     if len(sizes_t) != 3 or None in sizes_t or sizes_t[1] != sizes_t[2]:
         return None
+    # The fused kernel takes a [T, q_size + 2 * kv_size] qkv: a batched (3-D) qkv flattened
+    # by the head views would reach it with the wrong rank.
     qkv_val = tensor_meta(qkv)
-    rank = qkv_val.dim() if qkv_val is not None else 2
-    if dim not in (-1, rank - 1):
+    if qkv_val is None or qkv_val.dim() != 2 or dim not in (-1, 1):
         return None
     return (qkv, sizes_t)
 
@@ -76,6 +77,15 @@ def _last_dims(node: fx.Node, count: int) -> tuple[int | None, ...] | None:
     return tuple(static_int(d) for d in shape[-count:])
 
 
+def _head_bias(bias: Any, normed: Any, head_size: int) -> bool:
+    """`bias` is a [head_size] tensor of the norm output's dtype, as the fused kernel takes it
+    (a per-head [heads, head_size] bias broadcasts in the graph; another dtype promotes)."""
+    bias_val, normed_val = tensor_meta(bias), tensor_meta(normed)
+    if bias_val is None or normed_val is None or bias_val.dtype != normed_val.dtype:
+        return False
+    return tuple(static_int(d) for d in bias_val.shape) == (head_size,)
+
+
 def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any] | None:
     """Walk back from rope input `flat` to the split getitem; None on any deviation."""
     if not is_call(flat, RESHAPE_TARGETS) or sole_user(flat) is not rope:
@@ -86,7 +96,7 @@ def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any
         if sole_user(add) is not flat or len(add.args) != 2 or arg(add, 2, "alpha", 1) != 1:
             return None
         normed, bias = add.args
-        if not isinstance(bias, fx.Node):
+        if not _head_bias(bias, normed, head_size):
             return None
     if not is_call(normed, ascend.rms_norm.default) or sole_user(normed) is not (add or flat):
         return None
