@@ -16,6 +16,7 @@ BENCHMARKS = {
     "passes": "benchmarks.bench_passes",
     "kernels": "benchmarks.bench_kernels",
     "e2e": "benchmarks.bench_e2e",
+    "profile": "benchmarks.bench_profile",
     "topology": "benchmarks.bench_topology",
     "config": "benchmarks.bench_config",
     "ranks": "benchmarks.bench_ranks",

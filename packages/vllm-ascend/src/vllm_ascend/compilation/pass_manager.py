@@ -4,7 +4,9 @@ vLLM instantiates :class:`AscendPassManager` (``get_pass_manager_cls``), calls `
 and installs it under the platform's ``pass_key``. ``configure`` resolves the Ascend config
 with the same pure ``resolve`` as the platform and builds ascend-graph's
 ``GraphFusionPassManager`` from ``ascend_compilation_config``. On CPU, vLLM's
-functionalization fix-up (which names a CUDA-only fused op) is replaced by a safe variant.
+functionalization fix-up (which names a CUDA-only fused op) is replaced by a safe variant, and
+inductor is given lowerings that inline the ``torch.ops.ascend.*`` ops (see
+:func:`register_cpu_lowerings`).
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ class SafeFixFunctionalizationPass(FixFunctionalizationPass):
 class AscendFusionPass(VllmInductorPass):
     """ascend-graph's GraphFusionPassManager as one vLLM inductor pass (timed, dumpable)."""
 
-    def __init__(self, config: Any, fusion: Any) -> None:
+    def __init__(self, config: Any, fusion: Any, lowering: str | None = None) -> None:
         super().__init__(config)
         self.fusion = fusion
+        self.lowering = lowering
 
     @VllmInductorPass.time_and_log  # type: ignore[arg-type]
     def __call__(self, graph: torch.fx.Graph) -> None:
@@ -61,8 +64,24 @@ class AscendFusionPass(VllmInductorPass):
         return bool(self.fusion.is_applicable_for_range(compile_range))
 
     def uuid(self) -> str:
-        # The fusion settings change the output, so they are part of the compile-cache key.
-        return self.hash_dict({"source": self.hash_source(self), "fusion": self.fusion.uuid()})
+        # The fusion settings and inductor's lowering of the ascend ops change the output, so
+        # they are part of the compile-cache key.
+        return self.hash_dict({"source": self.hash_source(self), "fusion": self.fusion.uuid(),
+                               "lowering": self.lowering})
+
+
+def register_cpu_lowerings() -> str:
+    """Have inductor inline the ``torch.ops.ascend.*`` ops it meets after the passes (host CPU:
+    inductor generates the kernels there); returns the lowerings' fingerprint for the cache key.
+
+    Graphs at pass time, and inductor's dumps of them, still hold the ascend ops; the generated
+    code runs their decompositions fused with the neighbouring ops instead of one Python
+    reference call per op.
+    """
+    from ascend_kernels.inductor_lowering import lowering_fingerprint, register_inductor_lowerings
+
+    register_inductor_lowerings()
+    return str(lowering_fingerprint())
 
 
 def sequence_parallel_ops() -> tuple[Any, Any] | None:
@@ -138,7 +157,8 @@ class AscendPassManager(PostGradPassManager):
             sequence_parallel=sequence_parallel,
             quant_description=quant_description_of(config, facts), log_decisions=True,
         )
-        self.add(AscendFusionPass(config, self.fusion))
+        lowering = register_cpu_lowerings() if self.soc == "cpu" else None
+        self.add(AscendFusionPass(config, self.fusion, lowering))
         self.fix_functionalization = SafeFixFunctionalizationPass(config)
 
     @property

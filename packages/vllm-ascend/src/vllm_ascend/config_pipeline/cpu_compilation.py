@@ -1,11 +1,15 @@
-"""Step 4 (host-CPU platform): keep vLLM's piecewise ``VLLM_COMPILE`` so the Ascend passes run.
+"""Step 4 (host-CPU platform): keep vLLM's ``VLLM_COMPILE`` so the Ascend passes run.
 
 vLLM's CPU platform downgrades ``VLLM_COMPILE`` to ``DYNAMO_TRACE_ONCE``, which never runs a
 platform pass manager. After its defaults this step restores ``VLLM_COMPILE`` with inductor,
 sets ``compile_sizes=[]`` (otherwise inductor compiles a 4096-token shape outside the compile
-ranges), turns vLLM's IR torch wrap off (so Dynamo traces the ``ascend`` IR provider and the
-graphs hold ``torch.ops.ascend.*``), switches vLLM's own CUDA-only fusion flags off (their pass
-classes do not exist on CPU) and enables every custom op (the Ascend rotary embedding).
+ranges), compiles the whole model as one graph (``splitting_ops=[]``, as stock vLLM CPU does;
+no piecewise split at attention), keeps eager's low-precision roundings in inductor's fused
+kernels (``emulate_precision_casts``), turns vLLM's IR torch wrap off (so Dynamo traces the
+``ascend`` IR provider and the graphs hold ``torch.ops.ascend.*``), switches vLLM's own CUDA-only
+fusion flags off (their pass classes do not exist on CPU) and enables every custom op (the
+Ascend rotary embedding). The pass manager then has inductor inline the ``torch.ops.ascend.*``
+ops after the passes (``ascend_kernels.inductor_lowering``).
 """
 
 from __future__ import annotations
@@ -61,9 +65,18 @@ def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str
         cc.backend = "inductor"
         cc.compile_sizes = []
         cc.ir_enable_torch_wrap = False
+        # One graph for the whole model, as stock vLLM CPU compiles it: no Python hand-off
+        # between pieces at every attention layer, and the passes still run on it.
+        cc.splitting_ops = []
+        # The Ascend ops round an intermediate to the model dtype where their unfused
+        # composition stores it; inductor inlines them (ascend_kernels.inductor_lowering) and
+        # would otherwise skip such down/up-cast pairs inside a fused kernel, so a fused and
+        # an unfused graph could differ in bf16.
+        cc.inductor_compile_config["emulate_precision_casts"] = True
     decision = {
         "mode": cc.mode.name if cc.mode is not None else None,
         "backend": cc.backend,
+        "splitting_ops": cc.splitting_ops,
         "custom_ops": list(cc.custom_ops),
         "vllm_fusions_off": turned_off,
     }

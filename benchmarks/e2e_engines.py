@@ -1,0 +1,112 @@
+"""The engines the end-to-end benchmark compares, each in its own worker process.
+
+``stock`` is vLLM for CPU with no plugin loaded (``VLLM_PLUGINS`` names no installed plugin);
+``fusion on`` / ``fusion off`` are the Ascend host-CPU platform with the Ascend fusion passes
+switched on or off. Every engine gets a fresh compile cache (``VLLM_CACHE_ROOT``), so each
+start-up compiles from scratch, and runs in-process in its worker (so the worker's peak RSS is
+the engine's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Engine label -> (VLLM_ASCEND_DEVICE, VLLM_PLUGINS or None for every plugin, fusion switch).
+ENGINES: dict[str, tuple[str, str | None, bool]] = {
+    "stock": ("auto", "none", False),
+    "fusion on": ("cpu", None, True),
+    "fusion off": ("cpu", None, False),
+}
+
+
+@dataclass
+class EngineRun:
+    """What one engine measured over the benchmark's rounds."""
+
+    label: str
+    startup_s: float = 0.0
+    batch_rates: list[float] = field(default_factory=list)
+    single_rates: list[float] = field(default_factory=list)
+    # Tokens per second of the engine process's CPU time (user + system): less sensitive than
+    # wall time to other processes taking the cores, more to busy-waiting threads.
+    batch_cpu_rates: list[float] = field(default_factory=list)
+    single_cpu_rates: list[float] = field(default_factory=list)
+    peak_rss_mib: float = 0.0
+    tokens: list[list[int]] = field(default_factory=list)
+    report: dict[str, int] = field(default_factory=dict)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a live process so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """Peak resident set size (``VmHWM``) of a live process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/{pid}/status has no VmHWM line")
+
+
+def engine_setup(
+    label: str, model: Path, root: Path, max_num_seqs: int
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """(environment, `vllm.LLM` keyword arguments) of engine ``label``; files go under ``root``."""
+    from vllm_ascend.testing.engine_env import engine_env
+    from vllm_ascend.testing.generation import llm_kwargs
+
+    device, plugins, fusion = ENGINES[label]
+    slug = label.replace(" ", "-")
+    root.mkdir(parents=True, exist_ok=True)
+    env = engine_env(device=device, cache_root=root / f"cache-{slug}", plugins=plugins)
+    if plugins is None:
+        env.pop("VLLM_PLUGINS", None)  # every installed plugin, whatever the shell says
+    kwargs = llm_kwargs(
+        str(model), fusion=fusion, dtype="bfloat16", max_num_seqs=max_num_seqs,
+        kv_cache_mib=256, log_dir=str(root / "ascend-logs"),
+    )
+    return env, kwargs
+
+
+class Engine:
+    """One benchmark engine: a worker process holding one `vllm.LLM`."""
+
+    def __init__(self, label: str, model: Path, root: Path, max_num_seqs: int) -> None:
+        from vllm_ascend.testing.worker_client import LLMWorker
+
+        env, self.kwargs = engine_setup(label, model, root, max_num_seqs)
+        self.run = EngineRun(label)
+        self.worker = LLMWorker(env, root / f"{label.replace(' ', '-')}.log")
+
+    def start(self) -> None:
+        """Build the engine (timed: engine ready) and run one short warm-up generation."""
+        answer = self.worker.request("load", name="e2e", kwargs=self.kwargs, timeout=1800)
+        self.run.startup_s = float(answer["startup_s"])
+        if self.run.label != "stock":
+            self.run.report = self.worker.request("fusion_report")["report"]
+        self.generate(["warm-up"], 4)
+
+    def generate(self, prompts: list[str], max_tokens: int
+                 ) -> tuple[float, float, list[list[int]]]:
+        """Greedy generation; returns tokens per second of wall time and of the process's CPU
+        time, and the token ids per prompt."""
+        cpu = cpu_seconds(self.worker.proc.pid)
+        answer = self.worker.request(
+            "generate", name="e2e", prompts=prompts, max_tokens=max_tokens, timeout=1800
+        )
+        cpu = cpu_seconds(self.worker.proc.pid) - cpu
+        tokens = [o["token_ids"] for o in answer["outputs"]]
+        count = sum(len(t) for t in tokens)
+        return count / float(answer["elapsed_s"]), count / max(cpu, 1e-9), tokens
+
+    def close(self) -> None:
+        """Record the worker's peak RSS, then stop it."""
+        with contextlib.suppress(OSError, RuntimeError):  # the worker already exited
+            self.run.peak_rss_mib = peak_rss_mib(self.worker.proc.pid)
+        self.worker.close()

@@ -1,0 +1,68 @@
+"""The end-to-end table's ratios and verdicts, and the profile's categories (no engines)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.bench_e2e import QUICK, model_table, round_ratio
+from benchmarks.e2e_engines import EngineRun
+from benchmarks.profile_child import category
+
+
+def _run(label: str, rate: float, startup: float = 10.0, rss: float = 1000.0,
+         tokens: list[list[int]] | None = None) -> EngineRun:
+    return EngineRun(label, startup_s=startup, batch_rates=[rate, rate * 2],
+                     single_rates=[rate / 10, rate / 5], peak_rss_mib=rss,
+                     tokens=tokens if tokens is not None else [[1, 2]])
+
+
+def _targets(table_notes: list[str]) -> str:
+    return next(note for note in table_notes if note.startswith("Targets:"))
+
+
+def test_round_ratio_is_the_median_of_per_round_ratios() -> None:
+    assert round_ratio([2.0, 4.0, 9.0], [1.0, 2.0, 3.0]) == 2.0  # ratios 2, 2, 3
+    assert round_ratio([1.0, 3.0], [1.0, 1.0]) == 2.0  # even count: mean of the middle two
+    with pytest.raises(ValueError):
+        round_ratio([1.0], [1.0, 2.0])  # one ratio per round, nothing dropped silently
+
+
+def test_targets_are_met_at_the_boundary() -> None:
+    runs = {"stock": _run("stock", 100.0), "fusion on": _run("fusion on", 100.0, rss=1100.0),
+            "fusion off": _run("fusion off", 100.0)}
+    table = model_table("qwen3", QUICK, runs)
+    targets = _targets(table.notes)
+    assert "NOT MET" not in targets  # 1.0x speed, 1.1x RSS, equal start-up: all met
+    on_row = table.rows[1]
+    assert on_row[0] == "fusion on" and on_row[2] == 1.0 and on_row[8] == 1.1
+
+
+@pytest.mark.parametrize(
+    ("on", "missed"),
+    [
+        (_run("fusion on", 99.0), ["batch on/stock", "single on/stock"]),
+        (_run("fusion on", 100.0, rss=1101.0), ["peak RSS on/stock"]),
+        (_run("fusion on", 100.0, startup=10.01), ["engine ready on/stock"]),
+        (_run("fusion on", 100.0, tokens=[[1, 3]]), ["tokens on == off"]),
+    ],
+)
+def test_each_target_misses_just_past_its_boundary(on: EngineRun, missed: list[str]) -> None:
+    # fusion off at 0.99x stock: on/off holds (>= 1.0) in every case.
+    runs = {"stock": _run("stock", 100.0), "fusion on": on, "fusion off": _run("fusion off", 99.0)}
+    targets = _targets(model_table("qwen3", QUICK, runs).notes)
+    assert targets.count("NOT MET") == len(missed)
+    for name in missed:
+        assert f"{name} NOT MET" in targets
+
+
+def test_profile_categories_follow_the_nearest_categorised_ancestor() -> None:
+    assert category(["ascend::rms_norm", "## Call CompiledFxGraph x ##"]) == (
+        "ascend ops: Python reference glue")
+    assert category(["aten::mul", "ascend::rms_norm", "## Call CompiledFxGraph x ##"]) == (
+        "ascend ops: aten kernels inside")
+    assert category(["aten::item", "_C::onednn_mm"]) == "linear layers"
+    assert category(["_C::cpu_attention_with_kv_cache"]) == "attention + KV cache"
+    assert category(["_C::cpu_fused_moe", "## Call CompiledFxGraph x ##"]) == "MoE experts"
+    assert category(["aten::empty", "## Call CompiledFxGraph x ##"]) == (
+        "inductor kernels + graph glue")
+    assert category(["aten::argmax"]) == "outside the model graph"

@@ -1,0 +1,213 @@
+"""Inductor lowerings of ``torch.ops.ascend.*`` from their decompositions (host CPU).
+
+To inductor a ``torch.ops.ascend.*`` node is an opaque extern call: one trip through the
+dispatcher into the Python reference per call, no fusion with its neighbours. With these
+lowerings, inductor traces the op's decomposition (:mod:`ascend_kernels.decompositions`) at
+lowering time and inlines it as ordinary IR, so the norm, rope and muls_add arithmetic is
+fused into the generated C++ kernels around it. The FX graph inductor receives, and every
+pass before lowering, still holds the ``torch.ops.ascend.*`` nodes (fusion passes and graph
+dumps see them); only the generated code changes.
+
+Registration is explicit (:func:`register_inductor_lowerings`, e.g. by the host-CPU pass
+manager), never at import, and :func:`reset_inductor_lowerings` restores inductor's table.
+Inductor's lowering table is process-global, so this module keeps the one record of what it
+changed there (:class:`LoweringRegistry`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ascend_kernels import decompositions
+from ascend_kernels.schemas import NAMESPACE
+
+logger = logging.getLogger("ascend_kernels.inductor_lowering")
+
+_MISSING = object()
+
+
+@functools.cache
+def lowering_fingerprint() -> str:
+    """Hash of the decompositions and this module: part of a compile-cache key, since the
+    generated code depends on them."""
+    digest = hashlib.sha256()
+    for module in (decompositions, inspect.getmodule(lowering_fingerprint)):
+        digest.update(inspect.getsource(module).encode())  # type: ignore[arg-type]
+    return digest.hexdigest()[:16]
+
+
+def _overload(op: str) -> torch._ops.OpOverload:
+    return getattr(getattr(torch.ops, NAMESPACE), op).default  # type: ignore[no-any-return]
+
+
+def _positional(overload: torch._ops.OpOverload, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> list[Any]:
+    """The op's arguments in schema order (defaults filled in)."""
+    values = list(args)
+    for argument in overload._schema.arguments[len(args):]:
+        if argument.name in kwargs:
+            values.append(kwargs[argument.name])
+        elif argument.has_default_value():
+            values.append(argument.default_value)
+        else:
+            raise TypeError(f"{overload}: missing argument {argument.name!r}")
+    return values
+
+
+def _is_constant(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float))
+
+
+class TraceCache:
+    """Decomposition graphs already traced, per fake mode (one model compile).
+
+    Tracing a decomposition with symbolic shapes costs far more than inlining it, and a model
+    calls each op with the same argument metadata in every layer (and, under vLLM's piecewise
+    compilation, in every piece: the pieces share Dynamo's fake mode and shape symbols). A
+    graph is reused only for the same op, constants and input dtypes, sizes and strides, under
+    the same fake mode; entries go away with their fake mode.
+    """
+
+    def __init__(self) -> None:
+        self._graphs: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, fake_mode: Any, key: tuple[Any, ...]) -> Any:
+        return self._graphs.get(fake_mode, {}).get(key)
+
+    def put(self, fake_mode: Any, key: tuple[Any, ...], graph: Any) -> None:
+        self._graphs.setdefault(fake_mode, {})[key] = graph
+
+
+def _meta_key(fake: torch.Tensor) -> tuple[str, str, str]:
+    return (str(fake.dtype), str(tuple(fake.shape)), str(fake.stride()))
+
+
+def make_lowering(
+    overload: torch._ops.OpOverload, decomposition: Callable[..., Any], cache: TraceCache
+) -> Callable[..., Any]:
+    """An inductor lowering of ``overload`` that inlines ``decomposition``.
+
+    Tensor arguments arrive as inductor IR nodes; the other arguments must be plain constants
+    (the ascend schemas' ints, floats and bools); when they are not, or when the decomposition
+    cannot be traced, the op stays an extern call.
+    """
+    from torch._inductor import ir
+    from torch._inductor.codegen.subgraph import inline_subgraph_to_ir_nodes
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.lowering import fallback_handler
+    from torch._inductor.virtualized import V
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    name = f"{NAMESPACE}_{overload._schema.name.split('::')[-1]}"
+    extern = fallback_handler(overload, add_to_fallback_set=False)
+
+    def trace(values: list[Any], slots: list[int], fakes: list[torch.Tensor]) -> Any:
+        def traced(*tensors: torch.Tensor) -> Any:
+            full = list(values)
+            for slot, tensor in zip(slots, tensors, strict=True):
+                full[slot] = tensor
+            return decomposition(*full)
+
+        # Tracing may add guards that equate shape symbols the op's contract already equates
+        # (e.g. the length of ``positions`` and the token count of ``q``): inductor's own
+        # lowerings add such guards too.
+        return make_fx(traced, decomposition_table=select_decomp_table(),
+                       tracing_mode="symbolic")(*fakes)
+
+    def lower(*args: Any, **kwargs: Any) -> Any:
+        values = _positional(overload, args, kwargs)
+        slots = [i for i, v in enumerate(values) if isinstance(v, ir.IRNode)]
+        if not all(_is_constant(v) for i, v in enumerate(values) if i not in slots):
+            return extern(*args, **kwargs)
+        tensors = [values[i] for i in slots]
+        with V.fake_mode:
+            fakes = [ir.ir_node_to_tensor(t) for t in tensors]
+        key = (tuple(v for i, v in enumerate(values) if i not in slots),
+               tuple(_meta_key(f) for f in fakes))
+        graph = cache.get(V.fake_mode, key)
+        if graph is None:
+            try:
+                with V.fake_mode:
+                    graph = trace(values, slots, fakes)
+            except Exception as exc:  # e.g. an argument the tracer cannot handle
+                logger.info("%s stays an extern call: %s", overload, exc)
+                return extern(*args, **kwargs)
+            cache.put(V.fake_mode, key, graph)
+        try:
+            return inline_subgraph_to_ir_nodes(graph, tensors, name)
+        finally:
+            # The same traced graph may be inlined again in this lowering.
+            for node in graph.graph.nodes:
+                V.graph.env.pop(node, None)
+
+    lower.__name__ = lower.__qualname__ = f"lower_{name}"
+    return lower
+
+
+class LoweringRegistry:
+    """What this package put into inductor's lowering table, and what it replaced."""
+
+    def __init__(self) -> None:
+        self._previous: dict[torch._ops.OpOverload, Any] = {}
+        self.traces = TraceCache()
+
+    @property
+    def registered(self) -> list[str]:
+        """Names of the ops lowered through their decompositions now."""
+        return sorted(str(op) for op in self._previous)
+
+    def register(self, ops: dict[str, Callable[..., Any]] | None = None) -> list[str]:
+        """Lower each op of ``ops`` (default: every decomposition) through its decomposition;
+        returns the op names registered by this call. Idempotent."""
+        from torch._inductor.lowering import lowerings
+
+        done = []
+        for op, decomposition in (decompositions.DECOMPOSITIONS if ops is None else ops).items():
+            overload = _overload(op)
+            if overload in self._previous:
+                continue
+            self._previous[overload] = lowerings.get(overload, _MISSING)
+            lowerings[overload] = make_lowering(overload, decomposition, self.traces)
+            done.append(op)
+        if done:
+            logger.info("inductor lowers through decompositions: %s", ", ".join(done))
+        return done
+
+    def reset(self) -> None:
+        """Put inductor's previous entries back (none: the op is an extern call again)."""
+        from torch._inductor.lowering import lowerings
+
+        for overload, previous in self._previous.items():
+            if previous is _MISSING:
+                lowerings.pop(overload, None)
+            else:
+                lowerings[overload] = previous
+        self._previous.clear()
+
+
+_REGISTRY = LoweringRegistry()
+
+
+def register_inductor_lowerings() -> list[str]:
+    """Lower every decomposed ``torch.ops.ascend.*`` op inline in inductor (this process)."""
+    return _REGISTRY.register()
+
+
+def registered_inductor_lowerings() -> list[str]:
+    """The ops currently lowered through their decompositions."""
+    return _REGISTRY.registered
+
+
+def reset_inductor_lowerings() -> None:
+    """Undo :func:`register_inductor_lowerings` (tests, or to compare both code paths)."""
+    _REGISTRY.reset()
