@@ -33,7 +33,7 @@ def _check_gate_input(x: torch.Tensor) -> int:
 def silu_and_mul_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     """``silu_and_mul`` into a preallocated contiguous ``out`` of shape ``[..., d]``."""
     d = _check_gate_input(x)
-    check_out("out", out, torch.Size((*x.shape[:-1], d)), x.dtype)
+    check_out("out", out, x, torch.Size((*x.shape[:-1], d)))
     rows = out.numel() // d
     x2, o2 = x.reshape(rows, 2 * d), out.view(rows, d)
     scratch = Scratch(chunk_rows(rows, 2 * d), x.device)

@@ -114,8 +114,8 @@ def mrotary_embedding_out(
     freq = torch.arange(half, device=cos_sin_cache.device)
     q3 = _heads(q, tokens, head_size, "q")
     k3 = _heads(k, tokens, head_size, "k")
-    check_out("q_out", q_out, q.shape, q.dtype)
-    check_out("k_out", k_out, k.shape, k.dtype)
+    check_out("q_out", q_out, q)
+    check_out("k_out", k_out, k)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
     per_token = (q3.shape[1] + k3.shape[1]) * head_size
     scratch = Scratch(chunk_rows(tokens, per_token), q.device)
