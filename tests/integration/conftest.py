@@ -20,6 +20,7 @@ import pytest
 from vllm_ascend.testing.engine_env import engine_env
 from vllm_ascend.testing.generation import llm_kwargs
 from vllm_ascend.testing.graph_dump import inductor_debug_env
+from vllm_ascend.testing.serve import VllmServer
 from vllm_ascend.testing.tiny_models import make_tiny_model
 from vllm_ascend.testing.worker_client import LLMWorker
 
@@ -206,3 +207,32 @@ def compiled_runs(
 ) -> CompiledRuns:
     dumps = tmp_path_factory.mktemp("graph_dumps")
     return CompiledRuns(tiny_models, start_worker, dumps, ascend_log_dir)
+
+
+@pytest.fixture(scope="module")
+def start_server(
+    tiny_models: TinyModels,
+    make_env: Callable[..., dict[str, str]],
+    tmp_path_factory: pytest.TempPathFactory,
+    ascend_log_dir: str,
+) -> Iterator[Callable[..., VllmServer]]:
+    """`start_server(name, args, **env)`: `vllm-ascend serve` of the tiny Qwen3 model with
+    `args` (see `tiny_serve_args`), vLLM's separate engine process and the plugin's own CPU
+    binding. At the end of the module every server started is stopped and what is left of its
+    process group killed, whatever the tests did to it."""
+    servers: list[VllmServer] = []
+    logs = tmp_path_factory.mktemp("server_logs")
+
+    def start(name: str, args: list[str], **env_kw: str) -> VllmServer:
+        env = make_env(device="cpu", **env_kw)
+        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        env.pop("VLLM_CPU_OMP_THREADS_BIND", None)
+        config = json.dumps({"ascend_log_path": ascend_log_dir})
+        server = VllmServer(tiny_models.path("qwen3"), [*args, "--additional-config", config],
+                            env, logs / f"{name}.log")
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop(timeout=30)

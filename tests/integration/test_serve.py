@@ -16,27 +16,9 @@ from typing import Any
 import httpx
 import pytest
 from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
-from vllm_ascend.testing.serve import VllmServer, serve_command
+from vllm_ascend.testing.serve import VllmServer, serve_command, tiny_serve_args
 
 SERVED_NAME = "tiny-qwen3"
-
-
-def _serve_args(extra: list[str]) -> list[str]:
-    return [
-        "--served-model-name",
-        SERVED_NAME,
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        "512",
-        "--max-num-seqs",
-        "4",
-        "--kv-cache-memory-bytes",
-        str(64 * 1024 * 1024),
-        "--gpu-memory-utilization",
-        "0.05",
-        *extra,
-    ]
 
 
 def cpus_allowed(pid: int) -> list[int]:
@@ -86,8 +68,8 @@ def serve_session(
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     # Eager: compilation is the subject of test_fusion_e2e, not of serving.
     config = json.dumps({"ascend_log_path": ascend_log_dir})
-    args = _serve_args(["--enforce-eager", "--tensor-parallel-size", "2",
-                        "--additional-config", config])
+    args = tiny_serve_args(SERVED_NAME, "--enforce-eager", "--tensor-parallel-size", "2",
+                           "--additional-config", config)
     log_path = tmp_path_factory.mktemp("serve") / "serve.log"
     server = VllmServer(tiny_models.path("qwen3"), args, env, log_path)
     affinity: dict[str, list[int]] = {}
@@ -210,7 +192,8 @@ def test_serve_with_bad_additional_config_exits_listing_every_problem(
     env = make_env(device="cpu")
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     command = [*serve_command(), str(tiny_models.path("qwen3"))]
-    command += _serve_args(["--enforce-eager", "--additional-config", json.dumps(bad)])
+    command += tiny_serve_args(SERVED_NAME, "--enforce-eager", "--additional-config",
+                               json.dumps(bad))
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-3000:]

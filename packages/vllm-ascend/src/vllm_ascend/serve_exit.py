@@ -12,21 +12,56 @@ Two behaviours of vLLM 0.32's single API server, both seen with real processes:
   limit ("Waiting for connections to close"): the process stays up as long as a client keeps
   waiting.
 
+- In that "abort" shutdown, vLLM SIGTERMs the engine core and SIGKILLs it at once; whether an
+  open request ends with finish reason "abort" or with HTTP 500 / an error event
+  ("EngineCore encountered an issue", logged as EngineDeadError) depends on which the API
+  server's output handler sees first.
+
 `run_api_server` runs vLLM's single API server from vLLM's own building blocks, tells the
 uvicorn server to close connections still open `HTTP_SHUTDOWN_GRACE_S` after the shutdown
 began, and records in an `EngineWatch` whether the engine failed before anybody asked it to
-stop.
+stop. On an "abort" shutdown of a live engine the watch first aborts every open request on the
+server's event loop, so each ends with finish reason "abort" before the engine core is killed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import signal
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
+
+logger = logging.getLogger("vllm_ascend.serve")
 
 # Seconds the HTTP server keeps connections open once it shuts down. After a shutdown signal
 # the engine has already drained (--shutdown-timeout) or aborted every request, so nothing
 # more can arrive on them; the grace lets finished responses flush.
 HTTP_SHUTDOWN_GRACE_S = 5
+
+# Seconds the abort of the open requests may take before the shutdown goes on without it.
+ABORT_WAIT_S = 5.0
+
+
+async def abort_open_requests(engine: Any) -> int:
+    """Abort every request `engine` (vLLM's AsyncLLM) still has open, each ending with finish
+    reason "abort"; the number aborted. Runs on the server's event loop, where the engine's
+    output processor lives."""
+    ids = list(engine.output_processor.request_states)
+    if ids:
+        await engine.abort(ids, internal=True)
+    return len(ids)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _timeout_of(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    return kwargs["timeout"] if "timeout" in kwargs else (args[0] if args else None)
 
 
 class EngineWatch:
@@ -42,17 +77,40 @@ class EngineWatch:
         self.died = False
         self.stop_requested = False
 
-    def watch(self, engine: Any) -> None:
-        """Note, at the first call of ``engine.shutdown``, whether ``engine.errored`` was set."""
+    def watch(self, engine: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Note, at the first call of ``engine.shutdown``, whether ``engine.errored`` was set.
+
+        With `loop` (the server's event loop; vLLM calls ``shutdown`` from another thread), a
+        first ``shutdown(timeout=0)`` of a live engine first aborts its open requests there
+        (`abort_open_requests`, at most `ABORT_WAIT_S`).
+        """
         stop = engine.shutdown
 
         def shutdown(*args: Any, **kwargs: Any) -> Any:
             if not self.stop_requested:
                 self.stop_requested = True
                 self.died = self.died or bool(engine.errored)
+                if loop is not None and not self.died and _timeout_of(args, kwargs) == 0:
+                    self._abort_before_stop(engine, loop)
             return stop(*args, **kwargs)
 
         engine.shutdown = shutdown
+
+    @staticmethod
+    def _abort_before_stop(engine: Any, loop: asyncio.AbstractEventLoop) -> None:
+        if _running_loop() is loop:
+            return  # called on the loop itself, which cannot run the abort while it waits
+        future = asyncio.run_coroutine_threadsafe(abort_open_requests(engine), loop)
+        try:
+            count = future.result(timeout=ABORT_WAIT_S)
+        except Exception as exc:  # the shutdown must go on whatever the abort hit
+            future.cancel()
+            logger.warning("open requests not aborted before the engine stops (%s: %s); "
+                           "they may end with an engine error instead",
+                           type(exc).__name__, exc)
+            return
+        if count:
+            logger.info("shutdown: aborted %d open request(s)", count)
 
     def serving_ended(self, engine: Any) -> None:
         """The HTTP server stopped; without a stop request only a failed engine stops it."""
@@ -80,7 +138,7 @@ async def run_api_server(args: Any, watch: EngineWatch, **uvicorn_kwargs: Any) -
     listen_address, sock = setup_server(args, reuse_port=False)
     try:
         async with build_async_engine_client(args) as engine:
-            watch.watch(engine)
+            watch.watch(engine, asyncio.get_running_loop())
             http_shutdown = await build_and_serve(engine, listen_address, sock, args,
                                                   **uvicorn_kwargs)
             watch.serving_ended(engine)

@@ -3,6 +3,7 @@ stop."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -28,6 +29,22 @@ def free_port() -> int:
 def serve_command() -> list[str]:
     """`vllm-ascend serve` of this interpreter's environment (vLLM's own `serve` code)."""
     return [sys.executable, "-m", "vllm_ascend", "serve"]
+
+
+def tiny_serve_args(served_name: str, *extra: str, max_num_seqs: int = 4,
+                    max_model_len: int = 512, kv_cache_mib: int = 64) -> list[str]:
+    """`serve` options for a tiny test model on the host CPU: float32, a `max_model_len`
+    context, a fixed KV cache of `kv_cache_mib` MiB, at most `max_num_seqs` sequences per
+    step; `extra` options last."""
+    return [
+        "--served-model-name", served_name,
+        "--dtype", "float32",
+        "--max-model-len", str(max_model_len),
+        "--max-num-seqs", str(max_num_seqs),
+        "--kv-cache-memory-bytes", str(kv_cache_mib * 1024 * 1024),
+        "--gpu-memory-utilization", "0.05",
+        *extra,
+    ]
 
 
 class VllmServer:
@@ -93,7 +110,8 @@ class VllmServer:
             return None
 
     def stop(self, timeout: float = 60.0) -> int:
-        """SIGINT the server's group (vLLM's graceful path), then SIGTERM, then SIGKILL."""
+        """SIGINT the server's group (vLLM's graceful path), then SIGTERM, then SIGKILL; then
+        `kill_group`. Returns the server's exit status."""
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
             if self.proc.poll() is not None:
                 break
@@ -103,7 +121,15 @@ class VllmServer:
                 break
             if self.proc_wait(timeout) is not None:
                 break
-        return self.proc.wait(timeout=timeout)
+        code = self.proc.wait(timeout=timeout)
+        self.kill_group()
+        return code
+
+    def kill_group(self) -> None:
+        """SIGKILL what is left of the server's process group: the server may have exited
+        while processes it started (engine core, workers) still run."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def __enter__(self) -> VllmServer:
         return self

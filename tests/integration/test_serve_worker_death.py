@@ -1,0 +1,106 @@
+"""`vllm-ascend serve --tensor-parallel-size 2` when one TP worker is killed mid-request.
+
+While 8 long requests generate, rank 1's worker process gets SIGKILL (an OOM kill, a crashed
+device driver). The server must fail the open requests with an error answer, log that the
+engine died, exit with `ENGINE_DIED_STATUS` within a bound (vLLM 0.32 alone exits 0), and
+leave none of its processes (API server, engine core, the other worker) behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+from vllm_ascend.serve import ENGINE_DIED_STATUS
+from vllm_ascend.testing.process_tree import ProcessInfo
+from vllm_ascend.testing.serve import VllmServer, tiny_serve_args
+from vllm_ascend.testing.serve_faults import FaultOutcome, fault_during_load
+from vllm_ascend.testing.serve_load import PROMPTS, build_load
+
+SERVED_NAME = "tiny-qwen3"
+IN_FLIGHT = 8
+# Long enough that no request can finish between the first streamed token and the kill.
+LONG_MAX_TOKENS = 1500
+# vLLM's engine core notices the dead worker, fails the requests and shuts down; seen: about
+# 11 s on a loaded 2-core host.
+WORKER_DEATH_EXIT_BOUND_S = 120.0
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
+
+
+@dataclass
+class WorkerDeath:
+    """The killed worker's pid, the outcome, and the server's log."""
+
+    victim: int
+    outcome: FaultOutcome
+    log: str
+    log_tail: str
+
+
+@pytest.fixture(scope="module")
+def worker_death(start_server: Callable[..., VllmServer],
+                 tmp_path_factory: pytest.TempPathFactory) -> WorkerDeath:
+    reports = tmp_path_factory.mktemp("worker_death_reports")
+    args = tiny_serve_args(SERVED_NAME, "--enforce-eager", "--tensor-parallel-size", "2",
+                           max_num_seqs=IN_FLIGHT, max_model_len=2048)
+    server = start_server("worker-death", args, **{REPORT_DIR_ENV: str(reports)})
+    server.wait_healthy(timeout=360)
+    victim = read_rank_reports(Path(reports))[(0, 1)]["pid"]
+
+    def kill_rank_1(tree: list[ProcessInfo]) -> None:
+        os.kill(victim, signal.SIGKILL)
+
+    requests = build_load(IN_FLIGHT, max_tokens=(LONG_MAX_TOKENS,), prompts=PROMPTS[:2])
+    outcome = fault_during_load(server, SERVED_NAME, requests, IN_FLIGHT, kill_rank_1,
+                                extra_body={"ignore_eos": True}, settle_s=0.2,
+                                exit_timeout=WORKER_DEATH_EXIT_BOUND_S)
+    return WorkerDeath(victim, outcome, server.log(), server.log_tail())
+
+
+def test_killed_worker_was_a_tp_rank_of_the_running_server(worker_death: WorkerDeath) -> None:
+    tree = {p.id.pid: p for p in worker_death.outcome.tree}
+    victim = tree[worker_death.victim]
+    assert victim.name.startswith("VLLM::Worker_TP"), victim
+    engine_core = tree[victim.ppid]
+    assert engine_core.name.startswith("VLLM::EngineCor"), engine_core
+    workers = [p for p in tree.values() if p.ppid == engine_core.id.pid
+               and p.name.startswith("VLLM::Worker_TP")]
+    assert len(workers) == 2, tree
+
+
+def test_worker_death_exits_with_the_engine_died_status_in_bounded_time(
+    worker_death: WorkerDeath,
+) -> None:
+    outcome = worker_death.outcome
+    assert outcome.exit_code == ENGINE_DIED_STATUS == 1, worker_death.log_tail
+    assert outcome.exit_s < WORKER_DEATH_EXIT_BOUND_S
+
+
+def test_worker_death_fails_every_open_request_with_an_error(worker_death: WorkerDeath) -> None:
+    results = worker_death.outcome.results
+    assert len(results) == IN_FLIGHT
+    for r in results:
+        # An answer, not a hang or a silently truncated text: HTTP 500 for a plain request,
+        # an error event for a stream (its HTTP status was sent with the first token).
+        assert not r.timed_out, r
+        assert r.error is not None and r.finish_reason != "length", r
+        assert r.status == (200 if r.request.stream else 500), r
+    assert any("EngineCore encountered an issue" in (r.error or "") for r in results), results
+
+
+def test_worker_death_is_reported_in_the_log(worker_death: WorkerDeath) -> None:
+    log = worker_death.log
+    assert "the engine died while serving" in log, worker_death.log_tail
+    assert f"exiting with status {ENGINE_DIED_STATUS}" in log, worker_death.log_tail
+
+
+def test_worker_death_leaves_no_process_behind(worker_death: WorkerDeath) -> None:
+    outcome = worker_death.outcome
+    assert len(outcome.tree) >= 4, outcome.tree  # API server, engine core, two workers
+    assert outcome.survivors == [], outcome.survivors
