@@ -20,6 +20,7 @@ BENCHMARKS = {
     "topology": "benchmarks.bench_topology",
     "config": "benchmarks.bench_config",
     "ranks": "benchmarks.bench_ranks",
+    "serve": "benchmarks.bench_serve",
 }
 
 
