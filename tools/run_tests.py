@@ -49,7 +49,7 @@ def run_suite(suite: str, extra: list[str]) -> tuple[int, Counter[str], float]:
     """Run one suite, echoing its output; (exit status, counts, seconds)."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", suite, *extra],
+        [sys.executable, "-m", "pytest", suite, "--durations=10", *extra],
         cwd=ROOT,
         text=True,
         stdout=subprocess.PIPE,

@@ -193,6 +193,13 @@ def valid_arguments(op: str, dtype: torch.dtype = torch.float32) -> dict[str, An
             "q_bias": rand(48), "k_bias": rand(48),
         },
         "muls_add": {"x": x, "y": res, "scale": 0.25},
+        "silu_and_mul": {"x": x},
+        "mrotary_embedding": {
+            "positions": torch.tensor([[0, 3, 1, 7, 2], [1, 1, 4, 0, 6], [5, 2, 2, 3, 0]]),
+            "q": rand(5, 4 * 48), "k": rand(5, 2 * 48), "cos_sin_cache": cache,
+            "head_size": 48, "rotary_dim": 32, "mrope_section": [4, 6, 6], "is_neox": True,
+            "interleaved": False,
+        },
         "bgmv_expand": {
             "x": rand(5, 8), "weight": rand(3, 16, 8), "indices": torch.tensor([0, 1, -1, 2, 0]),
             "y": rand(5, 40), "slice_offset": 8, "slice_size": 16,

@@ -66,6 +66,7 @@ def test_silu_and_mul_across_chunk_boundaries(small_chunks: None) -> None:
         (torch.ones(3, 5), "even, non-empty last dim"),
         (torch.ones(3, 0), "even, non-empty last dim"),
         (torch.ones(3, 4, dtype=torch.int32), "float32, bfloat16 or float16"),
+        (torch.tensor(1.0), "even, non-empty last dim"),  # 0-d: no last dim at all
     ],
 )
 def test_silu_and_mul_bad_input(x: torch.Tensor, message: str) -> None:
@@ -168,15 +169,31 @@ def test_mrope_equal_position_rows_reduce_to_rotary_embedding() -> None:
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
+def test_mrope_last_cache_row_is_a_valid_position() -> None:
+    positions = torch.full((3, TOKENS), MAX_POS - 1)
+    q, k = torch.randn(TOKENS, HEADS * HEAD), torch.randn(TOKENS, HEAD)
+    cache = torch.randn(MAX_POS, HEAD)
+    got = A.mrotary_embedding(positions, q, k, cache, HEAD, HEAD, [4, 6, 6], True, False)
+    want = A.rotary_embedding(positions[0], q, k, cache, HEAD, HEAD, True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"section": [4, 6, 5]}, r"must add up to rotary_dim / 2 = 16"),
         ({"section": [8, 8]}, "3 non-negative sizes"),
         ({"positions": torch.zeros(2, TOKENS, dtype=torch.long)}, r"\[T\] or \[3, T\]"),
-        ({"positions": torch.zeros(3, TOKENS)}, "positions must be integers"),
-        ({"rotary_dim": 20}, r"cos_sin_cache must be \[max_position, rotary_dim=20\]"),
+        ({"positions": torch.zeros(3, TOKENS)}, "positions must be an int32 or int64 tensor"),
+        ({"rotary_dim": 20}, r"cos_sin_cache must be \[max_position > 0, rotary_dim=20\]"),
         ({"q": torch.zeros(TOKENS, 33)}, r"q must be \[T=5, heads \* 32\]"),
+        ({"q": torch.tensor(1.0)}, r"q must be \[T=5, heads \* 32\]"),
+        ({"k": torch.zeros(TOKENS, 0)}, r"k must be \[T=5, heads \* 32\]"),
+        ({"cache": torch.zeros(0, HEAD)}, r"cos_sin_cache must be \[max_position > 0"),
+        # Positions at the boundary: MAX_POS - 1 is the last row; MAX_POS and -1 are outside.
+        ({"positions": torch.full((3, TOKENS), MAX_POS)}, rf"must lie in \[0, {MAX_POS}\)"),
+        ({"positions": torch.full((3, TOKENS), -1)}, rf"must lie in \[0, {MAX_POS}\)"),
+        ({"positions": torch.full((TOKENS,), MAX_POS)}, rf"must lie in \[0, {MAX_POS}\)"),
     ],
 )
 def test_mrope_bad_input(kwargs: dict[str, Any], message: str) -> None:

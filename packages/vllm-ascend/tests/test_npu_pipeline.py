@@ -176,6 +176,7 @@ def test_compile_backend_rules_on_real_configs(make_vllm_config) -> None:
     assert none.compilation_config.mode == CompilationMode.NONE
     assert none.compilation_config.backend == npu_compilation.COMPILER_PATH
     piece = make_vllm_config()
+    piece.compilation_config.splitting_ops = None  # as on an NPU host (the CPU platform: [])
     piece.compilation_config.cudagraph_mode = CUDAGraphMode.PIECEWISE
     piece.compilation_config.cudagraph_capture_sizes = [1, 2, 4, 8, 16, 32]
     piece.compilation_config.max_cudagraph_capture_size = 32
@@ -183,6 +184,7 @@ def test_compile_backend_rules_on_real_configs(make_vllm_config) -> None:
     assert "vllm::mla_forward" in piece.compilation_config.splitting_ops
     assert len(piece.compilation_config.cudagraph_capture_sizes) <= 4
     blocked = make_vllm_config()
+    blocked.compilation_config.splitting_ops = None  # as on an NPU host (the CPU platform: [])
     blocked.compilation_config.cudagraph_mode = CUDAGraphMode.PIECEWISE
     blocked.compilation_config.cudagraph_capture_sizes = [1, 2, 4]
     blocked.compilation_config.max_cudagraph_capture_size = 4

@@ -57,25 +57,20 @@ def test_probe_finds_device_files_and_driver(tmp_path) -> None:
     assert "torch_npu is not installed" in probe.describe()
 
 
-def test_register_imports_no_torch_no_vllm_and_is_fast() -> None:
+def test_register_imports_no_torch_no_vllm() -> None:
+    """What register() imports; its time is the `startup` benchmark's target (< 50 ms)."""
     code = (
-        "import sys, time, json\n"
-        "t = time.perf_counter()\n"
+        "import sys, json\n"
         "import vllm_ascend\n"
         "r = vllm_ascend.register()\n"
-        "dt = time.perf_counter() - t\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'vllm', 'torch_npu', 'pydantic'))\n"
-        "print(json.dumps({'r': r, 'ms': dt * 1000, 'heavy': heavy}))\n"
+        "print(json.dumps({'r': r, 'heavy': heavy}))\n"
     )
     env = {"VLLM_ASCEND_DEVICE": "auto", "PATH": "/usr/bin:/bin"}
-    runs = []
-    for _ in range(3):
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, check=True, timeout=60)
-        runs.append(json.loads(out.stdout))
-    assert all(run["r"] is None and run["heavy"] == [] for run in runs)
-    assert sorted(run["ms"] for run in runs)[1] < 50
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True, timeout=60)
+    assert json.loads(out.stdout) == {"r": None, "heavy": []}
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
 from ascend_kernels.validation import check, check_floating, check_out
 
 
-def _check_gate_input(x: torch.Tensor) -> int:
+def silu_and_mul_check(x: torch.Tensor) -> int:
+    """Validate ``x`` (floating, an even non-empty last dim); returns ``d``."""
     check_floating("x", x)
     check(
         x.dim() >= 1 and x.shape[-1] > 0 and x.shape[-1] % 2 == 0,
@@ -32,7 +33,7 @@ def _check_gate_input(x: torch.Tensor) -> int:
 
 def silu_and_mul_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     """``silu_and_mul`` into a preallocated contiguous ``out`` of shape ``[..., d]``."""
-    d = _check_gate_input(x)
+    d = silu_and_mul_check(x)
     check_out("out", out, x, torch.Size((*x.shape[:-1], d)))
     rows = out.numel() // d
     x2, o2 = x.reshape(rows, 2 * d), out.view(rows, d)
@@ -51,8 +52,9 @@ def silu_and_mul_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
 
 
 def silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
-    """Fake ``ascend::silu_and_mul``: ``[..., d]`` for ``x`` of ``[..., 2 * d]``."""
-    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+    """Fake ``ascend::silu_and_mul``: checks ``x``; ``[..., d]`` for ``x`` of ``[..., 2 * d]``."""
+    d = silu_and_mul_check(x)
+    return x.new_empty((*x.shape[:-1], d))
 
 
 silu_and_mul = into_fresh_outputs(silu_and_mul_out, silu_and_mul_fake)

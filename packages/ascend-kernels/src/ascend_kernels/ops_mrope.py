@@ -27,7 +27,13 @@ import torch
 from ascend_kernels.ops_rope import rope_into
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
-from ascend_kernels.validation import check, check_floating, check_out
+from ascend_kernels.validation import (
+    check,
+    check_devices,
+    check_floating,
+    check_index,
+    check_out,
+)
 
 
 def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -> torch.Tensor:
@@ -50,34 +56,57 @@ def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -
     return (j >= t).to(torch.int64) + (j >= t + h).to(torch.int64)
 
 
-def _check_args(
-    positions: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int
+def mrotary_embedding_check(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    mrope_section: Sequence[int],
+    is_neox: bool = True,
+    interleaved: bool = False,
 ) -> int:
-    """Validate the shared arguments; returns the token count."""
+    """Validate every argument (devices, shapes, dtypes, sections); returns the token count.
+
+    Run by the reference, the fake and the NPU adapter alike (README "Error contract"); it
+    takes all of the op's arguments, the two layout flags have no invalid value.
+    """
+    check_devices(("q", q), ("positions", positions), ("k", k), ("cos_sin_cache", cos_sin_cache))
     check(head_size > 0, f"head_size must be positive, got {head_size}")
     check(
         0 < rotary_dim <= head_size and rotary_dim % 2 == 0,
         f"rotary_dim must be even and in (0, head_size={head_size}], got {rotary_dim}",
     )
+    check_floating("cos_sin_cache", cos_sin_cache)
     check(
-        cos_sin_cache.dim() == 2 and cos_sin_cache.shape[1] == rotary_dim,
-        f"cos_sin_cache must be [max_position, rotary_dim={rotary_dim}],"
+        cos_sin_cache.dim() == 2 and cos_sin_cache.shape[0] > 0
+        and cos_sin_cache.shape[1] == rotary_dim,
+        f"cos_sin_cache must be [max_position > 0, rotary_dim={rotary_dim}],"
         f" got {list(cos_sin_cache.shape)}",
     )
-    check(not positions.is_floating_point(), f"positions must be integers, got {positions.dtype}")
+    check_index("positions", positions)
     check(
         positions.dim() == 1 or (positions.dim() == 2 and positions.shape[0] == 3),
         f"positions must be [T] or [3, T], got {list(positions.shape)}",
     )
-    return int(positions.shape[-1])
+    if positions.dim() == 2:
+        frequency_rows(rotary_dim // 2, mrope_section, False)  # checks the section sizes
+    tokens = int(positions.shape[-1])
+    check_floating("q", q)
+    check_floating("k", k)
+    _heads(q, tokens, head_size, "q")
+    _heads(k, tokens, head_size, "k")
+    return tokens
 
 
 def _heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torch.Tensor:
     """``t`` as ``[T, heads, head_size]`` (from ``[T, heads * head_size]`` or itself)."""
-    width = t.shape[-1] * (t.shape[-2] if t.dim() == 3 else 1)
+    shaped = t.dim() in (2, 3) and t.shape[0] == tokens
+    width = t.shape[-1] * (t.shape[-2] if t.dim() == 3 else 1) if shaped else 0
     check(
-        t.dim() in (2, 3)
-        and t.shape[0] == tokens
+        shaped
+        and width > 0
         and width % head_size == 0
         and (t.dim() == 2 or t.shape[-1] == head_size),
         f"{name} must be [T={tokens}, heads * {head_size}] or [T, heads, {head_size}],"
@@ -101,11 +130,18 @@ def mrotary_embedding_out(
     k_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``mrotary_embedding`` into preallocated contiguous ``q_out``/``k_out``."""
-    tokens = _check_args(positions, cos_sin_cache, head_size, rotary_dim)
-    check_floating("q", q)
-    check_floating("k", k)
+    tokens = mrotary_embedding_check(
+        positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section
+    )
     half = rotary_dim // 2
     pos = positions.reshape(1, tokens) if positions.dim() == 1 else positions
+    limit = cos_sin_cache.shape[0]
+    if tokens and not bool(((pos >= 0) & (pos < limit)).all()):
+        # Needs the data, so the reference checks it here (the NPU kernel does not: README).
+        raise ValueError(
+            f"positions must lie in [0, {limit}) (the rows of cos_sin_cache), got values in"
+            f" [{int(pos.min())}, {int(pos.max())}]"
+        )
     if positions.dim() == 1:
         rows = torch.zeros(half, dtype=torch.int64)
     else:
@@ -133,9 +169,17 @@ def mrotary_embedding_out(
 
 
 def mrotary_embedding_fake(
-    _positions: object, q: torch.Tensor, k: torch.Tensor, *_: object
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    mrope_section: Sequence[int],
+    *_: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::mrotary_embedding``: shaped like ``q`` and ``k``."""
+    """Fake ``ascend::mrotary_embedding``: checks the arguments; shaped like ``q`` and ``k``."""
+    mrotary_embedding_check(positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section)
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
         torch.empty(k.shape, dtype=k.dtype, device=k.device),

@@ -184,12 +184,21 @@ class CompiledExtension:
         return self.loaded
 
 
+LOCAL_COMM_RES_LIMIT = 1 << 20  # an endpoint file is a few KiB; refuse anything absurd
+
+
 def setup_local_comm_res(
     local_rank: int,
     kv_connector_extra_config: Mapping[str, Any],
     environ: MutableMapping[str, str] | None = None,
 ) -> str | None:
-    """Load ``ub_endpoint_npu_<device>.json`` into ``ASCEND_LOCAL_COMM_RES`` (compact JSON)."""
+    """Load ``ub_endpoint_npu_<device>.json`` into ``ASCEND_LOCAL_COMM_RES`` (compact JSON).
+
+    ``ValueError`` naming the file when it is missing, not a regular file, larger than
+    :data:`LOCAL_COMM_RES_LIMIT` or not JSON.
+    """
+    import stat
+
     env = os.environ if environ is None else environ
     base = kv_connector_extra_config.get("ascend_local_comm_res_path")
     if not base:
@@ -197,6 +206,27 @@ def setup_local_comm_res(
     visible = [d for d in env.get("ASCEND_RT_VISIBLE_DEVICES", "").split(",") if d.strip()]
     device = visible[local_rank].strip() if local_rank < len(visible) else str(local_rank)
     path = Path(base) / f"ub_endpoint_npu_{device}.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    env["ASCEND_LOCAL_COMM_RES"] = json.dumps(data, separators=(",", ":"))
+    where = f"kv_connector_extra_config.ascend_local_comm_res_path: {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{where} is not a regular file")
+        data = b""
+        while len(data) <= LOCAL_COMM_RES_LIMIT:
+            chunk = os.read(fd, LOCAL_COMM_RES_LIMIT + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > LOCAL_COMM_RES_LIMIT:
+        raise ValueError(f"{where} is larger than {LOCAL_COMM_RES_LIMIT} bytes")
+    try:
+        parsed = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{where} is not UTF-8 JSON ({exc})") from None
+    env["ASCEND_LOCAL_COMM_RES"] = json.dumps(parsed, separators=(",", ":"))
     return env["ASCEND_LOCAL_COMM_RES"]

@@ -9,18 +9,20 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from vllm_ascend.runtime.cpu_binding import WorkerBinding, bind_this_worker
+from vllm_ascend.runtime.cpu_binding import WorkerBinding
 from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
+from vllm_ascend.runtime.worker_setup import prepare_worker
 
 
 class AscendCPUWorker(CPUWorker):
-    """Binds itself to its rank's CPU pool before the device and the model are set up, and
-    writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``)."""
+    """Runs the per-rank setup (endpoints, CPU pool: ``runtime.worker_setup``) before the
+    device and the model are set up, and writes its rank report
+    (``VLLM_ASCEND_RANK_REPORT_DIR``)."""
 
     ascend_binding: WorkerBinding | None = None
 
     def init_device(self) -> None:
-        self.ascend_binding = bind_this_worker(self.vllm_config, self.local_rank)
+        self.ascend_binding = prepare_worker(self.vllm_config, self.local_rank)
         super().init_device()
         self._report("device")
 
