@@ -8,7 +8,6 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,24 +15,10 @@ import pytest
 from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend.testing.serve import VllmServer
 
+from tests.integration.proc_status import cpus_allowed, parent_pid
+
 SERVED_NAME = "tiny-qwen3-dp"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
-
-
-def cpus_allowed(pid: int) -> list[int]:
-    """`Cpus_allowed_list` of a live process, from /proc."""
-    text = Path(f"/proc/{pid}/status").read_text()
-    (line,) = [x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")]
-    cpus: list[int] = []
-    for part in line.split(":", 1)[1].strip().split(","):
-        low, _, high = part.partition("-")
-        cpus += range(int(low), int(high or low) + 1)
-    return cpus
-
-
-def parent_pid(pid: int) -> int:
-    text = Path(f"/proc/{pid}/status").read_text()
-    return int(next(x for x in text.splitlines() if x.startswith("PPid:")).split()[1])
 
 
 @dataclass

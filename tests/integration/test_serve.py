@@ -18,23 +18,9 @@ import pytest
 from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend.testing.serve import VllmServer, serve_command, tiny_serve_args
 
+from tests.integration.proc_status import cpus_allowed, parent_pid
+
 SERVED_NAME = "tiny-qwen3"
-
-
-def cpus_allowed(pid: int) -> list[int]:
-    """`Cpus_allowed_list` of a live process, from /proc (independent of the plugin's code)."""
-    text = Path(f"/proc/{pid}/status").read_text()
-    (line,) = [x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")]
-    cpus: list[int] = []
-    for part in line.split(":", 1)[1].strip().split(","):
-        low, _, high = part.partition("-")
-        cpus += range(int(low), int(high or low) + 1)
-    return cpus
-
-
-def parent_pid(pid: int) -> int:
-    text = Path(f"/proc/{pid}/status").read_text()
-    return int(next(x for x in text.splitlines() if x.startswith("PPid:")).split()[1])
 
 
 @dataclass
