@@ -18,7 +18,7 @@ from benchmarks.bench_e2e import PROMPTS, QUICK, Size
 from benchmarks.table import Table
 
 # Smaller than the e2e benchmark's model: two engines of two processes each share the host.
-FULL = Size(layers=4, hidden=512, heads=8, kv_heads=4, max_tokens=64, repeats=5)
+FULL = Size(layers=4, hidden=512, heads=8, kv_heads=4, max_tokens=64, rounds=5)
 
 SETTINGS = {"TP=1": 1, "TP=2": 2}
 
@@ -53,7 +53,7 @@ def run(quick: bool = False) -> list[Table]:
                 worker.request("generate", name="tp", prompts=PROMPTS, max_tokens=4)  # warm-up
             rates: dict[str, list[float]] = {label: [] for label in SETTINGS}
             tokens: dict[str, list[list[int]]] = {}
-            for _ in range(size.repeats):
+            for _ in range(size.rounds):
                 for label, worker in workers.items():  # alternate: drift hits both alike
                     answer = worker.request("generate", name="tp", prompts=PROMPTS,
                                             max_tokens=size.max_tokens, timeout=900)
@@ -82,7 +82,7 @@ def run(quick: bool = False) -> list[Table]:
     notes = [
         f"Qwen3-style tiny model: {size.layers} layers, hidden {size.hidden}, {size.heads} "
         f"heads / {size.kv_heads} KV heads, head_dim 64, float32, eager; batch of "
-        f"{len(PROMPTS)}, {size.max_tokens} greedy tokens each; {size.repeats} rounds, each "
+        f"{len(PROMPTS)}, {size.max_tokens} greedy tokens each; {size.rounds} rounds, each "
         "timing both engines back to back.",
         "TP=1: one in-process worker on every allowed CPU. TP=2: two worker processes, each "
         "bound to its rank's pool by the plugin's rank plan (host-CPU platform).",
