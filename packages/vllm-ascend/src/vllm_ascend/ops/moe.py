@@ -9,8 +9,8 @@ op opaque to Dynamo (the communication method changes from one forward to the ne
 exchanged sizes depend on the routing). At run time the op executes the method that
 ``select_moe_comm_method`` chose for the forward (the forward context's ``moe_comm_method``):
 
-- without expert parallelism every expert is local: no communication (vLLM's runner then
-  all-reduces the TP-partial results, as for its own kernels);
+- without expert parallelism every expert is local: no communication, and the experts run in
+  vLLM's own CPU kernel (its runner then all-reduces the TP-partial results);
 - with it, the runner hands every rank of the EP group the same tokens; each rank takes its
   contiguous rows of them, runs the ALLGATHER or ALLTOALL dispatch/combine, and returns its
   rows' complete outputs with zeros elsewhere
@@ -39,7 +39,6 @@ from vllm_ascend.distributed.moe_experts import (
     ACTIVATIONS,
     ExpertPlacement,
     ExpertWeights,
-    expert_outputs,
 )
 
 logger = logging.getLogger("vllm_ascend.ops.moe")
@@ -143,7 +142,8 @@ def placement_of(layer: Any) -> ExpertPlacement | None:
 
 
 class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
-    """Unquantized MoE experts in plain torch with the forward's EP communication (host CPU)."""
+    """Unquantized MoE experts with the forward's EP communication (host CPU): plain torch
+    with expert parallelism, vLLM's CPU kernel when every expert is local."""
 
     def __init__(self, moe: Any) -> None:
         super().__init__(moe)
@@ -168,8 +168,12 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
             self._use_vllm_kernel = True
             super().process_weights_after_loading(layer)
             return
-        # Weights stay in vLLM's plain layout: no CPU prepacking, no kernel object.
         self._placement = placement_of(layer)
+        if self._placement is None:
+            # Every expert is local: the op computes them with vLLM's CPU kernel (prepacked
+            # weights, as stock vLLM), several times faster than the plain-torch experts.
+            super().process_weights_after_loading(layer)
+        # With EP the weights stay in vLLM's plain layout: no prepacking, no kernel object.
 
     def forward_cpu(
         self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
@@ -191,15 +195,12 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         from vllm_ascend.runtime.forward_context import current_moe_comm
 
         comm_type, method = current_moe_comm()
-        experts = ExpertWeights(
-            layer.w13_weight, layer.w2_weight, getattr(layer, "w13_bias", None),
-            getattr(layer, "w2_bias", None), layer.activation.value,
-            bool(layer.apply_router_weight_on_input),
-        )
         tokens = x.shape[0]
-        if self._placement is None:  # every expert is on this rank
+        if self._placement is None:  # every expert is on this rank: no communication
             self._record(comm_type or MoECommType.ALLGATHER, tokens)
-            return expert_outputs(x, topk_weights, topk_ids, experts).to(x.dtype)
+            out: torch.Tensor = super().forward_native(layer, x, topk_weights, topk_ids, None,
+                                                       None)
+            return out
         if comm_type is None:  # a forward without the Ascend fields: the table's default
             comm_type, method = MoECommType.ALLGATHER, AllGatherDispatch()
         if method is None:
@@ -209,6 +210,11 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
             )
         from vllm.distributed import get_ep_group
 
+        experts = ExpertWeights(
+            layer.w13_weight, layer.w2_weight, getattr(layer, "w13_bias", None),
+            getattr(layer, "w2_bias", None), layer.activation.value,
+            bool(layer.apply_router_weight_on_input),
+        )
         share = replicated_share(x, topk_weights, topk_ids, method, experts, self._placement,
                                  get_ep_group().cpu_group)
         self._record(comm_type, tokens)
