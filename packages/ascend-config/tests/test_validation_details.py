@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import typing
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -463,3 +464,50 @@ def test_yaml_depth_after_closing(text: str, accepted: bool) -> None:
     else:
         with pytest.raises(InputError, match="nested deeper than 32 levels"):
             parse_yaml_text(text, "t")
+
+
+@pytest.mark.parametrize(("key", "shown"), [
+    (None, "None"), (1.5, "'1.5'"), (Decimal("1.0"), '"Decimal(\'1.0\')"')])
+def test_a_non_string_key_keeps_the_other_problems(key: object, shown: str) -> None:
+    # pydantic names a None/1.5 key by str() and a Decimal key by repr(); either way only that
+    # key is dropped, so the EPLB rule still sees eplb_config and reports it too.
+    found = lines({key: "x", "eplb_config": {"dynamic_eplb": True}})
+    assert found[0] == f"{shown}: Keys should be strings (given {key!r}; allowed: see the schema)"
+    assert found[1].startswith("eplb_config.dynamic_eplb: dynamic EPLB on model runner v1 needs")
+    assert len(found) == 2
+
+
+def test_non_string_keys_do_not_count_as_given_paths() -> None:
+    # Model runner v2 lists legacy EPLB fields given by name; a non-string inner key is only
+    # a schema problem, and a non-string top-level key does not hide later sections.
+    found = lines({"eplb_config": {1: "x"}}, use_model_runner_v2=True)
+    assert [line.split(":")[0] for line in found] == ["eplb_config[1]"]
+    found = lines({None: 1, "eplb_config": {"load_collection_phase": "all"}})
+    assert [line.split(":")[0] for line in found] == ["None",
+                                                      "eplb_config.load_collection_phase"]
+
+
+def test_did_you_mean_prefers_the_first_of_equally_close_keys() -> None:
+    from pydantic import BaseModel
+
+    class Two(BaseModel):
+        zqx_a: int = 0
+        zqx_b: int = 0
+
+    # "zqx_c" matches 4 of 5 characters of both: ratio 2*4/10 = 0.8 for each; declared first wins
+    assert suggest("zqx_c", Two) == "zqx_a"
+
+
+def test_free_form_object_problem_names_the_inner_path_only_when_there_is_one() -> None:
+    # A bad key of dump_config itself is at its root: no "(at ...)" part.
+    assert lines({"dump_config": {"\ud800": 1}}) == [
+        "dump_config: contains an unpaired surrogate (not valid Unicode text) "
+        "(given {'\\ud800': 1}; allowed: null or a JSON object)"]
+    assert lines({"dump_config": {"a": [float("nan")]}}) == [
+        "dump_config: numbers must be finite (no NaN or Infinity) (at a[0]) "
+        "(given {'a': [nan]}; allowed: null or a JSON object)"]
+
+
+def test_a_non_string_key_problem_says_see_the_schema() -> None:
+    assert lines({None: 1}) == ["None: Keys should be strings (given None; allowed: see the "
+                                "schema)"]

@@ -70,9 +70,14 @@ def _drop(data: Mapping[str, Any], locs: list[tuple[int | str, ...]],
     for loc in locs:
         key: object = loc[0] if loc else None
         if loc and key not in data:
-            # pydantic renders a non-string key (None, 1) as text in the location
+            # pydantic renders a non-string key in the location as its str() (None, 1.5) or,
+            # for other types, its repr() (Decimal('1.0')); an int stays an int.
             if non_str is None:
-                non_str = {str(k): k for k in data if not isinstance(k, str)}
+                non_str = {}
+                for k in data:
+                    if not isinstance(k, str):
+                        non_str.setdefault(str(k), k)
+                        non_str.setdefault(repr(k), k)
             key = non_str.get(str(key), key)
         if not loc or key not in data:
             return None
