@@ -511,3 +511,57 @@ def test_free_form_object_problem_names_the_inner_path_only_when_there_is_one() 
 def test_a_non_string_key_problem_says_see_the_schema() -> None:
     assert lines({None: 1}) == ["None: Keys should be strings (given None; allowed: see the "
                                 "schema)"]
+
+
+def test_dotted_eplb_key_is_named_whole_on_model_runner_v2() -> None:
+    assert lines({"eplb_config": {"x.y": 1}}, use_model_runner_v2=True) == [
+        "eplb_config.'x.y': unknown key (given 1; allowed: a key listed by `ascend-config "
+        "explain`)",
+        "eplb_config: model runner v2 uses vLLM's --enable-eplb; legacy EPLB fields given "
+        "(given 'x.y'; allowed: only load_collection_phase)"]
+
+
+def test_expert_map_path_that_is_a_directory_is_refused(tmp_path: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "map.json").mkdir()  # readable, but no file
+    assert lines({"eplb_config": {"expert_map_path": "map.json"}}) == [
+        "eplb_config.expert_map_path: file not found or not readable (given 'map.json'; "
+        "allowed: a readable .json file)"]
+
+
+def test_sparse_kv_offload_with_sfa_c8_line() -> None:
+    assert lines({"sparse_kv_offload_config": {"enabled": True}, "enable_sparse_sfa_c8": True},
+                 index_topk=2048, kv_role="kv_consumer") == [
+        "sparse_kv_offload_config.enabled: not implemented together with SFA C8 (given True; "
+        "allowed: false with enable_sparse_sfa_c8)"]
+
+
+def test_shape_problems_name_where_and_what() -> None:
+    from ascend_config.limits import MAX_CONFIG_CHARS, MAX_DEPTH
+
+    deep: dict[str, Any] = {"v": 1}
+    for _ in range(MAX_DEPTH):
+        deep = {"k": deep}  # MAX_DEPTH + 1 levels inside dump_config
+    assert lines({"dump_config": deep}) == [
+        f"dump_config: nested deeper than {MAX_DEPTH} levels (given {{'k': {{'k': {{'k': "
+        f"{{...}}}}}}}}; allowed: at most {MAX_DEPTH} levels of objects and lists)"]
+    # Too much text is a property of the whole config: no inner path is named.
+    found = lines({"dump_config": {"a": "x" * (MAX_CONFIG_CHARS + 1)}})
+    assert len(found) == 1
+    assert found[0].startswith(f"<additional_config>: more than {MAX_CONFIG_CHARS} characters "
+                               "of text (given {'dump_config': {'a': 'xxx")
+
+
+def test_a_derivation_bug_is_reported_as_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_config import resolver
+
+    def bad_rule(ctx: Any) -> None:
+        ctx.derived["num_head_replica"] = "many"  # not an int: AscendConfig refuses it
+
+    monkeypatch.setattr(resolver, "RULES", (*resolver.RULES, bad_rule))
+    found = lines({})
+    assert len(found) == 1
+    assert found[0].startswith("<resolved>: internal derivation error (given '1 validation "
+                               "error for Asce")
+    assert found[0].endswith("; allowed: a valid config)")
