@@ -565,3 +565,24 @@ def test_a_derivation_bug_is_reported_as_a_config_error(monkeypatch: pytest.Monk
     assert found[0].startswith("<resolved>: internal derivation error (given '1 validation "
                                "error for Asce")
     assert found[0].endswith("; allowed: a valid config)")
+
+
+def test_free_form_objects_name_the_type_that_is_no_json_and_keep_nul_text() -> None:
+    assert lines({"dump_config": {"a": {1, 2}}}) == [
+        "dump_config: set is not a JSON value (at a) (given {'a': {1, 2}}; allowed: null or a "
+        "JSON object)"]
+    # A NUL character is valid JSON text (only paths refuse it).
+    assert resolve({"dump_config": {"task": "a\x00b"}}, DeploymentFacts(), {}).dump_config == {
+        "task": "a\x00b"}
+
+
+@pytest.mark.parametrize("name", ["quant_description", "kv_connector_extra_config"])
+def test_mapping_facts_are_frozen_copies(name: str) -> None:
+    given = {"a": "b"}
+    facts = DeploymentFacts(**{name: given})
+    given["a"] = "changed"  # the caller's dict is not shared
+    held = getattr(facts, name)
+    assert dict(held) == {"a": "b"}
+    with pytest.raises(TypeError):
+        held["x"] = "y"  # read-only
+    assert hash(facts) == hash(DeploymentFacts(**{name: {"a": "b"}}))
