@@ -571,6 +571,9 @@ def test_free_form_objects_name_the_type_that_is_no_json_and_keep_nul_text() -> 
     assert lines({"dump_config": {"a": {1, 2}}}) == [
         "dump_config: set is not a JSON value (at a) (given {'a': {1, 2}}; allowed: null or a "
         "JSON object)"]
+    assert lines({"dump_config": {"a": (1, 2)}}) == [
+        "dump_config: tuple is not a JSON value (at a) (given {'a': (1, 2)}; allowed: null or a "
+        "JSON object)"]
     # A NUL character is valid JSON text (only paths refuse it).
     assert resolve({"dump_config": {"task": "a\x00b"}}, DeploymentFacts(), {}).dump_config == {
         "task": "a\x00b"}
