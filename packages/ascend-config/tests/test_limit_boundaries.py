@@ -189,3 +189,25 @@ def test_env_ranges(name: str, text: str, value: object) -> None:
     (None, "an integer")])
 def test_int_allowed_wording(bounds: tuple[int, int] | None, allowed: str) -> None:
     assert EnvVar("X", "int", 0, "d", int_range=bounds).allowed() == allowed
+
+
+def test_scan_depth_of_list_items_and_of_container_keys() -> None:
+    from ascend_config.bounds import Finding, scan
+
+    # Lists: [[0]] is 2 levels, [[[0]]] is 3.
+    assert scan([[0]], max_depth=2, max_values=100) is None
+    assert scan([[[0]]], max_depth=2, max_values=100) == Finding(
+        (0, 0), "nested deeper than 2 levels", "depth")
+    # A tuple used as a key sits one level below its mapping, like a value.
+    assert scan({"a": {(1, 2): 0}}, max_depth=3, max_values=100) is None
+    assert scan({"a": {(1, 2): 0}}, max_depth=2, max_values=100) == Finding(
+        ("a",), "nested deeper than 2 levels", "depth")
+
+
+def test_a_non_string_key_in_a_mapping_fact_is_named() -> None:
+    with pytest.raises(AscendConfigError) as info:
+        resolve({}, DeploymentFacts(kv_connector_extra_config={1: "x"}), {})
+    assert info.value.lines() == [
+        "facts.kv_connector_extra_config: invalid deployment fact (given mappingproxy({1: 'x'}); "
+        "allowed: a JSON object (finite numbers, at most 32 levels, 1000000 keys and list "
+        "items); object keys must be strings)"]
