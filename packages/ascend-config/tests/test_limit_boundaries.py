@@ -211,3 +211,20 @@ def test_a_non_string_key_in_a_mapping_fact_is_named() -> None:
         "facts.kv_connector_extra_config: invalid deployment fact (given mappingproxy({1: 'x'}); "
         "allowed: a JSON object (finite numbers, at most 32 levels, 1000000 keys and list "
         "items); object keys must be strings)"]
+
+
+def test_bool_fact_message() -> None:
+    with pytest.raises(AscendConfigError) as info:
+        resolve({}, DeploymentFacts(is_moe="yes"), {})  # type: ignore[arg-type]
+    assert info.value.lines() == [
+        "facts.is_moe: invalid deployment fact (given 'yes'; allowed: true or false)"]
+
+
+@pytest.mark.parametrize(("count", "ok"), [(1_000_000, True), (1_000_001, False)])
+def test_architectures_count_limit(count: int, ok: bool) -> None:
+    from ascend_config.facts import check_fields
+    from ascend_config.limits import MAX_FACTS_VALUES
+
+    assert MAX_FACTS_VALUES == 1_000_000
+    found = [name for name, _, _ in check_fields(DeploymentFacts(architectures=("A",) * count))]
+    assert found == ([] if ok else ["architectures"])
