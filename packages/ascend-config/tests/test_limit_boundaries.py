@@ -228,3 +228,11 @@ def test_architectures_count_limit(count: int, ok: bool) -> None:
     assert MAX_FACTS_VALUES == 1_000_000
     found = [name for name, _, _ in check_fields(DeploymentFacts(architectures=("A",) * count))]
     assert found == ([] if ok else ["architectures"])
+
+
+def test_mapping_fact_of_the_wrong_type_says_what_is_allowed() -> None:
+    with pytest.raises(AscendConfigError) as info:
+        resolve({}, DeploymentFacts(quant_description=5), {})  # type: ignore[arg-type]
+    assert info.value.lines() == [
+        "facts.quant_description: invalid deployment fact (given 5; allowed: null or a JSON "
+        "object (finite numbers, at most 32 levels, 1000000 keys and list items))"]
