@@ -101,3 +101,35 @@ def test_env_lists_values_and_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_ASCEND_DEVICE", "gpu")
     code, out, _ = run("env")
     assert code == 2 and "INVALID 'gpu'" in out
+
+
+def test_stdin_errors_name_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"{bad")))
+    code, out, err = run("check", "-")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: stdin is not valid JSON: ")
+
+
+@pytest.mark.parametrize(("extra", "too_long"), [(-1, False), (0, False), (1, True)])
+def test_inline_json_length_limit(extra: int, too_long: bool) -> None:
+    from ascend_config.limits import MAX_CONFIG_BYTES
+
+    # '{"weight_nz_mode": 0}' padded with spaces to the limit (+ extra) characters.
+    core = '{"weight_nz_mode": 0}'
+    text = core + " " * (MAX_CONFIG_BYTES + extra - len(core))
+    assert len(text) == MAX_CONFIG_BYTES + extra
+    code, out, err = run("check", text)
+    if too_long:
+        assert (code, out) == (2, "")
+        assert err == (f"error: the JSON text is longer than the limit of {MAX_CONFIG_BYTES:,} "
+                       "bytes\n")
+    else:
+        assert code == 0 and json.loads(out)["weight_nz_mode"] == 0
+
+
+def test_missing_command_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        "error: the following arguments are required: command")

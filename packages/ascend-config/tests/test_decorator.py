@@ -149,3 +149,29 @@ def test_decorator_does_not_import_vllm() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "False"
+
+
+def test_compute_hash_is_sha256_of_the_json_values() -> None:
+    import enum
+    import hashlib
+    import json
+    import warnings
+    from datetime import datetime
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    @config
+    @dataclass
+    class Dated:
+        when: datetime = datetime(2024, 1, 2, 3, 4, 5)
+        color: Color = Color.RED
+        sizes: tuple[int, ...] = (1, 2)
+
+    # JSON-mode values: ISO-8601 datetime, the enum's value, a tuple as a list.
+    payload = json.dumps([Dated.__qualname__, {"color": "red", "sizes": [1, 2],
+                                               "when": "2024-01-02T03:04:05"}], sort_keys=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no serializer fallback warning either
+        digest = Dated().compute_hash()  # type: ignore[attr-defined]
+    assert digest == hashlib.sha256(payload.encode()).hexdigest()

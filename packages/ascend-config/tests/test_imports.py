@@ -65,3 +65,16 @@ def test_lazy_namespace() -> None:
     assert set(ascend_config.__all__) <= set(dir(ascend_config))
     with pytest.raises(AttributeError):
         _ = ascend_config.not_a_name  # type: ignore[attr-defined]
+
+
+def test_lazy_envs_is_the_module_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    import ascend_config
+
+    module = importlib.import_module("ascend_config.envs")
+    # Importing the submodule binds it on the package; unbind it so the PEP 562 hook answers.
+    monkeypatch.delattr(ascend_config, "envs")
+    assert ascend_config.envs is module
+    assert ascend_config.AscendConfigError is importlib.import_module(
+        "ascend_config.errors").AscendConfigError

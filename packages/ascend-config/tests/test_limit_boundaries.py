@@ -189,3 +189,50 @@ def test_env_ranges(name: str, text: str, value: object) -> None:
     (None, "an integer")])
 def test_int_allowed_wording(bounds: tuple[int, int] | None, allowed: str) -> None:
     assert EnvVar("X", "int", 0, "d", int_range=bounds).allowed() == allowed
+
+
+def test_scan_depth_of_list_items_and_of_container_keys() -> None:
+    from ascend_config.bounds import Finding, scan
+
+    # Lists: [[0]] is 2 levels, [[[0]]] is 3.
+    assert scan([[0]], max_depth=2, max_values=100) is None
+    assert scan([[[0]]], max_depth=2, max_values=100) == Finding(
+        (0, 0), "nested deeper than 2 levels", "depth")
+    # A tuple used as a key sits one level below its mapping, like a value.
+    assert scan({"a": {(1, 2): 0}}, max_depth=3, max_values=100) is None
+    assert scan({"a": {(1, 2): 0}}, max_depth=2, max_values=100) == Finding(
+        ("a",), "nested deeper than 2 levels", "depth")
+
+
+def test_a_non_string_key_in_a_mapping_fact_is_named() -> None:
+    with pytest.raises(AscendConfigError) as info:
+        resolve({}, DeploymentFacts(kv_connector_extra_config={1: "x"}), {})
+    assert info.value.lines() == [
+        "facts.kv_connector_extra_config: invalid deployment fact (given mappingproxy({1: 'x'}); "
+        "allowed: a JSON object (finite numbers, at most 32 levels, 1000000 keys and list "
+        "items); object keys must be strings)"]
+
+
+def test_bool_fact_message() -> None:
+    with pytest.raises(AscendConfigError) as info:
+        resolve({}, DeploymentFacts(is_moe="yes"), {})  # type: ignore[arg-type]
+    assert info.value.lines() == [
+        "facts.is_moe: invalid deployment fact (given 'yes'; allowed: true or false)"]
+
+
+@pytest.mark.parametrize(("count", "ok"), [(1_000_000, True), (1_000_001, False)])
+def test_architectures_count_limit(count: int, ok: bool) -> None:
+    from ascend_config.facts import check_fields
+    from ascend_config.limits import MAX_FACTS_VALUES
+
+    assert MAX_FACTS_VALUES == 1_000_000
+    found = [name for name, _, _ in check_fields(DeploymentFacts(architectures=("A",) * count))]
+    assert found == ([] if ok else ["architectures"])
+
+
+def test_mapping_fact_of_the_wrong_type_says_what_is_allowed() -> None:
+    with pytest.raises(AscendConfigError) as info:
+        resolve({}, DeploymentFacts(quant_description=5), {})  # type: ignore[arg-type]
+    assert info.value.lines() == [
+        "facts.quant_description: invalid deployment fact (given 5; allowed: null or a JSON "
+        "object (finite numbers, at most 32 levels, 1000000 keys and list items))"]

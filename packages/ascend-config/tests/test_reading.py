@@ -24,7 +24,8 @@ from ascend_config.reading import (
 @pytest.mark.parametrize(("text", "depth"), [
     ("", 0), ("1", 0), ("[]", 1), ("[][]", 1), ("[[]]", 2), ('["a", "b", [1]]', 2),
     ('{"a": [{"b": []}]}', 4), ('"[[["', 0), ('"\\"[["', 0), ('["\\\\", [[]]]', 3),
-    ("]]][", 0), ("[[]][[[]]]", 3), ('["abc' + "[" * 5, 1), ("[" * 5 + '"x', 5)])
+    ("]]][", 0), ("[[]][[[]]]", 3), ('{"a": {}, "b": {}}', 2), ('[{}, {}, {}]', 2),
+    ('["abc' + "[" * 5, 1), ("[" * 5 + '"x', 5)])
 def test_json_depth(text: str, depth: int) -> None:
     assert json_depth(text) == depth
 
@@ -189,3 +190,51 @@ def test_stream_limit_reads_at_most_one_byte_more() -> None:
     with pytest.raises(InputError):
         read_stream(stream, 10, "stdin")
     assert stream.tell() == 11
+
+
+def test_yaml_depth_counts_closed_siblings_back_out() -> None:
+    # "a" closes a list one level below the root mapping, then "b" nests to MAX_DEPTH + 1 in
+    # total: the count must come back to 2 after "a", not drop lower.
+    deep = "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1)
+    text = f"x:\n  a: [1]\n  b: {deep}\n"  # root map (1) + x map (2) + lists (MAX_DEPTH - 1)
+    with pytest.raises(InputError) as info:
+        parse_yaml_text(text, "t")
+    assert str(info.value) == f"t is nested deeper than {MAX_DEPTH} levels"
+    shallower = "[" * (MAX_DEPTH - 2) + "]" * (MAX_DEPTH - 2)
+    assert parse_yaml_text(f"x:\n  a: [1]\n  b: {shallower}\n", "t")["x"]["a"] == [1]
+
+
+def test_yaml_without_libyaml_uses_the_pure_python_safe_loader(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    assert parse_yaml_text("a: [1, {b: 2}]\n", "t") == {"a": [1, {"b": 2}]}
+    with pytest.raises(InputError, match="could not determine a constructor"):
+        parse_yaml_text("!!python/object/apply:os.system ['true']", "t")
+
+
+def test_yaml_error_text_is_cut_at_200_characters() -> None:
+    # PyYAML's constructor error quotes the unknown tag in full; the tag makes it 300+ long.
+    prefix = "could not determine a constructor for the tag '!"
+    with pytest.raises(InputError) as info:
+        parse_yaml_text("!" + "a" * 300 + " 1\n", "t")
+    assert str(info.value) == "t is not valid YAML: " + prefix + "a" * (200 - len(prefix))
+
+
+def test_a_file_type_without_a_name_is_refused_in_words(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    # A mode that is none of the named kinds (a symlink type, as lstat would report it).
+    path = tmp_path / "c.json"
+    path.write_text("{}")
+    real_stat = os.stat
+
+    def fake_stat(target: object, *args: object, **kwargs: object) -> os.stat_result:
+        st = real_stat(target, *args, **kwargs)  # type: ignore[arg-type]
+        return os.stat_result((stat.S_IFLNK | 0o644, *tuple(st)[1:]))
+
+    monkeypatch.setattr(os, "stat", fake_stat)
+    with pytest.raises(InputError) as info:
+        read_text_file(path, 100, "config file")
+    assert str(info.value) == (f"config file {show_path(path)} is not a regular file; give a "
+                               "regular file")

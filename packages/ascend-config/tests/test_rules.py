@@ -103,6 +103,12 @@ MEGAMOE_OK = {"megamoe_available": True, "hidden_size": 7168, "moe_intermediate_
     ({**MEGAMOE_OK, "hidden_size": 512}, 0),
     ({**MEGAMOE_OK, "moe_intermediate_size": 4096}, 0),
     ({**MEGAMOE_OK, "moe_intermediate_size": 0}, 0),
+    # range edges: hidden 1024..8192 and intermediate 1024..3072, both multiples of 512
+    ({**MEGAMOE_OK, "hidden_size": 8192}, 1), ({**MEGAMOE_OK, "hidden_size": 8704}, 0),
+    ({**MEGAMOE_OK, "hidden_size": 1024}, 1),
+    ({**MEGAMOE_OK, "moe_intermediate_size": 3072}, 1),
+    ({**MEGAMOE_OK, "moe_intermediate_size": 3584}, 0),
+    ({**MEGAMOE_OK, "moe_intermediate_size": 1024}, 1),
     ({**MEGAMOE_OK, "quant_description": {"quantize": "W8A8_DYNAMIC"}}, 1),
     ({**MEGAMOE_OK, "quant_description": {"moe_quantize": "w4a16"}}, 0),
     ({**MEGAMOE_OK, "hidden_size": 7000, "megamoe_available": False}, 1),
@@ -452,3 +458,16 @@ def test_new_facts_are_type_checked(problems: Any, res: Any) -> None:
     assert (loaded.sequence_parallel, loaded.scheduler_policy, loaded.nnodes_within_dp) == (
         True, "priority", 2)
     assert res(None, **facts).soc == "A2"  # none of them is a problem on its own
+
+
+def test_li_c8_layers_after_unrelated_quant_keys_and_nested_indexer_names(res: Any) -> None:
+    # Unrelated keys come first; the layer name holds ".indexer." itself, so the layer is
+    # everything before the last ".indexer."; a name without "layers.N" still counts by name.
+    quant = {"model.embed_tokens.weight": "FLOAT",
+             "mtp.indexer.layers.5.self_attn.indexer.quant_type": "INT8_DYNAMIC",
+             "XmtpX.indexer.quant_type": "W8A8_MXFP8"}
+    cfg = res({"enable_sparse_li_c8": True}, index_topk=2048, quant_description=quant)
+    assert cfg.sparse_li_c8_layer_names == ("XmtpX", "mtp.indexer.layers.5.self_attn")
+    assert cfg.sparse_li_c8_layer_ids == (5,)
+    assert cfg.is_sparse_li_c8_layer("XmtpX") and cfg.is_sparse_li_c8_layer(".XmtpX.")
+    assert not cfg.is_sparse_li_c8_layer("mtp")

@@ -124,3 +124,22 @@ def test_facts_from_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"soc": "A9", "tensor_parallel_size": "2"}))
     with pytest.raises(FactsError, match=r"soc.*tensor_parallel_size"):
         DeploymentFacts.from_json_file(path)
+
+
+def test_dump_file_is_utf8_whatever_the_locale_default(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    real_fdopen = os.fdopen
+
+    def latin1_default(fd: int, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        # What a Latin-1 locale does to a text file opened without an explicit encoding.
+        if "b" not in mode and kwargs.get("encoding") is None and len(args) < 2:
+            kwargs["encoding"] = "latin-1"
+        return real_fdopen(fd, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", latin1_default)
+    dump = {"task": "保留非 ASCII"}
+    target = write_dump_config(resolve({"dump_config": dump}), tmp_path)
+    assert target is not None
+    assert target.read_bytes().decode("utf-8") == '{\n  "task": "保留非 ASCII"\n}'

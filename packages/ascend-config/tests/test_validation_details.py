@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import typing
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -463,3 +464,128 @@ def test_yaml_depth_after_closing(text: str, accepted: bool) -> None:
     else:
         with pytest.raises(InputError, match="nested deeper than 32 levels"):
             parse_yaml_text(text, "t")
+
+
+@pytest.mark.parametrize(("key", "shown"), [
+    (None, "None"), (1.5, "'1.5'"), (Decimal("1.0"), '"Decimal(\'1.0\')"')])
+def test_a_non_string_key_keeps_the_other_problems(key: object, shown: str) -> None:
+    # pydantic names a None/1.5 key by str() and a Decimal key by repr(); either way only that
+    # key is dropped, so the EPLB rule still sees eplb_config and reports it too.
+    found = lines({key: "x", "eplb_config": {"dynamic_eplb": True}})
+    assert found[0] == f"{shown}: Keys should be strings (given {key!r}; allowed: see the schema)"
+    assert found[1].startswith("eplb_config.dynamic_eplb: dynamic EPLB on model runner v1 needs")
+    assert len(found) == 2
+
+
+def test_non_string_keys_do_not_count_as_given_paths() -> None:
+    # Model runner v2 lists legacy EPLB fields given by name; a non-string inner key is only
+    # a schema problem, and a non-string top-level key does not hide later sections.
+    found = lines({"eplb_config": {1: "x"}}, use_model_runner_v2=True)
+    assert [line.split(":")[0] for line in found] == ["eplb_config[1]"]
+    found = lines({None: 1, "eplb_config": {"load_collection_phase": "all"}})
+    assert [line.split(":")[0] for line in found] == ["None",
+                                                      "eplb_config.load_collection_phase"]
+
+
+def test_did_you_mean_prefers_the_first_of_equally_close_keys() -> None:
+    from pydantic import BaseModel
+
+    class Two(BaseModel):
+        zqx_a: int = 0
+        zqx_b: int = 0
+
+    # "zqx_c" matches 4 of 5 characters of both: ratio 2*4/10 = 0.8 for each; declared first wins
+    assert suggest("zqx_c", Two) == "zqx_a"
+
+
+def test_free_form_object_problem_names_the_inner_path_only_when_there_is_one() -> None:
+    # A bad key of dump_config itself is at its root: no "(at ...)" part.
+    assert lines({"dump_config": {"\ud800": 1}}) == [
+        "dump_config: contains an unpaired surrogate (not valid Unicode text) "
+        "(given {'\\ud800': 1}; allowed: null or a JSON object)"]
+    assert lines({"dump_config": {"a": [float("nan")]}}) == [
+        "dump_config: numbers must be finite (no NaN or Infinity) (at a[0]) "
+        "(given {'a': [nan]}; allowed: null or a JSON object)"]
+
+
+def test_a_non_string_key_problem_says_see_the_schema() -> None:
+    assert lines({None: 1}) == ["None: Keys should be strings (given None; allowed: see the "
+                                "schema)"]
+
+
+def test_dotted_eplb_key_is_named_whole_on_model_runner_v2() -> None:
+    assert lines({"eplb_config": {"x.y": 1}}, use_model_runner_v2=True) == [
+        "eplb_config.'x.y': unknown key (given 1; allowed: a key listed by `ascend-config "
+        "explain`)",
+        "eplb_config: model runner v2 uses vLLM's --enable-eplb; legacy EPLB fields given "
+        "(given 'x.y'; allowed: only load_collection_phase)"]
+
+
+def test_expert_map_path_that_is_a_directory_is_refused(tmp_path: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "map.json").mkdir()  # readable, but no file
+    assert lines({"eplb_config": {"expert_map_path": "map.json"}}) == [
+        "eplb_config.expert_map_path: file not found or not readable (given 'map.json'; "
+        "allowed: a readable .json file)"]
+
+
+def test_sparse_kv_offload_with_sfa_c8_line() -> None:
+    assert lines({"sparse_kv_offload_config": {"enabled": True}, "enable_sparse_sfa_c8": True},
+                 index_topk=2048, kv_role="kv_consumer") == [
+        "sparse_kv_offload_config.enabled: not implemented together with SFA C8 (given True; "
+        "allowed: false with enable_sparse_sfa_c8)"]
+
+
+def test_shape_problems_name_where_and_what() -> None:
+    from ascend_config.limits import MAX_CONFIG_CHARS, MAX_DEPTH
+
+    deep: dict[str, Any] = {"v": 1}
+    for _ in range(MAX_DEPTH):
+        deep = {"k": deep}  # MAX_DEPTH + 1 levels inside dump_config
+    assert lines({"dump_config": deep}) == [
+        f"dump_config: nested deeper than {MAX_DEPTH} levels (given {{'k': {{'k': {{'k': "
+        f"{{...}}}}}}}}; allowed: at most {MAX_DEPTH} levels of objects and lists)"]
+    # Too much text is a property of the whole config: no inner path is named.
+    found = lines({"dump_config": {"a": "x" * (MAX_CONFIG_CHARS + 1)}})
+    assert len(found) == 1
+    assert found[0].startswith(f"<additional_config>: more than {MAX_CONFIG_CHARS} characters "
+                               "of text (given {'dump_config': {'a': 'xxx")
+
+
+def test_a_derivation_bug_is_reported_as_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_config import resolver
+
+    def bad_rule(ctx: Any) -> None:
+        ctx.derived["num_head_replica"] = "many"  # not an int: AscendConfig refuses it
+
+    monkeypatch.setattr(resolver, "RULES", (*resolver.RULES, bad_rule))
+    found = lines({})
+    assert len(found) == 1
+    assert found[0].startswith("<resolved>: internal derivation error (given '1 validation "
+                               "error for Asce")
+    assert found[0].endswith("; allowed: a valid config)")
+
+
+def test_free_form_objects_name_the_type_that_is_no_json_and_keep_nul_text() -> None:
+    assert lines({"dump_config": {"a": {1, 2}}}) == [
+        "dump_config: set is not a JSON value (at a) (given {'a': {1, 2}}; allowed: null or a "
+        "JSON object)"]
+    assert lines({"dump_config": {"a": (1, 2)}}) == [
+        "dump_config: tuple is not a JSON value (at a) (given {'a': (1, 2)}; allowed: null or a "
+        "JSON object)"]
+    # A NUL character is valid JSON text (only paths refuse it).
+    assert resolve({"dump_config": {"task": "a\x00b"}}, DeploymentFacts(), {}).dump_config == {
+        "task": "a\x00b"}
+
+
+@pytest.mark.parametrize("name", ["quant_description", "kv_connector_extra_config"])
+def test_mapping_facts_are_frozen_copies(name: str) -> None:
+    given = {"a": "b"}
+    facts = DeploymentFacts(**{name: given})
+    given["a"] = "changed"  # the caller's dict is not shared
+    held = getattr(facts, name)
+    assert dict(held) == {"a": "b"}
+    with pytest.raises(TypeError):
+        held["x"] = "y"  # read-only
+    assert hash(facts) == hash(DeploymentFacts(**{name: {"a": "b"}}))

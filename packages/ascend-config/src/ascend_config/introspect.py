@@ -137,7 +137,10 @@ def iter_keys(model: type[BaseModel] = AdditionalConfig, prefix: str = "") -> It
 
 
 def field_at(parts: Sequence[object]) -> tuple[type[BaseModel], FieldInfo | None, int]:
-    """Walk ``parts`` from the top: (model reached, field or None, how many parts matched)."""
+    """Walk ``parts`` from the top: (model reached, field or None, how many parts matched).
+
+    The model is the one holding the first unmatched part (the section itself when every part
+    matched and the last names a section)."""
     model: type[BaseModel] = AdditionalConfig
     info: FieldInfo | None = None
     for depth, part in enumerate(parts):
@@ -147,8 +150,7 @@ def field_at(parts: Sequence[object]) -> tuple[type[BaseModel], FieldInfo | None
         section = section_of(info.annotation)
         if section is None:
             return model, info, depth + 1
-        if depth + 1 < len(parts):
-            model = section
+        model = section
     return model, info, len(parts)
 
 

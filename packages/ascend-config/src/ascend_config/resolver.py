@@ -60,14 +60,15 @@ _ENV_FALLBACKS = tuple(
 )
 
 
-def _given_paths(raw: Mapping[Any, Any], prefix: str = "", depth: int = 0) -> set[str]:
+def _given_paths(raw: Mapping[Any, Any]) -> set[str]:
+    """The keys given, as ``key`` and ``section.key`` (the rules ask about no deeper path)."""
     out: set[str] = set()
     for key, value in raw.items():
         if not isinstance(key, str):
             continue
-        out.add(prefix + key)
-        if isinstance(value, Mapping) and depth < 3:
-            out |= _given_paths(value, f"{prefix}{key}.", depth + 1)
+        out.add(key)
+        if isinstance(value, Mapping):
+            out.update(f"{key}.{inner}" for inner in value if isinstance(inner, str))
     return out
 
 

@@ -70,9 +70,10 @@ def _drop(data: Mapping[str, Any], locs: list[tuple[int | str, ...]],
     for loc in locs:
         key: object = loc[0] if loc else None
         if loc and key not in data:
-            # pydantic renders a non-string key (None, 1) as text in the location
+            # pydantic names a non-string key in the location by its repr() (None, 1.5,
+            # Decimal('1.0')); an int (or bool) key stays a number, which `in data` finds.
             if non_str is None:
-                non_str = {str(k): k for k in data if not isinstance(k, str)}
+                non_str = {repr(k): k for k in data if not isinstance(k, str)}
             key = non_str.get(str(key), key)
         if not loc or key not in data:
             return None
