@@ -195,3 +195,19 @@ def test_bind_worker_on_this_machine_reports_why_and_changes_nothing() -> None:
     assert not report.bound and report.plan is None and report.done == []
     assert report.skipped[0].startswith("binding skipped: npu-smi was not found on PATH")
     assert os.sched_getaffinity(0) == before
+
+
+def test_stopping_irqbalance_gets_30_seconds(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The README states the timeout; test_apply_paths checks the README text.
+    monkeypatch.setattr("ascend_topology.irq.irqbalance_active", lambda: True)
+    calls: list[tuple[list[str], float]] = []
+
+    def fake_run(args: list[str], timeout: float = -1.0) -> str:
+        calls.append((args, timeout))
+        return ""
+
+    monkeypatch.setattr("ascend_topology.irq.run_command", fake_run)
+    pool = NpuPlan(npu=0, numa_node=0, cpus=(0, 1, 2, 3, 4), main=(2,), irq=(0, 1))
+    bind_npu_irqs(pool, "A2", stop_irqbalance=True, pcie="0000:c1:00.0", **_irq_tree(tmp_path))
+    assert calls == [(["systemctl", "stop", "irqbalance"], 30)]

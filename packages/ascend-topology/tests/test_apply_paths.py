@@ -339,3 +339,37 @@ def test_irqbalance_stop_and_its_failure(
     assert done == [] and skipped == [
         "IRQ binding: could not stop irqbalance: `systemctl stop irqbalance` exited with "
         "status 5"]
+
+
+# --- command timeouts (stated in the README) -----------------------------------------------
+
+def test_migratepages_and_systemctl_get_the_timeouts_the_readme_states(
+    tmp_path: Path, affinity: Callable[..., Affinity], no_commands: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+    import shutil
+
+    from ascend_topology import irq
+
+    apply_module = importlib.import_module("ascend_topology.apply")
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    flat = " ".join(readme.split())
+    assert ("10 s for `lspci` and `systemctl is-active irqbalance`, 30 s for `systemctl stop "
+            "irqbalance`, 120 s for `migratepages`") in flat
+    calls: list[tuple[list[str], float]] = []
+
+    def fake_run(args: list[str], timeout: float = -1.0) -> str:
+        calls.append((list(args), timeout))
+        return ""
+
+    affinity()
+    _command(no_commands, "migratepages", "")
+    monkeypatch.setattr(apply_module, "run_command", fake_run)
+    apply(_plan(migrate_memory=True), 0, pid=PID, proc_root=_proc(tmp_path, NAMED))
+    assert calls == [(["migratepages", "100", "0,1", "1"], 120)]
+    monkeypatch.setattr(irq, "run_command", fake_run)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert irqbalance_active()
+    assert calls[-1] == (["systemctl", "is-active", "--quiet", "irqbalance"], 10)

@@ -114,3 +114,51 @@ def test_plan_for_npu_keeps_problems_for_apply_to_refuse() -> None:
     plan, index = plan_for_npu(_npu_host(), 0, PlanOptions(min_cpus_per_npu=5))
     assert not plan.ok  # 4 affine CPUs < 5
     assert plan.npus[index].npu == 0
+
+
+def test_rank_host_facts_in_full() -> None:
+    # 3 ranks over node 0 (CPUs 0-3), node 1 (4-7) and unlisted CPUs 8-9 (an extra node 2).
+    facts = make_rank_host(3, [9, 8, 0, 1, 2, 3, 4, 5, 6, 7], TWO_NODES)
+    assert facts == HostFacts(
+        soc="A2", numa={0: (0, 1, 2, 3), 1: (4, 5, 6, 7), 2: (8, 9)},
+        allowed_cpus=tuple(range(10)), chip_map={0: {0: 0}, 1: {0: 1}, 2: {0: 2}},
+        running_npus=(0, 1, 2), affinity={0: (0, 1, 2, 3), 1: (4, 5, 6, 7), 2: (8, 9)},
+        threads_per_core=1, arch="host", source="3 local ranks on CPUs of NUMA nodes 0,1,2")
+
+
+def test_unlisted_cpus_without_any_numa_node_form_node_0() -> None:
+    facts = make_rank_host(1, [3, 4], {})
+    assert facts.numa == {0: (3, 4)}
+    assert facts.source == "1 local ranks on CPUs of NUMA nodes 0"
+
+
+def test_rank_host_errors_word_by_word() -> None:
+    with pytest.raises(PlanError) as info:
+        make_rank_host(2, [], TWO_NODES)
+    assert str(info.value) == "the process may run on no CPU: nothing to plan ranks on"
+    with pytest.raises(PlanError) as info:
+        make_rank_host(1, [0], {0: [0]}, threads_per_core=0)
+    assert str(info.value) == ("cannot describe 1 ranks on this host: threads_per_core must be "
+                               ">= 1, got 0")
+    with pytest.raises(PlanError) as info:
+        plan_rank_pools(1, [0], {0: [0]}, threads_per_core=0)  # passed through, not dropped
+    assert str(info.value).endswith("threads_per_core must be >= 1, got 0")
+
+
+def test_plan_for_npu_error_texts() -> None:
+    three = HostFacts(soc="A2", numa={0: tuple(range(8))}, allowed_cpus=tuple(range(8)),
+                      chip_map={0: {0: 0}, 1: {0: 1}, 2: {0: 2}}, visible_devices=(0, 2))
+    with pytest.raises(PlanError) as info:
+        plan_for_npu(three, 5, PlanOptions())
+    assert str(info.value) == "NPU 5 is not an NPU of this host (NPUs: 0,1,2)"
+    with pytest.raises(PlanError) as info:
+        plan_for_npu(three, 1, PlanOptions())
+    assert str(info.value) == "NPU 1 is not among the visible devices 0,2"
+    bare = HostFacts(soc="A2", numa={0: (0, 1)}, allowed_cpus=(0, 1))
+    with pytest.raises(PlanError) as info:
+        plan_for_npu(bare, 0, PlanOptions())
+    assert str(info.value) == "NPU 0 is not an NPU of this host (NPUs: none)"
+    no_cpu = HostFacts(soc="A2", numa={0: (0, 1)}, allowed_cpus=(), chip_map={0: {0: 0}})
+    with pytest.raises(PlanError) as info:
+        plan_for_npu(no_cpu, 0, PlanOptions())
+    assert str(info.value) == "the plan has no pool for NPU 0: the process may run on no CPU"

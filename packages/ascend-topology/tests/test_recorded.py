@@ -224,3 +224,33 @@ def test_capture_folder_checks(tmp_path: Path) -> None:
     assert str(caught.value) == (
         "cannot write recorded host: folder 'a\\x00b' contains a NUL byte; paths cannot hold "
         "one")
+
+
+def test_an_optional_output_that_is_a_symlink_is_refused_by_name(tmp_path: Path) -> None:
+    folder = _copy("a3-16die", tmp_path)
+    info = folder / "npu-smi-info.txt"
+    info.unlink()
+    info.symlink_to(folder / "npu-smi-info-t-topo.txt")
+    with pytest.raises(RecordedHostError) as raised:
+        load_recorded_host(folder)
+    assert str(raised.value) == (f"recorded host {folder}: {info} is a symbolic link, not a "
+                                 "regular file; refused")
+
+
+def test_unknown_example_lists_the_examples() -> None:
+    with pytest.raises(RecordedHostError) as raised:
+        example_host_dir("nope")
+    assert str(raised.value) == ("unknown example host 'nope'; examples: 310p, 950-4numa, "
+                                 "a2-8npu, a3-16die, x86-a2")
+
+
+def test_only_folders_with_a_host_json_are_examples(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_topology import recorded
+
+    (tmp_path / "example_hosts" / "good").mkdir(parents=True)
+    (tmp_path / "example_hosts" / "good" / "host.json").write_text("{}")
+    (tmp_path / "example_hosts" / "stray").mkdir()  # e.g. left over from a broken install
+    (tmp_path / "example_hosts" / "host.json").write_text("{}")  # a file, not a folder
+    monkeypatch.setattr(recorded.resources, "files", lambda package: tmp_path)
+    assert example_hosts() == ["good"]

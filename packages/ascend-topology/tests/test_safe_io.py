@@ -306,3 +306,19 @@ def test_a_symlink_swapped_in_after_lstat_is_not_followed(
     with pytest.raises(TopologyError) as caught:
         read_limited(link, 100)  # O_NOFOLLOW: refused as a link, whatever it points to
     assert str(caught.value) == f"{link} is a symbolic link, not a regular file; refused"
+
+
+def test_a_file_type_without_a_name_is_called_a_special_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "odd"
+    path.write_text("x")
+    real_lstat = os.lstat
+
+    def typeless(target: object) -> os.stat_result:
+        st = real_lstat(target)  # type: ignore[arg-type]
+        return os.stat_result((0o644, *tuple(st)[1:]))  # permission bits, no file-type bits
+
+    monkeypatch.setattr(os, "lstat", typeless)
+    with pytest.raises(TopologyError) as info:
+        read_limited(path, 100)
+    assert str(info.value) == f"{path} is a special file, not a regular file; refused"

@@ -199,3 +199,44 @@ def test_unreadable_cpu0_topology_falls_back(tmp_path: Path,
     (tmp_path / "cpu1" / "topology").mkdir(parents=True)
     (tmp_path / "cpu1" / "topology" / "thread_siblings_list").write_text("1-2\n")
     assert read_threads_per_core(tmp_path) == 1
+
+
+def test_reaping_after_eof_waits_only_for_what_is_left_of_the_timeout() -> None:
+    import subprocess
+
+    from ascend_topology.system import _bounded_output, _Overrun
+
+    read_end, write_end = os.pipe()
+    os.close(write_end)  # the child closed its stdout: EOF at once
+    waited: list[float] = []
+
+    class Child:
+        stdout = os.fdopen(read_end, "rb")
+
+        def wait(self, timeout: float) -> int:
+            waited.append(timeout)
+            raise subprocess.TimeoutExpired("child", timeout)
+
+    child = Child()
+    try:
+        with pytest.raises(_Overrun, match=r"did not finish within 0\.2 s"):
+            _bounded_output(child, 0.2, 100)  # type: ignore[arg-type]
+    finally:
+        child.stdout.close()
+    assert len(waited) == 1 and 0.0 <= waited[0] <= 0.2
+
+
+def test_commands_do_not_read_the_callers_stdin() -> None:
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"secret")
+    os.close(write_end)
+    saved = os.dup(0)
+    os.dup2(read_end, 0)  # our stdin now holds data a child could read
+    os.close(read_end)
+    try:
+        out = run_command([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"],
+                          timeout=20)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert out == "''\n"

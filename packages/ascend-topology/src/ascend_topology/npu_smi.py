@@ -87,10 +87,10 @@ def parse_running_npus(text: str, chip_map: ChipMap) -> list[int]:
     for i, line in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith("|") and "process id" in _norm(stripped):
-            cells = stripped.strip("|").split("|")
-            if _norm(cells[0]).startswith("npu"):
+            first = _norm(stripped.split("|")[1])  # the line starts with "|"
+            if first.startswith("npu"):
                 start = i
-                with_chip = "chip" in _norm(cells[0])
+                with_chip = "chip" in first
                 break
     if start is None:
         return []
@@ -99,7 +99,7 @@ def parse_running_npus(text: str, chip_map: ChipMap) -> list[int]:
         stripped = line.strip()
         if not stripped.startswith("|"):
             continue
-        tokens = stripped.strip("|").split("|")[0].split()
+        tokens = stripped.split("|")[1].split()  # the first cell
         npu = _small_int(tokens[0]) if tokens else None
         if npu is None:
             continue
