@@ -47,6 +47,7 @@ def test_norm_and_muls_add_decompositions_equal_the_references(dtype, shape) -> 
         got, want = D.add_rms_norm(x, r, w, EPS, bias), A.add_rms_norm(x, r, w, EPS, bias)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert torch.equal(D.muls_add(x, r, 0.37), A.muls_add(x, r, 0.37))
+    assert torch.equal(D.silu_and_mul(x), A.silu_and_mul(x))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

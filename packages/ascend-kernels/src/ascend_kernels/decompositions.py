@@ -146,6 +146,16 @@ def muls_add(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
     return (x.to(F32) * scale + y.to(F32)).to(x.dtype)
 
 
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``ascend::silu_and_mul``: ``silu(x[..., :d]) * x[..., d:]`` in float32, one cast."""
+    d = x.shape[-1] // 2
+    x32 = x.to(F32)
+    # silu of a contiguous gate, as the reference computes it (a strided view takes torch's
+    # non-vectorised path, which rounds some values differently)
+    gate = torch.nn.functional.silu(x32[..., :d].contiguous())
+    return (gate * x32[..., d:]).to(x.dtype)
+
+
 # Op name -> decomposition, for the ops that host-CPU model graphs hold.
 DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "rms_norm": rms_norm,
@@ -153,4 +163,5 @@ DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "rotary_embedding": rotary_embedding,
     "split_qkv_rmsnorm_rope": split_qkv_rmsnorm_rope,
     "muls_add": muls_add,
+    "silu_and_mul": silu_and_mul,
 }
