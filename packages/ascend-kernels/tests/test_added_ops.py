@@ -174,9 +174,14 @@ def test_mrope_equal_position_rows_reduce_to_rotary_embedding() -> None:
         ({"section": [4, 6, 5]}, r"must add up to rotary_dim / 2 = 16"),
         ({"section": [8, 8]}, "3 non-negative sizes"),
         ({"positions": torch.zeros(2, TOKENS, dtype=torch.long)}, r"\[T\] or \[3, T\]"),
-        ({"positions": torch.zeros(3, TOKENS)}, "positions must be integers"),
-        ({"rotary_dim": 20}, r"cos_sin_cache must be \[max_position, rotary_dim=20\]"),
+        ({"positions": torch.zeros(3, TOKENS)}, "positions must be an int32 or int64 tensor"),
+        ({"rotary_dim": 20}, r"cos_sin_cache must be \[max_position > 0, rotary_dim=20\]"),
         ({"q": torch.zeros(TOKENS, 33)}, r"q must be \[T=5, heads \* 32\]"),
+        # Positions at the cache's edge: -1 (would wrap to the last row) and MAX_POS.
+        ({"positions": torch.tensor([[0] * TOKENS] * 2 + [[0, 1, 2, 3, -1]])},
+         r"positions must lie in \[0, 64\) .* got values in \[-1, 3\]"),
+        ({"positions": torch.tensor([[0, 1, 2, 3, MAX_POS]] * 3)},
+         r"positions must lie in \[0, 64\) .* got values in \[0, 64\]"),
     ],
 )
 def test_mrope_bad_input(kwargs: dict[str, Any], message: str) -> None:

@@ -22,7 +22,7 @@ A = torch.ops.ascend
 NAN, INF = float("nan"), float("inf")
 PATHS = ["reference", "fake", "symbolic", "npu"]
 REFERENCE_ONLY = "reference-only"
-SINGLE_TENSOR_OPS = ("dynamic_quant", "dynamic_mx_quant")  # nothing to mix
+SINGLE_TENSOR_OPS = ("dynamic_quant", "dynamic_mx_quant", "silu_and_mul")  # nothing to mix
 
 
 def _t(*values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:

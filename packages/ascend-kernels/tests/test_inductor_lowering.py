@@ -120,6 +120,7 @@ def _layer_args(dtype: torch.dtype, tokens: int) -> tuple[Any, ...]:
     return (qkv, qw, kw, pos, cache, x, r, _rand(g, 96, dtype=dtype) + 1)
 
 
+@pytest.mark.slow  # inductor compiles four graphs (~25 s)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_inductor_inlines_the_ops_and_fused_equals_unfused(lowered, dtype) -> None:
     assert lowered == list(D.DECOMPOSITIONS)
@@ -141,6 +142,7 @@ def test_inductor_inlines_the_ops_and_fused_equals_unfused(lowered, dtype) -> No
         torch.testing.assert_close(got, ref, **tolerance)
 
 
+@pytest.mark.slow  # an inductor compile
 def test_reset_makes_the_ops_extern_calls_again(lowered) -> None:
     assert IL.registered_inductor_lowerings() == sorted(
         str(getattr(A, name).default) for name in D.DECOMPOSITIONS)

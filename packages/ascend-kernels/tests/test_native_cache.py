@@ -285,6 +285,7 @@ def test_library_without_the_symbol_means_unavailable(
     assert marker.exists()  # it was ours and verified, so it was loaded: only the symbol lacks
 
 
+@pytest.mark.child_process
 def test_truncated_library_is_rebuilt_without_crashing(xdg: Path) -> None:
     root = xdg / "ascend_kernels"
     assert native_loops.NativeLoops(root).muls_add_bf16() is not None

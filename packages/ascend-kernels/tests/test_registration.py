@@ -75,6 +75,7 @@ def test_a_conflicting_existing_schema_is_a_clear_error(monkeypatch: pytest.Monk
         registration.register_all()
 
 
+@pytest.mark.child_process
 def test_clean_import_registers_ops_without_vllm_or_torch_npu() -> None:
     code = textwrap.dedent(
         """

@@ -24,14 +24,13 @@ from types import ModuleType
 
 import torch
 
-from ascend_kernels.ops_rope import rope_into
+from ascend_kernels.ops_rope import check_heads, check_rope_args, heads_view, rope_into
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
-from ascend_kernels.validation import check, check_floating, check_out
+from ascend_kernels.validation import check, check_devices, check_out
 
 
-def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -> torch.Tensor:
-    """Position row (0, 1 or 2) of each of the ``half`` frequencies, as an int64 tensor."""
+def _check_section(half: int, mrope_section: Sequence[int]) -> None:
     check(
         len(mrope_section) == 3 and all(s >= 0 for s in mrope_section),
         f"mrope_section must be 3 non-negative sizes [t, h, w], got {list(mrope_section)}",
@@ -40,6 +39,11 @@ def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -
         sum(mrope_section) == half,
         f"mrope_section {list(mrope_section)} must add up to rotary_dim / 2 = {half}",
     )
+
+
+def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -> torch.Tensor:
+    """Position row (0, 1 or 2) of each of the ``half`` frequencies, as an int64 tensor."""
+    _check_section(half, mrope_section)
     j = torch.arange(half)
     if interleaved:
         rows = torch.zeros(half, dtype=torch.int64)
@@ -50,40 +54,30 @@ def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -
     return (j >= t).to(torch.int64) + (j >= t + h).to(torch.int64)
 
 
-def _check_args(
-    positions: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int
-) -> int:
-    """Validate the shared arguments; returns the token count."""
-    check(head_size > 0, f"head_size must be positive, got {head_size}")
-    check(
-        0 < rotary_dim <= head_size and rotary_dim % 2 == 0,
-        f"rotary_dim must be even and in (0, head_size={head_size}], got {rotary_dim}",
-    )
-    check(
-        cos_sin_cache.dim() == 2 and cos_sin_cache.shape[1] == rotary_dim,
-        f"cos_sin_cache must be [max_position, rotary_dim={rotary_dim}],"
-        f" got {list(cos_sin_cache.shape)}",
-    )
-    check(not positions.is_floating_point(), f"positions must be integers, got {positions.dtype}")
+def mrotary_embedding_check(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    mrope_section: Sequence[int],
+    is_neox: bool,
+    interleaved: bool,
+) -> None:
+    """Argument checks of ``ascend::mrotary_embedding`` (position values: checked where the
+    cache rows are gathered, as ``rotary_embedding`` does)."""
+    check_devices(("q", q), ("positions", positions), ("k", k), ("cos_sin_cache", cos_sin_cache))
     check(
         positions.dim() == 1 or (positions.dim() == 2 and positions.shape[0] == 3),
         f"positions must be [T] or [3, T], got {list(positions.shape)}",
     )
-    return int(positions.shape[-1])
-
-
-def _heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torch.Tensor:
-    """``t`` as ``[T, heads, head_size]`` (from ``[T, heads * head_size]`` or itself)."""
-    width = t.shape[-1] * (t.shape[-2] if t.dim() == 3 else 1)
-    check(
-        t.dim() in (2, 3)
-        and t.shape[0] == tokens
-        and width % head_size == 0
-        and (t.dim() == 2 or t.shape[-1] == head_size),
-        f"{name} must be [T={tokens}, heads * {head_size}] or [T, heads, {head_size}],"
-        f" got {list(t.shape)}",
-    )
-    return t if t.dim() == 3 else t.reshape(tokens, width // head_size, head_size)
+    check_rope_args(positions, cos_sin_cache, head_size, rotary_dim)
+    tokens = positions.shape[-1]
+    check_heads(q, tokens, head_size, "q")
+    check_heads(k, tokens, head_size, "k")
+    if positions.dim() == 2:
+        _check_section(rotary_dim // 2, mrope_section)
 
 
 def mrotary_embedding_out(
@@ -101,9 +95,10 @@ def mrotary_embedding_out(
     k_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``mrotary_embedding`` into preallocated contiguous ``q_out``/``k_out``."""
-    tokens = _check_args(positions, cos_sin_cache, head_size, rotary_dim)
-    check_floating("q", q)
-    check_floating("k", k)
+    mrotary_embedding_check(
+        positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section, is_neox, interleaved
+    )
+    tokens = positions.shape[-1]
     half = rotary_dim // 2
     pos = positions.reshape(1, tokens) if positions.dim() == 1 else positions
     if positions.dim() == 1:
@@ -112,10 +107,10 @@ def mrotary_embedding_out(
         rows = frequency_rows(half, mrope_section, interleaved)
     rows = rows.to(cos_sin_cache.device)
     freq = torch.arange(half, device=cos_sin_cache.device)
-    q3 = _heads(q, tokens, head_size, "q")
-    k3 = _heads(k, tokens, head_size, "k")
-    check_out("q_out", q_out, q.shape, q.dtype)
-    check_out("k_out", k_out, k.shape, k.dtype)
+    q3 = heads_view(q, tokens, head_size)
+    k3 = heads_view(k, tokens, head_size)
+    check_out("q_out", q_out, q)
+    check_out("k_out", k_out, k)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
     per_token = (q3.shape[1] + k3.shape[1]) * head_size
     scratch = Scratch(chunk_rows(tokens, per_token), q.device)
@@ -125,17 +120,47 @@ def mrotary_embedding_out(
         chosen = pos[:, start:stop].index_select(0, rows).t()
         cos = scratch.get("cos", (1, half), n)
         sin = scratch.get("sin", (1, half), n)
-        cos[:, 0].copy_(cos_sin_cache[chosen, freq])
-        sin[:, 0].copy_(cos_sin_cache[chosen, freq + half])
+        _gather(cos_sin_cache, chosen, freq, cos[:, 0], sin[:, 0])
         rope_into(cos, sin, q3[start:stop], qo3[start:stop], rotary_dim, is_neox, scratch, "q")
         rope_into(cos, sin, k3[start:stop], ko3[start:stop], rotary_dim, is_neox, scratch, "k")
     return q_out, k_out
 
 
+def _gather(
+    cache: torch.Tensor, chosen: torch.Tensor, freq: torch.Tensor, cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> None:
+    """``cos[t, j] = cache[chosen[t, j], j]`` and ``sin`` from the second half of the row."""
+    width = cache.shape[1]
+    flat = cache.reshape(-1)
+    # Flat indices rather than ``cache[chosen, freq]``: a negative position then fails here
+    # instead of silently wrapping around to the last rows.
+    at = chosen * width + freq
+    try:
+        cos.copy_(flat.index_select(0, at.reshape(-1)).view(at.shape))
+        sin.copy_(flat.index_select(0, (at + width // 2).reshape(-1)).view(at.shape))
+    except IndexError as exc:
+        raise ValueError(
+            f"positions must lie in [0, {cache.shape[0]}) (the rows of cos_sin_cache),"
+            f" got values in [{int(chosen.min())}, {int(chosen.max())}]"
+        ) from exc
+
+
 def mrotary_embedding_fake(
-    _positions: object, q: torch.Tensor, k: torch.Tensor, *_: object
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    mrope_section: Sequence[int],
+    is_neox: bool,
+    interleaved: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::mrotary_embedding``: shaped like ``q`` and ``k``."""
+    """Fake ``ascend::mrotary_embedding``: checks the arguments; outputs shaped like q and k."""
+    mrotary_embedding_check(
+        positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section, is_neox, interleaved
+    )
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
         torch.empty(k.shape, dtype=k.dtype, device=k.device),
