@@ -120,3 +120,50 @@ def test_plain_linear_and_matmul_count_calls_without_the_mode() -> None:
     assert bi.call_counts() == {"linear": 1, "matmul": 1}
     bi.reset_call_counts()
     assert bi.call_counts() == {}
+
+
+def test_aten_sum_and_addmm_arguments_reach_the_kernels() -> None:
+    # Expected values: NumPy float64 on the same data.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 5, 4, generator=g)
+    bias, a, b = torch.randn(3, generator=g), torch.randn(2, 7, generator=g), torch.randn(
+        7, 3, generator=g)
+    x64, bias64, a64, b64 = (t.double().numpy() for t in (x, bias, a, b))
+    bi.enable_batch_invariant_mode()
+    try:
+        whole, whole64 = torch.sum(x), torch.sum(x, dtype=torch.float64)
+        dims, keep = torch.sum(x, dim=(0, 2)), torch.sum(x, dim=1, keepdim=True)
+        dims64 = torch.sum(x, dim=[2], dtype=torch.float64)
+        plain, scaled = torch.addmm(bias, a, b), torch.addmm(bias, a, b, beta=0.5, alpha=-2.0)
+        counts = bi.call_counts()
+    finally:
+        bi.disable_batch_invariant_mode()
+    assert counts["reduce_sum"] == 5 and counts["addmm"] == 2
+    assert (whole.shape, whole.dtype, whole64.dtype) == ((), torch.float32, torch.float64)
+    assert whole64.item() == pytest.approx(x64.sum(), rel=1e-12)
+    assert whole.item() == pytest.approx(x64.sum(), rel=1e-5, abs=1e-5)
+    torch.testing.assert_close(dims, torch.from_numpy(x64.sum(axis=(0, 2))).float())
+    assert keep.shape == (6, 1, 4)
+    torch.testing.assert_close(keep, torch.from_numpy(x64.sum(axis=1, keepdims=True)).float())
+    assert dims64.dtype == torch.float64
+    torch.testing.assert_close(dims64, torch.from_numpy(x64.sum(axis=2)))
+    torch.testing.assert_close(plain, torch.from_numpy(bias64 + a64 @ b64).float())
+    torch.testing.assert_close(scaled, torch.from_numpy(0.5 * bias64 - 2.0 * (a64 @ b64)).float())
+
+
+def test_default_dispatch_key_is_the_npu_one_when_the_npu_kernels_are_loaded(
+    fake_npu_on_cpu: object,
+) -> None:
+    a, w = torch.randn(3, 4), torch.randn(4, 2)
+    bi.enable_batch_invariant_mode()  # overrides for PrivateUse1 (the NPU): CPU stays aten's
+    try:
+        torch.mm(a, w)
+        assert bi.call_counts() == {}
+    finally:
+        bi.disable_batch_invariant_mode()
+    bi.enable_batch_invariant_mode("CPU")
+    try:
+        torch.mm(a, w)
+        assert bi.call_counts() == {"mm": 1}
+    finally:
+        bi.disable_batch_invariant_mode()

@@ -30,7 +30,6 @@ class BatchInvariantState:
 
     def __init__(self) -> None:
         self.library: torch.library.Library | None = None
-        self.dispatch_key: str | None = None
         self.counts: dict[str, int] = {}
 
     def count(self, name: str) -> None:
@@ -278,7 +277,6 @@ def enable_batch_invariant_mode(dispatch_key: str | None = None) -> None:
     for name, fn in ATEN_OVERRIDES.items():
         lib.impl(name, fn, key)  # type: ignore[no-untyped-call]
     _state.library = lib
-    _state.dispatch_key = key
 
 
 def disable_batch_invariant_mode() -> None:
@@ -286,7 +284,6 @@ def disable_batch_invariant_mode() -> None:
     if _state.library is not None:
         _state.library._destroy()  # type: ignore[no-untyped-call]
     _state.library = None
-    _state.dispatch_key = None
 
 
 def is_batch_invariant_mode_enabled() -> bool:
