@@ -226,6 +226,9 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     q_out, k_out = A.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [4, 6, 6], True, False)
     name, args, kwargs = fake_npu_on_cpu.calls[-1]
     assert name == "npu_mrope" and args[1].shape == (TOKENS, HEADS * HEAD) and args[4] == HEAD
+    assert torch.equal(args[0], mm) and torch.equal(args[3], cache)
+    assert torch.equal(args[1], q.reshape(TOKENS, -1))
+    assert torch.equal(args[2], k.reshape(TOKENS, -1))
     assert kwargs == {"mrope_section": [4, 6, 6], "rotary_mode": "half"}
     assert q_out.shape == q.shape and torch.all(q_out == 5.0) and torch.all(k_out == 6.0)
     A.mrotary_embedding(mm[0], q, k, cache, HEAD, HEAD, [4, 6, 6], False, False)
@@ -237,3 +240,12 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     partial = A.mrotary_embedding(mm, q, k, cache[:, :16], HEAD, 16, [2, 3, 3], True, False)
     assert len(fake_npu_on_cpu.calls) == count
     assert not torch.all(got[0] == 5.0) and not torch.all(partial[0] == 5.0)
+    from ascend_kernels import ops_mrope  # the reference, called directly
+
+    want = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, True)
+    want_partial = ops_mrope.mrotary_embedding(mm, q, k, cache[:, :16], HEAD, 16, [2, 3, 3],
+                                               True, False)
+    assert all(map(torch.equal, got, want)) and all(map(torch.equal, partial, want_partial))
+    sectioned = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, False)
+    gptj = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], False, True)
+    assert not torch.equal(want[0], sectioned[0]) and not torch.equal(want[0], gptj[0])

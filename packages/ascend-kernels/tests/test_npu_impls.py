@@ -268,3 +268,16 @@ def test_split_qkv_rmsnorm_rope_passes_weights_eps_and_rope_arguments(
     # q went through the norm kernel's output (marker 10) plus the bias.
     assert torch.equal(q_in, (torch.full((3, 2, 16), 10.0) + qb).reshape(3, 32))
     assert torch.equal(k_in, torch.full((3, 16), 10.0))
+
+
+def test_split_qkv_rmsnorm_rope_adds_the_k_bias_to_the_k_norm_output(
+    fake_npu_on_cpu: Any,
+) -> None:
+    qkv = torch.randn(3, 4 * 16)
+    kb = torch.randn(16)
+    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
+    A.split_qkv_rmsnorm_rope(qkv, torch.ones(16), torch.ones(16), pos, cache, 32, 16, 16, 16,
+                             True, 1e-6, None, kb)
+    _, q_in, k_in, *_ = fake_npu_on_cpu.calls[-1][1]
+    assert torch.equal(q_in, torch.full((3, 32), 10.0))  # no q bias: the norm output itself
+    assert torch.equal(k_in, (torch.full((3, 1, 16), 10.0) + kb).reshape(3, 16))
