@@ -63,9 +63,12 @@ def test_silu_and_mul_across_chunk_boundaries(small_chunks: None) -> None:
 @pytest.mark.parametrize(
     ("x", "message"),
     [
-        (torch.ones(3, 5), "even, non-empty last dim"),
-        (torch.ones(3, 0), "even, non-empty last dim"),
-        (torch.ones(3, 4, dtype=torch.int32), "float32, bfloat16 or float16"),
+        (torch.ones(3, 5),
+         r"^x must have an even, non-empty last dim \[\.\.\., 2 \* d\], got \[3, 5\]$"),
+        (torch.ones(3, 0), "^x must have an even, non-empty last dim"),
+        (torch.ones(1), "^x must have an even, non-empty last dim"),  # d would be 0.5
+        (torch.tensor(2.0), "^x must have an even, non-empty last dim"),
+        (torch.ones(3, 4, dtype=torch.int32), "^x must be float32, bfloat16 or float16"),
     ],
 )
 def test_silu_and_mul_bad_input(x: torch.Tensor, message: str) -> None:
@@ -249,3 +252,23 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     sectioned = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, False)
     gptj = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], False, True)
     assert not torch.equal(want[0], sectioned[0]) and not torch.equal(want[0], gptj[0])
+
+
+def test_silu_and_mul_boundary_shapes_are_accepted() -> None:
+    # 1-D input (the smallest rank) and an empty middle dim: shapes from the math, values eager.
+    x = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    assert torch.equal(A.silu_and_mul(x), _eager_swiglu(x))
+    torch.testing.assert_close(A.silu_and_mul(torch.ones(2)), torch.tensor([_silu64(1.0)]))
+    assert A.silu_and_mul(torch.empty(2, 0, 4)).shape == (2, 0, 2)
+
+
+def test_silu_and_mul_out_names_a_wrong_out() -> None:
+    from ascend_kernels import ops_activation
+
+    x = torch.randn(3, 8)
+    with pytest.raises(ValueError, match=r"^out must be a contiguous torch.float32 tensor of shape"
+                                         r" \[3, 4\], got torch.float32 \[3, 8\]"):
+        ops_activation.silu_and_mul_out(x, out=torch.empty(3, 8))
+    out = torch.empty(3, 4)
+    assert ops_activation.silu_and_mul_out(x, out=out) is out
+    assert torch.equal(out, _eager_swiglu(x))
