@@ -335,3 +335,33 @@ def test_out_helpers_run_on_meta_tensors_without_touching_data(op: str, valid_ar
     got = out_fn(*meta, **outs)
     got = got if isinstance(got, tuple) else (got,)
     assert [g is o for g, o in zip(got, outs.values(), strict=True)] == [True] * len(outs)
+
+
+@pytest.mark.parametrize("op", [*_out_helper_ops(), "rms_norm", "add_rms_norm"])
+def test_out_helpers_name_the_output_that_has_the_wrong_shape(op: str, valid_args: Any) -> None:
+    import importlib
+
+    from ascend_kernels import registration
+    from ascend_kernels.out_variants import output_names
+
+    module = importlib.import_module(registration.reference_impl(op).__module__)
+    out_fn = getattr(module, f"{op}_out")
+    args = valid_args(op)
+    like = getattr(A, op)(*args.values())
+    like = like if isinstance(like, tuple) else (like,)
+    names = output_names(out_fn)
+    for wrong in names:
+        outs = {n: torch.empty_like(t) for n, t in zip(names, like, strict=True)}
+        outs[wrong] = torch.empty(*outs[wrong].shape, 3, dtype=outs[wrong].dtype)
+        with pytest.raises(ValueError, match=rf"^{wrong} must be a contiguous "):
+            out_fn(*args.values(), **outs)
+
+
+def test_quantisation_parameters_on_another_device_than_x_are_a_device_error(
+    valid_args: Any,
+) -> None:
+    # scale and offset together on one device, x, residual and weight on another.
+    args = valid_args("add_rms_norm_quant")
+    args = {**args, "scale": args["scale"].to("meta"), "offset": args["offset"].to("meta")}
+    with pytest.raises(DeviceMismatchError, match=r"^scale is on meta but x is on cpu"):
+        A.add_rms_norm_quant(*args.values())
