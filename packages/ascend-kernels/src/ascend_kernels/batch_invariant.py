@@ -15,6 +15,7 @@ also plain functions for callers that bypass aten (vLLM's CPU linear uses ``_C.o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -92,7 +93,8 @@ def reduce_sum(
     dims = _dims(x, dim)
     keep = [d for d in range(x.dim()) if d not in dims]
     work = x.permute(*keep, *dims)
-    work = work.reshape(*[x.shape[d] for d in keep], -1)
+    # The reduced size is given, not -1: with an empty kept dim -1 would be ambiguous.
+    work = work.reshape(*[x.shape[d] for d in keep], math.prod(x.shape[d] for d in dims))
     acc_dtype = torch.float32 if out_dtype in _REDUCED else out_dtype
     result = _tree_sum_last(work.to(acc_dtype)).to(out_dtype)
     if keepdim:
@@ -199,10 +201,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         for i in range(a3.shape[0]):
             result[i].copy_(_mm_tiles(a3[i], b3[i]))
         result = result.reshape(*batch, a3.shape[1], b3.shape[2])
-    if squeeze_back:
-        result = result.squeeze(-1)
+    # Front first: for two vectors [1, 1] -> [1] -> [] (the other order fails on the 1-D rest).
     if squeeze_front:
         result = result.squeeze(-2)
+    if squeeze_back:
+        result = result.squeeze(-1)
     return result
 
 
