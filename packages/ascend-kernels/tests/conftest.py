@@ -147,6 +147,12 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "child_process: runs ascend_kernels in a child interpreter, which imports the "
+        "installed package (the mutation runner deselects these: they cannot see its mutants)")
+
+
 @pytest.fixture
 def same_bits() -> Any:
     """``same_bits(a, b)``: shapes, dtypes and every bit equal."""
@@ -195,10 +201,9 @@ def valid_arguments(op: str, dtype: torch.dtype = torch.float32) -> dict[str, An
         "muls_add": {"x": x, "y": res, "scale": 0.25},
         "silu_and_mul": {"x": x},
         "mrotary_embedding": {
-            "positions": torch.tensor([[0, 3, 1, 7, 2], [1, 1, 4, 0, 6], [5, 2, 2, 3, 0]]),
-            "q": rand(5, 4 * 48), "k": rand(5, 2 * 48), "cos_sin_cache": cache,
-            "head_size": 48, "rotary_dim": 32, "mrope_section": [4, 6, 6], "is_neox": True,
-            "interleaved": False,
+            "positions": torch.stack([pos, pos.flip(0), pos.roll(1)]), "q": rand(5, 4 * 48),
+            "k": rand(5, 2, 48), "cos_sin_cache": cache, "head_size": 48, "rotary_dim": 32,
+            "mrope_section": [8, 4, 4], "is_neox": True, "interleaved": False,
         },
         "bgmv_expand": {
             "x": rand(5, 8), "weight": rand(3, 16, 8), "indices": torch.tensor([0, 1, -1, 2, 0]),

@@ -63,10 +63,12 @@ def test_silu_and_mul_across_chunk_boundaries(small_chunks: None) -> None:
 @pytest.mark.parametrize(
     ("x", "message"),
     [
-        (torch.ones(3, 5), "even, non-empty last dim"),
-        (torch.ones(3, 0), "even, non-empty last dim"),
-        (torch.ones(3, 4, dtype=torch.int32), "float32, bfloat16 or float16"),
-        (torch.tensor(1.0), "even, non-empty last dim"),  # 0-d: no last dim at all
+        (torch.ones(3, 5),
+         r"^x must have an even, non-empty last dim \[\.\.\., 2 \* d\], got \[3, 5\]$"),
+        (torch.ones(3, 0), "^x must have an even, non-empty last dim"),
+        (torch.ones(1), "^x must have an even, non-empty last dim"),  # d would be 0.5
+        (torch.tensor(2.0), "^x must have an even, non-empty last dim"),
+        (torch.ones(3, 4, dtype=torch.int32), "^x must be float32, bfloat16 or float16"),
     ],
 )
 def test_silu_and_mul_bad_input(x: torch.Tensor, message: str) -> None:
@@ -169,15 +171,6 @@ def test_mrope_equal_position_rows_reduce_to_rotary_embedding() -> None:
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
-def test_mrope_last_cache_row_is_a_valid_position() -> None:
-    positions = torch.full((3, TOKENS), MAX_POS - 1)
-    q, k = torch.randn(TOKENS, HEADS * HEAD), torch.randn(TOKENS, HEAD)
-    cache = torch.randn(MAX_POS, HEAD)
-    got = A.mrotary_embedding(positions, q, k, cache, HEAD, HEAD, [4, 6, 6], True, False)
-    want = A.rotary_embedding(positions[0], q, k, cache, HEAD, HEAD, True)
-    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
-
-
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -187,13 +180,11 @@ def test_mrope_last_cache_row_is_a_valid_position() -> None:
         ({"positions": torch.zeros(3, TOKENS)}, "positions must be an int32 or int64 tensor"),
         ({"rotary_dim": 20}, r"cos_sin_cache must be \[max_position > 0, rotary_dim=20\]"),
         ({"q": torch.zeros(TOKENS, 33)}, r"q must be \[T=5, heads \* 32\]"),
-        ({"q": torch.tensor(1.0)}, r"q must be \[T=5, heads \* 32\]"),
-        ({"k": torch.zeros(TOKENS, 0)}, r"k must be \[T=5, heads \* 32\]"),
-        ({"cache": torch.zeros(0, HEAD)}, r"cos_sin_cache must be \[max_position > 0"),
-        # Positions at the boundary: MAX_POS - 1 is the last row; MAX_POS and -1 are outside.
-        ({"positions": torch.full((3, TOKENS), MAX_POS)}, rf"must lie in \[0, {MAX_POS}\)"),
-        ({"positions": torch.full((3, TOKENS), -1)}, rf"must lie in \[0, {MAX_POS}\)"),
-        ({"positions": torch.full((TOKENS,), MAX_POS)}, rf"must lie in \[0, {MAX_POS}\)"),
+        # Positions at the cache's edge: -1 (would wrap to the last row) and MAX_POS.
+        ({"positions": torch.tensor([[0] * TOKENS] * 2 + [[0, 1, 2, 3, -1]])},
+         r"positions must lie in \[0, 64\) .* got values in \[-1, 3\]"),
+        ({"positions": torch.tensor([[0, 1, 2, 3, MAX_POS]] * 3)},
+         r"positions must lie in \[0, 64\) .* got values in \[0, 64\]"),
     ],
 )
 def test_mrope_bad_input(kwargs: dict[str, Any], message: str) -> None:
@@ -238,6 +229,9 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     q_out, k_out = A.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [4, 6, 6], True, False)
     name, args, kwargs = fake_npu_on_cpu.calls[-1]
     assert name == "npu_mrope" and args[1].shape == (TOKENS, HEADS * HEAD) and args[4] == HEAD
+    assert torch.equal(args[0], mm) and torch.equal(args[3], cache)
+    assert torch.equal(args[1], q.reshape(TOKENS, -1))
+    assert torch.equal(args[2], k.reshape(TOKENS, -1))
     assert kwargs == {"mrope_section": [4, 6, 6], "rotary_mode": "half"}
     assert q_out.shape == q.shape and torch.all(q_out == 5.0) and torch.all(k_out == 6.0)
     A.mrotary_embedding(mm[0], q, k, cache, HEAD, HEAD, [4, 6, 6], False, False)
@@ -249,3 +243,32 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     partial = A.mrotary_embedding(mm, q, k, cache[:, :16], HEAD, 16, [2, 3, 3], True, False)
     assert len(fake_npu_on_cpu.calls) == count
     assert not torch.all(got[0] == 5.0) and not torch.all(partial[0] == 5.0)
+    from ascend_kernels import ops_mrope  # the reference, called directly
+
+    want = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, True)
+    want_partial = ops_mrope.mrotary_embedding(mm, q, k, cache[:, :16], HEAD, 16, [2, 3, 3],
+                                               True, False)
+    assert all(map(torch.equal, got, want)) and all(map(torch.equal, partial, want_partial))
+    sectioned = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, False)
+    gptj = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], False, True)
+    assert not torch.equal(want[0], sectioned[0]) and not torch.equal(want[0], gptj[0])
+
+
+def test_silu_and_mul_boundary_shapes_are_accepted() -> None:
+    # 1-D input (the smallest rank) and an empty middle dim: shapes from the math, values eager.
+    x = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    assert torch.equal(A.silu_and_mul(x), _eager_swiglu(x))
+    torch.testing.assert_close(A.silu_and_mul(torch.ones(2)), torch.tensor([_silu64(1.0)]))
+    assert A.silu_and_mul(torch.empty(2, 0, 4)).shape == (2, 0, 2)
+
+
+def test_silu_and_mul_out_names_a_wrong_out() -> None:
+    from ascend_kernels import ops_activation
+
+    x = torch.randn(3, 8)
+    with pytest.raises(ValueError, match=r"^out must be a contiguous torch.float32 tensor of shape"
+                                         r" \[3, 4\], got torch.float32 \[3, 8\]"):
+        ops_activation.silu_and_mul_out(x, out=torch.empty(3, 8))
+    out = torch.empty(3, 4)
+    assert ops_activation.silu_and_mul_out(x, out=out) is out
+    assert torch.equal(out, _eager_swiglu(x))

@@ -120,3 +120,131 @@ def test_plain_linear_and_matmul_count_calls_without_the_mode() -> None:
     assert bi.call_counts() == {"linear": 1, "matmul": 1}
     bi.reset_call_counts()
     assert bi.call_counts() == {}
+
+
+def test_aten_sum_and_addmm_arguments_reach_the_kernels() -> None:
+    # Expected values: NumPy float64 on the same data.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 5, 4, generator=g)
+    bias, a, b = torch.randn(3, generator=g), torch.randn(2, 7, generator=g), torch.randn(
+        7, 3, generator=g)
+    x64, bias64, a64, b64 = (t.double().numpy() for t in (x, bias, a, b))
+    bi.enable_batch_invariant_mode()
+    try:
+        whole, whole64 = torch.sum(x), torch.sum(x, dtype=torch.float64)
+        dims, keep = torch.sum(x, dim=(0, 2)), torch.sum(x, dim=1, keepdim=True)
+        dims64 = torch.sum(x, dim=[2], dtype=torch.float64)
+        plain, scaled = torch.addmm(bias, a, b), torch.addmm(bias, a, b, beta=0.5, alpha=-2.0)
+        counts = bi.call_counts()
+    finally:
+        bi.disable_batch_invariant_mode()
+    assert counts["reduce_sum"] == 5 and counts["addmm"] == 2
+    assert (whole.shape, whole.dtype, whole64.dtype) == ((), torch.float32, torch.float64)
+    assert whole64.item() == pytest.approx(x64.sum(), rel=1e-12)
+    assert whole.item() == pytest.approx(x64.sum(), rel=1e-5, abs=1e-5)
+    torch.testing.assert_close(dims, torch.from_numpy(x64.sum(axis=(0, 2))).float())
+    assert keep.shape == (6, 1, 4)
+    torch.testing.assert_close(keep, torch.from_numpy(x64.sum(axis=1, keepdims=True)).float())
+    assert dims64.dtype == torch.float64
+    torch.testing.assert_close(dims64, torch.from_numpy(x64.sum(axis=2)))
+    torch.testing.assert_close(plain, torch.from_numpy(bias64 + a64 @ b64).float())
+    torch.testing.assert_close(scaled, torch.from_numpy(0.5 * bias64 - 2.0 * (a64 @ b64)).float())
+
+
+def test_default_dispatch_key_is_the_npu_one_when_the_npu_kernels_are_loaded(
+    fake_npu_on_cpu: object,
+) -> None:
+    a, w = torch.randn(3, 4), torch.randn(4, 2)
+    bi.enable_batch_invariant_mode()  # overrides for PrivateUse1 (the NPU): CPU stays aten's
+    try:
+        torch.mm(a, w)
+        assert bi.call_counts() == {}
+    finally:
+        bi.disable_batch_invariant_mode()
+    bi.enable_batch_invariant_mode("CPU")
+    try:
+        torch.mm(a, w)
+        assert bi.call_counts() == {"mm": 1}
+    finally:
+        bi.disable_batch_invariant_mode()
+
+
+def _np(t: torch.Tensor):  # type: ignore[no-untyped-def]
+    return t.double().numpy()
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 3, 5, 8, 9])
+def test_reduce_sum_at_every_length_and_rank_against_float64(length: int) -> None:
+    g = torch.Generator().manual_seed(length)
+    x = torch.randn(3, 2, length, generator=g)
+    for dims, keep in ((None, False), (-1, False), (0, True), ((0, 2), False), ([], False),
+                       ((-3, -1), True)):
+        want = _np(x).sum(axis=None if dims in (None, []) else dims, keepdims=keep)
+        got = bi.reduce_sum(x, dims, keep)
+        assert got.dtype == torch.float32 and tuple(got.shape) == want.shape, (dims, keep)
+        torch.testing.assert_close(got.double(), torch.as_tensor(want), atol=1e-5, rtol=1e-5)
+    ints = torch.arange(3 * length).reshape(3, length).to(torch.int32)
+    got = bi.reduce_sum(ints, 1)
+    assert got.dtype == torch.int64 and got.tolist() == ints.sum(1).tolist()
+    half = x.to(torch.bfloat16)
+    got = bi.reduce_sum(half, -1)  # accumulated in float32, one cast at the end
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), torch.from_numpy(_np(half).sum(-1)).float(),
+                               atol=2e-2, rtol=1e-2)
+    scalar = torch.tensor(2.5)
+    assert bi.reduce_sum(scalar).item() == 2.5 and bi.reduce_sum(scalar).dim() == 0
+    assert bi.reduce_sum(torch.tensor(3, dtype=torch.int32)).dtype == torch.int64
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("half_to_float", [False, True])
+def test_softmax_and_log_softmax_against_torch_with_large_values(
+    dim: int, half_to_float: bool
+) -> None:
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(4, 6, 5, generator=g) * 30 + 60  # exp(2 * 90) overflows float32
+    src = x.to(torch.bfloat16) if half_to_float else x
+    for ours, theirs in ((bi.softmax, torch.softmax), (bi.log_softmax, torch.log_softmax)):
+        got = ours(src, dim, half_to_float)
+        want = theirs(src.float(), dim)
+        assert got.dtype == (torch.float32 if half_to_float else src.dtype)
+        assert got.shape == src.shape and got.is_contiguous()
+        torch.testing.assert_close(got.float(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_matmul_linear_and_addmm_every_operand_rank_against_torch() -> None:
+    g = torch.Generator().manual_seed(8)
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g)
+
+    cases = [(r(5), r(5)), (r(5), r(5, 3)), (r(4, 5), r(5)), (r(4, 5), r(5, 3)),
+             (r(2, 4, 5), r(5)), (r(2, 4, 5), r(5, 3)), (r(5), r(2, 5, 3)),
+             (r(2, 1, 4, 5), r(3, 5, 6)), (r(3, 4, 5), r(3, 5, 2))]
+    for a, b in cases:
+        want = torch.as_tensor(_np(a) @ _np(b)).float()
+        got = bi.matmul(a, b)
+        assert got.shape == want.shape, (a.shape, b.shape)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    x, w, bias = r(2, 3, 5), r(4, 5), r(4)
+    torch.testing.assert_close(bi.linear(x, w, bias),
+                               torch.from_numpy(_np(x) @ _np(w).T + _np(bias)).float())
+    torch.testing.assert_close(bi.linear(x, w), torch.from_numpy(_np(x) @ _np(w).T).float())
+    a, b, c = r(3, 5), r(5, 2), r(2)
+    for beta, alpha in ((1, 1), (0.5, 1), (1, -2.0), (2, 3)):
+        want = beta * _np(c) + alpha * (_np(a) @ _np(b))
+        torch.testing.assert_close(bi.addmm(c, a, b, beta=beta, alpha=alpha),
+                                   torch.from_numpy(want).float())
+    plain = torch.from_numpy(_np(c) + _np(a) @ _np(b)).float()
+    torch.testing.assert_close(bi.addmm(c, a, b), plain)
+
+
+def test_batch_invariant_add_rms_norm_is_the_sum_then_rms_norm() -> None:
+    g = torch.Generator().manual_seed(9)
+    x, res, w = torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g), torch.rand(8) + 1
+    out, summed = bi.add_rms_norm(x, res, w, 1e-6)
+    s = _np(x) + _np(res)
+    want = s / (((s**2).mean(-1, keepdims=True) + 1e-6) ** 0.5) * _np(w)
+    assert torch.equal(summed, x + res)
+    torch.testing.assert_close(out, torch.from_numpy(want).float())
+    assert bi.call_counts()["add_rms_norm"] == 1

@@ -20,7 +20,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 A = torch.ops.ascend
 NAN, INF = float("nan"), float("inf")
-PATHS = ["reference", "fake", "symbolic", "npu"]
+PATHS = ["reference", "fake", "symbolic", "npu", "out"]  # out: the public <op>_out helper
 REFERENCE_ONLY = "reference-only"
 SINGLE_TENSOR_OPS = ("dynamic_quant", "dynamic_mx_quant", "silu_and_mul")  # nothing to mix
 
@@ -151,12 +151,35 @@ def _call(op: str, args: dict[str, Any], path: str, request: pytest.FixtureReque
     values = list(args.values())
     if path == "npu":
         request.getfixturevalue("fake_npu_on_cpu")
+    if path == "out":
+        return _call_out_variant(op, values, request)
     if path in ("fake", "symbolic"):
         shape_env = ShapeEnv() if path == "symbolic" else None
         with FakeTensorMode(shape_env=shape_env, static_shapes=path == "fake") as mode:
             fakes = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in values]
             return getattr(A, op)(*fakes)
     return getattr(A, op)(*values)
+
+
+def _call_out_variant(op: str, values: list[Any], request: pytest.FixtureRequest) -> Any:
+    """``<op>_out`` into outputs shaped like the op's (for these arguments when they are
+    valid, else for the valid ones); the op itself for ops without an ``_out`` helper."""
+    import importlib
+
+    from ascend_kernels import registration
+    from ascend_kernels.out_variants import output_names
+
+    module = importlib.import_module(registration.reference_impl(op).__module__)
+    out_fn = getattr(module, f"{op}_out", None)
+    if out_fn is None:
+        return getattr(A, op)(*values)
+    try:
+        like = getattr(A, op)(*values)
+    except ValueError:
+        like = getattr(A, op)(*request.getfixturevalue("valid_args")(op).values())
+    like = like if isinstance(like, tuple) else (like,)
+    outs = {name: torch.empty_like(t) for name, t in zip(output_names(out_fn), like, strict=True)}
+    return out_fn(*values, **outs)
 
 
 def _case_id(case: tuple[Any, ...]) -> str:
@@ -180,7 +203,7 @@ def test_bad_input_raises_value_error_naming_the_argument(
 ) -> None:
     op, changes, message, flag = case
     args = {**valid_args(op), **changes}
-    if flag == REFERENCE_ONLY and path != "reference":
+    if flag == REFERENCE_ONLY and path not in ("reference", "out"):
         # Not checked without the values (no device sync): the call must not fail otherwise.
         if path != "npu":
             _call(op, args, path, request)
@@ -278,3 +301,67 @@ def test_eps_rule_is_the_documented_one() -> None:
     for bad in EPS_CASES:
         with pytest.raises(ValueError, match=f"got {bad!r}"):
             check_eps(bad)
+
+
+def _out_helper_ops() -> list[str]:
+    import importlib
+
+    from ascend_kernels import registration
+
+    # The LoRA ops have no _out helper; rms_norm/add_rms_norm check that out does not alias x
+    # by data pointer, which meta tensors do not have.
+    return [op for op in OP_NAMES
+            if hasattr(importlib.import_module(registration.reference_impl(op).__module__),
+                       f"{op}_out") and op not in ("rms_norm", "add_rms_norm")]
+
+
+@pytest.mark.parametrize("op", _out_helper_ops())
+def test_out_helpers_run_on_meta_tensors_without_touching_data(op: str, valid_args: Any) -> None:
+    # The preallocated-output helpers keep every buffer on the arguments' device: on meta
+    # (no data) they return their outputs, and a scratch buffer on another device would fail.
+    import importlib
+
+    from ascend_kernels import registration
+    from ascend_kernels.out_variants import output_names
+
+    module = importlib.import_module(registration.reference_impl(op).__module__)
+    out_fn = getattr(module, f"{op}_out")
+    args = valid_args(op)
+    like = getattr(A, op)(*args.values())
+    like = like if isinstance(like, tuple) else (like,)
+    meta = [v.to("meta") if isinstance(v, torch.Tensor) else v for v in args.values()]
+    outs = {n: torch.empty_like(t, device="meta") for n, t in zip(output_names(out_fn), like,
+                                                                  strict=True)}
+    got = out_fn(*meta, **outs)
+    got = got if isinstance(got, tuple) else (got,)
+    assert [g is o for g, o in zip(got, outs.values(), strict=True)] == [True] * len(outs)
+
+
+@pytest.mark.parametrize("op", [*_out_helper_ops(), "rms_norm", "add_rms_norm"])
+def test_out_helpers_name_the_output_that_has_the_wrong_shape(op: str, valid_args: Any) -> None:
+    import importlib
+
+    from ascend_kernels import registration
+    from ascend_kernels.out_variants import output_names
+
+    module = importlib.import_module(registration.reference_impl(op).__module__)
+    out_fn = getattr(module, f"{op}_out")
+    args = valid_args(op)
+    like = getattr(A, op)(*args.values())
+    like = like if isinstance(like, tuple) else (like,)
+    names = output_names(out_fn)
+    for wrong in names:
+        outs = {n: torch.empty_like(t) for n, t in zip(names, like, strict=True)}
+        outs[wrong] = torch.empty(*outs[wrong].shape, 3, dtype=outs[wrong].dtype)
+        with pytest.raises(ValueError, match=rf"^{wrong} must be a contiguous "):
+            out_fn(*args.values(), **outs)
+
+
+def test_quantisation_parameters_on_another_device_than_x_are_a_device_error(
+    valid_args: Any,
+) -> None:
+    # scale and offset together on one device, x, residual and weight on another.
+    args = valid_args("add_rms_norm_quant")
+    args = {**args, "scale": args["scale"].to("meta"), "offset": args["offset"].to("meta")}
+    with pytest.raises(DeviceMismatchError, match=r"^scale is on meta but x is on cpu"):
+        A.add_rms_norm_quant(*args.values())

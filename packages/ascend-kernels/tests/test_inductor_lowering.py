@@ -11,8 +11,15 @@ from typing import Any
 
 import pytest
 import torch
+import torch._inductor.lowering as inductor_lowerings
 from ascend_kernels import decompositions as D
 from ascend_kernels import inductor_lowering as IL
+from torch._inductor import config as inductor_config
+from torch._inductor.utils import run_and_get_code
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+# inductor and fake tensors are imported with the module (not inside the tests) so a process
+# that collects the tests once and forks per run (the mutation runner) imports them once.
 
 A = torch.ops.ascend
 EPS = 1e-6
@@ -80,20 +87,16 @@ def test_every_decomposition_names_a_registered_op() -> None:
 @pytest.fixture
 def lowered() -> Iterator[list[str]]:
     """Lowerings registered for one test, with eager-like casts; inductor's table restored."""
-    from torch._inductor import config
-
     IL.reset_inductor_lowerings()
     names = IL.register_inductor_lowerings()
     torch._dynamo.reset()
-    with config.patch(emulate_precision_casts=True, fx_graph_cache=False):
+    with inductor_config.patch(emulate_precision_casts=True, fx_graph_cache=False):
         yield names
     IL.reset_inductor_lowerings()
     torch._dynamo.reset()
 
 
 def _compiled(fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:
-    from torch._inductor.utils import run_and_get_code
-
     torch._dynamo.reset()
     out, code = run_and_get_code(torch.compile(fn, backend="inductor", dynamic=True), *args)
     return out, "\n".join(code)
@@ -121,6 +124,7 @@ def _layer_args(dtype: torch.dtype, tokens: int) -> tuple[Any, ...]:
     return (qkv, qw, kw, pos, cache, x, r, _rand(g, 96, dtype=dtype) + 1)
 
 
+@pytest.mark.slow  # inductor compiles four graphs (~25 s)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_inductor_inlines_the_ops_and_fused_equals_unfused(lowered, dtype) -> None:
     assert lowered == list(D.DECOMPOSITIONS)
@@ -142,6 +146,7 @@ def test_inductor_inlines_the_ops_and_fused_equals_unfused(lowered, dtype) -> No
         torch.testing.assert_close(got, ref, **tolerance)
 
 
+@pytest.mark.slow  # an inductor compile
 def test_reset_makes_the_ops_extern_calls_again(lowered) -> None:
     assert IL.registered_inductor_lowerings() == sorted(
         str(getattr(A, name).default) for name in D.DECOMPOSITIONS)
@@ -157,3 +162,112 @@ def test_reset_makes_the_ops_extern_calls_again(lowered) -> None:
 def test_fingerprint_is_stable_and_short() -> None:
     assert IL.lowering_fingerprint() == IL.lowering_fingerprint()
     assert len(IL.lowering_fingerprint()) == 16
+
+
+# ------------------------------------------------------------------ helpers, without compiling
+def test_positional_fills_keywords_and_schema_defaults_in_schema_order() -> None:
+    overload = A.add_rms_norm.default
+    x, r, w = torch.ones(2, 4), torch.zeros(2, 4), torch.ones(4)
+    assert IL._positional(overload, (x, r, w, EPS), {}) == [x, r, w, EPS, None]
+    bias = torch.ones(4)
+    got = IL._positional(overload, (x,), {"weight": w, "residual": r, "eps": EPS, "bias": bias})
+    assert got == [x, r, w, EPS, bias]
+    with pytest.raises(TypeError, match=r"ascend.add_rms_norm.*missing argument 'eps'"):
+        IL._positional(overload, (x, r, w), {})
+
+
+def test_only_none_bools_ints_and_floats_are_constants() -> None:
+    for constant in (None, True, 0, -3, 1e-6):
+        assert IL._is_constant(constant), constant
+    for other in ("1", [1], (1,), torch.tensor(1.0)):
+        assert not IL._is_constant(other), other
+
+
+def test_meta_key_is_dtype_shape_and_stride() -> None:
+    t = torch.empty(3, 4, dtype=torch.bfloat16)
+    assert IL._meta_key(t) == ("torch.bfloat16", "(3, 4)", "(4, 1)")
+    assert IL._meta_key(t.t()) == ("torch.bfloat16", "(4, 3)", "(1, 4)")
+
+
+def test_trace_cache_keeps_graphs_per_fake_mode_and_drops_them_with_it() -> None:
+    import gc
+
+    cache, one, two = IL.TraceCache(), FakeTensorMode(), FakeTensorMode()
+    assert cache.get(one, ("k",)) is None
+    cache.put(one, ("k",), "graph-1")
+    cache.put(one, ("j",), "graph-2")
+    assert (cache.get(one, ("k",)), cache.get(one, ("j",))) == ("graph-1", "graph-2")
+    assert cache.get(two, ("k",)) is None
+    del one
+    gc.collect()
+    assert len(cache._graphs) == 0
+
+
+def test_registry_registers_once_and_reset_restores_inductor_entries() -> None:
+    lowerings = inductor_lowerings.lowerings
+    registry = IL.LoweringRegistry()
+    norm, muls = A.rms_norm.default, A.muls_add.default
+    IL.reset_inductor_lowerings()
+    sentinel = object()
+    lowerings[muls] = sentinel  # an entry that was there before: put back by reset
+    lowerings.pop(norm, None)
+    try:
+        ops = {"rms_norm": D.rms_norm, "muls_add": D.muls_add}
+        assert registry.register(ops) == ["rms_norm", "muls_add"]
+        assert registry.registered == sorted([str(norm), str(muls)])
+        assert lowerings[norm].__name__ == "lower_ascend_rms_norm"
+        assert lowerings[muls].__name__ == "lower_ascend_muls_add"
+        assert registry.register(ops) == []  # idempotent
+        registry.reset()
+        assert norm not in lowerings and lowerings[muls] is sentinel
+        assert registry.registered == []
+        assert registry.register() == list(D.DECOMPOSITIONS)  # default: every decomposition
+    finally:
+        registry.reset()
+        lowerings.pop(muls, None)
+
+
+def test_one_small_compile_inlines_the_decomposition_and_reuses_its_trace(lowered) -> None:
+    # Small enough to stay in mutation runs: exercises the lowering itself (the trace cache,
+    # keyword arguments, constants) against torch's own eager ops.
+    x = torch.randn(5, 32)
+    w = torch.rand(32) + 0.5
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        a = A.rms_norm(t, w, eps=EPS)
+        return A.rms_norm(a * 2, w, EPS) + A.muls_add(a, t, 0.25)
+
+    traces, stored = IL._REGISTRY.traces, []
+    put = traces.put
+    traces.put = lambda mode, key, graph: stored.append(key) or put(mode, key, graph)  # type: ignore[method-assign]
+    try:
+        out, code = _compiled(fn, x)
+    finally:
+        del traces.put
+    assert "torch.ops.ascend" not in code
+    # One trace per op and argument metadata: both rms_norm calls share theirs.
+    assert sorted(len(key[1]) for key in stored) == [2, 2]
+    assert sorted(key[0] for key in stored) == [(EPS,), (0.25,)]
+
+    def rms(t: torch.Tensor) -> torch.Tensor:
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + EPS) * w
+    a = rms(x)
+    torch.testing.assert_close(out, rms(a * 2) + a * 0.25 + x, atol=1e-5, rtol=1e-5)
+
+
+def test_a_non_constant_argument_keeps_the_op_an_extern_call() -> None:
+    calls = []
+
+    def extern(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append((args, kwargs))
+        return "extern"
+
+    original = inductor_lowerings.fallback_handler
+    inductor_lowerings.fallback_handler = lambda *a, **k: extern  # type: ignore[assignment]
+    try:
+        lower = IL.make_lowering(A.muls_add.default, D.muls_add, IL.TraceCache())
+    finally:
+        inductor_lowerings.fallback_handler = original
+    assert lower.__name__ == "lower_ascend_muls_add"
+    assert lower("x-node", "y-node", "not a constant") == "extern"
+    assert calls == [(("x-node", "y-node", "not a constant"), {})]

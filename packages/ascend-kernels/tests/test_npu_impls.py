@@ -268,3 +268,40 @@ def test_split_qkv_rmsnorm_rope_passes_weights_eps_and_rope_arguments(
     # q went through the norm kernel's output (marker 10) plus the bias.
     assert torch.equal(q_in, (torch.full((3, 2, 16), 10.0) + qb).reshape(3, 32))
     assert torch.equal(k_in, torch.full((3, 16), 10.0))
+
+
+def test_split_qkv_rmsnorm_rope_adds_the_k_bias_to_the_k_norm_output(
+    fake_npu_on_cpu: Any,
+) -> None:
+    qkv = torch.randn(3, 4 * 16)
+    kb = torch.randn(16)
+    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
+    A.split_qkv_rmsnorm_rope(qkv, torch.ones(16), torch.ones(16), pos, cache, 32, 16, 16, 16,
+                             True, 1e-6, None, kb)
+    _, q_in, k_in, *_ = fake_npu_on_cpu.calls[-1][1]
+    assert torch.equal(q_in, torch.full((3, 32), 10.0))  # no q bias: the norm output itself
+    assert torch.equal(k_in, (torch.full((3, 1, 16), 10.0) + kb).reshape(3, 16))
+
+
+def test_partial_rotary_fallback_keeps_the_pair_layout(fake_npu_on_cpu: Any) -> None:
+    from ascend_kernels import ops_rope  # the reference, called directly
+
+    g = torch.Generator().manual_seed(4)
+    pos, cache = torch.tensor([0, 2, 1]), torch.randn(3, 8, generator=g)
+    q, k = torch.randn(3, 2 * 16, generator=g), torch.randn(3, 16, generator=g)
+    for neox in (True, False):
+        got = A.rotary_embedding(pos, q, k, cache, 16, 8, neox)
+        want = ops_rope.rotary_embedding(pos, q, k, cache, 16, 8, neox)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), neox
+    assert fake_npu_on_cpu.calls == []
+
+
+def test_rotary_kernel_gets_contiguous_copies_of_strided_q_and_k(fake_npu_on_cpu: Any) -> None:
+    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
+    q = torch.randn(32, 3).t()  # [3, 32] with strides (1, 3): dense, not contiguous
+    k = torch.randn(16, 3).t()
+    q_out, k_out = A.rotary_embedding(pos, q, k, cache, 16, 16, True)
+    args, _ = _only_call(fake_npu_on_cpu, "_npu_rotary_embedding")
+    assert args[1].is_contiguous() and args[2].is_contiguous()
+    assert torch.equal(args[1], q) and torch.equal(args[2], k)
+    assert q_out.is_contiguous() and k_out.is_contiguous()

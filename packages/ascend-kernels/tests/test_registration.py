@@ -75,6 +75,7 @@ def test_a_conflicting_existing_schema_is_a_clear_error(monkeypatch: pytest.Monk
         registration.register_all()
 
 
+@pytest.mark.child_process
 def test_clean_import_registers_ops_without_vllm_or_torch_npu() -> None:
     code = textwrap.dedent(
         """
@@ -128,3 +129,64 @@ def test_reference_functions_take_keywords_and_carry_their_op_name() -> None:
         assert registration.fake_impl(op).__name__ == f"{op}_fake"
     with pytest.raises(LookupError, match="no implementation nope_fake"):
         registration.fake_impl("nope")
+
+
+def _results_equal(a: object, b: object) -> bool:
+    a_t = a if isinstance(a, tuple) else (a,)
+    b_t = b if isinstance(b, tuple) else (b,)
+    return len(a_t) == len(b_t) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.float(), y.float())
+        for x, y in zip(a_t, b_t, strict=True)  # type: ignore[union-attr]
+    )
+
+
+def test_register_all_defines_every_op_in_a_fresh_namespace(
+    monkeypatch: pytest.MonkeyPatch, valid_args: object
+) -> None:
+    # The import already ran register_all for "ascend"; run it again, now, for a namespace
+    # nothing has defined yet, and check what it defined against the registered ops.
+    namespace = f"ascend_regtest_{next(_FRESH)}"
+    monkeypatch.setattr(registration, "NAMESPACE", namespace)
+    monkeypatch.setattr(registration, "qualname", lambda op: f"{namespace}::{op}")
+    registration.register_all()
+    fresh = getattr(torch.ops, namespace)
+    for op in OP_NAMES:
+        assert str(getattr(fresh, op).default._schema) == f"{namespace}::{op}{SCHEMAS[op]}"
+        name = f"{namespace}::{op}"
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta")
+        args = list(valid_args(op).values())  # type: ignore[operator]
+        assert _results_equal(getattr(fresh, op)(*args), getattr(torch.ops.ascend, op)(*args)), op
+        meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+        want = getattr(torch.ops.ascend, op)(*meta)
+        got = getattr(fresh, op)(*meta)
+        got_t, want_t = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        assert [(t.shape, t.dtype, t.device.type) for t in got_t] == [
+            (t.shape, t.dtype, t.device.type) for t in want_t
+        ]
+    registration.register_all()  # the same schemas again: nothing to do, no error
+
+
+def test_into_fresh_outputs_built_now_equals_the_registered_op(valid_args: object) -> None:
+    # The module-level references were built at import; build each one again here.
+    import importlib
+
+    from ascend_kernels.out_variants import into_fresh_outputs
+
+    for op in OP_NAMES:
+        module = importlib.import_module(registration.reference_impl(op).__module__)
+        out_fn = getattr(module, f"{op}_out", None)
+        if out_fn is None:
+            continue
+        fn = into_fresh_outputs(out_fn, getattr(module, f"{op}_fake"))
+        assert (fn.__name__, fn.__qualname__, fn.__module__) == (op, op, module.__name__)
+        assert fn.__doc__ == f"Reference ``ascend::{op}``: ``{op}_out`` into fresh outputs."
+        kwargs = valid_args(op)  # type: ignore[operator]
+        want = getattr(torch.ops.ascend, op)(*kwargs.values())
+        assert _results_equal(fn(*kwargs.values()), want), op
+        assert _results_equal(fn(**kwargs), want), op  # every argument by keyword
+        first, *rest = kwargs
+        assert _results_equal(fn(kwargs[first], **{k: kwargs[k] for k in rest}), want), op
+
+
+_FRESH = iter(range(10**6))

@@ -15,6 +15,7 @@ also plain functions for callers that bypass aten (vLLM's CPU linear uses ``_C.o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -30,7 +31,6 @@ class BatchInvariantState:
 
     def __init__(self) -> None:
         self.library: torch.library.Library | None = None
-        self.dispatch_key: str | None = None
         self.counts: dict[str, int] = {}
 
     def count(self, name: str) -> None:
@@ -93,7 +93,8 @@ def reduce_sum(
     dims = _dims(x, dim)
     keep = [d for d in range(x.dim()) if d not in dims]
     work = x.permute(*keep, *dims)
-    work = work.reshape(*[x.shape[d] for d in keep], -1)
+    # The reduced size is given, not -1: with an empty kept dim -1 would be ambiguous.
+    work = work.reshape(*[x.shape[d] for d in keep], math.prod(x.shape[d] for d in dims))
     acc_dtype = torch.float32 if out_dtype in _REDUCED else out_dtype
     result = _tree_sum_last(work.to(acc_dtype)).to(out_dtype)
     if keepdim:
@@ -200,10 +201,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         for i in range(a3.shape[0]):
             result[i].copy_(_mm_tiles(a3[i], b3[i]))
         result = result.reshape(*batch, a3.shape[1], b3.shape[2])
-    if squeeze_back:
-        result = result.squeeze(-1)
+    # Front first: for two vectors [1, 1] -> [1] -> [] (the other order fails on the 1-D rest).
     if squeeze_front:
         result = result.squeeze(-2)
+    if squeeze_back:
+        result = result.squeeze(-1)
     return result
 
 
@@ -278,7 +280,6 @@ def enable_batch_invariant_mode(dispatch_key: str | None = None) -> None:
     for name, fn in ATEN_OVERRIDES.items():
         lib.impl(name, fn, key)  # type: ignore[no-untyped-call]
     _state.library = lib
-    _state.dispatch_key = key
 
 
 def disable_batch_invariant_mode() -> None:
@@ -286,7 +287,6 @@ def disable_batch_invariant_mode() -> None:
     if _state.library is not None:
         _state.library._destroy()  # type: ignore[no-untyped-call]
     _state.library = None
-    _state.dispatch_key = None
 
 
 def is_batch_invariant_mode_enabled() -> bool:

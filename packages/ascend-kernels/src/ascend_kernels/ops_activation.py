@@ -21,19 +21,19 @@ from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
 from ascend_kernels.validation import check, check_floating, check_out
 
 
-def silu_and_mul_check(x: torch.Tensor) -> int:
-    """Validate ``x`` (floating, an even non-empty last dim); returns ``d``."""
+def silu_and_mul_check(x: torch.Tensor) -> None:
+    """Argument checks of ``ascend::silu_and_mul``: a float ``[..., 2 * d]`` with ``d > 0``."""
     check_floating("x", x)
     check(
         x.dim() >= 1 and x.shape[-1] > 0 and x.shape[-1] % 2 == 0,
         f"x must have an even, non-empty last dim [..., 2 * d], got {list(x.shape)}",
     )
-    return x.shape[-1] // 2
 
 
 def silu_and_mul_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     """``silu_and_mul`` into a preallocated contiguous ``out`` of shape ``[..., d]``."""
-    d = silu_and_mul_check(x)
+    silu_and_mul_check(x)
+    d = x.shape[-1] // 2
     check_out("out", out, x, torch.Size((*x.shape[:-1], d)))
     rows = out.numel() // d
     x2, o2 = x.reshape(rows, 2 * d), out.view(rows, d)
@@ -53,8 +53,8 @@ def silu_and_mul_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
 
 def silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
     """Fake ``ascend::silu_and_mul``: checks ``x``; ``[..., d]`` for ``x`` of ``[..., 2 * d]``."""
-    d = silu_and_mul_check(x)
-    return x.new_empty((*x.shape[:-1], d))
+    silu_and_mul_check(x)
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
 silu_and_mul = into_fresh_outputs(silu_and_mul_out, silu_and_mul_fake)

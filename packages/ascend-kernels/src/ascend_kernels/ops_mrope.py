@@ -24,20 +24,13 @@ from types import ModuleType
 
 import torch
 
-from ascend_kernels.ops_rope import rope_into
+from ascend_kernels.ops_rope import check_heads, check_rope_args, heads_view, rope_into
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
-from ascend_kernels.validation import (
-    check,
-    check_devices,
-    check_floating,
-    check_index,
-    check_out,
-)
+from ascend_kernels.validation import check, check_devices, check_out
 
 
-def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -> torch.Tensor:
-    """Position row (0, 1 or 2) of each of the ``half`` frequencies, as an int64 tensor."""
+def _check_section(half: int, mrope_section: Sequence[int]) -> None:
     check(
         len(mrope_section) == 3 and all(s >= 0 for s in mrope_section),
         f"mrope_section must be 3 non-negative sizes [t, h, w], got {list(mrope_section)}",
@@ -46,6 +39,11 @@ def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -
         sum(mrope_section) == half,
         f"mrope_section {list(mrope_section)} must add up to rotary_dim / 2 = {half}",
     )
+
+
+def frequency_rows(half: int, mrope_section: Sequence[int], interleaved: bool) -> torch.Tensor:
+    """Position row (0, 1 or 2) of each of the ``half`` frequencies, as an int64 tensor."""
+    _check_section(half, mrope_section)
     j = torch.arange(half)
     if interleaved:
         rows = torch.zeros(half, dtype=torch.int64)
@@ -64,55 +62,22 @@ def mrotary_embedding_check(
     head_size: int,
     rotary_dim: int,
     mrope_section: Sequence[int],
-    is_neox: bool = True,
-    interleaved: bool = False,
-) -> int:
-    """Validate every argument (devices, shapes, dtypes, sections); returns the token count.
-
-    Run by the reference, the fake and the NPU adapter alike (README "Error contract"); it
-    takes all of the op's arguments, the two layout flags have no invalid value.
-    """
+    is_neox: bool,
+    interleaved: bool,
+) -> None:
+    """Argument checks of ``ascend::mrotary_embedding`` (position values: checked where the
+    cache rows are gathered, as ``rotary_embedding`` does)."""
     check_devices(("q", q), ("positions", positions), ("k", k), ("cos_sin_cache", cos_sin_cache))
-    check(head_size > 0, f"head_size must be positive, got {head_size}")
-    check(
-        0 < rotary_dim <= head_size and rotary_dim % 2 == 0,
-        f"rotary_dim must be even and in (0, head_size={head_size}], got {rotary_dim}",
-    )
-    check_floating("cos_sin_cache", cos_sin_cache)
-    check(
-        cos_sin_cache.dim() == 2 and cos_sin_cache.shape[0] > 0
-        and cos_sin_cache.shape[1] == rotary_dim,
-        f"cos_sin_cache must be [max_position > 0, rotary_dim={rotary_dim}],"
-        f" got {list(cos_sin_cache.shape)}",
-    )
-    check_index("positions", positions)
     check(
         positions.dim() == 1 or (positions.dim() == 2 and positions.shape[0] == 3),
         f"positions must be [T] or [3, T], got {list(positions.shape)}",
     )
+    check_rope_args(positions, cos_sin_cache, head_size, rotary_dim)
+    tokens = positions.shape[-1]
+    check_heads(q, tokens, head_size, "q")
+    check_heads(k, tokens, head_size, "k")
     if positions.dim() == 2:
-        frequency_rows(rotary_dim // 2, mrope_section, False)  # checks the section sizes
-    tokens = int(positions.shape[-1])
-    check_floating("q", q)
-    check_floating("k", k)
-    _heads(q, tokens, head_size, "q")
-    _heads(k, tokens, head_size, "k")
-    return tokens
-
-
-def _heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> torch.Tensor:
-    """``t`` as ``[T, heads, head_size]`` (from ``[T, heads * head_size]`` or itself)."""
-    shaped = t.dim() in (2, 3) and t.shape[0] == tokens
-    width = t.shape[-1] * (t.shape[-2] if t.dim() == 3 else 1) if shaped else 0
-    check(
-        shaped
-        and width > 0
-        and width % head_size == 0
-        and (t.dim() == 2 or t.shape[-1] == head_size),
-        f"{name} must be [T={tokens}, heads * {head_size}] or [T, heads, {head_size}],"
-        f" got {list(t.shape)}",
-    )
-    return t if t.dim() == 3 else t.reshape(tokens, width // head_size, head_size)
+        _check_section(rotary_dim // 2, mrope_section)
 
 
 def mrotary_embedding_out(
@@ -130,26 +95,20 @@ def mrotary_embedding_out(
     k_out: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``mrotary_embedding`` into preallocated contiguous ``q_out``/``k_out``."""
-    tokens = mrotary_embedding_check(
-        positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section
+    mrotary_embedding_check(
+        positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section, is_neox, interleaved
     )
+    tokens = positions.shape[-1]
     half = rotary_dim // 2
     pos = positions.reshape(1, tokens) if positions.dim() == 1 else positions
-    limit = cos_sin_cache.shape[0]
-    if tokens and not bool(((pos >= 0) & (pos < limit)).all()):
-        # Needs the data, so the reference checks it here (the NPU kernel does not: README).
-        raise ValueError(
-            f"positions must lie in [0, {limit}) (the rows of cos_sin_cache), got values in"
-            f" [{int(pos.min())}, {int(pos.max())}]"
-        )
     if positions.dim() == 1:
         rows = torch.zeros(half, dtype=torch.int64)
     else:
         rows = frequency_rows(half, mrope_section, interleaved)
     rows = rows.to(cos_sin_cache.device)
     freq = torch.arange(half, device=cos_sin_cache.device)
-    q3 = _heads(q, tokens, head_size, "q")
-    k3 = _heads(k, tokens, head_size, "k")
+    q3 = heads_view(q, tokens, head_size)
+    k3 = heads_view(k, tokens, head_size)
     check_out("q_out", q_out, q)
     check_out("k_out", k_out, k)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
@@ -161,11 +120,30 @@ def mrotary_embedding_out(
         chosen = pos[:, start:stop].index_select(0, rows).t()
         cos = scratch.get("cos", (1, half), n)
         sin = scratch.get("sin", (1, half), n)
-        cos[:, 0].copy_(cos_sin_cache[chosen, freq])
-        sin[:, 0].copy_(cos_sin_cache[chosen, freq + half])
+        _gather(cos_sin_cache, chosen, freq, cos[:, 0], sin[:, 0])
         rope_into(cos, sin, q3[start:stop], qo3[start:stop], rotary_dim, is_neox, scratch, "q")
         rope_into(cos, sin, k3[start:stop], ko3[start:stop], rotary_dim, is_neox, scratch, "k")
     return q_out, k_out
+
+
+def _gather(
+    cache: torch.Tensor, chosen: torch.Tensor, freq: torch.Tensor, cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> None:
+    """``cos[t, j] = cache[chosen[t, j], j]`` and ``sin`` from the second half of the row."""
+    width = cache.shape[1]
+    flat = cache.reshape(-1)
+    # Flat indices rather than ``cache[chosen, freq]``: a negative position then fails here
+    # instead of silently wrapping around to the last rows.
+    at = chosen * width + freq
+    try:
+        cos.copy_(flat.index_select(0, at.reshape(-1)).view(at.shape))
+        sin.copy_(flat.index_select(0, (at + width // 2).reshape(-1)).view(at.shape))
+    except IndexError as exc:
+        raise ValueError(
+            f"positions must lie in [0, {cache.shape[0]}) (the rows of cos_sin_cache),"
+            f" got values in [{int(chosen.min())}, {int(chosen.max())}]"
+        ) from exc
 
 
 def mrotary_embedding_fake(
@@ -176,10 +154,13 @@ def mrotary_embedding_fake(
     head_size: int,
     rotary_dim: int,
     mrope_section: Sequence[int],
-    *_: object,
+    is_neox: bool,
+    interleaved: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake ``ascend::mrotary_embedding``: checks the arguments; shaped like ``q`` and ``k``."""
-    mrotary_embedding_check(positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section)
+    """Fake ``ascend::mrotary_embedding``: checks the arguments; outputs shaped like q and k."""
+    mrotary_embedding_check(
+        positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section, is_neox, interleaved
+    )
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
         torch.empty(k.shape, dtype=k.dtype, device=k.device),

@@ -26,9 +26,10 @@ from ascend_kernels.validation import (
 )
 
 
-def _check_rope(
+def check_rope_args(
     positions: torch.Tensor, cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int
 ) -> None:
+    """Checks shared by the rope ops: index positions, sizes, a float ``cos_sin_cache``."""
     check_index("positions", positions)
     check_positive("head_size", head_size)
     if not (0 < rotary_dim <= head_size and rotary_dim % 2 == 0):
@@ -47,7 +48,7 @@ def _check_rope(
     check_floating("cos_sin_cache", cos_sin_cache)
 
 
-def _check_heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> None:
+def check_heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> None:
     """``t`` must be a float ``[T, heads * head_size]`` or ``[T, heads, head_size]``."""
     dims = t.dim()
     if dims not in (2, 3) or t.shape[0] != tokens or (
@@ -60,7 +61,7 @@ def _check_heads(t: torch.Tensor, tokens: int, head_size: int, name: str) -> Non
     check_floating(name, t)
 
 
-def _heads_view(t: torch.Tensor, tokens: int, head_size: int) -> torch.Tensor:
+def heads_view(t: torch.Tensor, tokens: int, head_size: int) -> torch.Tensor:
     """A checked ``t`` as ``[T, heads, head_size]`` (a view)."""
     return t if t.dim() == 3 else t.view(tokens, t.shape[-1] // head_size, head_size)
 
@@ -76,10 +77,10 @@ def rotary_embedding_check(
 ) -> None:
     """Argument checks of ``ascend::rotary_embedding`` (position values: see ``_cos_sin``)."""
     check_devices(("q", q), ("positions", positions), ("k", k), ("cos_sin_cache", cos_sin_cache))
-    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
+    check_rope_args(positions, cos_sin_cache, head_size, rotary_dim)
     tokens = positions.numel()
-    _check_heads(q, tokens, head_size, "q")
-    _check_heads(k, tokens, head_size, "k")
+    check_heads(q, tokens, head_size, "q")
+    check_heads(k, tokens, head_size, "k")
 
 
 def split_qkv_rmsnorm_rope_check(
@@ -102,7 +103,7 @@ def split_qkv_rmsnorm_rope_check(
         ("qkv", qkv), ("q_weight", q_weight), ("k_weight", k_weight), ("positions", positions),
         ("cos_sin_cache", cos_sin_cache), ("q_bias", q_bias), ("k_bias", k_bias),
     )
-    _check_rope(positions, cos_sin_cache, head_size, rotary_dim)
+    check_rope_args(positions, cos_sin_cache, head_size, rotary_dim)
     check_positive("q_size", q_size)
     check_positive("kv_size", kv_size)
     if q_size % head_size or kv_size % head_size:
@@ -195,8 +196,8 @@ def rotary_embedding_out(
     rotary_embedding_check(positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox)
     pos = positions.reshape(-1)
     tokens = pos.shape[0]
-    q3 = _heads_view(q, tokens, head_size)
-    k3 = _heads_view(k, tokens, head_size)
+    q3 = heads_view(q, tokens, head_size)
+    k3 = heads_view(k, tokens, head_size)
     check_out("q_out", q_out, q)
     check_out("k_out", k_out, k)
     qo3, ko3 = q_out.view(q3.shape), k_out.view(k3.shape)
