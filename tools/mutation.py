@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -89,9 +90,20 @@ def parse_results(text: str) -> dict[str, str]:
     return statuses
 
 
+def _mutmut_env() -> dict[str, str]:
+    """The environment of mutmut: one OpenMP/MKL thread.
+
+    mutmut forks one process per mutant from a server that has already run torch code; a
+    forked child that enters an OpenMP parallel region inherited from its parent waits forever
+    for threads that do not exist (libgomp's team barrier), and that hang then counts as a
+    "timeout", i.e. a kill. With one thread no team is ever created.
+    """
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def _mutmut(package_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=package_dir, text=True,
-                          capture_output=True, check=False)
+                          capture_output=True, check=False, env=_mutmut_env())
 
 
 def run_package(package: str, max_children: int, fresh: bool) -> Outcome:
@@ -104,7 +116,7 @@ def run_package(package: str, max_children: int, fresh: bool) -> Outcome:
         shutil.rmtree(package_dir / "mutants", ignore_errors=True)
     print(f"==> mutmut run in packages/{package} (max children {max_children})", flush=True)
     run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
-                          str(max_children)], cwd=package_dir, check=False)
+                          str(max_children)], cwd=package_dir, check=False, env=_mutmut_env())
     if run.returncode != 0:
         raise SystemExit(f"{package}: mutmut run failed with exit status {run.returncode}")
     stats = _mutmut(package_dir, "export-cicd-stats")
