@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ascend_graph import GraphFusionPassManager
+from ascend_graph.passes.allgather import AllGatherChunkCleanupPass
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -83,3 +84,33 @@ def test_allgather_cleanup_goes_on_after_sites_it_leaves(sp_ops) -> None:
     got, want = gm(*inputs), fn(*inputs)
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     assert got[3] is inputs[0] and got[4] is inputs[1]
+
+
+@pytest.mark.parametrize(("gather", "chunk"), [(None, "chunk"), ("gather", None), (None, None)])
+def test_allgather_cleanup_names_both_handles_when_one_is_missing(gather, chunk) -> None:
+    with pytest.raises(ValueError) as info:
+        AllGatherChunkCleanupPass(gather, chunk)
+    assert str(info.value) == (
+        "allgather_chunk_cleanup needs both op handles: allgather_op and chunk_op "
+        f"(got allgather_op={gather!r}, chunk_op={chunk!r})"
+    )
+
+
+def test_allgather_cleanup_settings_name_its_ops_and_a_keyword_chunk_is_left_alone() -> None:
+    def gather(x, n):  # type: ignore[no-untyped-def]
+        return x
+
+    def chunk(x=None, n=None):  # type: ignore[no-untyped-def]
+        return x
+
+    cleanup = AllGatherChunkCleanupPass(gather, chunk)
+    assert cleanup.settings() == {"min_tokens": None, "max_tokens": None,
+                                  "ops": [str(gather), str(chunk)]}
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    gathered = graph.call_function(gather, (x, 2))
+    kept = graph.call_function(chunk, (), {"x": gathered, "n": 2})  # no positional input
+    graph.output(kept)
+    assert cleanup(graph) == 0
+    assert [n.op for n in graph.nodes] == ["placeholder", "call_function", "call_function",
+                                           "output"]

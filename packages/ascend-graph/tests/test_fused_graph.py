@@ -281,3 +281,15 @@ def test_graph_digest_reads_nested_large_and_plain_attributes() -> None:
     assert base == fused_mod.graph_digest(module(big.clone(), 3))
     assert base != fused_mod.graph_digest(module(changed, 3))
     assert base != fused_mod.graph_digest(module(big, 4))
+
+
+def test_the_compile_range_reaches_the_passes() -> None:
+    # Passes bounded to at most 8 tokens run for the range (1, 8) and not without a range.
+    gm, args = torch.fx.symbolic_trace(block), block_inputs()
+    for compile_range, rewrites in (((1, 8), 1), (None, 0)):
+        manager = GraphFusionPassManager()
+        for p in manager.passes:
+            p.max_tokens = 8
+        compile_graph_fused(gm, args, manager=manager, compile_range=compile_range)
+        counts = manager.last_counts
+        assert (counts["norm_quant"], counts["muls_add"]) == (rewrites, rewrites), compile_range

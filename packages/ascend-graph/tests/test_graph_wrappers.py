@@ -245,3 +245,12 @@ def test_npu_runtime_uses_torch_npu_lazily_and_restores_gc(monkeypatch) -> None:
     assert log == [("graph", "pool"), "sync", "replay"]  # gc/empty_cache suppressed
     assert gc.collect is saved_collect and fake_npu.empty_cache() is None
     assert log[-1] == "empty_cache"  # restored after the capture
+
+
+def test_missing_attribute_is_named_with_the_runnable() -> None:
+    fn = _Counting()
+    wrapper = GraphWrapper(fn, "piecewise", runtime=RecordingRuntime())
+    assert wrapper.calls == 0  # forwarded to the runnable
+    with pytest.raises(AttributeError) as info:
+        wrapper.no_such_attribute  # noqa: B018
+    assert str(info.value) == f"neither GraphWrapper nor {fn!r} has attribute 'no_such_attribute'"

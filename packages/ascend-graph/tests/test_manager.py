@@ -198,3 +198,23 @@ def test_uuid_changes_with_the_pass_source_code(monkeypatch, source) -> None:
 
     monkeypatch.setattr(Path, "read_bytes", edited)
     assert GraphFusionPassManager().uuid() != base
+
+
+def test_settings_list_soc_w4a4_and_each_pass_with_its_bounds_and_patterns() -> None:
+    manager = GraphFusionPassManager(soc="A3", w4a4=True, fuse_qknorm_rope=False,
+                                     fuse_muls_add=False)
+    settings = manager.settings()
+    assert list(settings) == ["soc", "w4a4", "passes"]
+    assert (settings["soc"], settings["w4a4"]) == ("A3", True)
+    names = [p.name for p in manager.passes]
+    assert [entry["name"] for entry in settings["passes"]] == names
+    for entry, graph_pass in zip(settings["passes"], manager.passes, strict=True):
+        assert entry["min_tokens"] is None and entry["max_tokens"] is None
+        patterns = getattr(graph_pass, "_patterns", None)
+        if patterns is None:
+            assert set(entry) == {"name", "min_tokens", "max_tokens"}
+        else:
+            assert entry["patterns"] == [repr(k) for k in patterns] and entry["patterns"]
+    manager.passes[0].min_tokens, manager.passes[0].max_tokens = 2, 64
+    bounded = manager.settings()["passes"][0]
+    assert (bounded["min_tokens"], bounded["max_tokens"]) == (2, 64)

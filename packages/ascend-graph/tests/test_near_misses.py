@@ -111,7 +111,8 @@ def norm_quant(
     """`quant(add_rms_norm(x, r, w, eps[, b])[0])`; quant: "static", "dynamic" or "mx";
     "rms_mx" is `dynamic_mx_quant(rms_norm(x, w, eps))`. `source` "residual" quantises the
     norm's residual output instead, "torch_rms" the output of torch's own RMSNorm
-    (`aten._fused_rms_norm`, which ATen graphs hold decomposed into pointwise ops)."""
+    (`aten._fused_rms_norm`, which ATen graphs hold decomposed into pointwise ops), "sort"
+    output 0 of `sort(y)`."""
 
     def fn(x, r, w, b, scale, offset):
         if quant == "rms_mx":
@@ -122,6 +123,8 @@ def norm_quant(
             y, res = res, y
         elif source == "torch_rms":
             y = torch.ops.aten._fused_rms_norm(x, [64], w, eps)[0]
+        elif source == "sort":
+            y = torch.sort(y, -1)[0]
         extra = (y * 2,) if y_user else ()
         if cast is not None:
             y = y.to(cast)
@@ -282,6 +285,8 @@ CATALOGUE: tuple[Row, ...] = (
     Row("quantise-torch-rms-norm", "norm_quant", "torch's own RMSNorm (decomposed, no "
         "residual) is not the ascend add_rms_norm the kernel replaces", norm_quant,
         {"source": "torch_rms"}, {"source": "norm"}),
+    Row("quantise-another-ops-output-0", "norm_quant", "quantize(sort(y)[0]) quantises output "
+        "0 of another two-output op, not of add_rms_norm", norm_quant, {"source": "sort"}, {}),
     Row("norm-output-extra-user", "norm_quant", "y is still needed unquantised elsewhere",
         norm_quant, {"y_user": True}, {"y_user": False}),
     Row("rms-norm-output-extra-user", "norm_quant", "the rms_norm output is still needed",
