@@ -60,7 +60,7 @@ class Size:
     rounds: int
 
 
-FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=4, max_tokens=64, rounds=7)
+FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=4, max_tokens=64, rounds=25)
 QUICK = Size(layers=2, hidden=256, heads=4, kv_heads=2, max_tokens=16, rounds=2)
 
 
@@ -80,11 +80,15 @@ def measure(arch: str, size: Size, root: Path, labels: tuple[str, ...] = tuple(E
             engines.append(engine)
             engine.start()
         for r in range(size.rounds):
-            for engine in engines[r % len(engines):] + engines[: r % len(engines)]:
+            order = engines[r % len(engines):] + engines[: r % len(engines)]
+            # The engines' batches back to back, then their single streams: each ratio compares
+            # runs a few seconds apart, inside the same spell of whatever else the host runs.
+            for engine in order:
                 rate, cpu_rate, tokens = engine.generate(PROMPTS, size.max_tokens)
                 engine.run.batch_rates.append(rate)
                 engine.run.batch_cpu_rates.append(cpu_rate)
                 engine.run.tokens = tokens
+            for engine in order:
                 rate, cpu_rate, _ = engine.generate(PROMPTS[:1], size.max_tokens)
                 engine.run.single_rates.append(rate)
                 engine.run.single_cpu_rates.append(cpu_rate)
