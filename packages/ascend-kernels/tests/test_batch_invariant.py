@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -248,3 +249,92 @@ def test_batch_invariant_add_rms_norm_is_the_sum_then_rms_norm() -> None:
     assert torch.equal(summed, x + res)
     torch.testing.assert_close(out, torch.from_numpy(want).float())
     assert bi.call_counts()["add_rms_norm"] == 1
+
+
+def test_reduce_sum_of_a_vector_by_negative_and_positive_dim() -> None:
+    x = torch.tensor([1.5, -2.0, 4.25])
+    for dim in (-1, 0, [-1]):
+        got = bi.reduce_sum(x, dim)
+        assert got.shape == () and got.item() == 3.75, dim
+    kept = bi.reduce_sum(x, -1, True)
+    assert kept.shape == (1,) and kept.tolist() == [3.75]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_reduced_precision_sums_accumulate_in_float32(dtype: torch.dtype) -> None:
+    # Pairwise tree: (big + 1) + (1 + 0). big + 1 is not representable in the input dtype
+    # (it rounds to big, then big + 1 again to big); in float32 the sum is big + 2, which the
+    # input dtype holds exactly. Expected value written out.
+    big = 256.0 if dtype == torch.bfloat16 else 2048.0  # 8- and 11-bit significands
+    x = torch.tensor([[big, 1.0, 1.0, 0.0]], dtype=dtype)
+    got = bi.reduce_sum(x, -1)
+    assert got.dtype == dtype and got.tolist() == [big + 2]
+
+
+def test_addmm_scales_by_alpha_two_and_ignores_bias_at_beta_zero() -> None:
+    g = torch.Generator().manual_seed(10)
+    a, b, c = torch.randn(3, 5, generator=g), torch.randn(5, 2, generator=g), torch.randn(2)
+    prod = _np(a) @ _np(b)
+    for alpha in (0.5, 1, 2, 2.5):
+        torch.testing.assert_close(bi.addmm(c, a, b, alpha=alpha),
+                                   torch.from_numpy(_np(c) + alpha * prod).float())
+    nan_bias = torch.full((2,), float("nan"))  # aten: beta=0 ignores the bias entirely
+    torch.testing.assert_close(bi.addmm(nan_bias, a, b, beta=0),
+                               torch.from_numpy(prod).float())
+
+
+@pytest.mark.parametrize("fn", [bi.softmax, bi.log_softmax])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_softmax_keeps_the_input_dtype_by_default(
+    fn: Callable[..., torch.Tensor], dtype: torch.dtype
+) -> None:
+    x = torch.randn(3, 7, generator=torch.Generator().manual_seed(11)).to(dtype)
+    got = fn(x, -1)
+    want = (torch.softmax if fn is bi.softmax else torch.log_softmax)(x.float(), -1)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want.to(dtype))
+    assert fn(x, -1, True).dtype == torch.float32
+    assert fn(x, -1, False).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64], ids=str)
+def test_bmm_and_batched_matmul_keep_the_operand_dtype(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(12)
+    a, b = torch.randn(2, 3, 4, generator=g).to(dtype), torch.randn(2, 4, 5, generator=g).to(dtype)
+    want = torch.from_numpy(_np(a) @ _np(b))
+    for got in (bi.bmm(a, b), bi.matmul(a, b)):
+        assert got.dtype == dtype and got.shape == (2, 3, 5)
+        tol = 5e-2 if dtype == torch.bfloat16 else 1e-12
+        torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol)
+
+
+def test_bmm_and_batched_matmul_allocate_on_the_operands_device() -> None:
+    # The meta device stands in for the NPU: a non-default device the result must stay on.
+    a, b = torch.empty(2, 3, 4, device="meta"), torch.empty(2, 4, 5, device="meta")
+    for got in (bi.bmm(a, b), bi.matmul(a, b), bi.matmul(a[None], b[:, None].transpose(0, 1))):
+        assert got.device.type == "meta"
+    assert bi.matmul(a[None], b[:, None].transpose(0, 1)).shape == (1, 2, 3, 5)
+
+
+def test_matmul_broadcasts_a_batch_dim_of_one_inside_the_weight() -> None:
+    g = torch.Generator().manual_seed(13)
+    for a, b in ((torch.randn(2, 3, 4, 5, generator=g), torch.randn(2, 1, 5, 6, generator=g)),
+                 (torch.randn(3, 4, 5, generator=g), torch.randn(2, 3, 5, 6, generator=g))):
+        want = torch.as_tensor(_np(a) @ _np(b)).float()
+        got = bi.matmul(a, b)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [
+    ((2, 3, 4), (2, 4)),        # b not 3-D
+    ((2, 4), (2, 4, 5)),        # a not 3-D
+    ((2, 2), (2, 2)),           # neither 3-D, batch sizes equal
+    ((2, 3, 4), (3, 4, 5)),     # batch sizes differ
+])
+def test_bmm_rejects_operands_that_are_not_two_equal_batches(
+    a_shape: tuple[int, ...], b_shape: tuple[int, ...]
+) -> None:
+    with pytest.raises(ValueError, match=r"bmm needs \[B, M, K\] @ \[B, K, N\], got "
+                       + re.escape(f"{list(a_shape)} @ {list(b_shape)}")):
+        bi.bmm(torch.zeros(a_shape), torch.zeros(b_shape))

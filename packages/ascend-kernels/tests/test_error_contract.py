@@ -55,6 +55,9 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("dynamic_quant", {"x": torch.ones(3, 4, dtype=torch.float64)}, "x must be float32", ""),
     ("add_rms_norm_quant", {"eps": -1.0}, "eps", ""),
     ("add_rms_norm_quant", {"scale": torch.ones(69)}, "scale must hold", ""),
+    ("add_rms_norm_quant", {"residual": torch.ones(5, 71)}, "residual must match x", ""),
+    ("add_rms_norm_quant", {"bias": torch.ones(1)}, r"bias must have shape \[70\]", ""),
+    ("add_rms_norm_quant", {"bias": torch.ones(71)}, r"bias must have shape \[70\]", ""),
     ("add_rms_norm_dynamic_quant", {"eps": INF}, "eps", ""),
     ("add_rms_norm_dynamic_quant", {"residual": torch.ones(4, 70)}, "residual must match", ""),
     ("dynamic_mx_quant", {"x": torch.tensor(2.0)}, "x must have at least 1 dim", ""),
@@ -98,6 +101,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("split_qkv_rmsnorm_rope", {"cos_sin_cache": torch.ones(0, 32)}, "cos_sin_cache", ""),
     ("split_qkv_rmsnorm_rope", {"q_weight": torch.ones(47)}, "q_weight must have shape", ""),
     ("split_qkv_rmsnorm_rope", {"k_bias": torch.ones(47)}, "k_bias must have shape", ""),
+    ("split_qkv_rmsnorm_rope", {"q_bias": torch.ones(49)}, "q_bias must have shape", ""),
     ("muls_add", {"y": torch.ones(5, 71)}, "y must match x", ""),
     ("muls_add", {"y": torch.ones(5, 70).half()}, "y must match x", ""),
     ("muls_add", {"x": torch.ones(5, 70, dtype=torch.int64)}, "x must be float32", ""),
@@ -364,4 +368,14 @@ def test_quantisation_parameters_on_another_device_than_x_are_a_device_error(
     args = valid_args("add_rms_norm_quant")
     args = {**args, "scale": args["scale"].to("meta"), "offset": args["offset"].to("meta")}
     with pytest.raises(DeviceMismatchError, match=r"^scale is on meta but x is on cpu"):
+        A.add_rms_norm_quant(*args.values())
+
+
+@pytest.mark.parametrize("name", ["scale", "offset"])
+def test_each_quantisation_parameter_alone_on_another_device_is_named_exactly(
+    name: str, valid_args: Any
+) -> None:
+    args = valid_args("add_rms_norm_quant")
+    args = {**args, name: args[name].to("meta")}
+    with pytest.raises(DeviceMismatchError, match=rf"^{name} is on meta but x is on cpu;"):
         A.add_rms_norm_quant(*args.values())

@@ -248,3 +248,25 @@ def test_out_helpers_reject_a_wrong_preallocated_output() -> None:
         ops_mx.dynamic_mx_quant_out(
             x, out=torch.empty(4, 64, dtype=torch.float8_e4m3fn), scale_out=torch.empty(4, 2)
         )
+
+
+def test_quantize_across_chunks_and_head_views_without_resize_warnings(
+    small_chunks: None,
+) -> None:
+    # Expected: NumPy in float32 (the op's arithmetic), rint = round half to even. Any torch
+    # warning (e.g. a scratch buffer of the wrong shape resized by an out= op) is an error.
+    import warnings
+
+    import numpy as np
+
+    g = torch.Generator().manual_seed(21)
+    qkv = torch.randn(9, 4 * 70, generator=g) * 4
+    rows, heads = qkv[:, :70].contiguous(), qkv[:, :140].view(9, 2, 70)  # heads: strided
+    scale, offset = torch.tensor([0.05]), torch.tensor([1.0])
+    for x in (rows, heads):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            q = A.quantize(x, scale, offset)
+        want = np.clip(np.rint(x.numpy() / np.float32(0.05) + np.float32(1.0)), -128, 127)
+        assert q.dtype == torch.int8 and q.shape == x.shape
+        assert q.tolist() == want.astype(np.int8).tolist()

@@ -218,6 +218,8 @@ def test_registry_registers_once_and_reset_restores_inductor_entries() -> None:
         assert lowerings[norm].__name__ == "lower_ascend_rms_norm"
         assert lowerings[muls].__name__ == "lower_ascend_muls_add"
         assert registry.register(ops) == []  # idempotent
+        # Ops already lowered are skipped, the others still registered.
+        assert registry.register({**ops, "silu_and_mul": D.silu_and_mul}) == ["silu_and_mul"]
         registry.reset()
         assert norm not in lowerings and lowerings[muls] is sentinel
         assert registry.registered == []
@@ -227,7 +229,24 @@ def test_registry_registers_once_and_reset_restores_inductor_entries() -> None:
         lowerings.pop(muls, None)
 
 
-def test_one_small_compile_inlines_the_decomposition_and_reuses_its_trace(lowered) -> None:
+@pytest.fixture
+def fresh_registry() -> Iterator[IL.LoweringRegistry]:
+    """Like ``lowered``, through a registry made in the test (not the module's)."""
+    IL.reset_inductor_lowerings()
+    registry = IL.LoweringRegistry()
+    registry.register()
+    torch._dynamo.reset()
+    try:
+        with inductor_config.patch(emulate_precision_casts=True, fx_graph_cache=False):
+            yield registry
+    finally:
+        registry.reset()
+        torch._dynamo.reset()
+
+
+def test_one_small_compile_inlines_the_decomposition_and_reuses_its_trace(
+    fresh_registry: IL.LoweringRegistry,
+) -> None:
     # Small enough to stay in mutation runs: exercises the lowering itself (the trace cache,
     # keyword arguments, constants) against torch's own eager ops.
     x = torch.randn(5, 32)
@@ -237,7 +256,7 @@ def test_one_small_compile_inlines_the_decomposition_and_reuses_its_trace(lowere
         a = A.rms_norm(t, w, eps=EPS)
         return A.rms_norm(a * 2, w, EPS) + A.muls_add(a, t, 0.25)
 
-    traces, stored = IL._REGISTRY.traces, []
+    traces, stored = fresh_registry.traces, []
     put = traces.put
     traces.put = lambda mode, key, graph: stored.append(key) or put(mode, key, graph)  # type: ignore[method-assign]
     try:
@@ -271,3 +290,108 @@ def test_a_non_constant_argument_keeps_the_op_an_extern_call() -> None:
     assert lower.__name__ == "lower_ascend_muls_add"
     assert lower("x-node", "y-node", "not a constant") == "extern"
     assert calls == [(("x-node", "y-node", "not a constant"), {})]
+
+
+def test_a_small_dynamic_compile_inlines_rope_and_silu_and_mul(lowered) -> None:
+    # Ops whose traces need inductor's decomposition table (index_select, silu). Expected:
+    # neox rope and silu(a) * b written out with torch's eager ops.
+    g = torch.Generator().manual_seed(4)
+    pos = torch.tensor([3, 0, 7, 1])
+    q, k, cache = torch.randn(4, 2 * 16, generator=g), torch.randn(4, 16, generator=g), \
+        torch.randn(8, 16, generator=g)
+    x = torch.randn(4, 10, generator=g)
+
+    def fn(p: torch.Tensor, qq: torch.Tensor, kk: torch.Tensor, c: torch.Tensor,
+           xx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (*A.rotary_embedding(p, qq, kk, c, 16, 16, True), A.silu_and_mul(xx))
+
+    (q2, k2, s), code = _compiled(fn, pos, q, k, cache, x)
+    assert "torch.ops.ascend" not in code
+
+    def rope(t: torch.Tensor) -> torch.Tensor:
+        heads = t.reshape(4, -1, 16)
+        cos, sin = cache[pos, :8][:, None], cache[pos, 8:][:, None]
+        a, b = heads[..., :8], heads[..., 8:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1).reshape(t.shape)
+
+    torch.testing.assert_close(q2, rope(q), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(k2, rope(k), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s, torch.nn.functional.silu(x[:, :5]) * x[:, 5:])
+
+
+def _recording_extern(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    calls: list[tuple[Any, ...]] = []
+
+    def extern(*args: Any, **kwargs: Any) -> str:
+        calls.append((args, kwargs))
+        return "extern"
+
+    monkeypatch.setattr(inductor_lowerings, "fallback_handler", lambda *a, **k: extern)
+    return calls
+
+
+def test_keyword_arguments_reach_the_extern_call_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _recording_extern(monkeypatch)
+    lower = IL.make_lowering(A.muls_add.default, D.muls_add, IL.TraceCache())
+    assert lower("x-node", y="y-node", scale="not a constant") == "extern"
+    assert calls == [(("x-node",), {"y": "y-node", "scale": "not a constant"})]
+
+
+def test_a_decomposition_that_cannot_be_traced_leaves_an_extern_call(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from torch._inductor.virtualized import V
+
+    calls = _recording_extern(monkeypatch)
+
+    def untraceable(x: Any, y: Any, scale: float) -> Any:
+        raise NotImplementedError("no trace for these arguments")
+
+    cache = IL.TraceCache()
+    lower = IL.make_lowering(A.muls_add.default, untraceable, cache)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())  # like inductor's
+    with V.set_fake_mode(mode), caplog.at_level(logging.INFO, IL.logger.name):
+        assert lower(1.0, y=2.0, scale=0.5) == "extern"
+    assert calls == [((1.0,), {"y": 2.0, "scale": 0.5})]
+    assert "stays an extern call: no trace for these arguments" in caplog.text
+    assert cache.get(mode, ((1.0, 2.0, 0.5), ())) is None  # a failed trace is not kept
+
+
+def test_the_extern_call_is_for_the_op_and_leaves_inductors_fallback_set_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    overload, handled = A.muls_add.default, []
+    original = inductor_lowerings.fallback_handler
+
+    def spy(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+        handled.append(kernel)
+        return original(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(inductor_lowerings, "fallback_handler", spy)
+    was_there = overload in inductor_lowerings.fallbacks
+    inductor_lowerings.fallbacks.discard(overload)
+    try:
+        IL.make_lowering(overload, D.muls_add, IL.TraceCache())
+        # In inductor's fallback set the op would be treated as a fallback everywhere.
+        assert overload not in inductor_lowerings.fallbacks
+    finally:
+        if was_there:
+            inductor_lowerings.fallbacks.add(overload)
+    assert handled == [overload]
+
+
+def test_reset_copes_with_an_entry_removed_from_inductors_table_meanwhile() -> None:
+    lowerings, norm = inductor_lowerings.lowerings, A.rms_norm.default
+    IL.reset_inductor_lowerings()
+    lowerings.pop(norm, None)
+    registry = IL.LoweringRegistry()
+    assert registry.register({"rms_norm": D.rms_norm}) == ["rms_norm"]
+    del lowerings[norm]  # e.g. dropped by other code that restores inductor's table
+    registry.reset()
+    assert norm not in lowerings and registry.registered == []

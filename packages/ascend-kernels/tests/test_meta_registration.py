@@ -94,3 +94,24 @@ def test_reset_removes_every_registration_of_a_namespace(test_namespace: str) ->
     finally:
         meta_registry.reset()
         lib._destroy()
+
+
+def test_a_new_registry_owns_one_library_per_namespace_until_reset(test_namespace: str) -> None:
+    from ascend_kernels.meta_registration import MetaRegistry
+
+    registry = MetaRegistry()
+    try:
+        lib = registry.library(test_namespace)
+        assert registry.library(test_namespace) is lib  # created once, then reused
+        lib.impl("expand", lambda x, y, n: torch.empty_like(x), "Meta")
+        out = torch.ops.ascend_meta_test.expand(
+            torch.ones(4, device="meta"), torch.ones(1, device="meta"), 0
+        )
+        assert out.shape == (4,) and out.device.type == "meta"
+        registry.reset()
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(
+            f"{test_namespace}::expand", "Meta"
+        )
+        assert registry.library(test_namespace) is not lib  # a fresh library after reset
+    finally:
+        registry.reset()

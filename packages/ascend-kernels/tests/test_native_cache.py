@@ -8,6 +8,7 @@ that ``ascend::muls_add`` still gives the single-rounding bfloat16 result of the
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import subprocess
@@ -518,3 +519,62 @@ def test_compiler_from_cc_comes_first(monkeypatch: pytest.MonkeyPatch) -> None:
     assert native_loops.NativeLoops(Path("/unused")).compiler == gcc
     monkeypatch.setenv("CC", "no-such-compiler-here")
     assert native_loops.NativeLoops(Path("/unused")).compiler == shutil.which("cc")
+
+
+def test_a_symlink_is_not_opened_and_the_reason_is_named(tmp_path: Path) -> None:
+    real = tmp_path / "real.so"
+    _plant(real, b"x", mode=0o600)
+    link = tmp_path / "link.so"
+    link.symlink_to(real)
+    with pytest.raises(native_cache.UntrustedFile) as info:
+        native_cache.read_trusted(link, os.geteuid())
+    assert str(info.value).startswith(f"{link} cannot be opened safely: [Errno {errno.ELOOP}] ")
+
+
+def test_a_record_that_is_not_ascii_is_a_mismatch(tmp_path: Path) -> None:
+    euid = os.geteuid()
+    library, record = tmp_path / "lib.so", tmp_path / "lib.sha256"
+    _plant(library, b"code", mode=0o600)
+    digest = native_cache.sha256_hex(b"code")
+    _plant(record, f"{digest}\n".encode(), mode=0o600)
+    native_cache.verify_against_record(library, record, euid)  # the matching record passes
+    for damaged in (b"\xff" + digest.encode()[1:], digest.encode() + b"\xe9"):
+        _plant(record, damaged, mode=0o600)
+        with pytest.raises(native_cache.UntrustedFile) as info:
+            native_cache.verify_against_record(library, record, euid)
+        assert str(info.value) == (
+            f"{library} does not match its recorded sha256 (damaged or replaced)")
+
+
+def test_atomic_write_goes_through_a_hidden_temporary_in_the_same_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replaced: list[tuple[Path, Path]] = []
+    real_replace = os.replace
+
+    def spy(src: Any, dst: Any) -> None:
+        replaced.append((Path(src), Path(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "not-here"))  # never used
+    target = native_cache.write_atomic(tmp_path, "lib.so", b"data", 0o640)
+    assert target == tmp_path / "lib.so" and target.read_bytes() == b"data"
+    assert target.stat().st_mode & 0o777 == 0o640
+    [(src, dst)] = replaced
+    assert dst == target and src.parent == tmp_path and src.name.startswith(".lib.so.")
+    assert list(tmp_path.iterdir()) == [target]
+
+
+def test_a_failed_write_whose_temporary_is_already_gone_reports_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_fsync(fd: int) -> None:
+        for leftover in tmp_path.glob(".lib.so.*"):  # e.g. removed by a cache cleaner
+            leftover.unlink()
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError) as info:
+        native_cache.write_atomic(tmp_path, "lib.so", b"data", 0o600)
+    assert info.value.errno == errno.EIO and list(tmp_path.iterdir()) == []

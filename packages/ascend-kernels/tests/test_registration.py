@@ -71,8 +71,13 @@ def test_registering_twice_is_a_no_op() -> None:
 
 def test_a_conflicting_existing_schema_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(registration.SCHEMAS, "muls_add", "(Tensor x) -> Tensor")
-    with pytest.raises(RuntimeError, match="already defined with schema"):
+    with pytest.raises(RuntimeError) as info:
         registration.register_all()
+    existing = CONTRACT["muls_add"]
+    assert str(info.value) == (
+        f"ascend::muls_add is already defined with schema {existing!r};"
+        " ascend_kernels needs 'ascend::muls_add(Tensor x) -> Tensor'"
+    )
 
 
 @pytest.mark.child_process
