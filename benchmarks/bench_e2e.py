@@ -60,7 +60,7 @@ class Size:
     rounds: int
 
 
-FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=4, max_tokens=64, rounds=25)
+FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=4, max_tokens=64, rounds=40)
 QUICK = Size(layers=2, hidden=256, heads=4, kv_heads=2, max_tokens=16, rounds=2)
 
 
