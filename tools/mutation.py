@@ -15,11 +15,13 @@ tests need copied), then prints one Markdown row for ``docs/testing.md``::
 and writes the names of the surviving mutants to ``packages/<name>/mutants/survivors.txt``
 (``uv run --no-sync python -m mutmut show NAME`` inside the package shows a mutant's diff).
 
-Killed means a test failed or timed out with the mutant in place. A survivor judged
-equivalent (it cannot change behaviour that anyone can observe) is listed, with one line of
-why, in ``packages/<name>/mutation-equivalent.txt`` as ``<mutant name>  <reason>``; those are
-left out of the score: ``score = killed / (mutants - equivalent)``. Listed names that no longer
-survive are reported as stale.
+Killed means a test failed or timed out with the mutant in place (mutmut's CPU-time limit,
+or no CPU progress for ``--idle-limit`` seconds: a hung mutant, see ``mutant_watchdog``). A
+survivor judged equivalent (it cannot change behaviour that anyone can observe) is listed, with
+one line of why, in ``packages/<name>/mutation-equivalent.txt`` as
+``<mutant name>  <reason>``; those are left out of the score:
+``score = killed / (mutants - equivalent)``. Listed names that no longer survive are reported
+as stale.
 
 mutmut keeps its results in ``packages/<name>/mutants/`` (git-ignored) and re-runs only what
 changed; ``--fresh`` deletes that directory first. Several minutes per package on 2 cores; it
@@ -34,13 +36,17 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
+from mutant_watchdog import guard
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ascend-config", "ascend-topology", "ascend-kernels", "ascend-graph")
+# A mutant process idle (no CPU used) this long is hung: see mutant_watchdog.
+IDLE_LIMIT_S = 300.0
 HEADER = "| package | mutants | killed | survived | equivalent | score |\n|---|---|---|---|---|---|"
 
 
@@ -106,7 +112,24 @@ def _mutmut(package_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, check=False, env=_mutmut_env())
 
 
-def run_package(package: str, max_children: int, fresh: bool) -> Outcome:
+def _run_guarded(package_dir: Path, max_children: int, idle_limit_s: float) -> int:
+    """``mutmut run`` with the hung-mutant watchdog beside it; its exit status."""
+    run = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children",
+                            str(max_children)], cwd=package_dir, env=_mutmut_env())
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=guard, args=(run.pid, idle_limit_s, stop, lambda line: print(line, flush=True)),
+        daemon=True)
+    watcher.start()
+    try:
+        return run.wait()
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def run_package(package: str, max_children: int, fresh: bool,
+                idle_limit_s: float = IDLE_LIMIT_S) -> Outcome:
     """Run mutmut on one package and summarise its results."""
     package_dir = ROOT / "packages" / package
     config = tomllib.loads((package_dir / "pyproject.toml").read_text(encoding="utf-8"))
@@ -115,10 +138,9 @@ def run_package(package: str, max_children: int, fresh: bool) -> Outcome:
     if fresh:
         shutil.rmtree(package_dir / "mutants", ignore_errors=True)
     print(f"==> mutmut run in packages/{package} (max children {max_children})", flush=True)
-    run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
-                          str(max_children)], cwd=package_dir, check=False, env=_mutmut_env())
-    if run.returncode != 0:
-        raise SystemExit(f"{package}: mutmut run failed with exit status {run.returncode}")
+    returncode = _run_guarded(package_dir, max_children, idle_limit_s)
+    if returncode != 0:
+        raise SystemExit(f"{package}: mutmut run failed with exit status {returncode}")
     stats = _mutmut(package_dir, "export-cicd-stats")
     if stats.returncode != 0:
         raise SystemExit(f"{package}: mutmut export-cicd-stats failed:\n{stats.stderr}")
@@ -145,11 +167,16 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"any of {', '.join(PACKAGES)} (default: all)")
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--fresh", action="store_true", help="forget earlier results first")
+    parser.add_argument("--idle-limit", type=float, default=IDLE_LIMIT_S, metavar="SECONDS",
+                        help="a mutant using no CPU for this long counts as hung (a timeout)")
     args = parser.parse_args(argv)
     unknown = [p for p in args.packages if p not in PACKAGES]
     if unknown:
         parser.error(f"unknown package(s) {', '.join(unknown)}; allowed: {', '.join(PACKAGES)}")
-    outcomes = [run_package(p, args.max_children, args.fresh) for p in args.packages or PACKAGES]
+    if args.idle_limit <= 0:
+        parser.error(f"--idle-limit must be > 0 seconds, got {args.idle_limit}")
+    outcomes = [run_package(p, args.max_children, args.fresh, args.idle_limit)
+                for p in args.packages or PACKAGES]
     print("\n" + HEADER)
     for outcome in outcomes:
         print(outcome.row())

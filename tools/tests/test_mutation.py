@@ -61,3 +61,11 @@ def test_every_library_package_is_configured_for_mutmut() -> None:
         module = package.replace("-", "_")
         assert config["tool"]["mutmut"]["source_paths"] == [f"src/{module}"]
         assert config["tool"]["mutmut"]["pytest_add_cli_args_test_selection"] == ["tests"]
+
+
+@pytest.mark.parametrize("limit", ["0", "-5"])
+def test_idle_limit_must_be_positive(limit: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        mutation.main(["ascend-config", "--idle-limit", limit])
+    assert exc.value.code == 2
+    assert f"--idle-limit must be > 0 seconds, got {float(limit)}" in capsys.readouterr().err
