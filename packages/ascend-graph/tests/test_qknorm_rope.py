@@ -115,7 +115,6 @@ def test_mixed_streams_never_fuse() -> None:
 A = torch.ops.ascend
 aten = torch.ops.aten
 HD, EPS = 32, 1e-6
-VIEWS = (aten.view.default, aten.reshape.default)
 
 
 def _attention(*, hd=HD, sizes=None, split_dim=-1, tokens=None, q_view=None, q_width=None,
@@ -157,11 +156,11 @@ def _printout(graph: torch.fx.Graph) -> list[str]:
     return [f"{n.name} {n.op} {n.target} {n.args} {n.kwargs}" for n in graph.nodes]
 
 
-def _run(site, *, edit=None, symbolic=False, dtype=torch.float32, qk_pass=None):
+def _run(site, *, edit=None, dtype=torch.float32, qk_pass=None):
     """(sites fused, graph before, graph after, graph outputs, eager outputs)."""
     fn, inputs = site
     inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
-    gm = make_fx(fn, tracing_mode="symbolic" if symbolic else "fake")(*inputs)
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
     if edit is not None:
         edit(gm.graph)
         gm.recompile()
