@@ -261,6 +261,24 @@ def test_npu_backend_gets_a_copy_the_inputs_and_the_options(monkeypatch) -> None
             node.target = torch.ops.aten.sub.Tensor
     given.recompile()
     assert fused.graph.code == saved and "muls_add" in saved
+    assert "ascend.muls_add.default" in fused.fused_targets()  # its graph is untouched too
+
+
+def _impostor(x):
+    return x + 1
+
+
+def test_a_graph_whose_calls_resolve_to_other_functions_is_not_saved() -> None:
+    """The code names `torch.neg`; the node calls another function of that name, so the
+    graph rebuilt from the code calls something else (with as many calls)."""
+    _impostor.__module__, _impostor.__qualname__, _impostor.__name__ = "torch", "neg", "neg"
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output((graph.call_function(_impostor, (x,)),))
+    gm = torch.fx.GraphModule({}, graph)
+    assert "torch.neg(x)" in gm.code and _impostor(torch.ones(1)).item() == 2.0
+    with pytest.raises(FusedGraphError, match=r"^the fused graph changes when rebuilt"):
+        dumps_fused_graph(FusedGraph("src", gm), manager=GraphFusionPassManager(), backend="eager")
 
 
 def test_graph_digest_reads_nested_large_and_plain_attributes() -> None:

@@ -107,3 +107,20 @@ def test_qknorm_v_value_is_computed_when_the_split_has_none() -> None:
     gm.recompile()
     for got, expected in zip(gm(*inputs), fn(*inputs), strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fresh_like_is_contiguous_whatever_the_layout_it_copies() -> None:
+    """v stops being a view of qkv: its new example value has contiguous strides, also where
+    the view it replaces is dense with other strides (one token, or transposed)."""
+    from ascend_graph.passes.fx_nodes import fresh_like
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        one_token = torch.empty(1, 256)[:, 192:]  # [1, 64], strides (256, 1)
+        transposed = torch.empty(5, 64).t()  # [64, 5], strides (1, 64)
+    for view in (one_token, transposed):
+        fresh = fresh_like(view)
+        assert fresh.fake_mode is mode
+        assert fresh.shape == view.shape and fresh.dtype == view.dtype
+        assert fresh.stride() == torch.empty(view.shape).stride() != view.stride()
+    assert fresh_like(torch.empty(2)) is None  # a real tensor: no fake mode to make one in

@@ -55,6 +55,21 @@ def test_strong_outputs_capture_callback_and_no_address_check_by_default() -> No
     assert wrapper.entries[("decode", 4)].output is out  # held strongly
     assert isinstance(store.get("main").workspaces[4], weakref.ref)  # the runtime's weak ref
     assert wrapper.run(("decode", 4), "FULL", torch.zeros(4)) is out  # other address: no check
+    # a structured output held strongly comes back as the very object captured
+    pair = GraphWrapper(lambda x: (x + 1, [x * 2]), "FULL", runtime=runtime,
+                        weak_ref_output=False)  # fmt: skip
+    first = pair.run(1, "FULL", torch.ones(2))
+    assert pair.run(1, "FULL", torch.ones(2)) is first
+    assert torch.equal(first[0], torch.full((2,), 2.0)) and torch.equal(first[1][0], first[0])
+
+
+def test_a_new_params_store_has_no_attention_backend_until_one_is_bound() -> None:
+    store = GraphParamsStore()
+    assert store.attention is None and store.kinds() == []
+    store.bind_attention("backend", "stream")
+    assert store.attention == ("backend", "stream")
+    store.reset()
+    assert store.attention is None
 
 
 def test_address_check_names_the_moved_arguments() -> None:

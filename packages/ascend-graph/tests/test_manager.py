@@ -8,6 +8,7 @@ import ascend_graph
 import pytest
 import torch
 from ascend_graph import PASS_NAMES, SWITCH_DEFAULTS, GraphFusionPassManager
+from ascend_graph.passes.base import PatternPass
 from ascend_graph.passes.fusion_passes import MulsAddPass, QKNormRopePass
 from ascend_graph.passes.muls_add import MulsAddPattern
 from ascend_graph.passes.qknorm_rope import QKNormRopePattern
@@ -155,7 +156,9 @@ def test_every_pattern_matches_its_own_search_and_agrees_with_its_replacement(
             inputs = pattern.example_inputs()
             assert {t.dtype for t in inputs if t.is_floating_point()} == {dtype}, pattern
             gm = make_fx(pattern.search, tracing_mode="fake")(*inputs)
-            assert fusion(gm.graph) == 1, pattern
+            alone = PatternPass()  # this pattern only: no sibling may take its search
+            alone.register(pattern)
+            assert alone(gm.graph) == 1, pattern
             gm.recompile()
             want = _tuple(pattern.search(*inputs))
             close(_tuple(gm(*inputs)), want, dtype)
@@ -215,6 +218,13 @@ def test_settings_list_soc_w4a4_and_each_pass_with_its_bounds_and_patterns() -> 
             assert set(entry) == {"name", "min_tokens", "max_tokens"}
         else:
             assert entry["patterns"] == [repr(k) for k in patterns] and entry["patterns"]
+    # a pattern pass lists its registrations under "patterns"
+    qknorm = QKNormRopePass(dtypes=["float32"], eps_values=[1e-6])
+    assert qknorm.settings() == {
+        "min_tokens": None, "max_tokens": None,
+        "patterns": [repr(p.key) for p in qknorm.patterns],
+    }  # fmt: skip
+    assert len(qknorm.patterns) == 2  # with and without bias
     manager.passes[0].min_tokens, manager.passes[0].max_tokens = 2, 64
     bounded = manager.settings()["passes"][0]
     assert (bounded["min_tokens"], bounded["max_tokens"]) == (2, 64)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ascend_graph import GraphFusionPassManager
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 FUSED = "ascend.muls_add"
 
@@ -70,3 +72,44 @@ def test_near_miss_extra_user_and_broadcast(compile_module, close) -> None:
 def test_any_scale_when_unset(models, compile_module) -> None:
     result = compile_module(models["moe"](scale=0.75), _inputs(torch.float32))
     assert _scales(result) == [0.75, 0.75]
+
+
+# --- the matcher at its boundaries, on make_fx graphs (any scale registered) ---------------
+def _run(fn, edit=None):
+    """(sites fused, graph before, graph after, fused node or None, outputs) of make_fx(fn)."""
+    inputs = _inputs(torch.float32)
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    if edit is not None:
+        edit(gm.graph)
+    before = [str(n.format_node()) for n in gm.graph.nodes]
+    count = GraphFusionPassManager(dtypes=["float32"]).run(gm.graph)["muls_add"]
+    gm.recompile()
+    after = [str(n.format_node()) for n in gm.graph.nodes]
+    fused = gm.graph.find_nodes(op="call_function", target=torch.ops.ascend.muls_add.default)
+    return count, before, after, (fused[0] if fused else None), gm(*inputs), fn(*inputs)
+
+
+def test_a_bool_factor_is_not_a_scale_and_one_is(close) -> None:
+    count, before, after, _, got, want = _run(lambda x, y: x * True + y)
+    assert count == 0 and after == before and torch.equal(got, want)
+    count, _, _, fused, got, want = _run(lambda x, y: x * 1.0 + y)
+    assert count == 1 and fused is not None and fused.args[2] == 1.0
+    close(got, want, torch.float32)
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["x", "y"])
+def test_an_operand_without_an_example_value_is_left_alone(index) -> None:
+    def forget(graph: torch.fx.Graph) -> None:
+        del graph.find_nodes(op="placeholder")[index].meta["val"]
+
+    count, before, after, _, got, want = _run(lambda x, y: x * 2.5 + y, forget)
+    assert count == 0 and after == before and torch.equal(got, want)
+
+
+def test_the_fused_node_records_the_sum_example_value(close) -> None:
+    count, _, _, fused, got, want = _run(lambda x, y: y + x * 2.5)
+    assert count == 1 and fused is not None
+    val = fused.meta["val"]
+    assert (val.dtype, tuple(val.shape)) == (want.dtype, tuple(want.shape)) == (torch.float32,
+                                                                                (4, 64))
+    close(got, want, torch.float32)

@@ -3,6 +3,8 @@ config each one gets, npugraph_ex's own option helper, saving generated code, th
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -205,3 +207,53 @@ def test_no_extension_names_each_failure_and_the_way_out(
     _install(modules, second)
     assert nge.load_extension(("ascend_graph_missing_a", "ascend_graph_second_ext")) is second
     assert nge._EXTENSIONS == ("npugraph_ex", "torchair")  # preferred first
+
+
+def test_the_producer_keeps_its_instance_and_keyword_arguments(tmp_path: Path) -> None:
+    """Saving wraps the compiler's method: it still runs on the compiler instance and gets
+    every keyword the extension passes; the example inputs reach the backend as a list."""
+    ext = _extension("npugraph_ex")
+
+    class _Compiler:
+        def __init__(self) -> None:
+            self.tag = "compiler-state"
+
+        def _get_compiled_gm(self, gm: Any, *, note: str = "no note") -> Any:
+            return types.SimpleNamespace(code=f"# {self.tag}, {note}\n{gm.code}")
+
+    def get_npu_backend(compiler_config: Any) -> Any:
+        def backend(gm: Any, inputs: Any) -> Any:
+            ext.inputs = inputs  # type: ignore[attr-defined]
+            return _Compiler()._get_compiled_gm(gm, note="from the extension")
+
+        return backend
+
+    ext._NpuFxCompiler = _Compiler  # type: ignore[attr-defined]
+    ext.get_npu_backend = get_npu_backend  # type: ignore[attr-defined]
+    gm, x = _gm(), torch.ones(2)
+    for opts in (NpuGraphOptions(cache_dir=str(tmp_path), cache_key="k"), NpuGraphOptions()):
+        compiled = nge.npu_graph_compile(gm, (x,), options=opts, extension=ext)
+        assert compiled.code == f"# compiler-state, from the extension\n{gm.code}"
+        assert type(ext.inputs) is list and ext.inputs[0] is x  # type: ignore[attr-defined]
+    assert (tmp_path / "k").read_text(encoding="utf-8") == compiled.code
+
+
+def test_saved_code_is_utf8_under_a_non_utf8_locale(tmp_path: Path) -> None:
+    """The C locale without UTF-8 mode writes ASCII by default; the saved code is UTF-8."""
+    script = (
+        "import locale, sys, types\n"
+        "from pathlib import Path\n"
+        "from ascend_graph.npu_graph_ex import _saving_compiler\n"
+        "print(sys.flags.utf8_mode, locale.getpreferredencoding(False))\n"
+        "made = types.SimpleNamespace(code='# r\\u00e9sum\\u00e9 \\u2192 fused\\n')\n"
+        "_saving_compiler(lambda self: made, Path(sys.argv[1]))(object())\n"
+    )
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+           "PYTHONCOERCECLOCALE": "0", "PYTHONPATH": os.pathsep.join(sys.path)}  # fmt: skip
+    target = tmp_path / "code.py"
+    done = subprocess.run([sys.executable, "-c", script, str(target)], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    utf8_mode, encoding = done.stdout.split()
+    assert utf8_mode == "0" and encoding.lower() not in ("utf-8", "utf8")
+    assert target.read_bytes() == "# résumé → fused\n".encode()

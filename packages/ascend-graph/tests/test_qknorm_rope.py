@@ -9,7 +9,7 @@ import pytest
 import torch
 from ascend_graph import GraphFusionPassManager
 from ascend_graph.passes.fusion_passes import QKNormRopePass
-from ascend_graph.passes.qknorm_rope import FUSED_OP
+from ascend_graph.passes.qknorm_rope import FUSED_OP, QKNormRopePattern
 from torch.fx.experimental.proxy_tensor import make_fx
 
 FUSED = "ascend.split_qkv_rmsnorm_rope"
@@ -105,3 +105,202 @@ def test_mixed_streams_never_fuse() -> None:
     del rope.meta["stream_label"]
     assert GraphFusionPassManager(dtypes=["float32"]).run(gm.graph)["qknorm_rope"] == 1
     assert not [n for n in gm.graph.nodes if n.target is operator.getitem and not n.users]
+
+
+# --- the matcher at its boundaries, on graphs traced from small functions ------------------
+# `_attention` is the idiom (4 q heads, 2 kv heads of 32); its options change one detail.
+# Graphs are traced with make_fx, optionally edited (keyword arguments, example values
+# removed), then run through a float32 manager and compared with the function run eagerly.
+
+A = torch.ops.ascend
+aten = torch.ops.aten
+HD, EPS = 32, 1e-6
+
+
+def _attention(*, hd=HD, sizes=None, split_dim=-1, tokens=None, q_view=None, q_width=None,
+               add=None, bias=False, extra=None):  # fmt: skip
+    """qkv.split -> view to heads -> rms_norm [-> + bias or `add`] -> view back -> rope.
+
+    `q_view(q, t)` replaces the q head view (`q_width`: its norm weight's size); `extra`
+    names an intermediate also returned ("flat", "heads" or "normed", all of q)."""
+    sizes = sizes or (4 * hd, 2 * hd, 2 * hd)
+
+    def fn(qkv, qw, kw, positions, cache, *biases):
+        q, k, v, *rest = qkv.split(list(sizes), split_dim)
+        t = tokens or qkv.shape[0]
+        heads = q_view(q, t) if q_view else q.view(t, sizes[0] // hd, hd)
+        qn = A.rms_norm(heads, qw, EPS)
+        kn = A.rms_norm(k.view(t, sizes[1] // hd, hd), kw, EPS)
+        if biases:
+            qn, kn = qn + biases[0], kn + biases[1]
+        if add is not None:
+            qn, kn = qn + add, kn + add
+        qf, kf = qn.view(t, sizes[0]), kn.view(t, sizes[1])
+        qr, kr = A.rotary_embedding(positions, qf, kf, cache, hd, hd, True)
+        shown = {"flat": qf, "heads": heads, "normed": qn}
+        return qr, kr, v, *rest, *((shown[extra] * 2,) if extra else ())
+
+    gen = torch.Generator().manual_seed(3)
+    rows = tokens or 5
+    qkv = torch.randn(*((sum(sizes), tokens) if split_dim == 0 else (rows, sum(sizes))),
+                      generator=gen)  # fmt: skip
+    inputs = [qkv, torch.rand(q_width or hd, generator=gen) + 0.5,
+              torch.rand(hd, generator=gen) + 0.5, torch.arange(rows) % 16,
+              torch.randn(16, hd, generator=gen)]  # fmt: skip
+    if bias:
+        inputs += [0.1 * torch.randn(hd, generator=gen), 0.1 * torch.randn(hd, generator=gen)]
+    return fn, tuple(inputs)
+
+
+def _printout(graph: torch.fx.Graph) -> list[str]:
+    return [f"{n.name} {n.op} {n.target} {n.args} {n.kwargs}" for n in graph.nodes]
+
+
+def _run(site, *, edit=None, dtype=torch.float32, qk_pass=None):
+    """(sites fused, graph before, graph after, graph outputs, eager outputs)."""
+    fn, inputs = site
+    inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    if edit is not None:
+        edit(gm.graph)
+        gm.recompile()
+    before = _printout(gm.graph)
+    if qk_pass is None:
+        count = GraphFusionPassManager(dtypes=["float32"]).run(gm.graph)["qknorm_rope"]
+    else:
+        count = qk_pass(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    with torch.no_grad():
+        return count, before, _printout(gm.graph), gm(*inputs), fn(*inputs)
+
+
+def _assert_fused(outcome, close, dtype=torch.float32) -> torch.fx.Node:
+    count, before, after, got, want = outcome
+    assert count == 1 and after != before
+    (line,) = [a for a in after if f"{FUSED}.default" in a]
+    assert "rms_norm " not in " ".join(after) and "rotary_embedding" not in " ".join(after)
+    close(got, want, dtype)
+    return line
+
+
+def _assert_unchanged(outcome) -> None:
+    count, before, after, got, want = outcome
+    assert count == 0 and after == before
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and torch.equal(g, w)
+
+
+def _strip_view_values(graph: torch.fx.Graph) -> None:
+    """Views without example values: the matcher reads their shape arguments instead."""
+    for node in graph.find_nodes(op="call_function", target=aten.view.default):
+        del node.meta["val"]
+
+
+def _keywords(target, names):
+    """An edit passing the trailing arguments `names` of every `target` call by keyword."""
+
+    def edit(graph: torch.fx.Graph) -> None:
+        for node in graph.find_nodes(op="call_function", target=target):
+            keep = len(node.args) - len(names)
+            node.kwargs = {**node.kwargs, **dict(zip(names, node.args[keep:], strict=True))}
+            node.args = node.args[:keep]
+
+    return edit
+
+
+def test_heads_view_with_minus_one_is_read_from_the_example_value(close) -> None:
+    line = _assert_fused(_run(_attention(q_view=lambda q, t: q.view(t, -1, HD))), close)
+    assert "128, 64, 32, 32, True, 1e-06" in line
+
+
+def test_views_without_example_values_are_read_from_their_shape_arguments(close) -> None:
+    _assert_fused(_run(_attention(), edit=_strip_view_values), close)
+
+
+@pytest.mark.parametrize("edit", [None, _strip_view_values], ids=["values", "shape-args"])
+def test_one_token_heads_view_without_token_dim_fuses(close, edit) -> None:
+    """[1, 128] viewed as [4, 32]: the head view has exactly the two dims the matcher reads."""
+    site = _attention(tokens=1, q_view=lambda q, t: q.view(4, HD))
+    _assert_fused(_run(site, edit=edit), close)
+
+
+def _view_size_by_keyword(graph: torch.fx.Graph) -> None:
+    _strip_view_values(graph)
+    _keywords(aten.view.default, ["size"])(graph)
+
+
+def _runtime_head_count(graph: torch.fx.Graph) -> None:
+    """Four tokens: the q head view [4, 4, 32] gets its heads dim from `qkv.size(0)`."""
+    _strip_view_values(graph)
+    qkv = next(iter(graph.find_nodes(op="placeholder")))
+    heads = next(iter(graph.find_nodes(op="call_function", target=aten.view.default)))
+    with graph.inserting_before(heads):
+        count = graph.call_function(aten.sym_size.int, (qkv, 0))
+    heads.args = (heads.args[0], [heads.args[1][0], count, heads.args[1][2]])
+
+
+def _split_dim_left_out(graph: torch.fx.Graph) -> None:
+    (split,) = graph.find_nodes(op="call_function", target=aten.split_with_sizes.default)
+    split.args = split.args[:2]  # dim defaults to 0
+
+
+@pytest.mark.parametrize(
+    ("options", "edit"),
+    [
+        # head view flattened to 1-D (one token): there are no two head dims to read
+        ({"tokens": 1, "q_view": lambda q, t: q.reshape(4 * HD), "q_width": 4 * HD}, None),
+        # view size passed by keyword, no example values: the head dims cannot be read
+        ({}, _view_size_by_keyword),
+        # one token as [2, 4, 16]: 16-wide norms, although 4 * 32 == q_size
+        ({"tokens": 1, "q_view": lambda q, t: q.view(2, 4, 16), "q_width": 16}, None),
+        # one token as [2, 2, 32]: 32-wide norms, but not [T, heads, head_size]
+        ({"tokens": 1, "q_view": lambda q, t: q.view(2, 2, HD)}, None),
+        # the heads dim is a value known only at run time
+        ({"tokens": 4}, _runtime_head_count),
+        ({"extra": "flat"}, None),  # the flattened normed q is also used elsewhere
+        ({"extra": "heads"}, None),  # the q head view is also used elsewhere
+        ({"extra": "normed", "bias": True}, None),  # the biased q is also used elsewhere
+        ({"add": 0.5}, None),  # a scalar added after the norm is not a [head_size] bias
+        ({"sizes": (128, 64, 32)}, None),  # k and v chunks differ in size
+        ({"sizes": (128, 64, 64, 32)}, None),  # a four-way split
+        # split along the tokens (dim 0, its default): q/k/v are rows, not columns
+        ({"sizes": (128, 64, 64), "split_dim": 0, "tokens": 128}, _split_dim_left_out),
+    ],
+    ids=["heads-1d", "view-size-keyword", "groups-16", "tokens-regrouped", "flat-user",
+         "runtime-head-count", "heads-user", "biased-user", "scalar-add", "kv-sizes-differ",
+         "four-way-split", "split-on-tokens"],
+)  # fmt: skip
+def test_near_misses_stay_unchanged(options, edit) -> None:
+    _assert_unchanged(_run(_attention(**options), edit=edit))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _keywords(A.rms_norm.default, ["eps"]),
+        _keywords(A.rotary_embedding.default, ["head_size", "rotary_dim", "is_neox"]),
+        _keywords(aten.split_with_sizes.default, ["dim"]),
+    ],
+    ids=["norm-eps", "rope-sizes", "split-dim"],
+)
+def test_arguments_passed_by_keyword_fuse(close, edit) -> None:
+    line = _assert_fused(_run(_attention(), edit=edit), close)
+    assert "128, 64, 32, 32, True, 1e-06" in line
+
+
+def test_split_on_dim_one_of_a_2d_qkv_fuses(close) -> None:
+    _assert_fused(_run(_attention(split_dim=1)), close)
+
+
+def test_a_pattern_registered_for_a_dtype_the_soc_lacks_is_not_used(close) -> None:
+    """A2 runs the kernel in bfloat16 only: a float32 pattern registered by hand must not
+    fuse a float32 graph; the pass's own bfloat16 pattern fuses the bfloat16 graph."""
+    geometry = {"head_dim": 128, "q_size": 512, "kv_size": 256}
+    qk_pass = QKNormRopePass(soc="A2", shapes=[(128, 512, 256)], eps_values=[EPS])
+    assert qk_pass.register(QKNormRopePattern(eps=EPS, dtype=torch.float32, bias=False,
+                                              soc="A2", **geometry))  # fmt: skip
+    _assert_unchanged(_run(_attention(hd=128), qk_pass=qk_pass))
+    bf16 = _run(_attention(hd=128), qk_pass=qk_pass, dtype=torch.bfloat16)
+    _assert_fused(bf16, close, torch.bfloat16)
