@@ -206,6 +206,9 @@ def test_trace_cache_keeps_graphs_per_fake_mode_and_drops_them_with_it() -> None
 def test_registry_registers_once_and_reset_restores_inductor_entries() -> None:
     lowerings = inductor_lowerings.lowerings
     registry = IL.LoweringRegistry()
+    # Each registry owns its trace cache: compiles through two registries never share traces.
+    assert isinstance(registry.traces, IL.TraceCache)
+    assert registry.traces is not IL.LoweringRegistry().traces
     norm, muls = A.rms_norm.default, A.muls_add.default
     IL.reset_inductor_lowerings()
     sentinel = object()
