@@ -140,7 +140,7 @@ def test_sections_of_size_zero_are_allowed(section: list[int]) -> None:
 def test_three_row_positions_check_the_section_also_in_the_fake(section: list[int]) -> None:
     positions, q, k, cache = _mrope_case(2)
     for fn in (ops_mrope.mrotary_embedding_fake, ops_mrope.mrotary_embedding_check):
-        with pytest.raises(ValueError, match="^mrope_section"):
+        with pytest.raises(ValueError, match=r"^mrope_section"):
             fn(positions, q, k, cache, HEAD, HEAD, section, True, False)
 
 
