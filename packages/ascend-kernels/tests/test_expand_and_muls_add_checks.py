@@ -1,5 +1,5 @@
 """Argument errors of muls_add and the LoRA expand ops name the offending argument; the expand
-output is a fresh contiguous tensor; muls_add does not depend on torch's default dtype."""
+output is a fresh contiguous tensor."""
 
 from __future__ import annotations
 
@@ -51,17 +51,3 @@ def test_expand_returns_a_contiguous_tensor_for_a_transposed_y() -> None:
             expected[t] += w[lora].double() @ x[t].double()
     torch.testing.assert_close(out.double(), expected, rtol=1e-6, atol=1e-6)
 
-
-def test_muls_add_torch_path_ignores_the_default_dtype() -> None:
-    g = torch.Generator().manual_seed(6)
-    x = torch.randn(4096, generator=g).bfloat16()
-    y = torch.randn(4096, generator=g).bfloat16()
-    scale = torch.tensor(0.1, dtype=torch.float32)
-    expected = (x.float() * scale + y.float()).bfloat16()
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        out = ops_elementwise.muls_add_chunked_out(x, y, 0.1, out=torch.empty_like(x))
-    finally:
-        torch.set_default_dtype(previous)
-    assert torch.equal(out, expected)
