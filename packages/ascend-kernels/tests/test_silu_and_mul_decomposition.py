@@ -1,0 +1,19 @@
+"""The ``silu_and_mul`` decomposition against float64 math written out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ascend_kernels import decompositions
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_silu_of_first_half_times_second_half(dtype: torch.dtype, tol: float) -> None:
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 8, generator=g).to(dtype)  # last dim 8 differs from dims 1 and 2
+    out = decompositions.silu_and_mul(x)
+    assert out.dtype == dtype and out.shape == (2, 3, 4)
+    x64 = x.double()
+    gate = x64[..., :4]
+    expected = gate / (1 + torch.exp(-gate)) * x64[..., 4:]
+    torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
