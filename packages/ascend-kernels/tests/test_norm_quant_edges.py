@@ -1,0 +1,189 @@
+"""Edge cases of the RMSNorm, int8 and MX references: chunk tails, argument checks, scales.
+
+Expected values are written out (NumPy float64 / float32 formulas, torch's own rms_norm), never
+taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from ascend_kernels import ops_mx, ops_norm, ops_quant
+from ascend_kernels.validation import DeviceMismatchError
+
+EPS = 1e-6
+
+
+def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _int8_rows(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row symmetric int8 quantization written out in NumPy float32."""
+    a = x.detach().to(torch.float32).numpy()
+    scale = (np.abs(a).max(axis=-1) / np.float32(127)).astype(np.float32)
+    div = np.where(scale == 0, np.float32(1), scale)[..., None]
+    q = np.clip(np.round(a / div), -128, 127).astype(np.int8)
+    return q, scale
+
+
+def _mx_scale_exponents(x: torch.Tensor) -> np.ndarray:
+    """floor(log2(amax)) - 8 per 32-value block (finite, non-zero blocks), NumPy float64."""
+    a = x.detach().to(torch.float64).numpy()
+    width = a.shape[-1]
+    blocks = -(-width // 32)
+    padded = np.zeros((*a.shape[:-1], blocks * 32))
+    padded[..., :width] = a
+    amax = np.abs(padded.reshape(*a.shape[:-1], blocks, 32)).max(axis=-1)
+    return np.floor(np.log2(amax)) - 8
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunk_tails_give_right_values_without_warnings(dtype: torch.dtype) -> None:
+    # 7 rows of 40 with 200-element chunks: chunks of 5 rows and a 2-row tail, so every scratch
+    # buffer is used once at full and once at partial length (a resized out= warns).
+    x = (_rand(7, 40) * 3).to(dtype)
+    residual = _rand(7, 40, seed=1).to(dtype)
+    weight = (_rand(40, seed=2) + 1).to(dtype)
+    summed = x + residual
+    expected_norm = torch.nn.functional.rms_norm(summed.float(), (40,), weight.float(), EPS).to(
+        dtype
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        norm = ops_norm.rms_norm(summed, weight, EPS)
+        q, scale = ops_quant.dynamic_quant(x)
+        fq, fscale, fres = ops_quant.add_rms_norm_dynamic_quant(x, residual, weight, EPS)
+        mq, mscale = ops_mx.dynamic_mx_quant(x)
+        nq, nscale, nres = ops_mx.add_rms_norm_dynamic_mx_quant(x, residual, weight, EPS)
+    torch.testing.assert_close(norm, expected_norm, rtol=0, atol=0)
+    q_ref, scale_ref = _int8_rows(x)
+    assert np.array_equal(q.numpy(), q_ref)
+    assert np.array_equal(scale.numpy(), scale_ref)
+    fq_ref, fscale_ref = _int8_rows(expected_norm)
+    assert np.array_equal(fq.numpy(), fq_ref)
+    assert np.array_equal(fscale.numpy(), fscale_ref)
+    assert torch.equal(fres, summed) and torch.equal(nres, summed)
+    for got_q, got_scale, src in ((mq, mscale, x), (nq, nscale, expected_norm)):
+        exps = _mx_scale_exponents(src)
+        assert np.array_equal(np.log2(got_scale.float().numpy().astype(np.float64)), exps)
+        per_value = np.repeat(np.exp2(exps), 32, axis=-1)[..., :40]
+        want = np.clip(src.double().numpy() / per_value, -448, 448)
+        got = got_q.float().numpy()
+        # e4m3 keeps 3 mantissa bits: within half a unit in the last place of the value.
+        assert np.all(np.abs(got - want) <= np.exp2(np.floor(np.log2(np.abs(want) + 1e-30)) - 4))
+
+
+def test_mx_saturates_both_signs_to_448() -> None:
+    # amax 1.9 -> scale 2**(0 - 8); 1.9 * 256 = 486.4 lies above e4m3's largest value 448.
+    x = torch.tensor([[1.9, -1.9, 1.0, -0.5] + [0.0] * 28])
+    q, scale = ops_mx.dynamic_mx_quant(x)
+    assert scale.float().tolist() == [[2.0**-8]]
+    assert q.float()[0, :4].tolist() == [448.0, -448.0, 256.0, -128.0]
+
+
+def test_dynamic_quant_of_strided_heads() -> None:
+    # Two of three heads: rows cannot be flattened to [N, 1, H], so the kernel sees [T, 2, H].
+    buf = _rand(5, 3, 16) * 4
+    x = buf[:, :2, :]
+    q, scale = ops_quant.dynamic_quant(x)
+    q_ref, scale_ref = _int8_rows(x)
+    assert q.shape == (5, 2, 16) and scale.shape == (5, 2)
+    assert np.array_equal(q.numpy(), q_ref)
+    assert np.array_equal(scale.numpy(), scale_ref)
+
+
+def test_dynamic_quant_of_a_row_whose_scale_underflows() -> None:
+    # amax = 2**-149 (the smallest subnormal): amax / 127 rounds to 0 in float32, so the scale
+    # is 0 and the row quantizes like an all-zero row instead of dividing by zero.
+    tiny = math.ldexp(1.0, -149)
+    x = torch.tensor([[tiny, 0.0, -tiny], [1.0, -2.0, 0.5]])
+    q, scale = ops_quant.dynamic_quant(x)
+    assert scale[0].item() == 0.0
+    assert q[0].tolist() == [0, 0, 0]
+    assert q[1].tolist() == [64, -127, 32]
+
+
+def test_scale_outputs_are_float32_whatever_the_default_dtype() -> None:
+    x, weight = _rand(3, 8), torch.ones(8)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        _, scale = ops_quant.dynamic_quant_fake(x)
+        _, fake_scale, _ = ops_quant.add_rms_norm_dynamic_quant_fake(x, x, weight, EPS)
+        _, real_scale = ops_quant.dynamic_quant(x)
+    finally:
+        torch.set_default_dtype(previous)
+    assert scale.dtype == fake_scale.dtype == real_scale.dtype == torch.float32
+    assert np.array_equal(real_scale.numpy(), _int8_rows(x)[1])
+
+
+def test_rms_norm_out_adds_bias() -> None:
+    x, weight, bias = _rand(4, 8), _rand(8, seed=1) + 1, _rand(8, seed=2)
+    out = torch.empty(4, 8)
+    ops_norm.rms_norm_out(x, weight, EPS, out=out, bias=bias)
+    expected = torch.nn.functional.rms_norm(x, (8,), weight, EPS) + bias
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_rms_norm_out_rejects_a_bias_of_the_wrong_width() -> None:
+    x = _rand(4, 8)
+    with pytest.raises(ValueError, match=r"^bias must have shape \[8\]"):
+        ops_norm.rms_norm_out(x, torch.ones(8), EPS, out=torch.empty(4, 8), bias=torch.ones(9))
+
+
+def test_add_rms_norm_dynamic_quant_rejects_a_bias_of_the_wrong_width() -> None:
+    x, bad = _rand(4, 8), torch.ones(9)
+    args = (x, x.clone(), torch.ones(8), EPS, bad)
+    match = r"^bias must have shape \[8\]"
+    with pytest.raises(ValueError, match=match):
+        ops_quant.add_rms_norm_dynamic_quant_check(*args)
+    with pytest.raises(ValueError, match=match):
+        ops_quant.add_rms_norm_dynamic_quant_fake(*args)
+    with pytest.raises(ValueError, match=match):
+        ops_quant.add_rms_norm_dynamic_quant_out(
+            *args,
+            out=torch.empty(4, 8, dtype=torch.int8),
+            scale_out=torch.empty(4),
+            residual_out=torch.empty(4, 8),
+        )
+
+
+def test_rms_norm_mx_quant_out_checks_the_residual() -> None:
+    x = _rand(4, 64)
+    with pytest.raises(ValueError, match=r"^residual must match x"):
+        ops_mx.rms_norm_dynamic_mx_quant_out(
+            x,
+            torch.ones(64),
+            EPS,
+            out=torch.empty(4, 64, dtype=torch.float8_e4m3fn),
+            scale_out=torch.empty(4, 2, dtype=torch.float8_e8m0fnu),
+            residual=torch.ones(4, 65),
+            residual_out=torch.empty(4, 64),
+        )
+
+
+@pytest.mark.parametrize("name", ["residual", "bias"])
+def test_device_mismatch_names_the_argument(name: str) -> None:
+    x = _rand(2, 8)
+    kwargs = {name: torch.empty(2, 8, device="meta")}
+    with pytest.raises(DeviceMismatchError, match=rf"^{name} is on meta but x is on cpu"):
+        ops_norm.check_norm_args(x, torch.ones(8), EPS, **kwargs)
+
+
+def test_normed_chunks_requires_residual_out_with_residual() -> None:
+    x = _rand(2, 8)
+    with pytest.raises(ValueError, match=r"^residual_out is required with residual$"):
+        next(ops_norm.normed_chunks(x, torch.ones(8), EPS, residual=x.clone()))
+
+
+def test_add_rms_norm_out_rejects_out_aliasing_residual_out() -> None:
+    x = _rand(2, 8)
+    shared = torch.empty(2, 8)
+    with pytest.raises(ValueError, match=r"^out must not share memory with residual_out$"):
+        ops_norm.add_rms_norm_out(x, x.clone(), torch.ones(8), EPS, out=shared, residual_out=shared)
