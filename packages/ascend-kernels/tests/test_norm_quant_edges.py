@@ -187,3 +187,21 @@ def test_add_rms_norm_out_rejects_out_aliasing_residual_out() -> None:
     shared = torch.empty(2, 8)
     with pytest.raises(ValueError, match=r"^out must not share memory with residual_out$"):
         ops_norm.add_rms_norm_out(x, x.clone(), torch.ones(8), EPS, out=shared, residual_out=shared)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shift", [1, 31])  # out starts inside x: 31 or 1 elements shared
+def test_rms_norm_out_refuses_an_out_that_partly_overlaps_x(dtype: torch.dtype,
+                                                             shift: int) -> None:
+    buf = _rand(64).to(dtype)
+    x, out = buf[:32].view(4, 8), buf[shift:shift + 32].view(4, 8)
+    with pytest.raises(ValueError, match=r"^out must not share memory with x$"):
+        ops_norm.rms_norm_out(x, torch.ones(8, dtype=dtype), EPS, out=out)
+
+
+def test_rms_norm_out_accepts_an_out_right_after_x_in_one_buffer() -> None:
+    buf = _rand(64)
+    x, out = buf[:32].view(4, 8), buf[32:].view(4, 8)  # adjacent, not overlapping
+    expected = torch.nn.functional.rms_norm(x.clone(), (8,), eps=EPS)
+    ops_norm.rms_norm_out(x, torch.ones(8), EPS, out=out)
+    torch.testing.assert_close(out, expected)

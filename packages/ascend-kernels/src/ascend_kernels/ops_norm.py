@@ -23,6 +23,7 @@ from ascend_kernels.validation import (
     check_rows,
     check_same_shape,
     check_vector,
+    overlaps,
 )
 
 
@@ -116,7 +117,7 @@ def normed_chunks(
     if out is not None:
         for name, other in (("x", x), ("residual_out", residual_out)):
             check(
-                other is None or out.data_ptr() != other.data_ptr() or out.numel() == 0,
+                other is None or not overlaps(out, other),
                 f"out must not share memory with {name}",
             )
     o3 = None if out is None else out.view(x3.shape)

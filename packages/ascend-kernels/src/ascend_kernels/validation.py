@@ -110,3 +110,22 @@ def check_out(
             f"{name} must be a contiguous {dtype} tensor of shape {list(shape)},"
             f" got {t.dtype} {list(t.shape)} (contiguous={t.is_contiguous()})"
         )
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory spans of two non-empty tensors intersect (meta: same address).
+
+    Conservative for interleaved strided views (their spans may intersect without a shared
+    element); the ops' outputs are contiguous, so for them it is exact.
+    """
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.device.type == "meta" or b.device.type == "meta":  # no real addresses
+        return a.data_ptr() == b.data_ptr()
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
