@@ -53,8 +53,11 @@ def test_range_bounds_reads_vllm_ranges_tuples_and_partial_objects() -> None:
     assert range_bounds(Range(start=4, end=64)) == (4, 64)
     assert range_bounds(SimpleNamespace(start=4)) == (4, None)
     assert range_bounds(SimpleNamespace(end=8)) == (None, 8)
-    with pytest.raises(TypeError, match=r"pass None, a \(start, end\) tuple, or an object with "
-                       r"\.start and \.end"):
+    with pytest.raises(
+        TypeError,
+        match=r"pass None, a \(start, end\) tuple, or an object with "
+        r"\.start and \.end",
+    ):
         range_bounds(SimpleNamespace(first=1, last=2))
 
 
