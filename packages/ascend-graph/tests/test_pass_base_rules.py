@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,9 +20,16 @@ from ascend_graph.passes.base import (
 from ascend_graph.passes.fx_nodes import erase_dead, is_call, sole_user
 from torch import fx
 from torch.fx.experimental.proxy_tensor import make_fx
-from vllm.config.utils import Range
 
 aten = torch.ops.aten
+
+
+@dataclass
+class Range:
+    """Shaped like vLLM's compile Range (ascend-graph does not import vLLM)."""
+
+    start: int
+    end: int
 
 
 def test_float_settings_compare_closely_everything_else_exactly() -> None:
