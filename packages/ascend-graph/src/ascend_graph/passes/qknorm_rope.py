@@ -196,7 +196,6 @@ class QKNormRopePattern(FusionPattern):
             "q": q,
             "k": k,
             "v_items": v_items,
-            "rope_items": rope_items,
             "rope": anchor,
             "point": point,
         }
