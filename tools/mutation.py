@@ -15,9 +15,9 @@ tests need copied), then prints one Markdown row for ``docs/testing.md``::
 and writes the names of the surviving mutants to ``packages/<name>/mutants/survivors.txt``
 (``uv run --no-sync python -m mutmut show NAME`` inside the package shows a mutant's diff).
 
-Killed means a test failed or timed out with the mutant in place (mutmut's CPU-time limit,
-or no CPU progress for ``--idle-limit`` seconds: a hung mutant, see ``mutant_watchdog``). A
-survivor judged equivalent (it cannot change behaviour that anyone can observe) is listed, with
+Killed means a test failed, crashed or timed out with the mutant in place (mutmut's CPU-time
+limit, or no CPU progress for ``--idle-limit`` seconds: a hung mutant, see
+``mutant_watchdog``). A survivor judged equivalent (it cannot change behaviour that anyone can observe) is listed, with
 one line of why, in ``packages/<name>/mutation-equivalent.txt`` as
 ``<mutant name>  <reason>``; those are left out of the score:
 ``score = killed / (mutants - equivalent)``. Listed names that no longer survive are reported
@@ -45,6 +45,9 @@ from mutant_watchdog import guard
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ascend-config", "ascend-topology", "ascend-kernels", "ascend-graph")
+# Statuses of a mutant the tests detected: a test failed, ran out of time, or the test process
+# crashed (e.g. a mutant handing a null pointer to a native loop).
+DETECTED = ("killed", "timeout", "segfault")
 # A mutant process idle (no CPU used) this long is hung: see mutant_watchdog.
 IDLE_LIMIT_S = 300.0
 HEADER = "| package | mutants | killed | survived | equivalent | score |\n|---|---|---|---|---|---|"
@@ -150,14 +153,14 @@ def run_package(package: str, max_children: int, fresh: bool,
     if unchecked:
         raise SystemExit(f"{package}: {unchecked} mutants were not checked (interrupted run?); "
                          "run again to finish them")
-    survivors = tuple(sorted(n for n, s in statuses.items() if s not in ("killed", "timeout")))
+    survivors = tuple(sorted(n for n, s in statuses.items() if s not in DETECTED))
     (package_dir / "mutants" / "survivors.txt").write_text(
         "".join(f"{name}\n" for name in survivors), encoding="utf-8")
     equivalent_list = read_equivalent(package_dir)
     equivalent = tuple(n for n in survivors if n in equivalent_list)
     stale = tuple(sorted(set(equivalent_list) - set(survivors)))
     return Outcome(package=package, total=int(counts["total"]),
-                   killed=int(counts["killed"]) + int(counts["timeout"]),
+                   killed=len(statuses) - len(survivors),
                    survivors=survivors, equivalent=equivalent, stale=stale)
 
 

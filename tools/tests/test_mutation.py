@@ -69,3 +69,9 @@ def test_idle_limit_must_be_positive(limit: str, capsys: pytest.CaptureFixture[s
         mutation.main(["ascend-config", "--idle-limit", limit])
     assert exc.value.code == 2
     assert f"--idle-limit must be > 0 seconds, got {float(limit)}" in capsys.readouterr().err
+
+
+def test_a_crash_counts_as_detected_and_a_survivor_does_not() -> None:
+    assert "segfault" in mutation.DETECTED
+    assert {"killed", "timeout"} <= set(mutation.DETECTED)
+    assert not {"survived", "no tests", "not checked", "suspicious"} & set(mutation.DETECTED)
