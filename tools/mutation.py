@@ -17,8 +17,8 @@ and writes the names of the surviving mutants to ``packages/<name>/mutants/survi
 
 Killed means a test failed, crashed or timed out with the mutant in place (mutmut's CPU-time
 limit, or no CPU progress for ``--idle-limit`` seconds: a hung mutant, see
-``mutant_watchdog``). A survivor judged equivalent (it cannot change behaviour that anyone can observe) is listed, with
-one line of why, in ``packages/<name>/mutation-equivalent.txt`` as
+``mutant_watchdog``). A survivor judged equivalent (it cannot change behaviour that anyone can
+observe) is listed, with one line of why, in ``packages/<name>/mutation-equivalent.txt`` as
 ``<mutant name>  <reason>``; those are left out of the score:
 ``score = killed / (mutants - equivalent)``. Listed names that no longer survive are reported
 as stale.
