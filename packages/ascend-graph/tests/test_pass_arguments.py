@@ -73,3 +73,11 @@ def test_last_counts_are_zero_for_every_pass_before_the_first_run() -> None:
     manager = GraphFusionPassManager()
     assert manager.last_counts == {name: 0 for name in PASS_NAMES}
     assert all(type(v) is int for v in manager.last_counts.values())
+
+
+@pytest.mark.parametrize("soc", ["A2", "A3", "A5", "310P", "cpu"])
+def test_every_pattern_pass_of_the_manager_gets_its_soc(soc: str) -> None:
+    manager = GraphFusionPassManager(soc=soc, dtypes=["float16"])
+    socs = {p.name: getattr(p, "soc", None) for p in manager.passes}
+    assert socs == {"noop_elimination": None, "norm_quant": soc, "qknorm_rope": soc,
+                    "muls_add": soc}
