@@ -45,8 +45,14 @@ def test_fuses(models, compile_module, close, dtype, dynamic, bias, three_splits
     counts = result.op_counts()
     assert counts[FUSED] == 1 and result.report["qknorm_rope"] == 1
     assert counts["ascend.rms_norm"] == 0 and counts["ascend.rotary_embedding"] == 0
-    assert counts["aten.split_with_sizes"] == 0  # v now comes from the fused op
+    # v stays qkv's view (no copy): one split is left, read only at v, and the op's own v is
+    # unused
+    assert counts["aten.split_with_sizes"] == 1
+    (split,) = [n for gm in result.graphs for n in gm.graph.nodes
+                if n.target == torch.ops.aten.split_with_sizes.default]
+    assert [u.args[1] for u in split.users] == [2]
     (node,) = _fused_nodes(result)
+    assert sorted(u.args[1] for u in node.users) == [0, 1]
     # q_size, kv_size, head_size, rotary_dim, is_neox, eps
     assert node.args[5:11] == (128, 64, 32, 32, True, 1e-6)
     assert (node.args[11] is None) == (not bias)

@@ -86,11 +86,12 @@ def test_every_decomposition_names_a_registered_op() -> None:
 
 @pytest.fixture
 def lowered() -> Iterator[list[str]]:
-    """Lowerings registered for one test, with eager-like casts; inductor's table restored."""
+    """Lowerings registered for one test, with the settings they need (eager-like casts);
+    inductor's table restored."""
     IL.reset_inductor_lowerings()
     names = IL.register_inductor_lowerings()
     torch._dynamo.reset()
-    with inductor_config.patch(emulate_precision_casts=True, fx_graph_cache=False):
+    with inductor_config.patch(**IL.inductor_settings(), fx_graph_cache=False):
         yield names
     IL.reset_inductor_lowerings()
     torch._dynamo.reset()
@@ -139,11 +140,29 @@ def test_inductor_inlines_the_ops_and_fused_equals_unfused(lowered, dtype) -> No
     for got_u, got_f, ref in zip(unfused, fused, want, strict=True):
         assert torch.equal(got_u, got_f)  # a fusion pass never changes a result bit
         torch.testing.assert_close(got_u, ref, **tolerance)
+    # The fused layer stores less: no normed q/k heads between the norm and the rope.
+    assert code_f.count("empty_strided") < code_u.count("empty_strided")
     # Another token count reuses the dynamic-shape kernels and stays exact.
     args = _layer_args(dtype, tokens=2)
     again = torch.compile(_layer_fused, backend="inductor", dynamic=True)(*args)
     for got, ref in zip(again, _layer_unfused(*args), strict=True):
         torch.testing.assert_close(got, ref, **tolerance)
+
+
+def _float32_buffers(code: str) -> int:
+    return sum("empty_strided" in line and "torch.float32" in line for line in code.splitlines())
+
+
+@pytest.mark.slow  # two inductor compiles
+def test_the_settings_keep_the_rope_heads_out_of_float32_scratch_buffers(lowered) -> None:
+    args = _layer_args(torch.bfloat16, tokens=3)
+    _, code = _compiled(_layer_fused, *args)
+    with inductor_config.patch(realize_cpu_opcount_threshold=50):  # inductor's default
+        _, default_code = _compiled(_layer_fused, *args)
+    # With them only the per-row norm statistics are float32 buffers (q heads, k heads,
+    # add_rms_norm's rows); with inductor's default threshold the rope's inputs are stored too.
+    assert _float32_buffers(code) == 3
+    assert _float32_buffers(default_code) > 3
 
 
 @pytest.mark.slow  # an inductor compile

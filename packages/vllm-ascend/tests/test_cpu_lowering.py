@@ -22,8 +22,10 @@ def test_host_cpu_compiles_one_graph_with_eager_casts(make_vllm_config) -> None:
     cc = make_vllm_config().compilation_config
     assert cc.splitting_ops == []  # one graph, as stock vLLM CPU compiles it
     assert cc.inductor_compile_config["emulate_precision_casts"] is True
+    assert cc.inductor_compile_config["realize_cpu_opcount_threshold"] == 100
     eager = make_vllm_config(enforce_eager=True).compilation_config
     assert "emulate_precision_casts" not in eager.inductor_compile_config
+    assert "realize_cpu_opcount_threshold" not in eager.inductor_compile_config
 
 
 def test_cpu_pass_manager_registers_the_lowerings_and_keys_the_cache(

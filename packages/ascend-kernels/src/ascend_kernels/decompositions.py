@@ -48,7 +48,9 @@ def add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``ascend::add_rms_norm``: the sum is formed (and rounded) in the input dtype."""
     summed = x + residual
-    y32 = _rms32(summed.to(F32), weight, eps)
+    # The norm reads the sum as recomputed from x and residual (the same rounded values),
+    # not the stored sum: a compiler then reduces and normalises each row in one loop.
+    y32 = _rms32(stored(x.to(F32) + residual.to(F32), x.dtype), weight, eps)
     if bias is not None:
         y32 = y32 + bias.to(F32)
     return y32.to(x.dtype), summed
@@ -58,22 +60,32 @@ def _heads(t: torch.Tensor, tokens: int, head_size: int) -> torch.Tensor:
     return t.reshape(tokens, -1, head_size)
 
 
-def _rotate32(
-    x32: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, is_neox: bool
+def _rotate(
+    x32: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, is_neox: bool,
+    dtype: torch.dtype,
 ) -> torch.Tensor:
-    """Rope of ``x32`` ``[T, heads, head]`` with float32 ``cos``/``sin`` ``[T, 1, rotary/2]``."""
+    """Rope of ``x32`` ``[T, heads, head]`` with float32 ``cos``/``sin`` ``[T, 1, rotary/2]``,
+    stored in ``dtype``.
+
+    neox is written as one elementwise expression over the rotated columns,
+    ``x * [cos, cos] + [-x2, x1] * [sin, sin]`` (the same float32 operations, in the same
+    order, as ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin``): a compiler then computes
+    each output head in the loop that reduces its norm, with no store of the halves between.
+    """
     half = rotary_dim // 2
     if is_neox:
-        x1, x2 = x32[..., :half], x32[..., half:rotary_dim]
+        pairs = x32[..., :rotary_dim].unflatten(-1, (2, half))  # [..., (x1, x2), half]
+        first = torch.arange(2, device=x32.device)[:, None] == 0
+        swapped = pairs.flip(-2)  # (x2, x1)
+        turned = torch.where(first, -swapped, swapped)  # (-x2, x1)
+        rotated = (pairs * cos[..., None, :] + turned * sin[..., None, :]).to(dtype).flatten(-2)
     else:
         x1, x2 = x32[..., 0:rotary_dim:2], x32[..., 1:rotary_dim:2]
-    o1 = x1 * cos - x2 * sin
-    o2 = x2 * cos + x1 * sin
-    # neox: the halves side by side; gptj: the pairs interleaved again.
-    rotated = (torch.cat([o1, o2], dim=-1) if is_neox
-               else torch.stack([o1, o2], dim=-1).flatten(-2))
+        o1 = (x1 * cos - x2 * sin).to(dtype)
+        o2 = (x2 * cos + x1 * sin).to(dtype)
+        rotated = torch.stack([o1, o2], dim=-1).flatten(-2)  # the pairs interleaved again
     if rotary_dim < x32.shape[-1]:
-        rotated = torch.cat([rotated, x32[..., rotary_dim:]], dim=-1)
+        rotated = torch.cat([rotated, x32[..., rotary_dim:].to(dtype)], dim=-1)
     return rotated
 
 
@@ -99,8 +111,9 @@ def rotary_embedding(
     cos, sin = _cos_sin(positions, cos_sin_cache, rotary_dim)
     outs = []
     for t in (q, k):
-        r32 = _rotate32(_heads(t, tokens, head_size).to(F32), cos, sin, rotary_dim, is_neox)
-        outs.append(r32.to(t.dtype).reshape(t.shape))
+        rotated = _rotate(_heads(t, tokens, head_size).to(F32), cos, sin, rotary_dim, is_neox,
+                          t.dtype)
+        outs.append(rotated.reshape(t.shape))
     return outs[0], outs[1]
 
 
@@ -136,8 +149,8 @@ def split_qkv_rmsnorm_rope(
     outs = []
     for t, w, b, width in ((q, q_weight, q_bias, q_size), (k, k_weight, k_bias, kv_size)):
         normed = _norm_heads32(_heads(t, tokens, head_size), w, eps, b)
-        r32 = _rotate32(normed, cos, sin, rotary_dim, is_neox)
-        outs.append(r32.to(qkv.dtype).reshape(tokens, width))
+        rotated = _rotate(normed, cos, sin, rotary_dim, is_neox, qkv.dtype)
+        outs.append(rotated.reshape(tokens, width))
     return outs[0], outs[1], v.clone(memory_format=torch.contiguous_format)
 
 

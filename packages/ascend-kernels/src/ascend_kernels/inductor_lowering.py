@@ -34,6 +34,19 @@ logger = logging.getLogger("ascend_kernels.inductor_lowering")
 _MISSING = object()
 
 
+def inductor_settings() -> dict[str, Any]:
+    """The inductor options a compile that inlines these decompositions needs.
+
+    ``emulate_precision_casts``: the ops round an intermediate to the model dtype where their
+    unfused composition stores it; inductor would otherwise drop such a down/up-cast pair
+    inside a fused kernel, and a fused and an unfused graph could differ in bf16.
+    ``realize_cpu_opcount_threshold``: those kept casts add ops to every pointwise body; past
+    inductor's CPU default (50) it stores the normed q/k heads in float32 scratch buffers
+    instead of recomputing them in the rope loop: an allocation and a loop per layer.
+    """
+    return {"emulate_precision_casts": True, "realize_cpu_opcount_threshold": 100}
+
+
 @functools.cache
 def lowering_fingerprint() -> str:
     """Hash of the decompositions and this module: part of a compile-cache key, since the

@@ -213,14 +213,15 @@ class QKNormRopePattern(FusionPattern):
             v["q"]["bias"], v["k"]["bias"],
         )  # fmt: skip
         rope = v["rope"]
-        # v is a view of qkv before the rewrite and a fresh tensor after it
+        # The op's v is a fresh copy of qkv's v columns; v's consumers keep reading qkv's view
+        # (the unfused graph's v), so no copy of v is made where the op is inlined (host CPU)
+        # and the attention input is what it is without fusion.
         fresh_v = fresh_like(meta_item(v["q"]["split"], 2))
         vals = [meta_item(rope, 0), meta_item(rope, 1), fresh_v]
         label = stream_label(match.nodes)
         outs = insert_fused(graph, v["point"], ascend_op(FUSED_OP), fused_args, vals, label)
         redirect_getitems(rope, outs)
-        for item in v["v_items"]:
-            item.replace_all_uses_with(outs[2])
+        graph.erase_node(outs[2])
         erase_dead(match.nodes)
 
     # --- reference functions (eager) -------------------------------------------------------

@@ -5,7 +5,8 @@ platform pass manager. After its defaults this step restores ``VLLM_COMPILE`` wi
 sets ``compile_sizes=[]`` (otherwise inductor compiles a 4096-token shape outside the compile
 ranges), compiles the whole model as one graph (``splitting_ops=[]``, as stock vLLM CPU does;
 no piecewise split at attention), keeps eager's low-precision roundings in inductor's fused
-kernels (``emulate_precision_casts``), turns vLLM's IR torch wrap off (so Dynamo traces the
+kernels and lets it recompute the Ascend ops' bodies in place (``inductor_settings`` of
+``ascend_kernels.inductor_lowering``), turns vLLM's IR torch wrap off (so Dynamo traces the
 ``ascend`` IR provider and the graphs hold ``torch.ops.ascend.*``), switches vLLM's own CUDA-only
 fusion flags off (their pass classes do not exist on CPU) and enables every custom op (the
 Ascend rotary embedding). The pass manager then has inductor inline the ``torch.ops.ascend.*``
@@ -53,6 +54,7 @@ def wants_vllm_compile(vllm_config: Any) -> bool:
 
 def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str, Any]:
     """Apply the host-CPU compilation settings; returns what was decided (for the log)."""
+    from ascend_kernels.inductor_lowering import inductor_settings
     from vllm.config import CompilationMode
 
     from vllm_ascend.ops.custom_ops import all_custom_ops
@@ -68,11 +70,9 @@ def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str
         # One graph for the whole model, as stock vLLM CPU compiles it: no Python hand-off
         # between pieces at every attention layer, and the passes still run on it.
         cc.splitting_ops = []
-        # The Ascend ops round an intermediate to the model dtype where their unfused
-        # composition stores it; inductor inlines them (ascend_kernels.inductor_lowering) and
-        # would otherwise skip such down/up-cast pairs inside a fused kernel, so a fused and
-        # an unfused graph could differ in bf16.
-        cc.inductor_compile_config["emulate_precision_casts"] = True
+        # What inductor needs to inline the Ascend ops exactly (eager's bf16 roundings kept)
+        # and without float32 scratch buffers (ascend_kernels.inductor_lowering).
+        cc.inductor_compile_config.update(inductor_settings())
     decision = {
         "mode": cc.mode.name if cc.mode is not None else None,
         "backend": cc.backend,

@@ -9,16 +9,18 @@ op opaque to Dynamo (the communication method changes from one forward to the ne
 exchanged sizes depend on the routing). At run time the op executes the method that
 ``select_moe_comm_method`` chose for the forward (the forward context's ``moe_comm_method``):
 
-- without expert parallelism every expert is local: no communication, and the experts run in
-  vLLM's own CPU kernel (its runner then all-reduces the TP-partial results);
+- without expert parallelism every expert is local and nothing is exchanged: the layer is
+  vLLM's own (its CPU kernel, traced into the compiled graph as in stock vLLM; its runner
+  all-reduces the TP-partial results), and the op is not used;
 - with it, the runner hands every rank of the EP group the same tokens; each rank takes its
   contiguous rows of them, runs the ALLGATHER or ALLTOALL dispatch/combine, and returns its
   rows' complete outputs with zeros elsewhere
   (:func:`~vllm_ascend.distributed.moe_dispatch.replicated_share`): the runner's final
   all-reduce (which also sums TP-sharded shared experts) then assembles the full result.
 
-Each layer counts the forwards it ran per (method, tokens); :func:`moe_comm_counts` reads them
-in a worker (``LLM.collective_rpc(moe_comm_counts)``), across process boundaries.
+Each expert-parallel layer counts the forwards it ran per (method, tokens);
+:func:`moe_comm_counts` reads them in a worker (``LLM.collective_rpc(moe_comm_counts)``),
+across process boundaries.
 On an NPU platform (``forward_oot``) vLLM's own path is kept: the runtime package supplies MoE.
 """
 
@@ -170,8 +172,10 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
             return
         self._placement = placement_of(layer)
         if self._placement is None:
-            # Every expert is local: the op computes them with vLLM's CPU kernel (prepacked
-            # weights, as stock vLLM), several times faster than the plain-torch experts.
+            # Every expert is local, nothing is exchanged: vLLM's own CPU kernel (prepacked
+            # weights) runs in the compiled graph exactly as in stock vLLM, with no opaque op
+            # and no per-forward Python around it.
+            self._use_vllm_kernel = True
             super().process_weights_after_loading(layer)
         # With EP the weights stay in vLLM's plain layout: no prepacking, no kernel object.
 
@@ -195,12 +199,9 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         from vllm_ascend.runtime.forward_context import current_moe_comm
 
         comm_type, method = current_moe_comm()
-        tokens = x.shape[0]
-        if self._placement is None:  # every expert is on this rank: no communication
-            self._record(comm_type or MoECommType.ALLGATHER, tokens)
-            out: torch.Tensor = super().forward_native(layer, x, topk_weights, topk_ids, None,
-                                                       None)
-            return out
+        if self._placement is None:
+            raise RuntimeError(f"{layer.layer_name}: the Ascend MoE op runs expert-parallel "
+                               "layers only (every expert is local here)")
         if comm_type is None:  # a forward without the Ascend fields: the table's default
             comm_type, method = MoECommType.ALLGATHER, AllGatherDispatch()
         if method is None:
@@ -217,7 +218,7 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         )
         share = replicated_share(x, topk_weights, topk_ids, method, experts, self._placement,
                                  get_ep_group().cpu_group)
-        self._record(comm_type, tokens)
+        self._record(comm_type, x.shape[0])
         return share
 
     def _record(self, comm_type: MoECommType, tokens: int) -> None:
