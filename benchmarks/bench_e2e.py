@@ -103,6 +103,21 @@ def round_ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
+def round_quartiles(a: list[float], b: list[float]) -> tuple[float, float]:
+    """First and third quartiles over rounds of ``a[i] / b[i]``: the spread a median ratio
+    comes from (this host's noise), printed beside it."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    if len(ratios) < 2:
+        return ratios[0], ratios[0]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q1, q3
+
+
+def _spread(name: str, a: list[float], b: list[float]) -> str:
+    q1, q3 = round_quartiles(a, b)
+    return f"{name} {q1:.3f}-{q3:.3f}"
+
+
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT MET"
 
@@ -142,6 +157,12 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
         "rotated order each round; ratios are medians of per-round ratios to stock.",
         f"fusion on / off: batch {round_ratio(on.batch_rates, off.batch_rates):.3f}x, single "
         f"{round_ratio(on.single_rates, off.single_rates):.3f}x.",
+        "Per-round ratio quartiles (the spread of the medians above): " + ", ".join([
+            _spread("on/stock batch", on.batch_rates, stock.batch_rates),
+            _spread("single", on.single_rates, stock.single_rates),
+            _spread("on/off batch", on.batch_rates, off.batch_rates),
+            _spread("single", on.single_rates, off.single_rates),
+        ]) + ".",
         "Targets: " + "; ".join(f"{name} {verdict(ok)}" for name, ok in checks.items()) + ".",
         "tokens: greedy tokens of the batch compared with stock's; qknorm_rope: sites the "
         "Ascend passes rewrote (identical layers reuse one compiled graph).",

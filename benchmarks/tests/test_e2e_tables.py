@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_e2e import QUICK, model_table, round_ratio
+from benchmarks.bench_e2e import QUICK, model_table, round_quartiles, round_ratio
 from benchmarks.e2e_engines import EngineRun
 from benchmarks.profile_child import category
 
@@ -25,6 +25,26 @@ def test_round_ratio_is_the_median_of_per_round_ratios() -> None:
     assert round_ratio([1.0, 3.0], [1.0, 1.0]) == 2.0  # even count: mean of the middle two
     with pytest.raises(ValueError):
         round_ratio([1.0], [1.0, 2.0])  # one ratio per round, nothing dropped silently
+
+
+def test_round_quartiles_are_the_inclusive_quartiles_of_per_round_ratios() -> None:
+    # ratios 1, 2, 3, 4, 5 (out of order): quartiles at positions 1 and 3 of 0..4
+    assert round_quartiles([3.0, 10.0, 2.0, 12.0, 3.0], [3.0, 2.0, 1.0, 3.0, 1.0]) == (2.0, 4.0)
+    # ratios 1 and 2: a quarter and three quarters of the way between them
+    assert round_quartiles([1.0, 4.0], [1.0, 2.0]) == (1.25, 1.75)
+    assert round_quartiles([3.0], [2.0]) == (1.5, 1.5)  # one round: no spread
+    with pytest.raises(ValueError):
+        round_quartiles([1.0], [1.0, 2.0])
+
+
+def test_the_notes_give_the_ratio_spread_per_round() -> None:
+    runs = {"stock": _run("stock", 100.0), "fusion on": _run("fusion on", 100.0),
+            "fusion off": _run("fusion off", 100.0)}
+    runs["fusion on"].batch_rates = [100.0, 220.0]  # ratios 1.0 and 1.1 to stock's 100, 200
+    notes = model_table("qwen3", QUICK, runs).notes
+    spread = next(note for note in notes if note.startswith("Per-round ratio quartiles"))
+    assert "on/stock batch 1.025-1.075" in spread and "on/off batch 1.025-1.075" in spread
+    assert ", single 1.000-1.000" in spread
 
 
 def test_targets_are_met_at_the_boundary() -> None:
