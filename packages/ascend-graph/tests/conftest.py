@@ -348,3 +348,27 @@ def sp_ops() -> Any:
         torch.library.register_fake(f"{namespace}::{name}", impl, lib=lib)
     yield getattr(torch.ops, namespace)
     lib._destroy()
+
+
+def _scaled_sum(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
+    return (x * 2.5 + y,)
+
+
+@pytest.fixture
+def scaled_sum() -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor]]:
+    """``(x * 2.5 + y,)``: one muls_add site."""
+    return _scaled_sum
+
+
+@pytest.fixture
+def bounded_manager() -> Callable[[], ascend_graph.GraphFusionPassManager]:
+    """A fresh float32 manager whose muls_add applies to compile ranges within 4 tokens only
+    (an unknown range, None, is not within them)."""
+
+    def make() -> ascend_graph.GraphFusionPassManager:
+        manager = ascend_graph.GraphFusionPassManager(dtypes=["float32"])
+        (muls_add,) = [p for p in manager.passes if p.name == "muls_add"]
+        muls_add.max_tokens = 4
+        return manager
+
+    return make

@@ -171,39 +171,31 @@ def test_patched_attribute_restores_and_missing_extension_is_explained() -> None
         load_extension(("ascend_graph_no_such_extension",))
 
 
-def _scaled_sum(x, y):
-    return (x * 2.5 + y,)
-
-
-def _bounded_manager() -> GraphFusionPassManager:
-    """muls_add applies to graphs of at most 4 tokens only."""
-    manager = GraphFusionPassManager(dtypes=["float32"])
-    (muls_add,) = [p for p in manager.passes if p.name == "muls_add"]
-    muls_add.max_tokens = 4
-    return manager
-
-
 def _targets(gm: torch.fx.GraphModule) -> list[str]:
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
 
 
 @pytest.mark.parametrize(("compile_range", "fused"), [((1, 4), True), ((1, 5), False)])
-def test_inductor_pass_applies_passes_for_its_compile_range(compile_range, fused, close) -> None:
+def test_inductor_pass_applies_passes_for_its_compile_range(
+    compile_range, fused, close, scaled_sum, bounded_manager
+) -> None:
     """At the pass's bound (4 tokens) it runs; one token over it does not; no graph hook
     needed."""
     inputs = (torch.randn(4, 8), torch.randn(4, 8))
-    gm = make_fx(_scaled_sum, tracing_mode="fake")(*inputs)
-    pipeline_mod.inductor_pass(_bounded_manager(), compile_range)(gm.graph)
+    gm = make_fx(scaled_sum, tracing_mode="fake")(*inputs)
+    pipeline_mod.inductor_pass(bounded_manager(), compile_range)(gm.graph)
     gm.recompile()
     want = ["ascend.muls_add.default"] if fused else ["aten.mul.Tensor", "aten.add.Tensor"]
     assert _targets(gm) == want
-    close(gm(*inputs), _scaled_sum(*inputs), torch.float32)
+    close(gm(*inputs), scaled_sum(*inputs), torch.float32)
 
 
-def test_inductor_compile_passes_its_compile_range_to_the_passes(close) -> None:
+def test_inductor_compile_passes_its_compile_range_to_the_passes(
+    close, scaled_sum, bounded_manager
+) -> None:
     torch._dynamo.reset()
     graphs: list[torch.fx.GraphModule] = []
-    manager = _bounded_manager()
+    manager = bounded_manager()
 
     def backend(gm, example_inputs):
         return ascend_graph.compile_graph(gm, example_inputs, manager=manager,
@@ -212,7 +204,7 @@ def test_inductor_compile_passes_its_compile_range_to_the_passes(close) -> None:
 
     inputs = (torch.randn(4, 8), torch.randn(4, 8))
     with torch.no_grad():
-        got = torch.compile(_scaled_sum, backend=backend, fullgraph=True)(*inputs)
+        got = torch.compile(scaled_sum, backend=backend, fullgraph=True)(*inputs)
     assert manager.last_counts["muls_add"] == 1
     assert "ascend.muls_add.default" in _targets(graphs[0])
-    close(got, _scaled_sum(*inputs), torch.float32)
+    close(got, scaled_sum(*inputs), torch.float32)

@@ -13,18 +13,6 @@ from ascend_graph.pipeline import compile_graph
 from torch import fx
 
 
-def _scaled_sum(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
-    return (x * 2.5 + y,)
-
-
-def _bounded_manager() -> GraphFusionPassManager:
-    """muls_add applies to compile ranges within 4 tokens only (None: unknown, so not)."""
-    manager = GraphFusionPassManager(dtypes=["float32"])
-    (muls_add,) = [p for p in manager.passes if p.name == "muls_add"]
-    muls_add.max_tokens = 4
-    return manager
-
-
 def _targets(gm: fx.GraphModule) -> list[str]:
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
 
@@ -36,12 +24,14 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize(("compile_range", "fused"), [((1, 4), 1), ((1, 5), 0), (None, 0)])
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
-def test_compile_range_reaches_the_passes(backend: str, compile_range, fused: int) -> None:
-    manager = _bounded_manager()
+def test_compile_range_reaches_the_passes(
+    backend: str, compile_range, fused: int, scaled_sum, bounded_manager
+) -> None:
+    manager = bounded_manager()
     graphs: list[fx.GraphModule] = []
     x, y = _inputs()
     with torch.no_grad():
-        fn = compile_graph(fx.symbolic_trace(_scaled_sum), [x, y], manager=manager,
+        fn = compile_graph(fx.symbolic_trace(scaled_sum), [x, y], manager=manager,
                            backend=backend, compile_range=compile_range,
                            on_graph=graphs.append)  # fmt: skip
         (got,) = fn(x, y)
@@ -69,12 +59,14 @@ def _fake_npugraph_ex() -> types.ModuleType:
     ("options", "static"),
     [(NpuGraphOptions(static_kernel=True, decode_batch_sizes=(1, 8)), True), (None, False)],
 )
-def test_npu_options_reach_the_extension(monkeypatch, options, static: bool) -> None:
+def test_npu_options_reach_the_extension(
+    monkeypatch, options, static: bool, scaled_sum
+) -> None:
     ext = _fake_npugraph_ex()
     monkeypatch.setitem(sys.modules, "npugraph_ex", ext)
     x, y = _inputs()
     with torch.no_grad():
-        fn = compile_graph(fx.symbolic_trace(_scaled_sum), [x, y],
+        fn = compile_graph(fx.symbolic_trace(scaled_sum), [x, y],
                            manager=GraphFusionPassManager(), backend="npugraph_ex",
                            npu_options=options)  # fmt: skip
         (got,) = fn(x, y)
