@@ -4,10 +4,10 @@ Three engines (stock vLLM with no plugin, the host-CPU platform with the Ascend 
 and off; see ``e2e_engines``) each run in their own process with a fresh compile cache, on a
 bf16 Qwen3-style dense model and a Qwen3-MoE model from ``make_tiny_model``. Every engine is
 started alone (its engine-ready time is not shared with another start-up), then all three stay
-up and are timed in alternation, round by round, with the order rotated each round: a batch of
-16 prompts and a single stream, greedy, a fixed number of tokens. Ratios are medians of the
-per-round ratios (each round times every engine back to back, so load from other processes
-mostly cancels out of a round's ratio).
+up and are timed in alternation, round by round, in a carryover-balanced order
+(``round_order``): a batch of 16 prompts and a single stream, greedy, a fixed number of tokens.
+Ratios are medians of the per-round ratios (each round times every engine back to back, so
+load from other processes mostly cancels out of a round's ratio).
 
 Targets (for each model): fusion on >= 1.0x stock tokens/s for the batch and the single stream,
 fusion on >= fusion off in both, peak RSS <= 1.1x stock, engine ready <= stock, and identical
@@ -20,9 +20,12 @@ import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from benchmarks.e2e_engines import ENGINES, Engine, EngineRun
 from benchmarks.table import Table
+
+T = TypeVar("T")
 
 ARCHES = ("qwen3", "qwen3_moe")
 PROMPTS = [
@@ -60,13 +63,29 @@ class Size:
     rounds: int
 
 
-FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=4, max_tokens=64, rounds=40)
+# 42 rounds: seven times each of the six orders of three engines.
+FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=4, max_tokens=64, rounds=42)
 QUICK = Size(layers=2, hidden=256, heads=4, kv_heads=2, max_tokens=16, rounds=2)
+
+
+def round_order(items: list[T], r: int) -> list[T]:
+    """The order of round ``r``: the rotations of ``items``, then the rotations reversed.
+
+    Rotations alone give every engine every position, but not every predecessor: with three
+    engines, A always follows C and never B. Adding the reversed rotations makes each engine
+    run directly after each other engine equally often (a Williams design), so whatever one
+    engine leaves behind on the host (caches, clocks, memory) weighs on all others alike.
+    """
+    n = len(items)
+    shift = r % n
+    rotated = items[shift:] + items[:shift]
+    return rotated if (r // n) % 2 == 0 else rotated[::-1]
 
 
 def measure(arch: str, size: Size, root: Path, labels: tuple[str, ...] = tuple(ENGINES)
             ) -> dict[str, EngineRun]:
-    """Start each engine alone, then time them in rotated alternation for ``size.rounds``."""
+    """Start each engine alone, then time them in alternation (``round_order``) for
+    ``size.rounds``."""
     from vllm_ascend.testing.tiny_models import make_tiny_model
 
     model = make_tiny_model(
@@ -80,7 +99,7 @@ def measure(arch: str, size: Size, root: Path, labels: tuple[str, ...] = tuple(E
             engines.append(engine)
             engine.start()
         for r in range(size.rounds):
-            order = engines[r % len(engines):] + engines[: r % len(engines)]
+            order = round_order(engines, r)
             # The engines' batches back to back, then their single streams: each ratio compares
             # runs a few seconds apart, inside the same spell of whatever else the host runs.
             for engine in order:
@@ -154,7 +173,7 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
         f"{arch}, bf16: {size.layers} layers, hidden {size.hidden}, {size.heads} heads / "
         f"{size.kv_heads} KV heads, head_dim 64; batch of {len(PROMPTS)} prompts and a single "
         f"stream, {size.max_tokens} greedy tokens each; {size.rounds} rounds, engines in "
-        "rotated order each round; ratios are medians of per-round ratios to stock.",
+        "carryover-balanced order; ratios are medians of per-round ratios to stock.",
         f"fusion on / off: batch {round_ratio(on.batch_rates, off.batch_rates):.3f}x, single "
         f"{round_ratio(on.single_rates, off.single_rates):.3f}x.",
         "Per-round ratio quartiles (the spread of the medians above): " + ", ".join([

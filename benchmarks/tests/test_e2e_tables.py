@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+
 import pytest
 
-from benchmarks.bench_e2e import QUICK, model_table, round_quartiles, round_ratio
+from benchmarks.bench_e2e import (
+    FULL,
+    QUICK,
+    model_table,
+    round_order,
+    round_quartiles,
+    round_ratio,
+)
 from benchmarks.e2e_engines import EngineRun
 from benchmarks.profile_child import category
 
@@ -18,6 +28,21 @@ def _run(label: str, rate: float, startup: float = 10.0, rss: float = 1000.0,
 
 def _targets(table_notes: list[str]) -> str:
     return next(note for note in table_notes if note.startswith("Targets:"))
+
+
+def test_round_orders_balance_positions_and_predecessors() -> None:
+    engines = ["stock", "on", "off"]
+    orders = [tuple(round_order(engines, r)) for r in range(6)]
+    assert sorted(orders) == sorted(itertools.permutations(engines))
+    # Each engine in each position twice, and directly after each other engine twice.
+    assert Counter((i, e) for o in orders for i, e in enumerate(o)) == {
+        (i, e): 2 for i in range(3) for e in engines}
+    assert Counter(pair for o in orders for pair in itertools.pairwise(o)) == {
+        pair: 2 for pair in itertools.permutations(engines, 2)}
+    assert [round_order(engines, r) for r in range(6, 12)] == [list(o) for o in orders]
+    assert FULL.rounds % 6 == 0
+    assert [round_order(["a", "b"], r) for r in range(4)] == [
+        ["a", "b"], ["b", "a"], ["b", "a"], ["a", "b"]]
 
 
 def test_round_ratio_is_the_median_of_per_round_ratios() -> None:

@@ -106,10 +106,22 @@ def test_add_chunk_of_a_chat_stream() -> None:
         {"choices": [], "usage": USAGE},
     ]
     firsts = [add_chunk(result, chunk, now_s=float(i)) for i, chunk in enumerate(chunks)]
-    assert firsts == [False, True, False, False]
-    assert result.ttft_s == 1.0  # the role-only chunk carries no text
+    # Generation starts at the role chunk (sent with the first token); the first text is later.
+    assert firsts == [True, False, False, False]
+    assert result.ttft_s == 1.0
+    assert result.chunks == 3
     assert (result.text, result.finish_reason, result.finish_count) == ("abc", "length", 1)
     assert (result.prompt_tokens, result.completion_tokens, result.total_tokens) == (5, 3, 8)
+
+
+def test_add_chunk_marks_generation_started_at_a_token_without_text() -> None:
+    # A random-weight model can emit tokens that decode to nothing for a long stretch.
+    result = LoadResult(LoadRequest(0, "completion", True, "p", 3))
+    empty = {"choices": [{"text": "", "finish_reason": None}]}
+    assert add_chunk(result, empty, 0.1) is True
+    assert add_chunk(result, empty, 0.2) is False
+    assert add_chunk(result, {"choices": [{"text": "y", "finish_reason": None}]}, 0.3) is False
+    assert (result.text, result.ttft_s, result.chunks) == ("y", 0.3, 3)
 
 
 def test_add_chunk_of_a_completion_stream_and_an_error_event() -> None:

@@ -20,7 +20,9 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
 
     Decides from ``VLLM_ASCEND_DEVICE`` (auto|npu|cpu) and a cheap NPU probe; imports
     neither torch, torch_npu nor vLLM. When activating, checks the installed vLLM version
-    and logs one clear error if it is missing or outside the tested range.
+    and logs one clear error if it is missing or outside the tested range; activating the
+    host-CPU platform also turns on huge pages for large host tensors
+    (:mod:`vllm_ascend.platform.host_huge_pages`).
     """
     from vllm_ascend.platform import device_probe
 
@@ -36,4 +38,10 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
         from vllm_ascend.platform.version import check_vllm_version
 
         check_vllm_version()
+    if platform == device_probe.CPU_PLATFORM and environ is None:
+        from vllm_ascend.platform.host_huge_pages import apply_host_huge_pages
+
+        # Here, not in check_and_update_config: torch has allocated by then (it reads the
+        # variable once, at its first CPU allocation).
+        apply_host_huge_pages()
     return platform

@@ -1,9 +1,9 @@
 """A fault while `vllm-ascend serve` generates: what the server and its clients did after it.
 
 `fault_during_load` runs a load against a started `VllmServer` in a thread, applies a fault
-(kill a worker, SIGTERM the server, ...) once the first streamed text arrived, and records how
-the server exited, how long that took, what every request got, and which of the server's
-processes outlived it.
+(kill a worker, SIGTERM the server, ...) once generation started (the first streamed token
+arrived), and records how the server exited, how long that took, what every request got, and
+which of the server's processes outlived it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def fault_during_load(
     request_timeout: float = 120.0,
     grace: float = 10.0,
 ) -> FaultOutcome:
-    """Send `requests`; `settle_s` after the first streamed text, call `fault` with the
+    """Send `requests`; `settle_s` after the first streamed token, call `fault` with the
     server's process tree; then wait (bounded) for the server to exit and the load to end."""
     first = threading.Event()
     load = run_load(server.base_url, model, requests, concurrency, timeout=request_timeout,
@@ -62,7 +62,7 @@ def fault_during_load(
         running = pool.submit(asyncio.run, load)
         if not first.wait(first_token_timeout):
             server.kill_group()  # the load then ends with connection errors
-            raise ServerError(f"no streamed text within {first_token_timeout} s\n"
+            raise ServerError(f"no streamed token within {first_token_timeout} s\n"
                               f"{server.log_tail()}")
         time.sleep(settle_s)
         tree = process_tree(server.proc.pid)

@@ -70,7 +70,8 @@ class LoadRequest:
 @dataclass
 class LoadResult:
     """What one request got back, and when (seconds from its send). `finish_count` is how
-    many choice chunks carried a finish reason (a complete stream has exactly one)."""
+    many choice chunks carried a finish reason (a complete stream has exactly one);
+    `chunks` how many streamed chunks carried a choice (generated output, text or not)."""
 
     request: LoadRequest
     status: int | None = None
@@ -84,6 +85,7 @@ class LoadResult:
     ttft_s: float | None = None
     error: str | None = None
     timed_out: bool = False
+    chunks: int = 0
 
     def read_usage(self, usage: Mapping[str, Any]) -> None:
         self.prompt_tokens = usage.get("prompt_tokens")
@@ -131,25 +133,31 @@ def read_answer(result: LoadResult, body: Mapping[str, Any]) -> None:
 
 def add_chunk(result: LoadResult, chunk: Mapping[str, Any], now_s: float) -> bool:
     """Add one streamed chunk (its `data:` JSON) to `result`, `now_s` seconds after the send;
-    True when it carried the request's first text."""
+    True when it is the request's first chunk of generated output.
+
+    That first chunk may carry no text (chat's role chunk; a token that decodes to nothing, as
+    a random-weight model emits for long stretches), but the server sends it only once the
+    request's first token exists, so it marks the start of generation; `ttft_s` is the first
+    text a user sees."""
     if "error" in chunk:
         result.error = json.dumps(chunk["error"])[:500]
         return False
-    first = False
-    for choice in chunk.get("choices") or []:
+    choices = chunk.get("choices") or []
+    if choices:
+        result.chunks += 1
+    for choice in choices:
         text = choice.get("text")
         if text is None:
             text = (choice.get("delta") or {}).get("content")
         if text and result.ttft_s is None:
             result.ttft_s = now_s
-            first = True
         result.text += text or ""
         if choice.get("finish_reason") is not None:
             result.finish_reason = choice["finish_reason"]
             result.finish_count += 1
     if chunk.get("usage"):
         result.read_usage(chunk["usage"])
-    return first
+    return bool(choices) and result.chunks == 1
 
 
 async def _send(client: Any, model: str, request: LoadRequest, extra: Mapping[str, Any] | None,
@@ -193,8 +201,8 @@ async def run_load(base_url: str, model: str, requests: Sequence[LoadRequest], c
     """Send `requests` with at most `concurrency` in flight; (results in request order, wall
     seconds). A request that fails (HTTP error, stream error event, transport error, no
     answer within `timeout` seconds: `timed_out`) has `error` set. `first_token` is set at
-    the first streamed text of any request; `extra_body` goes into every body; `transport`
-    replaces httpx's network transport (tests)."""
+    the first streamed token of any request (its text may be empty); `extra_body` goes into
+    every body; `transport` replaces httpx's network transport (tests)."""
     import httpx
 
     if concurrency < 1:
