@@ -1,9 +1,11 @@
 """Where an engine step's time goes: stock vLLM CPU vs the host-CPU platform, by category.
 
 Each engine of ``e2e_engines`` (fresh compile cache) runs in its own child process
-(``benchmarks.profile_child``) on the end-to-end benchmark's dense model; the torch profiler
-records a single-stream and a batched greedy generation (least disturbed of a few windows) and
-every op's self time is put in one category (linear layers, attention, the ascend ops' Python
+(``benchmarks.profile_child``) on the end-to-end benchmark's dense model. All engines stay up
+and the torch profiler records their single-stream and batched greedy generations in turn
+(``round_order``, as ``e2e`` times them), so a slow spell of the shared host lands on every
+engine alike; each figure is the median over an engine's windows. Every op's self time is put
+in one category (linear layers, attention, the ascend ops' Python
 reference glue and the aten kernels it calls, inductor's generated kernels with their graph
 glue, everything outside the model graph). The table gives milliseconds per engine step; the
 profiler's own overhead inflates every column alike, so compare engines, not absolutes.
@@ -12,13 +14,14 @@ profiler's own overhead inflates every column alike, so compare engines, not abs
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_e2e import FULL, PROMPTS, QUICK, Size
+from benchmarks.bench_e2e import FULL, PROMPTS, QUICK, Size, round_order
 from benchmarks.e2e_engines import engine_setup
 from benchmarks.profile_child import CATEGORIES
 from benchmarks.table import Table
@@ -26,29 +29,89 @@ from benchmarks.table import Table
 LABELS = ("stock", "fusion on", "fusion off")
 
 
-def profile_engine(label: str, model: Path, root: Path, max_tokens: int, repeats: int
-                   ) -> dict[str, Any]:
-    """Run one engine's profile in a child process; its parsed JSON result."""
-    env, kwargs = engine_setup(label, model, root, max_num_seqs=len(PROMPTS))
-    request = {"kwargs": kwargs, "prompts": PROMPTS, "max_tokens": max_tokens,
-               "repeats": repeats}
-    log = root / f"profile-{label.replace(' ', '-')}.log"
-    with log.open("w") as out:
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.profile_child", json.dumps(request)],
-            env=env, stdout=subprocess.PIPE, stderr=out, text=True, timeout=3600, check=False,
-        )
-    for line in proc.stdout.splitlines():
-        if line.startswith("PROFILE "):
-            result: dict[str, Any] = json.loads(line.removeprefix("PROFILE "))
-            return result
-    raise RuntimeError(f"profile of {label!r} failed (exit {proc.returncode}); log: {log}")
+WORKLOADS = ("single", "batch")
+
+
+class ProfiledEngine:
+    """One engine's profile child process: started (warm), asked for windows, stopped."""
+
+    def __init__(self, label: str, model: Path, root: Path, max_tokens: int) -> None:
+        env, kwargs = engine_setup(label, model, root, max_num_seqs=len(PROMPTS))
+        request = {"kwargs": kwargs, "prompts": PROMPTS, "max_tokens": max_tokens}
+        self.label = label
+        self.log = root / f"profile-{label.replace(' ', '-')}.log"
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.profile_child", json.dumps(request)],
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+            )
+        self._answer("READY")
+
+    def _answer(self, prefix: str) -> str:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix):]
+        raise RuntimeError(f"profile of {self.label!r} failed (exit {self.proc.wait()}); "
+                           f"log: {self.log}")
+
+    def window(self, workload: str) -> dict[str, Any]:
+        """One profiled generation of ``workload`` ("single" or "batch")."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(workload + "\n")
+        self.proc.stdin.flush()
+        found: dict[str, Any] = json.loads(self._answer("WINDOW "))
+        return found
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-figure medians over an engine's windows of one workload."""
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    return {
+        "ms_per_step": {name: med([w["ms_per_step"][name] for w in windows])
+                        for name in windows[0]["ms_per_step"]},
+        "calls_per_step": {name: med([w["calls_per_step"].get(name, 0.0) for w in windows])
+                           for name in sorted({n for w in windows for n in w["calls_per_step"]})},
+        "wall_ms_per_step": med([w["wall_ms_per_step"] for w in windows]),
+    }
+
+
+def profile_interleaved(labels: tuple[str, ...], model: Path, root: Path, max_tokens: int,
+                        rounds: int) -> dict[str, dict[str, Any]]:
+    """Start each engine alone, then profile them in turn for ``rounds``; per engine and
+    workload, the median window."""
+    engines: list[ProfiledEngine] = []
+    try:
+        for label in labels:
+            engines.append(ProfiledEngine(label, model, root, max_tokens))
+        windows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in range(rounds):
+            for workload in WORKLOADS:
+                for engine in round_order(engines, r):
+                    windows.setdefault((engine.label, workload), []).append(
+                        engine.window(workload))
+    finally:
+        for engine in engines:
+            engine.close()
+    return {label: {workload: median_window(windows[label, workload])
+                    for workload in WORKLOADS} for label in labels}
 
 
 def profile_tables(size: Size, results: dict[str, dict[str, Any]]) -> list[Table]:
     """One table per workload: ms per step by category, per engine."""
     tables = []
-    for workload in ("single", "batch"):
+    for workload in WORKLOADS:
         rows: list[list[Any]] = []
         for name in (*CATEGORIES, "wall time per step (profiled)"):
             row: list[Any] = [name]
@@ -67,6 +130,8 @@ def profile_tables(size: Size, results: dict[str, dict[str, Any]]) -> list[Table
             f"{workload}: {'1 prompt' if workload == 'single' else f'{len(PROMPTS)} prompts'}, "
             f"{size.max_tokens} greedy tokens; {size.layers}-layer bf16 Qwen3-style model "
             f"(hidden {size.hidden}, {size.heads} heads / {size.kv_heads} KV heads).",
+            "Medians over each engine's profiled windows; the engines were profiled in turn, "
+            "window by window, so the host's slow spells fall on all of them alike.",
             "Self CPU time per category (ms per engine step); an op inherits its nearest "
             "categorised ancestor (the aten ops inside an ascend reference op count as that "
             "op). 'inductor kernels + graph glue' is the self time of the compiled graphs: "
@@ -91,7 +156,6 @@ def run(quick: bool = False) -> list[Table]:
         )
         # quick (a smoke run of the code path): stock and fusion on only.
         labels = LABELS[:2] if quick else LABELS
-        results = {label: profile_engine(label, model, root / "run", size.max_tokens,
-                                         repeats=2 if quick else 3)
-                   for label in labels}
+        results = profile_interleaved(labels, model, root / "run", size.max_tokens,
+                                      rounds=2 if quick else 12)
     return profile_tables(size, results)

@@ -1,10 +1,12 @@
-"""Child process of the ``profile`` benchmark: one engine, profiled steps, a JSON breakdown.
+"""Child process of the ``profile`` benchmark: one engine, profiled windows on request.
 
 Run as ``python -m benchmarks.profile_child REQUEST_JSON`` with the engine's environment
-already set by the parent (``bench_profile``). It builds a `vllm.LLM` in-process, warms it up,
-runs the torch profiler around a single-stream and a batched greedy generation, classifies
-every profiled op's self time (see :func:`category`) and prints one JSON line: per workload,
-milliseconds per engine step in each category, plus op call counts.
+already set by the parent (``bench_profile``). It builds a `vllm.LLM` in-process, warms it up
+at both batch sizes and prints ``READY``. Then each line ``single`` or ``batch`` on its stdin
+runs the torch profiler around one greedy generation of that workload, classifies every
+profiled op's self time (see :func:`category`) and answers one ``WINDOW`` JSON line:
+milliseconds per engine step in each category, op call counts and the window's wall time. The
+parent asks its engines in turn, so every engine's windows share the host's weather.
 """
 
 from __future__ import annotations
@@ -75,31 +77,28 @@ def breakdown(events: Any, steps: int) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     request = json.loads(argv[0])
-    import torch
     from torch.profiler import ProfilerActivity, profile
     from vllm import LLM, SamplingParams
 
     llm = LLM(**request["kwargs"])
     prompts: list[str] = request["prompts"]
-    results: dict[str, Any] = {}
-    for workload, batch in (("single", prompts[:1]), ("batch", prompts)):
-        params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"],
-                                ignore_eos=True)
+    batches = {"single": prompts[:1], "batch": prompts}
+    params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"], ignore_eos=True)
+    for batch in batches.values():
         llm.generate(batch, params, use_tqdm=False)  # warm-up at this batch size
-        best: dict[str, Any] | None = None
-        for _ in range(request["repeats"]):
-            start = time.perf_counter()
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                llm.generate(batch, params, use_tqdm=False)
-            wall_ms = (time.perf_counter() - start) * 1000.0 / request["max_tokens"]
-            found = breakdown(prof.events(), request["max_tokens"])
-            found["wall_ms_per_step"] = wall_ms
-            # The least disturbed window: the machine is shared, others only add time.
-            if best is None or wall_ms < best["wall_ms_per_step"]:
-                best = found
-        results[workload] = best
-    results["threads"] = torch.get_num_threads()
-    print("PROFILE " + json.dumps(results), flush=True)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        workload = line.strip()
+        if workload not in batches:
+            raise SystemExit(f"profile_child: unknown workload {workload!r}; "
+                             f"allowed: {', '.join(batches)}")
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            llm.generate(batches[workload], params, use_tqdm=False)
+        wall_ms = (time.perf_counter() - start) * 1000.0 / request["max_tokens"]
+        found = breakdown(prof.events(), request["max_tokens"])
+        found["wall_ms_per_step"] = wall_ms
+        print("WINDOW " + json.dumps(found), flush=True)
     return 0
 
 

@@ -15,6 +15,7 @@ from benchmarks.bench_e2e import (
     round_quartiles,
     round_ratio,
 )
+from benchmarks.bench_profile import median_window
 from benchmarks.e2e_engines import EngineRun
 from benchmarks.profile_child import category
 
@@ -111,3 +112,21 @@ def test_profile_categories_follow_the_nearest_categorised_ancestor() -> None:
     assert category(["aten::empty", "## Call CompiledFxGraph x ##"]) == (
         "inductor kernels + graph glue")
     assert category(["aten::argmax"]) == "outside the model graph"
+
+
+def test_profile_figures_are_medians_over_the_windows() -> None:
+    def window(linear: float, glue: float, wall: float, calls: dict[str, float]) -> dict:
+        return {"ms_per_step": {"linear layers": linear, "outside the model graph": glue},
+                "calls_per_step": calls, "wall_ms_per_step": wall}
+
+    windows = [window(3.0, 0.5, 9.0, {"_C::onednn_mm": 33.0, "ascend::rms_norm": 2.0}),
+               window(1.0, 0.7, 5.0, {"_C::onednn_mm": 33.0, "ascend::silu_and_mul": 1.0}),
+               window(2.0, 0.1, 7.5, {"_C::onednn_mm": 33.0, "ascend::rms_norm": 2.0})]
+    assert median_window(windows) == {
+        "ms_per_step": {"linear layers": 2.0, "outside the model graph": 0.5},
+        # A call missing from a window counts as none there.
+        "calls_per_step": {"_C::onednn_mm": 33.0, "ascend::rms_norm": 2.0,
+                           "ascend::silu_and_mul": 0.0},
+        "wall_ms_per_step": 7.5,
+    }
+    assert median_window(windows[:2])["wall_ms_per_step"] == 7.0
