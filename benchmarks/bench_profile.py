@@ -1,29 +1,26 @@
 """Where an engine step's time goes: stock vLLM CPU vs the host-CPU platform, by category.
 
-Each engine of ``e2e_engines`` (fresh compile cache) runs in its own child process
-(``benchmarks.profile_child``) on the end-to-end benchmark's dense model. All engines stay up
-and the torch profiler records their single-stream and batched greedy generations in turn
-(``round_order``, as ``e2e`` times them), so a slow spell of the shared host lands on every
-engine alike; each figure is the median over an engine's windows. Every op's self time is put
-in one category (linear layers, attention, the ascend ops' Python
-reference glue and the aten kernels it calls, inductor's generated kernels with their graph
-glue, everything outside the model graph). The table gives milliseconds per engine step; the
-profiler's own overhead inflates every column alike, so compare engines, not absolutes.
+Each engine of ``e2e_engines`` (fresh compile cache, its own worker process) runs the
+end-to-end benchmark's dense model. All engines stay up and the torch profiler records their
+single-stream and batched greedy generations in turn (``round_order``, as ``e2e`` times them),
+so a slow spell of the shared host lands on every engine alike; each figure is the median over
+an engine's windows. Every op's self time is put in one category (``profile_breakdown``:
+linear layers, attention, the ascend ops' Python reference glue and the aten kernels it calls,
+inductor's generated kernels with their graph glue, everything outside the model graph). The
+table gives milliseconds per engine step; the profiler's own overhead inflates every column
+alike, so compare engines, not absolutes.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_e2e import FULL, PROMPTS, QUICK, Size, round_order
-from benchmarks.e2e_engines import engine_setup
-from benchmarks.profile_child import CATEGORIES
+from benchmarks.e2e_engines import Engine
+from benchmarks.profile_breakdown import CATEGORIES, breakdown
 from benchmarks.table import Table
 
 LABELS = ("stock", "fusion on", "fusion off")
@@ -32,52 +29,19 @@ LABELS = ("stock", "fusion on", "fusion off")
 WORKLOADS = ("single", "batch")
 
 
-class ProfiledEngine:
-    """One engine's profile child process: started (warm), asked for windows, stopped."""
-
-    def __init__(self, label: str, model: Path, root: Path, max_tokens: int) -> None:
-        env, kwargs = engine_setup(label, model, root, max_num_seqs=len(PROMPTS))
-        request = {"kwargs": kwargs, "prompts": PROMPTS, "max_tokens": max_tokens}
-        self.label = label
-        self.log = root / f"profile-{label.replace(' ', '-')}.log"
-        with self.log.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.profile_child", json.dumps(request)],
-                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-            )
-        self._answer("READY")
-
-    def _answer(self, prefix: str) -> str:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith(prefix):
-                return line[len(prefix):]
-        raise RuntimeError(f"profile of {self.label!r} failed (exit {self.proc.wait()}); "
-                           f"log: {self.log}")
-
-    def window(self, workload: str) -> dict[str, Any]:
-        """One profiled generation of ``workload`` ("single" or "batch")."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(workload + "\n")
-        self.proc.stdin.flush()
-        found: dict[str, Any] = json.loads(self._answer("WINDOW "))
-        return found
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def window(engine: Engine, workload: str, max_tokens: int) -> dict[str, Any]:
+    """One profiled greedy generation of ``workload`` ("single" or "batch") by ``engine``."""
+    prompts = PROMPTS[:1] if workload == "single" else PROMPTS
+    answer = engine.worker.request("profile", name="e2e", prompts=prompts,
+                                   max_tokens=max_tokens, timeout=1800)
+    found = breakdown(answer["ops"], max_tokens)
+    found["wall_ms_per_step"] = float(answer["elapsed_s"]) * 1000.0 / max_tokens
+    return found
 
 
 def median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-figure medians over an engine's windows of one workload."""
-    def med(values: list[float]) -> float:
-        return statistics.median(values)
-
+    med = statistics.median
     return {
         "ms_per_step": {name: med([w["ms_per_step"][name] for w in windows])
                         for name in windows[0]["ms_per_step"]},
@@ -91,16 +55,19 @@ def profile_interleaved(labels: tuple[str, ...], model: Path, root: Path, max_to
                         rounds: int) -> dict[str, dict[str, Any]]:
     """Start each engine alone, then profile them in turn for ``rounds``; per engine and
     workload, the median window."""
-    engines: list[ProfiledEngine] = []
+    engines: list[Engine] = []
     try:
         for label in labels:
-            engines.append(ProfiledEngine(label, model, root, max_tokens))
+            engine = Engine(label, model, root, max_num_seqs=len(PROMPTS))
+            engines.append(engine)
+            engine.start()
+            engine.generate(PROMPTS, max_tokens)  # warm-up at the batch size
         windows: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in range(rounds):
             for workload in WORKLOADS:
                 for engine in round_order(engines, r):
-                    windows.setdefault((engine.label, workload), []).append(
-                        engine.window(workload))
+                    windows.setdefault((engine.run.label, workload), []).append(
+                        window(engine, workload, max_tokens))
     finally:
         for engine in engines:
             engine.close()

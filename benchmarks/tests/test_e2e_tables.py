@@ -17,7 +17,7 @@ from benchmarks.bench_e2e import (
 )
 from benchmarks.bench_profile import median_window
 from benchmarks.e2e_engines import EngineRun
-from benchmarks.profile_child import category
+from benchmarks.profile_breakdown import breakdown, category
 
 
 def _run(label: str, rate: float, startup: float = 10.0, rss: float = 1000.0,
@@ -130,3 +130,24 @@ def test_profile_figures_are_medians_over_the_windows() -> None:
         "wall_ms_per_step": 7.5,
     }
     assert median_window(windows[:2])["wall_ms_per_step"] == 7.0
+
+
+def test_breakdown_sums_self_time_per_category_and_calls_per_step() -> None:
+    graph = "## Call CompiledFxGraph x ##"
+    ops = [
+        (["_C::onednn_mm", graph], 3000.0, 66),
+        (["aten::item", "_C::onednn_mm", graph], 200.0, 66),  # inside a linear: linear time
+        (["ascend::rms_norm", graph], 500.0, 4),
+        (["aten::mul", "ascend::rms_norm", graph], 300.0, 4),
+        ([graph], 1000.0, 2),
+        (["aten::argmax"], 100.0, 2),
+    ]
+    found = breakdown(ops, steps=2)
+    assert found["ms_per_step"] == {
+        "linear layers": 1.6, "attention + KV cache": 0.0, "MoE experts": 0.0,
+        "ascend ops: Python reference glue": 0.25, "ascend ops: aten kernels inside": 0.15,
+        "inductor kernels + graph glue": 0.5, "outside the model graph": 0.05,
+    }
+    # Only the ops worth naming are counted, by their own name (not an ancestor's).
+    assert found["calls_per_step"] == {graph: 1.0, "_C::onednn_mm": 33.0,
+                                       "ascend::rms_norm": 2.0}

@@ -51,6 +51,27 @@ class EngineHost:
         )
         return {"outputs": outputs, "elapsed_s": elapsed}
 
+    def op_profile(self, name: str, prompts: list[str], max_tokens: int = 16) -> dict[str, Any]:
+        """`op_generate` under the torch profiler (CPU). Per chain of op names (the op, then
+        its ancestors outward) the summed self CPU time in microseconds and the call count,
+        plus the generation's wall time."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            _, elapsed = generate(self.engines[name], prompts, max_tokens=max_tokens)
+        totals: dict[tuple[str, ...], list[float]] = {}
+        for event in prof.events():
+            chain = []
+            node = event
+            while node is not None:
+                chain.append(node.name)
+                node = node.cpu_parent
+            entry = totals.setdefault(tuple(chain), [0.0, 0])
+            entry[0] += event.self_cpu_time_total
+            entry[1] += 1
+        ops = [[list(chain), us, count] for chain, (us, count) in totals.items()]
+        return {"elapsed_s": elapsed, "ops": ops}
+
     def op_unload(self, name: str) -> dict[str, Any]:
         import gc
 
