@@ -15,6 +15,7 @@ from typing import Any
 # ancestor, so e.g. the aten ops a Python reference kernel calls count as that kernel's time.
 LINEAR = ("_C::onednn_mm", "aten::mm", "aten::addmm", "aten::linear", "aten::matmul")
 ATTENTION = ("vllm::unified_attention_with_output", "vllm::unified_kv_cache_update",
+             "vllm_ascend::attention_with_kv_update",
              "_C::cpu_attention_with_kv_cache", "_C::cpu_attn_reshape_and_cache")
 GRAPH = "## Call CompiledFxGraph"
 CATEGORIES = (

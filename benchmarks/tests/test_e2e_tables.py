@@ -108,6 +108,8 @@ def test_profile_categories_follow_the_nearest_categorised_ancestor() -> None:
         "ascend ops: aten kernels inside")
     assert category(["aten::item", "_C::onednn_mm"]) == "linear layers"
     assert category(["_C::cpu_attention_with_kv_cache"]) == "attention + KV cache"
+    # the fused op's own Python time counts as attention too (fusion on)
+    assert category(["vllm_ascend::attention_with_kv_update"]) == "attention + KV cache"
     assert category(["_C::cpu_fused_moe", "## Call CompiledFxGraph x ##"]) == "MoE experts"
     assert category(["aten::empty", "## Call CompiledFxGraph x ##"]) == (
         "inductor kernels + graph glue")

@@ -142,6 +142,7 @@ class CompiledRun:
     outputs: list[dict[str, Any]]
     report: dict[str, int]
     dump_dir: Path
+    cache_root: Path
 
 
 class CompiledRuns:
@@ -184,10 +185,24 @@ class CompiledRuns:
 
     def _start(self, arch: str, fusion: bool) -> LLMWorker:
         name = self._name(arch, fusion)
-        return self.start(name, device="cpu", **inductor_debug_env(self.dump_root / name))
+        return self.start(name, device="cpu", VLLM_CACHE_ROOT=str(self.cache_root(arch, fusion)),
+                          **inductor_debug_env(self.dump_root / name))
 
-    def _drive(self, arch: str, model: str, fusion: bool, worker: LLMWorker) -> CompiledRun:
-        name = self._name(arch, fusion)
+    def warm(self, arch: str, fusion: bool) -> CompiledRun:
+        """A second engine of (arch, fusion), in a new process on the first one's compile
+        cache: it loads the compiled graphs instead of compiling them."""
+        cold = self.get(arch, fusion)
+        name = f"{self._name(arch, fusion)}-warm"
+        worker = self.start(name, device="cpu", VLLM_CACHE_ROOT=str(cold.cache_root))
+        return self._drive(arch, str(self.tiny.path(arch)), fusion, worker, name)
+
+    def cache_root(self, arch: str, fusion: bool) -> Path:
+        """The compile cache root of the (arch, fusion) engine (fresh before its run)."""
+        return self.dump_root / f"{self._name(arch, fusion)}-cache"
+
+    def _drive(self, arch: str, model: str, fusion: bool, worker: LLMWorker,
+               name: str | None = None) -> CompiledRun:
+        name = name or self._name(arch, fusion)
         kwargs = llm_kwargs(model, fusion=fusion, log_dir=self.log_dir)
         worker.request("load", name=name, kwargs=kwargs, timeout=900)
         answer = worker.request(
@@ -195,7 +210,8 @@ class CompiledRuns:
         )
         report = worker.request("fusion_report")["report"]
         worker.close()
-        return CompiledRun(answer["outputs"], report, self.dump_root / name)
+        return CompiledRun(answer["outputs"], report, self.dump_root / name,
+                           self.cache_root(arch, fusion))
 
 
 @pytest.fixture(scope="session")

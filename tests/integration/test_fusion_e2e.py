@@ -15,14 +15,21 @@ ARCHES = ("llama", "qwen3", "qwen3_moe")
 NUM_LAYERS = 2  # conftest.NUM_LAYERS: the tiny models' decoder layers
 
 # Fusion passes and the sites each rewrites in the whole tiny model (float32, no quantization,
-# so norm_quant never applies; no `x * scale + y` in these models, so muls_add never applies).
+# so norm_quant never applies; no `x * scale + y` in these models, so muls_add never applies;
+# every attention layer writes its KV cache and attends in one op).
 EXPECTED_REPORT = {
-    "llama": {"qknorm_rope": 0, "norm_quant": 0, "muls_add": 0},  # no QK norm
-    "qwen3": {"qknorm_rope": NUM_LAYERS, "norm_quant": 0, "muls_add": 0},
-    "qwen3_moe": {"qknorm_rope": NUM_LAYERS, "norm_quant": 0, "muls_add": 0},
+    "llama": {"qknorm_rope": 0, "norm_quant": 0, "muls_add": 0,  # no QK norm
+              "kv_cache_attention": NUM_LAYERS},
+    "qwen3": {"qknorm_rope": NUM_LAYERS, "norm_quant": 0, "muls_add": 0,
+              "kv_cache_attention": NUM_LAYERS},
+    "qwen3_moe": {"qknorm_rope": NUM_LAYERS, "norm_quant": 0, "muls_add": 0,
+                  "kv_cache_attention": NUM_LAYERS},
 }
 FUSED_OP = "ascend.split_qkv_rmsnorm_rope"
 ROPE_OP = "ascend.rotary_embedding"
+KV_UPDATE_OP = "vllm.unified_kv_cache_update"
+ATTENTION_OP = "vllm.unified_attention_with_output"
+FUSED_ATTENTION_OP = "vllm_ascend.attention_with_kv_update"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -59,3 +66,23 @@ def test_dumped_graphs_hold_one_fused_node_per_attention_layer(compiled_runs, ar
     assert fused[ROPE_OP] == NUM_LAYERS - expected
     assert unfused[FUSED_OP] == 0
     assert unfused[ROPE_OP] == NUM_LAYERS
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_dumped_graphs_write_the_kv_cache_inside_the_attention_call(
+    compiled_runs, arch: str
+) -> None:
+    ops = (KV_UPDATE_OP, ATTENTION_OP, FUSED_ATTENTION_OP)
+    fused = count_ops_in_dump(compiled_runs.get(arch, fusion=True).dump_dir, ops)
+    unfused = count_ops_in_dump(compiled_runs.get(arch, fusion=False).dump_dir, ops)
+    assert fused == {KV_UPDATE_OP: 0, ATTENTION_OP: 0, FUSED_ATTENTION_OP: NUM_LAYERS}
+    assert unfused == {KV_UPDATE_OP: NUM_LAYERS, ATTENTION_OP: NUM_LAYERS, FUSED_ATTENTION_OP: 0}
+
+
+def test_a_fused_graph_loaded_from_the_compile_cache_runs_in_a_new_process(compiled_runs) -> None:
+    # The loaded graph calls the fused attention op, but no pass manager compiles anything in
+    # that process: the op must be there all the same (the plugin registers it at start-up).
+    cold = compiled_runs.get("qwen3", fusion=True)
+    warm = compiled_runs.warm("qwen3", fusion=True)
+    assert sum(warm.report.values()) == 0  # loaded, not compiled: no pass ran
+    assert [o["token_ids"] for o in warm.outputs] == [o["token_ids"] for o in cold.outputs]

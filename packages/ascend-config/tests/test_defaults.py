@@ -45,7 +45,7 @@ SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
     "xlite_graph_config": {"enabled": False, "full_mode": False},
     "ascend_compilation_config": {
         "enable_npugraph_ex": True, "enable_static_kernel": False, "fuse_norm_quant": True,
-        "fuse_qknorm_rope": True, "fuse_muls_add": True},
+        "fuse_qknorm_rope": True, "fuse_muls_add": True, "fuse_kv_cache_attention": True},
     "ascend_fusion_config": {"fusion_ops_gmmswigluquant": True},
     "finegrained_tp_config": {
         "oproj_tensor_parallel_size": 0, "lmhead_tensor_parallel_size": 0,
@@ -115,7 +115,8 @@ def test_bubble_threshold_is_stored_as_float(res: Any) -> None:
 
 def test_compilation_defaults() -> None:
     assert compilation_defaults() == {
-        "fuse_norm_quant": True, "fuse_qknorm_rope": True, "fuse_muls_add": True}
+        "fuse_norm_quant": True, "fuse_qknorm_rope": True, "fuse_muls_add": True,
+        "fuse_kv_cache_attention": True}
 
 
 def test_explicit_nested_values_are_honoured(res: Any) -> None:
@@ -127,7 +128,8 @@ def test_explicit_nested_values_are_honoured(res: Any) -> None:
     assert (comp.fuse_norm_quant, comp.enable_npugraph_ex, comp.enable_static_kernel) == (
         False, True, True)
     assert comp.pass_switches() == {
-        "fuse_norm_quant": False, "fuse_qknorm_rope": True, "fuse_muls_add": True}
+        "fuse_norm_quant": False, "fuse_qknorm_rope": True, "fuse_muls_add": True,
+        "fuse_kv_cache_attention": True}
     srf = cfg.scheduler_config.short_request_first_config
     assert (srf.enabled, srf.threshold, srf.long_max_wait_ms) == (True, 128, 50.0)
 

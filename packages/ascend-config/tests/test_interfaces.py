@@ -209,7 +209,7 @@ def test_summary_of_a_busy_config() -> None:
                   {"DYNAMIC_EPLB": "true", "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
     assert cfg.summary() == {
         "soc": "A2",
-        "fusion_passes": ["fuse_norm_quant", "fuse_qknorm_rope"],
+        "fusion_passes": ["fuse_norm_quant", "fuse_qknorm_rope", "fuse_kv_cache_attention"],
         "npugraph_ex": True, "static_kernel": True, "xlite": True, "weight_nz_mode": 0,
         "fused_mc2": 1, "eplb": "dynamic",
         "finegrained_tp": {"lmhead_tensor_parallel_size": 2},

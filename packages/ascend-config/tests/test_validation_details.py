@@ -250,6 +250,9 @@ def test_repeated_env_options_and_missing_command(monkeypatch: pytest.MonkeyPatc
      "weight_nz_mode: must be an integer (given 1.0; allowed: 0, 1 or 2)"),
     ({"mega_moe_max_tokens": 0},
      "mega_moe_max_tokens: Input should be greater than 0 (given 0; allowed: an integer > 0)"),
+    ({"ascend_compilation_config": {"fuse_kv_cache_attention": "yes"}},
+     "ascend_compilation_config.fuse_kv_cache_attention: Input should be a valid boolean "
+     "(given 'yes'; allowed: true or false)"),
 ])
 def test_schema_error_lines(config: dict[str, Any], line: str) -> None:
     assert lines(config) == [line]

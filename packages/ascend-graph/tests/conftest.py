@@ -372,3 +372,89 @@ def bounded_manager() -> Callable[[], ascend_graph.GraphFusionPassManager]:
         return manager
 
     return make
+
+
+# --- stand-ins for vLLM's KV-cache update and attention ops (kv_cache_attention) ----------
+
+
+@dataclass
+class KVOps:
+    """Test ops in a fresh namespace: `update` writes a layer's key/value into `cache`,
+    `attention` attends over that layer's cached key/value, `fused` does both. Every call is
+    logged in `calls` as (op, layer_name)."""
+
+    namespace: str
+    update: Any
+    attention: Any
+    fused: Any
+    cache: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    calls: list[tuple[str, str]]
+
+    @property
+    def handles(self) -> tuple[Any, Any, Any]:
+        """`attention_ops` for the manager / make_backend."""
+        return (self.update, self.attention, self.fused)
+
+
+def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v per head, no causal mask; `[T, H, D]` tensors, the key and
+    value heads shared by groups of query heads (GQA)."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+    scores = torch.einsum("thd,shd->hts", query, key) * query.shape[-1] ** -0.5
+    return torch.einsum("hts,shd->thd", scores.softmax(-1), value)
+
+
+@pytest.fixture(scope="module")
+def kv_ops() -> Any:
+    """KVOps with the schemas of vLLM's `unified_kv_cache_update` /
+    `unified_attention_with_output` (layer name a str) and a fused op taking the attention's
+    first five arguments. New namespace each time, for the reason given in `sp_ops`."""
+    namespace = f"ascend_graph_kv_{uuid.uuid4().hex[:8]}"
+    cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    calls: list[tuple[str, str]] = []
+    lib = torch.library.Library(namespace, "DEF")
+    lib.define("update(Tensor key, Tensor value, str layer_name) -> Tensor")
+    lib.define(
+        "attention(Tensor query, Tensor key, Tensor value, Tensor(a!) output, str layer_name, "
+        "Tensor? output_scale=None, Tensor(b!)? output_block_scale=None, "
+        "Tensor? kv_cache_dummy_dep=None) -> ()"
+    )
+    lib.define(
+        "fused(Tensor query, Tensor key, Tensor value, Tensor(a!) output, str layer_name) -> ()"
+    )
+
+    def store(key: torch.Tensor, value: torch.Tensor, layer_name: str) -> None:
+        cache[layer_name] = (key.clone(), value.clone())
+
+    def update(key: torch.Tensor, value: torch.Tensor, layer_name: str) -> torch.Tensor:
+        calls.append(("update", layer_name))
+        store(key, value, layer_name)
+        return key.new_empty(0)
+
+    def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  output: torch.Tensor, layer_name: str, output_scale: Any = None,
+                  output_block_scale: Any = None, kv_cache_dummy_dep: Any = None) -> None:
+        calls.append(("attention", layer_name))
+        output.copy_(_attend(query, *cache[layer_name]))  # the cache, not key/value
+
+    def fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              output: torch.Tensor, layer_name: str) -> None:
+        calls.append(("fused", layer_name))
+        store(key, value, layer_name)
+        output.copy_(_attend(query, *cache[layer_name]))
+
+    def update_fake(key: torch.Tensor, value: torch.Tensor, layer_name: str) -> torch.Tensor:
+        return key.new_empty(0)
+
+    def no_result(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    for name, impl, fake in (("update", update, update_fake), ("attention", attention, no_result),
+                             ("fused", fused, no_result)):  # fmt: skip
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
+    ops = getattr(torch.ops, namespace)
+    yield KVOps(namespace, ops.update.default, ops.attention.default, ops.fused.default,
+                cache, calls)  # fmt: skip
+    lib._destroy()

@@ -31,8 +31,8 @@ def test_unknown_keys_are_listed_comma_separated_with_every_allowed_key() -> Non
         make_backend({"zz": 1, "aa": 2, "soc": "cpu"})
     assert str(info.value) == (
         "unknown make_backend config key(s) 'aa', 'zz'; allowed: fuse_norm_quant, "
-        "fuse_qknorm_rope, fuse_muls_add, muls_add_scale, backend, soc, w4a4, qknorm_shapes, "
-        "norm_eps"
+        "fuse_qknorm_rope, fuse_muls_add, fuse_kv_cache_attention, muls_add_scale, backend, "
+        "soc, w4a4, qknorm_shapes, norm_eps, attention_ops"
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import ascend_graph
 import pytest
 import torch
-from ascend_graph import PASS_NAMES, SWITCH_DEFAULTS, GraphFusionPassManager
+from ascend_graph import PASS_NAMES, PASS_SWITCHES, SWITCH_DEFAULTS, GraphFusionPassManager
 from ascend_graph.passes.base import PatternPass
 from ascend_graph.passes.fusion_passes import MulsAddPass, QKNormRopePass
 from ascend_graph.passes.muls_add import MulsAddPattern
@@ -18,10 +18,17 @@ from torch.fx.experimental.proxy_tensor import make_fx
 def test_pass_names_order_and_switches() -> None:
     assert PASS_NAMES == (
         "noop_elimination", "allgather_chunk_cleanup", "norm_quant", "qknorm_rope", "muls_add",
+        "kv_cache_attention",
     )  # fmt: skip
     assert SWITCH_DEFAULTS == {
         "fuse_norm_quant": True, "fuse_qknorm_rope": True, "fuse_muls_add": True,
+        "fuse_kv_cache_attention": True,
     }  # fmt: skip
+    assert PASS_SWITCHES == {
+        "norm_quant": "fuse_norm_quant", "qknorm_rope": "fuse_qknorm_rope",
+        "muls_add": "fuse_muls_add", "kv_cache_attention": "fuse_kv_cache_attention",
+    }  # fmt: skip
+    # kv_cache_attention is on by default but runs only when its op handles are given
     assert GraphFusionPassManager().enabled == (
         "noop_elimination", "norm_quant", "qknorm_rope", "muls_add",
     )  # fmt: skip

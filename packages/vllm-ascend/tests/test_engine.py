@@ -27,7 +27,8 @@ def _greedy(llm):
 
 
 FUSION_OFF = {"ascend_compilation_config": {
-    "fuse_qknorm_rope": False, "fuse_norm_quant": False, "fuse_muls_add": False}}
+    "fuse_qknorm_rope": False, "fuse_norm_quant": False, "fuse_muls_add": False,
+    "fuse_kv_cache_attention": False}}
 
 
 def _compiled(model, tmp_path_factory, additional_config=None):
@@ -65,6 +66,7 @@ def compiled_run(tiny_qwen3_weights, tmp_path_factory, ascend_cpu_platform):
 def test_fusion_passes_ran_inside_vllm(compiled_run) -> None:
     report = compiled_run["report"]
     assert report["qknorm_rope"] >= 2  # one fused q/k norm + rope per layer
+    assert report["kv_cache_attention"] >= 2  # one KV-cache write + attention call per layer
     assert set(report) >= {"norm_quant", "qknorm_rope", "muls_add"}
 
 
@@ -76,6 +78,9 @@ def test_dumped_graphs_are_written_in_ascend_ops(compiled_run) -> None:
     assert "torch.ops.ascend.rotary_embedding" in before
     assert "vllm_ir" not in before  # IR torch wrap is off: providers traced directly
     assert "torch.ops.ascend.split_qkv_rmsnorm_rope" in after
+    # vLLM's KV-cache write + attention pair became one call per layer
+    assert "unified_kv_cache_update" in before and "unified_kv_cache_update" not in after
+    assert "torch.ops.vllm_ascend.attention_with_kv_update" in after
 
 
 def test_compiled_fused_tokens_match_eager(compiled_run, tiny_qwen3_weights) -> None:
@@ -92,6 +97,7 @@ def test_fusion_off_rewrites_nothing_and_keeps_the_tokens(compiled_run, tiny_qwe
     assert sum(off["report"].values()) == 0
     after = "".join(p.read_text() for p in off["dump"].rglob("*AscendFusionPass.after*"))
     assert "torch.ops.ascend.rms_norm" in after and "split_qkv_rmsnorm_rope" not in after
+    assert "unified_kv_cache_update" in after and "attention_with_kv_update" not in after
     assert off["tokens"] == compiled_run["tokens"]
 
 

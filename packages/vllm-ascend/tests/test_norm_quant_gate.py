@@ -121,6 +121,6 @@ def test_pass_manager_drops_norm_quant_for_w4a4_and_logs_once(
     assert len(off) == 1  # logged once
     # On an NPU a float32 model gets no norm_quant pass.
     switches = types.SimpleNamespace(fuse_norm_quant=True, fuse_qknorm_rope=True,
-                                     fuse_muls_add=True)
+                                     fuse_muls_add=True, fuse_kv_cache_attention=True)
     assert "norm_quant" not in build_fusion_manager(switches, "A2", fp32).enabled
     assert "norm_quant" in build_fusion_manager(switches, "cpu", fp32).enabled

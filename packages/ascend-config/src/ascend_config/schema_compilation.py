@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from ascend_config.schema_base import Bool, Section, opt
 
-COMPILATION_PASS_SWITCHES = ("fuse_norm_quant", "fuse_qknorm_rope", "fuse_muls_add")
+COMPILATION_PASS_SWITCHES = (
+    "fuse_norm_quant", "fuse_qknorm_rope", "fuse_muls_add", "fuse_kv_cache_attention",
+)
 
 
 class AscendCompilationConfig(Section):
@@ -17,6 +19,8 @@ class AscendCompilationConfig(Section):
     fuse_norm_quant: Bool = opt(True, "fusion pass: AddRMSNorm + quantize into one op")
     fuse_qknorm_rope: Bool = opt(True, "fusion pass: q/k RMSNorm + RoPE into one op")
     fuse_muls_add: Bool = opt(True, "fusion pass: x * scale + y into one muls_add op")
+    fuse_kv_cache_attention: Bool = opt(
+        True, "fusion pass: an attention layer's KV-cache write and attention in one op call")
 
     def pass_switches(self) -> dict[str, bool]:
         """The fusion-pass switches as keyword arguments for the pass manager."""

@@ -24,6 +24,8 @@ EXTRA_KEYS: dict[str, str] = {
     "w4a4": "true when the model has W4A4 layers (turns norm_quant off)",
     "qknorm_shapes": "list of (head_dim, q_size, kv_size), or None for any",
     "norm_eps": "list of RMSNorm eps values to fuse (default [1e-6, 1e-5])",
+    "attention_ops": "(update_op, attention_op, fused_op) handles for kv_cache_attention, or"
+                     " None (default: that pass does not run)",
 }
 
 
@@ -44,7 +46,7 @@ class AscendBackend:
             )
         self.backend_name = check_backend(config.pop("backend", "eager"))
         kwargs: dict[str, Any] = {}
-        for key in ("muls_add_scale", "soc", "w4a4", "qknorm_shapes"):
+        for key in ("muls_add_scale", "soc", "w4a4", "qknorm_shapes", "attention_ops"):
             if key in config:
                 kwargs[key] = config.pop(key)
         if "norm_eps" in config:
@@ -73,9 +75,10 @@ def make_backend(
 ) -> AscendBackend:
     """A torch.compile backend applying the Ascend fusion passes.
 
-    `config` keys: `fuse_norm_quant`, `fuse_qknorm_rope`, `fuse_muls_add` (default true, as
-    in the Ascend compilation config), `muls_add_scale`, and the optional `backend`, `soc`,
-    `w4a4`, `qknorm_shapes`, `norm_eps`. Unknown keys raise ValueError. `on_graph` receives
+    `config` keys: `fuse_norm_quant`, `fuse_qknorm_rope`, `fuse_muls_add`,
+    `fuse_kv_cache_attention` (default true, as in the Ascend compilation config),
+    `muls_add_scale`, and the optional `backend`, `soc`, `w4a4`, `qknorm_shapes`, `norm_eps`,
+    `attention_ops`. Unknown keys raise ValueError. `on_graph` receives
     every graph right after the passes (for dumps and tests).
     """
     return AscendBackend(config, on_graph=on_graph)

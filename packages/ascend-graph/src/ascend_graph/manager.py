@@ -7,7 +7,10 @@ Fixed order (each pass sees the result of the previous ones):
 2. `allgather_chunk_cleanup` - with sequence parallelism; exposes the norm that follows.
 3. `norm_quant` - `fuse_norm_quant`; off for models with W4A4 layers.
 4. `qknorm_rope` - `fuse_qknorm_rope`.
-5. `muls_add` - `fuse_muls_add`; last, as the other idioms never contain `x * s + y`.
+5. `muls_add` - `fuse_muls_add`; after the norm passes, as their idioms never contain
+   `x * s + y`.
+6. `kv_cache_attention` - `fuse_kv_cache_attention`, when the attention op handles are given
+   (`attention_ops`); it touches only the attention calls, which no other pass matches.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ascend_graph.passes.fusion_passes import (
     NormQuantPass,
     QKNormRopePass,
 )
+from ascend_graph.passes.kv_attention import KVCacheAttentionPass
 from ascend_graph.passes.noop import NoOpEliminationPass
 
 #: Every pass name, in run order: the keys of every report.
@@ -39,12 +43,14 @@ PASS_NAMES: tuple[str, ...] = (
     "norm_quant",
     "qknorm_rope",
     "muls_add",
+    "kv_cache_attention",
 )
 #: Pass name -> its switch in `ascend_compilation_config` (the other passes have none).
 PASS_SWITCHES: dict[str, str] = {
     "norm_quant": "fuse_norm_quant",
     "qknorm_rope": "fuse_qknorm_rope",
     "muls_add": "fuse_muls_add",
+    "kv_cache_attention": "fuse_kv_cache_attention",
 }
 #: Switch defaults; must equal `ascend_config.compilation_defaults()` (an integration test
 #: checks this; this package does not import ascend_config).
@@ -52,6 +58,7 @@ SWITCH_DEFAULTS: dict[str, bool] = {
     "fuse_norm_quant": True,
     "fuse_qknorm_rope": True,
     "fuse_muls_add": True,
+    "fuse_kv_cache_attention": True,
 }
 _UUID_SOURCES = ("manager.py", "capability.py", "passes")
 
@@ -69,6 +76,7 @@ class GraphFusionPassManager:
         fuse_norm_quant: bool = True,
         fuse_qknorm_rope: bool = True,
         fuse_muls_add: bool = True,
+        fuse_kv_cache_attention: bool = True,
         muls_add_scale: float | None = None,
         soc: str = "cpu",
         w4a4: bool = False,
@@ -78,12 +86,14 @@ class GraphFusionPassManager:
         norm_eps: Sequence[float] = DEFAULT_EPS,
         dtypes: Sequence[Any] = DEFAULT_DTYPES,
         qknorm_shapes: Sequence[tuple[int, int, int]] | None = None,
+        attention_ops: tuple[Any, Any, Any] | None = None,
     ) -> None:
         check_soc(soc)
         for name, value in (
             ("fuse_norm_quant", fuse_norm_quant),
             ("fuse_qknorm_rope", fuse_qknorm_rope),
             ("fuse_muls_add", fuse_muls_add),
+            ("fuse_kv_cache_attention", fuse_kv_cache_attention),
             ("w4a4", w4a4),
             ("sequence_parallel", sequence_parallel),
         ):
@@ -102,6 +112,8 @@ class GraphFusionPassManager:
             )
         if fuse_muls_add:
             passes.append(MulsAddPass(scale=muls_add_scale, dtypes=dtypes, soc=soc))
+        if fuse_kv_cache_attention and attention_ops is not None:
+            passes.append(KVCacheAttentionPass(*attention_ops))
         self.passes: tuple[GraphPass, ...] = tuple(passes)
         self.counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)
         self.last_counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)

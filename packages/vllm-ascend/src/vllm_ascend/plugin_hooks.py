@@ -49,10 +49,14 @@ def active_ascend_soc() -> str | None:
 def _setup_this_process(soc: str) -> None:
     # No rank is known here (API server, engine core and workers all run it), so nothing is
     # bound to CPUs: workers bind themselves (runtime.cpu_binding.bind_this_worker).
+    from vllm_ascend.ops.attention_kv import register_attention_op
     from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
     from vllm_ascend.runtime.process_setup import current_process_setup, resolve_published
 
     apply_compat_adjustments(soc)
+    # A compiled graph loaded from the compile cache calls the fused attention op without
+    # the pass manager (which also registers it) ever running in this process.
+    register_attention_op()
     published = resolve_published()
     if published is not None:
         current_process_setup().setup(published[1], published[0])

@@ -103,11 +103,14 @@ def build_fusion_manager(
 
     The all-gather/chunk cleanup runs only with sequence parallelism, and only when vLLM
     provides both op handles it matches (they are passed in: ascend-graph never imports vLLM).
-    norm_quant follows ``norm_quant_gate`` (W4A4 layers, model dtype).
+    norm_quant follows ``norm_quant_gate`` (W4A4 layers, model dtype). kv_cache_attention gets
+    vLLM's attention op handles and the fused op (:mod:`vllm_ascend.ops.attention_kv`),
+    registered here so every process that compiles or loads such a graph has it.
     """
     from ascend_graph import GraphFusionPassManager
 
     from vllm_ascend.compilation.norm_quant_gate import decide_norm_quant, log_once
+    from vllm_ascend.ops.attention_kv import attention_op_handles
 
     norm_quant = decide_norm_quant(bool(switches.fuse_norm_quant), soc, str(facts.dtype),
                                    quant_description)
@@ -116,6 +119,7 @@ def build_fusion_manager(
 
     scale = facts.routed_scaling_factor if facts.routed_scaling_factor != 1.0 else None
     handles = sequence_parallel_ops() if sequence_parallel else None
+    kv_attention = bool(switches.fuse_kv_cache_attention)
     return GraphFusionPassManager(
         fuse_norm_quant=norm_quant.enabled,
         w4a4=norm_quant.w4a4,
@@ -126,6 +130,8 @@ def build_fusion_manager(
         sequence_parallel=handles is not None,
         allgather_op=handles[0] if handles else None,
         chunk_op=handles[1] if handles else None,
+        fuse_kv_cache_attention=kv_attention,
+        attention_ops=attention_op_handles() if kv_attention else None,
     )
 
 

@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 # The Ascend pass switches (ascend_config's `ascend_compilation_config` keys).
-FUSION_SWITCHES: Final = ("fuse_norm_quant", "fuse_qknorm_rope", "fuse_muls_add")
+FUSION_SWITCHES: Final = (
+    "fuse_norm_quant", "fuse_qknorm_rope", "fuse_muls_add", "fuse_kv_cache_attention",
+)
 
 
 def additional_config(
