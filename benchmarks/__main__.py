@@ -15,6 +15,7 @@ BENCHMARKS = {
     "startup": "benchmarks.bench_startup",
     "passes": "benchmarks.bench_passes",
     "kernels": "benchmarks.bench_kernels",
+    "attention": "benchmarks.bench_attention",
     "e2e": "benchmarks.bench_e2e",
     "profile": "benchmarks.bench_profile",
     "topology": "benchmarks.bench_topology",

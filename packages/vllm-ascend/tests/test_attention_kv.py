@@ -7,67 +7,33 @@ attention written out in float32 gives, to bf16 tolerance.
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 import torch
+from vllm_ascend.testing.cpu_attention import (
+    AttentionShape,
+    attention_context,
+    cpu_attention_layer,
+    cpu_attention_metadata,
+    fused_attention,
+    layer_name,
+    vllm_attention,
+)
 
-HEADS, KV_HEADS, HEAD = 4, 2, 64
-BLOCK, BLOCKS = 32, 4
-SCALE = HEAD**-0.5
+SHAPE = AttentionShape(heads=4, kv_heads=2, head=64, block=32, blocks=4)
 PROMPT_LENS = (5, 3)  # two requests: prefill 5 and 3 tokens, then one decode token each
 
 
 @pytest.fixture
 def cpu_attention(make_vllm_config: Any) -> Any:
     """A factory of attention layers of vLLM's CPU backend: ``layer(impl_cls=..., **impl_kw)``."""
-    from vllm.config import set_current_vllm_config
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl, _get_attn_isa
-
     config = make_vllm_config(dtype="bfloat16")
 
-    def layer(impl_cls: type = CPUAttentionBackendImpl, **impl_kw: Any) -> Any:
-        with set_current_vllm_config(config):
-            impl = impl_cls(num_heads=HEADS, head_size=HEAD, scale=SCALE, num_kv_heads=KV_HEADS,
-                            alibi_slopes=None, sliding_window=None, kv_cache_dtype="auto",
-                            **impl_kw)
-        return types.SimpleNamespace(
-            impl=impl, isa=_get_attn_isa(torch.bfloat16, BLOCK, HEAD),
-            kv_cache=torch.zeros(BLOCKS, KV_HEADS, BLOCK, 2 * HEAD, dtype=torch.bfloat16),
-            _k_scale_float=1.0, _v_scale_float=1.0,
-        )
+    def layer(impl_cls: type | None = None, **impl_kw: Any) -> Any:
+        return cpu_attention_layer(config, SHAPE, impl_cls, **impl_kw)
 
     return layer
-
-
-def _layer_name(name: str) -> Any:
-    from vllm.utils.torch_utils import LayerNameType
-
-    return LayerNameType(name)
-
-
-def _metadata(query_lens: list[int], seq_lens: list[int], isa: str) -> Any:
-    """CPU attention metadata for requests with these query and total lengths; request i owns
-    block i, so token t of it sits in slot i * BLOCK + t."""
-    from vllm import _custom_ops as ops
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadata
-
-    starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
-    seqs = torch.tensor(seq_lens, dtype=torch.int32)
-    slots = torch.cat([torch.arange(s - q, s) + i * BLOCK
-                       for i, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True))])
-    scheduler = ops.cpu_attn_get_scheduler_metadata(
-        num_reqs=len(query_lens), num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD,
-        seq_lens=seqs, dtype=torch.bfloat16, query_start_loc=starts, causal=True,
-        sliding_window_size=-1, isa=isa, enable_kv_split=False,
-    )
-    return CPUAttentionMetadata(
-        num_actual_tokens=int(starts[-1]), max_query_len=max(query_lens), query_start_loc=starts,
-        max_seq_len=max(seq_lens), seq_lens=seqs,
-        block_table=torch.arange(len(query_lens), dtype=torch.int32)[:, None],
-        slot_mapping=slots.long(), scheduler_metadata=scheduler,
-    )
 
 
 def _steps() -> list[tuple[list[int], list[int]]]:
@@ -77,49 +43,32 @@ def _steps() -> list[tuple[list[int], list[int]]]:
 
 def _qkv(tokens: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
     def draw(heads: int) -> torch.Tensor:
-        return torch.randn(tokens, heads, HEAD, generator=generator).to(torch.bfloat16)
+        return torch.randn(tokens, heads, SHAPE.head, generator=generator).to(torch.bfloat16)
 
-    return draw(HEADS), draw(KV_HEADS), draw(KV_HEADS)
+    return draw(SHAPE.heads), draw(SHAPE.kv_heads), draw(SHAPE.kv_heads)
 
 
 def _run(layer: Any, call: Any, seed: int = 0) -> list[torch.Tensor]:
     """Both steps through ``call(q, k, v, out, layer_name)`` under a real forward context."""
-    from vllm.forward_context import ForwardContext, override_forward_context
+    from vllm.forward_context import override_forward_context
 
     generator = torch.Generator().manual_seed(seed)
     outputs = []
     for query_lens, seq_lens in _steps():
-        metadata = _metadata(query_lens, seq_lens, layer.isa)
+        metadata = cpu_attention_metadata(query_lens, seq_lens, SHAPE, layer.isa)
         q, k, v = _qkv(sum(query_lens), generator)
         out = torch.full_like(q, float("nan"))
-        context = ForwardContext(no_compile_layers={"attn": layer},
-                                 attn_metadata={"attn": metadata},
-                                 slot_mapping={"attn": metadata.slot_mapping})
-        with override_forward_context(context):
-            call(q, k, v, out, _layer_name("attn"))
+        with override_forward_context(attention_context("attn", layer, metadata)):
+            call(q, k, v, out, layer_name("attn"))
         outputs.append(out)
     return outputs
-
-
-def _vllm_ops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-              name: Any) -> None:
-    dependency = torch.ops.vllm.unified_kv_cache_update(k, v, name)
-    torch.ops.vllm.unified_attention_with_output(q, k, v, out, name,
-                                                 kv_cache_dummy_dep=dependency)
-
-
-def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-           name: Any) -> None:
-    from vllm_ascend.ops.attention_kv import register_attention_op
-
-    register_attention_op()
-    torch.ops.vllm_ascend.attention_with_kv_update(q, k, v, out, name)
 
 
 def _reference(seed: int = 0) -> list[torch.Tensor]:
     """Causal attention over each request's tokens so far, in float32, GQA written out."""
     generator = torch.Generator().manual_seed(seed)
     history: list[list[torch.Tensor]] = [[], []]  # per request: (k, v) rows so far
+    group = SHAPE.heads // SHAPE.kv_heads
     outputs = []
     for query_lens, _ in _steps():
         q, k, v = (t.float() for t in _qkv(sum(query_lens), generator))
@@ -127,9 +76,9 @@ def _reference(seed: int = 0) -> list[torch.Tensor]:
         for request, n in enumerate(query_lens):
             history[request].append(torch.stack([k[start:start + n], v[start:start + n]]))
             kv = torch.cat(history[request], dim=1)  # [2, seq, kv heads, head]
-            keys = kv[0].repeat_interleave(HEADS // KV_HEADS, dim=1)
-            values = kv[1].repeat_interleave(HEADS // KV_HEADS, dim=1)
-            scores = torch.einsum("qhd,khd->hqk", q[start:start + n], keys) * SCALE
+            keys = kv[0].repeat_interleave(group, dim=1)
+            values = kv[1].repeat_interleave(group, dim=1)
+            scores = torch.einsum("qhd,khd->hqk", q[start:start + n], keys) * SHAPE.scale
             seq = keys.shape[0]
             visible = torch.arange(seq)[None, :] <= torch.arange(seq - n, seq)[:, None]
             weights = scores.masked_fill(~visible, float("-inf")).softmax(-1)
@@ -145,8 +94,8 @@ def test_the_fused_op_equals_vllms_two_ops_bit_for_bit_and_the_written_out_atten
     from vllm_ascend.ops.attention_kv import CPUAttentionKernels
 
     unfused, fused = cpu_attention(), cpu_attention()
-    expected = _run(unfused, _vllm_ops)
-    got = _run(fused, _fused)
+    expected = _run(unfused, vllm_attention)
+    got = _run(fused, fused_attention)
     assert isinstance(fused._ascend_cpu_attention_kernels, CPUAttentionKernels)  # fast path
     for step_got, step_expected, reference in zip(got, expected, _reference(), strict=True):
         assert torch.equal(step_got, step_expected)
@@ -165,7 +114,6 @@ def test_another_backend_goes_through_vllms_own_bodies_with_the_same_result(
     calls: list[str] = []
 
     class OtherImpl(CPUAttentionBackendImpl):
-
         def do_kv_cache_update(self, *args: Any) -> None:
             calls.append("update")
             super().do_kv_cache_update(*args)
@@ -175,34 +123,33 @@ def test_another_backend_goes_through_vllms_own_bodies_with_the_same_result(
             return super().forward(*args, **kwargs)
 
     other = cpu_attention(OtherImpl)
-    got = _run(other, _fused)
+    got = _run(other, fused_attention)
     assert other._ascend_cpu_attention_kernels is False  # not the CPU backend itself
     assert calls == ["update", "forward"] * 2  # written before attending, each step
-    for step_got, step_expected in zip(got, _run(cpu_attention(), _vllm_ops), strict=True):
+    for step_got, step_expected in zip(got, _run(cpu_attention(), vllm_attention), strict=True):
         assert torch.equal(step_got, step_expected)
 
 
 def test_steps_without_slots_or_metadata_touch_nothing(cpu_attention: Any) -> None:
-    from vllm.forward_context import ForwardContext, override_forward_context
+    from vllm.forward_context import override_forward_context
 
     layer = cpu_attention()
     layer.kv_cache = torch.empty(0)  # before the KV cache exists (profiling runs)
     q, k, v = _qkv(3, torch.Generator().manual_seed(1))
     out = torch.zeros_like(q)
-    context = ForwardContext(no_compile_layers={"attn": layer}, attn_metadata={},
-                             slot_mapping={})
-    context.attn_metadata = {"attn": None}
-    with override_forward_context(context):
-        _fused(q, k, v, out, _layer_name("attn"))
+    with override_forward_context(attention_context("attn", layer, None)):
+        fused_attention(q, k, v, out, layer_name("attn"))
     assert torch.equal(out, torch.zeros_like(q))
 
 
 def test_eligibility_of_the_direct_kernels(cpu_attention: Any) -> None:
+    import types
+
     from vllm.v1.attention.backend import AttentionType
     from vllm_ascend.ops.attention_kv import CPUAttentionKernels
 
     assert CPUAttentionKernels.for_layer(cpu_attention()) is not None
-    sinks = torch.zeros(HEADS, dtype=torch.bfloat16)
+    sinks = torch.zeros(SHAPE.heads, dtype=torch.bfloat16)
     assert CPUAttentionKernels.for_layer(cpu_attention(sinks=sinks)) is None
     assert CPUAttentionKernels.for_layer(
         cpu_attention(attn_type=AttentionType.ENCODER_ONLY)) is None
