@@ -33,6 +33,9 @@ def test_resolved_switches_configure_the_manager() -> None:
     assert {"norm_quant", "muls_add", "noop_elimination"} <= set(manager.enabled)
     backend = ascend_graph.make_backend(cfg.ascend_compilation_config.pass_switches())
     assert set(backend.report) == {
-        "norm_quant", "qknorm_rope", "muls_add", "noop_elimination", "allgather_chunk_cleanup"
+        "norm_quant", "qknorm_rope", "muls_add", "noop_elimination", "allgather_chunk_cleanup",
+        "kv_cache_attention",
     }
     assert sum(backend.report.values()) == 0
+    # on by default, but without vLLM's attention op handles the attention pass cannot run
+    assert "kv_cache_attention" not in manager.enabled
