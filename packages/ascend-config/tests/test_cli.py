@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,37 @@ def test_missing_command_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
     assert capsys.readouterr().err.rstrip().endswith(
         "error: the following arguments are required: command")
+
+
+def _cli(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from ascend_config.cli import main; sys.exit(main(sys.argv[1:]))"
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    return subprocess.run([sys.executable, "-c", code, *argv], text=True,
+                          stderr=subprocess.PIPE, timeout=60, **kwargs)  # type: ignore[call-overload]
+
+
+def test_closed_pipe_ends_quietly_with_exit_1() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader (e.g. `head -c1`) is gone before the first write
+    proc = _cli("schema", stdout=write_end)
+    os.close(write_end)
+    assert proc.returncode == 1
+    assert proc.stderr == ""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_is_one_error_line_with_exit_1() -> None:
+    with open("/dev/full", "w") as full:
+        proc = _cli("schema", stdout=full)
+    assert proc.returncode == 1
+    assert proc.stderr == "error: cannot write the output: No space left on device\n"
+
+
+def test_ascii_terminal_gets_escapes_not_a_traceback() -> None:
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    proc = _cli("check", '{"ascend_log_path": "/tmp/\u00e4"}', env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert '"ascend_log_path": "/tmp/\\xe4"' in proc.stdout
+    proc = _cli("explain", "\u00e4", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: unknown key '\\xe4'\n"

@@ -238,3 +238,30 @@ def test_a_file_type_without_a_name_is_refused_in_words(monkeypatch: pytest.Monk
         read_text_file(path, 100, "config file")
     assert str(info.value) == (f"config file {show_path(path)} is not a regular file; give a "
                                "regular file")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("a: 2024-02-30\n", "day is out of range for month"),
+        ("a: 2024-01-01 10:00:00+25:00\n", "offset must be a timedelta strictly between"),
+        ("a: " + "1" * 4301 + "\n", "Exceeds the limit (4300 digits)"),
+    ],
+)
+def test_yaml_scalars_that_cannot_be_built_are_input_errors(text: str, why: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_yaml_text(text, "t")
+    assert str(info.value).startswith("t has a value YAML cannot build: ")
+    assert why in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("a: 2024-02-29\n", "2024-02-29"),
+        ("a: 2024-01-01 10:00:00+23:59\n", "2024-01-01 10:00:00+23:59"),
+        ("a: " + "1" * 4300 + "\n", "1" * 4300),
+    ],
+)
+def test_yaml_scalars_at_the_edge_still_parse(text: str, value: str) -> None:
+    assert str(parse_yaml_text(text, "t")["a"]) == value

@@ -175,8 +175,8 @@ HELP_TOP = """\
 usage: ascend-config [-h] {check,schema,explain,env} ...
 
 ``ascend-config``: check a config, print the JSON Schema, explain a key, list
-env vars. Exit codes: 0 success, 2 invalid input (every problem listed on
-stderr).
+env vars. Exit codes: 0 success, 1 the output could not be written (a closed
+pipe, a full disk), 2 invalid input (every problem listed on stderr).
 
 positional arguments:
   {check,schema,explain,env}

@@ -1,6 +1,7 @@
 """``ascend-config``: check a config, print the JSON Schema, explain a key, list env vars.
 
-Exit codes: 0 success, 2 invalid input (every problem listed on stderr).
+Exit codes: 0 success, 1 the output could not be written (a closed pipe, a full disk),
+2 invalid input (every problem listed on stderr).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ascend_config.reading import (
 )
 
 EXIT_OK = 0
+EXIT_OUTPUT = 1
 EXIT_INVALID = 2
 
 
@@ -172,8 +174,40 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args = build_parser().parse_args(argv)
-    code: int = args.func(args, out or sys.stdout, err or sys.stderr)
+    out = out or _lenient(sys.stdout)
+    err = err or _lenient(sys.stderr)
+    try:
+        code: int = args.func(args, out, err)
+        out.flush()
+    except BrokenPipeError:  # piped into e.g. `head`: the reader has all it wanted
+        _detach_stdout(out)
+        return EXIT_OUTPUT
+    except OSError as exc:  # e.g. `> /dev/full`
+        _detach_stdout(out)
+        print(f"error: cannot write the output: {exc.strerror or exc}", file=err)
+        return EXIT_OUTPUT
     return code
+
+
+def _lenient(stream: TextIO) -> TextIO:
+    """``stream`` escaping what its encoding cannot show (PYTHONIOENCODING=ascii) instead
+    of raising UnicodeEncodeError halfway through the output."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+    return stream
+
+
+def _detach_stdout(out: TextIO) -> None:
+    """Point a failed stdout at /dev/null so the interpreter's exit flush cannot fail again."""
+    if out is not sys.stdout:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

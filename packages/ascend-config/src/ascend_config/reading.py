@@ -138,6 +138,13 @@ def parse_yaml_text(text: str, shown: str) -> Any:
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())[:200]
         raise InputError(f"{shown} is not valid YAML: {first}") from None
+    except InputError:
+        raise
+    except ValueError as exc:
+        # The constructors raise plain ValueError for scalars that look typed but are not
+        # values: 2024-02-30, a +25:00 offset, an int of more than 4,300 digits.
+        first = " ".join(str(exc).split())[:200]
+        raise InputError(f"{shown} has a value YAML cannot build: {first}") from None
 
 
 def load_config_file(path: str | os.PathLike[str], limit: int) -> Any:
