@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,10 @@ class KernelCall:
     outputs: Any
     #: Clones of the arguments the op writes (``Tensor(a!)``), taken before the call.
     before: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as ``op, args, kwargs``."""
+        return iter((self.op, self.args, self.kwargs))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
