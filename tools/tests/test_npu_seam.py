@@ -310,3 +310,15 @@ def test_install_is_undone_by_monkeypatch() -> None:
         fake.close()
     assert (sys.modules.get("torch_npu"), getattr(torch, "npu", None)) == before
     assert "npugraph_ex" not in sys.modules or before[0] is not None
+
+
+def test_every_torch_npu_npu_api_the_packages_call_is_recorded() -> None:
+    api = re.compile(r"(?:torch_npu\(\)\.npu|torch\.npu|\b_npu\(\)|\bnpu)\.(\w+)")
+    called: set[str] = set()
+    for package in ("vllm-ascend", "ascend-graph"):
+        for path in REPO.glob(f"packages/{package}/src/**/*.py"):
+            called |= set(api.findall(path.read_text(encoding="utf-8")))
+    # `torch_npu().npu` itself, `platform.npu.NPUPlatform` (a module path), `npu.py` (a file).
+    called -= {"npu", "py", "NPUPlatform"}
+    assert {"get_soc_version", "graph", "NPUGraph", "current_stream"} <= called
+    assert called <= set(RECORD["python_apis"]), called - set(RECORD["python_apis"])
