@@ -118,7 +118,8 @@ ATB_OPS = {"_npu_rotary_embedding": "AtbOpsInterface.h"}
 
 # The documented input constraints the project relies on (A2/A3 rows of the docs). Kinds:
 # dtypes (allowed dtype names), dims ([min, max] rank), dtype_like / shape_like (another
-# argument's), multiple_of (a dim of one argument by the dtype of another). "when" limits a
+# argument's), multiple_of (a dim of one argument by the dtype of another), min_size (a dim's
+# least size for inputs of the listed dtypes). "when" limits a
 # rule to calls with those argument values; "doc" is the docs text the rule rests on.
 _A2 = "Atlas A2 训练系列产品/Atlas 800I A2 推理产品: 数据类型支持"
 _MROPE_2D = "queryIn、keyIn、cosSinCache只支持2维shape输入。"
@@ -174,6 +175,8 @@ CONSTRAINTS: dict[str, list[dict[str, Any]]] = {
         _rule("input", "支持1-7维，数据类型支持float16、bfloat16、float32",
               dtypes=["float16", "bfloat16", "float32"]),
         _rule("input", "支持1-7维", dims=[1, 7]),
+        _rule("input", "当input的数据类型为float32时，block_size必须为32，且量化轴的维度不能小于32",
+              min_size={"dim": -1, "size": 32, "dtypes": ["float32"]}),
     ],
     "npu_swiglu": [
         _rule("input", "dtype支持FP32、FP16或BF16类型", dtypes=["float32", "float16", "bfloat16"]),
