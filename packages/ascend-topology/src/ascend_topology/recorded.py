@@ -129,6 +129,14 @@ def load_recorded_host(path: str | Path) -> HostFacts:
         if meta.allowed_cpus is None
         else meta.allowed_cpus
     )
+    outside = sorted(set(allowed_cpus).difference(*numa.values()))
+    if outside:
+        # The live host tolerates this (a CPU brought online between two reads); a recorded
+        # host states both sets at once, so they contradict each other.
+        raise RecordedHostError(
+            f"recorded host {folder}: allowed CPUs {format_cpu_list(outside):.60} are in no "
+            f"NUMA node (the nodes hold CPUs "
+            f"{format_cpu_list(c for cpus in numa.values() for c in cpus):.60})")
     lspci = _read_optional(folder, LSPCI_FILE)
     try:
         facts = build_host_facts(

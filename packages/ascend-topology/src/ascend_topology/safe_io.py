@@ -50,7 +50,8 @@ def _refuse(path: Path, mode: int) -> TopologyError:
 
 
 def read_limited(path: Path, limit: int) -> str:
-    """Read a regular file of at most ``limit`` bytes as UTF-8 (bad bytes replaced).
+    """Read a regular file of at most ``limit`` bytes as UTF-8 (bad bytes replaced, a
+    leading byte-order mark dropped).
 
     Raises ``TopologyError`` for symbolic links, special files and files over the limit;
     ``OSError`` (e.g. ``FileNotFoundError``) passes through for the caller to word.
@@ -81,7 +82,8 @@ def read_limited(path: Path, limit: int) -> str:
                 raise TopologyError(f"{path} is larger than the {_size(limit)} limit; refused")
     finally:
         os.close(fd)
-    return data.decode("utf-8", errors="replace")
+    # A leading byte-order mark (Windows editors write one) is not part of the content.
+    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
 
 def _size(limit: int) -> str:
