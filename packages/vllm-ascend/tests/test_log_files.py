@@ -232,12 +232,13 @@ def test_a_full_disk_degrades_to_the_console_once_and_recovers(small_fs, capsys,
     # file forever); one warning, the records keep reaching the console, and the file is
     # written again once space returns (retried RETRY_SECONDS after the last failure).
     monkeypatch.setattr(log_files, "RETRY_SECONDS", 0.0)
-    console = io.StringIO()
-    ls.configure_console_logging({}, stream=console)
+    console = io.StringIO()  # stands for the console handler vLLM or the plugin configured
+    loggers = [logging.getLogger("vllm"), logging.getLogger("vllm_ascend")]
+    loggers[1].addHandler(logging.StreamHandler(console))
     h = ls.configure_file_logging(small_fs / "logs", environ={})
     assert h is not None
-    loggers = [logging.getLogger("vllm"), logging.getLogger("vllm_ascend")]
-    loggers[0].setLevel(logging.INFO)
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
     loggers[1].info("before %d", 0)
     filler = _fill(small_fs)
     for i in range(1, 200):  # 200 records of 100+ bytes: past the last free page
