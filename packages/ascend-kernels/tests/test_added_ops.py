@@ -289,3 +289,20 @@ def test_silu_and_mul_out_names_a_wrong_out() -> None:
     out = torch.empty(3, 4)
     assert ops_activation.silu_and_mul_out(x, out=out) is out
     assert torch.equal(out, _eager_swiglu(x))
+
+
+@pytest.mark.parametrize("start", [1, 3_000_000])  # out starts inside x: behind or ahead
+def test_silu_and_mul_out_refuses_an_out_that_shares_memory_with_x(start: int) -> None:
+    # With out ahead of x in one buffer, rows of out overwrote rows of x not yet read: a
+    # silently wrong result over many chunks. Refused, like the other _out ops.
+    from ascend_kernels import ops_activation
+
+    buf = torch.randn(6_400_000 + start)
+    x = buf[:6_400_000].view(100_000, 64)
+    before = buf.clone()
+    with pytest.raises(ValueError, match=r"^out must not share memory with x$"):
+        ops_activation.silu_and_mul_out(x, out=buf[start:start + 3_200_000].view(100_000, 32))
+    assert torch.equal(buf, before)
+    whole = torch.cat([x.reshape(-1), torch.empty(3_200_000)])  # out right after x: allowed
+    x, out = whole[:6_400_000].view(100_000, 64), whole[6_400_000:].view(100_000, 32)
+    assert torch.equal(ops_activation.silu_and_mul_out(x, out=out), _eager_swiglu(x))

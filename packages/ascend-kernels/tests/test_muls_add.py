@@ -167,3 +167,30 @@ def test_unusable_cache_directory_builds_privately_with_one_warning(
     out = torch.empty_like(x)
     loop(x, y, out, 0.37)
     assert torch.equal(out, _definition(x, y, 0.37))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("alias", ["x", "y"])
+@pytest.mark.parametrize("shift", [1, 999])  # out starts inside the input: 999 or 1 shared
+def test_out_partly_overlapping_an_input_is_refused(dtype: torch.dtype, alias: str,
+                                                    shift: int) -> None:
+    # bfloat16's one-pass loop wrote out[i] over the input's element i + shift before reading
+    # it: a silently wrong result. Like the other _out ops, a partial overlap is refused.
+    buf = _pair((2000,), dtype, seed=4)[0]
+    other = _pair((1000,), dtype, seed=5)[1]
+    inputs = {"x": (buf[:1000], other), "y": (other, buf[:1000])}[alias]
+    before = buf.clone()
+    with pytest.raises(ValueError, match=rf"^out must not share memory with {alias} \(only "
+                                         rf"being {alias} itself is allowed\)$"):
+        ops_elementwise.muls_add_out(*inputs, 0.3, out=buf[shift:shift + 1000])
+    assert torch.equal(buf, before)  # refused before writing anything
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_out_right_after_an_input_in_one_buffer_is_computed(dtype: torch.dtype) -> None:
+    buf = _pair((2000,), dtype, seed=6)[0]
+    y = _pair((1000,), dtype, seed=7)[1]
+    x, out = buf[:1000], buf[1000:]  # adjacent, not overlapping
+    expected = _definition(x, y, 0.3) if dtype != torch.float32 else x * 0.3 + y
+    assert ops_elementwise.muls_add_out(x, y, 0.3, out=out) is out
+    assert torch.equal(out, expected)

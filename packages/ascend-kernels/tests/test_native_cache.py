@@ -414,19 +414,57 @@ def test_the_resolved_path_is_checked_too(tmp_path: Path) -> None:
     assert problem is not None and problem.startswith(f"{shared} (above ")
 
 
+@needs_root
+def test_a_cache_reached_through_another_users_symlink_is_refused(tmp_path: Path) -> None:
+    # The link's target is a trusted directory, but the link's owner decides, and can change,
+    # where it points: the loader would then run a library from wherever they choose.
+    real = tmp_path / "real"
+    (real / "cache").mkdir(parents=True, mode=0o700)
+    os.chmod(real, 0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    assert native_cache.directory_problem(link / "cache", os.geteuid()) == (
+        f"{link} (above {link / 'cache'}) is a symlink owned by uid {OTHER_UID}"
+    )
+    os.lchown(link, os.geteuid(), os.getegid())  # the boundary: this user's own link
+    assert native_cache.directory_problem(link / "cache", os.geteuid()) is None
+
+
+@needs_root
+def test_a_foreign_symlink_inside_a_link_target_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "cache").mkdir(parents=True, mode=0o700)
+    theirs = tmp_path / "theirs"
+    theirs.symlink_to(real)
+    os.lchown(theirs, OTHER_UID, OTHER_UID)
+    mine = tmp_path / "mine"
+    mine.symlink_to("theirs/../theirs")  # relative, climbing, then through their link
+    assert native_cache.directory_problem(mine / "cache", os.geteuid()) == (
+        f"{theirs} (above {mine / 'cache'}) is a symlink owned by uid {OTHER_UID}"
+    )
+
+
+def test_a_symlink_loop_above_the_cache_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    problem = native_cache.directory_problem(tmp_path / "a" / "cache", os.geteuid())
+    assert problem is not None and "cannot be inspected" in problem
+
+
 def test_an_uninspectable_ancestor_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inner = tmp_path / "inner"
     inner.mkdir(mode=0o700)
-    real_stat = os.stat
+    real_lstat = os.lstat
 
-    def failing_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+    def failing_lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         if Path(path) == tmp_path:
             raise PermissionError(13, "Permission denied")
-        return real_stat(path, *args, **kwargs)
+        return real_lstat(path, *args, **kwargs)
 
-    monkeypatch.setattr(os, "stat", failing_stat)
+    monkeypatch.setattr(os, "lstat", failing_lstat)
     assert native_cache.directory_problem(inner, os.geteuid()) == (
         f"{tmp_path} cannot be inspected: [Errno 13] Permission denied"
     )

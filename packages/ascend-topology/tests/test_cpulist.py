@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 from ascend_topology import ParseError, cpu_to_mask, format_cpu_list, parse_cpu_list
-from ascend_topology.cpulist import looks_like_cpu_list
+from ascend_topology.cpulist import check_cpu_ids, looks_like_cpu_list
 
 
 def test_parse_cpu_list_tolerates_spaces_and_merges() -> None:
@@ -49,3 +49,19 @@ def test_cpu_to_mask_rejects_anything_but_a_cpu_id(bad: object) -> None:
 def test_cpu_to_mask_at_the_cap() -> None:
     # 8191 = 255 * 32 + 31: bit 31 of group 255, then 255 lower groups.
     assert cpu_to_mask(8191) == "80000000" + ",00000000" * 255
+
+
+def test_parse_cpu_list_expansion_is_bounded_before_duplicates_are_merged() -> None:
+    # 8192 ids in total (ranges counted in full) pass; one more is refused, however the text
+    # repeats itself: a short text must not expand into millions of ids.
+    assert parse_cpu_list("0-4095,4096-8191") == list(range(8192))
+    assert parse_cpu_list("0-8190,0") == list(range(8191))
+    for text in ("0-8191,0", "0-8191," * 50_000, "0," * 8193):
+        with pytest.raises(ParseError, match="expands to more than 8192 CPU ids"):
+            parse_cpu_list(text)
+
+
+def test_check_cpu_ids_bounds_the_number_of_values() -> None:
+    assert check_cpu_ids([3, 1] + [0] * 8190) == [0, 1, 3]
+    with pytest.raises(ParseError, match="JSON list holds more than 8192 CPU ids"):
+        check_cpu_ids([0] * 8193, "JSON list")

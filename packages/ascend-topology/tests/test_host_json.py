@@ -3,6 +3,7 @@ one file reported together."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,8 +14,6 @@ W = "H/host.json"
 
 
 def _meta(**values: Any) -> HostMeta:
-    import json
-
     return parse_host_json(json.dumps(values), W)
 
 
@@ -128,3 +127,14 @@ def test_cpu_list_value_forms() -> None:
     assert cpu_list_value([]) == []
     with pytest.raises(TopologyError, match=r"^must be a CPU list like "):
         cpu_list_value(None)
+
+
+def test_numa_nodes_sharing_a_cpu_are_a_contradiction() -> None:
+    assert _meta(numa={"0": "0-3", "1": "4-7"}).numa == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
+    assert _problems(json.dumps({"numa": {"0": "0-3", "1": "3-7"}})) == (
+        f"{W}: numa: nodes overlap: CPU 3 is in NUMA node 0 and in NUMA node 1",)
+    # Checked node by node: 100 nodes of 0-8191 stop at the second, before expanding the rest.
+    many = {str(n): "0-8191" for n in range(100)}
+    assert _problems(json.dumps({"numa": many})) == (
+        f"{W}: numa: nodes overlap: CPU 0 is in NUMA node 0 and in NUMA node 1",)
+

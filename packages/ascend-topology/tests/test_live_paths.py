@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
+import signal
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -116,3 +120,40 @@ def test_board_query(install_fake_npu_smi: InstallFake, tmp_path: Path,
     assert read_board_pcie(6, "A3") == "0000:c1:00.0"  # card 3, chip 0
     monkeypatch.setenv("PATH", str(tmp_path))
     assert read_board_pcie(3, "A2") is None
+
+
+def _files_up_to(limit: int) -> Callable[[], None]:
+    def preexec() -> None:  # in the child: files may grow to `limit` bytes, then EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    return preexec
+
+
+def test_a_failed_capture_leaves_nothing_behind(install_fake_npu_smi: InstallFake,
+                                                tmp_path: Path) -> None:
+    # The chip map (2,390 bytes) fits under 3,000 bytes per file, npu-smi-info.txt (4,059)
+    # does not: the write fails after one file. Nothing may stay (no partial folder needing
+    # --force, no temporary folder), and the next capture then works without --force.
+    install_fake_npu_smi("a2-8npu")
+    out = tmp_path / "out"
+    out.mkdir()
+    folder = out / "rec"
+    command = [sys.executable, "-m", "ascend_topology", "capture", str(folder)]
+    failed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False,
+                            preexec_fn=_files_up_to(3000))
+    assert (failed.returncode, failed.stdout) == (2, "")
+    assert failed.stderr == (f"ascend-topology: error: cannot write recorded host to {folder}: "
+                             "File too large\n")
+    assert list(out.iterdir()) == []
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["rec"]
+    assert sorted(p.name for p in folder.iterdir()) == ["host.json", *sorted(FILES)]
+    # Into an existing folder (with --force) a failure keeps what was there, adds nothing.
+    (folder / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    failed = subprocess.run([*command, "--force"], capture_output=True, text=True, timeout=60,
+                            check=False, preexec_fn=_files_up_to(3000))
+    assert failed.returncode == 2 and "File too large" in failed.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert sorted(p.name for p in out.iterdir()) == ["rec"]

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import pytest
-from ascend_topology import ParseError
+from ascend_topology import MAX_CPU_ID, ParseError
 from ascend_topology.npu_smi import (
+    MAX_AFFINITY_CPUS,
+    MAX_NPUS,
     detect_soc,
     logic_npus,
     parse_board_pcie,
@@ -191,3 +193,59 @@ def test_chip_map_bad_rows_do_not_end_the_table() -> None:
     text = "NPU ID  Chip ID  Chip Logic ID\n0  0  -\n1234567  0  1\n3  0\n2  0  9\n"
     assert parse_chip_map(text) == {2: {0: 9}}
     assert parse_chip_map("NPU ID  Chip ID\n123456  0\n") == {123456: {0: 123456}}
+
+
+# --- contradictions, a byte-order mark and size bounds (issue 26) --------------------------
+
+def test_chip_map_after_a_byte_order_mark_keeps_every_npu() -> None:
+    # The BOM would otherwise be a header column of its own and shift every column by one.
+    text = "\ufeff        NPU ID  Chip ID  Chip Logic ID\n" + "".join(
+        f"        {n}       0        {n}\n" for n in range(8))
+    assert parse_chip_map(text) == {n: {0: n} for n in range(8)}
+
+
+def test_chip_map_pair_listed_twice_is_an_error_naming_both_lines() -> None:
+    with pytest.raises(ParseError, match=r"^npu-smi info -m: NPU 1 chip 0 is listed twice "
+                                         r"\(lines 4 and 5\)$"):
+        parse_chip_map(CHIP_MAP + "1       0        1              Ascend\n")
+
+
+def test_chip_map_logic_id_given_to_two_chips_is_an_error_naming_both() -> None:
+    with pytest.raises(ParseError, match=r"^npu-smi info -m: logical NPU 1 is given to two "
+                                         r"chips: NPU 1 chip 0 \(line 4\) and NPU 2 chip 0 "
+                                         r"\(line 5\)$"):
+        parse_chip_map(CHIP_MAP + "2       0        1              Ascend\n")
+
+
+def test_chip_map_npu_count_is_bounded_at_max_npus() -> None:
+    header = "NPU ID  Chip ID  Chip Logic ID\n"
+    rows = [f"{n}  0  {n}\n" for n in range(MAX_NPUS + 1)]
+    assert len(parse_chip_map(header + "".join(rows[:MAX_NPUS]))) == MAX_NPUS
+    with pytest.raises(ParseError, match=f"lists more than {MAX_NPUS} logical NPUs "
+                                         f"\\(line {MAX_NPUS + 2}\\)"):
+        parse_chip_map(header + "".join(rows))
+
+
+def test_topo_row_repeated_for_one_npu_is_an_error_naming_both_lines() -> None:
+    with pytest.raises(ParseError, match=r"^npu-smi info -t topo: NPU1 has two affinity rows "
+                                         r"\(lines 3 and 5\)$"):
+        parse_topo_affinity(TOPO + "NPU1    HCCS    X       HCCS    144-167\n")
+
+
+def test_topo_after_a_byte_order_mark_keeps_the_affinity_column() -> None:
+    assert parse_topo_affinity("\ufeff" + TOPO)[1] == list(range(24))
+
+
+def test_topo_rows_are_bounded_in_count_and_in_expanded_cpus() -> None:
+    full = f"0-{MAX_CPU_ID}"
+    per_row = MAX_CPU_ID + 1
+    rows_within = MAX_AFFINITY_CPUS // per_row  # 64 rows of 8192 CPUs: exactly the bound
+    within = "".join(f"NPU{n} X {full}\n" for n in range(rows_within))
+    assert sum(map(len, parse_topo_affinity(within).values())) == MAX_AFFINITY_CPUS
+    with pytest.raises(ParseError, match=f"name more than {MAX_AFFINITY_CPUS} CPU ids "
+                                         f"together \\(line {rows_within + 1}\\)"):
+        parse_topo_affinity(within + f"NPU{rows_within} X 0\n")
+    small = "".join(f"NPU{n} X 0\n" for n in range(MAX_NPUS))
+    assert len(parse_topo_affinity(small)) == MAX_NPUS
+    with pytest.raises(ParseError, match=f"more than {MAX_NPUS} NPU rows"):
+        parse_topo_affinity(small + f"NPU{MAX_NPUS} X 0\n")

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import resource
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -254,3 +258,103 @@ def test_only_folders_with_a_host_json_are_examples(tmp_path: Path,
     (tmp_path / "example_hosts" / "host.json").write_text("{}")  # a file, not a folder
     monkeypatch.setattr(recorded.resources, "files", lambda package: tmp_path)
     assert example_hosts() == ["good"]
+
+
+# --- what a recorded host may expand to, and contradictions in it (issue 26) ---------------
+
+def _limit_memory() -> None:  # runs in the child: 1 GiB of address space at most
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+def _write_host(folder: Path, npus: int, affinity: str, meta: dict[str, object]) -> None:
+    folder.mkdir()
+    (folder / "npu-smi-info-m.txt").write_text(
+        "NPU ID  Chip ID  Chip Logic ID\n" + "".join(f"{n}  0  {n}\n" for n in range(npus)))
+    (folder / "npu-smi-info-t-topo.txt").write_text(
+        "".join(f"NPU{n} X {affinity}\n" for n in range(npus)))
+    (folder / "host.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("npus", "message"),
+    [
+        (20_000, "npu-smi info -m: lists more than 1024 logical NPUs (line 1026); at most "
+                 "1024 are supported"),
+        (1_000, "npu-smi info -t topo: the affinity rows name more than 524288 CPU ids "
+                "together (line 65); refused"),
+    ],
+)
+def test_a_host_expanding_to_millions_of_cpu_ids_is_refused_by_its_limit(
+    tmp_path: Path, npus: int, message: str
+) -> None:
+    # 20,000 NPUs x affinity 0-8191 is 0.6 MB of text but 164 M CPU ids once expanded: it used
+    # to end in MemoryError. A child with 1 GiB of address space must answer with the limit.
+    folder = tmp_path / "huge"
+    _write_host(folder, npus, "0-8191", {"soc": "A2", "numa": {"0": "0-8191"}})
+    done = subprocess.run([sys.executable, "-m", "ascend_topology", "plan", "--host",
+                           str(folder)], capture_output=True, text=True, timeout=60,
+                          check=False, preexec_fn=_limit_memory)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"ascend-topology: error: recorded host {folder}: {message}\n"
+
+
+def test_a_byte_order_mark_loses_no_npu(tmp_path: Path) -> None:
+    folder = _copy("a2-8npu", tmp_path)
+    for name in ("npu-smi-info-m.txt", "host.json", "npu-smi-info-t-topo.txt"):
+        (folder / name).write_text("\ufeff" + (folder / name).read_text())
+    facts = load_recorded_host(folder)
+    assert facts == dataclasses.replace(load_recorded_host("a2-8npu"), source=str(folder))
+    assert facts.logic_npus == tuple(R(8)) and plan(facts).ok
+
+
+@pytest.mark.parametrize(
+    ("file", "extra", "message"),
+    [
+        ("npu-smi-info-m.txt", "        3     0     3     0     Ascend 910B3\n",
+         "npu-smi info -m: NPU 3 chip 0 is listed twice (lines 8 and 18)"),
+        ("npu-smi-info-m.txt", "        8     0     3     0     Ascend 910B3\n",
+         "npu-smi info -m: logical NPU 3 is given to two chips: NPU 3 chip 0 (line 8) and "
+         "NPU 8 chip 0 (line 18)"),
+        ("npu-smi-info-t-topo.txt", "NPU2 HCCS HCCS X HCCS HCCS HCCS HCCS HCCS 0-23\n",
+         "npu-smi info -t topo: NPU2 has two affinity rows (lines 4 and 20)"),
+    ],
+)
+def test_contradicting_npu_smi_rows_name_both_sides(
+    tmp_path: Path, file: str, extra: str, message: str
+) -> None:
+    folder = _copy("a2-8npu", tmp_path)
+    with (folder / file).open("a") as out:
+        out.write(extra)
+    with pytest.raises(RecordedHostError) as caught:
+        load_recorded_host(folder)
+    assert str(caught.value) == f"recorded host {folder}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"numa": {"0": "0-95", "1": "95-191"}},
+         "host.json: numa: nodes overlap: CPU 95 is in NUMA node 0 and in NUMA node 1"),
+        ({"numa": {"0": "0-95", "1": "96-190"}},
+         "allowed CPUs 191 are in no NUMA node (the nodes hold CPUs 0-190)"),
+    ],
+)
+def test_contradicting_numa_layout_is_refused(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    folder = _copy("a2-8npu", tmp_path)
+    _edit_meta(folder, **changes)
+    with pytest.raises(RecordedHostError) as caught:
+        load_recorded_host(folder)
+    assert message in str(caught.value)
+    _edit_meta(folder, numa={"0": "0-95", "1": "96-191"})  # the boundary: every CPU once
+    assert load_recorded_host(folder).numa == {0: tuple(R(96)), 1: tuple(R(96, 192))}
+
+
+def test_lscpu_listing_a_cpu_under_two_nodes_is_refused(tmp_path: Path) -> None:
+    folder = _copy("x86-a2", tmp_path)
+    with (folder / "lscpu-e.txt").open("a") as out:
+        out.write("0 1\n")
+    with pytest.raises(RecordedHostError, match=r"lscpu-e\.txt: lscpu -e=CPU,NODE: CPU 0 is "
+                                                r"in NUMA node 0 \(line 2\) and in NUMA node 1"):
+        load_recorded_host(folder)

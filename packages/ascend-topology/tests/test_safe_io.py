@@ -14,7 +14,9 @@ import pytest
 from ascend_topology import CommandError, TopologyError
 from ascend_topology.safe_io import (
     check_path_text,
-    open_output_dir,
+    discard_staging_dir,
+    open_staging_dir,
+    publish_staging_dir,
     read_limited,
     write_new_file,
     write_proc_value,
@@ -106,7 +108,7 @@ def test_write_new_file_replaces_entries_without_following_them(tmp_path: Path) 
     out = tmp_path / "out"
     out.mkdir()
     (out / "a.txt").symlink_to(victim)
-    fd = open_output_dir(out, force=True)
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
     try:
         write_new_file(fd, "a.txt", "new")
         with pytest.raises(ValueError, match="not a plain file name"):
@@ -121,7 +123,7 @@ def test_write_new_file_replaces_entries_without_following_them(tmp_path: Path) 
 def test_write_new_file_cleans_up_when_the_name_is_a_directory(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "host.json").mkdir(parents=True)
-    fd = open_output_dir(out, force=True)
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(OSError):
             write_new_file(fd, "host.json", "{}")
@@ -133,7 +135,8 @@ def test_write_new_file_cleans_up_when_the_name_is_a_directory(tmp_path: Path) -
 def test_output_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(TopologyError, match="f is a regular file, not a folder; refused"):
-        open_output_dir(tmp_path / "f", force=True)
+        open_staging_dir(tmp_path / "f", force=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]  # no staging folder left
 
 
 def test_proc_value_write_neither_creates_nor_follows(tmp_path: Path) -> None:
@@ -230,31 +233,70 @@ def test_block_devices_are_refused(tmp_path: Path) -> None:
 def test_new_folders_and_files_have_fixed_modes(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
-        fd = open_output_dir(tmp_path / "a" / "b" / "c", force=False)  # parents created too
+        target = tmp_path / "a" / "b" / "c"
+        fd, staging = open_staging_dir(target, force=False)  # parents created too
         try:
             write_new_file(fd, "f.txt", "text")
+            publish_staging_dir(fd, staging, target, ["f.txt"], force=False)
         finally:
             os.close(fd)
     finally:
         os.umask(old)
+    assert staging.parent == target.parent and not staging.exists()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["c"]
     assert (tmp_path / "a" / "b" / "c").stat().st_mode & 0o777 == 0o755
     assert (tmp_path / "a" / "b" / "c" / "f.txt").stat().st_mode & 0o777 == 0o644
 
 
-def test_output_dir_checks(tmp_path: Path) -> None:
+def test_staging_dir_checks(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(TopologyError) as caught:
-        open_output_dir(tmp_path / "link", force=True)
+        open_staging_dir(tmp_path / "link", force=True)
     assert str(caught.value) == f"{tmp_path}/link is a symbolic link, not a folder; refused"
     (tmp_path / "real" / "x").write_text("x")
     with pytest.raises(TopologyError) as caught:
-        open_output_dir(tmp_path / "real", force=False)
+        open_staging_dir(tmp_path / "real", force=False)
     assert str(caught.value) == (f"{tmp_path}/real is not empty (1 entries); pass --force "
                                  "(force=True) to replace the recorded files in it")
     with pytest.raises(TopologyError) as caught:
-        open_output_dir(Path("a\0b"), force=True)
+        open_staging_dir(Path("a\0b"), force=True)
     assert str(caught.value) == "folder 'a\\x00b' contains a NUL byte; paths cannot hold one"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_publishing_into_a_folder_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
+    # The target is checked again when publishing: a symlink planted after the check is
+    # refused, and the staged files stay in the staging folder for the caller to discard.
+    target = tmp_path / "rec"
+    fd, staging = open_staging_dir(target, force=False)
+    try:
+        write_new_file(fd, "host.json", "{}")
+        (tmp_path / "elsewhere").mkdir()
+        target.symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(TopologyError, match="rec is a symbolic link, not a folder"):
+            publish_staging_dir(fd, staging, target, ["host.json"], force=True)
+    finally:
+        os.close(fd)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    discard_staging_dir(staging)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "rec"]
+
+
+def test_publishing_refuses_a_name_that_is_a_folder_before_moving_any_file(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "rec"
+    (target / "b.txt").mkdir(parents=True)
+    fd, staging = open_staging_dir(target, force=True)
+    try:
+        write_new_file(fd, "a.txt", "a")
+        write_new_file(fd, "b.txt", "b")
+        with pytest.raises(IsADirectoryError):
+            publish_staging_dir(fd, staging, target, ["a.txt", "b.txt"], force=True)
+    finally:
+        os.close(fd)
+    assert [p.name for p in target.iterdir()] == ["b.txt"]  # a.txt was not moved either
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b"])

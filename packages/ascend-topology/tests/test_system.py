@@ -240,3 +240,11 @@ def test_commands_do_not_read_the_callers_stdin() -> None:
         os.dup2(saved, 0)
         os.close(saved)
     assert out == "''\n"
+
+
+def test_lscpu_cpu_under_two_nodes_is_an_error_naming_both_rows() -> None:
+    assert parse_lscpu_nodes("\ufeff0 0\n1 0\n") == {0: [0, 1]}  # a BOM does not hide CPU 0
+    assert parse_lscpu_nodes("0 0\n0 0\n") == {0: [0]}  # the same row again contradicts nothing
+    with pytest.raises(ParseError, match=r"^lscpu -e=CPU,NODE: CPU 1 is in NUMA node 0 "
+                                         r"\(line 2\) and in NUMA node 1 \(line 3\)$"):
+        parse_lscpu_nodes("CPU NODE\n1 0\n1 1\n")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import io
 import logging
 import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vllm_ascend.observability import log_files
 from vllm_ascend.observability import logging_setup as ls
 from vllm_ascend.observability.log_files import (
     RETRY_SECONDS,
@@ -18,6 +23,23 @@ from vllm_ascend.observability.log_files import (
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5)
 NOBODY = 65534
+
+
+@pytest.fixture(autouse=True)
+def _ascend_logger_state(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """caplog listens on the root logger, which the ``vllm_ascend`` logger stops reaching once
+    its console handler is configured (``propagate`` off): listen on that logger too, and
+    give it back its handlers, level and propagation afterwards."""
+    saved = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).level,
+                    logging.getLogger(name).propagate) for name in ("vllm", "vllm_ascend")}
+    logging.getLogger("vllm_ascend").addHandler(caplog.handler)
+    yield
+    ls.remove_file_logging()
+    for name, (handlers, level, propagate) in saved.items():
+        logger = logging.getLogger(name)
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _warned(caplog: pytest.LogCaptureFixture) -> str:
@@ -175,3 +197,60 @@ def test_a_file_another_user_planted_at_the_name_is_refused(tmp_path) -> None:
 def test_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="max_dir_bytes=10 at least max_bytes"):
         RotatingAscendFileHandler("/nonexistent", max_bytes=20, max_dir_bytes=10)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB tmpfs that fills up (mounting needs root or CAP_SYS_ADMIN)."""
+    mount_point = tmp_path / "small_fs"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs",
+                           str(mount_point)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    with filler.open("wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def test_a_full_disk_degrades_to_the_console_once_and_recovers(small_fs, capsys,
+                                                               monkeypatch) -> None:
+    # Through the real entry point, on both loggers the handler serves: a full file system
+    # must not make any log call raise (it used to raise OSError, then ValueError on a closed
+    # file forever); one warning, the records keep reaching the console, and the file is
+    # written again once space returns (retried RETRY_SECONDS after the last failure).
+    monkeypatch.setattr(log_files, "RETRY_SECONDS", 0.0)
+    console = io.StringIO()  # stands for the console handler vLLM or the plugin configured
+    loggers = [logging.getLogger("vllm"), logging.getLogger("vllm_ascend")]
+    loggers[1].addHandler(logging.StreamHandler(console))
+    h = ls.configure_file_logging(small_fs / "logs", environ={})
+    assert h is not None
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
+    loggers[1].info("before %d", 0)
+    filler = _fill(small_fs)
+    for i in range(1, 200):  # 200 records of 100+ bytes: past the last free page
+        loggers[i % 2].info("full %d %s", i, "x" * 100)
+    err = capsys.readouterr().err
+    assert err.count("cannot write the log file") == 1 and "Traceback" not in err
+    assert "No space left on device" in err and "logging to the console only" in err
+    assert "full 199 " in console.getvalue()  # vllm_ascend's console handler still writes
+    filler.unlink()
+    loggers[0].info("after %d", 1)
+    loggers[1].info("after %d", 2)
+    text = h.current_path.read_text()
+    assert text.startswith("INFO") and "before 0" in text
+    assert text.rstrip("\n").endswith("after 2") and "after 1" in text
+    assert capsys.readouterr().err == ""

@@ -5,9 +5,11 @@ current user alone could have written:
 
 - the directory itself is a real directory (not a symlink), owned by the effective uid and not
   writable by group or others;
-- every directory its path goes through (the lexical prefixes and those of the resolved path)
-  is owned by the effective uid or root, and is either not writable by group/others or has the
-  sticky bit (like ``/tmp``: nobody else may then rename or delete our entry in it);
+- every directory its path goes through is owned by the effective uid or root, and is either
+  not writable by group/others or has the sticky bit (like ``/tmp``: nobody else may then
+  rename or delete our entry in it); each component is inspected with ``lstat``, and a
+  symlink on the way is followed (its target checked the same way) only when the effective
+  uid or root owns it, since a link's owner decides, and can change, where it points;
 - a file is a regular file (opened with ``O_NOFOLLOW``), owned by the effective uid, not
   writable by group or others, and its bytes hash to the sha256 recorded next to it when this
   user built it.
@@ -26,6 +28,7 @@ from pathlib import Path
 
 # Write permission for group or others.
 SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
 
 
 class UntrustedFile(Exception):
@@ -46,21 +49,52 @@ def directory_problem(path: Path, euid: int) -> str | None:
         return f"{path} is owned by uid {own.st_uid}, not by this user (uid {euid})"
     if own.st_mode & SHARED_WRITE:
         return f"{path} is writable by group or others (mode {stat.S_IMODE(own.st_mode):o})"
-    absolute = Path(os.path.abspath(path))
-    resolved = Path(os.path.realpath(absolute))
-    for ancestor in dict.fromkeys([*absolute.parents, *resolved.parents]):
+    return _ancestor_problem(Path(os.path.abspath(path)).parent, path, euid)
+
+
+def _ancestor_problem(directory: Path, path: Path, euid: int) -> str | None:
+    """Why a directory above ``path`` cannot be trusted, walking ``directory`` from ``/`` one
+    ``lstat`` at a time: a symlink on the way is followed only when ``euid`` or root owns it
+    (its owner decides, and can change, where it points), and its target is walked the same
+    way."""
+    current = Path("/")
+    pending = list(reversed(directory.parts[1:]))
+    links = 0
+    while True:
         try:
-            info = os.stat(ancestor)
+            info = os.lstat(current)
         except OSError as exc:
-            return f"{ancestor} cannot be inspected: {exc}"
+            return f"{current} cannot be inspected: {exc}"
         if info.st_uid not in (euid, 0):
-            return f"{ancestor} (above {path}) is owned by uid {info.st_uid}"
+            return f"{current} (above {path}) is owned by uid {info.st_uid}"
         if info.st_mode & SHARED_WRITE and not info.st_mode & stat.S_ISVTX:
             return (
-                f"{ancestor} (above {path}) is writable by group or others without the sticky"
+                f"{current} (above {path}) is writable by group or others without the sticky"
                 f" bit (mode {stat.S_IMODE(info.st_mode):o})"
             )
-    return None
+        if not pending:
+            return None
+        name = pending.pop()
+        candidate = current.parent if name == ".." else current / name
+        try:
+            link = os.lstat(candidate)
+        except OSError as exc:
+            return f"{candidate} cannot be inspected: {exc}"
+        if not stat.S_ISLNK(link.st_mode):
+            current = candidate
+            continue
+        if link.st_uid not in (euid, 0):
+            return f"{candidate} (above {path}) is a symlink owned by uid {link.st_uid}"
+        links += 1
+        if links > _MAX_LINKS:
+            return f"{path} cannot be inspected: more than {_MAX_LINKS} symlinks on the way"
+        try:
+            target = Path(os.readlink(candidate))
+        except OSError as exc:  # replaced since the lstat
+            return f"{candidate} cannot be inspected: {exc}"
+        pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+        if target.is_absolute():
+            current = Path("/")
 
 
 def make_private_directory(path: Path) -> None:

@@ -18,7 +18,7 @@ import torch
 
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
-from ascend_kernels.validation import check, check_floating, check_out
+from ascend_kernels.validation import check, check_floating, check_out, overlaps
 
 
 def silu_and_mul_check(x: torch.Tensor) -> None:
@@ -31,10 +31,12 @@ def silu_and_mul_check(x: torch.Tensor) -> None:
 
 
 def silu_and_mul_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    """``silu_and_mul`` into a preallocated contiguous ``out`` of shape ``[..., d]``."""
+    """``silu_and_mul`` into a preallocated contiguous ``out`` of shape ``[..., d]``, which
+    must not share memory with ``x`` (rows are written while later ones are still to read)."""
     silu_and_mul_check(x)
     d = x.shape[-1] // 2
     check_out("out", out, x, torch.Size((*x.shape[:-1], d)))
+    check(not overlaps(out, x), "out must not share memory with x")
     rows = out.numel() // d
     x2, o2 = x.reshape(rows, 2 * d), out.view(rows, d)
     scratch = Scratch(chunk_rows(rows, 2 * d), x.device)

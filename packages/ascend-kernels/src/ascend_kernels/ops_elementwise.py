@@ -18,7 +18,13 @@ import torch
 from ascend_kernels import native_loops
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
-from ascend_kernels.validation import check_devices, check_floating, check_out, check_same_shape
+from ascend_kernels.validation import (
+    check_devices,
+    check_floating,
+    check_no_partial_overlap,
+    check_out,
+    check_same_shape,
+)
 
 
 def muls_add_check(x: torch.Tensor, y: torch.Tensor, scale: float) -> None:
@@ -31,9 +37,11 @@ def muls_add_check(x: torch.Tensor, y: torch.Tensor, scale: float) -> None:
 def muls_add_out(
     x: torch.Tensor, y: torch.Tensor, scale: float, *, out: torch.Tensor
 ) -> torch.Tensor:
-    """``muls_add`` into a preallocated contiguous ``out`` (shape and dtype of ``x``)."""
+    """``muls_add`` into a preallocated contiguous ``out`` (shape and dtype of ``x``); ``out``
+    may be ``x`` or ``y`` itself but must not overlap either in part (``ValueError``)."""
     muls_add_check(x, y, scale)
     check_out("out", out, x)
+    check_no_partial_overlap("out", out, ("x", x), ("y", y))
     if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.numel() > 0:
         loop = native_loops.default_loops().muls_add_bf16()
         if loop is not None:

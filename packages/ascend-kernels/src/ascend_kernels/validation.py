@@ -128,3 +128,18 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1
+
+
+def check_no_partial_overlap(
+    out_name: str, out: torch.Tensor, *named: tuple[str, torch.Tensor]
+) -> None:
+    """An elementwise op's ``out`` may be one of its inputs itself (the same elements: start,
+    shape and strides), never overlap one in part: each element would be written before
+    the input element at its address is read. ``ValueError`` naming both otherwise."""
+    for name, t in named:
+        if overlaps(out, t) and not (
+            out.data_ptr() == t.data_ptr() and out.shape == t.shape
+            and out.stride() == t.stride() and out.dtype == t.dtype
+        ):
+            raise ValueError(f"{out_name} must not share memory with {name} (only being {name} "
+                             "itself is allowed)")

@@ -9,6 +9,10 @@ from ascend_topology.errors import ParseError
 
 # A CPU id above this is certainly a typo or garbage (Linux caps NR_CPUS at 8192).
 MAX_CPU_ID = 8191
+MAX_CPUS_PER_LIST = MAX_CPU_ID + 1
+"""Most CPU ids one list may expand to, counting every range in full (so ``0-8191,0-8191``
+is refused): a list names each CPU at most once, and the bound keeps a short text from
+expanding into millions of ids."""
 _MASK_BITS = 32
 _CPU_LIST_RE = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*,?\s*$")
 
@@ -32,8 +36,14 @@ def check_cpu_id(value: object, what: str = "CPU id") -> int:
 
 def check_cpu_ids(values: Iterable[object], what: str = "CPU list") -> list[int]:
     """Every id of ``values`` through ``check_cpu_id``; returns them sorted, without
-    duplicates."""
-    return sorted({check_cpu_id(v, f"{what}: CPU") for v in values})
+    duplicates. More than ``MAX_CPUS_PER_LIST`` values raise ``ParseError``."""
+    cpus: set[int] = set()
+    for count, value in enumerate(values, 1):
+        if count > MAX_CPUS_PER_LIST:
+            raise ParseError(f"{what} holds more than {MAX_CPUS_PER_LIST} CPU ids; "
+                             f"a host has at most {MAX_CPUS_PER_LIST} CPUs")
+        cpus.add(check_cpu_id(value, f"{what}: CPU"))
+    return sorted(cpus)
 
 
 def looks_like_cpu_list(text: str) -> bool:
@@ -44,9 +54,12 @@ def looks_like_cpu_list(text: str) -> bool:
 def parse_cpu_list(text: str) -> list[int]:
     """Expand ``"0-2, 4, 6-8"`` into a sorted, duplicate-free list of CPU ids.
 
-    An empty string gives ``[]``. Raises ``ParseError`` naming the bad part otherwise.
+    An empty string gives ``[]``. Raises ``ParseError`` naming the bad part otherwise, and
+    when the parts together expand to more than ``MAX_CPUS_PER_LIST`` ids (before removing
+    duplicates: a bounded amount of work and memory for any text).
     """
     cpus: set[int] = set()
+    expanded = 0
     for raw in text.split(","):
         part = raw.strip()
         if not part:
@@ -60,6 +73,10 @@ def parse_cpu_list(text: str) -> list[int]:
             raise ParseError(f"bad CPU list {text!r:.60}: range {part!r:.20} runs backwards")
         if high > MAX_CPU_ID:
             raise ParseError(f"bad CPU list {text!r:.60}: CPU {high} is outside 0..{MAX_CPU_ID}")
+        expanded += high - low + 1
+        if expanded > MAX_CPUS_PER_LIST:
+            raise ParseError(f"bad CPU list {text!r:.60}: it expands to more than "
+                             f"{MAX_CPUS_PER_LIST} CPU ids (each CPU may be named once)")
         cpus.update(range(low, high + 1))
     return sorted(cpus)
 

@@ -3,13 +3,14 @@ from raw npu-smi outputs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ascend_topology.cpulist import check_cpu_id, format_cpu_list
 from ascend_topology.errors import ParseError, TopologyError
 from ascend_topology.npu_smi import (
+    MAX_NPUS,
     ChipMap,
     detect_soc,
     logic_npus,
@@ -28,7 +29,8 @@ class HostFacts:
 
     NPU ids are logical ids (what ``ASCEND_RT_VISIBLE_DEVICES`` and ranks refer to).
     ``running_npus`` is unfiltered; the planner applies ``visible_devices``. Every CPU id is
-    checked against ``MAX_CPU_ID`` (``TopologyError`` otherwise). ``rc_device`` is the 310P
+    checked against ``MAX_CPU_ID`` and NUMA nodes must not share a CPU (``TopologyError``
+    otherwise). ``rc_device`` is the 310P
     root-complex mode and ``rc_source`` where that answer came from (see ``is_rc_device``).
     """
 
@@ -59,6 +61,7 @@ class HostFacts:
         for what, cpus in groups:
             for cpu in cpus:
                 check_cpu_id(cpu, f"{what}: CPU")
+        _check_numa(self.numa)
 
     @property
     def logic_npus(self) -> tuple[int, ...]:
@@ -111,12 +114,34 @@ class HostFacts:
         return "\n".join(lines)
 
 
+def overlapping_node(node_of: Mapping[int, int], node: int, cpus: Iterable[int]) -> str | None:
+    """The problem line when a CPU of ``node`` is already in another node of ``node_of``
+    (CPU -> node), else None."""
+    for cpu in cpus:
+        other = node_of.get(cpu, node)
+        if other != node:
+            return f"CPU {cpu} is in NUMA node {other} and in NUMA node {node}"
+    return None
+
+
+def _check_numa(numa: Mapping[int, Sequence[int]]) -> None:
+    """NUMA nodes must not share a CPU (``TopologyError`` naming the CPU and both nodes)."""
+    node_of: dict[int, int] = {}
+    for node, cpus in numa.items():
+        problem = overlapping_node(node_of, node, cpus)
+        if problem:
+            raise TopologyError(f"contradictory NUMA layout: {problem}")
+        node_of.update(dict.fromkeys(cpus, node))
+
+
 def parse_visible_devices(text: str | None) -> tuple[int, ...] | None:
     """``ASCEND_RT_VISIBLE_DEVICES`` syntax (``"0,1,3"``) to ids; None/empty means unset."""
     if text is None or not text.strip():
         return None
     ids: list[int] = []
-    for part in text.split(","):
+    for count, part in enumerate(text.split(","), 1):
+        if count > MAX_NPUS:
+            raise ParseError(f"visible devices {text!r:.60}: more than {MAX_NPUS} ids")
         part = part.strip()
         if not (part.isdigit() and part.isascii() and len(part) <= 6):
             raise ParseError(

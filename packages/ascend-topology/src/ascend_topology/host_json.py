@@ -10,7 +10,7 @@ from typing import Any
 
 from ascend_topology.cpulist import check_cpu_ids, parse_cpu_list
 from ascend_topology.errors import RecordedHostError, TopologyError
-from ascend_topology.facts import SOCS, parse_visible_devices
+from ascend_topology.facts import SOCS, overlapping_node, parse_visible_devices
 from ascend_topology.npu_smi import is_pci_address
 
 MAX_THREADS_PER_CORE = 8
@@ -50,6 +50,7 @@ def _numa(raw: Any) -> dict[int, list[int]]:
     if not isinstance(raw, dict) or not raw:
         raise TopologyError('must be like {"0": "0-47", "1": "48-95"}')
     numa: dict[int, list[int]] = {}
+    node_of: dict[int, int] = {}  # checked node by node, so the nodes hold 8192 CPUs at most
     for key, cpus in raw.items():
         node = _small_id(key)
         if node is None:
@@ -58,6 +59,10 @@ def _numa(raw: Any) -> dict[int, list[int]]:
             numa[node] = cpu_list_value(cpus)
         except TopologyError as exc:
             raise TopologyError(f"node {node}: {exc}") from None
+        problem = overlapping_node(node_of, node, numa[node])
+        if problem:
+            raise TopologyError(f"nodes overlap: {problem}")
+        node_of.update(dict.fromkeys(numa[node], node))
     return numa
 
 

@@ -109,7 +109,8 @@ def capture_live_host(
     """Record this host into ``folder`` (recorded-host format); returns the files written.
 
     A ``folder`` that already holds entries is refused unless ``force``; symbolic links are
-    never followed (see ``write_recorded_host``). Raises ``TopologyError``.
+    never followed, and a failure leaves nothing behind (see ``write_recorded_host``). Raises
+    ``TopologyError``.
     """
     check_capture_folder(Path(folder), force=force)  # fail fast, before running npu-smi
     facts, outputs = _read_live(soc, environ, timeout)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ascend_topology.cpulist import looks_like_cpu_list, parse_cpu_list
+from ascend_topology.cpulist import MAX_CPUS_PER_LIST, looks_like_cpu_list, parse_cpu_list
 from ascend_topology.errors import ParseError
 
 ChipMap = dict[int, dict[int, int]]
@@ -21,6 +21,13 @@ _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 _MAX_ID_DIGITS = 6
 # Chip names like "Ascend950DT"; a bare "950" could be a memory figure.
 _ASCEND_950 = re.compile(r"ascend\s*950|\b950[a-z]+\b")
+_BOM = "\ufeff"
+MAX_NPUS = 1024
+"""Most logical NPUs (chip-map entries, topology rows) one host may list; real hosts have
+at most a few dozen."""
+MAX_AFFINITY_CPUS = 64 * MAX_CPUS_PER_LIST
+"""Most CPU ids all topology affinity rows may expand to together (64 NPUs each affine to
+8192 CPUs): bounds the memory a recorded topology can claim."""
 
 
 def _small_int(token: str) -> int | None:
@@ -34,14 +41,22 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+def _lines(text: str) -> list[str]:
+    # A byte-order mark (U+FEFF, from an editor or a Windows copy) is not a column: left in,
+    # it would shift the header's columns against the rows'.
+    return text.replace(_BOM, "").splitlines()
+
+
 def parse_chip_map(text: str) -> ChipMap:
     """Parse ``npu-smi info -m``.
 
     The header row (the first one naming ``NPU ID``) locates the columns ``NPU ID``, ``Chip ID``
     (optional, default 0) and ``Chip Logic ID`` (optional: Ascend 950 has none, so the logical
     id is the NPU id). Rows whose ids are not numeric (the ``-`` of MCU rows) are skipped.
+    Contradictions raise ``ParseError`` naming both rows: one NPU/chip pair listed twice, or
+    one logical id given to two chips; so do more than ``MAX_NPUS`` logical NPUs.
     """
-    lines = text.splitlines()
+    lines = _lines(text)
     header_at = next((i for i, line in enumerate(lines) if "npu id" in _norm(line)), None)
     if header_at is None:
         raise ParseError("npu-smi info -m: no header row with an 'NPU ID' column")
@@ -56,7 +71,9 @@ def parse_chip_map(text: str) -> ChipMap:
     logic_col = columns.index("chip logic id") if "chip logic id" in columns else None
     needed = max(c for c in (npu_col, chip_col, logic_col) if c is not None)
     result: ChipMap = {}
-    for line in lines[header_at + 1 :]:
+    pair_line: dict[tuple[int, int], int] = {}
+    logic_line: dict[int, tuple[int, int, int]] = {}
+    for number, line in enumerate(lines[header_at + 1 :], header_at + 2):
         tokens = line.split()
         if len(tokens) <= needed:
             continue
@@ -65,6 +82,19 @@ def parse_chip_map(text: str) -> ChipMap:
         logic = npu if logic_col is None else _small_int(tokens[logic_col])
         if npu is None or chip is None or logic is None:
             continue
+        if (npu, chip) in pair_line:
+            raise ParseError(f"npu-smi info -m: NPU {npu} chip {chip} is listed twice "
+                             f"(lines {pair_line[npu, chip]} and {number})")
+        if logic in logic_line:
+            other_npu, other_chip, other_at = logic_line[logic]
+            raise ParseError(
+                f"npu-smi info -m: logical NPU {logic} is given to two chips: NPU {other_npu} "
+                f"chip {other_chip} (line {other_at}) and NPU {npu} chip {chip} (line {number})")
+        if len(logic_line) == MAX_NPUS:
+            raise ParseError(f"npu-smi info -m: lists more than {MAX_NPUS} logical NPUs "
+                             f"(line {number}); at most {MAX_NPUS} are supported")
+        pair_line[npu, chip] = number
+        logic_line[logic] = (npu, chip, number)
         result.setdefault(npu, {})[chip] = logic
     return result
 
@@ -82,7 +112,7 @@ def parse_running_npus(text: str, chip_map: ChipMap) -> list[int]:
     ``No running processes found`` rows and malformed rows are skipped. An NPU-only row whose
     NPU has several chips in ``chip_map`` is ambiguous and raises ``ParseError``.
     """
-    lines = text.splitlines()
+    lines = _lines(text)
     start = None
     for i, line in enumerate(lines):
         stripped = line.strip()
@@ -128,11 +158,15 @@ def parse_topo_affinity(text: str) -> dict[int, list[int]]:
 
     Rows start with ``NPU<n>``; the affinity is the token under the ``CPU Affinity`` header
     column when there is one, else the row's last token. Rows without a CPU list there (link-
-    type-only matrices, legends) are ignored.
+    type-only matrices, legends) are ignored. Two rows giving one NPU an affinity, more than
+    ``MAX_NPUS`` such rows, or more than ``MAX_AFFINITY_CPUS`` CPU ids in all rows together
+    raise ``ParseError``.
     """
     affinity_at: int | None = None
     result: dict[int, list[int]] = {}
-    for line in text.splitlines():
+    row_at: dict[int, int] = {}
+    total = 0
+    for number, line in enumerate(_lines(text), 1):
         tokens = line.split()
         if not tokens:
             continue
@@ -152,11 +186,29 @@ def parse_topo_affinity(text: str) -> dict[int, list[int]]:
         for value in candidates:
             if looks_like_cpu_list(value):
                 try:
-                    result[int(label.group(1))] = parse_cpu_list(value)
+                    cpus = parse_cpu_list(value)
                 except ParseError:
                     continue
+                _add_affinity(result, row_at, int(label.group(1)), cpus, number)
+                total += len(cpus)
+                if total > MAX_AFFINITY_CPUS:
+                    raise ParseError(
+                        f"npu-smi info -t topo: the affinity rows name more than "
+                        f"{MAX_AFFINITY_CPUS} CPU ids together (line {number}); refused")
                 break
     return result
+
+
+def _add_affinity(result: dict[int, list[int]], row_at: dict[int, int], npu: int,
+                  cpus: list[int], number: int) -> None:
+    if npu in row_at:
+        raise ParseError(f"npu-smi info -t topo: NPU{npu} has two affinity rows "
+                         f"(lines {row_at[npu]} and {number})")
+    if len(row_at) == MAX_NPUS:
+        raise ParseError(f"npu-smi info -t topo: more than {MAX_NPUS} NPU rows (line "
+                         f"{number}); at most {MAX_NPUS} are supported")
+    row_at[npu] = number
+    result[npu] = cpus
 
 
 def is_pci_address(text: str) -> bool:

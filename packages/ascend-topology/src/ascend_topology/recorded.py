@@ -29,7 +29,9 @@ from ascend_topology.safe_io import (
     RECORDED_FILE_LIMIT,
     check_output_dir,
     check_path_text,
-    open_output_dir,
+    discard_staging_dir,
+    open_staging_dir,
+    publish_staging_dir,
     read_limited,
     write_new_file,
 )
@@ -129,6 +131,14 @@ def load_recorded_host(path: str | Path) -> HostFacts:
         if meta.allowed_cpus is None
         else meta.allowed_cpus
     )
+    outside = sorted(set(allowed_cpus).difference(*numa.values()))
+    if outside:
+        # The live host tolerates this (a CPU brought online between two reads); a recorded
+        # host states both sets at once, so they contradict each other.
+        raise RecordedHostError(
+            f"recorded host {folder}: allowed CPUs {format_cpu_list(outside):.60} are in no "
+            f"NUMA node (the nodes hold CPUs "
+            f"{format_cpu_list(c for cpus in numa.values() for c in cpus):.60})")
     lspci = _read_optional(folder, LSPCI_FILE)
     try:
         facts = build_host_facts(
@@ -179,17 +189,24 @@ def write_recorded_host(
 ) -> list[Path]:
     """Write raw outputs (file name -> text) and ``host.json``; returns the files written.
 
-    ``folder`` is created when missing; a folder that already holds entries is refused
-    unless ``force``. ``folder`` must not be a symbolic link, and no existing entry in it is
-    opened or followed: each file is written fresh and renamed into place.
+    Every file is first written into a fresh temporary folder next to ``folder``, which then
+    becomes ``folder`` by one rename when ``folder`` does not exist: a failure (a full disk,
+    an interrupt) leaves nothing behind. A ``folder`` that already holds entries is refused
+    unless ``force``; then (and for an existing empty folder) the files are moved into it
+    one rename each, after checking that none of their names is a folder there. ``folder``
+    must not be a symbolic link, and no existing entry in it is opened or followed.
     """
     files = {**outputs, HOST_FILE: json.dumps(meta, indent=2) + "\n"}
     with _write_errors(folder):
-        dir_fd = open_output_dir(folder, force=force)
+        dir_fd, staging = open_staging_dir(folder, force=force)
     try:
         with _write_errors(folder):
             for name, text in files.items():
                 write_new_file(dir_fd, name, text)
+            publish_staging_dir(dir_fd, staging, folder, list(files), force=force)
+    except BaseException:
+        discard_staging_dir(staging)
+        raise
     finally:
         os.close(dir_fd)
     return [folder / name for name in files]

@@ -3,8 +3,9 @@
 Reads refuse symbolic links and special files (FIFOs, devices, sockets) before reading a byte:
 the path is ``lstat``-ed, opened with ``O_NOFOLLOW | O_NONBLOCK`` (so a FIFO cannot block the
 open) and the open file is ``fstat``-ed and compared with the ``lstat`` result, so a file
-swapped in between is caught. Every read stops at a stated limit. Writes go through a
-directory descriptor opened with ``O_NOFOLLOW`` and never open an existing name.
+swapped in between is caught. Every read stops at a stated limit. Writes go into a fresh
+staging folder, through a directory descriptor opened with ``O_NOFOLLOW``, never open an
+existing name, and reach the target folder by rename.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
+import shutil
 import stat
 from pathlib import Path
 
@@ -50,7 +53,8 @@ def _refuse(path: Path, mode: int) -> TopologyError:
 
 
 def read_limited(path: Path, limit: int) -> str:
-    """Read a regular file of at most ``limit`` bytes as UTF-8 (bad bytes replaced).
+    """Read a regular file of at most ``limit`` bytes as UTF-8 (bad bytes replaced, a
+    leading byte-order mark dropped).
 
     Raises ``TopologyError`` for symbolic links, special files and files over the limit;
     ``OSError`` (e.g. ``FileNotFoundError``) passes through for the caller to word.
@@ -81,7 +85,8 @@ def read_limited(path: Path, limit: int) -> str:
                 raise TopologyError(f"{path} is larger than the {_size(limit)} limit; refused")
     finally:
         os.close(fd)
-    return data.decode("utf-8", errors="replace")
+    # A leading byte-order mark (Windows editors write one) is not part of the content.
+    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
 
 def _size(limit: int) -> str:
@@ -108,16 +113,47 @@ def write_proc_value(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def open_output_dir(folder: Path, *, force: bool) -> int:
-    """Create ``folder`` if needed and return a descriptor of it (caller closes it).
+def open_staging_dir(folder: Path, *, force: bool) -> tuple[int, Path]:
+    """Create a fresh, uniquely named temporary folder next to ``folder`` (mode 0755 less
+    the umask) and return its descriptor (caller closes it) and path.
 
-    ``folder`` itself must not be a symbolic link; when it already holds entries it is
-    refused unless ``force``. Raises ``TopologyError`` (one line) or ``OSError``.
+    ``folder``'s parents are created; an existing ``folder`` must be a folder, not a symbolic
+    link, and empty unless ``force`` (``TopologyError``). Fill it with ``write_new_file``,
+    then ``publish_staging_dir``, or ``discard_staging_dir`` on failure. Raises ``OSError``.
     """
     check_path_text(str(folder), "folder")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder, 0o755)
+    check_output_dir(folder, force=force)
+    # NAME_MAX is 255 bytes: a long folder name is shortened (a random part keeps it unique).
+    prefix = os.fsencode(folder.name)[:200].decode(errors="ignore")
+    staging = folder.parent / f".{prefix}.{secrets.token_hex(8)}.tmp"
+    os.mkdir(staging, 0o755)
+    try:
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except BaseException:
+        discard_staging_dir(staging)
+        raise
+    return fd, staging
+
+
+def publish_staging_dir(staging_fd: int, staging: Path, folder: Path, names: list[str], *,
+                        force: bool) -> None:
+    """Make the staged files ``names`` the content of ``folder``.
+
+    A missing ``folder`` becomes the staging folder by one ``rename`` (all files appear at
+    once). An existing one (a folder, never a symbolic link; empty unless ``force``) gets
+    each file by one ``rename``, after checking that no name is a folder there, and the
+    empty staging folder is removed. Raises ``TopologyError`` or ``OSError``.
+    """
+    try:
+        os.lstat(folder)
+    except FileNotFoundError:
+        try:
+            os.rename(staging, folder)
+            return
+        except OSError as exc:  # created meanwhile, not empty: filled like an existing one
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -125,11 +161,26 @@ def open_output_dir(folder: Path, *, force: bool) -> int:
             mode = os.lstat(folder).st_mode
             raise TopologyError(f"{folder} is a {_kind(mode)}, not a folder; refused") from None
         raise
-    entries = os.listdir(fd)
-    if entries and not force:
+    try:
+        entries = os.listdir(fd)
+        if entries and not force:
+            raise _not_empty(folder, len(entries))
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR),
+                                            str(folder / name))
+        for name in names:
+            os.replace(name, name, src_dir_fd=staging_fd, dst_dir_fd=fd)
+    finally:
         os.close(fd)
-        raise _not_empty(folder, len(entries))
-    return fd
+    os.rmdir(staging)
+
+
+def discard_staging_dir(staging: Path) -> None:
+    """Remove a staging folder and what it holds (never following a symbolic link); errors
+    are ignored, as this runs while another error is being raised."""
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _not_empty(folder: Path, count: int) -> TopologyError:
@@ -138,8 +189,8 @@ def _not_empty(folder: Path, count: int) -> TopologyError:
 
 
 def check_output_dir(folder: Path, *, force: bool) -> None:
-    """Refuse early (before any slow work) what ``open_output_dir`` would refuse for an
-    existing ``folder``; ``open_output_dir`` checks again when writing."""
+    """Refuse early (before any slow work) what ``publish_staging_dir`` would refuse for an
+    existing ``folder``; it checks again when publishing."""
     check_path_text(str(folder), "folder")
     try:
         mode = os.lstat(folder).st_mode

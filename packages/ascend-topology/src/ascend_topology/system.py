@@ -95,16 +95,23 @@ def _bounded_output(proc: subprocess.Popen[bytes], timeout: float, limit: int) -
 
 
 def parse_lscpu_nodes(text: str) -> dict[int, list[int]]:
-    """NUMA node -> CPUs from ``lscpu -e=CPU,NODE`` (rows of two integers; others skipped)."""
+    """NUMA node -> CPUs from ``lscpu -e=CPU,NODE`` (rows of two integers; others skipped).
+
+    A CPU listed under two nodes raises ``ParseError`` naming both rows."""
     nodes: dict[int, set[int]] = {}
-    for line in text.splitlines():
+    row_of: dict[int, tuple[int, int]] = {}  # CPU -> (node, line)
+    for number, line in enumerate(text.replace("\ufeff", "").splitlines(), 1):
         tokens = line.split()
         if len(tokens) < 2 or not all(t.isdigit() and t.isascii() for t in tokens[:2]):
             continue
         if len(tokens[0]) > 5 or len(tokens[1]) > 5:
             continue
         cpu = check_cpu_id(int(tokens[0]), "lscpu -e=CPU,NODE: CPU")
-        nodes.setdefault(int(tokens[1]), set()).add(cpu)
+        node, (other, at) = int(tokens[1]), row_of.setdefault(cpu, (int(tokens[1]), number))
+        if other != node:
+            raise ParseError(f"lscpu -e=CPU,NODE: CPU {cpu} is in NUMA node {other} (line "
+                             f"{at}) and in NUMA node {node} (line {number})")
+        nodes.setdefault(node, set()).add(cpu)
     if not nodes:
         raise ParseError("lscpu -e=CPU,NODE: no 'CPU NODE' rows of two integers found")
     return {node: sorted(cpus) for node, cpus in sorted(nodes.items())}

@@ -32,15 +32,30 @@ def _resolve(vllm_config: Any, soc: str) -> tuple[Any, Any, dict[str, str]]:
 
 def write_dump_config(resolved: Any, cwd: str | None = None) -> Any:
     """Materialise ``dump_config`` as msprobe's config file under ``cwd`` (default: the working
-    directory); returns the file msprobe reads (also ``dump_config_path``), or None."""
+    directory); returns the file msprobe reads (also ``dump_config_path``), or None.
+
+    The file's directory (``<cwd>/.vllm_ascend/msprobe``) is made private (0700) and must be
+    trusted (:func:`~vllm_ascend.runtime.trusted_paths.make_private_dir`): one another user
+    owns, can write, or reaches through their symlink could swap msprobe's config, so it is
+    refused with one warning and nothing is written (None is returned).
+    """
     import ascend_config
 
+    from vllm_ascend.runtime.trusted_paths import UntrustedPathError, make_private_dir
+
     where = os.getcwd() if cwd is None else cwd
+    target = ascend_config.dump_config_file(where)
     try:
+        if resolved.dump_config is not None:
+            make_private_dir(target.parent)
         path = ascend_config.write_dump_config(resolved, where)
+    except UntrustedPathError as exc:
+        logger.warning("dump_config: not writing %s: %s; run from a directory only this user "
+                       "can write, or pass dump_config_path", target, exc)
+        return None
     except OSError as exc:
         raise RuntimeError(
-            f"dump_config: cannot write {ascend_config.dump_config_file(where)} ({exc}); run "
+            f"dump_config: cannot write {target} ({exc}); run "
             "from a writable directory or pass an existing file as dump_config_path"
         ) from exc
     if path is not None and resolved.dump_config is not None:

@@ -3,16 +3,20 @@
 Files are ``vllm_ascend_<YYYYmmdd_HHMMSS>_<pid>.log``, then ``..._002.log``, ``..._003.log``.
 The caps hold whatever happens to the directory: the size of the open file is read from its
 descriptor, so a deleted file or directory is noticed and the file is opened again (the
-directory made again, mode 0700). A file that cannot be opened (no permission, a symlink or a
-FIFO planted at its name, a directory someone else can write) turns file logging off with one
-warning on stderr; the records still reach vLLM's and vllm-ascend's console handlers, and
-opening is tried again every ``RETRY_SECONDS``. Retention covers earlier processes too: all
+directory made again, mode 0700). A file that cannot be opened or written (no permission, a
+symlink or a FIFO planted at its name, a directory someone else can write, a full disk) turns
+file logging off with one warning on stderr; the records still reach vLLM's and vllm-ascend's
+console handlers. Retry rule: the first record at least ``RETRY_SECONDS`` after the last
+failure opens the file again and writes to it; when that write succeeds the file is back (no
+second warning while it keeps failing). The handler never raises into a logging call.
+Retention covers earlier processes too: all
 ``vllm_ascend_*.log`` files of the directory together stay under ``max_dir_bytes``, oldest
 removed first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import os
@@ -127,17 +131,20 @@ class RotatingAscendFileHandler(logging.Handler):
         prune_dir(self.log_dir, self.max_dir_bytes, keep=path)
 
     def close_stream(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        """Close the file; never raises (text that cannot be flushed, e.g. on a full disk, is
+        lost with it), and the handler holds no closed stream afterwards."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
 
     def _ready_stream(self) -> IO[str] | None:
         """The stream to write the next record to, reopened or rotated as needed."""
         if self.failure is not None:
             if self._clock() < self._retry_at:
                 return None
-            self._open()
-            self.failure = None
+            self.close_stream()
+            self._open()  # ``failure`` is cleared once a write through it succeeds
             return self._stream
         if self._stream is None:  # closed by vLLM's dictConfig while still attached: reopen
             self._open()
@@ -152,14 +159,16 @@ class RotatingAscendFileHandler(logging.Handler):
             self._open()
         return self._stream
 
-    def _fail(self, exc: OSError) -> None:
+    def _fail(self, exc: Exception) -> None:
         self.close_stream()
         self._retry_at = self._clock() + RETRY_SECONDS
-        reason = str(exc)
+        reason = str(exc) or type(exc).__name__
         if self.failure is None:
-            sys.stderr.write(
-                f"WARNING vllm-ascend: cannot write the log file {self.current_path} ({reason}); "
-                f"logging to the console only, retrying every {RETRY_SECONDS:.0f} s\n")
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # no stderr either
+                sys.stderr.write(
+                    f"WARNING vllm-ascend: cannot write the log file {self.current_path} "
+                    f"({reason}); logging to the console only, retrying every "
+                    f"{RETRY_SECONDS:.0f} s\n")
         self.failure = reason
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -174,8 +183,11 @@ class RotatingAscendFileHandler(logging.Handler):
             if stream is not None:
                 stream.write(text)
                 stream.flush()
-        except OSError as exc:
+                self.failure = None
+        except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
             self._fail(exc)
+        except Exception:
+            self.handleError(record)
         finally:
             self.release()
 

@@ -5,17 +5,22 @@ is there: every directory from ``/`` down to it is owned by the current user or 
 not writable by group or others (a root-owned sticky directory such as ``/tmp`` is allowed as
 an ancestor, since others cannot replace entries they do not own there), and the path itself
 is owned by the current user, is not a symlink and is not writable by group or others.
-That is the rule OpenSSH applies to ``authorized_keys``; vLLM itself checks nothing.
+Every component is inspected with ``lstat``: a symlink on the way is followed only when the
+current user or root owns it (its owner decides, and can change, where it points), and its
+target is checked by the same rules. That is the rule OpenSSH applies to ``authorized_keys``;
+vLLM itself checks nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 from pathlib import Path
 
 MAX_READ_BYTES = 1 << 30
+_MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
 
 
 class UntrustedPathError(OSError):
@@ -34,14 +39,56 @@ def _problem(path: Path, st: os.stat_result, *, own: bool) -> str | None:
     return None
 
 
-def check_trusted_dir(directory: str | os.PathLike[str]) -> Path:
-    """``directory`` as an absolute Path when trusted; :class:`UntrustedPathError` otherwise."""
-    path = Path(os.path.abspath(directory))
-    for ancestor in reversed(path.parents):
-        problem = _problem(ancestor, os.stat(ancestor), own=False)
+def _walk(path: Path, *, create: bool) -> os.stat_result:
+    """``lstat`` every component of the absolute ``path`` from ``/`` down, never letting the
+    kernel follow a link: each directory on the way must pass the ancestor rule, and a
+    symlink on the way is followed (its target checked the same way) only when this user or
+    root owns it, since its owner decides where it points. Missing components are made
+    (mode 0700) when ``create``. Returns the ``lstat`` of the last component, which is
+    left to the caller (it may be a symlink)."""
+    euid = os.geteuid()
+    current = Path("/")
+    st = os.lstat(current)
+    pending = list(reversed(path.parts[1:]))
+    links = 0
+    while True:
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(current))
+        problem = _problem(current, st, own=False)
         if problem:
             raise UntrustedPathError(problem)
-    st = os.lstat(path)
+        name = pending.pop()
+        while name == ".." and pending:  # a symlink target may climb; ``current`` is real
+            current, name = current.parent, pending.pop()
+        candidate = current.parent if name == ".." else current / name
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            if not create:
+                raise
+            with contextlib.suppress(FileExistsError):  # made meanwhile: inspected below
+                os.mkdir(candidate, 0o700)
+            st = os.lstat(candidate)
+        if stat.S_ISLNK(st.st_mode) and pending:  # a link on the way to the path
+            if st.st_uid not in (euid, 0):
+                raise UntrustedPathError(
+                    f"{candidate} is a symlink owned by uid {st.st_uid}, not by this user "
+                    f"(uid {euid}) or root")
+            links += 1
+            if links > _MAX_LINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+            target = Path(os.readlink(candidate))
+            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+            if target.is_absolute():
+                current = Path("/")
+            st = os.lstat(current)
+            continue
+        if not pending:
+            return st
+        current = candidate
+
+
+def _check_last(path: Path, st: os.stat_result) -> Path:
     if stat.S_ISLNK(st.st_mode):
         raise UntrustedPathError(f"{path} is a symlink")
     if not stat.S_ISDIR(st.st_mode):
@@ -52,11 +99,26 @@ def check_trusted_dir(directory: str | os.PathLike[str]) -> Path:
     return path
 
 
-def make_private_dir(directory: str | os.PathLike[str]) -> Path:
-    """Create ``directory`` (mode 0700, parents as needed) and return it when trusted."""
+def check_trusted_dir(directory: str | os.PathLike[str]) -> Path:
+    """``directory`` as an absolute Path when trusted; :class:`UntrustedPathError` otherwise.
+
+    Every component is inspected without following it (``lstat``), so a symlink another
+    user owns, anywhere on the path, is refused rather than trusted by where it points."""
     path = Path(os.path.abspath(directory))
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return check_trusted_dir(path)
+    if path == Path("/"):
+        return _check_last(path, os.lstat(path))
+    return _check_last(path, _walk(path, create=False))
+
+
+def make_private_dir(directory: str | os.PathLike[str]) -> Path:
+    """Create ``directory`` (mode 0700, parents as needed) and return it when trusted.
+
+    Components are created one at a time after the one above passed the checks of
+    :func:`check_trusted_dir`, so nothing is created under an untrusted directory."""
+    path = Path(os.path.abspath(directory))
+    if path == Path("/"):
+        return _check_last(path, os.lstat(path))
+    return _check_last(path, _walk(path, create=True))
 
 
 def read_trusted_file(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES) -> bytes:
