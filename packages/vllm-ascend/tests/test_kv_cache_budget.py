@@ -12,8 +12,8 @@ from vllm_ascend.config_pipeline.kv_cache_budget import (
     AVAILABLE_SHARE,
     FLOOR_BYTES,
     GiB,
-    MiB,
     KvCacheDemand,
+    MiB,
     kv_cache_budget,
     user_chose_reservation,
 )

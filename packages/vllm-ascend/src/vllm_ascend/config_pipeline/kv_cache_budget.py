@@ -129,10 +129,7 @@ def demand_of(vllm_config: Any) -> KvCacheDemand:
     dtype = model.dtype if cache.cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE.get(
         cache.cache_dtype, model.dtype)  # formats vLLM sizes specially: model dtype, not less
     itemsize = torch.empty((), dtype=dtype).element_size()
-    if model.is_attention_free:
-        layers = 0
-    else:
-        layers = model.get_num_layers(parallel)
+    layers = 0 if model.is_attention_free else model.get_num_layers(parallel)
     kv_parts = 1 if getattr(model, "use_mla", False) else 2
     token_bytes = layers * kv_parts * model.get_num_kv_heads(parallel) * model.get_head_size()
     block = cache.block_size
