@@ -4,16 +4,20 @@
 One process per suite keeps memory bounded (in-process vLLM engines and large tensors of one
 suite are freed with its process) and mirrors the per-package CI jobs. Extra arguments are
 passed to every pytest run, e.g. ``python tools/run_tests.py -x`` or ``-k fusion``.
-Exit status is non-zero when any suite fails or collects no test.
+Exit status is non-zero when any suite fails or collects no test; the closing line then never
+says "0 failed": a suite whose process crashed (killed by a signal, or a non-zero exit without
+pytest's summary) counts as one failure there and is named.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,12 +49,12 @@ def summary_counts(output: str) -> Counter[str]:
     return Counter()
 
 
-def run_suite(suite: str, extra: list[str]) -> tuple[int, Counter[str], float]:
+def run_suite(suite: str, extra: list[str], cwd: Path = ROOT) -> tuple[int, Counter[str], float]:
     """Run one suite, echoing its output; (exit status, counts, seconds)."""
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", suite, "--durations=10", *extra],
-        cwd=ROOT,
+        cwd=cwd,
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -64,6 +68,49 @@ def run_suite(suite: str, extra: list[str]) -> tuple[int, Counter[str], float]:
     return status, summary_counts("".join(lines)), time.perf_counter() - start
 
 
+@dataclass(frozen=True)
+class SuiteResult:
+    """One suite's pytest process: exit status (negative: killed by that signal) and counts."""
+
+    suite: str
+    status: int
+    counts: Counter[str]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0 and self.counts["passed"] > 0
+
+    @property
+    def crash(self) -> str | None:
+        """How the suite's process crashed (killed by a signal; a non-zero exit without pytest's
+        summary line), or None."""
+        if self.status < 0:
+            try:
+                name = signal.Signals(-self.status).name
+            except ValueError:
+                name = f"signal {-self.status}"
+            return f"killed by {name}, exit {self.status}"
+        if self.status != 0 and not self.counts:
+            return f"exit {self.status}, no summary"
+        return None
+
+    @property
+    def uncounted(self) -> bool:
+        """Failed while pytest counted no failure: a crash, or no test passed."""
+        return not self.ok and (self.crash is not None
+                                or self.counts["failed"] + self.counts["error"] == 0)
+
+    def failures(self) -> int:
+        """Failed tests and errors; a crash, or a failure pytest did not count, adds one."""
+        return self.counts["failed"] + self.counts["error"] + (1 if self.uncounted else 0)
+
+    def verdict(self) -> str:
+        if self.ok:
+            return "ok"
+        return f"CRASHED ({self.crash})" if self.crash else f"FAILED (exit {self.status})"
+
+
 def format_totals(totals: Counter[str]) -> str:
     """The plain closing line: 'N passed, N failed' then the other non-zero kinds."""
     parts = [f"{totals['passed']} passed", f"{totals['failed'] + totals['error']} failed"]
@@ -71,21 +118,37 @@ def format_totals(totals: Counter[str]) -> str:
     return ", ".join(parts)
 
 
-def main(argv: list[str] | None = None) -> int:
-    extra = list(sys.argv[1:] if argv is None else argv)
+def closing_line(results: list[SuiteResult]) -> str:
+    """Totals over every suite; a crashed suite (or one where no test passed) counts as one
+    more failure and is named."""
     totals: Counter[str] = Counter()
-    rows = []
-    for suite in SUITES:
+    for result in results:
+        totals.update(result.counts)
+        totals["failed"] += result.failures() - result.counts["failed"] - result.counts["error"]
+    line = format_totals(totals)
+    crashed = [f"{r.suite} ({r.crash})" for r in results if r.crash is not None]
+    empty = [r.suite for r in results if r.uncounted and r.crash is None]
+    if crashed:
+        line += f"; crashed: {', '.join(crashed)}"
+    if empty:
+        line += f"; no test passed: {', '.join(empty)}"
+    return line
+
+
+def main(argv: list[str] | None = None, suites: tuple[str, ...] = SUITES,
+         cwd: Path = ROOT) -> int:
+    extra = list(sys.argv[1:] if argv is None else argv)
+    results = []
+    for suite in suites:
         print(f"\n==> {suite}", flush=True)
-        status, counts, seconds = run_suite(suite, extra)
-        totals.update(counts)
-        ok = status == 0 and counts["passed"] > 0
-        rows.append((suite, "ok" if ok else f"FAILED (exit {status})", counts, seconds))
+        status, counts, seconds = run_suite(suite, extra, cwd)
+        results.append(SuiteResult(suite, status, counts, seconds))
     print("\nsuite results:")
-    for suite, verdict, counts, seconds in rows:
-        print(f"  {suite:<34} {verdict:<18} {format_totals(counts):<40} {seconds:6.1f} s")
-    print(format_totals(totals))
-    return 0 if all(verdict == "ok" for _, verdict, _, _ in rows) else 1
+    for r in results:
+        print(f"  {r.suite:<34} {r.verdict():<18} {format_totals(r.counts):<40} "
+              f"{r.seconds:6.1f} s")
+    print(closing_line(results))
+    return 0 if all(r.ok for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -167,6 +167,42 @@ def test_serve_shutdown_raises_nothing_in_the_plugin(serve_session: ServeSession
     assert not re.search(r'File "[^"]*/vllm_ascend/', serve_session.log), serve_session.log_tail
 
 
+def test_serve_without_a_memory_option_starts_and_answers_chat(
+    tiny_models, make_env: Callable[..., dict[str, str]], tmp_path: Path, ascend_log_dir: str
+) -> None:
+    """The README's `vllm-ascend serve MODEL` with no memory option: the platform reserves
+    what the run needs (the tiny model's need is under the floor: 128 MiB) instead of vLLM
+    CPU's 92% of the node, which this shared machine cannot give."""
+    env = make_env(device="cpu")
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+    config = json.dumps({"ascend_log_path": ascend_log_dir})
+    args = tiny_serve_args(SERVED_NAME, "--enforce-eager", "--additional-config", config,
+                           kv_cache_mib=None)
+    assert not any("memory" in arg for arg in args)
+    server = VllmServer(tiny_models.path("qwen3"), args, env, tmp_path / "serve.log")
+    try:
+        server.wait_healthy(timeout=360)
+        with httpx.Client(base_url=server.base_url, timeout=120) as client:
+            chat = client.post(
+                "/v1/chat/completions",
+                json={"model": SERVED_NAME, "max_tokens": 5, "temperature": 0,
+                      "ignore_eos": True,
+                      "messages": [{"role": "user", "content": "Hello, my name is"}]},
+            )
+    finally:
+        server.stop(timeout=60)
+    assert chat.status_code == 200, chat.text
+    body = chat.json()
+    assert body["object"] == "chat.completion"
+    assert body["usage"]["completion_tokens"] == 5
+    log = server.log()
+    assert "KV cache: 128 MiB per rank" in log, server.log_tail()
+    # vLLM's CPU worker took it as the KV-cache size: 128 MiB = 0.125 GiB
+    assert re.search(r"Explicitly set \(0\.1[23]/[0-9.]+\) GiB for KV cache", log), \
+        server.log_tail()
+
+
 def test_serve_with_bad_additional_config_exits_listing_every_problem(
     tiny_models, make_env: Callable[..., dict[str, str]]
 ) -> None:

@@ -9,7 +9,7 @@ from vllm_ascend.platform import compat_adjustments as ca
 
 def test_each_adjustment_has_a_reason() -> None:
     names = [a.name for a in ca.ADJUSTMENTS]
-    assert names == ["ascend_ir_provider", "ascend_custom_ops",
+    assert names == ["host_cpu_amx_permission", "ascend_ir_provider", "ascend_custom_ops",
                      "cpu_linear_batch_invariant_route", "vllm_batch_invariance_handover"]
     assert all(len(a.reason) > 40 for a in ca.ADJUSTMENTS)
 

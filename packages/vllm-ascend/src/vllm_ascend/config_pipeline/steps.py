@@ -7,7 +7,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from vllm_ascend.config_pipeline import cpu_compilation, gpu_fixes, quant_autodetect, rank_binding
+from vllm_ascend.config_pipeline import (
+    cpu_compilation,
+    gpu_fixes,
+    kv_cache_budget,
+    quant_autodetect,
+    rank_binding,
+)
 from vllm_ascend.config_pipeline.facts import extract_facts
 from vllm_ascend.config_pipeline.resolve_step import additional_config_of
 
@@ -82,7 +88,8 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
     rank_binding.use_ascend_cpu_worker(vllm_config)
-    cpu_defaults(vllm_config)
+    cpu_defaults(vllm_config)  # reads VLLM_CPU_KVCACHE_SPACE into kv_cache_memory_bytes
+    kv_cache_budget.default_kv_cache_reservation(vllm_config)
     cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
     rank_binding.hand_rank_plan(vllm_config, resolved)
     publish_worker_inputs("cpu", additional_config_of(vllm_config), facts, environ)

@@ -24,6 +24,8 @@ from vllm.distributed.kv_transfer import has_kv_transfer_group
 from vllm.forward_context import get_forward_context
 from vllm.utils.torch_utils import LayerNameType, _resolve_layer_name
 
+from vllm_ascend.runtime.amx_permission import ensure_amx_permission
+
 OP_NAMESPACE = "vllm_ascend"
 OP_NAME = "attention_with_kv_update"
 
@@ -71,7 +73,10 @@ def attention_with_kv_update(
     context = get_forward_context()
     layer = context.no_compile_layers[name]
     kernels = getattr(layer, _KERNELS_ATTR, None)
-    if kernels is None:
+    if kernels is None:  # this layer's first call
+        # Either path runs vLLM's CPU kernels, AMX where the CPU has it: the process must have
+        # asked Linux for it first, whatever ran before this op (runtime.amx_permission).
+        ensure_amx_permission()
         kernels = CPUAttentionKernels.for_layer(layer) or False
         setattr(layer, _KERNELS_ATTR, kernels)
     if kernels is False or has_kv_transfer_group():

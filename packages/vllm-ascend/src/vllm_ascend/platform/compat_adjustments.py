@@ -73,7 +73,27 @@ def _undo_handover() -> None:
     remove_vllm_init_handover()
 
 
+def _apply_amx(soc: str) -> object:
+    from vllm_ascend.runtime.amx_permission import ensure_amx_permission
+
+    return ensure_amx_permission()
+
+
+def _undo_amx() -> None:
+    from vllm_ascend.runtime.amx_permission import reset_amx_permission
+
+    reset_amx_permission()
+
+
 ADJUSTMENTS: tuple[Adjustment, ...] = (
+    Adjustment(
+        "host_cpu_amx_permission",
+        "vLLM's CPU kernels choose AMX from the CPU's feature bits, but Linux lets a process "
+        "use the AMX tiles only after it asked (stock vLLM gets that from oneDNN's first "
+        "GEMM); every process of the host-CPU platform asks first, so no kernel dies with "
+        "SIGILL (runtime.amx_permission)",
+        _apply_amx, _undo_amx, socs=("cpu",),
+    ),
     Adjustment(
         "ascend_ir_provider",
         "vLLM's RMSNorm layers call the vllm_ir ops rms_norm/fused_add_rms_norm; an 'ascend' "

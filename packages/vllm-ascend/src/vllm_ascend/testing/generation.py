@@ -44,14 +44,15 @@ def llm_kwargs(
     max_model_len: int = 512,
     max_num_seqs: int = 8,
     seed: int = 0,
-    kv_cache_mib: int = 64,
+    kv_cache_mib: int | None = 64,
     log_dir: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` on the host-CPU platform.
 
     `compile=False` runs eagerly (fast start-up; the fusion passes do not run).
-    `kv_cache_mib` is the KV cache size (the tiny models need a few MiB); `log_dir` is where
-    the plugin writes its log files.
+    `kv_cache_mib` is the KV cache size (the tiny models need a few MiB; None: the host-CPU
+    platform's default, what the run needs bounded by the free memory); `log_dir` is where the
+    plugin writes its log files.
     """
     kwargs: dict[str, Any] = {
         "model": model,
@@ -60,15 +61,12 @@ def llm_kwargs(
         "max_num_seqs": max_num_seqs,
         "enforce_eager": not compile,
         "seed": seed,
-        # An explicit KV cache size: vLLM's CPU backend otherwise sizes it from
-        # gpu_memory_utilization (default 0.92 of host memory) and refuses to start when other
-        # processes hold that much.
-        "kv_cache_memory_bytes": kv_cache_mib * 1024 * 1024,
-        "gpu_memory_utilization": 0.05,
         "additional_config": additional_config(
             fusion=fusion, batch_invariant=batch_invariant, log_dir=log_dir
         ),
     }
+    if kv_cache_mib is not None:
+        kwargs["kv_cache_memory_bytes"] = kv_cache_mib * 1024 * 1024
     return kwargs
 
 

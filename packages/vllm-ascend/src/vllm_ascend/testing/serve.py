@@ -32,17 +32,18 @@ def serve_command() -> list[str]:
 
 
 def tiny_serve_args(served_name: str, *extra: str, max_num_seqs: int = 4,
-                    max_model_len: int = 512, kv_cache_mib: int = 64) -> list[str]:
+                    max_model_len: int = 512, kv_cache_mib: int | None = 64) -> list[str]:
     """`serve` options for a tiny test model on the host CPU: float32, a `max_model_len`
-    context, a fixed KV cache of `kv_cache_mib` MiB, at most `max_num_seqs` sequences per
-    step; `extra` options last."""
+    context, a fixed KV cache of `kv_cache_mib` MiB (None: no memory option, the platform's
+    default reservation), at most `max_num_seqs` sequences per step; `extra` options last."""
+    memory = [] if kv_cache_mib is None else [
+        "--kv-cache-memory-bytes", str(kv_cache_mib * 1024 * 1024)]
     return [
         "--served-model-name", served_name,
         "--dtype", "float32",
         "--max-model-len", str(max_model_len),
         "--max-num-seqs", str(max_num_seqs),
-        "--kv-cache-memory-bytes", str(kv_cache_mib * 1024 * 1024),
-        "--gpu-memory-utilization", "0.05",
+        *memory,
         *extra,
     ]
 

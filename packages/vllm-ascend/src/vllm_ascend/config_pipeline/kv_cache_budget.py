@@ -1,0 +1,167 @@
+"""Host-CPU platform: the KV-cache reservation defaults to what the run needs, bounded by what
+is free, instead of vLLM CPU's share of the whole NUMA node.
+
+vLLM's CPU worker reserves ``gpu_memory_utilization`` (default 0.92) of the node's total
+memory and refuses to start when that much is not free (``vllm/v1/worker/cpu_worker.py``),
+even for a model whose KV cache needs a few MiB; the API server and the engine core already
+hold part of the node, so with the defaults it can fail on an idle machine. When the user gave
+none of ``--gpu-memory-utilization``, ``--kv-cache-memory-bytes`` and ``VLLM_CPU_KVCACHE_SPACE``,
+this step sets ``cache_config.kv_cache_memory_bytes``, which the worker takes as the KV-cache
+size of each rank (and skips its node-share check):
+
+- need: ``max_num_seqs`` sequences of ``max_model_len`` tokens, in whole blocks, plus vLLM's
+  null block, for every attention layer of one rank;
+- wanted: at least ``FLOOR_BYTES`` (room for prefix caching when the need is tiny);
+- cap: ``AVAILABLE_SHARE`` of the least free memory of the visible NUMA nodes, shared by the
+  ranks of this host (the rest is for weights, activations, compilation, other processes);
+- never below one sequence of ``max_model_len`` (vLLM refuses less); when even that is more
+  than the free memory of a rank, the configuration is refused with what to change.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+logger = logging.getLogger("vllm_ascend.config_pipeline.kv_cache_budget")
+
+MiB: Final = 1 << 20
+GiB: Final = 1 << 30
+FLOOR_BYTES: Final = 128 * MiB
+AVAILABLE_SHARE: Final = 0.5
+# vLLM CPU's legacy variable: whole GiB of KV cache (vllm/platforms/cpu.py).
+KVCACHE_SPACE_ENV: Final = "VLLM_CPU_KVCACHE_SPACE"
+
+
+@dataclass(frozen=True)
+class KvCacheDemand:
+    """What one rank's KV cache must hold: bytes of one block over all its attention layers,
+    blocks of one ``max_model_len`` sequence, sequences at a time."""
+
+    block_bytes: int
+    blocks_per_sequence: int
+    max_num_seqs: int
+
+    @property
+    def sequence_bytes(self) -> int:
+        """One ``max_model_len`` sequence plus vLLM's null block: the least vLLM accepts."""
+        return self.block_bytes * (self.blocks_per_sequence + 1)
+
+    @property
+    def need_bytes(self) -> int:
+        """Every sequence at ``max_model_len`` at once, plus vLLM's null block."""
+        return self.block_bytes * (self.max_num_seqs * self.blocks_per_sequence + 1)
+
+
+@dataclass(frozen=True)
+class KvCacheBudget:
+    """The reservation of one rank and what it was derived from."""
+
+    bytes: int
+    need_bytes: int
+    cap_bytes: int
+
+    def describe(self) -> str:
+        return (f"{self.bytes / MiB:.0f} MiB per rank (the run needs {self.need_bytes / MiB:.1f} "
+                f"MiB; floor {FLOOR_BYTES / MiB:.0f} MiB; cap {self.cap_bytes / MiB:.0f} MiB = "
+                f"{AVAILABLE_SHARE:g} of the free memory per rank)")
+
+
+def kv_cache_budget(demand: KvCacheDemand, available_bytes: int, ranks: int) -> KvCacheBudget:
+    """The KV-cache bytes of one rank for ``demand`` when ``available_bytes`` are free on the
+    node and ``ranks`` workers of this host share them (rules in the module docstring)."""
+    if ranks < 1:
+        raise ValueError(f"ranks={ranks} is not allowed; at least 1 worker per host")
+    if available_bytes < 0:
+        raise ValueError(f"available_bytes={available_bytes} is not allowed; at least 0")
+    free_per_rank = available_bytes // ranks
+    cap = int(free_per_rank * AVAILABLE_SHARE)
+    if demand.sequence_bytes > free_per_rank:
+        raise ValueError(
+            f"the KV cache of one sequence of max_model_len needs "
+            f"{demand.sequence_bytes / GiB:.2f} GiB per rank, but only "
+            f"{free_per_rank / GiB:.2f} GiB are free per rank ({ranks} rank(s)): lower "
+            "--max-model-len, free memory, or set the KV-cache size with "
+            "--kv-cache-memory-bytes"
+        )
+    size = max(min(max(demand.need_bytes, FLOOR_BYTES), cap), demand.sequence_bytes)
+    return KvCacheBudget(bytes=size, need_bytes=demand.need_bytes, cap_bytes=cap)
+
+
+def _vllm_default_fractions() -> tuple[object, ...]:
+    """The float objects vLLM uses as ``gpu_memory_utilization``'s default: CacheConfig's
+    field default (shared by EngineArgs and the CLI parser) and ``LLM()``'s keyword default."""
+    from vllm.config import CacheConfig
+    from vllm.entrypoints.llm import LLM
+
+    llm_default = inspect.signature(LLM.__init__).parameters["gpu_memory_utilization"].default
+    return (CacheConfig.gpu_memory_utilization, llm_default)
+
+
+def user_chose_reservation(cache_config: Any, environ: Mapping[str, str]) -> bool:
+    """True when the user chose the KV-cache memory: ``--kv-cache-memory-bytes``,
+    ``VLLM_CPU_KVCACHE_SPACE`` (non-empty, as vLLM reads it) or ``--gpu-memory-utilization``.
+
+    A fraction the user passed is a float object of their own (parsed from the command line or
+    written in their code), even when it equals vLLM's 0.92; only vLLM's default is the very
+    object vLLM declares. A value that lost its identity (copied through pickling, in another
+    process) counts as chosen: vLLM's own rule then applies, never a wrong guess.
+    """
+    if cache_config.kv_cache_memory_bytes is not None or environ.get(KVCACHE_SPACE_ENV, ""):
+        return True
+    fraction = cache_config.gpu_memory_utilization
+    return not any(fraction is default for default in _vllm_default_fractions())
+
+
+def demand_of(vllm_config: Any) -> KvCacheDemand:
+    """What one rank of this run needs: every layer of its pipeline stage counted as an
+    attention layer with its rank's KV heads (MLA: one latent cache instead of K and V)."""
+    import torch
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+
+    model, cache = vllm_config.model_config, vllm_config.cache_config
+    parallel = vllm_config.parallel_config
+    dtype = model.dtype if cache.cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE.get(
+        cache.cache_dtype, model.dtype)  # formats vLLM sizes specially: model dtype, not less
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    layers = 0 if model.is_attention_free else model.get_num_layers(parallel)
+    kv_parts = 1 if getattr(model, "use_mla", False) else 2
+    token_bytes = layers * kv_parts * model.get_num_kv_heads(parallel) * model.get_head_size()
+    block = cache.block_size
+    return KvCacheDemand(
+        block_bytes=token_bytes * itemsize * block,
+        blocks_per_sequence=math.ceil(model.max_model_len / block),
+        max_num_seqs=vllm_config.scheduler_config.max_num_seqs,
+    )
+
+
+def free_memory_and_ranks(vllm_config: Any) -> tuple[int, int]:
+    """(least free bytes of the NUMA nodes vLLM's CPU worker may use, as vLLM measures it;
+    worker ranks of this host)."""
+    from vllm.utils.cpu_resource_utils import get_memory_node_info, get_visible_memory_node
+
+    nodes = get_visible_memory_node() or [0]
+    available = min(get_memory_node_info(node).available_memory for node in nodes)
+    parallel = vllm_config.parallel_config
+    ranks = parallel.local_world_size * max(1, parallel.data_parallel_size_local)
+    return available, ranks
+
+
+def default_kv_cache_reservation(vllm_config: Any,
+                                 environ: Mapping[str, str] | None = None) -> KvCacheBudget | None:
+    """Set ``cache_config.kv_cache_memory_bytes`` to :func:`kv_cache_budget` unless the user
+    chose the reservation; returns the budget set (None: vLLM's own rule applies)."""
+    cache = vllm_config.cache_config
+    if user_chose_reservation(cache, os.environ if environ is None else environ):
+        return None
+    available, ranks = free_memory_and_ranks(vllm_config)
+    budget = kv_cache_budget(demand_of(vllm_config), available, ranks)
+    cache.kv_cache_memory_bytes = budget.bytes
+    logger.info("KV cache: %s; --kv-cache-memory-bytes or --gpu-memory-utilization choose "
+                "another size", budget.describe())
+    return budget
