@@ -1,5 +1,5 @@
 """Entry command: ``python -m benchmarks {all|NAME ...} [--quick] [--json FILE]
-[--model-dir DIR] [--models NAME,...]``."""
+[--model-dir DIR] [--models NAME,...] [--rounds N]``."""
 
 from __future__ import annotations
 
@@ -65,6 +65,13 @@ def _model_names(text: str) -> list[str]:
     return names
 
 
+def _positive_int(text: str) -> int:
+    """``--rounds``: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1 is needed")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("names", nargs="+", choices=["all", *BENCHMARKS], help="what to run")
@@ -74,9 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="e2e: the real model's checkpoint directory (SmolLM2-135M-Instruct)")
     parser.add_argument("--models", metavar="NAME,...", type=_model_names,
                         help="e2e: some of qwen3,qwen3_moe,smollm2 (default: all)")
+    parser.add_argument("--rounds", metavar="N", type=_positive_int,
+                        help="e2e: rounds per model instead of the size's own")
     args = parser.parse_args(argv)
     names = list(BENCHMARKS) if "all" in args.names else list(dict.fromkeys(args.names))
-    options = {"model_dir": args.model_dir, "models": args.models}
+    options = {"model_dir": args.model_dir, "models": args.models, "rounds": args.rounds}
     _check_options(names, options)
     if args.model_dir is not None:
         from benchmarks.e2e_real import check_model_dir

@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -224,12 +224,16 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
 
 
 def run(quick: bool = False, model_dir: str | Path | None = None,
-        models: list[str] | None = None) -> list[Table]:
+        models: list[str] | None = None, rounds: int | None = None) -> list[Table]:
     """One table per model, three engines each: the tiny models, then the real model
     (``e2e_real``) from ``model_dir`` (default: the SmolLM2 checkpoint the plugin converts).
-    ``models`` picks some of ``MODELS``; ``quick``: the dense tiny model and the real model at
-    their smallest sizes, a smoke run of the code paths."""
+    ``models`` picks some of ``MODELS``; ``rounds`` replaces the sizes' round counts; ``quick``:
+    the dense tiny model and the real model at their smallest sizes, a smoke run of the code
+    paths."""
     from benchmarks.e2e_real import REAL_FULL, REAL_QUICK, run_real
+
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"rounds={rounds}: at least 1 round is needed")
 
     chosen = list(MODELS) if models is None else models
     unknown = [name for name in chosen if name not in MODELS]
@@ -238,6 +242,9 @@ def run(quick: bool = False, model_dir: str | Path | None = None,
     if quick and models is None:
         chosen = [ARCHES[0], REAL_MODEL]
     size = QUICK if quick else FULL
+    real_size = REAL_QUICK if quick else REAL_FULL
+    if rounds is not None:
+        size, real_size = replace(size, rounds=rounds), replace(real_size, rounds=rounds)
     tables = []
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         for arch in (name for name in chosen if name in ARCHES):
@@ -245,7 +252,7 @@ def run(quick: bool = False, model_dir: str | Path | None = None,
             tables.append(model_table(arch, size, runs))
         if REAL_MODEL in chosen:
             real_dir = Path(model_dir) if model_dir is not None else default_model_dir()
-            tables.append(run_real(real_dir, REAL_QUICK if quick else REAL_FULL, Path(tmp)))
+            tables.append(run_real(real_dir, real_size, Path(tmp)))
     return tables
 
 
