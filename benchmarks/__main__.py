@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+from vllm_ascend.checkpoints.smollm2 import ModelPackageMissing
+
 from benchmarks.table import Table
 
 # Benchmark name -> module under benchmarks/ exposing ``run(quick: bool) -> list[Table]``.
@@ -97,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[Table]] = {}
     for name in names:
         start = time.perf_counter()
-        tables = run_benchmark(name, args.quick, **options)
+        try:
+            tables = run_benchmark(name, args.quick, **options)
+        except ModelPackageMissing as error:  # the real model's package or its converter
+            parser.exit(2, f"{parser.prog} {name}: {error}\n")
         results[name] = tables
         for table in tables:
             print(table.to_markdown())

