@@ -29,7 +29,7 @@ from benchmarks.decode_ceiling import (
     weight_bytes_per_step,
 )
 from benchmarks.e2e_engines import EngineRun
-from benchmarks.e2e_real import REAL_QUICK, real_table
+from benchmarks.e2e_real import REAL_QUICK, pass_sites, real_table
 from benchmarks.profile_breakdown import breakdown, category
 
 
@@ -279,3 +279,9 @@ def test_real_table_without_fusion_off_leaves_the_on_off_note_out() -> None:
     table = real_table("m", REAL_QUICK, runs, 250_000_000, Bandwidth(samples=[20e9]))
     assert [row[0] for row in table.rows] == ["stock", "fusion on"]
     assert not any(n.startswith("fusion on / off") for n in table.notes)
+
+
+def test_pass_sites_name_the_passes_that_rewrote() -> None:
+    assert pass_sites({"qknorm_rope": 0, "kv_cache_attention": 1, "muls_add": 2}) == (
+        "kv_cache_attention 1, muls_add 2")
+    assert pass_sites({"qknorm_rope": 0}) == "none" and pass_sites({}) == "none"
