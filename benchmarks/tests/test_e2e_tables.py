@@ -7,6 +7,7 @@ import itertools
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -130,7 +131,7 @@ def test_profile_categories_follow_the_nearest_categorised_ancestor() -> None:
 
 
 def test_profile_figures_are_medians_over_the_windows() -> None:
-    def window(linear: float, glue: float, wall: float, calls: dict[str, float]) -> dict:
+    def window(linear: float, glue: float, wall: float, calls: dict[str, float]) -> dict[str, Any]:
         return {"ms_per_step": {"linear layers": linear, "outside the model graph": glue},
                 "calls_per_step": calls, "wall_ms_per_step": wall}
 
