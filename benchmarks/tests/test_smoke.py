@@ -16,3 +16,11 @@ def test_benchmark_runs_quick(name: str) -> None:
         assert table.rows, f"{name}: table {table.title!r} has no rows"
         assert all(len(row) == len(table.columns) for row in table.rows)
         assert table.to_markdown().startswith("### ")
+    if name == "e2e":
+        # --quick covers the tiny dense model and the real model (SmolLM2, 1 round, 4 tokens).
+        real = next(t for t in tables if "smollm2" in t.title)
+        columns = {column: i for i, column in enumerate(real.columns)}
+        for row in real.rows:
+            # Below the memory-bound ceiling, with room for a noisy bandwidth sample (a units
+            # slip, bits or a missing dtype size, would be 2-8x).
+            assert row[columns["ready warm s"]] > 0 and 0 < row[columns["of ceiling"]] < 1.5
