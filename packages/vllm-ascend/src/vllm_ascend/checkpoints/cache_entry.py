@@ -1,0 +1,170 @@
+"""Converted checkpoints in the user's cache: a trusted root, checksummed entries, atomic installs.
+
+Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (``~/.cache/...`` when unset). The root given
+through ``XDG_CACHE_HOME`` must pass :func:`vllm_ascend.runtime.trusted_paths.check_trusted_dir`
+(ARCHITECTURE.md, "Trust and files"); otherwise one warning is logged and the user's own
+``~/.cache`` is used instead. New directories are 0700.
+
+An entry is a directory holding the files of one checkpoint and ``manifest.json``, which names
+the source it was made from and the sha256 and size of every file. An entry is built in a
+temporary directory beside it and renamed into place, so a reader sees a whole entry or none; an
+entry whose files do not match its manifest is rebuilt with one warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from vllm_ascend.runtime.trusted_paths import (
+    UntrustedPathError,
+    check_trusted_dir,
+    make_private_dir,
+    read_trusted_file,
+)
+
+logger = logging.getLogger("vllm_ascend.checkpoints")
+
+MANIFEST: Final = "manifest.json"
+# Bumped whenever the converted files change for the same source: older entries are rebuilt.
+ENTRY_FORMAT: Final = 1
+_MANIFEST_LIMIT: Final = 1 << 20
+_CHUNK: Final = 1 << 22
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be provided; the message says why and what to do."""
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of the file at ``path``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def checkpoint_cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The trusted directory converted checkpoints live in (created 0700 when missing).
+
+    ``XDG_CACHE_HOME`` that fails the trust check is replaced by ``~/.cache`` with one
+    warning; :class:`CheckpointError` when no trusted location is left.
+    """
+    env = os.environ if environ is None else environ
+    home_cache = Path(env.get("HOME") or Path.home()) / ".cache"
+    wanted = env.get("XDG_CACHE_HOME")
+    candidates = [Path(wanted)] if wanted else []
+    candidates.append(home_cache)
+    problems: list[str] = []
+    for base in dict.fromkeys(Path(os.path.abspath(c)) for c in candidates):
+        try:
+            make_private_dir(base)  # checked before anything is created inside it
+            root = make_private_dir(base / "vllm_ascend" / "checkpoints")
+            if problems:
+                logger.warning("not using the checkpoint cache under XDG_CACHE_HOME (%s); "
+                               "using %s instead", problems[0], root)
+            return root
+        except (UntrustedPathError, OSError) as exc:
+            problems.append(str(exc))
+    raise CheckpointError(
+        "no trusted cache directory for converted checkpoints: " + "; ".join(problems)
+        + ". Point XDG_CACHE_HOME at a directory only you can write (e.g. mode 0700)."
+    )
+
+
+def _manifest_for(directory: Path, source: str) -> dict[str, Any]:
+    files = {
+        path.name: {"sha256": sha256_file(path), "size": path.stat().st_size}
+        for path in sorted(directory.iterdir())
+        if path.is_file() and path.name != MANIFEST
+    }
+    return {"format": ENTRY_FORMAT, "source_sha256": source, "files": files}
+
+
+def entry_problem(entry: Path, source: str) -> str | None:
+    """Why ``entry`` is not a whole, undamaged entry made from ``source`` (None if it is)."""
+    try:
+        check_trusted_dir(entry)
+        manifest = json.loads(read_trusted_file(entry / MANIFEST, _MANIFEST_LIMIT))
+    except FileNotFoundError as exc:
+        return f"{exc.filename} is missing"
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    if not isinstance(manifest, dict) or manifest.get("format") != ENTRY_FORMAT:
+        return f"{entry / MANIFEST} is not a format-{ENTRY_FORMAT} manifest"
+    if manifest.get("source_sha256") != source:
+        return f"{entry} was made from another source file"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        return f"{entry / MANIFEST} lists no files"
+    for name, record in files.items():
+        path = entry / str(name)
+        if os.path.basename(str(name)) != name or not isinstance(record, dict):
+            return f"{entry / MANIFEST} has a bad record for {name!r}"
+        try:
+            if path.is_symlink() or not path.is_file():
+                return f"{path} is missing or not a regular file"
+            size = path.stat().st_size
+            if size != record.get("size"):
+                return f"{path} has {size} bytes, the manifest says {record.get('size')}"
+            if sha256_file(path) != record.get("sha256"):
+                return f"{path} does not match its sha256 in the manifest"
+        except OSError as exc:
+            return str(exc)
+    return None
+
+
+def cached_entry(root: Path, name: str, source: str, build: Callable[[Path], None]) -> Path:
+    """``root/name``: reused when whole, else built by ``build(directory)`` and installed.
+
+    ``build`` writes the checkpoint files into the (empty, private) directory it is given; the
+    manifest is added and the directory renamed into place. A damaged entry is replaced with
+    one warning.
+    """
+    entry = root / name
+    if os.path.lexists(entry):
+        problem = entry_problem(entry, source)
+        if problem is None:
+            return entry
+        logger.warning("rebuilding the damaged checkpoint %s: %s", entry, problem)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
+    try:
+        build(staging)
+        manifest = json.dumps(_manifest_for(staging, source), indent=1, sort_keys=True)
+        (staging / MANIFEST).write_text(manifest + "\n", encoding="utf-8")
+        for path in staging.iterdir():
+            os.chmod(path, 0o600)
+        _install(staging, entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    problem = entry_problem(entry, source)
+    if problem is not None:
+        raise CheckpointError(f"the checkpoint just written to {entry} does not verify: {problem}")
+    return entry
+
+
+def _install(staging: Path, entry: Path) -> None:
+    """Rename ``staging`` to ``entry``, moving a damaged ``entry`` aside first."""
+    trash = None
+    if os.path.lexists(entry):
+        trash = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".old", dir=entry.parent))
+        os.replace(entry, trash / "entry")
+    try:
+        os.rename(staging, entry)
+    except OSError:
+        # Another process installed the entry meanwhile: theirs is as good as ours.
+        if not os.path.isdir(entry):
+            raise
+    finally:
+        if trash is not None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(trash)

@@ -1,0 +1,128 @@
+"""Where converted checkpoints are cached, and when a cache entry is whole
+(`vllm_ascend.checkpoints.cache_entry`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import stat
+from pathlib import Path
+
+import pytest
+from vllm_ascend.checkpoints.cache_entry import (
+    MANIFEST,
+    CheckpointError,
+    cached_entry,
+    checkpoint_cache_root,
+    entry_problem,
+)
+
+SOURCE = "ab" * 32
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_checkpoint_cache_root_is_under_xdg_cache_home_and_private(tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+    root = checkpoint_cache_root(env)
+    assert root == tmp_path / "xdg" / "vllm_ascend" / "checkpoints"
+    # Every directory the function created is 0700, the missing XDG_CACHE_HOME included.
+    assert [_mode(p) for p in (root, root.parent, root.parent.parent)] == [0o700] * 3
+
+
+def test_checkpoint_cache_root_defaults_to_home_cache(tmp_path: Path) -> None:
+    root = checkpoint_cache_root({"HOME": str(tmp_path)})
+    assert root == tmp_path / ".cache" / "vllm_ascend" / "checkpoints"
+
+
+@pytest.mark.parametrize(("mode", "trusted"), [(0o755, True), (0o775, False), (0o757, False)])
+def test_checkpoint_cache_root_redirects_a_shared_writable_xdg_cache_home(
+    tmp_path: Path, mode: int, trusted: bool, caplog: pytest.LogCaptureFixture,
+) -> None:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    xdg.chmod(mode)
+    caplog.set_level(logging.WARNING, logger="vllm_ascend.checkpoints")
+    root = checkpoint_cache_root({"XDG_CACHE_HOME": str(xdg), "HOME": str(tmp_path / "home")})
+    warnings = [r.getMessage() for r in caplog.records]
+    if trusted:
+        assert root == xdg / "vllm_ascend" / "checkpoints"
+        assert warnings == []
+    else:
+        assert root == tmp_path / "home" / ".cache" / "vllm_ascend" / "checkpoints"
+        assert len(warnings) == 1
+        assert f"{xdg} is writable by group or others (mode {mode:o})" in warnings[0]
+        assert not (xdg / "vllm_ascend").exists()
+
+
+def test_checkpoint_cache_root_refuses_when_nothing_is_trusted(tmp_path: Path) -> None:
+    for name in ("xdg", "home"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name).chmod(0o777)
+    with pytest.raises(CheckpointError, match="no trusted cache directory") as caught:
+        checkpoint_cache_root({"XDG_CACHE_HOME": str(tmp_path / "xdg"),
+                               "HOME": str(tmp_path / "home")})
+    assert "XDG_CACHE_HOME" in str(caught.value)
+
+
+def test_checkpoint_cache_root_refuses_a_symlinked_root(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "home").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "link"), "HOME": str(tmp_path / "home")}
+    root = checkpoint_cache_root(env)
+    assert root == tmp_path / "home" / ".cache" / "vllm_ascend" / "checkpoints"
+
+
+def _build(directory: Path) -> None:
+    (directory / "config.json").write_text('{"a": 1}')
+    (directory / "weights.bin").write_bytes(bytes(range(256)))
+
+
+def test_cached_entry_builds_private_files_and_a_manifest(tmp_path: Path) -> None:
+    entry = cached_entry(tmp_path, "m", SOURCE, _build)
+    assert sorted(p.name for p in entry.iterdir()) == ["config.json", MANIFEST, "weights.bin"]
+    assert _mode(entry) == 0o700
+    assert {_mode(p) for p in entry.iterdir()} == {0o600}
+    manifest = json.loads((entry / MANIFEST).read_text())
+    assert manifest["source_sha256"] == SOURCE
+    assert manifest["files"]["weights.bin"] == {
+        "sha256": hashlib.sha256(bytes(range(256))).hexdigest(), "size": 256}
+    assert entry_problem(entry, SOURCE) is None
+    assert "another source" in str(entry_problem(entry, "cd" * 32))
+
+
+def test_cached_entry_build_failure_leaves_nothing(tmp_path: Path) -> None:
+    def fail(directory: Path) -> None:
+        (directory / "partial").write_text("x")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        cached_entry(tmp_path, "m", SOURCE, fail)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda e: (e / "weights.bin").write_bytes(bytes(255)), "has 255 bytes"),
+        (lambda e: (e / "weights.bin").write_bytes(bytes(256)), "does not match its sha256"),
+        (lambda e: (e / "config.json").unlink(), "missing"),
+        (lambda e: (e / MANIFEST).write_text("{"), "Expecting"),
+        (lambda e: (e / MANIFEST).unlink(), "manifest.json is missing"),
+    ],
+)
+def test_cached_entry_rebuilds_damage_with_one_warning(
+    tmp_path: Path, damage: object, problem: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    entry = cached_entry(tmp_path, "m", SOURCE, _build)
+    damage(entry)  # type: ignore[operator]
+    caplog.set_level(logging.WARNING, logger="vllm_ascend.checkpoints")
+    assert cached_entry(tmp_path, "m", SOURCE, _build) == entry
+    assert entry_problem(entry, SOURCE) is None
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and problem in warnings[0], warnings
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
