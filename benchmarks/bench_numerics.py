@@ -24,7 +24,7 @@ from benchmarks.table import Table
 
 TEXT = Path(__file__).parent / "data" / "pride_and_prejudice_ch1.txt"
 MAX_MODEL_LEN = 2048
-QUICK_TOKENS = 256  # --quick scores the text's first tokens only
+QUICK_TOKENS = 256  # --quick scores the text's first tokens only, with eager engines
 # Engines compiling at once: inductor compiles with one thread per engine (2-core host).
 PARALLEL = 2
 
@@ -50,12 +50,13 @@ def text_token_ids(model: Path, limit: int | None = None) -> list[int]:
     return ids[:limit] if limit is not None else ids
 
 
-def engine_run(label: str, model: Path, root: Path, token_ids: list[int]
+def engine_run(label: str, model: Path, root: Path, token_ids: list[int], compile: bool = True
                ) -> tuple[float, list[float], list[int]]:
     """(engine-ready seconds, chosen log-probabilities, top-1 tokens) of engine ``label``."""
     from vllm_ascend.testing.worker_client import LLMWorker
 
-    env, kwargs = engine_setup(label, model, root, max_num_seqs=1, max_model_len=MAX_MODEL_LEN)
+    env, kwargs = engine_setup(label, model, root, max_num_seqs=1, max_model_len=MAX_MODEL_LEN,
+                               compile=compile)
     slug = label.replace(" ", "-")
     with LLMWorker(env, root / f"{slug}.log") as worker:
         ready = worker.request("load", name=slug, kwargs=kwargs, timeout=1800)["startup_s"]
@@ -64,12 +65,13 @@ def engine_run(label: str, model: Path, root: Path, token_ids: list[int]
     return float(ready), answer["chosen"], answer["top1"]
 
 
-def measure(model: Path, root: Path, token_ids: list[int]) -> list[EngineCloseness]:
+def measure(model: Path, root: Path, token_ids: list[int], compile: bool = True
+            ) -> list[EngineCloseness]:
     """Every engine of ``ENGINES`` against transformers float32 on ``token_ids``."""
     from vllm_ascend.testing.teacher_forced import TokenScores, compare, reference_scores
 
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        runs = {label: pool.submit(engine_run, label, model, root, token_ids)
+        runs = {label: pool.submit(engine_run, label, model, root, token_ids, compile)
                 for label in ENGINES}
         reference = reference_scores(model, token_ids)
         results = []
@@ -82,7 +84,7 @@ def measure(model: Path, root: Path, token_ids: list[int]) -> list[EngineClosene
     return results
 
 
-def table(results: list[EngineCloseness]) -> Table:
+def table(results: list[EngineCloseness], compiled: bool = True) -> Table:
     by_label = {r.label: r for r in results}
     on, off, stock = by_label["fusion on"], by_label["fusion off"], by_label["stock"]
 
@@ -98,7 +100,8 @@ def table(results: list[EngineCloseness]) -> Table:
                  "engine ready s"],
         rows=rows,
         notes=[
-            f"text: {TEXT.name}; compiled engines, bf16; reference: transformers float32",
+            f"text: {TEXT.name}; {'compiled' if compiled else 'eager (--quick)'} engines, "
+            "bf16; reference: transformers float32",
             f"fusion on at least as close as stock: {verdict[at_least_as_close(on, stock)]}",
             f"fusion on at least as close as fusion off: "
             f"{verdict[at_least_as_close(on, off)]}",
@@ -112,4 +115,5 @@ def run(quick: bool) -> list[Table]:
     model = smollm2_checkpoint()
     token_ids = text_token_ids(model, QUICK_TOKENS if quick else None)
     with tempfile.TemporaryDirectory(prefix="bench-numerics-") as tmp:
-        return [table(measure(model, Path(tmp), token_ids))]
+        return [table(measure(model, Path(tmp), token_ids, compile=not quick),
+                      compiled=not quick)]

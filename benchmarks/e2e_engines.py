@@ -56,7 +56,7 @@ def peak_rss_mib(pid: int) -> float:
 
 def engine_setup(
     label: str, model: Path, root: Path, max_num_seqs: int, *, dtype: str = "bfloat16",
-    max_model_len: int = 512,
+    max_model_len: int = 512, compile: bool = True,
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """(environment, `vllm.LLM` keyword arguments) of engine ``label``; files go under ``root``."""
     from vllm_ascend.testing.engine_env import engine_env
@@ -70,7 +70,7 @@ def engine_setup(
         env.pop("VLLM_PLUGINS", None)  # every installed plugin, whatever the shell says
     kwargs = llm_kwargs(
         str(model), fusion=fusion, dtype=dtype, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len,
+        max_model_len=max_model_len, compile=compile,
         kv_cache_mib=256, log_dir=str(root / "ascend-logs"),
     )
     return env, kwargs

@@ -118,6 +118,13 @@ def _downcast(node: Any) -> bool:
             and node.args[0].meta["val"].dtype == torch.float32)
 
 
+def _cast_arguments(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.dtype]:
+    """(source node, target dtype) of a ``convert_element_type`` node."""
+    source, dtype = node.args[0], node.args[1]
+    assert isinstance(source, torch.fx.Node) and isinstance(dtype, torch.dtype)
+    return source, dtype
+
+
 def _stored_pairs(graph: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.fx.Node]:
     """The decomposition's stored intermediates: each float32 node that upcasts a downcast
     (``t32.to(bf16).to(float32)``, ``decompositions.stored``), mapped to the downcast."""
@@ -168,15 +175,15 @@ def _inline(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
                 V.graph.current_node = node
                 try:
                     if node in pairs:
-                        down = pairs[node]
-                        V.graph.env[node] = _round_trip(V.graph.env[down.args[0]],
-                                                        down.args[1])
+                        source, dtype = _cast_arguments(pairs[node])
+                        V.graph.env[node] = _round_trip(V.graph.env[source], dtype)
                     elif _downcast(node):
                         # A result cast (one cast at the end): a consumer fused into the
                         # same kernel reads the stored value back through the cast cache,
                         # so the value cast is the rounded one.
-                        source, dtype = V.graph.env[node.args[0]], node.args[1]
-                        V.graph.env[node] = to_dtype(_round_trip(source, dtype), dtype)
+                        source, dtype = _cast_arguments(node)
+                        V.graph.env[node] = to_dtype(_round_trip(V.graph.env[source], dtype),
+                                                     dtype)
                     else:
                         V.graph.env[node] = V.graph.run_node(node)
                 finally:

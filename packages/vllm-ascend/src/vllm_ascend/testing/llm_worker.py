@@ -44,7 +44,8 @@ class EngineHost:
         return {"startup_s": time.perf_counter() - start}
 
     def op_generate(
-        self, name: str, prompts: list[str | list[int]], max_tokens: int = 16, logprobs: int | None = None
+        self, name: str, prompts: list[str | list[int]], max_tokens: int = 16,
+        logprobs: int | None = None,
     ) -> dict[str, Any]:
         outputs, elapsed = generate(
             self.engines[name], prompts, max_tokens=max_tokens, logprobs=logprobs

@@ -77,7 +77,8 @@ def reference_scores(model_dir: str | Path, token_ids: Sequence[int]) -> TokenSc
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
+        str(model_dir), dtype=torch.float32, attn_implementation="eager"
+    ).eval()  # type: ignore[no-untyped-call]
     ids = torch.tensor([list(token_ids)], dtype=torch.long)
     with torch.no_grad():
         logits = model(ids).logits[0, :-1].float()
