@@ -10,8 +10,8 @@ Ratios are medians of the per-round ratios (each round times every engine back t
 load from other processes mostly cancels out of a round's ratio).
 
 Targets (for each model): fusion on >= 1.0x stock tokens/s for the batch and the single stream,
-fusion on >= fusion off in both, peak RSS <= 1.1x stock, engine ready <= stock, and identical
-greedy tokens with fusion on and off.
+fusion on >= fusion off in both, peak RSS <= 1.1x stock, engine ready <= stock. Whether the bf16
+greedy tokens of fusion on and off agree is reported, not a target (``bench_numerics``).
 """
 
 from __future__ import annotations
@@ -167,7 +167,6 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
         "single on/off": round_ratio(on.single_rates, off.single_rates) >= SPEED_TARGET,
         "peak RSS on/stock": on.peak_rss_mib / stock.peak_rss_mib <= RSS_TARGET,
         "engine ready on/stock": on.startup_s / stock.startup_s <= STARTUP_TARGET,
-        "tokens on == off": on.tokens == off.tokens,
     }
     notes = [
         f"{arch}, bf16: {size.layers} layers, hidden {size.hidden}, {size.heads} heads / "
@@ -182,6 +181,10 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
             _spread("on/off batch", on.batch_rates, off.batch_rates),
             _spread("single", on.single_rates, off.single_rates),
         ]) + ".",
+        f"bf16 greedy tokens, fusion on vs off: "
+        f"{'same' if on.tokens == off.tokens else 'differ'} (not a target: fusion need not "
+        "give the unfused graph's bf16 bits; `benchmarks numerics` measures both against "
+        "transformers float32).",
         "Targets: " + "; ".join(f"{name} {verdict(ok)}" for name, ok in checks.items()) + ".",
         "tokens: greedy tokens of the batch compared with stock's; qknorm_rope: sites the "
         "Ascend passes rewrote (identical layers reuse one compiled graph).",
