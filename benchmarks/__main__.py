@@ -22,6 +22,7 @@ BENCHMARKS = {
     "kernels": "benchmarks.bench_kernels",
     "attention": "benchmarks.bench_attention",
     "e2e": "benchmarks.bench_e2e",
+    "numerics": "benchmarks.bench_numerics",
     "profile": "benchmarks.bench_profile",
     "topology": "benchmarks.bench_topology",
     "config": "benchmarks.bench_config",

@@ -13,8 +13,9 @@ The real model SmolLM2-135M-Instruct runs through the same engines and rounds, w
 ready warm and the single-stream ceiling added (``e2e_real``).
 
 Targets (for each tiny model): fusion on >= 1.0x stock tokens/s for the batch and the single
-stream, fusion on >= fusion off in both, peak RSS <= 1.1x stock, engine ready <= stock, and
-identical greedy tokens with fusion on and off.
+stream, fusion on >= fusion off in both, peak RSS <= 1.1x stock, engine ready <= stock. Whether
+the bf16 greedy tokens of fusion on and off agree is reported, not a target
+(``bench_numerics``).
 """
 
 from __future__ import annotations
@@ -202,7 +203,6 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
         "single on/off": round_ratio(on.single_rates, off.single_rates) >= SPEED_TARGET,
         "peak RSS on/stock": on.peak_rss_mib / stock.peak_rss_mib <= RSS_TARGET,
         "engine ready on/stock": on.startup_s / stock.startup_s <= STARTUP_TARGET,
-        "tokens on == off": on.tokens == off.tokens,
     }
     notes = [
         f"{arch}, bf16: {size.layers} layers, hidden {size.hidden}, {size.heads} heads / "
@@ -217,6 +217,10 @@ def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
             ratio_spread("on/off batch", on.batch_rates, off.batch_rates),
             ratio_spread("single", on.single_rates, off.single_rates),
         ]) + ".",
+        f"bf16 greedy tokens, fusion on vs off: "
+        f"{'same' if on.tokens == off.tokens else 'differ'} (not a target: fusion need not "
+        "give the unfused graph's bf16 bits; `benchmarks numerics` measures both against "
+        "transformers float32).",
         "Targets: " + "; ".join(f"{name} {verdict(ok)}" for name, ok in checks.items()) + ".",
         "tokens: greedy tokens of the batch compared with stock's; qknorm_rope: sites the "
         "Ascend passes rewrote (identical layers reuse one compiled graph).",

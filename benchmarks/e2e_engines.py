@@ -59,7 +59,8 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def engine_setup(
-    label: str, model: Path, root: Path, max_num_seqs: int
+    label: str, model: Path, root: Path, max_num_seqs: int, *, dtype: str = "bfloat16",
+    max_model_len: int = 512, compile: bool = True,
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """(environment, `vllm.LLM` keyword arguments) of engine ``label``; files go under ``root``
     (the compile cache in ``root/cache-LABEL``, so an engine started again on the same ``root``
@@ -74,7 +75,8 @@ def engine_setup(
     if plugins is None:
         env.pop("VLLM_PLUGINS", None)  # every installed plugin, whatever the shell says
     kwargs = llm_kwargs(
-        str(model), fusion=fusion, dtype="bfloat16", max_num_seqs=max_num_seqs,
+        str(model), fusion=fusion, dtype=dtype, max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len, compile=compile,
         kv_cache_mib=256, log_dir=str(root / "ascend-logs"),
     )
     return env, kwargs

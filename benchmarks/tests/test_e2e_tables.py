@@ -103,7 +103,8 @@ def test_targets_are_met_at_the_boundary() -> None:
         (_run("fusion on", 99.0), ["batch on/stock", "single on/stock"]),
         (_run("fusion on", 100.0, rss=1101.0), ["peak RSS on/stock"]),
         (_run("fusion on", 100.0, startup=10.01), ["engine ready on/stock"]),
-        (_run("fusion on", 100.0, tokens=[[1, 3]]), ["tokens on == off"]),
+        # bf16 tokens of fusion on and off may differ (numerics: `benchmarks numerics`).
+        (_run("fusion on", 100.0, tokens=[[1, 3]]), []),
     ],
 )
 def test_each_target_misses_just_past_its_boundary(on: EngineRun, missed: list[str]) -> None:

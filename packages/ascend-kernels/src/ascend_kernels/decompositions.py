@@ -46,11 +46,14 @@ def add_rms_norm(
     eps: float,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ascend::add_rms_norm``: the sum is formed (and rounded) in the input dtype."""
-    summed = x + residual
+    """``ascend::add_rms_norm``: the sum is formed in float32 and rounded to the input dtype."""
+    # The rounding is an explicit cast (not a low-precision add): inductor keeps explicit
+    # casts inside these decompositions (``inductor_lowering``), not a bf16 op's own rounding.
+    sum32 = x.to(F32) + residual.to(F32)
+    summed = sum32.to(x.dtype)
     # The norm reads the sum as recomputed from x and residual (the same rounded values),
     # not the stored sum: a compiler then reduces and normalises each row in one loop.
-    y32 = _rms32(stored(x.to(F32) + residual.to(F32), x.dtype), weight, eps)
+    y32 = _rms32(stored(sum32, x.dtype), weight, eps)
     if bias is not None:
         y32 = y32 + bias.to(F32)
     return y32.to(x.dtype), summed

@@ -37,14 +37,15 @@ _MISSING = object()
 def inductor_settings() -> dict[str, Any]:
     """The inductor options a compile that inlines these decompositions needs.
 
-    ``emulate_precision_casts``: the ops round an intermediate to the model dtype where their
-    unfused composition stores it; inductor would otherwise drop such a down/up-cast pair
-    inside a fused kernel, and a fused and an unfused graph could differ in bf16.
-    ``realize_cpu_opcount_threshold``: those kept casts add ops to every pointwise body; past
-    inductor's CPU default (50) it stores the normed q/k heads in float32 scratch buffers
-    instead of recomputing them in the rope loop: an allocation and a loop per layer.
+    ``realize_cpu_opcount_threshold``: the ops' kept casts (their stored intermediates, see
+    :func:`make_lowering`) add ops to every pointwise body; past inductor's CPU default (50)
+    it stores the normed q/k heads in float32 scratch buffers instead of recomputing them in
+    the rope loop: an allocation and a loop per layer. Inductor's
+    ``emulate_precision_casts`` stays off: it would round every low-precision op of the whole
+    graph, the model's own ops included, where inductor otherwise keeps fused intermediates
+    in float32 (closer to a float32 model).
     """
-    return {"emulate_precision_casts": True, "realize_cpu_opcount_threshold": 100}
+    return {"realize_cpu_opcount_threshold": 100}
 
 
 @functools.cache
@@ -105,6 +106,93 @@ def _meta_key(fake: torch.Tensor) -> tuple[str, str, str]:
     return (str(fake.dtype), str(tuple(fake.shape)), str(fake.stride()))
 
 
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _downcast(node: Any) -> bool:
+    """Whether ``node`` casts a float32 value to a low-precision dtype."""
+    return (isinstance(node, torch.fx.Node)
+            and node.target is torch.ops.prims.convert_element_type.default
+            and node.args[1] in _LOW_PRECISION
+            and isinstance(node.args[0], torch.fx.Node)
+            and node.args[0].meta["val"].dtype == torch.float32)
+
+
+def _cast_arguments(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.dtype]:
+    """(source node, target dtype) of a ``convert_element_type`` node."""
+    source, dtype = node.args[0], node.args[1]
+    assert isinstance(source, torch.fx.Node) and isinstance(dtype, torch.dtype)
+    return source, dtype
+
+
+def _stored_pairs(graph: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.fx.Node]:
+    """The decomposition's stored intermediates: each float32 node that upcasts a downcast
+    (``t32.to(bf16).to(float32)``, ``decompositions.stored``), mapped to the downcast."""
+    return {node: node.args[0] for node in graph.graph.nodes
+            if node.target is torch.ops.prims.convert_element_type.default
+            and node.args[1] == torch.float32 and _downcast(node.args[0])}
+
+
+def _round_trip(x: Any, dtype: torch.dtype) -> Any:
+    """Inductor IR of float32 ``x`` rounded to ``dtype`` and read back as float32.
+
+    A pair of plain ``to_dtype`` casts inside one C++ kernel is folded into the unrounded
+    value: the kernel's cast cache maps the upcast of a downcast back to its source, also when
+    the same downcast is stored elsewhere in the kernel (e.g. ``add_rms_norm``'s sum). So the
+    casts skip inductor's compute-type shortcuts (``use_compute_types=False``) and the downcast
+    reads ``x * 1`` (the same value, exactly), an expression no store of ``x`` shares.
+    """
+    from torch._inductor.lowering import make_pointwise
+    from torch._inductor.virtualized import ops
+
+    def fn(value: Any) -> Any:
+        same = ops.mul(value, ops.constant(1.0, torch.float32))
+        low = ops.to_dtype(same, dtype, src_dtype=torch.float32, use_compute_types=False)
+        return ops.to_dtype(low, torch.float32, src_dtype=dtype, use_compute_types=False)
+
+    return make_pointwise(fn, override_return_dtype=torch.float32)(x)
+
+
+def _inline(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+    """``graph``'s nodes as inductor IR (as inductor's ``process_subgraph_nodes`` does),
+    with its stored intermediates rounded for real (:func:`_round_trip`)."""
+    from torch._inductor.lowering import to_dtype
+    from torch._inductor.virtualized import V
+
+    pairs = _stored_pairs(graph)
+    output = None
+    original_module = V.graph.module
+    V.graph.module = graph
+    try:
+        for i, node in enumerate(graph.graph.nodes):
+            if node.op == "placeholder":
+                V.graph.env[node] = inputs[i]
+            elif node.op == "output":
+                args, kwargs = V.graph.fetch_args_kwargs_from_env(node)
+                output = torch.fx.Interpreter.output(V.graph, node, args, kwargs)
+            else:
+                saved = V.graph.current_node
+                V.graph.current_node = node
+                try:
+                    if node in pairs:
+                        source, dtype = _cast_arguments(pairs[node])
+                        V.graph.env[node] = _round_trip(V.graph.env[source], dtype)
+                    elif _downcast(node):
+                        # A result cast (one cast at the end): a consumer fused into the
+                        # same kernel reads the stored value back through the cast cache,
+                        # so the value cast is the rounded one.
+                        source, dtype = _cast_arguments(node)
+                        V.graph.env[node] = to_dtype(_round_trip(V.graph.env[source], dtype),
+                                                     dtype)
+                    else:
+                        V.graph.env[node] = V.graph.run_node(node)
+                finally:
+                    V.graph.current_node = saved
+    finally:
+        V.graph.module = original_module
+    return output
+
+
 def make_lowering(
     overload: torch._ops.OpOverload, decomposition: Callable[..., Any], cache: TraceCache
 ) -> Callable[..., Any]:
@@ -114,8 +202,8 @@ def make_lowering(
     (the ascend schemas' ints, floats and bools); when they are not, or when the decomposition
     cannot be traced, the op stays an extern call.
     """
+    from torch._inductor import config as inductor_config
     from torch._inductor import ir
-    from torch._inductor.codegen.subgraph import inline_subgraph_to_ir_nodes
     from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
@@ -157,7 +245,11 @@ def make_lowering(
                 return extern(*args, **kwargs)
             cache.put(V.fake_mode, key, graph)
         try:
-            return inline_subgraph_to_ir_nodes(graph, tensors, name)
+            # The op's own roundings (its stored intermediates, its one cast at the end) stay
+            # real casts in the generated code, also where inductor fuses the op with its
+            # neighbours; the rest of the graph keeps inductor's float32 intermediates.
+            with inductor_config.patch(emulate_precision_casts=True):
+                return _inline(graph, tensors)
         finally:
             # The same traced graph may be inlined again in this lowering.
             for node in graph.graph.nodes:

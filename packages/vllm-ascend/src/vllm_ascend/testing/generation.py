@@ -72,12 +72,13 @@ def llm_kwargs(
 
 def generate(
     llm: Any,
-    prompts: Sequence[str],
+    prompts: Sequence[str | Sequence[int]],
     *,
     max_tokens: int = 16,
     logprobs: int | None = None,
 ) -> tuple[list[dict[str, Any]], float]:
-    """Greedy generation of exactly `max_tokens` per prompt (EOS ignored).
+    """Greedy generation of exactly `max_tokens` per prompt (EOS ignored); a prompt is a
+    text or its token ids.
 
     Returns one `{"prompt", "text", "token_ids", "logprobs"}` per prompt (`logprobs` is the
     chosen token's log-probability at each step, or None) and the wall time in seconds.
@@ -88,7 +89,9 @@ def generate(
         temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs
     )
     start = time.perf_counter()
-    results = llm.generate(list(prompts), params, use_tqdm=False)
+    requests = [p if isinstance(p, str) else {"prompt_token_ids": [int(t) for t in p]}
+                for p in prompts]
+    results = llm.generate(requests, params, use_tqdm=False)
     elapsed = time.perf_counter() - start
     outputs = []
     for prompt, result in zip(prompts, results, strict=True):

@@ -44,12 +44,20 @@ class EngineHost:
         return {"startup_s": time.perf_counter() - start}
 
     def op_generate(
-        self, name: str, prompts: list[str], max_tokens: int = 16, logprobs: int | None = None
+        self, name: str, prompts: list[str | list[int]], max_tokens: int = 16,
+        logprobs: int | None = None,
     ) -> dict[str, Any]:
         outputs, elapsed = generate(
             self.engines[name], prompts, max_tokens=max_tokens, logprobs=logprobs
         )
         return {"outputs": outputs, "elapsed_s": elapsed}
+
+    def op_prompt_logprobs(self, name: str, token_ids: list[int]) -> dict[str, Any]:
+        """Teacher-forced scores of ``token_ids`` (see `teacher_forced.engine_scores`)."""
+        from vllm_ascend.testing.teacher_forced import engine_scores
+
+        scores = engine_scores(self.engines[name], token_ids)
+        return {"chosen": scores.chosen, "top1": scores.top1}
 
     def op_profile(self, name: str, prompts: list[str], max_tokens: int = 16) -> dict[str, Any]:
         """`op_generate` under the torch profiler (CPU). Per chain of op names (the op, then
