@@ -1,10 +1,7 @@
-"""Shared fixtures: a recording fake ``torch_npu`` module (the only NPU seam in these tests)."""
+"""Shared fixtures: the fake ``torch_npu`` of ``tools.npu_seam`` (the only NPU seam here)."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,127 +10,38 @@ import pytest
 import torch
 from ascend_kernels import row_chunks
 
-
-class FakeTorchNpu(types.ModuleType):
-    """Stands in for torch_npu: records every kernel call and returns marker tensors.
-
-    Output ``i`` of a kernel is filled with ``10 * kernel_number + i`` (fp8 outputs with a
-    nearby e4m3-representable value, scales with a power of two) so a test can tell which
-    kernel output ended up in which op output.
-    """
-
-    def __init__(self) -> None:
-        super().__init__("torch_npu")
-        self.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
-        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.calls.append((name, args, kwargs))
-
-    @staticmethod
-    def marker(value: float, shape: Any, dtype: torch.dtype) -> torch.Tensor:
-        return torch.full(tuple(shape), value).to(dtype)
-
-    def npu_rms_norm(self, x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> Any:
-        self._record("npu_rms_norm", (x, gamma), {"epsilon": epsilon})
-        return self.marker(10, x.shape, x.dtype), self.marker(11, x.shape[:-1], torch.float32)
-
-    def npu_add_rms_norm(self, x1: Any, x2: Any, gamma: Any, epsilon: float = 1e-6) -> Any:
-        self._record("npu_add_rms_norm", (x1, x2, gamma), {"epsilon": epsilon})
-        return (
-            self.marker(20, x1.shape, x1.dtype),
-            self.marker(21, x1.shape[:-1], torch.float32),
-            self.marker(22, x1.shape, x1.dtype),
-        )
-
-    def npu_quantize(self, *args: Any, **kwargs: Any) -> Any:
-        self._record("npu_quantize", args, kwargs)
-        return self.marker(30, args[0].shape, torch.int8)
-
-    def npu_dynamic_quant(self, x: Any, **kwargs: Any) -> Any:
-        self._record("npu_dynamic_quant", (x,), kwargs)
-        return self.marker(40, x.shape, torch.int8), self.marker(41, x.shape[:-1], torch.float32)
-
-    def npu_add_rms_norm_quant(self, x1: Any, *args: Any, **kwargs: Any) -> Any:
-        self._record("npu_add_rms_norm_quant", (x1, *args), kwargs)
-        return (
-            self.marker(50, x1.shape, torch.int8),
-            self.marker(51, x1.shape, torch.int8),
-            self.marker(52, x1.shape, x1.dtype),
-        )
-
-    def npu_add_rms_norm_dynamic_quant(self, x1: Any, *args: Any, **kwargs: Any) -> Any:
-        self._record("npu_add_rms_norm_dynamic_quant", (x1, *args), kwargs)
-        return (
-            self.marker(60, x1.shape, torch.int8),
-            self.marker(61, x1.shape, torch.int8),
-            self.marker(62, x1.shape, x1.dtype),
-            self.marker(63, x1.shape[:-1], torch.float32),
-            self.marker(64, x1.shape[:-1], torch.float32),
-        )
-
-    def _mx_scale(self, value: float, x: torch.Tensor) -> torch.Tensor:
-        blocks = (x.shape[-1] + 31) // 32
-        return self.marker(value, (*x.shape[:-1], (blocks + 1) // 2, 2), torch.float8_e8m0fnu)
-
-    def npu_dynamic_mx_quant(self, x: Any, **kwargs: Any) -> Any:
-        self._record("npu_dynamic_mx_quant", (x,), kwargs)
-        return self.marker(64, x.shape, torch.float8_e4m3fn), self._mx_scale(2.0**-3, x)
-
-    def npu_add_rms_norm_dynamic_mx_quant(self, x1: Any, *args: Any, **kwargs: Any) -> Any:
-        self._record("npu_add_rms_norm_dynamic_mx_quant", (x1, *args), kwargs)
-        return (
-            self.marker(80, x1.shape, torch.float8_e4m3fn),
-            self.marker(81, x1.shape, x1.dtype),
-            self._mx_scale(2.0**-4, x1),
-        )
-
-    def npu_rms_norm_dynamic_mx_quant(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        self._record("npu_rms_norm_dynamic_mx_quant", (x, *args), kwargs)
-        return (
-            self.marker(96, x.shape, torch.float8_e4m3fn),
-            self._mx_scale(2.0**-5, x),
-            self.marker(92, x.shape[:-1], torch.float32),
-        )
-
-    def npu_format_cast(self, weight: torch.Tensor, acl_format: int) -> torch.Tensor:
-        self._record("npu_format_cast", (weight, acl_format), {})
-        return weight.clone()
-
-    def _npu_rotary_embedding(self, positions: Any, query: Any, key: Any, *args: Any) -> None:
-        # The kernel rotates in place: record the inputs as they were at the call.
-        self._record("_npu_rotary_embedding", (positions, query.clone(), key.clone(), *args), {})
-        query.fill_(100.0)
-        key.fill_(101.0)
+from tools.npu_seam import FakeTorchNpu, install
 
 
 @pytest.fixture
-def fake_npu() -> FakeTorchNpu:
-    """A fresh recording fake torch_npu module (not installed anywhere)."""
-    return FakeTorchNpu()
+def fake_npu(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[FakeTorchNpu]:
+    """The seam's fake torch_npu (the real wheel's schemas and documented constraints;
+    ``tools/npu_seam``), installed as ``sys.modules["torch_npu"]``; indirect parametrization
+    passes ``install`` options (``{"atb": False}``)."""
+    fake = install(monkeypatch, **getattr(request, "param", {}))
+    try:
+        yield fake
+    finally:
+        fake.close()
 
 
 @pytest.fixture
 def fake_npu_on_cpu(fake_npu: FakeTorchNpu) -> Iterator[FakeTorchNpu]:
-    """The fake installed as ``sys.modules["torch_npu"]`` and its kernels registered for CPU.
+    """``fake_npu`` with the NPU adapters registered for the CPU key.
 
     CPU stands in for the NPU dispatch key so that ``torch.ops.ascend.*`` on CPU tensors runs
-    the NPU adapters; teardown removes the registration and the module.
+    the NPU adapters; teardown removes the registration.
     """
     from ascend_kernels.npu_loader import npu_registration
 
-    saved = sys.modules.get("torch_npu")
-    sys.modules["torch_npu"] = fake_npu
     npu_registration.reset()
     try:
         assert npu_registration.load_if_available(dispatch_key="CPU")
         yield fake_npu
     finally:
         npu_registration.reset()
-        if saved is None:
-            sys.modules.pop("torch_npu", None)
-        else:
-            sys.modules["torch_npu"] = saved
 
 
 @pytest.fixture

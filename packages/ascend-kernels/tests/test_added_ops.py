@@ -200,32 +200,25 @@ def test_mrope_bad_input(kwargs: dict[str, Any], message: str) -> None:
 
 
 # ---------------------------------------------------------------- NPU adapters (fake torch_npu)
-def _record(fake: Any, name: str, result: Any) -> None:
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        fake.calls.append((name, args, kwargs))
-        return result(*args, **kwargs)
-
-    setattr(fake, name, kernel)
-
-
+# The fake kernels of tools.npu_seam: the real npu_swiglu / npu_mrope schemas (mrope_section
+# and rotary_mode are keyword-only), outputs shaped by the wheel's meta functions.
 def test_silu_and_mul_maps_to_npu_swiglu(fake_npu_on_cpu: Any) -> None:
-    _record(fake_npu_on_cpu, "npu_swiglu",
-            lambda x, dim: torch.full((*x.shape[:-1], x.shape[-1] // 2), 7.0, dtype=x.dtype))
-    x = torch.randn(3, 8)
+    x = torch.randn(3, 8).to(torch.bfloat16)
     out = A.silu_and_mul(x)
-    assert [c[0] for c in fake_npu_on_cpu.calls] == ["npu_swiglu"]
-    (arg,), kwargs = fake_npu_on_cpu.calls[0][1], fake_npu_on_cpu.calls[0][2]
-    assert torch.equal(arg, x) and kwargs == {"dim": -1}
-    assert torch.equal(out, torch.full((3, 4), 7.0))
+    assert fake_npu_on_cpu.kernels.names() == ["npu_swiglu"]
+    (arg,), kwargs = fake_npu_on_cpu.calls[0].args, fake_npu_on_cpu.calls[0].kwargs
+    assert arg is x and kwargs == {"dim": -1}
+    assert out.shape == (3, 4) and torch.equal(out, fake_npu_on_cpu.calls[0].outputs)
+
+
+def _mrope_inputs(dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, ...]:
+    q = torch.randn(TOKENS, HEADS, HEAD).to(dtype)
+    k = torch.randn(TOKENS, KV_HEADS, HEAD).to(dtype)
+    return q, k, torch.randn(MAX_POS, HEAD).to(dtype), torch.randint(0, MAX_POS, (3, TOKENS))
 
 
 def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> None:
-    _record(fake_npu_on_cpu, "npu_mrope",
-            lambda pos, q, k, cache, head, **kw: (torch.full_like(q, 5.0),
-                                                  torch.full_like(k, 6.0)))
-    q, k = torch.randn(TOKENS, HEADS, HEAD), torch.randn(TOKENS, KV_HEADS, HEAD)
-    cache = torch.randn(MAX_POS, HEAD)
-    mm = torch.randint(0, MAX_POS, (3, TOKENS))
+    q, k, cache, mm = _mrope_inputs()
     q_out, k_out = A.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [4, 6, 6], True, False)
     name, args, kwargs = fake_npu_on_cpu.calls[-1]
     assert name == "npu_mrope" and args[1].shape == (TOKENS, HEADS * HEAD) and args[4] == HEAD
@@ -233,16 +226,17 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     assert torch.equal(args[1], q.reshape(TOKENS, -1))
     assert torch.equal(args[2], k.reshape(TOKENS, -1))
     assert kwargs == {"mrope_section": [4, 6, 6], "rotary_mode": "half"}
-    assert q_out.shape == q.shape and torch.all(q_out == 5.0) and torch.all(k_out == 6.0)
+    outputs = fake_npu_on_cpu.calls[-1].outputs
+    assert q_out.shape == q.shape and torch.equal(q_out.reshape(TOKENS, -1), outputs[0])
+    assert torch.equal(k_out.reshape(TOKENS, -1), outputs[1])
     A.mrotary_embedding(mm[0], q, k, cache, HEAD, HEAD, [4, 6, 6], False, False)
-    assert fake_npu_on_cpu.calls[-1][2] == {"mrope_section": [0, 0, 0],
-                                            "rotary_mode": "interleave"}
+    assert fake_npu_on_cpu.calls[-1].kwargs == {"mrope_section": [0, 0, 0],
+                                                "rotary_mode": "interleave"}
     # Interleaved sections and partial rotary are not the kernel's: the reference runs.
     count = len(fake_npu_on_cpu.calls)
     got = A.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, True)
     partial = A.mrotary_embedding(mm, q, k, cache[:, :16], HEAD, 16, [2, 3, 3], True, False)
     assert len(fake_npu_on_cpu.calls) == count
-    assert not torch.all(got[0] == 5.0) and not torch.all(partial[0] == 5.0)
     from ascend_kernels import ops_mrope  # the reference, called directly
 
     want = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, True)
@@ -252,6 +246,29 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     sectioned = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, False)
     gptj = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], False, True)
     assert not torch.equal(want[0], sectioned[0]) and not torch.equal(want[0], gptj[0])
+
+
+@pytest.mark.parametrize(
+    ("head", "dtype", "kernel"),
+    [(48, torch.bfloat16, False), (48, torch.float16, False), (48, torch.float32, True),
+     (40, torch.float32, False), (64, torch.bfloat16, True)],
+)
+def test_mrope_rotary_sizes_npu_mrope_rejects_run_the_reference(
+    fake_npu_on_cpu: Any, head: int, dtype: torch.dtype, kernel: bool
+) -> None:
+    # npu_mrope: rotary_dim a multiple of 32 for fp16/bf16, of 16 for float32.
+    q = torch.randn(TOKENS, head).to(dtype)
+    k = torch.randn(TOKENS, head).to(dtype)
+    cache = torch.randn(MAX_POS, head).to(dtype)
+    mm = torch.randint(0, MAX_POS, (3, TOKENS))
+    section = [head // 4, head // 8, head // 2 - head // 4 - head // 8]
+    got = A.mrotary_embedding(mm, q, k, cache, head, head, section, True, False)
+    assert (fake_npu_on_cpu.kernels.names() == ["npu_mrope"]) is kernel
+    if not kernel:
+        from ascend_kernels import ops_mrope
+
+        want = ops_mrope.mrotary_embedding(mm, q, k, cache, head, head, section, True, False)
+        assert all(map(torch.equal, got, want))
 
 
 def test_silu_and_mul_boundary_shapes_are_accepted() -> None:

@@ -1,8 +1,12 @@
-"""The NPU registrations, exercised through a recording fake ``torch_npu`` (no NPU here).
+"""The NPU registrations, run through the fake torch_npu of ``tools.npu_seam`` (no NPU here).
 
-``fake_npu_on_cpu`` installs the fake as ``sys.modules["torch_npu"]`` and registers the NPU
-adapters for the CPU key, so ``torch.ops.ascend.*`` on CPU tensors goes exactly the way it
-goes on an NPU. Marker values (10 * kernel + output index) show the output order mapping.
+The fake defines the real torch-npu 2.13 op schemas in a scratch namespace (so a wrong arity,
+a positional keyword-only argument or an unknown keyword fails), returns outputs with the
+dtypes/shapes/count of the wheel's meta functions and raises ``ContractViolation`` for the
+inputs the kernels document as unsupported. ``fake_npu_on_cpu`` registers the adapters for
+the CPU key, so ``torch.ops.ascend.*`` on CPU tensors goes exactly the way it goes on an NPU.
+Each kernel output is filled with a marker value; tests compare the op's outputs with the
+kernel's recorded outputs to show which one landed where.
 """
 
 from __future__ import annotations
@@ -14,20 +18,28 @@ import pytest
 import torch
 from ascend_kernels import npu_impls
 from ascend_kernels.npu_loader import NpuRegistration
+from ascend_kernels.registration import reference_impl
+
+from tools.npu_seam import FakeTorchNpu
 
 A = torch.ops.ascend
-E4M3 = torch.float8_e4m3fn
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+E4M3, E8M0 = torch.float8_e4m3fn, torch.float8_e8m0fnu
 
 
-def _only_call(fake: Any, name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    assert [c[0] for c in fake.calls] == [name]
-    return fake.calls[0][1], fake.calls[0][2]
+def _r(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.randn(*shape).to(dtype)
 
 
-def _value(t: torch.Tensor) -> float:
-    values = t.float().unique()
-    assert values.numel() == 1
-    return float(values)
+def _only_call(fake: FakeTorchNpu, name: str) -> Any:
+    assert fake.kernels.names() == [name]
+    return fake.calls[0]
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, torch.Tensor):
+        return got is want
+    return bool(type(got) is type(want) and got == want)
 
 
 def test_every_op_except_lora_has_an_npu_adapter() -> None:
@@ -37,98 +49,253 @@ def test_every_op_except_lora_has_an_npu_adapter() -> None:
     assert set(OP_NAMES) - set(npu_impls.ADAPTERS) == {"bgmv_expand", "sgmv_expand"}
 
 
-def test_rms_norm_maps_to_npu_rms_norm(fake_npu_on_cpu: Any) -> None:
-    x, w = torch.randn(3, 8), torch.randn(8)
+def test_rms_norm_maps_to_npu_rms_norm_output_0(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    x, w = _r(3, 8), _r(8)
     out = A.rms_norm(x, w, 1e-5)
-    args, kwargs = _only_call(fake_npu_on_cpu, "npu_rms_norm")
-    assert args[0] is not None and torch.equal(args[0], x) and torch.equal(args[1], w)
-    assert kwargs == {"epsilon": 1e-5}
-    assert _value(out) == 10  # output 0 (y), not rstd
+    call = _only_call(fake_npu_on_cpu, "npu_rms_norm")
+    assert call.args[0] is x and call.args[1] is w and call.kwargs == {"epsilon": 1e-5}
+    assert torch.equal(out, call.outputs[0])  # y, not rstd
 
 
-def test_add_rms_norm_maps_outputs_0_and_2_and_adds_bias(fake_npu_on_cpu: Any) -> None:
-    x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8)
+def test_rms_norm_of_ranks_the_kernel_lacks_runs_on_rows(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    # npu_rms_norm takes 2-8 dims: a 1-D x goes in as [1, H] and comes back 1-D.
+    x, w = _r(8), _r(8)
+    out = A.rms_norm(x, w, 1e-5)
+    call = _only_call(fake_npu_on_cpu, "npu_rms_norm")
+    assert call.args[0].shape == (1, 8) and out.shape == (8,)
+    assert torch.equal(out, call.outputs[0].reshape(8))
+
+
+def test_norms_with_a_weight_of_another_dtype_run_the_reference(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    # The kernels take gamma in x's dtype only; the reference takes any float weight.
+    x, r, w = _r(3, 8), _r(3, 8), _r(8, dtype=F32)
+    assert torch.equal(A.rms_norm(x, w, 1e-6), reference_impl("rms_norm")(x, w, 1e-6))
+    got = A.add_rms_norm(x, r, w, 1e-6)
+    want = reference_impl("add_rms_norm")(x, r, w, 1e-6)
+    assert all(map(torch.equal, got, want))
+    assert fake_npu_on_cpu.calls == []
+
+
+def test_add_rms_norm_maps_outputs_0_and_2_and_adds_bias(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    x, r, w = _r(3, 8), _r(3, 8), _r(8)
     out, res = A.add_rms_norm(x, r, w, 1e-6)
-    args, kwargs = _only_call(fake_npu_on_cpu, "npu_add_rms_norm")
-    assert torch.equal(args[0], x) and torch.equal(args[1], r) and kwargs == {"epsilon": 1e-6}
-    assert (_value(out), _value(res)) == (20, 22)
-    out_b, _ = A.add_rms_norm(x, r, w, 1e-6, torch.full((8,), 0.5))
-    assert _value(out_b) == 20.5
+    call = _only_call(fake_npu_on_cpu, "npu_add_rms_norm")
+    assert call.args[0] is x and call.args[1] is r and call.kwargs == {"epsilon": 1e-6}
+    assert torch.equal(out, call.outputs[0]) and torch.equal(res, call.outputs[2])
+    bias = torch.full((8,), 0.5, dtype=BF16)
+    out_b, _ = A.add_rms_norm(x, r, w, 1e-6, bias)
+    assert torch.equal(out_b, fake_npu_on_cpu.calls[-1].outputs[0] + bias)
 
 
-def test_quantize_uses_div_mode_on_the_last_axis(fake_npu_on_cpu: Any) -> None:
-    x, s, o = torch.randn(2, 4), torch.tensor([0.5]), torch.tensor([1.0])
+def test_quantize_uses_div_mode_on_the_last_axis(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    x, s, o = _r(2, 4), torch.tensor([0.5]), torch.tensor([1], dtype=torch.int8)
     q = A.quantize(x, s, o)
-    args, kwargs = _only_call(fake_npu_on_cpu, "npu_quantize")
-    assert torch.equal(args[1], s) and torch.equal(args[2], o)
-    assert args[3:] == (torch.qint8, -1, True) and kwargs == {}
-    assert q.dtype == torch.int8 and _value(q) == 30
+    call = _only_call(fake_npu_on_cpu, "npu_quantize")
+    assert torch.equal(call.args[1], s) and call.args[2] is not None
+    assert torch.equal(call.args[2], o) and call.args[3:] == (torch.qint8, -1, True)
+    assert call.kwargs == {} and q.dtype == torch.int8 and torch.equal(q, call.outputs)
 
 
-def test_dynamic_quant(fake_npu_on_cpu: Any) -> None:
-    q, scale = A.dynamic_quant(torch.randn(2, 4))
-    _only_call(fake_npu_on_cpu, "npu_dynamic_quant")
-    assert (_value(q), _value(scale)) == (40, 41)
+@pytest.mark.parametrize(
+    ("scale_dtype", "offset_dtype", "kernel_scale", "kernel_offset"),
+    [
+        (F16, torch.int8, F32, torch.int8),  # float16 scales widen to float32 (exact)
+        (F32, torch.uint8, F32, torch.uint8),
+        (BF16, torch.int32, BF16, torch.int32),
+        (F32, torch.int16, F32, torch.int32),  # int16 widens to int32 (exact)
+        (F32, BF16, F32, BF16),
+    ],
+)
+def test_quantize_gives_the_kernel_its_scale_and_zero_point_dtypes(
+    fake_npu_on_cpu: FakeTorchNpu, scale_dtype: torch.dtype, offset_dtype: torch.dtype,
+    kernel_scale: torch.dtype, kernel_offset: torch.dtype,
+) -> None:
+    s, o = torch.tensor([0.5]).to(scale_dtype), torch.tensor([3]).to(offset_dtype)
+    A.quantize(_r(2, 4), s, o)
+    call = _only_call(fake_npu_on_cpu, "npu_quantize")
+    assert (call.args[1].dtype, call.args[2].dtype) == (kernel_scale, kernel_offset)
+    assert call.args[1].tolist() == [0.5] and call.args[2].tolist() == [3]
+
+
+@pytest.mark.parametrize("offset_dtype", [F32, F16, torch.int64])
+def test_quantize_offsets_only_a_lossy_cast_would_convert_run_the_reference(
+    fake_npu_on_cpu: FakeTorchNpu, offset_dtype: torch.dtype
+) -> None:
+    x, s, o = _r(2, 4), torch.tensor([0.25]), torch.tensor([1.5]).to(offset_dtype)
+    assert torch.equal(A.quantize(x, s, o), reference_impl("quantize")(x, s, o))
+    assert fake_npu_on_cpu.calls == []
+
+
+def test_dynamic_quant(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    q, scale = A.dynamic_quant(_r(2, 4))
+    call = _only_call(fake_npu_on_cpu, "npu_dynamic_quant")
+    assert torch.equal(q, call.outputs[0]) and torch.equal(scale, call.outputs[1])
+
+
+def test_dynamic_quant_of_float32_runs_the_reference(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    x = _r(2, 4, dtype=F32)  # the kernel takes fp16/bf16 only
+    got = A.dynamic_quant(x)
+    assert all(map(torch.equal, got, reference_impl("dynamic_quant")(x)))
+    assert fake_npu_on_cpu.calls == []
+
+
+def test_dynamic_quant_of_a_vector_runs_the_kernel_on_one_row(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    q, scale = A.dynamic_quant(_r(6, dtype=F16))  # the kernel needs dim > 1
+    call = _only_call(fake_npu_on_cpu, "npu_dynamic_quant")
+    assert call.args[0].shape == (1, 6) and q.shape == (6,) and scale.shape == ()
+    assert torch.equal(q, call.outputs[0].reshape(6))
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_add_rms_norm_quant_maps_y1_and_x(fake_npu_on_cpu: Any, with_bias: bool) -> None:
-    x, r, w = torch.randn(2, 8), torch.randn(2, 8), torch.randn(8)
-    s, o, b = torch.tensor([0.1]), torch.tensor([0.0]), torch.randn(8)
+def test_add_rms_norm_quant_maps_y1_and_x(fake_npu_on_cpu: FakeTorchNpu, with_bias: bool) -> None:
+    x, r, w = _r(2, 8), _r(2, 8), _r(8)
+    s, o, b = torch.tensor([0.1]), torch.tensor([2], dtype=torch.int32), _r(8)
     q, res = A.add_rms_norm_quant(x, r, w, s, o, 1e-6, b if with_bias else None)
-    args, kwargs = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_quant")
-    assert [torch.equal(a, e) for a, e in zip(args, (x, r, w, s, o), strict=True)] == [True] * 5
-    assert kwargs["epsilon"] == 1e-6
-    assert ("beta" in kwargs) == with_bias
-    assert (_value(q), _value(res)) == (50, 52)
+    call = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_quant")
+    assert call.args[0] is x and call.args[1] is r and call.args[2] is w
+    assert call.kwargs["epsilon"] == 1e-6 and ("beta" in call.kwargs) == with_bias
+    assert torch.equal(q, call.outputs[0]) and torch.equal(res, call.outputs[2])
 
 
-def test_add_rms_norm_dynamic_quant_maps_outputs_0_3_2(fake_npu_on_cpu: Any) -> None:
-    x, r, w, b = torch.randn(2, 8), torch.randn(2, 8), torch.randn(8), torch.randn(8)
+@pytest.mark.parametrize(
+    ("scale", "offset", "zero_point_dtype"),
+    [
+        (torch.tensor([0.1]), torch.tensor([2], dtype=torch.int8), torch.int32),
+        (torch.tensor([0.1], dtype=F16), torch.tensor([2], dtype=torch.int32), torch.int32),
+        (torch.full((8,), 0.1), torch.full((8,), 2, dtype=torch.uint8), torch.int32),
+        (torch.tensor([0.1], dtype=BF16), torch.tensor([2.0], dtype=BF16), BF16),
+    ],
+)
+def test_add_rms_norm_quant_expands_scale_and_offset_to_gammas_shape(
+    fake_npu_on_cpu: FakeTorchNpu, scale: torch.Tensor, offset: torch.Tensor,
+    zero_point_dtype: torch.dtype,
+) -> None:
+    A.add_rms_norm_quant(_r(2, 8), _r(2, 8), _r(8), scale, offset, 1e-6)
+    scales1, zero_points1 = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_quant").args[3:5]
+    assert scales1.shape == zero_points1.shape == (8,)
+    assert scales1.dtype in (F32, BF16) and zero_points1.dtype == zero_point_dtype
+    assert torch.equal(scales1.float(), scale.float().expand(8))
+    assert torch.equal(zero_points1.float(), offset.float().expand(8))
+
+
+@pytest.mark.parametrize(
+    ("x_dtype", "offset"),
+    [(F32, torch.tensor([1], dtype=torch.int32)), (BF16, torch.tensor([1.0])),
+     (F16, torch.tensor([1], dtype=torch.int64))],
+)
+def test_add_rms_norm_quant_the_kernel_cannot_take_runs_the_reference(
+    fake_npu_on_cpu: FakeTorchNpu, x_dtype: torch.dtype, offset: torch.Tensor
+) -> None:
+    x, r, w, s = _r(2, 8, dtype=x_dtype), _r(2, 8, dtype=x_dtype), _r(8, dtype=x_dtype), \
+        torch.tensor([0.5])
+    got = A.add_rms_norm_quant(x, r, w, s, offset, 1e-6)
+    want = reference_impl("add_rms_norm_quant")(x, r, w, s, offset, 1e-6)
+    assert all(map(torch.equal, got, want)) and fake_npu_on_cpu.calls == []
+
+
+def test_add_rms_norm_dynamic_quant_maps_outputs_0_3_2(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    x, r, w, b = _r(2, 8), _r(2, 8), _r(8), _r(8)
     q, scale, res = A.add_rms_norm_dynamic_quant(x, r, w, 1e-5, b)
-    _, kwargs = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_dynamic_quant")
-    assert kwargs["epsilon"] == 1e-5 and kwargs["output_mask"] == [True, False]
-    assert torch.equal(kwargs["beta"], b)
-    assert (_value(q), _value(scale), _value(res)) == (60, 63, 62)
+    call = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_dynamic_quant")
+    assert call.kwargs["epsilon"] == 1e-5 and call.kwargs["output_mask"] == [True, False]
+    assert call.kwargs["beta"] is b
+    assert torch.equal(q, call.outputs[0]) and torch.equal(scale, call.outputs[3])
+    assert torch.equal(res, call.outputs[2])
 
 
-def test_dynamic_mx_quant_trims_the_paired_scale_layout(fake_npu_on_cpu: Any) -> None:
-    x = torch.randn(3, 70)  # 3 blocks; the kernel returns [3, 2, 2]
+def test_add_rms_norm_dynamic_quant_of_float32_runs_the_reference(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    x, r, w = _r(2, 8, dtype=F32), _r(2, 8, dtype=F32), _r(8, dtype=F32)
+    got = A.add_rms_norm_dynamic_quant(x, r, w, 1e-5)
+    want = reference_impl("add_rms_norm_dynamic_quant")(x, r, w, 1e-5)
+    assert all(map(torch.equal, got, want)) and fake_npu_on_cpu.calls == []
+    # A vector is one row for the kernel (it takes 2-8 dims).
+    q, scale, res = A.add_rms_norm_dynamic_quant(_r(8), _r(8), _r(8), 1e-5)
+    call = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_dynamic_quant")
+    assert call.args[0].shape == (1, 8) and (q.shape, scale.shape, res.shape) == ((8,), (), (8,))
+
+
+def test_dynamic_mx_quant_trims_the_paired_scale_and_views_it_as_e8m0(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    x = _r(3, 70)  # 3 blocks; the kernel returns uint8 [3, 2, 2]
     q, scale = A.dynamic_mx_quant(x)
-    _, kwargs = _only_call(fake_npu_on_cpu, "npu_dynamic_mx_quant")
-    assert kwargs == {"dst_type": E4M3}
-    assert q.dtype == E4M3 and _value(q) == 64
-    assert scale.shape == (3, 3) and scale.dtype == torch.float8_e8m0fnu
-    assert _value(scale) == 2.0**-3
+    call = _only_call(fake_npu_on_cpu, "npu_dynamic_mx_quant")
+    assert call.kwargs == {"dst_type": E4M3} and call.outputs[1].dtype == torch.uint8
+    assert q.dtype == E4M3 and torch.equal(q.view(torch.uint8), call.outputs[0].view(torch.uint8))
+    assert scale.shape == (3, 3) and scale.dtype == E8M0
+    assert torch.equal(scale.view(torch.uint8), call.outputs[1].reshape(3, 4)[:, :3])
 
 
-def test_add_rms_norm_dynamic_mx_quant_maps_outputs_0_2_1(fake_npu_on_cpu: Any) -> None:
-    x = torch.randn(2, 64)
-    q, scale, res = A.add_rms_norm_dynamic_mx_quant(x, x, torch.ones(64), 1e-6)
-    _, kwargs = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_dynamic_mx_quant")
-    assert kwargs == {"epsilon": 1e-6, "dst_type": E4M3}
-    assert (_value(q), _value(scale), _value(res)) == (80, 2.0**-4, 81)
-    assert scale.shape == (2, 2)
+def test_add_rms_norm_dynamic_mx_quant_maps_outputs_0_2_1(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    x = _r(2, 64)
+    q, scale, res = A.add_rms_norm_dynamic_mx_quant(x, x, _r(64), 1e-6)
+    call = _only_call(fake_npu_on_cpu, "npu_add_rms_norm_dynamic_mx_quant")
+    assert call.kwargs == {"epsilon": 1e-6, "dst_type": E4M3} and len(call.outputs) == 4
+    assert torch.equal(q.view(torch.uint8), call.outputs[0].view(torch.uint8))
+    assert scale.dtype == E8M0 and scale.shape == (2, 2)
+    assert torch.equal(scale.view(torch.uint8), call.outputs[2].reshape(2, 2))
+    assert torch.equal(res, call.outputs[1])
 
 
-def test_rms_norm_dynamic_mx_quant_maps_outputs_0_1(fake_npu_on_cpu: Any) -> None:
-    q, scale = A.rms_norm_dynamic_mx_quant(torch.randn(2, 96), torch.ones(96), 1e-6)
-    _only_call(fake_npu_on_cpu, "npu_rms_norm_dynamic_mx_quant")
-    assert (_value(q), _value(scale)) == (96, 2.0**-5) and scale.shape == (2, 3)
+def test_rms_norm_dynamic_mx_quant_maps_outputs_0_1(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    q, scale = A.rms_norm_dynamic_mx_quant(_r(2, 96), _r(96), 1e-6)
+    call = _only_call(fake_npu_on_cpu, "npu_rms_norm_dynamic_mx_quant")
+    assert scale.dtype == E8M0 and scale.shape == (2, 3)
+    assert torch.equal(scale.view(torch.uint8), call.outputs[1].reshape(2, 4)[:, :3])
+    assert torch.equal(q.view(torch.uint8), call.outputs[0].view(torch.uint8))
 
 
-def test_rotary_embedding_rotates_copies_in_place(fake_npu_on_cpu: Any) -> None:
-    pos, cache = torch.tensor([0, 1]), torch.randn(4, 16)
-    q, k = torch.randn(2, 3, 16), torch.randn(2, 32)
+def test_rotary_embedding_rotates_copies_in_place(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    pos, cache = torch.tensor([0, 1]), _r(4, 16)
+    q, k = _r(2, 3, 16), _r(2, 32)
     q_before = q.clone()
     q_out, k_out = A.rotary_embedding(pos, q, k, cache, 16, 16, False)
-    args, _ = _only_call(fake_npu_on_cpu, "_npu_rotary_embedding")
+    call = _only_call(fake_npu_on_cpu, "_npu_rotary_embedding")
+    args = call.args
     assert args[1].shape == (2, 48) and args[3] == 16 and args[4] is cache and args[5] is False
+    assert torch.equal(call.before["query"], q_before.reshape(2, 48))
     assert torch.equal(q, q_before)  # the op stays functional
-    assert q_out.shape == q.shape and _value(q_out) == 100 and _value(k_out) == 101
+    assert q_out.shape == q.shape and torch.equal(q_out.reshape(2, 48), args[1])
+    assert torch.equal(k_out, args[2])
 
 
-def test_partial_rotary_falls_back_to_the_reference(fake_npu_on_cpu: Any) -> None:
+@pytest.mark.parametrize("fake_npu", [{"atb": False}], indirect=True)
+def test_rotary_embedding_without_the_atb_library_runs_the_reference(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    pos, cache = torch.tensor([0, 1]), _r(4, 16)
+    q, k = _r(2, 3, 16), _r(2, 32)
+    got = A.rotary_embedding(pos, q, k, cache, 16, 16, True)
+    want = reference_impl("rotary_embedding")(pos, q, k, cache, 16, 16, True)
+    assert all(map(torch.equal, got, want))
+    qkv = _r(2, 64)
+    A.split_qkv_rmsnorm_rope(qkv, _r(16), _r(16), pos, cache, 32, 16, 16, 16, True, 1e-6)
+    assert fake_npu_on_cpu.kernels.names() == ["npu_rms_norm", "npu_rms_norm"]
+
+
+def test_loading_without_the_atb_library_says_why_rope_runs_the_reference(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tools.npu_seam import install
+
+    fake = install(monkeypatch, atb=False)
+    state = NpuRegistration()
+    try:
+        with caplog.at_level("WARNING", logger="ascend_kernels.npu_impls"):
+            assert state.load_if_available(dispatch_key="CPU")
+        assert "ATB ops are unavailable" in caplog.text and "libatb.so" in caplog.text
+    finally:
+        state.reset()
+        fake.close()
+
+
+def test_partial_rotary_falls_back_to_the_reference(fake_npu_on_cpu: FakeTorchNpu) -> None:
     pos, cache = torch.tensor([0]), torch.randn(1, 8)
     q = torch.randn(1, 16)
     q_out, _ = A.rotary_embedding(pos, q, q.clone(), cache, 16, 8, True)
@@ -136,46 +303,35 @@ def test_partial_rotary_falls_back_to_the_reference(fake_npu_on_cpu: Any) -> Non
     assert torch.equal(q_out[:, 8:], q[:, 8:])
 
 
-def test_split_qkv_rmsnorm_rope_composes_npu_kernels(fake_npu_on_cpu: Any) -> None:
-    qkv = torch.randn(3, 4 * 16)
-    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
+def test_split_qkv_rmsnorm_rope_composes_npu_kernels(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    qkv = _r(3, 4 * 16)
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
     q, k, v = A.split_qkv_rmsnorm_rope(
-        qkv,
-        torch.ones(16),
-        torch.ones(16),
-        pos,
-        cache,
-        32,
-        16,
-        16,
-        16,
-        True,
-        1e-6,
-        torch.ones(16),
-        None,
+        qkv, _r(16), _r(16), pos, cache, 32, 16, 16, 16, True, 1e-6, _r(16), None
     )
-    names = [c[0] for c in fake_npu_on_cpu.calls]
-    assert names == ["npu_rms_norm", "npu_rms_norm", "_npu_rotary_embedding"]
-    assert fake_npu_on_cpu.calls[0][1][0].shape == (3, 2, 16)
-    assert (_value(q), _value(k)) == (100, 101)
+    calls = fake_npu_on_cpu.calls
+    assert [c.op for c in calls] == ["npu_rms_norm", "npu_rms_norm", "_npu_rotary_embedding"]
+    assert calls[0].args[0].shape == (3, 2, 16)
+    assert torch.equal(q, calls[2].args[1]) and torch.equal(k, calls[2].args[2])
     assert torch.equal(v, qkv[:, 48:]) and v.is_contiguous()
 
 
-def test_muls_add_is_one_add_with_alpha(fake_npu_on_cpu: Any) -> None:
+def test_muls_add_is_one_add_with_alpha(fake_npu_on_cpu: FakeTorchNpu) -> None:
     x, y = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])
     assert A.muls_add(x, y, 0.5).tolist() == [3.5, 5.0]
 
 
-def test_loader_imports_torch_npu_from_sys_modules_and_reset_restores(fake_npu: Any) -> None:
+def test_loader_imports_torch_npu_from_sys_modules_and_reset_restores(
+    fake_npu: FakeTorchNpu,
+) -> None:
     state = NpuRegistration()
-    sys.modules["torch_npu"] = fake_npu
+    assert sys.modules["torch_npu"] is fake_npu
     try:
         assert state.load_if_available(dispatch_key="CPU") and state.loaded
-        A.rms_norm(torch.ones(1, 4), torch.ones(4), 1e-6)
+        A.rms_norm(torch.ones(1, 4, dtype=BF16), torch.ones(4, dtype=BF16), 1e-6)
         assert fake_npu.calls
     finally:
         state.reset()
-        del sys.modules["torch_npu"]
     assert not state.loaded
     assert A.rms_norm(torch.ones(1, 4), torch.ones(4), 3.0).tolist() == [[0.5] * 4]
 
@@ -211,25 +367,16 @@ def test_loader_without_torch_npu_does_nothing(monkeypatch: pytest.MonkeyPatch) 
     assert not state.loaded and state.error is None
 
 
-def _same(got: Any, want: Any) -> bool:
-    if isinstance(want, torch.Tensor):
-        return got is want
-    return bool(type(got) is type(want) and got == want)
-
-
-def test_each_adapter_passes_every_argument_in_the_kernels_order(fake_npu_on_cpu: Any) -> None:
+def test_each_adapter_passes_every_argument_in_the_kernels_order(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
     """Exact positional arguments (the very tensors) and keywords of every kernel call."""
-    x, r, w, b = torch.randn(2, 64), torch.randn(2, 64), torch.randn(64), torch.randn(64)
-    s, o = torch.tensor([0.5]), torch.tensor([1.0])
+    x, r, w, b = _r(2, 64), _r(2, 64), _r(64), _r(64)
+    s, o = torch.tensor([0.5]), torch.tensor([1], dtype=torch.int8)
     calls: list[tuple[Any, str, tuple[Any, ...], dict[str, Any]]] = [
         (lambda: A.rms_norm(x, w, 0.25), "npu_rms_norm", (x, w), {"epsilon": 0.25}),
         (lambda: A.add_rms_norm(x, r, w, 0.5), "npu_add_rms_norm", (x, r, w), {"epsilon": 0.5}),
-        (lambda: A.quantize(x, s, o), "npu_quantize", (x, s, o, torch.qint8, -1, True), {}),
         (lambda: A.dynamic_quant(x), "npu_dynamic_quant", (x,), {}),
-        (lambda: A.add_rms_norm_quant(x, r, w, s, o, 0.125, b), "npu_add_rms_norm_quant",
-         (x, r, w, s, o), {"epsilon": 0.125, "beta": b}),
-        (lambda: A.add_rms_norm_quant(x, r, w, s, o, 0.125), "npu_add_rms_norm_quant",
-         (x, r, w, s, o), {"epsilon": 0.125}),
         (lambda: A.add_rms_norm_dynamic_quant(x, r, w, 0.75, b),
          "npu_add_rms_norm_dynamic_quant", (x, r, w),
          {"epsilon": 0.75, "output_mask": [True, False], "beta": b}),
@@ -250,40 +397,51 @@ def test_each_adapter_passes_every_argument_in_the_kernels_order(fake_npu_on_cpu
         assert len(got_args) == len(args) and all(map(_same, got_args, args)), name
         assert got_kwargs.keys() == kwargs.keys(), name
         assert all(_same(got_kwargs[k], v) for k, v in kwargs.items()), name
+    # The static quant kernels get converted copies: positions and the other arguments.
+    for call, name, tail in [
+        (lambda: A.quantize(x, s, o), "npu_quantize", (torch.qint8, -1, True)),
+        (lambda: A.add_rms_norm_quant(x, r, w, s, o, 0.125, b), "npu_add_rms_norm_quant", ()),
+    ]:
+        fake_npu_on_cpu.calls.clear()
+        call()
+        ((got_name, got_args, got_kwargs),) = fake_npu_on_cpu.calls
+        assert got_name == name and got_args[0] is x and got_args[len(got_args) - len(tail):] \
+            == tail
+    assert fake_npu_on_cpu.calls[0].kwargs == {"epsilon": 0.125, "beta": b}
 
 
 def test_split_qkv_rmsnorm_rope_passes_weights_eps_and_rope_arguments(
-    fake_npu_on_cpu: Any,
+    fake_npu_on_cpu: FakeTorchNpu,
 ) -> None:
-    qkv = torch.randn(3, 4 * 16)
-    qw, kw, qb = torch.randn(16), torch.randn(16), torch.randn(16)
-    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
+    qkv = _r(3, 4 * 16)
+    qw, kw, qb = _r(16), _r(16), _r(16)
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
     A.split_qkv_rmsnorm_rope(qkv, qw, kw, pos, cache, 32, 16, 16, 16, False, 0.25, qb, None)
-    (q_norm, k_norm, rope) = fake_npu_on_cpu.calls
-    assert torch.equal(q_norm[1][0], qkv[:, :32].reshape(3, 2, 16)) and q_norm[1][1] is qw
-    assert torch.equal(k_norm[1][0], qkv[:, 32:48].reshape(3, 1, 16)) and k_norm[1][1] is kw
-    assert q_norm[2] == {"epsilon": 0.25} and k_norm[2] == {"epsilon": 0.25}
-    positions, q_in, k_in, head, cache_in, neox = rope[1]
+    q_norm, k_norm, rope = fake_npu_on_cpu.calls
+    assert torch.equal(q_norm.args[0], qkv[:, :32].reshape(3, 2, 16)) and q_norm.args[1] is qw
+    assert torch.equal(k_norm.args[0], qkv[:, 32:48].reshape(3, 1, 16)) and k_norm.args[1] is kw
+    assert q_norm.kwargs == {"epsilon": 0.25} and k_norm.kwargs == {"epsilon": 0.25}
+    positions, head, cache_in, neox = rope.args[0], rope.args[3], rope.args[4], rope.args[5]
     assert positions is pos and cache_in is cache and head == 16 and neox is False
-    # q went through the norm kernel's output (marker 10) plus the bias.
-    assert torch.equal(q_in, (torch.full((3, 2, 16), 10.0) + qb).reshape(3, 32))
-    assert torch.equal(k_in, torch.full((3, 16), 10.0))
+    # q went through the norm kernel's output plus the bias.
+    assert torch.equal(rope.before["query"], (q_norm.outputs[0] + qb).reshape(3, 32))
+    assert torch.equal(rope.before["key"], k_norm.outputs[0].reshape(3, 16))
 
 
 def test_split_qkv_rmsnorm_rope_adds_the_k_bias_to_the_k_norm_output(
-    fake_npu_on_cpu: Any,
+    fake_npu_on_cpu: FakeTorchNpu,
 ) -> None:
-    qkv = torch.randn(3, 4 * 16)
-    kb = torch.randn(16)
-    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
-    A.split_qkv_rmsnorm_rope(qkv, torch.ones(16), torch.ones(16), pos, cache, 32, 16, 16, 16,
+    qkv = _r(3, 4 * 16)
+    kb = _r(16)
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
+    A.split_qkv_rmsnorm_rope(qkv, _r(16), _r(16), pos, cache, 32, 16, 16, 16,
                              True, 1e-6, None, kb)
-    _, q_in, k_in, *_ = fake_npu_on_cpu.calls[-1][1]
-    assert torch.equal(q_in, torch.full((3, 32), 10.0))  # no q bias: the norm output itself
-    assert torch.equal(k_in, (torch.full((3, 1, 16), 10.0) + kb).reshape(3, 16))
+    q_norm, k_norm, rope = fake_npu_on_cpu.calls
+    assert torch.equal(rope.before["query"], q_norm.outputs[0].reshape(3, 32))  # no q bias
+    assert torch.equal(rope.before["key"], (k_norm.outputs[0] + kb).reshape(3, 16))
 
 
-def test_partial_rotary_fallback_keeps_the_pair_layout(fake_npu_on_cpu: Any) -> None:
+def test_partial_rotary_fallback_keeps_the_pair_layout(fake_npu_on_cpu: FakeTorchNpu) -> None:
     from ascend_kernels import ops_rope  # the reference, called directly
 
     g = torch.Generator().manual_seed(4)
@@ -296,12 +454,14 @@ def test_partial_rotary_fallback_keeps_the_pair_layout(fake_npu_on_cpu: Any) -> 
     assert fake_npu_on_cpu.calls == []
 
 
-def test_rotary_kernel_gets_contiguous_copies_of_strided_q_and_k(fake_npu_on_cpu: Any) -> None:
-    pos, cache = torch.tensor([0, 1, 2]), torch.randn(4, 16)
-    q = torch.randn(32, 3).t()  # [3, 32] with strides (1, 3): dense, not contiguous
-    k = torch.randn(16, 3).t()
+def test_rotary_kernel_gets_contiguous_copies_of_strided_q_and_k(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
+    q = _r(32, 3).t()  # [3, 32] with strides (1, 3): dense, not contiguous
+    k = _r(16, 3).t()
     q_out, k_out = A.rotary_embedding(pos, q, k, cache, 16, 16, True)
-    args, _ = _only_call(fake_npu_on_cpu, "_npu_rotary_embedding")
-    assert args[1].is_contiguous() and args[2].is_contiguous()
-    assert torch.equal(args[1], q) and torch.equal(args[2], k)
+    call = _only_call(fake_npu_on_cpu, "_npu_rotary_embedding")
+    assert call.args[1].is_contiguous() and call.args[2].is_contiguous()
+    assert torch.equal(call.before["query"], q) and torch.equal(call.before["key"], k)
     assert q_out.is_contiguous() and k_out.is_contiguous()

@@ -14,7 +14,8 @@ cast, values past ``rotary_dim`` unchanged). Outputs are fresh tensors shaped li
 
 The NPU adapter uses ``torch_npu.npu_mrope`` for whole-head, sectioned rotation (mode
 ``"half"`` for neox, ``"interleave"`` for gptj pairs); interleaved sections and partial rotary
-run the reference (the kernel defines neither).
+run the reference (the kernel defines neither), as do rotary sizes the kernel rejects
+(``rotary_dim`` a multiple of 32 for fp16/bf16, of 16 for float32).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from types import ModuleType
 
 import torch
 
+from ascend_kernels.npu_contract import mrope_rotary_supported
 from ascend_kernels.ops_rope import check_heads, check_rope_args, heads_view, rope_into
 from ascend_kernels.out_variants import into_fresh_outputs
 from ascend_kernels.row_chunks import Scratch, chunk_rows, chunks
@@ -183,7 +185,11 @@ def npu_mrotary_embedding(
     interleaved: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU adapter: ``npu_mrope`` on 2-D copies (section ``[0, 0, 0]`` for text positions)."""
-    if rotary_dim != head_size or (interleaved and positions.dim() == 2):
+    if (
+        rotary_dim != head_size
+        or (interleaved and positions.dim() == 2)
+        or not mrope_rotary_supported(q.dtype, rotary_dim)
+    ):
         q_rot, k_rot = mrotary_embedding(
             positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section, is_neox,
             interleaved,

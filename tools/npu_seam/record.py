@@ -1,0 +1,70 @@
+"""The checked-in record of the real torch-npu wheel (written by ``tools/torch_npu_schemas.py``)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+#: Stands in for a default the JSON records as source text that is not a literal.
+NON_LITERAL_DEFAULT = object()
+
+
+def locked_torch_npu_version(lock: Path = ROOT / "uv.lock") -> str:
+    """The torch-npu version ``uv.lock`` resolves (the record the seam loads by default)."""
+    data = tomllib.loads(lock.read_text(encoding="utf-8"))
+    versions = {p["version"] for p in data.get("package", []) if p.get("name") == "torch-npu"}
+    if len(versions) != 1:
+        raise ValueError(f"uv.lock holds {sorted(versions) or 'no'} torch-npu versions")
+    return str(versions.pop())
+
+
+@functools.cache
+def load_record(version: str | None = None) -> dict[str, Any]:
+    """The record of torch-npu ``version`` (default: the locked one); read-only by convention."""
+    version = version or locked_torch_npu_version()
+    path = HERE / f"torch_npu-{version}.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no record {path.name}; run `python tools/torch_npu_schemas.py --version {version}`"
+        )
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return record
+
+
+def signature_from_text(text: str) -> inspect.Signature:
+    """``"(device=None, *, flag=True, **kwargs)"`` -> an ``inspect.Signature`` to ``bind``."""
+    fn = ast.parse(f"def f{text}: pass").body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    args = fn.args
+    P = inspect.Parameter
+
+    def default(node: ast.expr | None) -> Any:
+        if node is None:
+            return P.empty
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return NON_LITERAL_DEFAULT
+
+    params: list[inspect.Parameter] = []
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for i, (arg, node) in enumerate(zip(positional, defaults, strict=True)):
+        kind = P.POSITIONAL_ONLY if i < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
+        params.append(P(arg.arg, kind, default=default(node)))
+    if args.vararg is not None:
+        params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
+    for arg, node in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        params.append(P(arg.arg, P.KEYWORD_ONLY, default=default(node)))
+    if args.kwarg is not None:
+        params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
+    return inspect.Signature(params)
