@@ -289,7 +289,7 @@ class AscendCompiler(CompilerInterface):
             return
         current_process_setup().warn_once(
             f"npugraph_ex code not saved in the compile cache: {reason}; the fused graph is "
-            "saved and reused")
+            "saved and reused", logger)
 
     def _save(self, fused: Any, fusion: Any, compile_range: Any, key: str) -> Any:
         from ascend_graph import FusedGraphError, dumps_fused_graph

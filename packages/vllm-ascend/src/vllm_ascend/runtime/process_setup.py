@@ -113,11 +113,12 @@ class ProcessSetup:
     soc_detection: SocDetection | None = None
     warned: set[str] = field(default_factory=set)
 
-    def warn_once(self, message: str) -> None:
-        """Log ``message`` as a warning the first time this process sees it."""
+    def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
+        """Log ``message`` as a warning (on ``log``, default this module's logger) the first
+        time this process sees it."""
         if message not in self.warned:
             self.warned.add(message)
-            logger.warning("%s", message)
+            (log or logger).warning("%s", message)
 
     def device_soc(self) -> str:
         """The SoC family of this process's NPU, detected once from
