@@ -17,6 +17,7 @@ import pytest
 import torch
 from ascend_graph import npu_graph_ex as nge
 from ascend_graph.npu_graph_ex import NpuGraphOptions, NpuGraphUnavailableError
+
 from tools.npu_seam import FakeTorchNpu, install
 
 OPTIONS = {"force_eager": True, "inplace_pass": False, "clone_input": False,

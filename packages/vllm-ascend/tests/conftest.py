@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tools.npu_seam.fixtures import fake_torch_npu  # noqa: F401 - the one NPU seam
 
 PKG_ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import types
 from pathlib import Path
 
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from tools.npu_seam import install
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools.npu_seam import install, load_record
 from vllm_ascend.platform import soc as soc_table
 from vllm_ascend.platform.npu import NPUPlatform
 from vllm_ascend.runtime.process_setup import (
@@ -19,6 +18,8 @@ from vllm_ascend.runtime.process_setup import (
     current_process_setup,
     reset_process_setup,
 )
+
+from tools.npu_seam import install, load_record
 
 EXT_DIR = Path(__file__).parent / "ext_pkg"
 # The families the audit (shared reference torch-npu-calls-audit.md, row 17) reads from the
@@ -73,7 +74,7 @@ def test_a_runtime_that_cannot_answer_is_named() -> None:
     def broken() -> int:
         raise RuntimeError("aclrtGetSocName failed")
 
-    with pytest.raises(soc_table.UnsupportedSocError, match="get_soc_version.. failed"):
+    with pytest.raises(soc_table.UnsupportedSocError, match=r"get_soc_version\(\) failed"):
         soc_table.detect_soc(broken)
     with pytest.raises(soc_table.UnsupportedSocError, match="not an int SoC id"):
         soc_table.detect_soc(lambda: "Ascend910B3")
