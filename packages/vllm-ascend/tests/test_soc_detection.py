@@ -279,10 +279,10 @@ def test_the_worker_hook_and_rank_report_carry_the_device_soc(
     from vllm_ascend.runtime.worker_setup import prepare_worker
 
     monkeypatch.setenv("PATH", "/nonexistent")
+    cfg = make_vllm_config(enforce_eager=True)  # the host-CPU platform publishes its own
     publish_worker_inputs("A2", {}, ascend_config.DeploymentFacts(soc="A2"), {})
     fake = install(monkeypatch, soc_id=256)
     try:
-        cfg = make_vllm_config(enforce_eager=True)
         binding = prepare_worker(cfg, 0)
         assert binding.soc == "A3" and binding.index is None
         assert binding.lines[0].startswith("CPU binding skipped: npu-smi was not found")
@@ -300,11 +300,12 @@ def test_a_worker_whose_device_cannot_be_read_keeps_its_affinity(
     from vllm_ascend.runtime.cpu_binding import bind_this_worker
     from vllm_ascend.runtime.process_setup import publish_worker_inputs
 
+    cfg = make_vllm_config(enforce_eager=True)
     publish_worker_inputs("A2", {}, ascend_config.DeploymentFacts(soc="A2"), {})
     fake = install(monkeypatch, soc_id=104)  # an Ascend910B (first generation)
     try:
         before = os.sched_getaffinity(0)
-        binding = bind_this_worker(make_vllm_config(enforce_eager=True), 0)
+        binding = bind_this_worker(cfg, 0)
         assert binding.soc is None and "Ascend910B (SoC id 104)" in binding.lines[0]
         assert os.sched_getaffinity(0) == before
     finally:

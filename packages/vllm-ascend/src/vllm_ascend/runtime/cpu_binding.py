@@ -210,17 +210,18 @@ def bind_this_worker(vllm_config: Any, local_rank: int,
         published = None
         logger.warning("CPU binding: cannot read the published Ascend config: %s", exc)
     soc, resolved = published if published is not None else (None, None)
+    error = None
     if soc is not None and soc != "cpu":
         try:  # this worker's own NPU, read once in this process
             soc = current_process_setup().device_soc()
         except Exception as exc:  # never fatal here; the platform reports it where it matters
-            binding = WorkerBinding(local_rank, lines=[f"CPU binding skipped: {exc}"])
-            logger.warning("%s", binding.lines[-1])
-            current_process_setup().cpu_binding = list(binding.lines)
-            return binding
+            soc, error = None, f"CPU binding skipped: {exc}"
     if resolved is not None and not resolved.enable_cpu_binding:
         binding = WorkerBinding(local_rank, soc=soc, lines=[
             "CPU binding disabled by additional_config.enable_cpu_binding"])
+    elif error is not None:
+        binding = WorkerBinding(local_rank, lines=[error])
+        logger.warning("%s", error)
     elif soc == "cpu":
         binding = bind_host_cpu_worker(host_rank(par, local_rank), environ)
     elif soc is None:
