@@ -31,8 +31,9 @@ def worker(local_rank: int, soc_id: int, conn: Any) -> None:
     its device), then wait."""
     import ascend_topology as topo
     import pytest
-    from tools.npu_seam import install
     from vllm_ascend.runtime.cpu_binding import bind_npu_worker
+
+    from tools.npu_seam import install
 
     install(pytest.MonkeyPatch(), soc_id=soc_id)  # this process's torch_npu is the seam
     options = topo.PlanOptions(min_cpus_per_npu=1, migrate_memory=False)
