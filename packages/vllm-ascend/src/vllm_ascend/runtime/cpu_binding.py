@@ -230,6 +230,7 @@ def bind_this_worker(vllm_config: Any, local_rank: int,
     else:
         import ascend_topology as topo
 
+        assert resolved is not None  # a published SoC comes with its resolved config
         opts = resolved.cpu_binding_config
         options = topo.PlanOptions(min_cpus_per_npu=opts.min_cpus_per_npu,
                                    bind_irq=opts.bind_irq, migrate_memory=opts.migrate_memory)
