@@ -264,4 +264,6 @@ class NPUPlatform(AscendPlatformMixin, Platform):
         """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
         from vllm_ascend.runtime.forward_context import mrv2_additional_context
 
+        if not getattr(kwargs.get("vllm_config"), "use_v2_model_runner", False):
+            return {}  # runner v1 sets the fields itself; no SoC needed
         return mrv2_additional_context(cls.platform_soc(), **kwargs)
