@@ -7,7 +7,11 @@ This script fails when
 
 * the meta package does not pin every sibling with ``==`` to that sibling's current version,
 * a library depends on a sibling through a range that excludes the sibling's current version,
-* a sibling is not declared as a workspace source (``{ workspace = true }``) at the root.
+* a sibling is not declared as a workspace source (``{ workspace = true }``) at the root,
+* the torch-npu release in ``uv.lock`` requires another torch than the one locked there
+  (its ``Requires-Dist: torch`` is read from ``tools/npu_seam/torch_npu-<version>.json``,
+  which ``tools/torch_npu_schemas.py`` writes from the wheel; torch_npu only imports with
+  the torch release it was built for).
 
 ``--fix`` rewrites the meta package's pins in place (nothing else is touched).
 Usage: ``python tools/check_versions.py [--root DIR] [--fix]``.
@@ -16,6 +20,7 @@ Usage: ``python tools/check_versions.py [--root DIR] [--fix]``.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -24,6 +29,7 @@ from pathlib import Path
 import tomllib
 
 META_PACKAGE = "vllm-ascend"
+RECORDS = Path("tools") / "npu_seam"
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([^;]*)")
 _CLAUSE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*$")
 
@@ -53,6 +59,14 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("."):
+        digits = re.match(r"\d+", piece)
+        parts.append(int(digits.group()) if digits else 0)
+    return tuple(parts)
+
+
 def satisfies(version: str, specifier: str) -> bool:
     """Whether a plain release ``version`` satisfies a comma-separated ``specifier``."""
     for clause in filter(None, (c.strip() for c in specifier.split(","))):
@@ -61,8 +75,12 @@ def satisfies(version: str, specifier: str) -> bool:
             raise ValueError(f"cannot read version clause {clause!r}")
         op, bound = match.groups()
         if bound.endswith(".*"):
-            prefix = _version_key(bound[:-2])
-            same = _version_key(version)[: len(prefix)] == prefix
+            # Prefix match on the release segments as written (PEP 440): 2.13.1 is not
+            # ==2.13.0.*, so trailing zeros count here; missing segments are zeros.
+            prefix = _release(bound[:-2])
+            have = _release(version)
+            have = have + (0,) * (len(prefix) - len(have))
+            same = have[: len(prefix)] == prefix
             if (op == "==" and not same) or (op == "!=" and same):
                 return False
             continue
@@ -148,6 +166,42 @@ def check(root: Path) -> list[str]:
     return problems
 
 
+def locked_versions(lock: Path) -> dict[str, set[str]]:
+    """``{package name: {versions}}`` of a ``uv.lock``."""
+    data = tomllib.loads(lock.read_text(encoding="utf-8"))
+    versions: dict[str, set[str]] = {}
+    for package in data.get("package", []):
+        versions.setdefault(normalise(package["name"]), set()).add(str(package.get("version")))
+    return versions
+
+
+def check_torch_npu(root: Path) -> list[str]:
+    """The locked torch-npu must require the locked torch (per its recorded METADATA)."""
+    lock = root / "uv.lock"
+    if not lock.is_file():
+        return []
+    versions = locked_versions(lock)
+    npu, torch = sorted(versions.get("torch-npu", set())), sorted(versions.get("torch", set()))
+    if not npu:
+        return []
+    if len(npu) != 1 or len(torch) != 1:
+        return [f"{lock}: expected one torch and one torch-npu version, got torch {torch},"
+                f" torch-npu {npu}"]
+    record_path = root / RECORDS / f"torch_npu-{npu[0]}.json"
+    if not record_path.is_file():
+        return [f"{lock}: torch-npu {npu[0]} has no record {record_path.relative_to(root)};"
+                f" run `python tools/torch_npu_schemas.py --version {npu[0]}`"]
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    requirement = str(record.get("requires_torch", ""))
+    if record.get("torch_npu_version") != npu[0] or not requirement.startswith("torch"):
+        return [f"{record_path}: not a torch-npu {npu[0]} record with a torch requirement"]
+    spec = requirement.removeprefix("torch").strip()
+    if not satisfies(torch[0], spec):
+        return [f"{lock}: torch-npu {npu[0]} requires {requirement} but torch {torch[0]} is"
+                " locked; pin torch-npu to the release built for the locked torch"]
+    return []
+
+
 def fix(root: Path) -> list[str]:
     """Rewrite the meta package's sibling pins to ``==<version>``; returns what changed."""
     members = load_members(root)
@@ -175,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fix:
         for change in fix(args.root):
             print(f"fixed: {change}")
-    problems = check(args.root)
+    problems = check(args.root) + check_torch_npu(args.root)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:

@@ -165,6 +165,12 @@ class FakeKernels:
             if multiple is not None and t.shape[spec["dim"]] % multiple:
                 problem = (f"dim {spec['dim']} is {t.shape[spec['dim']]}; with {by} inputs it"
                            f" must be a multiple of {multiple}")
+        elif "min_size" in rule:
+            spec = rule["min_size"]
+            size = t.shape[spec["dim"]]
+            if _dtype_name(t.dtype) in spec["dtypes"] and size < spec["size"]:
+                problem = (f"dim {spec['dim']} is {size}; with {t.dtype} it must be at least"
+                           f" {spec['size']}")
         if problem is not None:
             raise ContractViolation(f"{op}: {name} {problem} (torch_npu docs: {rule['doc']})")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -72,6 +73,9 @@ def test_meta_package_missing_a_sibling_fails(make_workspace: Callable[..., Path
         ("2.0.0", "~=1.4", False),
         ("2.13.0", "==2.13.*", True),
         ("2.14.0", "==2.13.*", False),
+        ("2.13.1", "==2.13.0.*", False),  # a trailing zero in a prefix is a segment
+        ("2.13", "==2.13.0.*", True),
+        ("2.13.0", "!=2.13.*", False),
         ("0.1.0", "!=0.1.0", False),
     ],
 )
@@ -91,3 +95,67 @@ def test_cli_exit_codes(make_workspace: Callable[..., Path]) -> None:
         [sys.executable, script, "--root", str(root), "--fix"], capture_output=True, text=True
     )
     assert fixed.returncode == 0 and "versions ok: 3 members" in fixed.stdout
+
+
+# ---------------------------------------------------------------- torch-npu vs the locked torch
+def _lock(root: Path, torch: str, npu: str | None) -> None:
+    text = f'version = 1\n[[package]]\nname = "torch"\nversion = "{torch}"\n'
+    if npu is not None:
+        text += f'[[package]]\nname = "torch-npu"\nversion = "{npu}"\n'
+    (root / "uv.lock").write_text(text)
+
+
+def _record(root: Path, npu: str, requires: str) -> None:
+    folder = root / "tools" / "npu_seam"
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"torch_npu_version": npu, "requires_torch": requires}
+    (folder / f"torch_npu-{npu}.json").write_text(json.dumps(record))
+
+
+def test_the_locked_torch_npu_requires_the_locked_torch() -> None:
+    assert cv.check_torch_npu(REPO) == []
+
+
+@pytest.mark.parametrize(
+    ("torch", "npu", "requires", "problem"),
+    [
+        ("2.13.0", "2.13.0", "torch==2.13.0.*", None),
+        ("2.13.1", "2.13.0", "torch==2.13.0.*", "requires torch==2.13.0.* but torch 2.13.1"),
+        ("2.13.0", "2.14.0", "torch==2.14.0.*", "requires torch==2.14.0.* but torch 2.13.0"),
+        ("2.12.9", "2.13.0", "torch>=2.13", "requires torch>=2.13 but torch 2.12.9"),
+        ("2.13.0", None, "", None),  # no torch-npu locked: nothing to check
+    ],
+)
+def test_a_torch_npu_built_for_another_torch_fails(
+    tmp_path: Path, torch: str, npu: str | None, requires: str, problem: str | None
+) -> None:
+    _lock(tmp_path, torch, npu)
+    if npu is not None:
+        _record(tmp_path, npu, requires)
+    problems = cv.check_torch_npu(tmp_path)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0]
+
+
+def test_a_locked_torch_npu_without_a_record_names_the_command(tmp_path: Path) -> None:
+    _lock(tmp_path, "2.13.0", "2.15.0")
+    (problem,) = cv.check_torch_npu(tmp_path)
+    assert "torch-npu 2.15.0 has no record" in problem
+    assert "tools/torch_npu_schemas.py --version 2.15.0" in problem
+    _record(tmp_path, "2.15.0", "numpy")
+    (problem,) = cv.check_torch_npu(tmp_path)
+    assert "not a torch-npu 2.15.0 record with a torch requirement" in problem
+
+
+def test_main_fails_on_a_torch_npu_mismatch(
+    make_workspace: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = make_workspace(GOOD)
+    _lock(root, "2.13.0", "2.14.0")
+    _record(root, "2.14.0", "torch==2.14.0.*")
+    assert cv.main(["--root", str(root)]) == 1
+    assert "torch-npu 2.14.0 requires torch==2.14.0.*" in capsys.readouterr().err
+    _lock(root, "2.14.0", "2.14.0")
+    assert cv.main(["--root", str(root)]) == 0

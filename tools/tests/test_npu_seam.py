@@ -145,6 +145,8 @@ def test_the_dispatcher_binds_calls_to_the_real_schema(fake_torch_npu: FakeTorch
         ("npu_add_rms_norm_dynamic_quant", (_t(8), _t(8), _t(8)), {}, "x1 has 1 dims"),
         ("npu_add_rms_norm_dynamic_quant", (_t(2, 8), _t(2, 8), _t(8)),
          {"output_mask": [False, False]}, "output_mask must switch on"),
+        ("npu_dynamic_mx_quant", (_t(2, 31, dtype=torch.float32),), {},
+         "dim -1 is 31; with torch.float32 it must be at least 32"),
         ("npu_mrope", (torch.arange(2), _t(2, 48), _t(2, 48), _t(8, 48), 48), {},
          "dim 1 is 48; with bfloat16 inputs it must be a multiple of 32"),
     ],
@@ -163,13 +165,15 @@ def test_constraint_boundaries_accept_what_the_docs_allow(fake_torch_npu: FakeTo
                 _t(8, 48, dtype=torch.float32), 48)  # 48 % 16 == 0 in float32
     f.npu_mrope(torch.arange(2), _t(2, 64), _t(2, 64), _t(8, 32), 64)
     f.npu_dynamic_quant(_t(1, 8, dtype=torch.float16))
+    f.npu_dynamic_mx_quant(_t(2, 32, dtype=torch.float32))  # one whole block in float32
+    f.npu_dynamic_mx_quant(_t(2, 31), dst_type=torch.float8_e4m3fn)  # bf16: no minimum
     f.npu_quantize(_t(2, 8, dtype=torch.float32), torch.ones(1, dtype=BF16),
                    torch.zeros(1, dtype=BF16), 12, -1, True)
     # div_mode=False documents other dtypes: the div_mode rules do not apply.
     f.npu_quantize(_t(2, 8), torch.ones(8, dtype=torch.float16), torch.zeros(8), 12, -1, False)
     f.npu_add_rms_norm_quant(_t(8), _t(8), _t(8), torch.ones(8, dtype=BF16),
                              torch.zeros(8, dtype=BF16))
-    assert len(f.calls) == 6
+    assert len(f.calls) == 8
 
 
 def test_calls_record_the_arguments_as_passed_and_the_outputs(
@@ -310,3 +314,15 @@ def test_install_is_undone_by_monkeypatch() -> None:
         fake.close()
     assert (sys.modules.get("torch_npu"), getattr(torch, "npu", None)) == before
     assert "npugraph_ex" not in sys.modules or before[0] is not None
+
+
+def test_every_torch_npu_npu_api_the_packages_call_is_recorded() -> None:
+    api = re.compile(r"(?:torch_npu\(\)\.npu|torch\.npu|\b_npu\(\)|\bnpu)\.(\w+)")
+    called: set[str] = set()
+    for package in ("vllm-ascend", "ascend-graph"):
+        for path in REPO.glob(f"packages/{package}/src/**/*.py"):
+            called |= set(api.findall(path.read_text(encoding="utf-8")))
+    # `torch_npu().npu` itself, `platform.npu.NPUPlatform` (a module path), `npu.py` (a file).
+    called -= {"npu", "py", "NPUPlatform"}
+    assert {"get_soc_version", "graph", "NPUGraph", "current_stream"} <= called
+    assert called <= set(RECORD["python_apis"]), called - set(RECORD["python_apis"])

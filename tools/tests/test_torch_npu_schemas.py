@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch_npu_parsers as parsers
 import torch_npu_schemas as tns
+import torch_npu_tables as tables
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +21,7 @@ def test_op_schemas_are_the_nul_terminated_strings_first_occurrence_wins() -> No
             b"npu_foo(Tensor other) -> Tensor\x00"
             b"npu_foo.out(Tensor input, *, Tensor(a!) out) -> Tensor(a!)\x00"
             b"_npu_bar(Tensor x) -> ()\x00not_npu(Tensor x) -> Tensor\x00")
-    assert tns.parse_op_schemas(data) == {
+    assert parsers.parse_op_schemas(data) == {
         "npu_foo": "npu_foo(Tensor input, *, float eps=1e-06) -> (Tensor, Tensor)",
         "npu_foo.out": "npu_foo.out(Tensor input, *, Tensor(a!) out) -> Tensor(a!)",
         "_npu_bar": "_npu_bar(Tensor x) -> ()",
@@ -34,24 +36,24 @@ TORCH_NPU_API void _npu_rope(const at::Tensor&positions, at::Tensor&query, at::T
 
 
 def test_atb_schema_translates_the_cpp_declaration() -> None:
-    assert tns.atb_schema(HEADER, "_npu_rope") == (
+    assert parsers.atb_schema(HEADER, "_npu_rope") == (
         "_npu_rope(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size,"
         " Tensor cache, bool is_neox, float eps) -> ()"
     )
-    assert tns.atb_schema(HEADER, "_npu_other") == "_npu_other(Tensor x) -> ()"
+    assert parsers.atb_schema(HEADER, "_npu_other") == "_npu_other(Tensor x) -> ()"
     with pytest.raises(ValueError, match="no `void _npu_missing"):
-        tns.atb_schema(HEADER, "_npu_missing")
+        parsers.atb_schema(HEADER, "_npu_missing")
     with pytest.raises(ValueError, match="cannot translate C\\+\\+ type 'float'"):
-        tns.atb_schema("void _npu_f(float x);", "_npu_f")
+        parsers.atb_schema("void _npu_f(float x);", "_npu_f")
 
 
 def test_atb_schema_pieces_must_all_be_in_the_library() -> None:
     schema = "_npu_rope(Tensor positions) -> ()"  # pieces: 16 + 16 + 2 bytes
     pieces = b"\x00".join([b"xx" + schema[:16].encode(), schema[16:32].encode() + b"yy",
                            schema[32:].encode()])
-    tns.check_in_pieces(schema, pieces)
+    parsers.check_in_pieces(schema, pieces)
     with pytest.raises(ValueError, match="not in the library"):
-        tns.check_in_pieces(schema, pieces.replace(b"positions", b"position_"))
+        parsers.check_in_pieces(schema, pieces.replace(b"positions", b"position_"))
 
 
 def test_soc_versions_follow_cpp_enum_numbering() -> None:
@@ -66,19 +68,19 @@ def test_soc_versions_follow_cpp_enum_numbering() -> None:
     };
     void f();
     """
-    assert tns.parse_soc_versions(header) == {
+    assert parsers.parse_soc_versions(header) == {
         "UnsupportedSocVersion": -1, "A": 100, "B": 101, "C": 250, "D": 251, "E": 252,
     }
     with pytest.raises(ValueError, match="no `enum class SocVersion`"):
-        tns.parse_soc_versions("enum Other { A };")
+        parsers.parse_soc_versions("enum Other { A };")
 
 
 def test_requires_torch_reads_the_metadata_clause() -> None:
     metadata = "Name: torch-npu\nRequires-Dist: torchvision\nRequires-Dist: torch==2.13.0.*\n"
     # torchvision is not torch: the clause must be torch's own.
-    assert tns.requires_torch(metadata.replace("torchvision", "numpy")) == "torch==2.13.0.*"
+    assert parsers.requires_torch(metadata.replace("torchvision", "numpy")) == "torch==2.13.0.*"
     with pytest.raises(ValueError, match="no `Requires-Dist: torch`"):
-        tns.requires_torch("Requires-Dist: numpy\n")
+        parsers.requires_torch("Requires-Dist: numpy\n")
 
 
 SOURCE = '''
@@ -96,14 +98,16 @@ class Stream(Base):
 
 
 def test_python_signature_drops_annotations_and_self() -> None:
-    assert tns.python_signature(SOURCE, "free") == "(a, b=1, *args, c, d=None, **kw)"
-    assert tns.python_signature(SOURCE, "Stream.__new__") == "(device=None, priority=0, **kwargs)"
-    assert tns.python_signature(SOURCE, "Stream.synchronize") == "()"
-    assert tns.python_signature(SOURCE, "Stream.helper") == "(x, y=2)"
-    assert tns.python_signature(SOURCE, "Stream.synchronize", drop_first=False) == "(self)"
-    assert tns.method_names(SOURCE, "Stream") == ["__init__", "__new__", "helper", "synchronize"]
+    sig = parsers.python_signature
+    assert sig(SOURCE, "free") == "(a, b=1, *args, c, d=None, **kw)"
+    assert sig(SOURCE, "Stream.__new__") == "(device=None, priority=0, **kwargs)"
+    assert sig(SOURCE, "Stream.synchronize") == "()"
+    assert sig(SOURCE, "Stream.helper") == "(x, y=2)"
+    assert sig(SOURCE, "Stream.synchronize", drop_first=False) == "(self)"
+    methods = parsers.method_names(SOURCE, "Stream")
+    assert methods == ["__init__", "__new__", "helper", "synchronize"]
     with pytest.raises(ValueError, match=r"no definition 'Stream\.missing'"):
-        tns.python_signature(SOURCE, "Stream.missing")
+        sig(SOURCE, "Stream.missing")
 
 
 CONFIGS = {
@@ -126,8 +130,8 @@ CONFIGS = {
 
 
 def test_config_tree_follows_imports_and_expands_only_config_classes() -> None:
-    classes = tns.config_options(CONFIGS)
-    tree = tns.config_tree(classes, "compiler_config.py:CompilerConfig")
+    classes = parsers.config_options(CONFIGS)
+    tree = parsers.config_tree(classes, "compiler_config.py:CompilerConfig")
     assert tree == {
         "debug": {"inner": {"flag": "OptionValue(False, [True, False])"},
                   "path": "StrOptionValue()"},
@@ -155,30 +159,30 @@ TORCH_DTYPE_ENUM_VALUE_TO_SCALAR_TYPE_MAP = {
 
 
 def test_meta_source_and_dtype_enum() -> None:
-    assert tns.meta_source(META, "npu_op") == (
+    assert parsers.meta_source(META, "npu_op") == (
         '@impl(m, "npu_op")\ndef npu_op_meta(x, *, k=1):\n    return torch.empty_like(x)\n'
     )
     with pytest.raises(ValueError, match="no meta function registered for 'npu_gone'"):
-        tns.meta_source(META, "npu_gone")
-    assert tns.dtype_enum(META) == {"1": "int8", "24": "float8_e4m3fn"}
+        parsers.meta_source(META, "npu_gone")
+    assert parsers.dtype_enum(META) == {"1": "int8", "24": "float8_e4m3fn"}
 
 
 def test_op_doc_is_the_ops_own_docstring() -> None:
     docs = ('_add_torch_npu_docstr(\n    "npu_a",\n    """\nA text\n"""\n)\n'
             '_add_torch_npu_docstr(\n    "npu_ab",\n    """\nAB text\n"""\n)\n')
-    assert tns.op_doc(docs, "npu_a") == "\nA text\n"
+    assert parsers.op_doc(docs, "npu_a") == "\nA text\n"
     with pytest.raises(ValueError, match="no docstring for 'npu_b'"):
-        tns.op_doc(docs, "npu_b")
+        parsers.op_doc(docs, "npu_b")
 
 
 def test_atb_loader_needs_the_load_error_global() -> None:
     source = "API_LIST = ['_b', '_a']\nNNAL_EX = None\n"
-    assert tns.atb_loader(source) == {
+    assert parsers.atb_loader(source) == {
         "module": "torch_npu.op_plugin.atb._atb_ops", "load_error": "NNAL_EX",
         "api_list": ["_a", "_b"],
     }
     with pytest.raises(ValueError, match="NNAL_EX"):
-        tns.atb_loader("API_LIST = []\n")
+        parsers.atb_loader("API_LIST = []\n")
 
 
 def test_locked_version_reads_uv_lock(tmp_path: Path) -> None:
@@ -217,4 +221,4 @@ def test_the_checked_in_record_is_for_the_locked_torch_npu() -> None:
     version = tns.locked_version(REPO / "uv.lock", "torch-npu")
     record = json.loads((tns.OUT_DIR / f"torch_npu-{version}.json").read_text("utf-8"))
     assert record["torch_npu_version"] == version
-    assert set(record["ops"]) == set(tns.OUTPUTS)
+    assert set(record["ops"]) == set(tables.OUTPUTS)

@@ -232,6 +232,24 @@ def test_dynamic_mx_quant_trims_the_paired_scale_and_views_it_as_e8m0(
     assert torch.equal(scale.view(torch.uint8), call.outputs[1].reshape(3, 4)[:, :3])
 
 
+def test_dynamic_mx_quant_of_float32_below_one_block_runs_the_reference(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    # float32 input: block_size 32 and a quantized axis of at least 32 (torch_npu docs).
+    x = _r(3, 31, dtype=F32)
+    got = A.dynamic_mx_quant(x)
+    want = reference_impl("dynamic_mx_quant")(x)
+    assert all(torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+               for g, w in zip(got, want, strict=True))
+    assert fake_npu_on_cpu.calls == []
+    q, scale = A.dynamic_mx_quant(_r(3, 32, dtype=F32))  # the boundary: the kernel runs
+    assert fake_npu_on_cpu.kernels.names() == ["npu_dynamic_mx_quant"] and scale.shape == (3, 1)
+    # Ranks above 7 go in as rows.
+    q, scale = A.dynamic_mx_quant(_r(1, 1, 1, 1, 1, 1, 2, 2, 40))
+    assert fake_npu_on_cpu.calls[-1].args[0].shape == (4, 40)
+    assert q.shape == (1, 1, 1, 1, 1, 1, 2, 2, 40) and scale.shape == (1, 1, 1, 1, 1, 1, 2, 2, 2)
+
+
 def test_add_rms_norm_dynamic_mx_quant_maps_outputs_0_2_1(fake_npu_on_cpu: FakeTorchNpu) -> None:
     x = _r(2, 64)
     q, scale, res = A.add_rms_norm_dynamic_mx_quant(x, x, _r(64), 1e-6)

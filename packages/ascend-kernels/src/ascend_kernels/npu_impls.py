@@ -42,6 +42,7 @@ from ascend_kernels.schemas import NAMESPACE
 
 E4M3 = torch.float8_e4m3fn
 E8M0 = torch.float8_e8m0fnu
+MX_BLOCK, MX_MAX_DIMS = 32, 7
 logger = logging.getLogger(__name__)
 
 
@@ -148,8 +149,12 @@ def add_rms_norm_dynamic_quant(
 
 def dynamic_mx_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # -> (y, mxscale); the kernel pads the block axis to pairs, our schema keeps ceil(H / 32).
-    q, scale = npu.npu_dynamic_mx_quant(x, dst_type=E4M3)
-    return q, _trim_mx_scale(scale, x)
+    # It takes 1-7 dims, and float32 only with at least one whole block (H >= 32).
+    if x.dtype == torch.float32 and x.shape[-1] < MX_BLOCK:
+        return reference_impl("dynamic_mx_quant")(x)  # type: ignore[no-any-return]
+    rows = x if x.dim() <= MX_MAX_DIMS else x.reshape(-1, x.shape[-1])
+    q, scale = npu.npu_dynamic_mx_quant(rows, dst_type=E4M3)
+    return q.reshape(x.shape), _trim_mx_scale(scale, x)
 
 
 def add_rms_norm_dynamic_mx_quant(
