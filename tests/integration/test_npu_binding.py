@@ -3,7 +3,8 @@
 A fake `npu-smi` on PATH replays a recorded host folder (NPU 0 affine to CPU 0, NPU 1 to CPU
 1). An "engine" process runs the plugin's per-process setup (what every vLLM process runs,
 with no rank), then spawns two worker processes that call the binding hook an NPU worker calls
-once its local rank is known. Affinities are read back from /proc by the engine.
+once its local rank is known; each worker's SoC comes from its (fake, schema-bound) device,
+npu-smi's chip names being the cross-check. Affinities are read back from /proc by the engine.
 """
 
 from __future__ import annotations
@@ -19,21 +20,27 @@ import pytest
 
 FAKE_NPU = Path(__file__).resolve().parent / "fake_npu"
 HOST = FAKE_NPU / "hosts" / "two-npu-two-cpu"
+ROOT = Path(__file__).resolve().parents[2]  # the repository (tools.npu_seam)
 
+
+
+def _run(make_env: Callable[..., dict[str, str]], logs: Path, soc_id: int) -> dict:
+    if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
+        pytest.fail("the recorded host maps NPUs to CPUs 0 and 1; this process may not use both")
+    path = f"{FAKE_NPU / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = make_env(device="npu", PATH=path, FAKE_NPU_SMI_HOST=str(HOST),
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(FAKE_NPU / "npu_engine.py"), str(logs),
+                           str(soc_id)], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 @pytest.fixture(scope="module")
 def npu_binding_run(make_env: Callable[..., dict[str, str]],
                     tmp_path_factory: pytest.TempPathFactory) -> dict:
-    if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
-        pytest.fail("the recorded host maps NPUs to CPUs 0 and 1; this process may not use both")
-    logs = tmp_path_factory.mktemp("npu_binding_logs")
-    path = f"{FAKE_NPU / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = make_env(device="npu", PATH=path, FAKE_NPU_SMI_HOST=str(HOST))
-    proc = subprocess.run([sys.executable, str(FAKE_NPU / "npu_engine.py"), str(logs)], env=env,
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    """Workers on an A2 device (id 223, an Ascend910B3; npu-smi shows Ascend 910B4: agrees)."""
+    return _run(make_env, tmp_path_factory.mktemp("npu_binding_logs"), 223)
 
 
 def test_fake_npu_smi_replays_the_recorded_host(run_python) -> None:
@@ -51,6 +58,8 @@ def test_fake_npu_smi_replays_the_recorded_host(run_python) -> None:
 
 def test_worker_rank_r_ends_on_npu_r_pool(npu_binding_run: dict) -> None:
     workers = npu_binding_run["workers"]
+    assert [(w["soc"], w["plan_soc"]) for w in workers] == [("A2", "A2")] * 2
+    assert not [line for w in workers for line in w["lines"] if "mismatch" in line]
     assert [w["proc_cpus"] for w in workers] == [[0], [1]], workers
     assert [w["cpus"] for w in workers] == [[0], [1]]
     for rank, w in enumerate(workers):
@@ -62,3 +71,16 @@ def test_engine_process_keeps_its_affinity(npu_binding_run: dict) -> None:
     assert npu_binding_run["engine_after_setup"] == before
     assert npu_binding_run["engine_end"] == before
     assert npu_binding_run["setup_binding"] == []  # the rank-less setup binds nothing
+
+
+def test_the_device_soc_wins_over_npu_smi_with_one_warning(
+        make_env: Callable[..., dict[str, str]], tmp_path: Path) -> None:
+    """The device says Ascend950 (260) where npu-smi's chip names read as A2: each worker plans
+    for A5 (its 950 pools) and says so once, naming both."""
+    run = _run(make_env, tmp_path, 260)
+    for rank, w in enumerate(run["workers"]):
+        assert (w["soc"], w["plan_soc"]) == ("A5", "A5"), w
+        [mismatch] = [line for line in w["lines"] if "mismatch" in line]
+        assert "torch_npu reports A5 (SoC id 260, Ascend950)" in mismatch
+        assert "npu-smi's chip names read as A2" in mismatch
+        assert w["proc_cpus"] == [rank], w

@@ -167,28 +167,22 @@ def test_recording_runtime_counts_replays_and_keeps_non_tensors() -> None:
 
 
 def test_npu_runtime_weak_ref_and_capture_arguments(monkeypatch) -> None:
-    seen = []
+    from tools.npu_seam import install
 
-    class _Capture:
-        def __init__(self, graph, pool):
-            seen.append((graph, pool))
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    fake_npu = types.SimpleNamespace(graph=_Capture, empty_cache=lambda: None)
-    monkeypatch.setattr(NPUGraphRuntime, "_npu", staticmethod(lambda: fake_npu))
-    assert NPUGraphRuntime().gc_disable is False
-    strong = NPUGraphRuntime()
-    x = torch.ones(2)
-    assert strong.weak_ref(x) is x
-    marked = NPUGraphRuntime(weak_ref_fn=lambda t: ("weak", t))
-    assert marked.weak_ref(x) == ("weak", x)
-    out = marked.capture("g", scaled, (x,), {"scale": 4.0}, "pool")
-    assert seen == [("g", "pool")] and torch.equal(out, x * 4)
+    fake = install(monkeypatch)
+    try:
+        assert NPUGraphRuntime().gc_disable is False
+        strong = NPUGraphRuntime()
+        x = torch.ones(2)
+        assert strong.weak_ref(x) is x
+        marked = NPUGraphRuntime(weak_ref_fn=lambda t: ("weak", t))
+        assert marked.weak_ref(x) == ("weak", x)
+        graph = marked.new_graph()
+        out = marked.capture(graph, scaled, (x,), {"scale": 4.0}, "pool")
+        assert fake.npu.called("graph") == [{"npu_graph": graph, "pool": "pool"}]
+        assert graph.pool == "pool" and graph.captures == 1 and torch.equal(out, x * 4)
+    finally:
+        fake.close()
 
 
 def test_breakable_wrapper_pool_keys_and_replay_counts() -> None:

@@ -205,46 +205,43 @@ def test_decode_batch_sizes() -> None:
 
 
 def test_npu_runtime_uses_torch_npu_lazily_and_restores_gc(monkeypatch) -> None:
+    """Through the seam's torch.npu (calls bound to the real signatures; its graph, like the
+    real one, synchronizes and empties the caches on entry): while capturing with gc_disable,
+    gc.collect and torch.npu.empty_cache are no-ops; both are back afterwards."""
     import gc
-    import sys
-    import types
 
     from ascend_graph import NPUGraphRuntime
 
-    log = []
+    from tools.npu_seam import install
 
-    class _Graph:
-        def replay(self):
-            log.append("replay")
+    fake = install(monkeypatch)
+    collected: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: collected.append(1) or 0)
+    recording_collect = gc.collect
+    api = fake.npu
 
-    class _Capture:
-        def __init__(self, graph, pool):
-            log.append(("graph", pool))
+    def body(x):
+        gc.collect()  # what a capture of many graphs would otherwise pay for
+        torch.npu.empty_cache()
+        return x + 1
 
-        def __enter__(self):
-            gc.collect()  # a no-op while capturing with gc_disable
-            fake_npu.empty_cache()
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    fake_npu = types.SimpleNamespace(
-        NPUGraph=_Graph, graph=_Capture, graph_pool_handle=lambda: "pool",
-        empty_cache=lambda: log.append("empty_cache"),
-        current_stream=lambda: types.SimpleNamespace(synchronize=lambda: log.append("sync")),
-    )  # fmt: skip
-    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
-    monkeypatch.setattr(torch, "npu", fake_npu, raising=False)
-    saved_collect = gc.collect
-    runtime = NPUGraphRuntime(gc_disable=True)
-    wrapper = GraphWrapper(lambda x: x + 1, "FULL", runtime=runtime, pool=runtime.graph_pool())
-    x = torch.ones(2)
-    assert torch.equal(wrapper.run(1, "FULL", x), x + 1)
-    wrapper.run(1, "FULL", x)
-    assert log == [("graph", "pool"), "sync", "replay"]  # gc/empty_cache suppressed
-    assert gc.collect is saved_collect and fake_npu.empty_cache() is None
-    assert log[-1] == "empty_cache"  # restored after the capture
+    try:
+        runtime = NPUGraphRuntime(gc_disable=True)
+        pool = runtime.graph_pool()
+        wrapper = GraphWrapper(body, "FULL", runtime=runtime, pool=pool)
+        x = torch.ones(2)
+        assert torch.equal(wrapper.run(1, "FULL", x), x + 1)
+        wrapper.run(1, "FULL", x)
+        assert collected == [] and api.called("empty_cache") == []  # suppressed in capture
+        assert api.called("graph") == [{"npu_graph": api.called("graph")[0]["npu_graph"],
+                                         "pool": pool}]
+        graph = api.called("graph")[0]["npu_graph"]
+        assert (graph.captures, graph.replays) == (1, 1)
+        assert api.current_stream().synchronized == 1
+        assert gc.collect is recording_collect and torch.npu.empty_cache() is None
+        assert api.called("empty_cache") == [{}]  # restored after the capture
+    finally:
+        fake.close()
 
 
 def test_missing_attribute_is_named_with_the_runnable() -> None:

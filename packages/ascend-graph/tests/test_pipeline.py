@@ -96,35 +96,41 @@ def test_dist_version_reads_installed_metadata() -> None:
     assert pipeline_mod._dist_version("ascend-graph-no-such-distribution") is None
 
 
-def _fake_extension(fail: bool = False) -> types.ModuleType:
-    ext = types.ModuleType("npugraph_ex")
+@pytest.fixture
+def seam_extension(monkeypatch):
+    """`seam_extension(fail=False)`: the seam's bundled npugraph_ex (real names and options,
+    `_get_compiled_gm(self, gm, example_inputs)` -> `get_code()`), recording the config its
+    backend gets; with `fail` every compile raises."""
+    from tools.npu_seam import install
 
-    class CompilerConfig:
-        pass
+    fakes = []
 
-    class _NpuFxCompiler:
-        def _get_compiled_gm(self, gm):
-            return gm
+    def make(fail: bool = False) -> types.ModuleType:
+        fakes.append(install(monkeypatch))
+        ext = sys.modules["npugraph_ex"]
+        real = ext.get_npu_backend
 
-    def get_npu_backend(compiler_config):
-        ext.last_config = compiler_config
+        def get_npu_backend(**kwargs):
+            ext.last_config = kwargs["compiler_config"]
+            backend = real(**kwargs)
 
-        def backend(gm, inputs):
-            if fail:
-                raise RuntimeError("compile failed")
-            return _NpuFxCompiler()._get_compiled_gm(gm)
+            def compile_or_fail(gm, inputs):
+                if fail:
+                    raise RuntimeError("compile failed")
+                return backend(gm, inputs)
 
-        return backend
+            return compile_or_fail
 
-    ext.CompilerConfig, ext._NpuFxCompiler, ext.get_npu_backend = (
-        CompilerConfig, _NpuFxCompiler, get_npu_backend,
-    )  # fmt: skip
-    return ext
+        monkeypatch.setattr(ext, "get_npu_backend", get_npu_backend)
+        return ext
+
+    yield make
+    for fake in fakes:
+        fake.close()
 
 
-def test_npu_graph_backend_through_make_backend(monkeypatch, compile_module, close) -> None:
-    ext = _fake_extension()
-    monkeypatch.setitem(sys.modules, "npugraph_ex", ext)
+def test_npu_graph_backend_through_make_backend(seam_extension, compile_module, close) -> None:
+    ext = seam_extension()
 
     class _M(nn.Module):
         def forward(self, x, y):
@@ -143,22 +149,25 @@ def test_npu_graph_backend_through_make_backend(monkeypatch, compile_module, clo
     assert (config.force_eager, config.inplace_pass, config.clone_input) == (True, False, False)
 
 
-def test_extension_patch_is_restored_even_when_compilation_fails(tmp_path) -> None:
+def test_extension_patch_is_restored_even_when_compilation_fails(tmp_path,
+                                                                 seam_extension) -> None:
     gm = torch.fx.symbolic_trace(lambda x: (x + 1,))
-    ok = _fake_extension()
-    original = ok._NpuFxCompiler._get_compiled_gm
+    ok = seam_extension()
+    compiler_cls = ok.npu_fx_compiler._NpuFxCompiler
+    original = compiler_cls._get_compiled_gm
     opts = NpuGraphOptions(static_kernel=True, decode_batch_sizes=(1, 2), cache_dir=str(tmp_path),
                            cache_key="k1")  # fmt: skip
     npu_graph_compile(gm, [torch.ones(2)], options=opts, extension=ok)
-    assert ok._NpuFxCompiler._get_compiled_gm is original
+    assert compiler_cls._get_compiled_gm is original
     assert "x + 1" in (tmp_path / "k1").read_text()  # the generated code was saved
     assert ok.last_config.static_kernel_compile is True
     assert ok.last_config._vllm_aclnn_static_kernel_sym_range == [1, 2]
-    bad = _fake_extension(fail=True)
-    original = bad._NpuFxCompiler._get_compiled_gm
+    bad = seam_extension(fail=True)
+    compiler_cls = bad.npu_fx_compiler._NpuFxCompiler
+    original = compiler_cls._get_compiled_gm
     with pytest.raises(RuntimeError, match="compile failed"):
         npu_graph_compile(gm, [torch.ones(2)], options=opts, extension=bad)
-    assert bad._NpuFxCompiler._get_compiled_gm is original
+    assert compiler_cls._get_compiled_gm is original
 
 
 def test_patched_attribute_restores_and_missing_extension_is_explained() -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tools.npu_seam.fixtures import fake_torch_npu  # noqa: F401 - the one NPU seam
+
 PKG_ROOT = Path(__file__).resolve().parents[1]
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="vllm_ascend_tests_"))
 
@@ -157,45 +159,3 @@ def py_runner():
 @pytest.fixture
 def make_env():
     return base_env
-
-
-@pytest.fixture
-def fake_torch_npu(monkeypatch):
-    """A stand-in ``torch_npu`` module in sys.modules (the only NPU seam)."""
-    import importlib.machinery
-    import types
-
-    calls: list[tuple] = []
-
-    class Props:
-        uuid = "npu-uuid-0"
-        cube_core_num = 20
-
-    class Stream:
-        def __init__(self) -> None:
-            calls.append(("Stream",))
-
-    class StreamCtx:
-        def __init__(self, stream) -> None:
-            self.stream = stream
-
-        def __enter__(self):
-            calls.append(("enter", self.stream))
-
-        def __exit__(self, *exc):
-            calls.append(("exit", self.stream))
-
-    npu = types.SimpleNamespace(
-        Stream=Stream, stream=StreamCtx, current_stream=lambda: "current",
-        set_device=lambda d: calls.append(("set_device", d)),
-        get_device_name=lambda i: f"Ascend910B{i}", get_device_properties=lambda i: Props(),
-        reset_peak_memory_stats=lambda d: calls.append(("reset_peak", d)),
-        max_memory_allocated=lambda d: calls.append(("max_alloc", d)) or 1234,
-        get_soc_version=lambda: 223,
-    )
-    module = types.ModuleType("torch_npu")
-    module.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
-    module.npu = npu
-    module.calls = calls
-    monkeypatch.setitem(sys.modules, "torch_npu", module)
-    return module

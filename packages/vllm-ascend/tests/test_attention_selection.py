@@ -123,12 +123,12 @@ def test_backend_paths_from_a_class_or_a_mapping() -> None:
 
 
 @pytest.fixture
-def npu_platform(monkeypatch):
+def npu_platform(monkeypatch, fake_torch_npu):
+    """The NPU platform on an A2 device (the seam's default SoC id, 223)."""
     from vllm_ascend.platform.npu import NPUPlatform
     from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV
 
     monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)
-    monkeypatch.setattr(NPUPlatform, "soc", "A2")
     return NPUPlatform
 
 
@@ -140,7 +140,7 @@ def _selector(**flags):
                                    block_size=128, **flags)
 
 
-def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform,
+def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform, fake_torch_npu,
                                                                monkeypatch) -> None:
     with pytest.raises(RuntimeError, match=r"group 'vllm_ascend\.runtime' name 'attention'"):
         npu_platform.get_attn_backend_cls(None, _selector())
@@ -152,7 +152,10 @@ def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform,
                                            r"'attention = ascend_test_ext:ATTENTION_BACKENDS' "
                                            r"of ascend-test-ext provides only: mla, standard"):
         npu_platform.get_attn_backend_cls(None, _selector(use_mla=True, use_sparse=True))
-    monkeypatch.setattr(npu_platform, "soc", "310P")
+    from vllm_ascend.runtime.process_setup import reset_process_setup
+
+    fake_torch_npu.npu.soc_id = 202  # a 310P device, read by a fresh process
+    reset_process_setup()
     with pytest.raises(RuntimeError, match=r"'310p' attention backend is needed"):
         npu_platform.get_attn_backend_cls(None, _selector(use_mla=True))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import types
 from pathlib import Path
 
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
@@ -319,50 +318,60 @@ def test_compute_hash_gives_load_the_manager_vllm_compiles_with(tmp_path, graph,
     assert run_logged(loaded, call_args(inputs, 5))[0][:2] == FUSED_OPS
 
 
-def fake_npugraph_ex(triton: bool = False, failures: int = 0) -> types.ModuleType:
-    """A stand-in extension: records its graphs; 'generated code' is the graph's code (with a
-    Triton side-table call when `triton`); the first `failures` compiles raise."""
-    ext = types.ModuleType("npugraph_ex")
-    ext.graphs = []
-    ext.failures = failures
+@pytest.fixture
+def seam_npugraph_ex(monkeypatch):
+    """`seam_npugraph_ex(triton=False, failures=0, no_code=False)`: the seam's bundled
+    npugraph_ex, its backend recording the graphs it gets; the generated code is the seam's
+    (`get_code()`), with a Triton side-table call when `triton`, or none at all (`get_code()`
+    gives the runner back, as the real one does when it cannot generate code) when `no_code`;
+    the first `failures` compiles raise."""
+    from tools.npu_seam import install
 
-    class CompilerConfig:
-        pass
+    fakes = []
 
-    class TritonCompiled:
-        def __init__(self, gm) -> None:
-            self.gm, self.code = gm, gm.code + "\n# triton_kernel_wrapper_functional(...)\n"
+    def make(triton: bool = False, failures: int = 0, no_code: bool = False):
+        fake = install(monkeypatch)
+        fakes.append(fake)
+        ext = sys.modules["npugraph_ex"]
+        ext.graphs, ext.failures = [], failures
+        real = ext.get_npu_backend
 
-        def __call__(self, *args):
-            return self.gm(*args)
+        def get_npu_backend(**kwargs):
+            backend = real(**kwargs)
 
-    class _NpuFxCompiler:
-        def _get_compiled_gm(self, gm):
-            ext.graphs.append(gm)
-            return TritonCompiled(gm) if triton else gm
+            def recording(gm, inputs):
+                if ext.failures:
+                    ext.failures -= 1
+                    raise RuntimeError("extension failed")
+                ext.graphs.append(gm)
+                return backend(gm, inputs)
 
-    def get_npu_backend(compiler_config):
-        def backend(gm, inputs):
-            if ext.failures:
-                ext.failures -= 1
-                raise RuntimeError("extension failed")
-            return _NpuFxCompiler()._get_compiled_gm(gm)
+            return recording
 
-        return backend
+        monkeypatch.setattr(ext, "get_npu_backend", get_npu_backend)
+        compiled_cls = type(real(compiler_config=None)(torch.fx.symbolic_trace(
+            lambda x: (x,)), [torch.ones(1)]))
+        seam_code = compiled_cls.get_code
+        if triton:
+            monkeypatch.setattr(compiled_cls, "get_code", lambda self, extend_config=None: (
+                seam_code(self) + "\n# triton_kernel_wrapper_functional(...)\n"))
+        if no_code:
+            monkeypatch.setattr(compiled_cls, "get_code",
+                                lambda self, extend_config=None: self.runner)
+        return ext
 
-    ext.CompilerConfig, ext._NpuFxCompiler, ext.get_npu_backend = (
-        CompilerConfig, _NpuFxCompiler, get_npu_backend,
-    )  # fmt: skip
-    return ext
+    yield make
+    for fake in fakes:
+        fake.close()
 
 
-def test_npugraph_ex_saves_code_and_loads_the_fused_graph(tmp_path, graph, monkeypatch,
+def test_npugraph_ex_saves_code_and_loads_the_fused_graph(tmp_path, graph, seam_npugraph_ex,
                                                           compiler_log) -> None:
-    ext = fake_npugraph_ex()
-    monkeypatch.setitem(sys.modules, "npugraph_ex", ext)
+    ext = seam_npugraph_ex()
     compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
     assert sorted(p.name for p in tmp_path.iterdir()) == [KEY, KEY + NPU_CODE_SUFFIX]
-    assert "torch.ops.ascend.muls_add.default(" in (tmp_path / (KEY + NPU_CODE_SUFFIX)).read_text()
+    code = (tmp_path / (KEY + NPU_CODE_SUFFIX)).read_text()
+    assert "torch.ops.ascend.muls_add.default(" in code
     loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
     assert sum(manager.counts.values()) == 0 and len(ext.graphs) == 2
     given = [str(n.target) for n in ext.graphs[-1].graph.nodes if n.op == "call_function"]
@@ -374,9 +383,9 @@ def test_npugraph_ex_saves_code_and_loads_the_fused_graph(tmp_path, graph, monke
     assert not [r for r in compiler_log if "not saved" in r.getMessage()]
 
 
-def test_npugraph_ex_code_with_triton_kernels_is_not_saved(tmp_path, graph, monkeypatch,
+def test_npugraph_ex_code_with_triton_kernels_is_not_saved(tmp_path, graph, seam_npugraph_ex,
                                                            compiler_log) -> None:
-    monkeypatch.setitem(sys.modules, "npugraph_ex", fake_npugraph_ex(triton=True))
+    seam_npugraph_ex(triton=True)
     compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
     assert sorted(p.name for p in tmp_path.iterdir()) == [KEY]  # the fused graph only
     notes = [r for r in compiler_log if "not saved" in r.getMessage()]
@@ -388,11 +397,27 @@ def test_npugraph_ex_code_with_triton_kernels_is_not_saved(tmp_path, graph, monk
     assert same(run_logged(loaded, args)[1], run_logged(compiled, args)[1])
 
 
-def test_a_saved_graph_the_backend_rejects_is_a_miss(tmp_path, graph, monkeypatch,
-                                                     compiler_log) -> None:
-    monkeypatch.setitem(sys.modules, "npugraph_ex", fake_npugraph_ex())
+def test_npugraph_ex_code_that_cannot_be_obtained_is_one_warning(tmp_path, graph,
+                                                                 seam_npugraph_ex,
+                                                                 compiler_log) -> None:
+    seam_npugraph_ex(no_code=True)
     compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
-    monkeypatch.setitem(sys.modules, "npugraph_ex", fake_npugraph_ex(failures=1))
+    compiled_with_cache(tmp_path / "again", graph, backend="npugraph_ex")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([KEY, "again"])
+    warned = [r for r in compiler_log if "not saved" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING  # once per process
+    assert "generated no Python code for this graph" in warned[0].getMessage()
+    loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
+    assert sum(manager.counts.values()) == 0  # the warm start still reuses the fused graph
+    args = call_args(graph[1], 4)
+    assert same(run_logged(loaded, args)[1], run_logged(compiled, args)[1])
+
+
+def test_a_saved_graph_the_backend_rejects_is_a_miss(tmp_path, graph, seam_npugraph_ex,
+                                                     compiler_log) -> None:
+    seam_npugraph_ex()
+    compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
+    seam_npugraph_ex(failures=1)
     loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
     [miss] = misses(compiler_log)
     assert "the saved graph failed: RuntimeError('extension failed')" in miss

@@ -1,41 +1,43 @@
-"""enable_static_kernel reaches npugraph_ex (through a fake extension module): the options it
-receives, the decode batch sizes, LOCAL_WORLD_SIZE, and the graph modes npugraph_ex serves."""
+"""enable_static_kernel reaches npugraph_ex (the seam's bundled extension, whose config takes
+only the real options): the options it receives, the decode batch sizes, LOCAL_WORLD_SIZE, and
+the graph modes npugraph_ex serves."""
 
 from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
+from tools.npu_seam import install
+
 
 @pytest.fixture
-def fake_npugraph_ex(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
-    """`npugraph_ex` with its option helper; records what the compiler configured."""
+def fake_npugraph_ex(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.SimpleNamespace]:
+    """The seam's torch_npu with npugraph_ex; records the options its own helper applied."""
+    fake = install(monkeypatch)
     seen = types.SimpleNamespace(options=[], backends=0)
-    ext = types.ModuleType("npugraph_ex")
-    configs = types.ModuleType("npugraph_ex.configs")
-    helper_module = types.ModuleType("npugraph_ex.configs.compiler_config")
-
-    class CompilerConfig:
-        pass
+    ext = sys.modules["npugraph_ex"]
+    helper_module = sys.modules[f"{ext.__name__}.configs.compiler_config"]
+    helper, get_backend = helper_module._process_kwargs_options, ext.get_npu_backend
 
     def process_kwargs_options(config: Any, kwargs: dict[str, Any]) -> None:
         seen.options.append(dict(kwargs["options"]))
+        helper(config, kwargs)  # the seam's: an option the real config lacks is a ValueError
 
-    def get_npu_backend(compiler_config: Any) -> Callable[..., Any]:
+    def get_npu_backend(**kwargs: Any) -> Any:
         seen.backends += 1
-        return lambda gm, inputs: gm
+        return get_backend(**kwargs)
 
-    helper_module._process_kwargs_options = process_kwargs_options
-    ext.CompilerConfig, ext.get_npu_backend = CompilerConfig, get_npu_backend
-    for name, module in (("npugraph_ex", ext), ("npugraph_ex.configs", configs),
-                         ("npugraph_ex.configs.compiler_config", helper_module)):
-        monkeypatch.setitem(sys.modules, name, module)
-    return seen
+    monkeypatch.setattr(helper_module, "_process_kwargs_options", process_kwargs_options)
+    monkeypatch.setattr(ext, "get_npu_backend", get_npu_backend)
+    try:
+        yield seen
+    finally:
+        fake.close()
 
 
 def _compile(make_vllm_config: Any, mode: str, *, static: bool = True,

@@ -422,7 +422,7 @@ def test_npu_platform_attributes_and_capabilities() -> None:
     assert p.set_additional_forward_context(vllm_config=types.SimpleNamespace()) == {}
 
 
-def test_runtime_pieces_come_from_entry_points(monkeypatch) -> None:
+def test_runtime_pieces_come_from_entry_points(monkeypatch, fake_torch_npu) -> None:
     from pathlib import Path
 
     from vllm_ascend.platform.npu import NPUPlatform

@@ -208,7 +208,7 @@ def test_hook_honours_enable_cpu_binding_false(monkeypatch) -> None:
     assert current_process_setup().cpu_binding == binding.lines
 
 
-def test_hook_on_the_npu_platform_plans_for_the_workers_npu(monkeypatch) -> None:
+def test_hook_on_the_npu_platform_plans_for_the_workers_npu(monkeypatch, fake_torch_npu) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     _publish(monkeypatch, "A2", {})
     binding = cpu_binding.bind_this_worker(config(assigned=[3, 4]), 1)

@@ -2,7 +2,8 @@
 
 Runs the plugin's per-process setup (what every vLLM process runs, with no rank), spawns two
 worker processes that call the NPU binding hook with their local rank, reads every affinity
-back from /proc and prints one JSON line. Argument: a directory for the plugin's log files.
+back from /proc and prints one JSON line. Arguments: a directory for the plugin's log files,
+and the SoC id the workers' fake NPU reports (the schema-bound seam, ``tools.npu_seam``).
 """
 
 from __future__ import annotations
@@ -25,18 +26,24 @@ def cpus_allowed(pid: int) -> list[int]:
     return cpus
 
 
-def worker(local_rank: int, conn: Any) -> None:
-    """An NPU worker at the point where its rank is known: the binding hook, then wait."""
+def worker(local_rank: int, soc_id: int, conn: Any) -> None:
+    """An NPU worker at the point where its rank is known: the binding hook (the SoC read from
+    its device), then wait."""
     import ascend_topology as topo
+    import pytest
     from vllm_ascend.runtime.cpu_binding import bind_npu_worker
 
+    from tools.npu_seam import install
+
+    install(pytest.MonkeyPatch(), soc_id=soc_id)  # this process's torch_npu is the seam
     options = topo.PlanOptions(min_cpus_per_npu=1, migrate_memory=False)
-    binding = bind_npu_worker(local_rank, options, soc="A2")
-    conn.send({"pid": os.getpid(), "lines": binding.lines, "cpus": list(binding.cpus)})
+    binding = bind_npu_worker(local_rank, options)
+    conn.send({"pid": os.getpid(), "lines": binding.lines, "cpus": list(binding.cpus),
+               "soc": binding.soc, "plan_soc": getattr(binding.plan, "soc", None)})
     conn.recv()  # stay alive until the engine has read /proc
 
 
-def main(log_dir: str) -> dict[str, Any]:
+def main(log_dir: str, soc_id: int) -> dict[str, Any]:
     import ascend_config
     from vllm_ascend.runtime.process_setup import ProcessSetup
 
@@ -53,7 +60,7 @@ def main(log_dir: str) -> dict[str, Any]:
     workers = []
     for rank in (0, 1):
         parent, child = context.Pipe()
-        proc = context.Process(target=worker, args=(rank, child))
+        proc = context.Process(target=worker, args=(rank, soc_id, child))
         proc.start()
         workers.append((proc, parent))
     for _, conn in workers:
@@ -68,4 +75,4 @@ def main(log_dir: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])))
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]))))

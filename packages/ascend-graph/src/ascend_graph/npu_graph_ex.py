@@ -1,9 +1,16 @@
 """The NPU graph extension backend, loaded only when used.
 
-`npugraph_ex` (shipped with recent torch_npu) is preferred; `torchair` is the fallback. Both
-expose `get_npu_backend(compiler_config=...)` and a `CompilerConfig`. To save generated code in
-the compile cache the extension's compiler method that produces the graph module is wrapped
-for the duration of one compile and always restored, even when compilation fails.
+`npugraph_ex` is preferred; `torchair` is the fallback. torch_npu bundles both (as
+`torch_npu.dynamo.npugraph_ex` / `torch_npu.dynamo.torchair`, reachable under the short names
+through lazy proxies in `sys.modules`, whose `__name__` is the long one), and both expose
+`get_npu_backend(compiler_config=...)` and a `CompilerConfig`.
+
+To save generated code in the compile cache, the extension's
+`npu_fx_compiler._NpuFxCompiler._get_compiled_gm(self, gm, example_inputs)` is wrapped for the
+duration of one compile (always restored, even when compilation fails): it returns a
+`_CompiledFxGraph`, whose `get_code()` gives the generated Python source (or the runner itself
+when the extension cannot generate code for the graph). `NpuGraphOptions.on_code` hears what
+became of the code: None when saved, else the reason it was not.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
@@ -33,6 +40,19 @@ class NpuGraphOptions:
     decode_batch_sizes: tuple[int, ...] = ()
     cache_dir: str | None = None
     cache_key: str | None = None
+    #: Called once per compile that was to save code: None (saved) or why it was not.
+    on_code: Callable[[str | None], None] | None = field(default=None, compare=False)
+
+
+def extension_kind(ext: ModuleType) -> str:
+    """Which extension `ext` is: the last part of its module name (`torch_npu.dynamo.torchair`
+    is torchair). `NpuGraphUnavailableError` for a module that is neither."""
+    kind = str(ext.__name__).rsplit(".", 1)[-1]
+    if kind not in _EXTENSIONS:
+        raise NpuGraphUnavailableError(
+            f"{ext.__name__!r} is not an NPU graph extension; expected one of "
+            f"{', '.join(_EXTENSIONS)} (or torch_npu.dynamo.<name>)")
+    return kind
 
 
 def load_extension(names: Sequence[str] = _EXTENSIONS) -> ModuleType:
@@ -97,7 +117,7 @@ def _option_helper(ext: ModuleType) -> Callable[[Any, dict[str, Any]], None] | N
 
 def _compiler_config(ext: ModuleType, options: NpuGraphOptions) -> Any:
     config = ext.CompilerConfig()
-    if ext.__name__ == "torchair":
+    if extension_kind(ext) == "torchair":
         config.mode = "reduce-overhead"
         config.debug.run_eagerly = True
         config.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
@@ -116,24 +136,42 @@ def _compiler_config(ext: ModuleType, options: NpuGraphOptions) -> Any:
     return config
 
 
-def _saving_compiler(original: Callable[..., Any], path: Path) -> Callable[..., Any]:
-    """Wrap the extension's graph-module producer so its generated code lands in `path`."""
+def _code_of(compiled: Any) -> tuple[str | None, str | None]:
+    """(generated code, None) from a `_CompiledFxGraph`, or (None, why there is none)."""
+    get_code = getattr(compiled, "get_code", None)
+    if not callable(get_code):
+        return None, (f"the extension's compiled graph ({type(compiled).__name__}) has no "
+                      "get_code()")
+    code = get_code()
+    if not isinstance(code, str):
+        return None, "the extension generated no Python code for this graph (get_code())"
+    # Triton side-table indices are process-local: such code cannot be reloaded.
+    if "triton_kernel_wrapper" in code:
+        return None, "it calls process-local Triton kernels"
+    return code, None
 
-    def produce(self: Any, *args: Any, **kwargs: Any) -> Any:
-        compiled = original(self, *args, **kwargs)
-        code = getattr(compiled, "code", None)
-        # Triton side-table indices are process-local: such code cannot be reloaded.
-        if isinstance(code, str) and "triton_kernel_wrapper" not in code:
+
+def _saving_compiler(original: Callable[..., Any], path: Path,
+                     report: Callable[[str | None], None]) -> Callable[..., Any]:
+    """Wrap `_get_compiled_gm(self, gm, example_inputs)` so the generated code lands in
+    `path`; `report` hears None (saved) or the reason it was not."""
+
+    def produce(self: Any, gm: fx.GraphModule, example_inputs: Any, *args: Any,
+                **kwargs: Any) -> Any:
+        compiled = original(self, gm, example_inputs, *args, **kwargs)
+        code, reason = _code_of(compiled)
+        if code is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(code, encoding="utf-8")
+        report(reason)
         return compiled
 
     return produce
 
 
 def _compiler_class(ext: ModuleType) -> Any:
-    """The extension's FX compiler class (private; absent in some releases)."""
-    for owner in (ext, getattr(ext, "npu_fx_compiler", None)):
+    """The extension's FX compiler class: `npu_fx_compiler._NpuFxCompiler` (None if absent)."""
+    for owner in (getattr(ext, "npu_fx_compiler", None), ext):
         cls = getattr(owner, "_NpuFxCompiler", None)
         if cls is not None and hasattr(cls, "_get_compiled_gm"):
             return cls
@@ -150,10 +188,15 @@ def npu_graph_compile(
     """Compile `gm` (already rewritten by the passes) with the NPU graph extension."""
     ext = extension if extension is not None else load_extension()
     backend = ext.get_npu_backend(compiler_config=_compiler_config(ext, options))
+    if not (options.cache_dir and options.cache_key):
+        return cast(Callable[..., Any], backend(gm, list(example_inputs)))
+    report = options.on_code or (lambda reason: None)
     compiler_cls = _compiler_class(ext)
-    if options.cache_dir and options.cache_key and compiler_cls is not None:
-        path = Path(options.cache_dir) / options.cache_key
-        original = compiler_cls._get_compiled_gm
-        with patched_attribute(compiler_cls, "_get_compiled_gm", _saving_compiler(original, path)):
-            return cast(Callable[..., Any], backend(gm, list(example_inputs)))
-    return cast(Callable[..., Any], backend(gm, list(example_inputs)))
+    if compiler_cls is None:
+        report(f"{ext.__name__} has no npu_fx_compiler._NpuFxCompiler._get_compiled_gm")
+        return cast(Callable[..., Any], backend(gm, list(example_inputs)))
+    path = Path(options.cache_dir) / options.cache_key
+    original = compiler_cls._get_compiled_gm
+    with patched_attribute(compiler_cls, "_get_compiled_gm",
+                           _saving_compiler(original, path, report)):
+        return cast(Callable[..., Any], backend(gm, list(example_inputs)))

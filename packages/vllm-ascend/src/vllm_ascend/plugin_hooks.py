@@ -37,13 +37,23 @@ def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
 
 
 def active_ascend_soc() -> str | None:
-    """The SoC of the active Ascend platform, or None when vLLM runs another platform."""
+    """The SoC of the active Ascend platform, or None when vLLM runs another platform.
+
+    A child of the process that created the config (engine core, workers) takes the SoC that
+    process detected and published, so a hook never initialises the NPU runtime on its own;
+    otherwise the platform detects it (``NPUPlatform.platform_soc``).
+    """
     from vllm import platforms
 
+    from vllm_ascend.runtime.process_setup import published_soc
+
     platform = platforms.current_platform
-    if type(platform).__module__.startswith("vllm_ascend."):
-        return str(getattr(platform, "soc", "A2"))
-    return None
+    if not type(platform).__module__.startswith("vllm_ascend."):
+        return None
+    published = published_soc()
+    if published is not None and platform.device_type == "npu" and published != "cpu":
+        return published
+    return str(platform.soc)
 
 
 def _setup_this_process(soc: str) -> None:

@@ -1,4 +1,4 @@
-"""Batch invariance on the NPU path (fake torch_npu kernels): the fused AddRmsNorm kernel is
+"""Batch invariance on the NPU path (the seam's torch_npu kernels): the fused AddRmsNorm kernel is
 never reached in the mode, and vllm-ascend's custom kernels are off in the mode and on A5."""
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def test_add_rms_norm_never_reaches_npu_add_rms_norm_in_the_mode(
     assert npu_kernels_on_cpu.counts == {"npu_add_rms_norm": 1, "npu_rms_norm": 2}
     assert batch_invariant.call_counts()["add_rms_norm"] == 2
     assert torch.equal(residual, x + r)  # the plain add, then npu_rms_norm's output
-    assert torch.equal(out, torch.ones(3, 16)) and torch.equal(out_b, torch.full((3, 16), 1.5))
+    norm = npu_kernels_on_cpu.fake.kernels.marker("npu_rms_norm", 0)  # its output's fill
+    assert torch.equal(out, torch.full((3, 16), float(norm)))
+    assert torch.equal(out_b, torch.full((3, 16), norm + 0.5))
 
     bi.disable_ascend_batch_invariance()
     A.add_rms_norm(x, r, w, 1e-6)

@@ -13,9 +13,10 @@ damaged or stale artifact is one info "cache miss" and a normal compile; an arti
 could have been planted by someone else (untrusted location, foreign owner, or not signed with
 this user's key, see ``compile_cache``) is one warning naming the file, then a normal compile.
 A cache dir that is not trusted disables the cache with one warning. On npugraph_ex the
-extension's generated code is also saved, as ``<key>.npugraph_ex.py``, unless it calls
-process-local Triton kernels; it is for inspection only, since the extension's own loader is
-not public (the saved fused graph is what ``load`` uses).
+extension's generated code (``_CompiledFxGraph.get_code()``) is also saved, as
+``<key>.npugraph_ex.py``, unless it calls process-local Triton kernels; it is for inspection
+only (the saved fused graph is what ``load`` uses: a warm start hands it to the extension
+again). When the code cannot be obtained, one warning per process says why.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class AscendCompiler(CompilerInterface):
         from vllm_ascend.config_pipeline.facts import extract_facts
         from vllm_ascend.config_pipeline.resolve_step import additional_config_of
 
-        soc = str(getattr(current_platform, "soc", "A2"))
+        soc = str(current_platform.soc)  # an Ascend platform: "cpu" or the detected SoC
         facts = extract_facts(vllm_config, soc)
         resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts)
         cc = resolved.ascend_compilation_config
@@ -249,6 +250,7 @@ class AscendCompiler(CompilerInterface):
         graph = copy.deepcopy(graph)
         returns_tuple = _return_tuple(graph)
         options = None
+        code_notes: list[str | None] = []
         if self.backend == "npugraph_ex":
             code_dir = self.cache_dir if code_key else None
             if code_dir and code_key:  # an old file must not pass for this compile's code
@@ -257,24 +259,37 @@ class AscendCompiler(CompilerInterface):
             plan.apply_environment()
             options = NpuGraphOptions(
                 static_kernel=plan.enabled, decode_batch_sizes=plan.decode_batch_sizes,
-                cache_dir=code_dir, cache_key=code_key,
+                cache_dir=code_dir, cache_key=code_key, on_code=code_notes.append,
             )
         compiled, fused = compile_graph_fused(
             graph, example_inputs, manager=fusion, backend=self.backend,
             compile_range=compile_range, npu_options=options, reuse=reuse,
         )
         if options is not None and options.cache_dir and code_key:
-            self._check_code_saved(code_key)
+            self._report_code(code_key, code_notes)
         if returns_tuple:
             return compiled, fused
         return (lambda *args: compiled(*args)[0]), fused
 
-    def _check_code_saved(self, code_key: str) -> None:
+    def _report_code(self, code_key: str, notes: list[str | None]) -> None:
+        """Say why npugraph_ex's code was not saved: process-local Triton kernels are expected
+        (info); any other reason means the code cannot be obtained (one warning per process)."""
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
         path = artifact_path(self.cache_dir, code_key)
-        if not path.exists():
-            logger.info("npugraph_ex code for %s not saved: it calls process-local Triton "
-                        "kernels (or the extension has no code hook); the fused graph is "
-                        "saved and reused", path)
+        reasons = [n for n in notes if n is not None]
+        if not notes:
+            reasons = ["the extension never called _NpuFxCompiler._get_compiled_gm"]
+        if not reasons and path.exists():
+            return
+        reason = "; ".join(dict.fromkeys(reasons)) or "nothing was written"
+        if "Triton" in reason:
+            logger.info("npugraph_ex code for %s not saved: %s; the fused graph is saved and "
+                        "reused", path, reason)
+            return
+        current_process_setup().warn_once(
+            f"npugraph_ex code not saved in the compile cache: {reason}; the fused graph is "
+            "saved and reused", logger)
 
     def _save(self, fused: Any, fusion: Any, compile_range: Any, key: str) -> Any:
         from ascend_graph import FusedGraphError, dumps_fused_graph

@@ -97,8 +97,17 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     return resolved
 
 
-def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
-    """NPU platform: the reference order of 4.3, each step one call. Returns the config."""
+SPAWN_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+
+
+def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
+    """NPU platform: the reference order of 4.3, each step one call. Returns the config.
+
+    ``soc``: the SoC, or the platform's detection (called once the runtime is known to be
+    installed). Reading the SoC initialises the NPU runtime in this process, which a forked
+    child cannot use again, so workers are spawned (``VLLM_WORKER_MULTIPROC_METHOD=spawn``
+    unless the user chose otherwise).
+    """
     from vllm_ascend.config_pipeline import (
         allocator_env,
         derived_edits,
@@ -116,6 +125,11 @@ def run_npu_pipeline(vllm_config: Any, soc: str) -> Any:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
         return None
     npu_device.require_npu_runtime()
+    if callable(soc):
+        soc = soc()
+        if os.environ.setdefault(SPAWN_ENV, "spawn") == "spawn":
+            logger.info("%s=spawn: this process initialised the NPU runtime to read its SoC",
+                        SPAWN_ENV)
     facts, resolved, environ = _resolve(vllm_config, soc)  # AscendConfigError: all problems
     write_dump_config(resolved)
     parallel_rules.check_parallel_layout(facts, parallel_rules.layout_of(vllm_config))

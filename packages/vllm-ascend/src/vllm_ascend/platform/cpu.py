@@ -35,9 +35,12 @@ SOC = "cpu"
 class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
     """vLLM's CpuPlatform running the Ascend configuration, passes and kernels."""
 
-    soc: str = SOC
     ray_device_key: str = "NPU"
     ray_noset_device_env_vars = ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]  # noqa: RUF012
+
+    @classmethod
+    def platform_soc(cls) -> str:
+        return SOC
 
     @classmethod
     def get_pass_manager_cls(cls) -> str:
@@ -54,9 +57,9 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
         """The Ascend forward fields (MoE communication method included) for every forward."""
         from vllm_ascend.runtime.forward_context import host_cpu_additional_context
 
-        return host_cpu_additional_context(cls.soc, **kwargs)
+        return host_cpu_additional_context(SOC, **kwargs)
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
         """Short summary of the platform (for the demo and logs)."""
-        return {"platform": cls.__name__, "soc": cls.soc, "device_type": cls.device_type}
+        return {"platform": cls.__name__, "soc": SOC, "device_type": cls.device_type}

@@ -49,7 +49,13 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     supported_quantization = [  # noqa: RUF012 - vLLM's attribute type
         "ascend", "compressed-tensors", "fp8", "deepseek_v4_fp8", "modelopt_mxfp8", "mxfp8",
     ]
-    soc: str = "A2"
+
+    @classmethod
+    def platform_soc(cls) -> str:
+        """The NPU's SoC, detected once per process from the device (``platform.soc``)."""
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
+        return current_process_setup().device_soc()
 
     @property
     def pass_key(self) -> str:
@@ -169,7 +175,8 @@ class NPUPlatform(AscendPlatformMixin, Platform):
         use_mla, use_sparse, use_compress = selection.selector_flags(attn_selector_config)
         published = resolve_published()
         variant = selection.select_attention_variant(
-            use_mla=use_mla, use_sparse=use_sparse, use_compress=use_compress, soc=cls.soc,
+            use_mla=use_mla, use_sparse=use_sparse, use_compress=use_compress,
+            soc=cls.platform_soc(),
             fa3_requested=published is not None and selection.fa3_requested(published[1]),
         )
         if variant == "fa3":
@@ -250,11 +257,13 @@ class NPUPlatform(AscendPlatformMixin, Platform):
             vllm_config.device_config.device_type != "npu"
         ):
             return
-        run_npu_pipeline(vllm_config, cls.soc)
+        run_npu_pipeline(vllm_config, cls.platform_soc)  # detected after the runtime check
 
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
         from vllm_ascend.runtime.forward_context import mrv2_additional_context
 
-        return mrv2_additional_context(cls.soc, **kwargs)
+        if not getattr(kwargs.get("vllm_config"), "use_v2_model_runner", False):
+            return {}  # runner v1 sets the fields itself; no SoC needed
+        return mrv2_additional_context(cls.platform_soc(), **kwargs)

@@ -24,8 +24,6 @@ CUSTOM_OPP_SUBDIR = Path("_cann_ops_custom") / "vendors" / "custom_transformer"
 HCCL_BUFFER_DEFAULT_MB = 200
 HCCL_BUFFER_MIN_DP_MB = 50
 HCCL_BUFFER_DYNAMIC_EPLB_MB = 100
-# Runtime SoC ids reported by the driver.
-_SOC_IDS = ((220, 225, "A2"), (250, 255, "A3"), (200, 205, "310P"), (260, 260, "A5"))
 
 
 class NpuRuntimeMissingError(RuntimeError):
@@ -50,22 +48,6 @@ def require_npu_runtime() -> None:
             "on an Ascend host), or set VLLM_ASCEND_DEVICE=cpu to run the Ascend pipeline on "
             "the host CPU"
         )
-
-
-def soc_from_id(soc_id: int) -> str:
-    """SoC name for a runtime SoC id (220-225 A2, 250-255 A3, 200-205 310P, 260 A5)."""
-    for lo, hi, name in _SOC_IDS:
-        if lo <= soc_id <= hi:
-            return name
-    raise ValueError(f"unknown Ascend SoC id {soc_id}; known: 200-205, 220-225, 250-255, 260")
-
-
-def detect_soc(default: str = "A2") -> str:
-    """SoC of the local NPU via torch_npu (``default`` when it cannot be queried)."""
-    try:
-        return soc_from_id(int(torch_npu().npu.get_soc_version()))
-    except Exception:  # no runtime, or an id this table does not know
-        return default
 
 
 class NpuStreams:

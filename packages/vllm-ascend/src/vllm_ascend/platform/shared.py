@@ -10,9 +10,20 @@ logger = logging.getLogger("vllm_ascend.platform.shared")
 
 
 class AscendPlatformMixin:
-    """IR-provider priority, IR kernel import and environment validation for Ascend platforms."""
+    """IR-provider priority, IR kernel import and environment validation for Ascend platforms.
 
-    soc: str = "A2"
+    ``soc`` is the SoC the platform runs as: ``"cpu"`` on the host-CPU platform, the NPU's
+    SoC detected from the device on the NPU platform (:meth:`platform_soc`).
+    """
+
+    @classmethod
+    def platform_soc(cls) -> str:
+        """The SoC this platform runs as."""
+        raise NotImplementedError(f"{cls.__name__} does not say which SoC it runs as")
+
+    @property
+    def soc(self) -> str:
+        return type(self).platform_soc()
 
     @classmethod
     def get_default_ir_op_priority(cls, vllm_config: Any) -> Any:
@@ -26,7 +37,7 @@ class AscendPlatformMixin:
 
         from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
-        register_ascend_ir_provider(cls.soc)
+        register_ascend_ir_provider()  # the same kernels for every SoC
 
     @classmethod
     def validate_environ(cls, hard_fail: bool) -> None:

@@ -65,11 +65,13 @@ def worker_npu(parallel_config: Any, local_rank: int,
 class WorkerBinding:
     """What binding did in this worker: the plan, this worker's entry in it, and report lines.
 
-    ``index`` is None when nothing was bound (``lines`` say why).
+    ``index`` is None when nothing was bound (``lines`` say why); ``soc`` is the SoC the worker
+    runs as (``"cpu"`` on the host-CPU platform, the NPU's detected SoC, None when unknown).
     """
 
     local_rank: int
     plan: Any = None
+    soc: str | None = None
     index: int | None = None
     lines: list[str] = field(default_factory=list)
 
@@ -113,22 +115,37 @@ def bind_npu_worker(local_rank: int, options: Any, *, npu: int | None = None,
                     soc: str | None = None,
                     environ: Mapping[str, str] | None = None) -> WorkerBinding:
     """Bind this NPU worker to the pool of NPU ``npu`` (default ``local_rank``) planned from the
-    live host with ``options`` (an ``ascend_topology.PlanOptions``). Never raises: a host that
-    cannot be read or planned becomes one warning and the process keeps its affinity."""
+    live host with ``options`` (an ``ascend_topology.PlanOptions``).
+
+    ``soc`` (default: detected from the device through this process's ``ProcessSetup``) is
+    the SoC the plan is made for (Ascend 950: all-main pools, UVB poll threads); npu-smi's own
+    reading of the chips is the cross-check, a disagreement one warning naming both. Never
+    raises: a host that cannot be read or planned becomes one warning and the process keeps
+    its affinity.
+    """
     import ascend_topology as topo
     from ascend_topology.rank_hosts import plan_for_npu
 
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    setup = current_process_setup()
     device = local_rank if npu is None else npu
-    binding = WorkerBinding(local_rank=local_rank)
+    binding = WorkerBinding(local_rank=local_rank, soc=soc)
     try:
-        facts = topo.read_live_host(soc=soc, environ=environ)
+        if binding.soc is None:
+            binding.soc = setup.device_soc()
+        facts = topo.read_live_host(environ=environ)  # the SoC as npu-smi reads it
+        mismatch = setup.cross_check_soc(binding.soc, facts.soc)
+        if mismatch is not None:
+            binding.lines.append(mismatch)
+            facts = topo.read_live_host(soc=binding.soc, environ=environ)
         binding.plan, binding.index = plan_for_npu(facts, device, options)
     except Exception as exc:  # binding must never take a worker down
         msg = f"CPU binding skipped: {exc}"
         logger.warning("%s", msg)
         binding.lines.append(msg)
         return binding
-    return _apply(binding, f"local rank {local_rank} (NPU {device})")
+    return _apply(binding, f"local rank {local_rank} (NPU {device}, {binding.soc})")
 
 
 def handed_rank_plan(environ: Mapping[str, str] | None = None) -> Any:
@@ -155,7 +172,7 @@ def bind_host_cpu_worker(rank: int, environ: Mapping[str, str] | None = None) ->
     """Host-CPU platform: bind this worker (host rank ``rank``) and its torch threads to the
     rank's pool of the handed plan. Without a handed plan (the user's own
     ``VLLM_CPU_OMP_THREADS_BIND``, binding disabled, one in-process worker) nothing changes."""
-    binding = WorkerBinding(local_rank=rank)
+    binding = WorkerBinding(local_rank=rank, soc="cpu")
     plan = handed_rank_plan(environ)
     if plan is None:
         binding.lines.append("CPU binding left to vLLM: no plan of this plugin was handed to "
@@ -193,9 +210,18 @@ def bind_this_worker(vllm_config: Any, local_rank: int,
         published = None
         logger.warning("CPU binding: cannot read the published Ascend config: %s", exc)
     soc, resolved = published if published is not None else (None, None)
+    error = None
+    if soc is not None and soc != "cpu":
+        try:  # this worker's own NPU, read once in this process
+            soc = current_process_setup().device_soc()
+        except Exception as exc:  # never fatal here; the platform reports it where it matters
+            soc, error = None, f"CPU binding skipped: {exc}"
     if resolved is not None and not resolved.enable_cpu_binding:
-        binding = WorkerBinding(local_rank, lines=[
+        binding = WorkerBinding(local_rank, soc=soc, lines=[
             "CPU binding disabled by additional_config.enable_cpu_binding"])
+    elif error is not None:
+        binding = WorkerBinding(local_rank, lines=[error])
+        logger.warning("%s", error)
     elif soc == "cpu":
         binding = bind_host_cpu_worker(host_rank(par, local_rank), environ)
     elif soc is None:
@@ -204,6 +230,7 @@ def bind_this_worker(vllm_config: Any, local_rank: int,
     else:
         import ascend_topology as topo
 
+        assert resolved is not None  # a published SoC comes with its resolved config
         opts = resolved.cpu_binding_config
         options = topo.PlanOptions(min_cpus_per_npu=opts.min_cpus_per_npu,
                                    bind_irq=opts.bind_irq, migrate_memory=opts.migrate_memory)

@@ -18,7 +18,10 @@ import logging
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm_ascend.platform.soc import SocDetection
 
 logger = logging.getLogger("vllm_ascend.runtime.process_setup")
 
@@ -65,6 +68,19 @@ def publish_worker_inputs(
     return True
 
 
+def published_soc(environ: Mapping[str, str] | None = None) -> str | None:
+    """The SoC the config-creating process published for its children, or None."""
+    env = os.environ if environ is None else environ
+    text = env.get(WORKER_INPUTS_ENV)
+    if not text:
+        return None
+    try:
+        soc = json.loads(text).get("soc")
+    except (ValueError, AttributeError):
+        return None
+    return soc if isinstance(soc, str) else None
+
+
 def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
     """(soc, resolved AscendConfig) from the published inputs, or None when none were published."""
     env = os.environ if environ is None else environ
@@ -85,7 +101,8 @@ class ProcessSetup:
     """What has been set up in this process (one instance per process; reset in tests).
 
     ``cpu_binding`` holds the report lines of this worker's binding (empty in processes that
-    are not workers: they are never bound).
+    are not workers: they are never bound). ``soc_detection`` is the NPU's SoC, detected from
+    the device on first need (:meth:`device_soc`); ``warned`` the log-once keys.
     """
 
     adjustments: list[str] = field(default_factory=list)
@@ -93,6 +110,45 @@ class ProcessSetup:
     batch_invariance: Any = None
     cpu_binding: list[str] = field(default_factory=list)
     done_for: str | None = None
+    soc_detection: SocDetection | None = None
+    warned: set[str] = field(default_factory=set)
+
+    def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
+        """Log ``message`` as a warning (on ``log``, default this module's logger) the first
+        time this process sees it."""
+        if message not in self.warned:
+            self.warned.add(message)
+            (log or logger).warning("%s", message)
+
+    def device_soc(self) -> str:
+        """The SoC family of this process's NPU, detected once from
+        ``torch_npu.npu.get_soc_version()`` (``platform.soc`` says what each id means).
+
+        ``UnsupportedSocError`` when the id names no supported SoC; nothing is cached then.
+        """
+        if self.soc_detection is None:
+            from vllm_ascend.platform.npu_device import torch_npu
+            from vllm_ascend.platform.soc import detect_soc
+
+            detection = detect_soc(lambda: torch_npu().npu.get_soc_version())
+            for warning in detection.warnings:
+                self.warn_once(warning)
+            logger.info("Ascend SoC: %s", detection.describe())
+            self.soc_detection = detection
+        return self.soc_detection.soc
+
+    def cross_check_soc(self, soc: str, npu_smi_soc: str) -> str | None:
+        """Compare npu-smi's reading of the chips with the SoC in force (``soc``); a
+        disagreement is one warning naming both (also returned). ``soc`` stays in force."""
+        from vllm_ascend.platform.soc import npu_smi_disagreement
+
+        detection = self.soc_detection
+        described = detection.describe() if detection is not None and detection.soc == soc \
+            else None
+        message = npu_smi_disagreement(soc, npu_smi_soc, described)
+        if message is not None:
+            self.warn_once(message)
+        return message
 
     def setup(self, ascend_config: Any, soc: str) -> ProcessSetup:
         """Idempotent per resolved config: adjustments, file logging, batch invariance."""

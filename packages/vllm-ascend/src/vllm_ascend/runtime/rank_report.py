@@ -45,6 +45,7 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
         "host_rank": host_rank(par, local_rank),
         "tensor_parallel_size": int(par.tensor_parallel_size),
         "pipeline_parallel_size": int(par.pipeline_parallel_size),
+        "soc": binding.soc if binding is not None else None,
         "cpus_allowed": sorted(os.sched_getaffinity(0)),
         "bound_cpus": list(binding.cpus) if binding is not None else [],
         "binding": list(binding.lines) if binding is not None else [],
