@@ -123,7 +123,7 @@ def backend_callable(
     """Run a fused ATen graph on `backend` (`eager` or `npugraph_ex`). The graph is an
     aot_autograd forward graph, whose output is always a tuple, as the extension needs."""
     if backend == "eager":
-        return cast(Callable[..., Any], graph.forward)
+        return graph.forward
     from ascend_graph.npu_graph_ex import NpuGraphOptions, npu_graph_compile
 
     options = npu_options if npu_options is not None else NpuGraphOptions()

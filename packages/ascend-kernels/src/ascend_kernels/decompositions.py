@@ -77,7 +77,7 @@ def _rotate(
     """
     half = rotary_dim // 2
     if is_neox:
-        pairs = x32[..., :rotary_dim].unflatten(-1, (2, half))  # [..., (x1, x2), half]
+        pairs = torch.unflatten(x32[..., :rotary_dim], -1, (2, half))  # [..., (x1, x2), half]
         first = torch.arange(2, device=x32.device)[:, None] == 0
         swapped = pairs.flip(-2)  # (x2, x1)
         turned = torch.where(first, -swapped, swapped)  # (-x2, x1)
@@ -89,7 +89,8 @@ def _rotate(
         rotated = torch.stack([o1, o2], dim=-1).flatten(-2)  # the pairs interleaved again
     if rotary_dim < x32.shape[-1]:
         rotated = torch.cat([rotated, x32[..., rotary_dim:].to(dtype)], dim=-1)
-    return rotated
+    result: torch.Tensor = rotated
+    return result
 
 
 def _cos_sin(
@@ -147,7 +148,7 @@ def split_qkv_rmsnorm_rope(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``ascend::split_qkv_rmsnorm_rope``: split, per-head norm (stored), rope; ``v`` copied."""
     tokens = qkv.shape[0]
-    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+    q, k, v = torch.split(qkv, [q_size, kv_size, kv_size], dim=-1)
     cos, sin = _cos_sin(positions, cos_sin_cache, rotary_dim)
     outs = []
     for t, w, b, width in ((q, q_weight, q_bias, q_size), (k, k_weight, k_bias, kv_size)):

@@ -210,7 +210,7 @@ def make_lowering(
     from torch.fx.experimental.proxy_tensor import make_fx
 
     name = f"{NAMESPACE}_{overload._schema.name.split('::')[-1]}"
-    extern = fallback_handler(overload, add_to_fallback_set=False)
+    extern = fallback_handler(overload, add_to_fallback_set=False)  # type: ignore[no-untyped-call]
 
     def trace(values: list[Any], slots: list[int], fakes: list[torch.Tensor]) -> Any:
         def traced(*tensors: torch.Tensor) -> Any:
