@@ -79,16 +79,16 @@ def attention_with_kv_update(
         ensure_amx_permission()
         kernels = CPUAttentionKernels.for_layer(layer) or False
         setattr(layer, _KERNELS_ATTR, kernels)
-    if kernels is False or has_kv_transfer_group():
+    if not isinstance(kernels, CPUAttentionKernels) or has_kv_transfer_group():
         _vllm_bodies(query, key, value, output, layer_name)
         return
-    slot_mapping = context.slot_mapping
-    metadata = context.attn_metadata
-    if isinstance(metadata, dict):
-        metadata = metadata[name]
-    elif isinstance(metadata, list):  # speculative decoding: [0] is the base model's
-        metadata = metadata[0][name]
-    kernels.run(layer, query, key, value, output, metadata, slot_mapping.get(name))
+    slots = context.slot_mapping
+    per_layer = context.attn_metadata
+    if isinstance(per_layer, list):  # speculative decoding: [0] is the base model's
+        per_layer = per_layer[0]
+    if isinstance(slots, list):
+        slots = slots[0]
+    kernels.run(layer, query, key, value, output, per_layer[name], slots.get(name))
 
 
 def _attention_with_kv_update_fake(

@@ -50,8 +50,8 @@ class AddRmsNormOverride:
             return (out if bias is None else out + bias), summed
 
         key = "PrivateUse1" if npu_registration.loaded else "CPU"
-        lib = torch.library.Library("ascend", "IMPL")  # type: ignore[no-untyped-call]
-        lib.impl("add_rms_norm", add_rms_norm, key)  # type: ignore[no-untyped-call]
+        lib = torch.library.Library("ascend", "IMPL")
+        lib.impl("add_rms_norm", add_rms_norm, key)
         self.library, self.dispatch_key = lib, key
         return True
 
@@ -188,7 +188,7 @@ def install_vllm_init_handover() -> bool:
     def make(current: Callable[[], None]) -> Callable[[], None]:
         def init_batch_invariance() -> None:
             if vllm_wants_batch_invariance():
-                vllm_bi.override_envs_for_invariance()  # type: ignore[no-untyped-call]
+                vllm_bi.override_envs_for_invariance()
                 apply_worker_overrides()
                 enable_ascend_batch_invariance()
 

@@ -7,6 +7,7 @@ Request ``i`` of a step owns block ``i`` of the cache, so its token ``t`` sits i
 
 from __future__ import annotations
 
+import math
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ class AttentionShape:
 
     @property
     def scale(self) -> float:
-        return float(self.head) ** -0.5
+        return 1.0 / math.sqrt(self.head)
 
 
 def cpu_attention_layer(vllm_config: Any, shape: AttentionShape, impl_cls: type | None = None,
@@ -92,7 +93,7 @@ def layer_name(name: str) -> Any:
     """``name`` as vLLM's attention ops take it in this vLLM/torch (``LayerName`` or str)."""
     from vllm.utils.torch_utils import LayerNameType
 
-    return LayerNameType(name)
+    return LayerNameType(name)  # type: ignore[operator]  # a class in this vLLM, not a union
 
 
 def vllm_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

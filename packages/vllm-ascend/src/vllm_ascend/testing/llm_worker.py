@@ -96,7 +96,8 @@ class EngineHost:
             num_cpus=num_cpus, resources={"NPU": npus}, _temp_dir=temp_dir,
             include_dashboard=False, configure_logging=False, log_to_driver=True,
         )
-        return {"address": str(context.address_info.get("address", "")),
+        address = context.address_info.get("address", "")  # type: ignore[attr-defined]
+        return {"address": str(address),
                 "resources": ray.cluster_resources()}
 
     def op_stop_ray(self) -> dict[str, Any]:

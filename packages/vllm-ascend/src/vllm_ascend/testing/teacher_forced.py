@@ -78,7 +78,7 @@ def reference_scores(model_dir: str | Path, token_ids: Sequence[int]) -> TokenSc
 
     model = AutoModelForCausalLM.from_pretrained(
         str(model_dir), dtype=torch.float32, attn_implementation="eager"
-    ).eval()  # type: ignore[no-untyped-call]
+    ).eval()
     ids = torch.tensor([list(token_ids)], dtype=torch.long)
     with torch.no_grad():
         logits = model(ids).logits[0, :-1].float()

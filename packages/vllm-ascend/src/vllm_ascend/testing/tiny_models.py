@@ -106,7 +106,7 @@ def build_tokenizer(path: Path) -> int:
         show_progress=False,
     )
     tok.train_from_iterator(list(_CORPUS), trainer=trainer)
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=EOS_TOKEN,
         pad_token=EOS_TOKEN,
@@ -178,12 +178,12 @@ def _save_quietly(model: Any, out: Path) -> None:
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()
     try:
         model.save_pretrained(str(out))
     finally:
         if was_enabled:
-            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+            hf_logging.enable_progress_bar()
 
 
 def make_tiny_model(
@@ -347,12 +347,12 @@ def make_tiny_quant_model(
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
     finally:
         if was_enabled:
-            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+            hf_logging.enable_progress_bar()
     per_module = QUANT_SCHEMES[scheme]
     targets = {name: module for name, module in model.named_modules()
                if per_module.get(name.rpartition(".")[2], "FLOAT") != "FLOAT"}
