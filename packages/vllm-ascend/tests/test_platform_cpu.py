@@ -30,7 +30,10 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     # vLLM's CPU worker with the per-rank binding hook
     assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
     assert cfg.additional_config == {}  # never used as a scratchpad
-    inputs = json.loads(os.environ["VLLM_ASCEND_WORKER_CONFIG_INPUTS"])
+    from vllm_ascend.runtime.process_setup import published_inputs
+
+    inputs = published_inputs()
+    assert inputs is not None
     assert inputs["soc"] == "cpu" and inputs["facts"]["model_type"] == "qwen3"
     assert inputs["facts"]["head_dim"] == 64 and inputs["facts"]["is_moe"] is False
 
@@ -133,34 +136,37 @@ def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> 
 
 def test_published_inputs_never_embed_the_previous_publication() -> None:
     """The worker-inputs variable is an output, not a resolution input: were it read back,
-    each publication would nest the previous one, JSON-escaped (exponential growth)."""
+    each publication would hash in the previous one, so equal inputs would never share a file."""
     import types
 
     from vllm_ascend.runtime.process_setup import (
         WORKER_INPUTS_ENV,
         ascend_environ,
         publish_worker_inputs,
+        published_inputs,
     )
 
     facts = types.SimpleNamespace(to_dict=lambda: {"soc": "cpu"})
     env = {"VLLM_ASCEND_ENABLE_NZ": "0"}
-    sizes = []
+    paths = []
     for _ in range(5):
         assert publish_worker_inputs("cpu", {}, facts, ascend_environ(env), environ=env)
-        sizes.append(len(env[WORKER_INPUTS_ENV]))
+        paths.append(env[WORKER_INPUTS_ENV])
     assert WORKER_INPUTS_ENV not in ascend_environ(env)
-    assert len(set(sizes)) == 1 and json.loads(env[WORKER_INPUTS_ENV])["environ"] == {
-        "VLLM_ASCEND_ENABLE_NZ": "0"}
+    inputs = published_inputs(env)
+    assert len(set(paths)) == 1 and inputs is not None
+    assert inputs["environ"] == {"VLLM_ASCEND_ENABLE_NZ": "0"}
 
 
 def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm_config) -> None:
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV
+    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, published_inputs
 
     sizes = []
     for _ in range(3):
         make_vllm_config(enforce_eager=True)
-        sizes.append(len(os.environ[WORKER_INPUTS_ENV]))
-        assert WORKER_INPUTS_ENV not in json.loads(os.environ[WORKER_INPUTS_ENV])["environ"]
+        inputs = published_inputs()
+        assert inputs is not None and WORKER_INPUTS_ENV not in inputs["environ"]
+        sizes.append(len(json.dumps(inputs)))
     # The first build applies the resolved env changes (e.g. VLLM_DISABLE_SHARED_EXPERTS_STREAM),
     # which later builds see as set: from then on the publication is the same size, not
     # growing with every config built.
