@@ -17,7 +17,7 @@ def test_current_platform_is_the_ascend_host_cpu_platform(ascend_cpu_platform) -
 
 def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     from vllm.config import CompilationMode
-    from vllm_ascend.config_pipeline.cpu_compilation import VLLM_GPU_FUSION_FLAGS
+    from vllm_ascend.config_pipeline.gpu_fixes import VLLM_GPU_FUSION_FLAGS
 
     cfg = make_vllm_config()
     cc = cfg.compilation_config
@@ -171,3 +171,43 @@ def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm
     # which later builds see as set: from then on the publication is the same size, not
     # growing with every config built.
     assert sizes[1] == sizes[2] and sizes[1] - sizes[0] < 200, sizes
+
+
+def test_a_config_without_a_model_leaves_vllms_pass_manager_working(make_env, tmp_path) -> None:
+    """vLLM's own tests build ``VllmConfig()`` (no model) and configure its PostGradPassManager;
+    the Ascend IR priority makes vLLM switch fuse_norm_quant on, whose pass class this vLLM
+    build does not define (a NameError unless the pipeline turns it off)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import json
+        from vllm.compilation.passes.pass_manager import PostGradPassManager
+        from vllm.config import VllmConfig
+        from vllm.config.vllm import enable_norm_fusion
+        from vllm.platforms import current_platform
+        from vllm_ascend.config_pipeline.gpu_fixes import VLLM_GPU_FUSION_FLAGS
+
+        config = VllmConfig()
+        manager = PostGradPassManager()
+        manager.configure(config)
+        pc = config.compilation_config.pass_config
+        print("RESULT " + json.dumps({
+            "platform": type(current_platform).__name__,
+            "model": config.model_config is None,
+            "vllm_would_fuse": enable_norm_fusion(config),
+            "on": [f for f in VLLM_GPU_FUSION_FLAGS if getattr(pc, f, False)],
+            "passes": [type(p).__name__ for p in manager.passes],
+            "repr": "pass_config" in repr(config.compilation_config)}))
+    """)
+    env = make_env(tmp_path, VLLM_ASCEND_DEVICE="cpu")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["platform"] == "AscendCpuPlatform" and out["model"] is True
+    assert out["vllm_would_fuse"] is True  # what switched fuse_norm_quant on
+    assert out["on"] == [] and out["repr"] is True
+    assert "RMSNormQuantFusionPass" not in out["passes"]
