@@ -130,6 +130,9 @@ def test_read_inputs_checks_name_hash_and_size_bound(
     with pytest.raises(worker_inputs.WorkerInputsError, match="over the"):
         worker_inputs.write_inputs(data, tmp_path)
     monkeypatch.undo()
+    missing = tmp_path / f"{'0' * 64}.json"
+    with pytest.raises(worker_inputs.WorkerInputsError, match="is missing: the worker inputs "):
+        worker_inputs.read_inputs(missing)
     path.write_bytes(data.replace(b"cpu", b"npu"))
     with pytest.raises(worker_inputs.WorkerInputsError, match="does not match its name"):
         worker_inputs.read_inputs(path)

@@ -97,7 +97,12 @@ def read_inputs(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not file.is_absolute() or not _NAME.fullmatch(file.name):
         raise WorkerInputsError(f"{path!r} is not a worker-inputs file (an absolute path "
                                 "named <sha256>.json); never set it by hand")
-    data = read_trusted_file(file, MAX_INPUTS_BYTES)
+    try:
+        data = read_trusted_file(file, MAX_INPUTS_BYTES)
+    except FileNotFoundError:
+        raise WorkerInputsError(
+            f"{file} is missing: the worker inputs live on the host that built the config "
+            "(a worker on another host, or a temporary directory cleaned meanwhile)") from None
     if hashlib.sha256(data).hexdigest() != file.stem:
         raise WorkerInputsError(f"{file} is damaged: its content does not match its name")
     try:
