@@ -532,7 +532,7 @@ def test_npu_pipeline_run_twice_suffixes_the_engine_id_once(make_vllm_config, fa
 def test_pipeline_skips_other_devices_and_missing_model_config(make_vllm_config,
                                                                caplog) -> None:
     """Reference 4.3 step 2: a non-NPU device config is left alone; no model config -> one
-    warning and nothing else."""
+    warning, and only vLLM's GPU-only fusion flags switched off."""
     import logging
 
     from vllm_ascend.config_pipeline.steps import run_cpu_pipeline, run_npu_pipeline
@@ -543,13 +543,22 @@ def test_pipeline_skips_other_devices_and_missing_model_config(make_vllm_config,
     backend, workers = cfg.compilation_config.backend, cfg.parallel_config.worker_cls
     NPUPlatform.check_and_update_config(cfg)  # would need torch_npu if it ran
     assert (cfg.compilation_config.backend, cfg.parallel_config.worker_cls) == (backend, workers)
-    no_model = types.SimpleNamespace(model_config=None)
+    def no_model() -> types.SimpleNamespace:
+        passes = types.SimpleNamespace(fuse_norm_quant=True, fuse_act_quant=False)
+        return types.SimpleNamespace(
+            model_config=None, compilation_config=types.SimpleNamespace(pass_config=passes))
+
+    npu_side = no_model()
     with caplog.at_level(logging.WARNING):
-        assert run_npu_pipeline(no_model, "A2") is None
+        assert run_npu_pipeline(npu_side, "A2") is None
     assert "Model config is missing" in caplog.text
+    cpu_side = no_model()
     defaults = []
-    assert run_cpu_pipeline(no_model, defaults.append) is None
-    assert defaults == [no_model]  # the CPU platform's own defaults still apply
+    assert run_cpu_pipeline(cpu_side, defaults.append) is None
+    assert defaults == [cpu_side]  # the CPU platform's own defaults still apply
+    for cfg in (npu_side, cpu_side):
+        assert vars(cfg.compilation_config.pass_config) == {
+            "fuse_norm_quant": False, "fuse_act_quant": False}
 
 
 def test_platform_defaults_and_block_size_hooks_on_real_configs(make_vllm_config) -> None:
@@ -566,3 +575,42 @@ def test_platform_defaults_and_block_size_hooks_on_real_configs(make_vllm_config
     before = cfg.cache_config.block_size
     NPUPlatform.update_block_size_for_backend(cfg)  # dense model: unchanged
     assert cfg.cache_config.block_size == before
+
+
+@pytest.fixture
+def post_grad_pass_manager():
+    """vLLM's PostGradPassManager, imported before the fake torch_npu is installed (the import
+    reaches transformers, which probes torch_npu for attributes the fake does not model)."""
+    from vllm.compilation.passes.pass_manager import PostGradPassManager
+
+    return PostGradPassManager
+
+
+def test_npu_pipeline_leaves_no_vllm_gpu_fusion_on_with_or_without_a_model(
+    post_grad_pass_manager, make_vllm_config, fake_torch_npu, monkeypatch
+) -> None:
+    """vLLM switches fuse_norm_quant on when rms_norm's first IR provider is not native (the
+    Ascend priority); its pass class exists only on CUDA/XPU, so vLLM's PostGradPassManager
+    (AscendPassManager's base) would fail with a NameError."""
+    from pathlib import Path
+
+    from vllm.config import VllmConfig
+    from vllm.config.vllm import enable_norm_fusion
+    from vllm_ascend.config_pipeline.steps import run_npu_pipeline
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
+    for name in ("PYTORCH_NPU_ALLOC_CONF", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
+                 "VLLM_ASCEND_WORKER_CONFIG_INPUTS"):
+        monkeypatch.delenv(name, raising=False)
+    modelless = VllmConfig()
+    with_model = make_vllm_config(enforce_eager=True)
+    with_model.parallel_config.worker_cls = "auto"  # as on an NPU host
+    for cfg in (modelless, with_model):
+        pc = cfg.compilation_config.pass_config
+        # What vLLM's optimization-level defaults set on an NPU host (this session's host-CPU
+        # platform has already turned it off).
+        pc.fuse_norm_quant = enable_norm_fusion(cfg)
+        assert pc.fuse_norm_quant is True
+        run_npu_pipeline(cfg, "A2")
+        assert not any(getattr(pc, f, False) for f in gpu_fixes.VLLM_GPU_FUSION_FLAGS)
+        post_grad_pass_manager().configure(cfg)  # NameError when one is left on

@@ -17,7 +17,7 @@ def test_current_platform_is_the_ascend_host_cpu_platform(ascend_cpu_platform) -
 
 def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     from vllm.config import CompilationMode
-    from vllm_ascend.config_pipeline.cpu_compilation import VLLM_GPU_FUSION_FLAGS
+    from vllm_ascend.config_pipeline.gpu_fixes import VLLM_GPU_FUSION_FLAGS
 
     cfg = make_vllm_config()
     cc = cfg.compilation_config
@@ -30,7 +30,10 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     # vLLM's CPU worker with the per-rank binding hook
     assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
     assert cfg.additional_config == {}  # never used as a scratchpad
-    inputs = json.loads(os.environ["VLLM_ASCEND_WORKER_CONFIG_INPUTS"])
+    from vllm_ascend.runtime.process_setup import published_inputs
+
+    inputs = published_inputs()
+    assert inputs is not None
     assert inputs["soc"] == "cpu" and inputs["facts"]["model_type"] == "qwen3"
     assert inputs["facts"]["head_dim"] == 64 and inputs["facts"]["is_moe"] is False
 
@@ -133,35 +136,78 @@ def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> 
 
 def test_published_inputs_never_embed_the_previous_publication() -> None:
     """The worker-inputs variable is an output, not a resolution input: were it read back,
-    each publication would nest the previous one, JSON-escaped (exponential growth)."""
+    each publication would hash in the previous one, so equal inputs would never share a file."""
     import types
 
     from vllm_ascend.runtime.process_setup import (
         WORKER_INPUTS_ENV,
         ascend_environ,
         publish_worker_inputs,
+        published_inputs,
     )
 
     facts = types.SimpleNamespace(to_dict=lambda: {"soc": "cpu"})
     env = {"VLLM_ASCEND_ENABLE_NZ": "0"}
-    sizes = []
+    paths = []
     for _ in range(5):
         assert publish_worker_inputs("cpu", {}, facts, ascend_environ(env), environ=env)
-        sizes.append(len(env[WORKER_INPUTS_ENV]))
+        paths.append(env[WORKER_INPUTS_ENV])
     assert WORKER_INPUTS_ENV not in ascend_environ(env)
-    assert len(set(sizes)) == 1 and json.loads(env[WORKER_INPUTS_ENV])["environ"] == {
-        "VLLM_ASCEND_ENABLE_NZ": "0"}
+    inputs = published_inputs(env)
+    assert len(set(paths)) == 1 and inputs is not None
+    assert inputs["environ"] == {"VLLM_ASCEND_ENABLE_NZ": "0"}
 
 
 def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm_config) -> None:
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV
+    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, published_inputs
 
     sizes = []
     for _ in range(3):
         make_vllm_config(enforce_eager=True)
-        sizes.append(len(os.environ[WORKER_INPUTS_ENV]))
-        assert WORKER_INPUTS_ENV not in json.loads(os.environ[WORKER_INPUTS_ENV])["environ"]
+        inputs = published_inputs()
+        assert inputs is not None and WORKER_INPUTS_ENV not in inputs["environ"]
+        sizes.append(len(json.dumps(inputs)))
     # The first build applies the resolved env changes (e.g. VLLM_DISABLE_SHARED_EXPERTS_STREAM),
     # which later builds see as set: from then on the publication is the same size, not
     # growing with every config built.
     assert sizes[1] == sizes[2] and sizes[1] - sizes[0] < 200, sizes
+
+
+def test_a_config_without_a_model_leaves_vllms_pass_manager_working(make_env, tmp_path) -> None:
+    """vLLM's own tests build ``VllmConfig()`` (no model) and configure its PostGradPassManager;
+    the Ascend IR priority makes vLLM switch fuse_norm_quant on, whose pass class this vLLM
+    build does not define (a NameError unless the pipeline turns it off)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import json
+        from vllm.compilation.passes.pass_manager import PostGradPassManager
+        from vllm.config import VllmConfig
+        from vllm.config.vllm import enable_norm_fusion
+        from vllm.platforms import current_platform
+        from vllm_ascend.config_pipeline.gpu_fixes import VLLM_GPU_FUSION_FLAGS
+
+        config = VllmConfig()
+        manager = PostGradPassManager()
+        manager.configure(config)
+        pc = config.compilation_config.pass_config
+        print("RESULT " + json.dumps({
+            "platform": type(current_platform).__name__,
+            "model": config.model_config is None,
+            "vllm_would_fuse": enable_norm_fusion(config),
+            "on": [f for f in VLLM_GPU_FUSION_FLAGS if getattr(pc, f, False)],
+            "passes": [type(p).__name__ for p in manager.passes],
+            "repr": "pass_config" in repr(config.compilation_config)}))
+    """)
+    env = make_env(tmp_path, VLLM_ASCEND_DEVICE="cpu")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["platform"] == "AscendCpuPlatform" and out["model"] is True
+    assert out["vllm_would_fuse"] is True  # what switched fuse_norm_quant on
+    assert out["on"] == [] and out["repr"] is True
+    assert "RMSNormQuantFusionPass" not in out["passes"]

@@ -5,7 +5,6 @@ hook, the attention selector), never by handing a SoC in."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from vllm_ascend.platform.npu import NPUPlatform
 from vllm_ascend.runtime.process_setup import (
     WORKER_INPUTS_ENV,
     current_process_setup,
+    published_inputs,
     reset_process_setup,
 )
 
@@ -169,7 +169,8 @@ def test_check_and_update_config_runs_as_the_detected_soc(npu_config: Any, soc_i
 
     cfg = npu_config(soc_id)
     assert cfg.parallel_config.worker_cls == worker
-    published = json.loads(os.environ[WORKER_INPUTS_ENV])
+    published = published_inputs()
+    assert published is not None
     assert published["soc"] == published["facts"]["soc"] == FAMILY_OF[soc_id]
     # 310P keeps vLLM's custom-op choice; every other SoC turns all Ascend custom ops on.
     assert cfg.compilation_config.custom_ops == (

@@ -8,7 +8,8 @@ no piecewise split at attention), keeps eager's low-precision roundings in induc
 kernels and lets it recompute the Ascend ops' bodies in place (``inductor_settings`` of
 ``ascend_kernels.inductor_lowering``), turns vLLM's IR torch wrap off (so Dynamo traces the
 ``ascend`` IR provider and the graphs hold ``torch.ops.ascend.*``), switches vLLM's own CUDA-only
-fusion flags off (their pass classes do not exist on CPU) and enables every custom op (the
+fusion flags off (``gpu_fixes.disable_vllm_gpu_fusions``: their pass classes do not exist on
+CPU) and enables every custom op (the
 Ascend rotary embedding). The pass manager then has inductor inline the ``torch.ops.ascend.*``
 ops after the passes (``ascend_kernels.inductor_lowering``).
 """
@@ -19,25 +20,6 @@ import logging
 from typing import Any
 
 logger = logging.getLogger("vllm_ascend.config_pipeline.cpu_compilation")
-
-# PassConfig switches whose passes exist only on CUDA/ROCm/XPU builds of vLLM.
-VLLM_GPU_FUSION_FLAGS = (
-    "fuse_norm_quant", "fuse_act_quant", "fuse_attn_quant", "fuse_allreduce_rms",
-    "enable_qk_norm_rope_fusion", "fuse_rope_kvcache_cat_mla", "fuse_act_padding",
-    "fuse_mla_dual_rms_norm", "fuse_rope_kvcache", "fuse_qk_norm_rope_kvcache",
-)
-
-
-def disable_vllm_gpu_fusions(vllm_config: Any) -> list[str]:
-    """Switch vLLM's own fusion flags off; returns the names that were on."""
-    pass_config = vllm_config.compilation_config.pass_config
-    turned_off = []
-    for flag in VLLM_GPU_FUSION_FLAGS:
-        if getattr(pass_config, flag, False):
-            turned_off.append(flag)
-        if hasattr(pass_config, flag):
-            setattr(pass_config, flag, False)
-    return turned_off
 
 
 def wants_vllm_compile(vllm_config: Any) -> bool:
@@ -57,6 +39,7 @@ def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str
     from ascend_kernels.inductor_lowering import inductor_settings
     from vllm.config import CompilationMode
 
+    from vllm_ascend.config_pipeline.gpu_fixes import disable_vllm_gpu_fusions
     from vllm_ascend.ops.custom_ops import all_custom_ops
 
     cc = vllm_config.compilation_config

@@ -71,6 +71,32 @@ GPU_ONLY_SETTINGS: tuple[GpuOnlySetting, ...] = (
 )
 
 
+# PassConfig switches whose passes exist only on CUDA/ROCm/XPU builds of vLLM: its
+# PostGradPassManager names their classes only there, so one left on is a NameError on CPU
+# and NPU. vLLM switches fuse_norm_quant on by itself whenever rms_norm's first IR provider
+# is not "native", which the Ascend IR priority makes true, with or without a model.
+VLLM_GPU_FUSION_FLAGS = (
+    "fuse_norm_quant", "fuse_act_quant", "fuse_attn_quant", "fuse_allreduce_rms",
+    "enable_qk_norm_rope_fusion", "fuse_rope_kvcache_cat_mla", "fuse_act_padding",
+    "fuse_mla_dual_rms_norm", "fuse_rope_kvcache", "fuse_qk_norm_rope_kvcache",
+)
+
+
+def disable_vllm_gpu_fusions(vllm_config: Any) -> list[str]:
+    """Switch vLLM's own GPU-only fusion flags off; returns the names that were on.
+
+    Both pipelines run it, also for a config without a model (the Ascend fusion passes are
+    switched by ``ascend_compilation_config`` instead)."""
+    pass_config = vllm_config.compilation_config.pass_config
+    turned_off = []
+    for flag in VLLM_GPU_FUSION_FLAGS:
+        if getattr(pass_config, flag, False):
+            turned_off.append(flag)
+        if hasattr(pass_config, flag):
+            setattr(pass_config, flag, False)
+    return turned_off
+
+
 def _section(vllm_config: Any, path: str) -> Any:
     obj = vllm_config
     for part in path.split("."):

@@ -81,6 +81,7 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
         cpu_defaults(vllm_config)
+        gpu_fixes.disable_vllm_gpu_fusions(vllm_config)
         return None
     compile_requested = cpu_compilation.wants_vllm_compile(vllm_config)
     facts, resolved, environ = _resolve(vllm_config, "cpu")  # AscendConfigError: all problems
@@ -123,6 +124,7 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
+        gpu_fixes.disable_vllm_gpu_fusions(vllm_config)
         return None
     npu_device.require_npu_runtime()
     if callable(soc):
@@ -135,6 +137,7 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
     parallel_rules.check_parallel_layout(facts, parallel_rules.layout_of(vllm_config))
     quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
+    gpu_fixes.disable_vllm_gpu_fusions(vllm_config)
     gpu_fixes.use_hccl_eplb_communicator(vllm_config)
     kv_engine_id.make_engine_id_unique(vllm_config)
     gpu_fixes.fix_execute_model_timeout()

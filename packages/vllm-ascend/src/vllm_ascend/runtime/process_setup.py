@@ -6,14 +6,14 @@ and records the result in ``ProcessSetup.cpu_binding``.
 
 The engine-side platform resolves the Ascend config and publishes the *inputs* of that
 resolution (additional_config, deployment facts, the Ascend environment variables as they
-were before any env change was applied) in one environment variable that spawned workers
-inherit; each worker calls ascend-config's pure ``resolve`` with the same inputs, so every
-process holds an equal config and vLLM's ``additional_config`` is never written to.
+were before any env change was applied) in a private file whose path is in one environment
+variable that spawned workers inherit (``runtime.worker_inputs``); each worker calls
+ascend-config's pure ``resolve`` with the same inputs, so every process holds an equal config
+and vLLM's ``additional_config`` is never written to.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, MutableMapping
@@ -33,8 +33,7 @@ def ascend_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
     :data:`WORKER_INPUTS_ENV` and the host-CPU rank plan are left out: they are the plugin's
     output channels, not inputs of the resolution. Were the first included, every publication
-    would embed (JSON-escaped) the one before it, so the variable would more than double with
-    each config built in a process.
+    would hash in the path of the one before it, so equal inputs would never share a file.
     """
     from ascend_config import envs
 
@@ -53,43 +52,57 @@ def publish_worker_inputs(
     environ: MutableMapping[str, str] | None = None,
 ) -> bool:
     """Store the resolution inputs (additional_config, facts, the Ascend env variables) for
-    child processes in ``environ``; False when additional_config is not JSON-serialisable."""
+    child processes: in a private file whose path goes into ``environ`` (not the inputs
+    themselves, see ``runtime.worker_inputs``). False, with one warning, when additional_config
+    is not JSON-serialisable or the file cannot be written; the variable is then removed, so
+    children never read an earlier publication."""
+    from vllm_ascend.runtime import worker_inputs
+
     env = os.environ if environ is None else environ
     try:
-        env[WORKER_INPUTS_ENV] = json.dumps(
+        data = worker_inputs.encode_inputs(
             {"soc": soc, "additional_config": dict(additional_config), "facts": facts.to_dict(),
-             "environ": dict(resolve_environ)},
-            sort_keys=True,
-        )
+             "environ": dict(resolve_environ)})
     except (TypeError, ValueError) as exc:
+        env.pop(WORKER_INPUTS_ENV, None)
         logger.warning("workers will use defaults: additional_config is not "
                        "JSON-serialisable (%s)", exc)
+        return False
+    try:
+        env[WORKER_INPUTS_ENV] = str(worker_inputs.write_inputs(data))
+    except (OSError, worker_inputs.WorkerInputsError) as exc:
+        env.pop(WORKER_INPUTS_ENV, None)
+        logger.warning("workers will use defaults: cannot write the worker inputs (%s)", exc)
         return False
     return True
 
 
+def published_inputs(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The inputs published for this process (soc, additional_config, facts, environ), or
+    None when none were; ``WorkerInputsError``/``OSError`` when the file cannot be used."""
+    from vllm_ascend.runtime.worker_inputs import read_inputs
+
+    env = os.environ if environ is None else environ
+    path = env.get(WORKER_INPUTS_ENV)
+    return read_inputs(path) if path else None
+
+
 def published_soc(environ: Mapping[str, str] | None = None) -> str | None:
     """The SoC the config-creating process published for its children, or None."""
-    env = os.environ if environ is None else environ
-    text = env.get(WORKER_INPUTS_ENV)
-    if not text:
-        return None
     try:
-        soc = json.loads(text).get("soc")
-    except (ValueError, AttributeError):
+        inputs = published_inputs(environ)
+    except (OSError, ValueError):
         return None
-    return soc if isinstance(soc, str) else None
+    return None if inputs is None else inputs["soc"]
 
 
 def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
     """(soc, resolved AscendConfig) from the published inputs, or None when none were published."""
-    env = os.environ if environ is None else environ
-    text = env.get(WORKER_INPUTS_ENV)
-    if not text:
+    data = published_inputs(environ)
+    if data is None:
         return None
     import ascend_config
 
-    data = json.loads(text)
     facts = ascend_config.DeploymentFacts.from_mapping(data["facts"])
     return data["soc"], ascend_config.resolve(
         data["additional_config"], facts=facts, environ=data["environ"]

@@ -8,6 +8,7 @@ outside the worker processes (the fusion counts of a worker exist only in that w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -56,19 +57,24 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
 def write_rank_report(report: Mapping[str, Any],
                       environ: Mapping[str, str] | None = None) -> Path | None:
     """Write ``report`` under ``VLLM_ASCEND_RANK_REPORT_DIR`` (no-op when unset); returns the
-    file. Atomic (a fresh temporary file renamed into place); a failure is one warning."""
+    file. Atomic (a fresh temporary file renamed into place); a failure (full disk, a value
+    JSON cannot hold) is one warning and leaves no temporary file behind."""
     env = os.environ if environ is None else environ
     directory = env.get(REPORT_DIR_ENV)
     if not directory:
         return None
     target = Path(directory) / report_name(int(report["dp_rank"]), int(report["rank"]))
+    tmp = None
     try:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".rank-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2, sort_keys=True)
         os.replace(tmp, target)
-    except OSError as exc:
+    except (OSError, TypeError, ValueError) as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         logger.warning("rank report not written to %s: %s", target, exc)
         return None
     return target
