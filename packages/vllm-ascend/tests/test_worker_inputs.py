@@ -155,5 +155,43 @@ def test_a_failed_publication_removes_the_earlier_path(monkeypatch: pytest.Monke
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(worker_inputs, "write_inputs", full)
-    assert not publish_worker_inputs("cpu", {"y": 1}, facts, {}, environ=env)
+    large = {"y": "v" * worker_inputs.INLINE_LIMIT}  # too large to stay inline: a file
+    assert not publish_worker_inputs("cpu", large, facts, {}, environ=env)
     assert WORKER_INPUTS_ENV not in env
+
+
+def _inputs_of_size(size: int) -> tuple[dict[str, object], bytes]:
+    from vllm_ascend.runtime.worker_inputs import encode_inputs
+
+    inputs: dict[str, object] = {"soc": "cpu", "additional_config": {"k": ""}, "facts": {},
+                                 "environ": {}}
+    pad = size - len(encode_inputs(inputs))
+    inputs["additional_config"] = {"k": "x" * pad}
+    data = encode_inputs(inputs)
+    assert len(data) == size
+    return inputs, data
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_small_inputs_stay_inline_so_workers_on_other_hosts_read_them(extra: int) -> None:
+    from vllm_ascend.runtime.worker_inputs import INLINE_LIMIT, env_value, inputs_from_env
+
+    inputs, data = _inputs_of_size(INLINE_LIMIT + extra)
+    value = env_value(data)
+    if extra == 0:  # at the limit: the JSON itself, no file needed on the worker's host
+        assert value == data.decode()
+    else:  # one byte over: the path of the private file
+        assert Path(value).is_absolute() and Path(value).read_bytes() == data
+    assert inputs_from_env(value) == inputs
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ('{"soc": "cpu"', "the inline worker inputs are not JSON"),
+    ('{"soc": "cpu"}', "the inline worker inputs must be an object with the keys"),
+    ("{" + " " * (32 << 10) + "}", "over the 32768-character limit"),
+])
+def test_inline_inputs_are_checked_like_files(value: str, why: str) -> None:
+    from vllm_ascend.runtime.worker_inputs import WorkerInputsError, inputs_from_env
+
+    with pytest.raises(WorkerInputsError, match=why):
+        inputs_from_env(value)

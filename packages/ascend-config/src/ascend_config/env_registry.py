@@ -99,9 +99,10 @@ REGISTRY: tuple[EnvVar, ...] = (
        "where the plugin activates: auto (only where an NPU is present), npu, or cpu (the Ascend "
        "pipeline on the host CPU with reference kernels)", choices=("auto", "npu", "cpu")),
     _v("VLLM_ASCEND_WORKER_CONFIG_INPUTS", "str", None,
-       "internal, set by the engine-side platform: the path of a private file holding the "
-       "JSON inputs of config resolution (additional_config, deployment facts, Ascend env "
-       "vars) that worker processes resolve again; never set it by hand"),
+       "internal, set by the engine-side platform: the JSON inputs of config resolution "
+       "(additional_config, deployment facts, Ascend env vars) that worker processes "
+       "resolve again, inline up to 32 KiB, else the path of a private file holding them; "
+       "never set it by hand"),
     _v("VLLM_ASCEND_RANK_REPORT_DIR", "str", None,
        "directory where every worker writes dp<D>-rank<R>.json (its CPU binding and fusion "
        "counts); unset = no report files"),

@@ -69,7 +69,7 @@ def publish_worker_inputs(
                        "JSON-serialisable (%s)", exc)
         return False
     try:
-        env[WORKER_INPUTS_ENV] = str(worker_inputs.write_inputs(data))
+        env[WORKER_INPUTS_ENV] = worker_inputs.env_value(data)
     except (OSError, worker_inputs.WorkerInputsError) as exc:
         env.pop(WORKER_INPUTS_ENV, None)
         logger.warning("workers will use defaults: cannot write the worker inputs (%s)", exc)
@@ -80,11 +80,11 @@ def publish_worker_inputs(
 def published_inputs(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The inputs published for this process (soc, additional_config, facts, environ), or
     None when none were; ``WorkerInputsError``/``OSError`` when the file cannot be used."""
-    from vllm_ascend.runtime.worker_inputs import read_inputs
+    from vllm_ascend.runtime.worker_inputs import inputs_from_env
 
     env = os.environ if environ is None else environ
-    path = env.get(WORKER_INPUTS_ENV)
-    return read_inputs(path) if path else None
+    value = env.get(WORKER_INPUTS_ENV)
+    return inputs_from_env(value) if value else None
 
 
 def published_soc(environ: Mapping[str, str] | None = None) -> str | None:

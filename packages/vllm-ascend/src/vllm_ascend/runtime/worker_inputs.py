@@ -4,7 +4,10 @@ The inputs (additional_config, deployment facts with the whole quantization desc
 Ascend env variables) of an 80-layer W8A8 model are over 200 KB: as one environment string
 they pass Linux's 128 KiB limit on a single string (``MAX_ARG_STRLEN``), after which every
 ``exec`` of that process fails with E2BIG (spawned workers, npu-smi, compiler subprocesses).
-So the environment carries only the path of a file holding them.
+So inputs over :data:`INLINE_LIMIT` travel in a file and the environment carries its path;
+smaller ones (every config without a large quantization description) stay inline in the
+variable, so that workers on other hosts (Ray across nodes), which inherit the variable but not
+the file, still read them.
 
 The file is private (mode 0600 in a 0700 directory the plugin creates, ARCHITECTURE.md "Trust
 and files"), written atomically, and named by the sha256 of its bytes: equal inputs share one
@@ -38,6 +41,8 @@ logger = logging.getLogger("vllm_ascend.runtime.worker_inputs")
 
 # Far above the inputs of any checkpoint seen (an 80-layer W8A8 description is ~0.2 MB).
 MAX_INPUTS_BYTES: Final = 64 << 20
+# Inline up to a quarter of MAX_ARG_STRLEN (128 KiB): room for the rest of the environment.
+INLINE_LIMIT: Final = 32 << 10
 _NAME = re.compile(r"[0-9a-f]{64}\.json")
 _FIELDS: Final = {"soc": str, "additional_config": dict, "facts": dict, "environ": dict}
 
@@ -89,6 +94,28 @@ def write_inputs(data: bytes, directory: Path | None = None) -> Path:
     return target
 
 
+def env_value(data: bytes) -> str:
+    """What the environment variable holds for ``data``: the JSON text itself up to
+    :data:`INLINE_LIMIT` bytes, else the path of the file :func:`write_inputs` made."""
+    if len(data) <= INLINE_LIMIT:
+        return data.decode("utf-8")
+    return str(write_inputs(data))
+
+
+def inputs_from_env(value: str) -> dict[str, Any]:
+    """The inputs a variable set by :func:`env_value` stands for (inline JSON or a file)."""
+    if value.startswith("{"):
+        if len(value) > INLINE_LIMIT:
+            raise WorkerInputsError(f"inline worker inputs are {len(value)} characters, over "
+                                    f"the {INLINE_LIMIT}-character limit; never set it by hand")
+        try:
+            inputs = json.loads(value)
+        except ValueError as exc:
+            raise WorkerInputsError(f"the inline worker inputs are not JSON: {exc}") from None
+        return _checked(inputs, "the inline worker inputs")
+    return read_inputs(value)
+
+
 def read_inputs(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The inputs stored at ``path``, read with a size bound from a trusted file and checked:
     the name is the sha256 of the bytes, the content an object with exactly the published
@@ -109,13 +136,18 @@ def read_inputs(path: str | os.PathLike[str]) -> dict[str, Any]:
         inputs = json.loads(data)
     except ValueError as exc:
         raise WorkerInputsError(f"{file} is not JSON: {exc}") from None
+    return _checked(inputs, str(file))
+
+
+def _checked(inputs: Any, where: str) -> dict[str, Any]:
+    """``inputs`` when it is an object with exactly the published fields, of their types."""
     if not isinstance(inputs, dict) or set(inputs) != set(_FIELDS):
-        raise WorkerInputsError(f"{file} must be an object with the keys "
+        raise WorkerInputsError(f"{where} must be an object with the keys "
                                 f"{', '.join(sorted(_FIELDS))}")
     for key, kind in _FIELDS.items():
         if not isinstance(inputs[key], kind):
-            raise WorkerInputsError(f"{file}: {key} must be a JSON "
+            raise WorkerInputsError(f"{where}: {key} must be a JSON "
                                     f"{'string' if kind is str else 'object'}")
     if not all(isinstance(v, str) for v in inputs["environ"].values()):
-        raise WorkerInputsError(f"{file}: every environ value must be a string")
+        raise WorkerInputsError(f"{where}: every environ value must be a string")
     return inputs
