@@ -179,7 +179,7 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
                             ignore_eos=not model.real_weights)
     generated = sum(len(o["token_ids"]) for o in outputs)
     platform = type(current_platform)
-    resolved = resolve_for(llm.llm_engine.vllm_config, str(getattr(platform, "soc", "cpu")))
+    resolved = resolve_for(llm.llm_engine.vllm_config, str(getattr(current_platform, "soc", "cpu")))
     return {
         "model": model.name,
         "model_dir": str(model.path) if model.real_weights else None,
