@@ -1,21 +1,34 @@
-"""trusted_paths: every component is inspected without following it, so a symlink another
-user owns decides nothing (hosts with fs.protected_symlinks=0 let such links be followed)."""
+"""trusted_paths: the one trust policy (ARCHITECTURE.md, "Trust and files").
+
+A root must be a directory owned by this user, not writable by group or others, and reached
+through no symlink another user owns; every component is inspected without following it (hosts
+with fs.protected_symlinks=0 let such links be followed). A refused root is replaced, once per
+process with one warning, by a private directory in the user's own cache.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from vllm_ascend.runtime.trusted_paths import (
+    TrustedRoots,
     UntrustedPathError,
     check_trusted_dir,
     make_private_dir,
+    private_fallback,
+    read_bounded_file,
+    write_atomic,
 )
 
 OTHER_UID = 12345
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="giving a symlink to another uid needs root (lchown)")
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="giving a path to another uid needs root (chown)")
 
 
 @pytest.fixture
@@ -33,6 +46,44 @@ def _link(at: Path, to: Path, uid: int) -> Path:
     return at
 
 
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+# --- the root rule, at its boundaries ------------------------------------------------------
+
+def test_a_root_writable_by_group_or_others_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir(mode=0o755)
+    assert check_trusted_dir(root) == root  # 0755: only the owner writes
+    for mode in (0o775, 0o757, 0o1777):  # sticky does not help: others can still plant names
+        os.chmod(root, mode)
+        with pytest.raises(UntrustedPathError,
+                           match=rf"^{root} is writable by group or others \(mode {mode:o}\)$"):
+            check_trusted_dir(root)
+
+
+@needs_root
+def test_a_root_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    os.chown(other, OTHER_UID, OTHER_UID)
+    with pytest.raises(UntrustedPathError,
+                       match=rf"^{other} is owned by uid {OTHER_UID}, not by this user"):
+        check_trusted_dir(other)
+    os.chown(other, os.geteuid(), os.getegid())
+    assert check_trusted_dir(other) == other
+
+
+def test_a_root_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UntrustedPathError, match="file is not a directory"):
+        check_trusted_dir(tmp_path / "file")
+    with pytest.raises(NotADirectoryError):
+        make_private_dir(tmp_path / "file" / "below")
+
+
+@needs_root
 def test_a_directory_reached_through_another_users_symlink_is_refused(
     tmp_path: Path, private: Path
 ) -> None:
@@ -41,10 +92,14 @@ def test_a_directory_reached_through_another_users_symlink_is_refused(
                                                  rf"{OTHER_UID}, not by this user \(uid 0\) "
                                                  r"or root$"):
         check_trusted_dir(link / "keys")
+    with pytest.raises(UntrustedPathError, match="is a symlink owned by uid"):
+        check_trusted_dir(link)  # the root itself being the link
     os.lchown(link, os.geteuid(), os.getegid())  # the boundary: this user's own link
     assert check_trusted_dir(link / "keys") == link / "keys"
+    assert check_trusted_dir(link) == link
 
 
+@needs_root
 def test_a_foreign_symlink_deeper_in_the_target_is_refused(tmp_path: Path,
                                                            private: Path) -> None:
     # Our link to a path that itself goes through another user's link: the target is walked
@@ -53,25 +108,28 @@ def test_a_foreign_symlink_deeper_in_the_target_is_refused(tmp_path: Path,
     mine = _link(tmp_path / "mine", private / "theirs", os.geteuid())
     with pytest.raises(UntrustedPathError, match="theirs is a symlink owned by uid 12345"):
         check_trusted_dir(mine / "x")
-    os.lchown(private / "theirs", 0, 0)
+    os.lchown(private / "theirs", 0, 0)  # root's link: root decides where it points
     assert check_trusted_dir(mine / "x") == mine / "x"
 
 
+@needs_root
 def test_relative_and_climbing_link_targets_are_walked(tmp_path: Path, private: Path) -> None:
     _link(tmp_path / "up", Path("private") / ".." / "private" / "keys", os.geteuid())
     assert check_trusted_dir(tmp_path / "up" / "x") == tmp_path / "up" / "x"
-    os.chmod(private, 0o777)  # a directory the link's target passes through: others write it
-    with pytest.raises(UntrustedPathError, match=r"private is writable by group or others"):
-        check_trusted_dir(tmp_path / "up" / "x")
+    _link(private / "hop", Path("keys"), OTHER_UID)  # a foreign link inside the climb
+    _link(tmp_path / "up2", Path("private") / ".." / "private" / "hop", os.geteuid())
+    with pytest.raises(UntrustedPathError, match="hop is a symlink owned by uid 12345"):
+        check_trusted_dir(tmp_path / "up2" / "x")
 
 
 def test_a_link_loop_is_an_error(tmp_path: Path) -> None:
-    _link(tmp_path / "a", tmp_path / "b", os.geteuid())
-    _link(tmp_path / "b", tmp_path / "a", os.geteuid())
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
     with pytest.raises(OSError, match="Too many levels of symbolic links"):
         check_trusted_dir(tmp_path / "a" / "x")
 
 
+@needs_root
 def test_make_private_dir_creates_nothing_behind_another_users_symlink(
     tmp_path: Path, private: Path
 ) -> None:
@@ -81,4 +139,147 @@ def test_make_private_dir_creates_nothing_behind_another_users_symlink(
     assert sorted(p.name for p in private.iterdir()) == ["keys"]  # nothing made in there
     made = make_private_dir(tmp_path / "fresh" / "a" / "b")
     for folder in (tmp_path / "fresh", tmp_path / "fresh" / "a", made):
-        assert folder.stat().st_mode & 0o777 == 0o700
+        assert _mode(folder) == 0o700
+
+
+# --- entries: bounded reads, atomic writes --------------------------------------------------
+
+def test_reads_are_bounded_at_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    assert read_bounded_file(path, limit=100) == b"x" * 100
+    with pytest.raises(UntrustedPathError, match="is over the 99-byte limit"):
+        read_bounded_file(path, limit=99)
+
+
+def test_reads_refuse_symlinks_and_never_block_on_a_fifo(tmp_path: Path) -> None:
+    (tmp_path / "real").write_bytes(b"data")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(UntrustedPathError, match="link is a symlink"):
+        read_bounded_file(tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    done: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_bounded_file(tmp_path / "fifo")
+        except BaseException as exc:
+            done.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5)
+    assert not reader.is_alive(), "a read of a FIFO blocked"
+    assert isinstance(done[0], UntrustedPathError) and "not a regular file" in str(done[0])
+
+
+def test_writes_are_atomic_and_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "entry"
+    write_atomic(target, b"old")
+    assert target.read_bytes() == b"old" and _mode(target) == 0o600
+
+    def fail(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(target, b"new")
+    assert target.read_bytes() == b"old"  # readers still see the whole old file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]  # no temporary left
+
+
+# --- refused roots: once per process, a private fallback ------------------------------------
+
+@pytest.fixture
+def warnings(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    logger = logging.getLogger("vllm_ascend.runtime.trusted_paths")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.WARNING, logger=logger.name)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def _warned(caplog: pytest.LogCaptureFixture) -> list[str]:
+    seen = {id(r): r for r in caplog.records}.values()
+    return [r.getMessage() for r in seen if r.levelno == logging.WARNING]
+
+
+def test_a_refused_root_is_replaced_once_with_one_warning(tmp_path: Path,
+                                                          warnings: pytest.LogCaptureFixture) -> None:
+    env = {"HOME": str(tmp_path / "home")}
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    roots = TrustedRoots()
+    first = roots.root(shared, "XDG_CACHE_HOME", env)
+    assert first == tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "XDG_CACHE_HOME"
+    assert [_mode(p) for p in (first, first.parent, first.parent.parent)] == [0o700] * 3
+    assert roots.root(shared, "XDG_CACHE_HOME", env) == first  # checked once
+    [message] = _warned(warnings)
+    assert message == (f"not using XDG_CACHE_HOME {shared} ({shared} is writable by group or "
+                       f"others (mode 777)); using the private directory {first} instead")
+    assert list(shared.iterdir()) == []
+    mine = tmp_path / "mine"  # missing: created private, no warning
+    assert roots.root(mine, "XDG_CACHE_HOME", env) == mine and _mode(mine) == 0o700
+    assert len(_warned(warnings)) == 1
+
+
+def test_the_fallback_is_a_fresh_temporary_dir_when_the_own_cache_is_refused(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    (home / ".cache").mkdir(parents=True)
+    os.chmod(home / ".cache", 0o777)
+    chosen = private_fallback("VLLM_CACHE_ROOT", {"HOME": str(home)})
+    assert chosen.name.startswith("vllm-ascend-VLLM_CACHE_ROOT-") and _mode(chosen) == 0o700
+    assert check_trusted_dir(chosen) == chosen and list((home / ".cache").iterdir()) == []
+
+
+def test_vllm_cache_root_is_redirected_when_refused(tmp_path: Path,
+                                                    warnings: pytest.LogCaptureFixture) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o757)
+    env = {"HOME": str(tmp_path / "home"), "VLLM_CACHE_ROOT": str(shared)}
+    chosen = TrustedRoots().secure_vllm_cache_root(env)
+    assert env["VLLM_CACHE_ROOT"] == str(chosen)
+    assert chosen == tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "VLLM_CACHE_ROOT"
+    assert len(_warned(warnings)) == 1
+    # A root that passes is left as the user gave it (created 0700 when missing).
+    env = {"HOME": str(tmp_path / "home"), "VLLM_CACHE_ROOT": str(tmp_path / "fine")}
+    assert TrustedRoots().secure_vllm_cache_root(env) == tmp_path / "fine"
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "fine") and _mode(tmp_path / "fine") == 0o700
+
+
+def test_a_refused_xdg_cache_home_moves_vllms_default_root_too(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    os.chmod(xdg, 0o777)
+    env = {"HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(xdg)}
+    chosen = TrustedRoots().secure_vllm_cache_root(env)
+    # vLLM would use XDG_CACHE_HOME/vllm; it is pointed into the private fallback instead.
+    fallback = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "XDG_CACHE_HOME"
+    assert chosen == fallback / "vllm" and env["VLLM_CACHE_ROOT"] == str(chosen)
+    env = {"HOME": str(tmp_path / "home")}  # the default ~/.cache/vllm passes: untouched
+    assert TrustedRoots().secure_vllm_cache_root(env) == tmp_path / "home" / ".cache" / "vllm"
+    assert "VLLM_CACHE_ROOT" not in env
+
+
+def test_the_platform_plugin_redirects_vllm_cache_root_before_vllm_reads_it(
+    tmp_path: Path,
+) -> None:
+    # Through vLLM's own platform-plugin loading in a fresh process: what vLLM's envs report
+    # afterwards is what its compile cache and every other cache use.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    env = {**os.environ, "VLLM_ASCEND_DEVICE": "cpu", "HOME": str(tmp_path / "home"),
+           "VLLM_CACHE_ROOT": str(shared)}
+    code = ("from vllm.platforms import current_platform; current_platform.device_type; "
+            "from vllm import envs; print(envs.VLLM_CACHE_ROOT)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300, check=True)
+    fallback = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "VLLM_CACHE_ROOT"
+    assert done.stdout.strip().splitlines()[-1] == str(fallback)
+    assert done.stderr.count(f"not using VLLM_CACHE_ROOT {shared}") == 1
+    assert list(shared.iterdir()) == []

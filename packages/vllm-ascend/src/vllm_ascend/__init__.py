@@ -22,7 +22,8 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     neither torch, torch_npu nor vLLM. When activating, checks the installed vLLM version
     and logs one clear error if it is missing or outside the tested range; activating the
     host-CPU platform also turns on huge pages for large host tensors
-    (:mod:`vllm_ascend.platform.host_huge_pages`).
+    (:mod:`vllm_ascend.platform.host_huge_pages`). Activating either checks vLLM's cache root
+    once (``runtime.trusted_paths``): here, because vLLM reads ``VLLM_CACHE_ROOT`` only later.
     """
     from vllm_ascend.platform import device_probe
 
@@ -38,6 +39,10 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
         from vllm_ascend.platform.version import check_vllm_version
 
         check_vllm_version()
+        if environ is None:
+            from vllm_ascend.runtime.process_setup import current_process_setup
+
+            current_process_setup().roots.secure_vllm_cache_root()
     if platform == device_probe.CPU_PLATFORM and environ is None:
         from vllm_ascend.platform.host_huge_pages import apply_host_huge_pages
 

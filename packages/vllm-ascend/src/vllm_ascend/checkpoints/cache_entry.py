@@ -1,9 +1,9 @@
 """Converted checkpoints in the user's cache: a trusted root, checksummed entries, atomic installs.
 
-Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (``~/.cache/...`` when unset). The root given
-through ``XDG_CACHE_HOME`` must pass :func:`vllm_ascend.runtime.trusted_paths.check_trusted_dir`
-(ARCHITECTURE.md, "Trust and files"); otherwise one warning is logged and the user's own
-``~/.cache`` is used instead. New directories are 0700.
+Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (``~/.cache/...`` when unset). The cache root
+must pass the root rule of :mod:`vllm_ascend.runtime.trusted_paths` (ARCHITECTURE.md, "Trust
+and files"); otherwise one warning per process and the private fallback directory is used
+instead. New directories are 0700.
 
 An entry is a directory holding the files of one checkpoint and ``manifest.json``, which names
 the source it was made from and the sha256 and size of every file. An entry is built in a
@@ -24,12 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.runtime.trusted_paths import (
-    UntrustedPathError,
-    check_trusted_dir,
-    make_private_dir,
-    read_trusted_file,
-)
+from vllm_ascend.runtime.trusted_paths import make_private_dir, read_bounded_file
 
 logger = logging.getLogger("vllm_ascend.checkpoints")
 
@@ -54,31 +49,18 @@ def sha256_file(path: Path) -> str:
 
 
 def checkpoint_cache_root(environ: Mapping[str, str] | None = None) -> Path:
-    """The trusted directory converted checkpoints live in (created 0700 when missing).
+    """The directory converted checkpoints live in (created 0700 when missing), under the
+    cache root ``XDG_CACHE_HOME`` (default ``~/.cache``) once that passed the root rule, else
+    under its private fallback (one warning per process)."""
+    from vllm_ascend.runtime.process_setup import current_process_setup
 
-    ``XDG_CACHE_HOME`` that fails the trust check is replaced by ``~/.cache`` with one
-    warning; :class:`CheckpointError` when no trusted location is left.
-    """
     env = os.environ if environ is None else environ
-    home_cache = Path(env.get("HOME") or Path.home()) / ".cache"
-    wanted = env.get("XDG_CACHE_HOME")
-    candidates = [Path(wanted)] if wanted else []
-    candidates.append(home_cache)
-    problems: list[str] = []
-    for base in dict.fromkeys(Path(os.path.abspath(c)) for c in candidates):
-        try:
-            make_private_dir(base)  # checked before anything is created inside it
-            root = make_private_dir(base / "vllm_ascend" / "checkpoints")
-            if problems:
-                logger.warning("not using the checkpoint cache under XDG_CACHE_HOME (%s); "
-                               "using %s instead", problems[0], root)
-            return root
-        except (UntrustedPathError, OSError) as exc:
-            problems.append(str(exc))
-    raise CheckpointError(
-        "no trusted cache directory for converted checkpoints: " + "; ".join(problems)
-        + ". Point XDG_CACHE_HOME at a directory only you can write (e.g. mode 0700)."
-    )
+    wanted = env.get("XDG_CACHE_HOME") or Path(env.get("HOME") or Path.home()) / ".cache"
+    base = current_process_setup().roots.root(wanted, "XDG_CACHE_HOME", env)
+    try:
+        return make_private_dir(base / "vllm_ascend" / "checkpoints")
+    except OSError as exc:
+        raise CheckpointError(f"cannot make the checkpoint cache under {base}: {exc}") from None
 
 
 def _manifest_for(directory: Path, source: str) -> dict[str, Any]:
@@ -93,8 +75,7 @@ def _manifest_for(directory: Path, source: str) -> dict[str, Any]:
 def entry_problem(entry: Path, source: str) -> str | None:
     """Why ``entry`` is not a whole, undamaged entry made from ``source`` (None if it is)."""
     try:
-        check_trusted_dir(entry)
-        manifest = json.loads(read_trusted_file(entry / MANIFEST, _MANIFEST_LIMIT))
+        manifest = json.loads(read_bounded_file(entry / MANIFEST, _MANIFEST_LIMIT))
     except FileNotFoundError as exc:
         return f"{exc.filename} is missing"
     except (OSError, ValueError) as exc:

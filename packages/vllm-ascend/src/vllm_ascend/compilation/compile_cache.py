@@ -1,26 +1,57 @@
-"""``AscendCompiler``'s compile-cache files: handles, atomic writes, reading artifacts back.
+"""``AscendCompiler``'s compile-cache files: handles, checksummed entries, reading artifacts back.
 
 An artifact is one file, ``<cache_dir>/<key>``, holding one fused graph (see
-``ascend_graph.dumps_fused_graph``) signed with this user's key (``artifact_signing``). The
-handle vLLM stores for it is ``(key, path)``, two strings (vLLM's ``CompilerManager`` checks
-exactly that). On load the file is looked up as ``<cache_dir>/<key>`` whenever the cache dir is
-known, so a moved cache still works. Nothing is unpickled unless the file is a regular file in
-a trusted directory (``runtime.trusted_paths``), owned by this user, and its signature checks.
+``ascend_graph.dumps_fused_graph``) as a cache entry (:func:`write_entry`: a sha256 of the
+bytes, then the bytes, written atomically). The handle vLLM stores for it is ``(key, path)``,
+two strings (vLLM's ``CompilerManager`` checks exactly that). On load the file is looked up as
+``<cache_dir>/<key>`` whenever the cache dir is known, so a moved cache still works. The
+compiler reads entries only from a cache dir that passed the root rule of
+``runtime.trusted_paths`` (only this user writes there), so the checksum guards against damage
+(a truncated write, a bad disk), not against forgery: a damaged entry is one warning and a
+compile again, which writes it anew.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import logging
 import os
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from vllm_ascend.compilation.artifact_signing import ArtifactSignatureError, ArtifactSigner
-from vllm_ascend.runtime.trusted_paths import UntrustedPathError, read_trusted_file
+from vllm_ascend.runtime.trusted_paths import (
+    MAX_READ_BYTES,
+    UntrustedPathError,
+    read_bounded_file,
+    write_atomic,
+)
 
 logger = logging.getLogger("vllm_ascend.compilation.compiler")
+
+ENTRY_MAGIC: Final = b"ascend-cache-entry v1 sha256="
+
+
+class DamagedEntryError(ValueError):
+    """A cache entry whose bytes do not match its checksum (or that is not an entry at all)."""
+
+
+def write_entry(path: str | os.PathLike[str], payload: bytes) -> None:
+    """Write ``payload`` to ``path`` as a cache entry: atomically, with its sha256 in front."""
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    write_atomic(path, ENTRY_MAGIC + digest + b"\n" + payload)
+
+
+def read_entry(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES) -> bytes:
+    """The payload of the cache entry at ``path`` (read with ``limit``, symlinks and special
+    files refused: :class:`UntrustedPathError`); :class:`DamagedEntryError` when its checksum
+    does not match."""
+    data = read_bounded_file(path, limit)
+    if not data.startswith(ENTRY_MAGIC):
+        raise DamagedEntryError(f"{path} is not a vllm-ascend cache entry")
+    digest, sep, payload = data[len(ENTRY_MAGIC):].partition(b"\n")
+    if not sep or digest != hashlib.sha256(payload).hexdigest().encode():
+        raise DamagedEntryError(f"{path} does not match its sha256 (damaged)")
+    return payload
 
 
 def check_key(key: Any) -> str:
@@ -53,37 +84,18 @@ def artifact_path(cache_dir: str | None, key: str, fallback: str | None = None) 
     raise ValueError("no compile-cache dir: call AscendCompiler.initialize_cache first")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a
-    partial write (a temporary file in the same directory, then ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def read_fused(path: Path, *, signer: ArtifactSigner, manager: Any, backend: str,
-               compile_range: Any) -> Any:
+def read_fused(path: Path, *, manager: Any, backend: str, compile_range: Any) -> Any:
     """The fused graph saved at ``path``, or None after one log line saying why it cannot be
-    used: info for a missing, damaged or stale artifact (made with other versions or
-    settings), a warning naming the file for one that could have been planted (untrusted
-    location or owner, or a signature that is not this user's)."""
+    used: info for a missing or stale artifact (made with other versions or settings), a
+    warning naming the file for a damaged one or one that is not a regular file."""
     from ascend_graph import FusedGraphError, loads_fused_graph
 
     try:
-        payload = signer.verify(read_trusted_file(path))
+        payload = read_entry(path)
     except FileNotFoundError:
         logger.info("AscendCompiler cache miss for %s (no such file); compiling again", path)
         return None
-    except (UntrustedPathError, ArtifactSignatureError) as exc:
+    except (UntrustedPathError, DamagedEntryError) as exc:
         logger.warning("AscendCompiler rejected the compile-cache artifact %s (%s); it is not "
                        "loaded, compiling again", path, exc)
         return None

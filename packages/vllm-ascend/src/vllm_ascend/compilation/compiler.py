@@ -8,11 +8,12 @@ included.
 Compile cache: with caching on, ``compile`` saves the fused ATen graph of every piecewise
 graph as ``<cache_dir>/<key>`` and returns the handle ``(key, path)``; ``load`` rebuilds it,
 derives the ATen graph of ``graph`` again (cheap; keeps torch's handling of aliased and
-mutated tensors exact) and runs the saved fused graph instead of the passes. A missing,
-damaged or stale artifact is one info "cache miss" and a normal compile; an artifact that
-could have been planted by someone else (untrusted location, foreign owner, or not signed with
-this user's key, see ``compile_cache``) is one warning naming the file, then a normal compile.
-A cache dir that is not trusted disables the cache with one warning. On npugraph_ex the
+mutated tensors exact) and runs the saved fused graph instead of the passes. A missing or
+stale artifact is one info "cache miss" and a normal compile; a damaged one (its checksum does
+not match, see ``compile_cache``) or one that is not a regular file is one warning naming the
+file, then a normal compile that writes it anew. A cache dir that fails the root rule of
+``runtime.trusted_paths`` turns the cache off with one warning per process: nothing is read
+from or written to it. On npugraph_ex the
 extension's generated code (``_CompiledFxGraph.get_code()``) is also saved, as
 ``<key>.npugraph_ex.py``, unless it calls process-local Triton kernels; it is for inspection
 only (the saved fused graph is what ``load`` uses: a warm start hands it to the extension
@@ -30,13 +31,12 @@ from typing import Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
 
-from vllm_ascend.compilation.artifact_signing import ArtifactSigner, load_signer
 from vllm_ascend.compilation.compile_cache import (
     artifact_path,
     check_key,
     parse_handle,
     read_fused,
-    write_atomic,
+    write_entry,
 )
 from vllm_ascend.runtime.trusted_paths import make_private_dir
 
@@ -123,33 +123,31 @@ class AscendCompiler(CompilerInterface):
         self.prefix = ""
         self.backend = "eager"
         self.fusion_manager = fusion_manager
-        self.signer: ArtifactSigner | None = None
+        self.trusted = False
         self.static_kernel = StaticKernelPlan()
 
-    def initialize_cache(
-        self, cache_dir: str, disable_cache: bool = False, prefix: str = "",
-        cache_root: str | None = None,
-    ) -> None:
-        """Use ``cache_dir`` for artifacts, signed with the key under ``cache_root`` (default:
-        vLLM's ``VLLM_CACHE_ROOT``); an untrusted location turns caching off with one warning."""
+    def initialize_cache(self, cache_dir: str, disable_cache: bool = False,
+                         prefix: str = "") -> None:
+        """Use ``cache_dir`` for artifacts (created 0700); a location that fails the root rule
+        turns caching off with one warning per process."""
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
         self.cache_dir, self.disable_cache, self.prefix = cache_dir, disable_cache, prefix
-        self.signer = None
+        self.trusted = False
         if disable_cache or not cache_dir:
             return
-        if cache_root is None:
-            from vllm import envs
-
-            cache_root = envs.VLLM_CACHE_ROOT
         try:
             make_private_dir(cache_dir)
-            self.signer = load_signer(cache_root)
         except OSError as exc:
-            logger.warning("AscendCompiler compile cache off: %s (nothing is read from or "
-                           "written to %s)", exc, cache_dir)
+            current_process_setup().warn_once(
+                f"AscendCompiler compile cache off: {exc} (nothing is read from or written to "
+                f"{cache_dir})", logger)
+            return
+        self.trusted = True
 
     @property
     def caching(self) -> bool:
-        return bool(self.cache_dir) and not self.disable_cache and self.signer is not None
+        return bool(self.cache_dir) and not self.disable_cache and self.trusted
 
     def compute_hash(self, vllm_config: Any) -> str:
         import ascend_config
@@ -219,8 +217,8 @@ class AscendCompiler(CompilerInterface):
             )
         path = artifact_path(self.cache_dir, key, saved_path)
         saved = None
-        if self.signer is not None:
-            saved = read_fused(path, signer=self.signer, manager=fusion, backend=self.backend,
+        if self.caching:
+            saved = read_fused(path, manager=fusion, backend=self.backend,
                                compile_range=compile_range)
         compiled: Any = None
         fused = None
@@ -298,8 +296,7 @@ class AscendCompiler(CompilerInterface):
         try:
             data = dumps_fused_graph(fused, manager=fusion, backend=self.backend,
                                      compile_range=compile_range)
-            assert self.signer is not None  # _save runs only while caching
-            write_atomic(path, self.signer.sign(data))
+            write_entry(path, data)
         except FusedGraphError as exc:
             logger.info("AscendCompiler does not cache %s: %s", path, exc)
             return None

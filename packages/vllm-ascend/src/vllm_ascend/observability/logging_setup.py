@@ -135,15 +135,20 @@ def configure_file_logging(
 ) -> RotatingAscendFileHandler | None:
     """Attach one rotating file handler for ``log_dir`` to the vllm and vllm_ascend loggers.
 
-    Idempotent per directory; a different directory replaces the handler. When the
-    directory cannot be created or written, logs one warning and keeps logging to stderr.
+    ``log_dir`` is a root (``runtime.trusted_paths``): one that fails the root rule is replaced
+    by its private fallback with one warning per process. Idempotent per directory; a
+    different directory replaces the handler. When the file cannot be opened, logs one warning
+    and keeps logging to stderr.
     """
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
     env = os.environ if environ is None else environ
     targets = [logging.getLogger("vllm"), logging.getLogger(LOGGER_NAME)]
     existing = [h for h in targets[1].handlers if isinstance(h, RotatingAscendFileHandler)]
     if log_dir is None:
         log_dir = default_log_dir(env)
-    wanted = Path(log_dir).expanduser()
+    wanted = current_process_setup().roots.root(Path(log_dir).expanduser(), "ascend_log_path",
+                                                env)
     if existing and existing[0].log_dir == wanted:
         return existing[0]
     for handler in existing:

@@ -20,6 +20,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vllm_ascend.runtime.trusted_paths import TrustedRoots
+
 if TYPE_CHECKING:
     from vllm_ascend.platform.soc import SocDetection
 
@@ -115,7 +117,8 @@ class ProcessSetup:
 
     ``cpu_binding`` holds the report lines of this worker's binding (empty in processes that
     are not workers: they are never bound). ``soc_detection`` is the NPU's SoC, detected from
-    the device on first need (:meth:`device_soc`); ``warned`` the log-once keys.
+    the device on first need (:meth:`device_soc`); ``warned`` the log-once keys; ``roots`` the
+    cache and log roots checked in this process (``runtime.trusted_paths``).
     """
 
     adjustments: list[str] = field(default_factory=list)
@@ -125,6 +128,7 @@ class ProcessSetup:
     done_for: str | None = None
     soc_detection: SocDetection | None = None
     warned: set[str] = field(default_factory=set)
+    roots: TrustedRoots = field(default_factory=TrustedRoots)
 
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
         """Log ``message`` as a warning (on ``log``, default this module's logger) the first

@@ -31,11 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.runtime.trusted_paths import (
-    UntrustedPathError,
-    make_private_dir,
-    read_trusted_file,
-)
+from vllm_ascend.runtime.trusted_paths import make_private_dir, read_bounded_file, write_atomic
 
 logger = logging.getLogger("vllm_ascend.runtime.worker_inputs")
 
@@ -54,12 +50,15 @@ class WorkerInputsError(ValueError):
 def inputs_dir() -> Path:
     """The private directory of this user's worker-input files (created 0700 when missing).
 
-    ``<tmp>/vllm-ascend-<uid>/worker-inputs``; when another user made or can write that
-    path, one warning and a fresh private directory (``mkdtemp``) instead."""
-    wanted = Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}" / "worker-inputs"
+    ``<tmp>/vllm-ascend-<uid>/worker-inputs``; when ``<tmp>/vllm-ascend-<uid>`` (the root,
+    in a directory everyone can write) fails the root rule of ``runtime.trusted_paths``, one
+    warning and a fresh private directory (``mkdtemp``) instead."""
+    root = Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}"
+    wanted = root / "worker-inputs"
     try:
+        make_private_dir(root)
         return make_private_dir(wanted)
-    except (UntrustedPathError, OSError) as exc:
+    except OSError as exc:
         fresh = Path(tempfile.mkdtemp(prefix="vllm-ascend-worker-inputs-"))
         logger.warning("worker inputs: not using %s (%s); using %s instead", wanted, exc, fresh)
         return make_private_dir(fresh)
@@ -82,15 +81,7 @@ def write_inputs(data: bytes, directory: Path | None = None) -> Path:
         read_inputs(target)  # intact: equal inputs share it
         os.utime(target)  # recently used, for the system's temporary-file cleaning
         return target
-    fd, tmp = tempfile.mkstemp(dir=where, prefix=".inputs-", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(target, data)
     return target
 
 
@@ -117,15 +108,16 @@ def inputs_from_env(value: str) -> dict[str, Any]:
 
 
 def read_inputs(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The inputs stored at ``path``, read with a size bound from a trusted file and checked:
-    the name is the sha256 of the bytes, the content an object with exactly the published
-    fields. :class:`WorkerInputsError` (or the OSError of the read) otherwise."""
+    """The inputs stored at ``path``, read with a size bound (a symlink or special file
+    refused) and checked: the name is the sha256 of the bytes, so what is read is what was
+    published, and the content an object with exactly the published fields.
+    :class:`WorkerInputsError` (or the OSError of the read) otherwise."""
     file = Path(path)
     if not file.is_absolute() or not _NAME.fullmatch(file.name):
         raise WorkerInputsError(f"{path!r} is not a worker-inputs file (an absolute path "
                                 "named <sha256>.json); never set it by hand")
     try:
-        data = read_trusted_file(file, MAX_INPUTS_BYTES)
+        data = read_bounded_file(file, MAX_INPUTS_BYTES)
     except FileNotFoundError:
         raise WorkerInputsError(
             f"{file} is missing: the worker inputs live on the host that built the config "
