@@ -44,7 +44,8 @@ def _ascend_logger_state(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 def _warned(caplog: pytest.LogCaptureFixture) -> str:
     """What the plugin warned, whichever stream its console handler was bound to."""
-    return "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    records = {id(r): r for r in caplog.records}.values()  # root may have seen it too
+    return "\n".join(r.getMessage() for r in records if r.levelno == logging.WARNING)
 
 
 class Clock:
@@ -66,8 +67,15 @@ def handler(log_dir: Path, **kw) -> RotatingAscendFileHandler:
     return h
 
 
+def _age(path: Path) -> int:
+    """Rotation order: the ``.N`` backup is older the larger N; the base file is newest."""
+    suffix = path.name.rpartition(".log")[2]
+    return -int(suffix[1:]) if suffix else 0
+
+
 def written(log_dir: Path) -> list[int]:
-    files = sorted(p for p in log_dir.glob("vllm_ascend_*.log") if p.is_file())  # not a FIFO
+    files = sorted((p for p in log_dir.glob("vllm_ascend_*.log*") if p.is_file()),  # no FIFO
+                   key=lambda p: (p.name.partition(".log")[0], _age(p)))
     text = "".join(p.read_text() for p in files)
     return [int(line.split()[1]) for line in text.splitlines()]
 
@@ -81,9 +89,9 @@ def test_the_size_cap_holds_after_the_directory_is_deleted(tmp_path) -> None:
     for i in range(3, 40):
         h.emit(record(i))
     h.close()
-    files = sorted(log_dir.glob("vllm_ascend_*.log"))
+    files = sorted(log_dir.glob("vllm_ascend_*.log*"))
     assert len(files) == 3  # made again, rotated, at most max_files of them
-    assert all(p.stat().st_size <= 200 + 70 for p in files)  # cap + at most one record
+    assert all(p.stat().st_size <= 200 for p in files)  # the cap itself
     assert written(log_dir)[-1] == 39
     assert oct(log_dir.stat().st_mode & 0o777) == "0o700"
 
@@ -130,20 +138,24 @@ def test_an_unopenable_next_file_degrades_with_one_warning_then_recovers(tmp_pat
                                                                          capsys) -> None:
     clock = Clock()
     h = handler(tmp_path, clock=clock)
-    blocker = tmp_path / f"vllm_ascend_{NOW:%Y%m%d_%H%M%S}_42_002.log"
-    os.mkfifo(blocker)  # the rotation target: opening it for writing would block or fail
-    for i in range(10):
-        h.emit(record(i))  # rotation after 3 records fails: no exception, no traceback
+    for i in range(3):
+        h.emit(record(i))
+    blocker = h.current_path
+    blocker.unlink()
+    os.mkfifo(blocker)  # the file to open again: opening it for writing would block or fail
+    for i in range(3, 10):
+        h.emit(record(i))  # the reopen fails: no exception, no traceback
     err = capsys.readouterr().err
     assert err.count("cannot write the log file") == 1 and "Traceback" not in err
-    assert "logging to the console only" in err
-    assert written(tmp_path) == [0, 1, 2]
+    # O_NONBLOCK: a FIFO without a reader fails to open (ENXIO) instead of blocking.
+    assert "logging to the console only" in err and "No such device or address" in err
+    assert written(tmp_path) == [0, 1]  # the rotated backup; record 2 went with the file
     blocker.unlink()
     h.emit(record(10))  # still inside the retry delay: skipped
     clock.now += RETRY_SECONDS + 1
     h.emit(record(11))
     h.close()
-    assert written(tmp_path) == [0, 1, 2, 11]
+    assert written(tmp_path) == [0, 1, 11]
     assert capsys.readouterr().err == ""
 
 
@@ -159,7 +171,7 @@ def test_retention_prunes_earlier_processes_files_oldest_first(tmp_path) -> None
     h = handler(tmp_path, max_dir_bytes=300)
     h.emit(record(0))
     h.close()
-    left = sorted(p.name for p in tmp_path.glob("vllm_ascend_*.log"))
+    left = sorted(p.name for p in tmp_path.glob("vllm_ascend_*.log*"))
     # 500 bytes of old files against a 300-byte budget when this file opens: the two oldest go.
     assert left == [old[2].name, old[3].name, old[4].name, h.current_path.name]
     assert other.exists()
@@ -172,26 +184,57 @@ def test_prune_never_deletes_the_kept_file(tmp_path) -> None:
     assert prune_dir(tmp_path, 100, keep=keep) == [] and keep.exists()
 
 
-def test_a_log_dir_others_can_write_is_refused(tmp_path, caplog) -> None:
+def _refused_log_dir(log_dir: Path, tmp_path: Path, caplog, reason: str) -> None:
+    """``log_dir`` is not used: one warning, the logs go to the private fallback."""
+    listed = sorted(p.name for p in log_dir.iterdir())
+    h = ls.configure_file_logging(log_dir, environ={"HOME": str(tmp_path / "home")})
+    fallback = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "ascend_log_path"
+    assert h is not None and h.log_dir == fallback
+    assert oct(fallback.stat().st_mode & 0o777) == "0o700"
+    err = _warned(caplog)
+    assert err.count("not using ascend_log_path") == 1 and f"ascend_log_path {log_dir} (" in err
+    assert reason in err
+    logging.getLogger("vllm_ascend.x").warning("kept %d", 1)
+    assert "kept 1" in h.current_path.read_text()
+    assert sorted(p.name for p in log_dir.iterdir()) == listed  # nothing written there
+
+
+def test_a_log_dir_others_can_write_is_replaced(tmp_path, caplog) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    assert ls.configure_file_logging(shared, environ={}) is None
-    err = _warned(caplog)
-    assert err.count("cannot write log files") == 1 and "writable by group or others" in err
-    assert list(shared.iterdir()) == []
+    _refused_log_dir(shared, tmp_path, caplog, "writable by group or others")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's file needs root (chown)")
-def test_a_file_another_user_planted_at_the_name_is_refused(tmp_path) -> None:
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir(mode=0o700)
-    planted = log_dir / f"vllm_ascend_{NOW:%Y%m%d_%H%M%S}_42.log"
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a path to another uid needs root (chown)")
+def test_a_log_dir_another_user_owns_is_replaced(tmp_path, caplog) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    planted = theirs / f"vllm_ascend_{dt.datetime.now():%Y%m%d_%H%M%S}_{os.getpid()}.log"
     planted.write_text("")
-    os.chown(planted, NOBODY, NOBODY)
-    with pytest.raises(OSError, match=f"owned by uid {NOBODY}"):
-        handler(log_dir)
+    os.chown(theirs, NOBODY, NOBODY)
+    _refused_log_dir(theirs, tmp_path, caplog, f"owned by uid {NOBODY}")
     assert planted.read_text() == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a path to another uid needs root (lchown)")
+def test_a_log_dir_reached_through_another_users_symlink_is_replaced(tmp_path, caplog) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    os.lchown(link, NOBODY, NOBODY)
+    _refused_log_dir(link, tmp_path, caplog, f"is a symlink owned by uid {NOBODY}")
+    assert list(real.iterdir()) == []
+
+
+def test_one_file_is_capped_by_truncation(tmp_path) -> None:
+    h = handler(tmp_path, max_files=1)
+    for i in range(10):
+        h.emit(record(i))
+    h.close()
+    [only] = list(tmp_path.iterdir())
+    assert only.stat().st_size <= 200 and written(tmp_path) == [8, 9]
 
 
 def test_limits_are_checked() -> None:

@@ -105,13 +105,12 @@ def test_rotation_keeps_at_most_max_files(tmp_path) -> None:
         handler.emit(_record("/x.py", "line %s " + "x" * 60, (i,)))
     handler.close()
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert len(names) == 3
-    # about 70 bytes a line: two lines per file, six files written, the last three kept
-    assert names[-1] == "vllm_ascend_20260102_030405_42_006.log"
-    kept = "".join((tmp_path / n).read_text() for n in names)
-    assert [int(m) for m in re.findall(r"line (\d+)", kept)] == list(range(6, 12))
-    assert "vllm_ascend_20260102_030405_42.log" not in names  # oldest removed
-    assert all(re.fullmatch(r"vllm_ascend_\d{8}_\d{6}_42(_\d{3})?\.log", n) for n in names)
+    # about 70 bytes a line: one line per file (two would pass 100 bytes), the last three kept
+    base = "vllm_ascend_20260102_030405_42.log"
+    assert names == [base, f"{base}.1", f"{base}.2"]
+    kept = "".join((tmp_path / n).read_text() for n in reversed(names))  # oldest first
+    assert [int(m) for m in re.findall(r"line (\d+)", kept)] == [9, 10, 11]
+    assert all((tmp_path / n).stat().st_size <= 100 for n in names)
 
 
 def test_handler_keeps_logging_after_dictconfig_closed_it(tmp_path) -> None:
@@ -149,13 +148,20 @@ def test_file_logging_attaches_once_and_moves_with_the_dir(tmp_path) -> None:
             if isinstance(h, ls.RotatingAscendFileHandler)] == [moved]
 
 
-def test_unwritable_dir_falls_back_to_stderr_with_one_warning(tmp_path, capsys) -> None:
+def test_an_unusable_dir_is_replaced_by_the_private_fallback_with_one_warning(
+    tmp_path, capsys
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a dir")
-    assert ls.configure_file_logging(blocker / "logs", environ={}) is None
+    ls.configure_console_logging({})
+    env = {"HOME": str(tmp_path / "home")}
+    handler = ls.configure_file_logging(blocker / "logs", environ=env)
+    assert handler is not None
+    assert handler.log_dir == tmp_path / "home/.cache/vllm_ascend/private/ascend_log_path"
+    assert ls.configure_file_logging(blocker / "logs", environ=env) is handler
     err = capsys.readouterr().err
-    assert err.count("cannot write log files") == 1
-    assert "[vllm-ascend] [observability] - cannot write log files" in err
+    assert err.count("not using ascend_log_path") == 1 and "Not a directory" in err
+    assert "[vllm-ascend] [runtime] - not using ascend_log_path" in err
 
 
 def test_default_dir_is_under_home() -> None:
