@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 from vllm_ascend.checkpoints.cache_entry import (
     MANIFEST,
-    CheckpointError,
     cached_entry,
     checkpoint_cache_root,
     entry_problem,
@@ -52,29 +53,47 @@ def test_checkpoint_cache_root_redirects_a_shared_writable_xdg_cache_home(
         assert root == xdg / "vllm_ascend" / "checkpoints"
         assert warnings == []
     else:
-        assert root == tmp_path / "home" / ".cache" / "vllm_ascend" / "checkpoints"
+        private = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "XDG_CACHE_HOME"
+        assert root == private / "vllm_ascend" / "checkpoints"
         assert len(warnings) == 1
         assert f"{xdg} is writable by group or others (mode {mode:o})" in warnings[0]
         assert not (xdg / "vllm_ascend").exists()
+        assert checkpoint_cache_root({"XDG_CACHE_HOME": str(xdg),
+                                      "HOME": str(tmp_path / "home")}) == root
+        assert len(caplog.records) == 1  # checked once per process
 
 
-def test_checkpoint_cache_root_refuses_when_nothing_is_trusted(tmp_path: Path) -> None:
-    for name in ("xdg", "home"):
-        (tmp_path / name).mkdir()
+def test_checkpoint_cache_root_is_a_fresh_private_dir_when_nothing_is_trusted(
+    tmp_path: Path,
+) -> None:
+    for name in ("xdg", "home/.cache"):
+        (tmp_path / name).mkdir(parents=True)
         (tmp_path / name).chmod(0o777)
-    with pytest.raises(CheckpointError, match="no trusted cache directory") as caught:
-        checkpoint_cache_root({"XDG_CACHE_HOME": str(tmp_path / "xdg"),
-                               "HOME": str(tmp_path / "home")})
-    assert "XDG_CACHE_HOME" in str(caught.value)
+    root = checkpoint_cache_root({"XDG_CACHE_HOME": str(tmp_path / "xdg"),
+                                  "HOME": str(tmp_path / "home")})
+    fresh = root.parent.parent
+    assert fresh.parent == Path(tempfile.gettempdir())
+    assert fresh.name.startswith("vllm-ascend-XDG_CACHE_HOME-") and _mode(fresh) == 0o700
+    assert list((tmp_path / "xdg").iterdir()) == list((tmp_path / "home/.cache").iterdir()) == []
 
 
-def test_checkpoint_cache_root_refuses_a_symlinked_root(tmp_path: Path) -> None:
+def test_checkpoint_cache_root_follows_only_this_users_symlink(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir(mode=0o700)
-    (tmp_path / "home").mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(tmp_path / "real")
     env = {"XDG_CACHE_HOME": str(tmp_path / "link"), "HOME": str(tmp_path / "home")}
+    assert checkpoint_cache_root(env) == tmp_path / "link" / "vllm_ascend" / "checkpoints"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another uid needs root (lchown)")
+def test_checkpoint_cache_root_refuses_another_users_symlink(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    os.lchown(tmp_path / "link", 12345, 12345)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "link"), "HOME": str(tmp_path / "home")}
     root = checkpoint_cache_root(env)
-    assert root == tmp_path / "home" / ".cache" / "vllm_ascend" / "checkpoints"
+    private = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "XDG_CACHE_HOME"
+    assert root == private / "vllm_ascend" / "checkpoints"
+    assert not (tmp_path / "real" / "vllm_ascend").exists()
 
 
 def _build(directory: Path) -> None:

@@ -148,7 +148,7 @@ def test_reads_are_bounded_at_the_limit(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x" * 100)
     assert read_bounded_file(path, limit=100) == b"x" * 100
-    with pytest.raises(UntrustedPathError, match="is over the 99-byte limit"):
+    with pytest.raises(UntrustedPathError, match="is 100 bytes, over the 99-byte limit"):
         read_bounded_file(path, limit=99)
 
 

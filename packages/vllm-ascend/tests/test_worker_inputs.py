@@ -63,7 +63,7 @@ def test_published_file_is_private_atomic_and_shared_by_equal_inputs(tmp_path: P
     # A damaged file under the right name is replaced, never reused.
     first.write_bytes(data[:-1])
     assert write_inputs(data) == first and first.read_bytes() == data
-    assert not [p for p in first.parent.iterdir() if p.name.startswith(".inputs-")]
+    assert not [p for p in first.parent.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_a_group_writable_inputs_root_is_replaced_by_a_private_one(

@@ -117,11 +117,14 @@ def read_bounded_file(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES)
             raise UntrustedPathError(f"{path} is a symlink") from None
         raise
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise UntrustedPathError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise UntrustedPathError(f"{path} is {st.st_size} bytes, over the {limit}-byte limit")
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise UntrustedPathError(f"{path} is over the {limit}-byte limit")
+        raise UntrustedPathError(f"{path} grew over the {limit}-byte limit while read")
     return data
 
 
