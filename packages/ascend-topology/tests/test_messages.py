@@ -389,14 +389,14 @@ def test_unreadable_recorded_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     folder = tmp_path / "host"
     folder.mkdir()
     (folder / "host.json").write_text('{"numa": {"0": "0"}}')
-    real_lstat = os.lstat
+    real_open = os.open
 
-    def denied(path: object) -> os.stat_result:
+    def denied(path: object, flags: int, *args: object, **kwargs: object) -> int:
         if str(path).endswith("npu-smi-info-m.txt"):
             raise PermissionError(13, "Permission denied")
-        return real_lstat(path)  # type: ignore[arg-type]
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(os, "lstat", denied)
+    monkeypatch.setattr(os, "open", denied)
     assert _message(RecordedHostError, lambda: load_recorded_host(folder)) == (
         f"recorded host {folder}: cannot read npu-smi-info-m.txt: Permission denied")
 

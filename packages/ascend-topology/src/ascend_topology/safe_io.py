@@ -1,9 +1,10 @@
 """Bounded, symlink-free file access for recorded hosts, sysfs/procfs and ``capture``.
 
-Reads refuse symbolic links and special files (FIFOs, devices, sockets) before reading a byte:
-the path is ``lstat``-ed, opened with ``O_NOFOLLOW | O_NONBLOCK`` (so a FIFO cannot block the
-open) and the open file is ``fstat``-ed and compared with the ``lstat`` result, so a file
-swapped in between is caught. Every read stops at a stated limit. Writes go into a fresh
+Reads refuse symbolic links and special files (FIFOs, devices, sockets) before reading a byte
+(the trust policy of vllm-ascend's ``runtime/trusted_paths``, ARCHITECTURE.md "Trust and
+files"): the path is opened with ``O_NOFOLLOW | O_NONBLOCK`` (so a FIFO cannot block the open)
+and the open file is ``fstat``-ed; what is read is what was checked. Every read stops at a
+stated limit. Writes go into a fresh
 staging folder, through a directory descriptor opened with ``O_NOFOLLOW``, never open an
 existing name, and reach the target folder by rename.
 """
@@ -60,21 +61,18 @@ def read_limited(path: Path, limit: int) -> str:
     ``OSError`` (e.g. ``FileNotFoundError``) passes through for the caller to word.
     """
     check_path_text(str(path), "file name")
-    before = os.lstat(path)
-    if not stat.S_ISREG(before.st_mode):
-        raise _refuse(path, before.st_mode)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:  # became a symlink after lstat
+        if exc.errno == errno.ELOOP:
             raise _refuse(path, stat.S_IFLNK) from None
+        if exc.errno == errno.ENXIO:  # a socket cannot be opened: say what it is
+            raise _refuse(path, os.lstat(path).st_mode) from None
         raise
     try:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):
             raise _refuse(path, opened.st_mode)
-        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
-            raise TopologyError(f"{path} was replaced while being opened; refused")
         data = bytearray()
         while True:
             chunk = os.read(fd, min(_CHUNK, limit + 1 - len(data)))
