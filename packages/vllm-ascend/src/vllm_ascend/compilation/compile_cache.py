@@ -96,3 +96,21 @@ def read_fused(path: Path, *, signer: ArtifactSigner, manager: Any, backend: str
     except FusedGraphError as exc:
         logger.info("AscendCompiler cache miss for %s (%s); compiling again", path, exc)
         return None
+
+
+def read_code(path: Path, *, signer: ArtifactSigner) -> str | None:
+    """npugraph_ex's generated code saved at ``path`` (it is executed when loaded, so only
+    this user's signed file in a trusted directory counts), or None after one log line: info
+    when there is none or it is damaged, a warning naming a file that could have been
+    planted."""
+    try:
+        return signer.verify(read_trusted_file(path)).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (UntrustedPathError, ArtifactSignatureError) as exc:
+        logger.warning("AscendCompiler rejected the npugraph_ex code %s (%s); it is not "
+                       "loaded, compiling again", path, exc)
+    except (OSError, UnicodeDecodeError) as exc:
+        logger.info("AscendCompiler cannot use the npugraph_ex code %s (%s); compiling again",
+                    path, exc)
+    return None
