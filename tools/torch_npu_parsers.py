@@ -135,6 +135,16 @@ def method_names(source: str, qualname: str) -> list[str]:
     return sorted(n.name for n in getattr(node, "body", []) if isinstance(n, ast.FunctionDef))
 
 
+def dataclass_fields(source: str, qualname: str) -> dict[str, str]:
+    """Fields of dataclass ``qualname``: name -> default value source (``"None"`` if none)."""
+    node = _find_def(ast.parse(source), qualname)
+    return {
+        n.target.id: ast.unparse(n.value) if n.value is not None else "None"
+        for n in getattr(node, "body", [])
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+
+
 def config_options(files: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Config classes of a package's ``configs`` modules, keyed ``"<file>:<class>"`` -> their
     ``self.<name> = value`` assignments in ``__init__`` (value source text). A nested config

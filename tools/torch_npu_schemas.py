@@ -18,7 +18,8 @@ installed), unzips it and records:
 * ``python_apis``: signatures (via ``ast``, no import) of the ``torch_npu.npu`` APIs used;
 * ``graph_extensions``: the bundled npugraph_ex / torchair module names, config option
   names, ``get_npu_backend`` / ``_NpuFxCompiler._get_compiled_gm`` signatures and the
-  methods of ``_CompiledFxGraph``;
+  methods of ``_CompiledFxGraph`` with its ``load_artifacts`` signature and the fields of
+  the ``_CompiledFxArtifacts`` it takes;
 * ``soc_versions``: the ``SocVersion`` enum of ``NpuVariables.h``;
 * ``requires_torch``: the wheel METADATA's ``Requires-Dist: torch`` clause.
 
@@ -53,6 +54,7 @@ from torch_npu_parsers import (
     check_in_pieces,
     config_options,
     config_tree,
+    dataclass_fields,
     dtype_enum,
     meta_source,
     method_names,
@@ -163,6 +165,12 @@ def _graph_extensions(pkg: Path) -> dict[str, Any]:
                 "class": "_CompiledFxGraph",
                 "methods": method_names(compiler, "_CompiledFxGraph"),
                 "attributes": sorted(config_options({"c": compiler})["c:_CompiledFxGraph"]),
+                "load_artifacts": python_signature(
+                    compiler, "_CompiledFxGraph.load_artifacts", drop_first=True),
+            },
+            "artifacts": {
+                "class": "_CompiledFxArtifacts",
+                "fields": dataclass_fields(compiler, "_CompiledFxArtifacts"),
             },
         },
         "torchair": {

@@ -17,7 +17,7 @@ def test_benchmark_runs_quick(name: str) -> None:
         assert all(len(row) == len(table.columns) for row in table.rows)
         assert table.to_markdown().startswith("### ")
     if name == "e2e":
-        # --quick covers the tiny dense model and the real model (SmolLM2, 1 round, 4 tokens).
+        # --quick runs the real model (SmolLM2: stock and fusion on, 1 round, 4 tokens).
         real = next(t for t in tables if "smollm2" in t.title)
         columns = {column: i for i, column in enumerate(real.columns)}
         for row in real.rows:

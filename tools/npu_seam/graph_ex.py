@@ -6,13 +6,17 @@
 - ``CompilerConfig`` has exactly the recorded options (nested configs for torchair); setting
   an unknown one, or a value outside an ``OptionValue``'s allowed list, raises ``ValueError``.
 - ``_NpuFxCompiler`` lives only in ``npu_fx_compiler``; ``_get_compiled_gm(self, gm,
-  example_inputs)`` returns a ``_CompiledFxGraph`` with ``get_code()`` and no ``code``.
+  example_inputs)`` returns a ``_CompiledFxGraph`` with ``get_code()`` and no ``code``; its
+  code is a self-contained module with ``kernel(*inputs)`` that ``__call__`` executes, as the
+  real codegen's is, and ``_CompiledFxGraph.load_artifacts(_CompiledFxArtifacts(py_code=...))``
+  (the recorded signature and fields) builds a runnable graph back from it.
 - ``get_npu_backend`` and ``_process_kwargs_options`` are bound to the recorded signatures.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import types
 from collections.abc import Callable
 from typing import Any
@@ -83,23 +87,46 @@ def _checked(signature: str, fn: Callable[..., Any], name: str) -> Callable[...,
     return checked
 
 
-class FakeCompiledFxGraph:
-    """``_CompiledFxGraph``: runs the graph module; ``get_code()`` is its Python source."""
+#: What the fake codegen puts before an FX graph's code so that it runs as a module.
+_PRELUDE = ("import operator\nimport torch\nfrom torch import device\n"
+            "inf = float('inf')\nnan = float('nan')\n")
 
-    def __init__(self, gm: Any, config: Any) -> None:
-        self.runner = gm
+
+def fake_codegen(gm: Any) -> str | None:
+    """A self-contained module whose ``kernel(*inputs)`` runs ``gm``, as the real codegen
+    emits; None (no code) for graphs that read module attributes, as the real one may."""
+    if any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
+        return None
+    return f"{_PRELUDE}{gm.code}\n\ndef kernel(*args):\n    return forward(None, *args)\n"
+
+
+def compile_py_code(py_code: str) -> types.ModuleType:
+    """Execute ``py_code`` as a fresh module, as the real ``_compile_py_code`` does."""
+    module = types.ModuleType("ge_mod")
+    exec(compile(py_code, "<string>", "exec"), module.__dict__, module.__dict__)
+    return module
+
+
+class FakeCompiledFxGraph:
+    """``_CompiledFxGraph``: with a config, ``__call__`` runs the generated code's ``kernel``
+    (the runner when there is no code); ``get_code()`` is that code or the runner itself."""
+
+    def __init__(self, runner: Any, config: Any = None) -> None:
+        self.runner = runner
         self.config = config
-        self.run_kernel = None
+        self.run_kernel: Any = None
         self._debug_path = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.runner(*args, **kwargs)
+        if self.run_kernel is None:
+            code = self.get_code() if self.config is not None else self.runner
+            self.run_kernel = (compile_py_code(code).kernel if isinstance(code, str)
+                               else self.runner)
+        return self.run_kernel(*args, **kwargs)
 
-    def get_code(self, extend_config: Any = None) -> str:
-        return str(self.runner.code)
-
-    def dump_artifacts(self) -> Any:
-        return types.SimpleNamespace(py_code=self.get_code())
+    def get_code(self, extend_config: Any = None) -> Any:
+        code = fake_codegen(self.runner) if hasattr(self.runner, "graph") else None
+        return self.runner if code is None else code
 
 
 def npugraph_ex_modules(record: dict[str, Any]) -> dict[str, types.ModuleType]:
@@ -120,6 +147,29 @@ def npugraph_ex_modules(record: dict[str, Any]) -> dict[str, types.ModuleType]:
             setattr(config, option, value)
 
     gm_signature = signature_from_text(spec["fx_compiler"]["_get_compiled_gm"])
+    load_signature = signature_from_text(spec["compiled_graph"]["load_artifacts"])
+    fields = {name: ast.literal_eval(default)
+              for name, default in spec["artifacts"]["fields"].items()}
+    artifacts_cls = dataclasses.make_dataclass(
+        spec["artifacts"]["class"],
+        [(name, Any, dataclasses.field(default=default)) for name, default in fields.items()])
+
+    class CompiledFxGraph(FakeCompiledFxGraph):
+        @classmethod
+        def load_artifacts(cls, *args: Any, **kwargs: Any) -> CompiledFxGraph:
+            artifacts = load_signature.bind(*args, **kwargs).arguments["artifacts"]
+            if artifacts.version != fields["version"]:
+                raise RuntimeError(f"Unsupported artifacts version: {artifacts.version}, "
+                                   f"expected: {fields['version']}.")
+            return cls(compile_py_code(artifacts.py_code).kernel)
+
+        def dump_artifacts(self) -> Any:
+            code = self.get_code()
+            if not isinstance(code, str):
+                raise RuntimeError(f"Compiled fx type {self.runner} does not support serialize.")
+            return artifacts_cls(py_code=code)
+
+    CompiledFxGraph.__name__ = CompiledFxGraph.__qualname__ = spec["compiled_graph"]["class"]
 
     class NpuFxCompiler:
         def __init__(self, config: Any) -> None:
@@ -131,7 +181,7 @@ def npugraph_ex_modules(record: dict[str, Any]) -> dict[str, types.ModuleType]:
 
         def _get_compiled_gm(self, gm: Any, example_inputs: list[Any]) -> FakeCompiledFxGraph:
             gm_signature.bind(self, gm, example_inputs)
-            return FakeCompiledFxGraph(gm, self.config)
+            return CompiledFxGraph(gm, self.config)
 
     NpuFxCompiler.__name__ = NpuFxCompiler.__qualname__ = spec["fx_compiler"]["class"]
 
@@ -143,6 +193,8 @@ def npugraph_ex_modules(record: dict[str, Any]) -> dict[str, types.ModuleType]:
     compiler_config._process_kwargs_options = _checked(  # type: ignore[attr-defined]
         spec["option_helper"]["signature"], process_kwargs_options, "_process_kwargs_options")
     setattr(fx, spec["fx_compiler"]["class"], NpuFxCompiler)
+    setattr(fx, spec["compiled_graph"]["class"], CompiledFxGraph)
+    setattr(fx, spec["artifacts"]["class"], artifacts_cls)
     root.CompilerConfig = CompilerConfig  # type: ignore[attr-defined]
     root.get_npu_backend = _checked(  # type: ignore[attr-defined]
         spec["get_npu_backend"], get_npu_backend, "get_npu_backend")

@@ -1,16 +1,13 @@
 """The NPU graph extension seam: the bundled npugraph_ex / torchair of the schema-bound fake
 torch_npu (``tools.npu_seam``: real module names, config options, ``_get_compiled_gm(self, gm,
 example_inputs)`` returning a ``_CompiledFxGraph`` with ``get_code()``), the compiler config
-each one gets, saving generated code, the error."""
+each one gets, generated code handed out and loaded back, the error."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,17 +122,19 @@ def test_without_an_option_helper_the_options_are_set_as_attributes(
     assert {k: getattr(seen[0], k) for k in OPTIONS} == OPTIONS
 
 
-# ---------------------------------------------------------------------- saving generated code
-def test_generated_code_is_saved_through_get_code(fake: FakeTorchNpu, tmp_path: Path) -> None:
+# ------------------------------------------------------------ generated code: out and back
+def _saving(notes: list[tuple[str | None, str | None]]) -> NpuGraphOptions:
+    return NpuGraphOptions(on_code=lambda code, why: notes.append((code, why)))
+
+
+def test_generated_code_is_handed_out_through_get_code(fake: FakeTorchNpu) -> None:
     ext = nge.load_extension()
-    target = tmp_path / "new" / "dir"  # created on demand
-    notes: list[str | None] = []
-    opts = NpuGraphOptions(cache_dir=str(target), cache_key="key", on_code=notes.append)
+    notes: list[tuple[str | None, str | None]] = []
     gm, x = _gm(), torch.ones(2)
-    compiled = nge.npu_graph_compile(gm, (x,), options=opts, extension=ext)
-    assert type(compiled).__name__ == "FakeCompiledFxGraph" and not hasattr(compiled, "code")
-    assert (target / "key").read_text(encoding="utf-8") == compiled.get_code() == gm.code
-    assert notes == [None]
+    compiled = nge.npu_graph_compile(gm, (x,), options=_saving(notes), extension=ext)
+    assert type(compiled).__name__ == "_CompiledFxGraph" and not hasattr(compiled, "code")
+    [(code, why)] = notes
+    assert why is None and code == compiled.get_code() and gm.code in code
     assert torch.equal(compiled(x)[0], x * 3)
     compiler_cls = ext.npu_fx_compiler._NpuFxCompiler
     assert "_get_compiled_gm" in vars(compiler_cls)  # the original is back
@@ -147,41 +146,111 @@ def test_generated_code_is_saved_through_get_code(fake: FakeTorchNpu, tmp_path: 
     [("call triton_kernel_wrapper_mutation(...)", "process-local Triton kernels"),
      (None, "generated no Python code for this graph")],  # get_code() gave the runner back
 )
-def test_code_that_cannot_be_reloaded_or_obtained_is_not_saved_and_says_why(
-        fake: FakeTorchNpu, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str | None,
+def test_code_that_cannot_be_reloaded_or_obtained_is_not_handed_out_and_says_why(
+        fake: FakeTorchNpu, monkeypatch: pytest.MonkeyPatch, code: str | None,
         reason: str) -> None:
     ext = nge.load_extension()
-    compiled_cls = type(nge.npu_graph_compile(_gm(), [torch.ones(2)], options=NpuGraphOptions(),
-                                              extension=ext))
+    compiled_cls = ext.npu_fx_compiler._CompiledFxGraph
     monkeypatch.setattr(compiled_cls, "get_code",
                         lambda self, extend_config=None: self.runner if code is None else code)
-    notes: list[str | None] = []
-    opts = NpuGraphOptions(cache_dir=str(tmp_path), cache_key="k", on_code=notes.append)
-    nge.npu_graph_compile(_gm(), [torch.ones(2)], options=opts, extension=ext)
-    assert list(tmp_path.iterdir()) == []
-    [note] = notes
-    assert note is not None and reason in note
+    notes: list[tuple[str | None, str | None]] = []
+    nge.npu_graph_compile(_gm(), [torch.ones(2)], options=_saving(notes), extension=ext)
+    [(handed, why)] = notes
+    assert handed is None and why is not None and reason in why
 
 
-def test_nothing_is_asked_or_saved_without_a_place(fake: FakeTorchNpu, tmp_path: Path) -> None:
+def test_nothing_is_asked_without_a_listener(fake: FakeTorchNpu,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     ext = nge.load_extension()
-    notes: list[str | None] = []
-    for cache_dir, key in ((None, "k"), (str(tmp_path / "d"), None)):
-        opts = NpuGraphOptions(cache_dir=cache_dir, cache_key=key, on_code=notes.append)
-        nge.npu_graph_compile(_gm(), [torch.ones(2)], options=opts, extension=ext)
-    assert list(tmp_path.rglob("*")) == [] and notes == []
+    compiler_cls = ext.npu_fx_compiler._NpuFxCompiler
+    original = compiler_cls._get_compiled_gm
+    seen: list[Any] = []
+
+    def spy(self: Any, gm: Any, example_inputs: Any) -> Any:
+        seen.append(compiler_cls._get_compiled_gm)
+        return original(self, gm, example_inputs)
+
+    monkeypatch.setattr(compiler_cls, "_get_compiled_gm", spy)
+    nge.npu_graph_compile(_gm(), [torch.ones(2)], options=NpuGraphOptions(), extension=ext)
+    assert seen == [spy]  # not wrapped
 
 
-def test_an_extension_without_the_compiler_class_says_so(fake: FakeTorchNpu,
-                                                         tmp_path: Path) -> None:
+def test_an_extension_without_the_compiler_class_says_so(fake: FakeTorchNpu) -> None:
     ext = nge.load_extension(("torchair",))  # the seam's torchair has no npu_fx_compiler
-    assert nge._compiler_class(ext) is None
-    notes: list[str | None] = []
-    opts = NpuGraphOptions(cache_dir=str(tmp_path), cache_key="k", on_code=notes.append)
+    assert nge._compiler_owner(ext) is None
+    notes: list[tuple[str | None, str | None]] = []
+    loads: list[str | None] = []
+    opts = NpuGraphOptions(on_code=lambda code, why: notes.append((code, why)),
+                           saved_code="def kernel(*a): pass", on_load=loads.append)
     nge.npu_graph_compile(_gm(), [torch.ones(2)], options=opts, extension=ext)
-    assert list(tmp_path.iterdir()) == []
-    assert notes == ["torch_npu.dynamo.torchair has no npu_fx_compiler._NpuFxCompiler."
-                     "_get_compiled_gm"]
+    why = "torch_npu.dynamo.torchair has no npu_fx_compiler._NpuFxCompiler._get_compiled_gm"
+    assert notes == [(None, why)] and loads == [why]
+
+
+def _saved_code(ext: Any, gm: torch.fx.GraphModule, x: torch.Tensor) -> str:
+    notes: list[tuple[str | None, str | None]] = []
+    nge.npu_graph_compile(gm, [x], options=_saving(notes), extension=ext)
+    [(code, _)] = notes
+    assert code is not None
+    return code
+
+
+def test_saved_code_is_loaded_back_through_load_artifacts_instead_of_compiling(
+        fake: FakeTorchNpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    ext = nge.load_extension()
+    x = torch.arange(3.0)
+    code = _saved_code(ext, _gm(), x)
+    compiler_cls = ext.npu_fx_compiler._NpuFxCompiler
+
+    def must_not_compile(self: Any, gm: Any, example_inputs: Any) -> Any:
+        raise AssertionError("compiled although saved code was given")
+
+    monkeypatch.setattr(compiler_cls, "_get_compiled_gm", must_not_compile)
+    loads: list[str | None] = []
+    opts = NpuGraphOptions(saved_code=code, on_load=loads.append)
+    # Another graph object: what runs is the saved code (x * 3), not this graph (x + 1).
+    other = torch.fx.symbolic_trace(lambda x: (x + 1,))
+    loaded = nge.npu_graph_compile(other, [x], options=opts, extension=ext)
+    assert loads == [None]
+    assert type(loaded).__name__ == "_CompiledFxGraph" and loaded.config is None
+    assert torch.equal(loaded(x)[0], x * 3)
+    assert compiler_cls._get_compiled_gm is must_not_compile  # restored
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [("def kernel(:", "SyntaxError"), ("x = 1", "AttributeError")],  # no kernel
+)
+def test_saved_code_that_does_not_load_is_one_note_and_a_compile(
+        fake: FakeTorchNpu, code: str, error: str) -> None:
+    ext = nge.load_extension()
+    loads: list[str | None] = []
+    notes: list[tuple[str | None, str | None]] = []
+    opts = NpuGraphOptions(saved_code=code, on_load=loads.append,
+                           on_code=lambda new, why: notes.append((new, why)))
+    gm, x = _gm(), torch.ones(2)
+    compiled = nge.npu_graph_compile(gm, [x], options=opts, extension=ext)
+    [why] = loads
+    assert why is not None and why.startswith(f"the saved code did not load ({error}")
+    assert torch.equal(compiled(x)[0], x * 3)
+    [(new_code, None_)] = notes  # the fresh compile's code is handed out to be saved again
+    assert new_code is not None and gm.code in new_code and None_ is None
+
+
+def test_saved_code_of_another_artifact_version_is_refused_by_the_extension(
+        fake: FakeTorchNpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    ext = nge.load_extension()
+    fx_module = ext.npu_fx_compiler
+    code = _saved_code(ext, _gm(), torch.ones(2))
+    real = fx_module._CompiledFxArtifacts
+    monkeypatch.setattr(fx_module, "_CompiledFxArtifacts",
+                        lambda py_code: real(version="0.0", py_code=py_code))
+    loads: list[str | None] = []
+    nge.npu_graph_compile(_gm(), [torch.ones(2)],
+                          options=NpuGraphOptions(saved_code=code, on_load=loads.append),
+                          extension=ext)
+    [why] = loads
+    assert why is not None and "Unsupported artifacts version: 0.0, expected: 0.1" in why
 
 
 # ------------------------------------------------------------------------------ the error
@@ -200,25 +269,3 @@ def test_no_extension_names_each_failure_and_the_way_out(
     _install(modules, second)
     assert nge.load_extension(("ascend_graph_missing_a", "ascend_graph_second_ext")) is second
     assert nge._EXTENSIONS == ("npugraph_ex", "torchair")  # preferred first
-
-
-def test_saved_code_is_utf8_under_a_non_utf8_locale(tmp_path: Path) -> None:
-    """The C locale without UTF-8 mode writes ASCII by default; the saved code is UTF-8."""
-    script = (
-        "import locale, sys, types\n"
-        "from pathlib import Path\n"
-        "from ascend_graph.npu_graph_ex import _saving_compiler\n"
-        "print(sys.flags.utf8_mode, locale.getpreferredencoding(False))\n"
-        "made = types.SimpleNamespace(get_code=lambda: '# r\\u00e9sum\\u00e9 \\u2192 fused\\n')\n"
-        "produce = _saving_compiler(lambda self, gm, inputs: made, Path(sys.argv[1]), print)\n"
-        "produce(object(), None, [])\n"
-    )
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
-           "PYTHONCOERCECLOCALE": "0", "PYTHONPATH": os.pathsep.join(sys.path)}  # fmt: skip
-    target = tmp_path / "code.py"
-    done = subprocess.run([sys.executable, "-c", script, str(target)], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    utf8_mode, encoding, note = done.stdout.split()
-    assert utf8_mode == "0" and encoding.lower() not in ("utf-8", "utf8") and note == "None"
-    assert target.read_bytes() == "# résumé → fused\n".encode()

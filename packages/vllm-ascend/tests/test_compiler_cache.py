@@ -3,6 +3,7 @@ missing, stale or foreign artifacts are one info "cache miss" and a normal compi
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 from ascend_graph import GraphFusionPassManager, loads_fused_graph
 from torch.utils._python_dispatch import TorchDispatchMode
 from vllm.config.utils import Range
-from vllm_ascend.compilation.compile_cache import read_entry
+from vllm_ascend.compilation.compile_cache import read_entry, write_entry
 from vllm_ascend.compilation.compiler import NPU_CODE_SUFFIX, PASS_KEY, AscendCompiler
 
 A = torch.ops.ascend
@@ -322,7 +323,7 @@ def seam_npugraph_ex(monkeypatch):
     npugraph_ex, its backend recording the graphs it gets; the generated code is the seam's
     (`get_code()`), with a Triton side-table call when `triton`, or none at all (`get_code()`
     gives the runner back, as the real one does when it cannot generate code) when `no_code`;
-    the first `failures` compiles raise."""
+    the first `failures` compiles raise; `ext.compiles` counts `_get_compiled_gm` calls."""
     from tools.npu_seam import install
 
     fakes = []
@@ -347,8 +348,18 @@ def seam_npugraph_ex(monkeypatch):
             return recording
 
         monkeypatch.setattr(ext, "get_npu_backend", get_npu_backend)
+        compiler_cls = ext.npu_fx_compiler._NpuFxCompiler
+        compile_gm = compiler_cls._get_compiled_gm
+        ext.compiles = 0
+
+        def counting(self, gm, example_inputs):
+            ext.compiles += 1
+            return compile_gm(self, gm, example_inputs)
+
+        monkeypatch.setattr(compiler_cls, "_get_compiled_gm", counting)
         compiled_cls = type(real(compiler_config=None)(torch.fx.symbolic_trace(
             lambda x: (x,)), [torch.ones(1)]))
+        ext.compiles = 0  # finding the class compiled once
         seam_code = compiled_cls.get_code
         if triton:
             monkeypatch.setattr(compiled_cls, "get_code", lambda self, extend_config=None: (
@@ -363,22 +374,76 @@ def seam_npugraph_ex(monkeypatch):
         fake.close()
 
 
-def test_npugraph_ex_saves_code_and_loads_the_fused_graph(tmp_path, graph, seam_npugraph_ex,
-                                                          compiler_log) -> None:
+def test_npugraph_ex_saves_code_and_loads_it_back_on_a_warm_start(
+        tmp_path, graph, seam_npugraph_ex, compiler_log) -> None:
     ext = seam_npugraph_ex()
     compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
     assert sorted(p.name for p in tmp_path.iterdir()) == [KEY, KEY + NPU_CODE_SUFFIX]
-    code = (tmp_path / (KEY + NPU_CODE_SUFFIX)).read_text()
-    assert "torch.ops.ascend.muls_add.default(" in code
+    assert ext.compiles == 1
+    code = payload(tmp_path / (KEY + NPU_CODE_SUFFIX)).decode()  # an entry like the graph
+    assert "torch.ops.ascend.muls_add.default(" in code and "def kernel(" in code
     loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
     assert sum(manager.counts.values()) == 0 and len(ext.graphs) == 2
+    assert ext.compiles == 1  # the warm start loaded the code instead of compiling it
+    [note] = [r.getMessage() for r in compiler_log if "npugraph_ex code" in r.getMessage()]
+    assert note == (f"npugraph_ex code loaded from {tmp_path / (KEY + NPU_CODE_SUFFIX)} "
+                    "(not compiled again)")
     given = [str(n.target) for n in ext.graphs[-1].graph.nodes if n.op == "call_function"]
     assert [t for t in given if t.startswith("ascend.")] == FUSED_OPS
     args = call_args(graph[1], 8)
-    assert same(run_logged(loaded, args)[1], run_logged(compiled, args)[1])
+    ops, out = run_logged(loaded, args)
+    assert ops[:2] == FUSED_OPS and same(out, run_logged(compiled, args)[1])
     fresh_load(tmp_path, graph, handle, backend="eager")  # an artifact of another backend
     assert "stale: made with backend='npugraph_ex'" in misses(compiler_log)[0]
     assert not [r for r in compiler_log if "not saved" in r.getMessage()]
+
+
+@pytest.mark.parametrize("damage", ["no_header", "flipped_byte", "no_kernel"])
+def test_npugraph_ex_code_that_does_not_check_out_is_compiled_again(
+        tmp_path, graph, seam_npugraph_ex, compiler_log, damage) -> None:
+    ext = seam_npugraph_ex()
+    compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
+    path = tmp_path / (KEY + NPU_CODE_SUFFIX)
+    planted = b"raise SystemExit('damaged code ran')\n"
+    if damage == "no_header":
+        path.write_bytes(planted)
+    elif damage == "flipped_byte":
+        write_entry(path, planted)
+        data = path.read_bytes()
+        path.write_bytes(data[:-5] + bytes([data[-5] ^ 0x01]) + data[-4:])
+    else:  # a whole entry, but not code the extension can load
+        write_entry(path, b"x = 1\n")
+    loaded, manager = fresh_load(tmp_path, graph, handle, backend="npugraph_ex")
+    assert ext.compiles == 2 and sum(manager.counts.values()) == 0  # saved graph, new code
+    messages = [r for r in compiler_log if "npugraph_ex code" in r.getMessage()]
+    if damage == "no_kernel":
+        [note] = messages
+        assert note.levelno == logging.INFO and "did not load (AttributeError" in note.getMessage()
+    else:
+        [warning] = rejections(compiler_log)
+        assert f"rejected the npugraph_ex code {path}" in warning
+    assert "def kernel(" in payload(path).decode()  # the fresh code replaced it
+    args = call_args(graph[1], 6)
+    assert same(run_logged(loaded, args)[1], run_logged(compiled, args)[1])
+
+
+def test_npugraph_ex_code_is_not_loaded_for_a_graph_that_changed(
+        tmp_path, graph, seam_npugraph_ex, compiler_log) -> None:
+    ext = seam_npugraph_ex()
+    compiled, handle = compiled_with_cache(tmp_path, graph, backend="npugraph_ex")
+    gm, inputs = graph
+    changed = copy.deepcopy(gm)
+    output = next(n for n in changed.graph.nodes if n.op == "output")
+    with changed.graph.inserting_before(output):
+        first = output.args[0][0]
+        doubled = changed.graph.call_function(torch.ops.aten.mul.Tensor, (first, 2))
+    output.args = ((doubled, *output.args[0][1:]),)
+    changed.recompile()
+    loaded, _ = fresh_load(tmp_path, (changed, inputs), handle, backend="npugraph_ex")
+    assert ext.compiles == 2
+    args = call_args(inputs, 5)
+    want = run_logged(compiled, args)[1]
+    assert torch.equal(run_logged(loaded, args)[1][0], want[0] * 2)
 
 
 def test_npugraph_ex_code_with_triton_kernels_is_not_saved(tmp_path, graph, seam_npugraph_ex,

@@ -204,8 +204,9 @@ def _warned(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in seen if r.levelno == logging.WARNING]
 
 
-def test_a_refused_root_is_replaced_once_with_one_warning(tmp_path: Path,
-                                                          warnings: pytest.LogCaptureFixture) -> None:
+def test_a_refused_root_is_replaced_once_with_one_warning(
+    tmp_path: Path, warnings: pytest.LogCaptureFixture
+) -> None:
     env = {"HOME": str(tmp_path / "home")}
     shared = tmp_path / "shared"
     shared.mkdir()

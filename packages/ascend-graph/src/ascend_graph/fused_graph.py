@@ -16,6 +16,7 @@ which names the `torch.ops.ascend.*` ops directly, and traces that code again on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import pickle
@@ -109,10 +110,20 @@ def compile_graph_fused(
         # The extension may rewrite what it is given; the fused graph must stay as saved.
         target = fused.graph if backend == "eager" else copy.deepcopy(fused.graph)
         return cast(Callable[..., Any], make_boxed_func(
-            backend_callable(target, inputs, backend, npu_options)))
+            backend_callable(target, inputs, backend, _code_options(npu_options, fused))))
 
     compiled = aot_autograd(fw_compiler=fw_compiler)(gm, list(example_inputs))
     return compiled, forwards[0]  # aot_autograd compiles the forward before returning
+
+
+def _code_options(options: Any, fused: FusedGraph) -> Any:
+    """`options` without its saved code unless the saved fused graph was reused: code
+    generated from another graph must not run in its place."""
+    if options is None or getattr(options, "saved_code", None) is None or fused.reused:
+        return options
+    if options.on_load is not None:
+        options.on_load("the graph differs from the one the code was generated for")
+    return dataclasses.replace(options, saved_code=None)
 
 
 def _settings(manager: GraphFusionPassManager, backend: str,

@@ -5,12 +5,15 @@
 through lazy proxies in `sys.modules`, whose `__name__` is the long one), and both expose
 `get_npu_backend(compiler_config=...)` and a `CompilerConfig`.
 
-To save generated code in the compile cache, the extension's
-`npu_fx_compiler._NpuFxCompiler._get_compiled_gm(self, gm, example_inputs)` is wrapped for the
-duration of one compile (always restored, even when compilation fails): it returns a
-`_CompiledFxGraph`, whose `get_code()` gives the generated Python source (or the runner itself
-when the extension cannot generate code for the graph). `NpuGraphOptions.on_code` hears what
-became of the code: None when saved, else the reason it was not.
+Generated code goes to and comes back from the caller's compile cache (this package writes no
+files): the extension's `npu_fx_compiler._NpuFxCompiler._get_compiled_gm(self, gm,
+example_inputs)` is wrapped for the duration of one compile (always restored, even when
+compilation fails). Saving: the real method returns a `_CompiledFxGraph`, whose `get_code()`
+gives the generated Python source (or the runner itself when the extension cannot generate
+code for the graph); `NpuGraphOptions.on_code` hears `(code, None)` or `(None, why not)`.
+Loading: with `NpuGraphOptions.saved_code`, the wrapper returns
+`_CompiledFxGraph.load_artifacts(_CompiledFxArtifacts(py_code=saved_code))` instead of
+compiling; `NpuGraphOptions.on_load` hears None (loaded) or why it was not (then it compiles).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import contextlib
 import importlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
@@ -34,14 +36,16 @@ class NpuGraphUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class NpuGraphOptions:
-    """Options of the NPU graph backend (all part of `compute_hash`)."""
+    """Options of the NPU graph backend (the compared ones are part of `compute_hash`)."""
 
     static_kernel: bool = False
     decode_batch_sizes: tuple[int, ...] = ()
-    cache_dir: str | None = None
-    cache_key: str | None = None
-    #: Called once per compile that was to save code: None (saved) or why it was not.
-    on_code: Callable[[str | None], None] | None = field(default=None, compare=False)
+    #: Hears each compile's generated code: `(code, None)`, or `(None, why there is none)`.
+    on_code: Callable[[str | None, str | None], None] | None = field(default=None, compare=False)
+    #: Code an earlier compile of the same graph generated, to load back instead of compiling.
+    saved_code: str | None = field(default=None, compare=False)
+    #: Hears whether `saved_code` was used: None (loaded), or why not (then it compiled).
+    on_load: Callable[[str | None], None] | None = field(default=None, compare=False)
 
 
 def extension_kind(ext: ModuleType) -> str:
@@ -151,30 +155,46 @@ def _code_of(compiled: Any) -> tuple[str | None, str | None]:
     return code, None
 
 
-def _saving_compiler(original: Callable[..., Any], path: Path,
-                     report: Callable[[str | None], None]) -> Callable[..., Any]:
-    """Wrap `_get_compiled_gm(self, gm, example_inputs)` so the generated code lands in
-    `path`; `report` hears None (saved) or the reason it was not."""
+def _saving_compiler(original: Callable[..., Any],
+                     report: Callable[[str | None, str | None], None]) -> Callable[..., Any]:
+    """Wrap `_get_compiled_gm(self, gm, example_inputs)` so that `report` hears the generated
+    code, or why there is none."""
 
     def produce(self: Any, gm: fx.GraphModule, example_inputs: Any, *args: Any,
                 **kwargs: Any) -> Any:
         compiled = original(self, gm, example_inputs, *args, **kwargs)
-        code, reason = _code_of(compiled)
-        if code is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(code, encoding="utf-8")
-        report(reason)
+        report(*_code_of(compiled))
         return compiled
 
     return produce
 
 
-def _compiler_class(ext: ModuleType) -> Any:
-    """The extension's FX compiler class: `npu_fx_compiler._NpuFxCompiler` (None if absent)."""
+def _loading_compiler(compile_gm: Callable[..., Any], owner: Any, code: str,
+                      report: Callable[[str | None], None]) -> Callable[..., Any]:
+    """Wrap `_get_compiled_gm` so that it builds the compiled graph from `code` through the
+    extension's own `_CompiledFxGraph.load_artifacts`; `compile_gm` runs when that fails."""
+
+    def produce(self: Any, gm: fx.GraphModule, example_inputs: Any, *args: Any,
+                **kwargs: Any) -> Any:
+        try:
+            artifacts = owner._CompiledFxArtifacts(py_code=code)
+            loaded = owner._CompiledFxGraph.load_artifacts(artifacts)
+        except Exception as exc:  # stale or foreign code must only cost a compile
+            report(f"the saved code did not load ({type(exc).__name__}: {exc}); compiled again")
+            return compile_gm(self, gm, example_inputs, *args, **kwargs)
+        report(None)
+        return loaded
+
+    return produce
+
+
+def _compiler_owner(ext: ModuleType) -> tuple[Any, Any] | None:
+    """`(module, _NpuFxCompiler)`: the extension's `npu_fx_compiler` module (it also holds
+    `_CompiledFxGraph` and `_CompiledFxArtifacts`) and its FX compiler class; None if absent."""
     for owner in (getattr(ext, "npu_fx_compiler", None), ext):
         cls = getattr(owner, "_NpuFxCompiler", None)
         if cls is not None and hasattr(cls, "_get_compiled_gm"):
-            return cls
+            return owner, cls
     return None
 
 
@@ -188,15 +208,23 @@ def npu_graph_compile(
     """Compile `gm` (already rewritten by the passes) with the NPU graph extension."""
     ext = extension if extension is not None else load_extension()
     backend = ext.get_npu_backend(compiler_config=_compiler_config(ext, options))
-    if not (options.cache_dir and options.cache_key):
-        return cast(Callable[..., Any], backend(gm, list(example_inputs)))
-    report = options.on_code or (lambda reason: None)
-    compiler_cls = _compiler_class(ext)
-    if compiler_cls is None:
-        report(f"{ext.__name__} has no npu_fx_compiler._NpuFxCompiler._get_compiled_gm")
-        return cast(Callable[..., Any], backend(gm, list(example_inputs)))
-    path = Path(options.cache_dir) / options.cache_key
-    original = compiler_cls._get_compiled_gm
-    with patched_attribute(compiler_cls, "_get_compiled_gm",
-                           _saving_compiler(original, path, report)):
-        return cast(Callable[..., Any], backend(gm, list(example_inputs)))
+    inputs = list(example_inputs)
+    if options.on_code is None and options.saved_code is None:
+        return cast(Callable[..., Any], backend(gm, inputs))
+    found = _compiler_owner(ext)
+    if found is None:
+        why = f"{ext.__name__} has no npu_fx_compiler._NpuFxCompiler._get_compiled_gm"
+        if options.saved_code is not None and options.on_load is not None:
+            options.on_load(why)
+        if options.on_code is not None:
+            options.on_code(None, why)
+        return cast(Callable[..., Any], backend(gm, inputs))
+    owner, compiler_cls = found
+    compile_gm = compiler_cls._get_compiled_gm
+    if options.on_code is not None:
+        compile_gm = _saving_compiler(compile_gm, options.on_code)
+    if options.saved_code is not None:
+        compile_gm = _loading_compiler(compile_gm, owner, options.saved_code,
+                                       options.on_load or (lambda reason: None))
+    with patched_attribute(compiler_cls, "_get_compiled_gm", compile_gm):
+        return cast(Callable[..., Any], backend(gm, inputs))

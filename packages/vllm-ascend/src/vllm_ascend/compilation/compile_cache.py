@@ -108,3 +108,21 @@ def read_fused(path: Path, *, manager: Any, backend: str, compile_range: Any) ->
     except FusedGraphError as exc:
         logger.info("AscendCompiler cache miss for %s (%s); compiling again", path, exc)
         return None
+
+
+def read_code(path: Path) -> str | None:
+    """npugraph_ex's generated code saved at ``path`` as a cache entry (it is executed when
+    loaded; the compiler reads it only from a trusted cache dir), or None after one log line:
+    a warning naming a damaged entry or one that is not a regular file, info for anything else
+    that makes it unusable; nothing when there is none."""
+    try:
+        return read_entry(path).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (UntrustedPathError, DamagedEntryError) as exc:
+        logger.warning("AscendCompiler rejected the npugraph_ex code %s (%s); it is not "
+                       "loaded, compiling again", path, exc)
+    except (OSError, UnicodeDecodeError) as exc:
+        logger.info("AscendCompiler cannot use the npugraph_ex code %s (%s); compiling again",
+                    path, exc)
+    return None

@@ -13,11 +13,13 @@ stale artifact is one info "cache miss" and a normal compile; a damaged one (its
 not match, see ``compile_cache``) or one that is not a regular file is one warning naming the
 file, then a normal compile that writes it anew. A cache dir that fails the root rule of
 ``runtime.trusted_paths`` turns the cache off with one warning per process: nothing is read
-from or written to it. On npugraph_ex the
-extension's generated code (``_CompiledFxGraph.get_code()``) is also saved, as
-``<key>.npugraph_ex.py``, unless it calls process-local Triton kernels; it is for inspection
-only (the saved fused graph is what ``load`` uses: a warm start hands it to the extension
-again). When the code cannot be obtained, one warning per process says why.
+from or written to it. On npugraph_ex the extension's generated code
+(``_CompiledFxGraph.get_code()``) is also saved, as a checksummed entry like the fused graph,
+as ``<key>.npugraph_ex.py``, unless it calls process-local Triton kernels; a warm start that
+reuses the fused graph loads that code back through the extension's
+``_CompiledFxGraph.load_artifacts`` instead of compiling it again (code that is missing or
+does not load is one info line, a damaged entry one warning, then a normal compile of the
+saved graph). When the code cannot be obtained, one warning per process says why.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import copy
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
@@ -35,6 +38,7 @@ from vllm_ascend.compilation.compile_cache import (
     artifact_path,
     check_key,
     parse_handle,
+    read_code,
     read_fused,
     write_entry,
 )
@@ -104,6 +108,18 @@ def _return_tuple(graph: Any) -> bool:
     output.args = ((output.args[0],),)
     graph.recompile()
     return False
+
+
+@dataclass
+class _CodeNotes:
+    """What one npugraph_ex compile said about its code: ``made`` (code, why none) per
+    compile, ``loaded`` None (saved code loaded) or why it was not."""
+
+    made: list[tuple[str | None, str | None]] = field(default_factory=list)
+    loaded: list[str | None] = field(default_factory=list)
+
+    def hear(self, code: str | None, why: str | None) -> None:
+        self.made.append((code, why))
 
 
 class AscendCompiler(CompilerInterface):
@@ -202,8 +218,7 @@ class AscendCompiler(CompilerInterface):
             key = "ascend_fused_" + hashlib.sha256(
                 f"{graph.code}{compile_range}".encode()).hexdigest()[:24]
         check_key(key)
-        compiled, fused = self._compile(graph, example_inputs, fusion, compile_range,
-                                        code_key=key + NPU_CODE_SUFFIX)
+        compiled, fused = self._compile(graph, example_inputs, fusion, compile_range, key=key)
         return compiled, self._save(fused, fusion, compile_range, key)
 
     def load(self, handle: Any, graph: Any, example_inputs: list[Any], graph_index: int,
@@ -223,9 +238,10 @@ class AscendCompiler(CompilerInterface):
         compiled: Any = None
         fused = None
         if saved is not None:
+            saved_code = self._saved_code(key)
             try:
                 compiled, fused = self._compile(graph, example_inputs, fusion, compile_range,
-                                                reuse=saved)
+                                                key=key, reuse=saved, saved_code=saved_code)
             except Exception as exc:  # a saved graph must never stop the engine
                 logger.info("AscendCompiler cache miss for %s (the saved graph failed: %r); "
                             "compiling again", path, exc)
@@ -235,52 +251,73 @@ class AscendCompiler(CompilerInterface):
                 logger.info("AscendCompiler cache miss for %s (graph %d differs from the "
                             "saved one); compiled again", path, graph_index)
         if fused is None:
-            compiled, fused = self._compile(graph, example_inputs, fusion, compile_range)
+            compiled, fused = self._compile(graph, example_inputs, fusion, compile_range,
+                                            key=key)
         if self.caching:
             self._save(fused, fusion, compile_range, key)  # the next start hits again
         return compiled
 
+    def _saved_code(self, key: str) -> str | None:
+        """npugraph_ex's code saved with the artifact ``key``, if it checks out."""
+        if self.backend != "npugraph_ex" or not self.caching:
+            return None
+        return read_code(artifact_path(self.cache_dir, key + NPU_CODE_SUFFIX))
+
     def _compile(self, graph: Any, example_inputs: list[Any], fusion: Any, compile_range: Any,
-                 *, reuse: Any = None, code_key: str | None = None) -> tuple[Any, Any]:
+                 *, key: str | None = None, reuse: Any = None,
+                 saved_code: str | None = None) -> tuple[Any, Any]:
         from ascend_graph import NpuGraphOptions, compile_graph_fused
 
         # Compilation may rewrite the graph in place; vLLM keeps using the original.
         graph = copy.deepcopy(graph)
         returns_tuple = _return_tuple(graph)
         options = None
-        code_notes: list[str | None] = []
+        code = _CodeNotes()
+        caching_code = self.caching and key is not None
         if self.backend == "npugraph_ex":
-            code_dir = self.cache_dir if code_key else None
-            if code_dir and code_key:  # an old file must not pass for this compile's code
-                artifact_path(code_dir, code_key).unlink(missing_ok=True)
             plan = self.static_kernel
             plan.apply_environment()
             options = NpuGraphOptions(
                 static_kernel=plan.enabled, decode_batch_sizes=plan.decode_batch_sizes,
-                cache_dir=code_dir, cache_key=code_key, on_code=code_notes.append,
+                on_code=code.hear if caching_code else None,
+                saved_code=saved_code, on_load=code.loaded.append,
             )
         compiled, fused = compile_graph_fused(
             graph, example_inputs, manager=fusion, backend=self.backend,
             compile_range=compile_range, npu_options=options, reuse=reuse,
         )
-        if options is not None and options.cache_dir and code_key:
-            self._report_code(code_key, code_notes)
+        if options is not None and caching_code:
+            assert key is not None
+            self._keep_code(key, code)
         if returns_tuple:
             return compiled, fused
         return (lambda *args: compiled(*args)[0]), fused
 
-    def _report_code(self, code_key: str, notes: list[str | None]) -> None:
-        """Say why npugraph_ex's code was not saved: process-local Triton kernels are expected
-        (info); any other reason means the code cannot be obtained (one warning per process)."""
+    def _keep_code(self, key: str, notes: _CodeNotes) -> None:
+        """Save the code npugraph_ex generated (a checksummed entry), or say why there is
+        none: process-local Triton kernels are expected (info); any other reason means the code
+        cannot be obtained (one warning per process). A load of saved code is one info line
+        either way."""
         from vllm_ascend.runtime.process_setup import current_process_setup
 
-        path = artifact_path(self.cache_dir, code_key)
-        reasons = [n for n in notes if n is not None]
-        if not notes:
-            reasons = ["the extension never called _NpuFxCompiler._get_compiled_gm"]
-        if not reasons and path.exists():
+        path = artifact_path(self.cache_dir, key + NPU_CODE_SUFFIX)
+        for why in notes.loaded:
+            if why is None:
+                logger.info("npugraph_ex code loaded from %s (not compiled again)", path)
+            else:
+                logger.info("npugraph_ex code in %s not used: %s", path, why)
+        if notes.loaded == [None]:
             return
-        reason = "; ".join(dict.fromkeys(reasons)) or "nothing was written"
+        reasons = [why for code, why in notes.made if code is None and why is not None]
+        for code, _ in notes.made:
+            if code is not None:
+                self._write(path, code.encode("utf-8"))
+        if not notes.made:
+            reasons = ["the extension never called _NpuFxCompiler._get_compiled_gm"]
+        if not reasons:
+            return
+        path.unlink(missing_ok=True)  # an old file must not pass for this graph's code
+        reason = "; ".join(dict.fromkeys(reasons))
         if "Triton" in reason:
             logger.info("npugraph_ex code for %s not saved: %s; the fused graph is saved and "
                         "reused", path, reason)
@@ -289,6 +326,16 @@ class AscendCompiler(CompilerInterface):
             f"npugraph_ex code not saved in the compile cache: {reason}; the fused graph is "
             "saved and reused", logger)
 
+    def _write(self, path: Path, data: bytes) -> bool:
+        """Write ``data`` as a checksummed entry; False (one warning) when the file system
+        refuses."""
+        try:
+            write_entry(path, data)
+        except OSError as exc:
+            logger.warning("AscendCompiler could not write %s (%s); not cached", path, exc)
+            return False
+        return True
+
     def _save(self, fused: Any, fusion: Any, compile_range: Any, key: str) -> Any:
         from ascend_graph import FusedGraphError, dumps_fused_graph
 
@@ -296,11 +343,7 @@ class AscendCompiler(CompilerInterface):
         try:
             data = dumps_fused_graph(fused, manager=fusion, backend=self.backend,
                                      compile_range=compile_range)
-            write_entry(path, data)
         except FusedGraphError as exc:
             logger.info("AscendCompiler does not cache %s: %s", path, exc)
             return None
-        except OSError as exc:
-            logger.warning("AscendCompiler could not write %s (%s); not cached", path, exc)
-            return None
-        return (key, str(path))
+        return (key, str(path)) if self._write(path, data) else None
