@@ -8,11 +8,9 @@ outside the worker processes (the fusion counts of a worker exist only in that w
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -63,18 +61,13 @@ def write_rank_report(report: Mapping[str, Any],
     directory = env.get(REPORT_DIR_ENV)
     if not directory:
         return None
+    from vllm_ascend.runtime.trusted_paths import write_atomic
+
     target = Path(directory) / report_name(int(report["dp_rank"]), int(report["rank"]))
-    tmp = None
     try:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".rank-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2, sort_keys=True)
-        os.replace(tmp, target)
+        write_atomic(target, json.dumps(report, indent=2, sort_keys=True).encode("utf-8"))
     except (OSError, TypeError, ValueError) as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         logger.warning("rank report not written to %s: %s", target, exc)
         return None
     return target
