@@ -42,7 +42,10 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
         if environ is None:
             from vllm_ascend.runtime.process_setup import current_process_setup
 
-            current_process_setup().roots.secure_vllm_cache_root()
+            try:
+                current_process_setup().roots.secure_vllm_cache_root()
+            except OSError as exc:  # no private directory at all: vLLM's own errors follow
+                logger.warning("vllm-ascend: cannot check VLLM_CACHE_ROOT (%s)", exc)
     if platform == device_probe.CPU_PLATFORM and environ is None:
         from vllm_ascend.platform.host_huge_pages import apply_host_huge_pages
 
