@@ -123,3 +123,25 @@ def test_bad_device_mode_is_logged_before_vllm_swallows_it(caplog) -> None:
     with caplog.at_level(logging.ERROR, logger="vllm_ascend"), pytest.raises(ValueError):
         vllm_ascend.register({"VLLM_ASCEND_DEVICE": "cpuu"})
     assert "VLLM_ASCEND_DEVICE" in caplog.text and "'cpuu'" in caplog.text
+
+
+def test_register_keeps_the_platform_when_vllm_cache_root_cannot_be_secured(
+    monkeypatch, caplog
+) -> None:
+    from vllm_ascend.runtime.trusted_paths import TrustedRoots
+
+    def no_private_dir(self, environ=None):
+        raise PermissionError(13, "Permission denied", "/nowhere")
+
+    monkeypatch.setenv("VLLM_ASCEND_DEVICE", "cpu")
+    monkeypatch.setattr(TrustedRoots, "secure_vllm_cache_root", no_private_dir)
+    logger = logging.getLogger("vllm_ascend")
+    logger.addHandler(caplog.handler)
+    try:
+        assert vllm_ascend.register() == CPU_PLATFORM  # vLLM would drop a raising plugin
+    finally:
+        logger.removeHandler(caplog.handler)
+    records = {id(r): r for r in caplog.records}.values()  # root may have seen it too
+    warned = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert warned == ["vllm-ascend: cannot check VLLM_CACHE_ROOT ([Errno 13] Permission "
+                      "denied: '/nowhere')"]
