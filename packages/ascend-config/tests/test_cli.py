@@ -21,7 +21,7 @@ def run(*argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ascend_config.env_registry import REGISTRY
+    from ascend_config.envs import REGISTRY
 
     for var in REGISTRY:
         monkeypatch.delenv(var.name, raising=False)

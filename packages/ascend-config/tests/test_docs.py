@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ascend_config.introspect import all_paths
 from ascend_config.reference_doc import render_markdown
+from ascend_config.schema.introspect import all_paths
 
 # The workspace root, found by its lock file: the mutation runner (tools/mutation.py) runs
 # these tests from a copy one directory deeper.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ascend_config import EnvVarError, envs
-from ascend_config.env_registry import BY_NAME, REGISTRY
+from ascend_config.envs import BY_NAME, REGISTRY
 
 SAMPLES = {
     "flag": [("1", True), ("0", False), ("true", True), ("OFF", False), ("2", True)],

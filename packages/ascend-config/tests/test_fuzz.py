@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from ascend_config import AscendConfigError, DeploymentFacts, resolve
-from ascend_config.introspect import all_paths
+from ascend_config.schema.introspect import all_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -20,9 +20,9 @@ import yaml
 from ascend_config import AscendConfig, AscendConfigError, DeploymentFacts, FactsError, resolve
 from ascend_config.cli import main
 from ascend_config.facts import KV_ROLES, SOCS
-from ascend_config.introspect import all_paths
+from ascend_config.inputs import InputError, parse_json_text, parse_yaml_text
 from ascend_config.limits import MAX_CONFIG_BYTES, MAX_DEPTH
-from ascend_config.reading import InputError, parse_json_text, parse_yaml_text
+from ascend_config.schema.introspect import all_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

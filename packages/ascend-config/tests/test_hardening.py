@@ -120,7 +120,7 @@ def test_special_files_are_refused(path: str, kind: str) -> None:
     ("fifo", "a named pipe (FIFO)"), ("dir", "a directory"), ("/dev/null", "a character device"),
     ("/dev/zero", "a character device")])
 def test_special_files_refused_in_process(tmp_path: Path, make: str, kind: str) -> None:
-    from ascend_config.reading import InputError, read_text_file
+    from ascend_config.inputs import InputError, read_text_file
 
     path = tmp_path / "x"
     if make == "fifo":
@@ -322,7 +322,7 @@ def test_surrogate_in_environment_value() -> None:
 # --- unbounded work -----------------------------------------------------------------------
 
 def test_fifty_thousand_unknown_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ascend_config import validation
+    from ascend_config.schema import validation
 
     calls = []
     real = validation.suggest

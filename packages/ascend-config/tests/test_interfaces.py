@@ -154,7 +154,7 @@ def test_stdin_must_be_a_byte_stream(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_stdin_read_errors_and_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ascend_config.reading import InputError, read_stream
+    from ascend_config.inputs import InputError, read_stream
 
     class Broken(io.RawIOBase):
         def readable(self) -> bool:
@@ -318,7 +318,7 @@ def test_envs_read_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_unknown_names_are_attribute_errors() -> None:
     import ascend_config
-    from ascend_config.env_registry import read
+    from ascend_config.envs import read
 
     with pytest.raises(AttributeError) as info:
         read("NOT_A_VAR", {})
@@ -333,10 +333,10 @@ def test_unknown_names_are_attribute_errors() -> None:
 # --- schema-building helpers (they run at import, so they are checked directly) -------------
 
 def test_field_helpers() -> None:
-    from ascend_config.env_registry import _v
-    from ascend_config.schema_base import opt, sub
-    from ascend_config.schema_parallel import CpuBindingConfig
-    from ascend_config.schema_top import _legacy
+    from ascend_config.envs import _v
+    from ascend_config.schema.base import opt, sub
+    from ascend_config.schema.sections import CpuBindingConfig
+    from ascend_config.schema.top import _legacy
 
     plain = opt(3, "d")
     assert (plain.default, plain.description, plain.json_schema_extra) == (3, "d", None)

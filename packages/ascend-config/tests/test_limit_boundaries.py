@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from ascend_config import AscendConfigError, DeploymentFacts, FactsError, resolve
-from ascend_config.env_registry import BY_NAME, EnvVar, EnvVarError
+from ascend_config.envs import BY_NAME, EnvVar, EnvVarError
 from ascend_config.errors import AscendConfigError as Err
 from ascend_config.errors import make_problem
 
@@ -192,7 +192,7 @@ def test_int_allowed_wording(bounds: tuple[int, int] | None, allowed: str) -> No
 
 
 def test_scan_depth_of_list_items_and_of_container_keys() -> None:
-    from ascend_config.bounds import Finding, scan
+    from ascend_config.inputs import Finding, scan
 
     # Lists: [[0]] is 2 levels, [[[0]]] is 3.
     assert scan([[0]], max_depth=2, max_values=100) is None

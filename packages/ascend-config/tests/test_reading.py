@@ -1,4 +1,4 @@
-"""ascend_config.reading: what a read refuses and the exact one-line messages, in-process."""
+"""ascend_config.inputs: what a read refuses and the exact one-line messages, in-process."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 from ascend_config import DeploymentFacts, FactsError
-from ascend_config.limits import MAX_DEPTH, MAX_FACTS_BYTES
-from ascend_config.reading import (
+from ascend_config.inputs import (
     InputError,
     json_depth,
     load_config_file,
@@ -19,6 +18,7 @@ from ascend_config.reading import (
     read_text_file,
     show_path,
 )
+from ascend_config.limits import MAX_DEPTH, MAX_FACTS_BYTES
 
 
 @pytest.mark.parametrize(("text", "depth"), [
@@ -184,7 +184,7 @@ def test_load_config_file_by_suffix(tmp_path: Path) -> None:
 
 
 def test_stream_limit_reads_at_most_one_byte_more() -> None:
-    from ascend_config.reading import read_stream
+    from ascend_config.inputs import read_stream
 
     stream = io.BytesIO(b"x" * 100)
     with pytest.raises(InputError):

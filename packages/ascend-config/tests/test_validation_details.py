@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 import pytest
 from ascend_config import AscendConfigError, DeploymentFacts, Problem, resolve
 from ascend_config.cli import main
-from ascend_config.introspect import allowed_text, suggest, type_text
-from ascend_config.schema_top import AdditionalConfig
+from ascend_config.schema.introspect import allowed_text, suggest, type_text
+from ascend_config.schema.top import AdditionalConfig
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
@@ -106,8 +106,7 @@ def test_suggest(key: str, guess: str | None) -> None:
 
 
 def test_suggest_inside_a_section() -> None:
-    from ascend_config.schema_features import RlConfig
-    from ascend_config.schema_scheduler import DyntraLBConfig
+    from ascend_config.schema.sections import DyntraLBConfig, RlConfig
 
     assert suggest("end_stp", DyntraLBConfig) == "end_step"
     assert suggest("refresh", RlConfig) == "refresh"  # the top-level key of that name
@@ -339,14 +338,14 @@ def test_suggest_length_bound() -> None:
 
 
 def test_suggest_cutoff_is_inclusive() -> None:
-    from ascend_config.schema_scheduler import DyntraLBConfig
+    from ascend_config.schema.sections import DyntraLBConfig
 
     # "end" / "enabled": 2 * 3 matching / (3 + 7) characters = exactly 0.6
     assert suggest("end", DyntraLBConfig) == "enabled"
 
 
 def test_unnamed_annotation_is_written_as_text() -> None:
-    from ascend_config.introspect import _base_text
+    from ascend_config.schema.introspect import _base_text
 
     assert _base_text(typing.ForwardRef("Later")) == ("ForwardRef('Later')", False)
     assert _base_text(bytes) == ("bytes", False)
@@ -421,7 +420,7 @@ def test_decorated_hash_emits_no_warnings() -> None:
 
 
 def test_closest_prefers_the_first_on_a_tie() -> None:
-    from ascend_config.introspect import _closest
+    from ascend_config.schema.introspect import _closest
 
     assert _closest("a", ["ab", "ba"], 0.6) == (2 / 3, "ab")
     assert _closest("a", ["ab", "ba"], 0.7) is None
@@ -460,7 +459,7 @@ def test_odd_keys_deep_in_a_section_drop_only_themselves() -> None:
     ("[[], [], [], " + "[" * 31 + "]" * 31 + "]", True),
 ])
 def test_yaml_depth_after_closing(text: str, accepted: bool) -> None:
-    from ascend_config.reading import InputError, parse_yaml_text
+    from ascend_config.inputs import InputError, parse_yaml_text
 
     if accepted:
         assert parse_yaml_text(text, "t")[0] == []

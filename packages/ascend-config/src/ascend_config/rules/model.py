@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ascend_config.rule_context import RuleContext
+from ascend_config.rules.context import RuleContext
 
 MOONCAKE_CONNECTORS = frozenset({"MooncakeConnector", "MooncakeConnectorV1"})
 LI_C8_SUFFIXES = (".indexer.quant_type", ".indexer.wq_b_weight")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ascend_config.facts import DeploymentFacts
-from ascend_config.rule_context import RuleContext
+from ascend_config.rules.context import RuleContext
 
 MAX_HIERARCHY_EXPERTS = 512
 IRQ_MIN_CPUS_PER_NPU = 5  # 2 IRQ + main + acl + release

@@ -1,13 +1,15 @@
-"""The top level of ``additional_config``: canonical keys, legacy spellings, retired keys."""
+"""The top level of ``additional_config`` (canonical keys, legacy spellings, retired keys)
+and its JSON Schema (what ``ascend-config schema`` prints).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from pydantic.config import JsonDict
 
-from ascend_config.schema_base import (
+from ascend_config.schema.base import (
     Bool,
     Int,
     JsonObject,
@@ -17,23 +19,21 @@ from ascend_config.schema_base import (
     opt,
     sub,
 )
-from ascend_config.schema_compilation import (
+from ascend_config.schema.sections import (
     AscendCompilationConfig,
     AscendFusionConfig,
-    XliteGraphConfig,
-)
-from ascend_config.schema_features import (
+    BatchJobSchedConfig,
+    CpuBindingConfig,
     DynamicSpecConfig,
+    EplbConfig,
+    FinegrainedTPConfig,
+    ProfilingChunkConfig,
     RejectionSamplerConfig,
     RlConfig,
-    SparseKVOffloadConfig,
-)
-from ascend_config.schema_parallel import CpuBindingConfig, EplbConfig, FinegrainedTPConfig
-from ascend_config.schema_scheduler import (
-    BatchJobSchedConfig,
-    ProfilingChunkConfig,
     SchedulerConfig,
     ShortRequestFirstConfig,
+    SparseKVOffloadConfig,
+    XliteGraphConfig,
 )
 
 DEFAULT_LOG_PATH = "~/ascend/log/vllm_ascend"
@@ -140,3 +140,12 @@ class AdditionalConfig(TopLevelOptions):
     enable_flashcomm1: Bool | None = Field(
         None, description="deprecated: FlashComm uses upstream configuration (only warns)",
         json_schema_extra=_legacy("vLLM's upstream sequence-parallel configuration"))
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the accepted ``additional_config`` object."""
+    schema = AdditionalConfig.model_json_schema(mode="validation")
+    schema["title"] = "vLLM Ascend additional_config"
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["x-retired-keys"] = dict(RETIRED_KEYS)
+    return schema

@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from ascend_config.bounds import scan, text_problem
+from ascend_config.inputs import scan, text_problem
 from ascend_config.limits import MAX_CONFIG_VALUES, MAX_DEPTH, MAX_PATH_CHARS
 
 

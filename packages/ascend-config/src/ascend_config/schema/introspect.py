@@ -18,8 +18,8 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from ascend_config.schema_base import Section
-from ascend_config.schema_top import AdditionalConfig
+from ascend_config.schema.base import Section
+from ascend_config.schema.top import AdditionalConfig
 
 
 @dataclass(frozen=True)

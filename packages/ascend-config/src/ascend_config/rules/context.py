@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascend_config.bounds import text_problem
-from ascend_config.env_registry import BY_NAME, EnvChange, EnvValue, EnvVarError
+from ascend_config.envs import BY_NAME, EnvChange, EnvValue, EnvVarError
 from ascend_config.errors import Problem, make_problem
 from ascend_config.facts import DeploymentFacts
-from ascend_config.schema_top import TopLevelOptions
+from ascend_config.inputs import text_problem
+from ascend_config.schema.top import TopLevelOptions
 
 
 @dataclass

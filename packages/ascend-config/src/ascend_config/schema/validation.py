@@ -15,9 +15,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from ascend_config.errors import Problem, make_problem, render_path
-from ascend_config.introspect import allowed_text, field_at, section_of, suggest
 from ascend_config.limits import MAX_REPORTED_PROBLEMS
-from ascend_config.schema_top import AdditionalConfig
+from ascend_config.schema.introspect import allowed_text, field_at, section_of, suggest
+from ascend_config.schema.top import AdditionalConfig
 
 _MAX_ROUNDS = 4
 
