@@ -59,3 +59,9 @@ def test_rendered_page_equals_the_committed_page() -> None:
     # In-process twin of the --check run above (the mutation runner sees this one).
     committed = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert render_markdown() == committed
+
+
+def test_table_cell_text() -> None:
+    from ascend_config.reference_doc import _cell
+
+    assert _cell("a|b\nc") == "a\\|b c"

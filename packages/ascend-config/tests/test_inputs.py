@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
-from ascend_config import DeploymentFacts, FactsError
+import yaml
+from ascend_config import (
+    AscendConfig,
+    AscendConfigError,
+    DeploymentFacts,
+    FactsError,
+    resolve,
+)
 from ascend_config.inputs import (
     InputError,
     json_depth,
@@ -18,7 +27,14 @@ from ascend_config.inputs import (
     read_text_file,
     show_path,
 )
-from ascend_config.limits import MAX_DEPTH, MAX_FACTS_BYTES
+from ascend_config.limits import (
+    MAX_CONFIG_BYTES,
+    MAX_DEPTH,
+    MAX_FACTS_BYTES,
+)
+from ascend_config.schema.introspect import all_paths
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(("text", "depth"), [
@@ -265,3 +281,162 @@ def test_yaml_scalars_that_cannot_be_built_are_input_errors(text: str, why: str)
 )
 def test_yaml_scalars_at_the_edge_still_parse(text: str, value: str) -> None:
     assert str(parse_yaml_text(text, "t")["a"]) == value
+
+
+@pytest.mark.parametrize(("make", "kind"), [
+    ("fifo", "a named pipe (FIFO)"), ("dir", "a directory"), ("/dev/null", "a character device"),
+    ("/dev/zero", "a character device")])
+def test_special_files_refused_in_process(tmp_path: Path, make: str, kind: str) -> None:
+    from ascend_config.inputs import InputError, read_text_file
+
+    path = tmp_path / "x"
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "dir":
+        path.mkdir()
+    else:
+        path = Path(make)
+    with pytest.raises(InputError) as info:
+        read_text_file(path, MAX_CONFIG_BYTES, "what")
+    assert str(info.value) == f"what {str(path)!r} is {kind}; give a regular file"
+
+
+# The mutation runner (mutmut sets MUTANT_UNDER_TEST) runs the suite once per mutant; a tenth of
+# the examples still reaches every error path there, the full count would take hours.
+SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
+
+
+FUZZ = settings(max_examples=150 // SCALE, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+KEYS = sorted({p.split(".")[-1] for p in all_paths()})
+
+
+NASTY_TEXT = ["\udcff", "\ud800x", "a\x00b", "\u2028", "\ufeff", "", " ", "~/x", "/tmp/a.json",
+              "x" * 5000, "all", "true", "1", "dspark"]
+
+
+TEXT = st.one_of(st.text(max_size=20), st.sampled_from(NASTY_TEXT))
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+    st.sampled_from([0, 1, 2, 3, 5, -1, 1024, 1025, 10**32]),
+    st.floats(allow_nan=True, allow_infinity=True), TEXT,
+)
+
+
+JSON: st.SearchStrategy[Any] = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.one_of(st.sampled_from(KEYS), TEXT), inner,
+                                            max_size=4)),
+    max_leaves=25,
+)
+
+
+SECTIONS = sorted(p for p in all_paths() if "." not in p)
+
+
+CONFIG = st.dictionaries(st.one_of(st.sampled_from(SECTIONS), TEXT),
+                         st.one_of(JSON, st.dictionaries(st.sampled_from(KEYS), SCALARS,
+                                                         max_size=5)), max_size=6)
+
+
+def _check_error(exc: AscendConfigError) -> None:
+    lines = str(exc).splitlines()
+    assert len(lines) == len(exc.problems) + 1 + (1 if exc.omitted else 0)
+    assert all(len(line) <= 300 and line.isprintable() for line in lines[1:])
+
+
+def _resolve_ok_or_error(config: Any, facts: DeploymentFacts | None = None,
+                         env: dict[str, str] | None = None) -> AscendConfig | None:
+    try:
+        cfg = resolve(config, facts, env or {})
+    except AscendConfigError as exc:
+        _check_error(exc)
+        return None
+    assert AscendConfig.from_json(cfg.to_json()) == cfg
+    return cfg
+
+
+def _nest_text(depth: int, inner: str) -> str:
+    return '{"dump_config": ' + '{"a": ' * depth + inner + "}" * depth + "}"
+
+
+JSON_TEXT = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda v: json.dumps(v, allow_nan=True), JSON),
+    st.builds(lambda v: json.dumps(v, ensure_ascii=True), CONFIG),
+    st.builds(_nest_text, st.integers(0, 3 * MAX_DEPTH), st.sampled_from(["1", "[", '"\\udcff"'])),
+    st.builds(lambda n: "[" * n, st.integers(0, 5000)),
+)
+
+
+def _yaml_with_aliases(value: Any, uses: int) -> str:
+    body = yaml.safe_dump({"dump_config": {"a": value}}, allow_unicode=False)
+    anchor = "dump_config:\n  base: &b " + json.dumps(value, ensure_ascii=True) + "\n"
+    return anchor + "  uses: [" + ", ".join(["*b"] * uses) + "]\n" + body.split("\n", 1)[1]
+
+
+YAML_TEXT = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda v: yaml.safe_dump(v, allow_unicode=False), CONFIG),
+    st.builds(_yaml_with_aliases, st.lists(st.integers(), max_size=3), st.integers(0, 150)),
+    st.sampled_from(["a: &a [*a]\n", "!!python/object:os.system {}\n", "? [1, 2]\n: x\n",
+                     "x: !!binary aGk=\n", "t: 2024-01-01\n", "s: !!set {a, b}\n",
+                     "---\na: 1\n---\nb: 2\n", "dump_config: " + "[" * 40 + "]" * 40 + "\n"]),
+)
+
+
+@FUZZ
+@given(text=JSON_TEXT)
+def test_json_text(text: str) -> None:
+    try:
+        data = parse_json_text(text, "text")
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    _resolve_ok_or_error(data)
+
+
+@FUZZ
+@given(text=YAML_TEXT)
+def test_yaml_text(text: str) -> None:
+    try:
+        data = parse_yaml_text(text, "text")
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    _resolve_ok_or_error(data)
+
+
+def test_scan_depth_of_list_items_and_of_container_keys() -> None:
+    from ascend_config.inputs import Finding, scan
+
+    # Lists: [[0]] is 2 levels, [[[0]]] is 3.
+    assert scan([[0]], max_depth=2, max_values=100) is None
+    assert scan([[[0]]], max_depth=2, max_values=100) == Finding(
+        (0, 0), "nested deeper than 2 levels", "depth")
+    # A tuple used as a key sits one level below its mapping, like a value.
+    assert scan({"a": {(1, 2): 0}}, max_depth=3, max_values=100) is None
+    assert scan({"a": {(1, 2): 0}}, max_depth=2, max_values=100) == Finding(
+        ("a",), "nested deeper than 2 levels", "depth")
+
+
+@pytest.mark.parametrize(("text", "accepted"), [
+    # 31 levels, an empty list closes back to 31, then two more levels: 33 in all
+    ("[" * 31 + "[], [[]]" + "]" * 31, False),
+    # three empty lists beside a 32-deep chain: still 33 with the outer list
+    ("[[], [], [], " + "[" * 32 + "]" * 32 + "]", False),
+    ("[[], [], [], " + "[" * 31 + "]" * 31 + "]", True),
+])
+def test_yaml_depth_after_closing(text: str, accepted: bool) -> None:
+    from ascend_config.inputs import InputError, parse_yaml_text
+
+    if accepted:
+        assert parse_yaml_text(text, "t")[0] == []
+    else:
+        with pytest.raises(InputError, match="nested deeper than 32 levels"):
+            parse_yaml_text(text, "t")
