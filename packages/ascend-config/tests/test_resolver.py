@@ -188,7 +188,7 @@ def _deep(depth: int) -> Any:
     return value
 
 
-# Fewer examples under the mutation runner (see test_fuzz_inputs.py).
+# Fewer examples under the mutation runner (mutmut sets MUTANT_UNDER_TEST; see SCALE below).
 @settings(max_examples=200 // (10 if "MUTANT_UNDER_TEST" in os.environ else 1), deadline=None,
           derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
