@@ -498,3 +498,28 @@ def test_every_problem_is_one_cli_line_and_exit_2(tmp_path: Path, run_cli: Run) 
         f"ascend-topology: error: {folder}/host.json: allowed_cpus: CPU list: CPU "
         "1000000000000000000000000000000 is outside 0..8191",
     ]
+
+
+def _two_npu_host(folder: Path, soc: str) -> Path:
+    folder.mkdir()
+    chip_map = (example_host_dir("950-4numa") / "npu-smi-info-m.txt").read_text()
+    (folder / "npu-smi-info-m.txt").write_text("\n".join(chip_map.splitlines()[:3]) + "\n")
+    (folder / "host.json").write_text(json.dumps(
+        {"arch": "aarch64", "soc": soc, "allowed_cpus": "0-5", "numa": {"0": "0-5"}}))
+    return folder
+
+
+def test_cli_default_follows_the_soc(tmp_path: Path, run_cli: Run) -> None:
+    a5 = _two_npu_host(tmp_path / "a5", "A5")
+    status, out, err = run_cli("plan", "--host", a5, "--json")
+    data = json.loads(out)
+    assert (status, err) == (0, "") and data["options"]["min_cpus_per_npu"] == 3
+    assert [(e["npu"], e["cpus"], e["main"]) for e in data["npus"]] == [
+        (0, [0, 1, 2], [0, 1, 2]), (1, [3, 4, 5], [3, 4, 5])]
+    status, out, _ = run_cli("bind", "--rank", "1", "--host", a5, "--dry-run")
+    assert status == 0 and "dry run: would bind this process (rank 1) to NPU 1" in out
+    status, _, err = run_cli("plan", "--host", a5, "--min-cpus-per-npu", "4")
+    assert status == 1 and "2 NPUs need at least 8 CPUs (4 per NPU); 6 are allowed" in err
+    a2 = _two_npu_host(tmp_path / "a2", "A2")
+    status, _, err = run_cli("plan", "--host", a2)
+    assert status == 1 and "2 NPUs need at least 10 CPUs (5 per NPU); 6 are allowed" in err

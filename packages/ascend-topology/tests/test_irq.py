@@ -1,5 +1,5 @@
 """IRQ binding writes only IRQs that /proc/interrupts names as NPU queue interrupts *and*
-that belong to the NPU's PCI device (issue 14)."""
+that belong to the NPU's PCI device (so no other device's interrupts are moved)."""
 
 from __future__ import annotations
 

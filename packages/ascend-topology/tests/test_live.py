@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,3 +321,50 @@ def test_capture_force_replaces_symlinks_and_fifos_without_following_them(
     assert (target / "npu-smi-info.txt").is_file()  # the FIFO entry was replaced, not opened
     assert (target / "notes.txt").read_text() == "kept"
     assert not [p for p in target.iterdir() if p.name.endswith(".tmp")]
+
+
+EP_LSPCI = ("00:00.0 PCI bridge: Huawei Technologies Co., Ltd. HiSilicon PCIe Root Port\n"
+            "01:00.0 Processing accelerators: Huawei Technologies Co., Ltd. Device d500\n")
+
+
+RC_LSPCI = "00:00.0 PCI bridge: Huawei Technologies Co., Ltd. Device 3004\n"
+
+
+@pytest.mark.parametrize(
+    ("lspci", "rc", "source"),
+    [
+        (RC_LSPCI, True, "lspci: no 'accelerators' line"),
+        (EP_LSPCI, False, "lspci: an 'accelerators' line"),
+        (None, False, "lspci unavailable; EP mode assumed"),
+    ],
+)
+def test_live_310p_host_reports_rc_mode_and_its_source(
+    install_fake_npu_smi: InstallFake, lspci: str | None, rc: bool, source: str
+) -> None:
+    install_fake_npu_smi("310p", lspci=lspci)
+    if lspci is None and shutil.which("lspci"):
+        pytest.skip("this machine has a real lspci")
+    facts = read_live_host()
+    assert (facts.soc, facts.rc_device, facts.rc_source) == ("310P", rc, source)
+    mode = "RC (root complex)" if rc else "EP (PCIe card)"
+    assert facts.describe().splitlines()[6] == f"310P mode: {mode} ({source})"
+
+
+def test_live_non_310p_host_does_not_run_lspci(
+    install_fake_npu_smi: InstallFake, tmp_path: Path
+) -> None:
+    install_fake_npu_smi("a3-16die", lspci=RC_LSPCI)
+    facts = read_live_host()
+    assert (facts.rc_device, facts.rc_source) == (False, "not a 310P host")
+    assert not (tmp_path / "fake-bin" / "lspci.log").exists()
+
+
+def test_capture_records_lspci_and_the_recorded_host_answers_the_same(
+    install_fake_npu_smi: InstallFake, tmp_path: Path
+) -> None:
+    install_fake_npu_smi("310p", lspci=RC_LSPCI)
+    written = capture_live_host(tmp_path / "rec")
+    assert (tmp_path / "rec" / "lspci.txt") in written
+    assert (tmp_path / "rec" / "lspci.txt").read_text() == RC_LSPCI
+    recorded = load_recorded_host(tmp_path / "rec")
+    assert (recorded.rc_device, recorded.rc_source) == (True, "lspci.txt: no 'accelerators' line")

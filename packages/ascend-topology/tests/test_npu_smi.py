@@ -207,7 +207,7 @@ def test_chip_map_bad_rows_do_not_end_the_table() -> None:
     assert parse_chip_map("NPU ID  Chip ID\n123456  0\n") == {123456: {0: 123456}}
 
 
-# --- contradictions, a byte-order mark and size bounds (issue 26) --------------------------
+# --- contradictions, a byte-order mark and size bounds -------------------------------------
 
 def test_chip_map_after_a_byte_order_mark_keeps_every_npu() -> None:
     # The BOM would otherwise be a header column of its own and shift every column by one.

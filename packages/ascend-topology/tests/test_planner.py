@@ -1,13 +1,23 @@
+"""The planner: the binding minimum per SoC, how pools are split into roles, every threshold at,
+just below and just above its limit, and plans of real recorded hosts.
+"""
+
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 
+import psutil
 import pytest
 from ascend_topology import (
     HostFacts,
     PlanError,
     PlanOptions,
+    apply,
+    default_min_cpus_per_npu,
     load_recorded_host,
     plan,
 )
@@ -388,3 +398,72 @@ def test_each_short_group_is_named(make_facts: MakeFacts) -> None:
     assert plan(facts).problems == (
         "2 NPUs (1-2) need at least 10 CPUs near NUMA node 1,2 (5 per NPU); 6 are allowed "
         "there",)
+
+
+def test_default_minimum_is_3_on_950_and_5_elsewhere() -> None:
+    assert {soc: default_min_cpus_per_npu(soc) for soc in ("A2", "A3", "A5", "310P")} == {
+        "A2": 5, "A3": 5, "A5": 3, "310P": 5}
+    assert PlanOptions().min_cpus_per_npu is None
+
+
+@pytest.mark.parametrize(
+    ("soc", "cpus", "ok"),
+    [
+        # Ascend 950: 3 per NPU, so 2 NPUs need 6 CPUs.
+        ("A5", 5, False), ("A5", 6, True), ("A5", 7, True),
+        # Every other SoC: 5 per NPU, so 2 NPUs need 10 CPUs.
+        ("A2", 9, False), ("A2", 10, True), ("A2", 11, True),
+        ("A3", 9, False), ("A3", 10, True),
+        ("310P", 9, False), ("310P", 10, True),
+    ],
+)
+def test_default_minimum_at_below_and_above(
+    make_facts: MakeFacts, soc: str, cpus: int, ok: bool
+) -> None:
+    # Two NPUs share all CPUs of one node. A2/310P split the shared pool by average
+    # distribution (the last NPU takes the odd CPU); A3 and Ascend 950 without room for
+    # whole clusters slice it (the first NPU takes the odd CPU).
+    facts = make_facts(soc=soc, numa={0: R(cpus)}, affinity={0: R(cpus), 1: R(cpus)})
+    result = plan(facts)
+    minimum = 3 if soc == "A5" else 5
+    assert result.ok is ok, result.problems
+    assert result.options.min_cpus_per_npu == minimum
+    assert json.loads(result.to_json())["options"]["min_cpus_per_npu"] == minimum
+    half, odd = divmod(cpus, 2)
+    sizes = [half, half + odd] if soc in ("A2", "310P") else [half + odd, half]
+    assert [len(p.cpus) for p in result.npus] == sizes
+    if not ok:
+        assert any(f"({minimum} per NPU)" in p for p in result.problems)
+
+
+def test_950_pools_of_3_are_all_main_without_irq_cpus(make_facts: MakeFacts) -> None:
+    facts = make_facts(soc="A5", numa={0: R(6)}, affinity={0: R(6), 1: R(6)})
+    result = plan(facts, PlanOptions(bind_irq=True))
+    assert result.ok
+    assert [(p.cpus, p.main, p.acl, p.release, p.irq) for p in result.npus] == [
+        ((0, 1, 2), (0, 1, 2), (), (), ()), ((3, 4, 5), (3, 4, 5), (), (), ())]
+
+
+@pytest.mark.parametrize(("soc", "minimum", "ok"), [("A5", 4, False), ("A2", 3, True),
+                                                    ("A5", 3, True), ("A2", 4, False)])
+def test_an_explicit_minimum_is_used_as_given(
+    make_facts: MakeFacts, soc: str, minimum: int, ok: bool
+) -> None:
+    facts = make_facts(soc=soc, numa={0: R(6)}, affinity={0: R(6), 1: R(6)})
+    result = plan(facts, PlanOptions(min_cpus_per_npu=minimum))
+    assert result.ok is ok and result.options.min_cpus_per_npu == minimum
+
+
+def test_950_with_6_cpus_binds(make_facts: MakeFacts) -> None:
+    facts = make_facts(soc="A5", numa={0: R(6)}, affinity={0: R(6), 1: R(6)})
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        report = apply(plan(facts), 0, pid=child.pid)
+        assert report.bound and report.npu == 0, report.skipped
+        # Pool 0-2; the kernel keeps the CPUs of it that this machine has.
+        expected = sorted(set(R(3)) & os.sched_getaffinity(0))
+        assert psutil.Process(child.pid).cpu_affinity() == expected
+    finally:
+        child.kill()
+        child.wait()

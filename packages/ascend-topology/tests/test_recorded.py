@@ -23,6 +23,7 @@ from ascend_topology import (
     example_hosts,
     load_recorded_host,
     plan,
+    threads_per_core,
 )
 from ascend_topology.recorded import host_meta, write_recorded_host
 from hypothesis import HealthCheck, given, settings
@@ -268,7 +269,7 @@ def test_only_folders_with_a_host_json_are_examples(tmp_path: Path,
     assert example_hosts() == ["good"]
 
 
-# --- what a recorded host may expand to, and contradictions in it (issue 26) ---------------
+# --- what a recorded host may expand to, and contradictions in it ------------------------
 
 def _limit_memory() -> None:  # runs in the child: 1 GiB of address space at most
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -675,3 +676,47 @@ def test_allowed_cpus_may_be_a_subset(tmp_path: Path) -> None:
     (tmp_path / "npu-smi-info-m.txt").write_text("NPU ID  Chip ID\n0  0\n")
     facts = load_recorded_host(tmp_path)
     assert facts.allowed_cpus == (2, 3) and dict(facts.numa) == {0: tuple(R(8))}
+
+
+EP_LSPCI = ("00:00.0 PCI bridge: Huawei Technologies Co., Ltd. HiSilicon PCIe Root Port\n"
+            "01:00.0 Processing accelerators: Huawei Technologies Co., Ltd. Device d500\n")
+
+
+RC_LSPCI = "00:00.0 PCI bridge: Huawei Technologies Co., Ltd. Device 3004\n"
+
+
+@pytest.mark.parametrize(("name", "expected"), [("a2-8npu", 1), ("950-4numa", 2),
+                                                ("x86-a2", 2)])
+def test_threads_per_core_of_recorded_hosts(name: str, expected: int, tmp_path: Path) -> None:
+    assert threads_per_core(name) == expected
+    folder = tmp_path / name
+    shutil.copytree(example_host_dir(name), folder)
+    (folder / "npu-smi-info-m.txt").write_text("garbage")  # npu-smi files are not needed
+    assert threads_per_core(folder) == expected
+
+
+def test_threads_per_core_of_a_bad_recorded_host(tmp_path: Path) -> None:
+    (tmp_path / "host.json").write_text('{"threads_per_core": 9}')
+    with pytest.raises(RecordedHostError, match=r"threads_per_core: must be 1\.\.8; got 9"):
+        threads_per_core(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("example", "lspci", "rc", "source"),
+    [
+        ("310p", RC_LSPCI, True, "lspci.txt: no 'accelerators' line"),
+        ("310p", EP_LSPCI, False, "lspci.txt: an 'accelerators' line"),
+        ("310p", None, False, "lspci.txt unavailable; EP mode assumed"),
+        ("a2-8npu", RC_LSPCI, False, "not a 310P host"),
+    ],
+)
+def test_recorded_host_rc_mode_from_lspci_txt(
+    tmp_path: Path, example: str, lspci: str | None, rc: bool, source: str
+) -> None:
+    folder = tmp_path / example
+    shutil.copytree(example_host_dir(example), folder)
+    if lspci is not None:
+        (folder / "lspci.txt").write_text(lspci)
+    facts = load_recorded_host(folder)
+    assert (facts.rc_device, facts.rc_source) == (rc, source)
+    assert facts.to_dict()["rc_device"] is rc

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import psutil
 import pytest
 from ascend_topology import (
     MAX_CPU_ID,
@@ -18,6 +19,7 @@ from ascend_topology import (
     example_host_dir,
     format_cpu_list,
     parse_cpu_list,
+    threads_per_core,
 )
 from ascend_topology.facts import parse_visible_devices
 from ascend_topology.system import (
@@ -426,3 +428,32 @@ def test_process_readers_name_the_process(tmp_path: Path) -> None:
     (tmp_path / "5" / "task" / "7").mkdir(parents=True)
     (tmp_path / "5" / "task" / "7" / "comm").write_text(" name \n")
     assert read_thread_names(5, tmp_path) == {7: "name"}  # 6 has no comm, "self" no id
+
+
+def test_threads_per_core_of_this_host() -> None:
+    logical = psutil.cpu_count(logical=True)
+    physical = psutil.cpu_count(logical=False)
+    if not (logical and physical):
+        pytest.skip("psutil cannot count physical cores here")
+    assert threads_per_core() == logical // physical
+
+
+@pytest.mark.parametrize(("siblings", "expected"), [("0\n", 1), ("0,96\n", 2), ("0-3\n", 4)])
+def test_threads_per_core_from_sysfs(tmp_path: Path, siblings: str, expected: int) -> None:
+    (tmp_path / "cpu0" / "topology").mkdir(parents=True)
+    (tmp_path / "cpu0" / "topology" / "thread_siblings_list").write_text(siblings)
+    assert read_threads_per_core(tmp_path) == expected
+
+
+def test_threads_per_core_falls_back_to_lscpu_then_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    lscpu = bin_dir / "lscpu"
+    lscpu.write_text(f"#!{sys.executable}\nprint('Thread(s) per core:  2')\n")
+    lscpu.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert read_threads_per_core(tmp_path / "no-sysfs") == 2
+    lscpu.unlink()
+    assert read_threads_per_core(tmp_path / "no-sysfs") == 1
