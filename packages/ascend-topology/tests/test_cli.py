@@ -450,6 +450,7 @@ VALUES = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=3),

@@ -197,6 +197,7 @@ def _check_facts(folder: Path) -> None:
     assert all(type(c) is int for e in data["npus"] for c in e["cpus"])
 
 
+@pytest.mark.slow
 @BOUNDED
 @given(st.sampled_from(["a2-8npu", "x86-a2", "310p"]),
        st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=4))

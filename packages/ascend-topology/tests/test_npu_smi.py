@@ -332,6 +332,7 @@ def _result_or_error(parse: Callable[[], T]) -> T | None:
         return None
 
 
+@pytest.mark.slow
 @FUZZ
 @given(TEXTS, CHIP_MAPS)
 @example("NPU ID  Chip ID\n\u00b2 0\n| NPU ID | Process id |\n| \u00b2 | 1 |", {})

@@ -213,6 +213,7 @@ def hosts(draw: st.DrawFn) -> HostFacts:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, database=None, derandomize=True)
 @given(hosts(), st.integers(1, 8), st.booleans())
 def test_planner_on_random_hosts_gives_disjoint_allowed_pools(

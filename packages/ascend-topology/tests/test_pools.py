@@ -199,6 +199,7 @@ def test_overlap_groups_follow_merged_groups() -> None:
     assert overlap_groups({7: [3], 2: [8], 5: [3]}) == [([2], {8}), ([5, 7], {3})]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, database=None, derandomize=True)
 @given(st.dictionaries(st.integers(0, 15), st.lists(st.integers(0, 40), min_size=1,
                                                     max_size=10).map(lambda c: sorted(set(c)))))

@@ -425,6 +425,7 @@ FILES = ["npu-smi-info-m.txt", "npu-smi-info.txt", "npu-smi-info-t-topo.txt", "h
 UNREAD = {("a2-8npu", "lscpu-e.txt"), ("950-4numa", "lscpu-e.txt")}
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["a2-8npu", "x86-a2", "950-4numa"]), st.sampled_from(FILES), TEXTS)
@@ -507,6 +508,7 @@ def _check_facts(folder: Path) -> None:
     assert all(type(c) is int for e in data["npus"] for c in e["cpus"])
 
 
+@pytest.mark.slow
 @BOUNDED
 @given(st.fixed_dictionaries({}, optional={
     "npu-smi-info-m.txt": GARBLE, "npu-smi-info.txt": GARBLE, "npu-smi-info-t-topo.txt": GARBLE,

@@ -330,6 +330,7 @@ def _result_or_error(parse: Callable[[], T]) -> T | None:
         return None
 
 
+@pytest.mark.slow
 @FUZZ
 @given(TEXTS)
 @example("\u00b2")  # isdigit() but not int()-able
