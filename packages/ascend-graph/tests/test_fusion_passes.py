@@ -1,4 +1,5 @@
-"""Catalogue of near-misses: graphs one detail away from a fusion idiom that must stay unfused.
+"""The fusion passes: their arguments, and a catalogue of near-misses (graphs one detail away
+from a fusion idiom) that must stay unfused.
 
 Each row of `CATALOGUE` names the pass it nearly matches, why fusing it would be wrong, the
 deviation (`miss`) and, where it marks the rule's boundary, the same site without that
@@ -14,6 +15,7 @@ A hit must report one site, for its pass only, and stay close to eager.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,8 @@ from typing import Any
 import pytest
 import torch
 from ascend_graph import PASS_NAMES
+from ascend_graph.capability import supports
+from ascend_graph.passes.fusion_passes import NormQuantPass, as_dtype
 
 A = torch.ops.ascend
 F32, BF16 = torch.float32, torch.bfloat16
@@ -421,3 +425,46 @@ def test_counterpart_fuses(row: Row, run_site, sp_ops, close) -> None:
         assert outcome.labels == {site.streams["*"]}
     dtype = site.inputs[0].dtype
     close(outcome.outputs, eager(site), dtype)
+
+
+def _mx(patterns: list[str]) -> list[str]:
+    return [p for p in patterns if "MxQuant" in p]
+
+
+@pytest.mark.parametrize("eps", [math.ulp(0.0), 1e-6, math.nextafter(1.0, 0.0)])
+def test_eps_just_inside_zero_to_one_is_accepted(eps: float) -> None:
+    assert NormQuantPass(eps_values=[eps], dtypes=["bfloat16"]).settings()["patterns"]
+
+
+@pytest.mark.parametrize("eps", [[0.0], [1.0], [1.5], [1e-6, 1.0], []])
+def test_eps_at_or_outside_zero_and_one_is_refused_by_name(eps: list[float]) -> None:
+    with pytest.raises(ValueError) as exc:
+        NormQuantPass(eps_values=eps)
+    assert str(exc.value) == f"norm eps values must be in (0, 1), got {eps!r}"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("bfloat16", torch.bfloat16), ("torch.float16", torch.float16),
+     (torch.float32, torch.float32), ("torch.bfloat16", torch.bfloat16)],
+)
+def test_dtype_names_with_or_without_the_torch_prefix(value: object, expected: torch.dtype
+                                                      ) -> None:
+    assert as_dtype(value) is expected
+
+
+@pytest.mark.parametrize("value", ["int8", "torch.int32", "no_such_dtype", "bool", "Tensor"])
+def test_a_name_that_is_not_a_floating_dtype_is_refused_by_name(value: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        as_dtype(value)
+    assert str(exc.value) == f"dtype {value!r} is not a floating torch dtype (e.g. 'bfloat16')"
+
+
+def test_mx_patterns_follow_the_kernels_dtype_support() -> None:
+    # A5's MX kernels take bf16/fp16 but not float32 (ascend_kernels' capability table).
+    assert supports("rms_norm_dynamic_mx_quant", dtype=torch.float32, soc="A5") is False
+    assert supports("rms_norm_dynamic_mx_quant", soc="A5") is True
+    assert _mx(NormQuantPass(dtypes=["float32"], soc="A5").settings()["patterns"]) == []
+    bf16 = _mx(NormQuantPass(dtypes=["bfloat16"], soc="A5").settings()["patterns"])
+    assert len(bf16) == 2 * 2  # add+norm and norm alone, for each default eps
+    assert _mx(NormQuantPass(dtypes=["bfloat16"], soc="A2").settings()["patterns"]) == []

@@ -1,4 +1,4 @@
-"""GraphWrapper / BreakableGraphWrapper / GraphParamsStore with the recording runtime."""
+"""GraphWrapper with the recording runtime: capture once, replay, address checks, its errors."""
 
 from __future__ import annotations
 
@@ -7,14 +7,11 @@ import weakref
 import pytest
 import torch
 from ascend_graph import (
-    BreakableGraphWrapper,
     GraphCaptureError,
     GraphParamsStore,
     GraphWrapper,
     RecordingRuntime,
     RuntimeMode,
-    Segment,
-    decode_batch_sizes,
 )
 from ascend_graph.graphs.errors import GraphInputMismatchError
 
@@ -101,62 +98,8 @@ def test_unknown_capture_errors_pass_through() -> None:
     assert not isinstance(info.value, GraphCaptureError)
 
 
-def test_breakable_segments_capture_once_and_replay_in_order() -> None:
-    runtime = RecordingRuntime(rerun_on_replay=True)
-    log = runtime.events
-
-    def comm(x):
-        log.append(("eager", "comm"))
-        return x + 100  # e.g. an all-reduce: always eager, returns a fresh tensor
-
-    segments = [
-        Segment("pre", lambda x: (x * 2, x + 1)),
-        Segment("comm", lambda a, b: comm(a + b), capturable=False),
-        Segment("post", lambda y: y * 3),
-    ]
-    wrapper = BreakableGraphWrapper(segments, runtime=runtime, context=lambda: 4)
-    x = torch.ones(4)
-    assert torch.equal(wrapper(x), (x * 2 + x + 1 + 100) * 3)
-    log.clear()
-    x.copy_(torch.full((4,), 2.0))
-    out = wrapper(x)
-    assert torch.equal(out, torch.full((4,), (4 + 3 + 100) * 3.0))
-    assert log == [("replay", 0), ("eager", "comm"), ("replay", 1)]
-    assert torch.equal(wrapper.run(None, torch.ones(4)), torch.full((4,), 312.0))
-    with pytest.raises(ValueError, match="unique names"):
-        BreakableGraphWrapper([segments[0], segments[0]], runtime=runtime)
 
 
-def test_graph_params_store_and_full_graph_update() -> None:
-    store = GraphParamsStore()
-    params = store.set("main", [4, 1, 2])
-    assert list(params.workspaces) == [1, 2, 4] and params.events[4] == []
-    with pytest.raises(ValueError, match="already set"):
-        store.set("main", [1])
-    store.update_workspaces("draft", 4, torch.ones(1))  # unset kind: ignored
-    workspace = torch.ones(3)
-    store.update_workspaces("main", 4, workspace)
-    store.weak_ref_workspaces(weakref.ref)
-    assert store.get("main").workspaces[4]() is workspace
-    assert store.get("draft") is None
-    with pytest.raises(ValueError, match="main, draft, draft_prefill"):
-        store.get("eagle")
-
-    calls = []
-
-    class _Impl:
-        @staticmethod
-        def update_graph_params(*args, **kwargs):
-            calls.append((args, kwargs))
-
-    class _Backend:
-        @staticmethod
-        def get_impl_cls():
-            return _Impl
-
-    store.update_full_graph_params(_Backend, "stream", "ctx", 8, "cfg", "spec",
-                                   draft_attn_metadatas=["m"])  # fmt: skip
-    assert calls == [(("stream", "ctx", 8, "cfg", "spec"), {"draft_attn_metadatas": ["m"]})]
 
 
 def test_capture_scope_and_full_replay_hook_run_in_order() -> None:
@@ -197,51 +140,8 @@ def test_capture_scope_and_full_replay_hook_run_in_order() -> None:
     assert store.attention is None and store.kinds() == []
 
 
-def test_decode_batch_sizes() -> None:
-    assert decode_batch_sizes([1, 2, 4, 8, 16, 32], 1, 8) == [2, 4, 8, 16]
-    assert decode_batch_sizes([1, 2, 4, 8], 0, 4) == [1, 2, 4]
-    with pytest.raises(ValueError, match="positive integers"):
-        decode_batch_sizes([0, 2], 0, 4)
 
 
-def test_npu_runtime_uses_torch_npu_lazily_and_restores_gc(monkeypatch) -> None:
-    """Through the seam's torch.npu (calls bound to the real signatures; its graph, like the
-    real one, synchronizes and empties the caches on entry): while capturing with gc_disable,
-    gc.collect and torch.npu.empty_cache are no-ops; both are back afterwards."""
-    import gc
-
-    from ascend_graph import NPUGraphRuntime
-
-    from tools.npu_seam import install
-
-    fake = install(monkeypatch)
-    collected: list[int] = []
-    monkeypatch.setattr(gc, "collect", lambda *a, **k: collected.append(1) or 0)
-    recording_collect = gc.collect
-    api = fake.npu
-
-    def body(x):
-        gc.collect()  # what a capture of many graphs would otherwise pay for
-        torch.npu.empty_cache()
-        return x + 1
-
-    try:
-        runtime = NPUGraphRuntime(gc_disable=True)
-        pool = runtime.graph_pool()
-        wrapper = GraphWrapper(body, "FULL", runtime=runtime, pool=pool)
-        x = torch.ones(2)
-        assert torch.equal(wrapper.run(1, "FULL", x), x + 1)
-        wrapper.run(1, "FULL", x)
-        assert collected == [] and api.called("empty_cache") == []  # suppressed in capture
-        assert api.called("graph") == [{"npu_graph": api.called("graph")[0]["npu_graph"],
-                                         "pool": pool}]
-        graph = api.called("graph")[0]["npu_graph"]
-        assert (graph.captures, graph.replays) == (1, 1)
-        assert api.current_stream().synchronized == 1
-        assert gc.collect is recording_collect and torch.npu.empty_cache() is None
-        assert api.called("empty_cache") == [{}]  # restored after the capture
-    finally:
-        fake.close()
 
 
 def test_missing_attribute_is_named_with_the_runnable() -> None:
@@ -251,3 +151,72 @@ def test_missing_attribute_is_named_with_the_runnable() -> None:
     with pytest.raises(AttributeError) as info:
         wrapper.no_such_attribute  # noqa: B018
     assert str(info.value) == f"neither GraphWrapper nor {fn!r} has attribute 'no_such_attribute'"
+
+
+def scaled(x: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
+    return x * scale
+
+
+def test_keywords_reach_the_runnable_and_replays_are_counted() -> None:
+    runtime = RecordingRuntime(rerun_on_replay=True)
+    wrapper = GraphWrapper(scaled, "PIECEWISE", runtime=runtime,
+                           context=lambda: (8, "PIECEWISE"))  # fmt: skip
+    x = torch.ones(8)
+    assert torch.equal(wrapper(x, scale=3.0), x * 3)  # capture
+    assert torch.equal(wrapper.run(None, "PIECEWISE", x, scale=5.0), x * 5)  # no key: eager
+    wrapper(x, scale=3.0)
+    assert torch.equal(wrapper(x, scale=3.0), x * 3)  # replays recompute with the keywords
+    assert wrapper.entries[8].key == 8 and wrapper.entries[8].replays == 2
+    assert runtime.graphs[0].replays == 2
+
+
+def test_strong_outputs_capture_callback_and_no_address_check_by_default() -> None:
+    captured_keys: list[object] = []
+    store = GraphParamsStore()
+    store.set("main", [4])
+    store.update_workspaces("main", 4, torch.ones(2))
+    runtime = RecordingRuntime()
+    wrapper = GraphWrapper(lambda x: x + 1, "FULL", runtime=runtime, weak_ref_output=False,
+                           params=store, on_capture=captured_keys.append)  # fmt: skip
+    out = wrapper.run(("decode", 4), "FULL", torch.ones(4))
+    assert captured_keys == [("decode", 4)]
+    assert wrapper.entries[("decode", 4)].output is out  # held strongly
+    assert isinstance(store.get("main").workspaces[4], weakref.ref)  # the runtime's weak ref
+    assert wrapper.run(("decode", 4), "FULL", torch.zeros(4)) is out  # other address: no check
+    # a structured output held strongly comes back as the very object captured
+    pair = GraphWrapper(lambda x: (x + 1, [x * 2]), "FULL", runtime=runtime,
+                        weak_ref_output=False)  # fmt: skip
+    first = pair.run(1, "FULL", torch.ones(2))
+    assert pair.run(1, "FULL", torch.ones(2)) is first
+    assert torch.equal(first[0], torch.full((2,), 2.0)) and torch.equal(first[1][0], first[0])
+
+
+def test_address_check_names_the_moved_arguments() -> None:
+    wrapper = GraphWrapper(lambda a, b: a + b, "PIECEWISE", runtime=RecordingRuntime(),
+                           debug=True)  # fmt: skip
+    a, b = torch.ones(2), torch.ones(2)
+    wrapper.run(2, "PIECEWISE", a, b)
+    wrapper.run(2, "PIECEWISE", a, b)  # same tensors: fine
+    with pytest.raises(GraphInputMismatchError) as moved:
+        wrapper.run(2, "PIECEWISE", a, torch.ones(2))
+    assert str(moved.value) == (
+        "graph for key 2 replayed with tensor inputs at other addresses than at capture "
+        "(tensor arguments [1]): the replay would read stale buffers. Copy new data into the "
+        "captured input tensors."
+    )
+    with pytest.raises(GraphInputMismatchError, match=r"\(tensor arguments count changed\)"):
+        wrapper.run(2, "PIECEWISE", a, b, torch.ones(2))
+
+
+def test_wrapper_errors_are_exact() -> None:
+    with pytest.raises(ValueError, match=r"^GraphWrapper needs runtime_mode PIECEWISE or FULL, "
+                                         r"not NONE$"):  # fmt: skip
+        GraphWrapper(scaled, RuntimeMode.NONE, runtime=RecordingRuntime())
+    wrapper = GraphWrapper(scaled, "FULL", runtime=RecordingRuntime())
+    message = (r"^GraphWrapper was built without a context function; call run\(key, mode, "
+               r"\*args\) or pass context=lambda: \(key, mode\)$")  # fmt: skip
+    with pytest.raises(RuntimeError, match=message):
+        wrapper(torch.ones(1))
+    bare = GraphWrapper.__new__(GraphWrapper)  # no runnable yet (e.g. while unpickling)
+    with pytest.raises(AttributeError, match="has attribute 'anything'"):
+        bare.anything  # noqa: B018

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ascend_graph.passes.noop import NoOpEliminationPass
-from torch import fx
+from torch import fx, nn
 
 aten = torch.ops.aten
 
@@ -87,3 +87,19 @@ def test_skipped_site_does_not_stop_the_scan_and_every_removal_counts() -> None:
     a, b = _x(), _x() * 2
     out = fx.GraphModule(torch.nn.Module(), graph)(a, b)
     torch.testing.assert_close(out, a.view(3, 3) + b.view(3, 3).reshape(3, 3))
+
+
+class _Views(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        same = x.view(x.shape[0], x.shape[1]).relu()  # no-op view
+        flat = x.reshape(-1).relu()  # a real reshape stays
+        return same, flat
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_noop_views_removed(compile_module, close, dynamic) -> None:
+    result = compile_module(_Views(), (torch.randn(4, 8),), dynamic=dynamic)
+    assert result.symbolic() == dynamic
+    assert result.report["noop_elimination"] == 1
+    assert result.op_counts()["aten.view"] == 1
+    close(result.outputs, result.reference, torch.float32)
