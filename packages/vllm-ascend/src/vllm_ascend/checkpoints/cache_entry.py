@@ -2,7 +2,8 @@
 
 Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (``~/.cache/...`` when unset). The root given
 through ``XDG_CACHE_HOME`` must pass :func:`vllm_ascend.runtime.trusted_paths.check_trusted_dir`
-(ARCHITECTURE.md, "Trust and files"); otherwise one warning is logged and the user's own
+(only this user or root could have put or changed what is there), since the cached
+checkpoint is loaded as trusted input; otherwise one warning is logged and the user's own
 ``~/.cache`` is used instead. New directories are 0700.
 
 An entry is a directory holding the files of one checkpoint and ``manifest.json``, which names
