@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check the import rules of ARCHITECTURE.md in fresh interpreters (stdlib only).
+"""Check the packages' import boundaries in fresh interpreters (stdlib only).
 
 For each package: importing it must not load the modules it is forbidden to depend on, must not
 change an environment variable and must not write a file (in its working directory, HOME or
@@ -17,7 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# Package -> top-level modules its import must never load (ARCHITECTURE.md, "Rules").
+# Package -> top-level modules its import must never load: only vllm-ascend imports
+# vllm, and ascend-config and ascend-topology never import torch.
 RULES: dict[str, tuple[str, ...]] = {
     "ascend_config": ("torch", "vllm", "torch_npu"),
     "ascend_topology": ("torch", "vllm", "torch_npu"),

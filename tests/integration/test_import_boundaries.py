@@ -1,4 +1,4 @@
-"""ARCHITECTURE.md's import rules hold for every package, each imported in a fresh interpreter."""
+"""The import boundaries hold for every package, each imported in a fresh interpreter."""
 
 from __future__ import annotations
 

@@ -109,3 +109,51 @@ def test_signal_after_counted_failures_adds_one() -> None:
     late = run_tests.SuiteResult("x", -11, Counter(passed=4, failed=2))
     assert late.failures() == 3
     assert late.verdict() == "CRASHED (killed by SIGSEGV, exit -11)"
+
+
+# --- a suite run file by file, in lanes ---------------------------------------------------
+
+def _files(root: Path, suite: str, **bodies: str) -> None:
+    folder = root / suite
+    folder.mkdir(parents=True)
+    for name, body in bodies.items():
+        (folder / f"test_{name}.py").write_text(body)
+
+
+def test_file_order_starts_the_named_longest_files_then_the_rest_by_name(tmp_path) -> None:
+    _files(tmp_path, "s", a="", b="", c="", d="")
+    order = run_tests.file_order(tmp_path / "s", first=("test_c.py", "test_missing.py",
+                                                        "test_a.py"))
+    assert [f.name for f in order] == ["test_c.py", "test_a.py", "test_b.py", "test_d.py"]
+
+
+def test_a_parallel_suite_sums_its_files_and_names_the_one_that_crashed(tmp_path,
+                                                                         capsys) -> None:
+    _files(tmp_path, "it", one=_PASSING, two=_FAILING, three=_SIGILL, four=_PASSING)
+    status = run_tests.main(["-q", "-p", "no:cacheprovider"], suites=("it",), cwd=tmp_path,
+                            parallel={"it": 2})
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.strip().splitlines()[-1] == (
+        "5 passed, 2 failed; crashed: it/test_three.py (killed by SIGILL, exit -4)")
+    # Each file's output is echoed whole under its own header.
+    for name in ("one", "two", "three", "four"):
+        assert out.count(f"--> it/test_{name}.py (exit ") == 1
+
+
+def test_files_with_no_selected_test_are_left_out_but_a_suite_with_none_fails(
+        tmp_path, capsys) -> None:
+    _files(tmp_path, "it", one=_PASSING, two=_FAILING)
+    args = ["-q", "-p", "no:cacheprovider", "-k", "test_ok"]
+    assert run_tests.main(args, suites=("it",), cwd=tmp_path, parallel={"it": 2}) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "1 passed, 0 failed"
+    args[-1] = "no_such_test"
+    assert run_tests.main(args, suites=("it",), cwd=tmp_path, parallel={"it": 2}) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "0 passed, 1 failed; crashed: it (exit 5, no summary)")
+
+
+def test_the_integration_suite_runs_in_two_lanes_and_its_longest_files_exist() -> None:
+    assert run_tests.PARALLEL_SUITES == {"tests/integration": 2}
+    present = {f.name for f in (ROOT / "tests" / "integration").glob("test_*.py")}
+    assert set(run_tests.LONGEST_FIRST) <= present

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
-from ascend_config import config
+from ascend_config import (
+    config,
+)
 
 
 def _pass_config() -> type:
@@ -154,7 +157,6 @@ def test_decorator_does_not_import_vllm() -> None:
 def test_compute_hash_is_sha256_of_the_json_values() -> None:
     import enum
     import hashlib
-    import json
     import warnings
     from datetime import datetime
 
@@ -175,3 +177,32 @@ def test_compute_hash_is_sha256_of_the_json_values() -> None:
         warnings.simplefilter("error")  # no serializer fallback warning either
         digest = Dated().compute_hash()  # type: ignore[attr-defined]
     assert digest == hashlib.sha256(payload.encode()).hexdigest()
+
+
+def test_decorated_hash_emits_no_warnings() -> None:
+    import warnings
+
+    from ascend_config import config
+
+    @config(frozen=True)
+    class Small:
+        size: int = 1
+        name: str = "n"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        digest = Small().compute_hash()  # type: ignore[attr-defined]
+    assert digest != Small(size=2).compute_hash()  # type: ignore[attr-defined]
+
+
+def test_decorator_hash_ignores_dict_order() -> None:
+    from dataclasses import field
+
+    from ascend_config import config
+
+    @config
+    class WithMap:
+        table: dict[str, int] = field(default_factory=dict)
+
+    assert (WithMap(table={"a": 1, "b": 2}).compute_hash()  # type: ignore[attr-defined]
+            == WithMap(table={"b": 2, "a": 1}).compute_hash())  # type: ignore[attr-defined]

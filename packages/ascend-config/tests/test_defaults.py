@@ -1,4 +1,6 @@
-"""Every default of reference section 2, with exact values, from an empty additional_config."""
+"""The schema's defaults: every default of the existing plugin's ``additional_config`` keys, with
+exact values, from an empty additional_config.
+"""
 
 from __future__ import annotations
 

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from ascend_config import EnvVarError, envs
-from ascend_config.env_registry import BY_NAME, REGISTRY
+from ascend_config import (
+    AscendConfig,
+    EnvChange,
+    EnvVarError,
+    apply_env_changes,
+    envs,
+)
+from ascend_config.envs import BY_NAME, REGISTRY, EnvVar
 
 SAMPLES = {
     "flag": [("1", True), ("0", False), ("true", True), ("OFF", False), ("2", True)],
@@ -99,3 +105,71 @@ def test_dir_lists_every_variable() -> None:
 def test_source() -> None:
     assert envs.source("VLLM_ASCEND_ENABLE_NZ", {"VLLM_ASCEND_ENABLE_NZ": "0"}) == "environment"
     assert envs.source("VLLM_ASCEND_ENABLE_NZ", {}) == "default"
+
+
+@pytest.mark.parametrize(("name", "text", "value"), [
+    ("VLLM_ASCEND_ENABLE_NZ", "-1", None), ("VLLM_ASCEND_ENABLE_NZ", "0", 0),
+    ("VLLM_ASCEND_ENABLE_NZ", "2", 2), ("VLLM_ASCEND_ENABLE_NZ", "3", None),
+    ("VLLM_ASCEND_ENABLE_NZ", " 1 ", 1),
+    ("VLLM_ASCEND_ENABLE_FUSED_MC2", "1", 1), ("VLLM_ASCEND_ENABLE_FUSED_MC2", "2", None),
+    ("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "1000000000", 10**9),
+    ("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "1000000001", None),
+    ("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "-1", None),
+    ("LOCAL_WORLD_SIZE", "1000000", 10**6), ("LOCAL_WORLD_SIZE", "1000001", None),
+    # integers longer than 30 characters are refused before int() runs
+    ("VLLM_ASCEND_ENABLE_NZ", "0" * 30, 0), ("VLLM_ASCEND_ENABLE_NZ", "0" * 31, None),
+    ("COMPILE_CUSTOM_KERNELS", "0" * 30, False), ("COMPILE_CUSTOM_KERNELS", "0" * 31, None),
+    ("COMPILE_CUSTOM_KERNELS", "-1", True), ("COMPILE_CUSTOM_KERNELS", "2", True),
+    ("COMPILE_CUSTOM_KERNELS", "0", False), ("COMPILE_CUSTOM_KERNELS", "On", True),
+    ("COMPILE_CUSTOM_KERNELS", "no", False),
+])
+def test_env_ranges(name: str, text: str, value: object) -> None:
+    var = BY_NAME[name]
+    if value is None:
+        with pytest.raises(EnvVarError):
+            var.parse(text)
+    else:
+        assert var.parse(text) == value
+
+
+@pytest.mark.parametrize(("bounds", "allowed"), [
+    ((0, 4), "0, 1, 2, 3, 4"), ((0, 5), "an integer from 0 to 5"), ((3, 3), "3"),
+    (None, "an integer")])
+def test_int_allowed_wording(bounds: tuple[int, int] | None, allowed: str) -> None:
+    assert EnvVar("X", "int", 0, "d", int_range=bounds).allowed() == allowed
+
+
+def test_envs_name_is_resolved_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ascend_config
+    import ascend_config.envs as envs_module
+
+    monkeypatch.delattr(ascend_config, "envs")  # as in a fresh interpreter
+    assert ascend_config.envs is envs_module
+
+
+def test_apply_env_changes_reports_what_it_did() -> None:
+    environ = {"KEEP": "1", "GONE": "x", "SAME": "v"}
+    done = apply_env_changes([EnvChange("GONE", None), EnvChange("ABSENT", None),
+                              EnvChange("SAME", "v"), EnvChange("NEW", "n")], environ)
+    assert done == ["unset GONE", "NEW=n"]
+    assert environ == {"KEEP": "1", "SAME": "v", "NEW": "n"}
+
+
+def test_envs_read_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_ASCEND_ENABLE_NZ", "2")
+    assert envs.read("VLLM_ASCEND_ENABLE_NZ") == 2
+    assert envs.read("VLLM_ASCEND_ENABLE_NZ", {}) == 1
+
+
+def test_unknown_names_are_attribute_errors() -> None:
+    import ascend_config
+    from ascend_config.envs import read
+
+    with pytest.raises(AttributeError) as info:
+        read("NOT_A_VAR", {})
+    assert str(info.value) == "unknown Ascend environment variable 'NOT_A_VAR'"
+    with pytest.raises(AttributeError) as info:
+        _ = ascend_config.nothing_here  # type: ignore[attr-defined]
+    assert str(info.value) == "module 'ascend_config' has no attribute 'nothing_here'"
+    assert ascend_config.envs is envs
+    assert ascend_config.AscendConfig is AscendConfig

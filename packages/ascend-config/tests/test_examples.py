@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ascend_config.cli import main
-from ascend_config.env_registry import REGISTRY
+from ascend_config.envs import REGISTRY
 
 # The workspace root, found by its lock file: the mutation runner (tools/mutation.py) runs
 # these tests from a copy one directory deeper.

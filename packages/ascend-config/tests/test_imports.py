@@ -35,6 +35,7 @@ def test_import_is_cheap_and_loads_no_torch_or_vllm() -> None:
 
 @pytest.mark.child_process
 @pytest.mark.parametrize("module", ["ascend_config.envs", "ascend_config.facts",
+                                    "ascend_config.inputs", "ascend_config.limits",
                                     "ascend_config.errors"])
 def test_stdlib_only_modules_do_not_import_pydantic(module: str) -> None:
     code = (f"import sys, json, {module}; "

@@ -1,10 +1,13 @@
-"""Every range and rejection of reference sections 2.3-2.5, at and around the boundaries."""
+"""The schema sections: every range and rejection of the existing plugin's ``additional_config``
+keys and sub-configs, at and around the boundaries.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from ascend_config import AscendConfigError, DeploymentFacts, resolve
 
 SR = "scheduler_config.short_request_first_config"
 PC = "scheduler_config.profiling_chunk_config"
@@ -191,3 +194,18 @@ def test_readable_expert_map_is_accepted(res: Any, tmp_path: Any) -> None:
 def test_free_form_objects_must_be_plain_json(problems: Any, key: str, value: Any) -> None:
     [(path, _)] = problems(_nest(key, value))
     assert path == key
+
+
+def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
+    with pytest.raises(AscendConfigError) as info:
+        resolve(config, DeploymentFacts(**facts), env or {})
+    return info.value.lines()
+
+
+def test_expert_map_path_that_is_a_directory_is_refused(tmp_path: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "map.json").mkdir()  # readable, but no file
+    assert lines({"eplb_config": {"expert_map_path": "map.json"}}) == [
+        "eplb_config.expert_map_path: file not found or not readable (given 'map.json'; "
+        "allowed: a readable .json file)"]

@@ -1,473 +1,493 @@
-"""Cross-field and deployment rules (reference 2.3-2.6, 4.4 checks on additional_config keys)."""
+"""``ascend_config.rules``: every rule's problem and warning lines, word for word.
+
+A user reads these lines to fix a config, so each one is part of the interface: where (the key
+path), what was wrong, what was given and what is allowed. Each scenario below trips one rule
+family (the id names it); the lines were read against the existing vllm-ascend plugin's rule.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from ascend_config import AscendConfigError, DeploymentFacts, resolve
 
-FTP = "finegrained_tp_config"
-MOE = {"is_moe": True, "num_experts": 64, "data_parallel_size": 4}
-D_NODE = {"kv_role": "kv_consumer", **MOE}
-RECOMPUTE = {"scheduler_config": {"recompute_scheduler_enable": True}}
+SCENARIOS = [
+    pytest.param(
+        {"ascend_compilation_config": {"enable_static_kernel": True, "enable_npugraph_ex": False}},
+        {},
+        {},
+        "problems", [
+            "ascend_compilation_config.enable_static_kernel: the static kernel needs "
+            "npugraph_ex (given True; allowed: false unless "
+            "ascend_compilation_config.enable_npugraph_ex is true)",
+        ], id="static_needs_npugraph"),
+    pytest.param(
+        {"ascend_compilation_config": {"enable_static_kernel": True}},
+        {"soc": "310P"},
+        {},
+        "warnings", [
+            "ascend_compilation_config.enable_static_kernel is not supported on 310P; it is set "
+            "to false",
+        ], id="npugraph_310p"),
+    pytest.param(
+        {"ascend_compilation_config": {"enable_npugraph_ex": True}},
+        {"enforce_eager": True},
+        {},
+        "warnings", [
+            "ascend_compilation_config.enable_npugraph_ex has no effect with enforce_eager (no "
+            "graph mode); it is set to false",
+        ], id="npugraph_eager"),
+    pytest.param(
+        {"xlite_graph_config": {"enabled": True}},
+        {
+            "speculative_method": "mtp",
+            "num_speculative_tokens": 2,
+            "pipeline_parallel_size": 2,
+            "block_size": 64,
+        },
+        {},
+        "problems", [
+            "xlite_graph_config.enabled: xlite supports num_speculative_tokens 1 only "
+            "(deployment has 2) (given True; allowed: false when speculative decoding uses more "
+            "than 1 token)",
+            "xlite_graph_config.enabled: xlite does not support pipeline parallel "
+            "(pipeline_parallel_size 2) (given True; allowed: false with pipeline parallel > 1)",
+        ], id="xlite_all"),
+    pytest.param(
+        {
+            "finegrained_tp_config": {
+                "oproj_tensor_parallel_size": 3,
+                "olora_tensor_parallel_size": 2,
+            },
+        },
+        {"tensor_parallel_size": 2, "enforce_eager": True, "data_parallel_size": 4},
+        {},
+        "problems", [
+            "finegrained_tp_config.oproj_tensor_parallel_size: fine-grained TP is for MoE "
+            "models only (given 3; allowed: 0 for dense models)",
+            "finegrained_tp_config.oproj_tensor_parallel_size: must divide the DP size (given "
+            "3; allowed: a divisor of data_parallel_size (4))",
+            "finegrained_tp_config.oproj_tensor_parallel_size: needs graph mode (given 3; "
+            "allowed: 0 with enforce_eager)",
+            "finegrained_tp_config.oproj_tensor_parallel_size: only on a PD decode node "
+            "(kv_role None) (given 3; allowed: 0 unless kv_role is kv_consumer)",
+            "finegrained_tp_config.oproj_tensor_parallel_size: needs tensor_parallel_size 1 "
+            "(deployment has 2) (given 3; allowed: 0 unless tensor_parallel_size is 1)",
+            "finegrained_tp_config.oproj_tensor_parallel_size: cross-DP collectives need the "
+            "recompute scheduler's uniform tokens (given 3; allowed: 0 unless "
+            "scheduler_config.recompute_scheduler_enable is true)",
+            "finegrained_tp_config.olora_tensor_parallel_size: fine-grained TP is for MoE "
+            "models only (given 2; allowed: 0 for dense models)",
+            "finegrained_tp_config.olora_tensor_parallel_size: needs graph mode (given 2; "
+            "allowed: 0 with enforce_eager)",
+            "finegrained_tp_config.olora_tensor_parallel_size: only on a PD decode node "
+            "(kv_role None) (given 2; allowed: 0 unless kv_role is kv_consumer)",
+        ], id="ftp_all"),
+    pytest.param(
+        {"enable_fused_mc2": 1},
+        {"architectures": ["MiniMaxM3ForCausalLM"]},
+        {},
+        "problems", [
+            "enable_fused_mc2: fused MC2 does not support MiniMaxM3 (given 1; allowed: 0 for "
+            "MiniMaxM3 models)",
+        ], id="minimax"),
+    pytest.param(
+        {"enable_fused_mc2": 1},
+        {"megamoe_available": True},
+        {},
+        "warnings", [
+            "enable_fused_mc2: the model does not fit MegaMoE (hidden size 1024-8192 and MoE "
+            "intermediate size 1024-3072, multiples of 512; w8a8/w4a8); fused MC2 is set to 0",
+        ], id="megamoe_off"),
+    pytest.param(
+        {"enable_fused_mc2": 1, "multistream_overlap_shared_expert": True},
+        {},
+        {},
+        "warnings", [
+            "multistream_overlap_shared_expert is not supported with fused MC2; it is set to "
+            "false",
+        ], id="overlap_fused"),
+    pytest.param(
+        {
+            "enable_mc2_hierarchy_comm": True,
+            "enable_fused_mc2": 1,
+            "eplb_config": {"dynamic_eplb": True, "num_redundant_experts": 33},
+        },
+        {"soc": "A5", "num_experts": 480},
+        {"DYNAMIC_EPLB": "1"},
+        "problems", [
+            "enable_mc2_hierarchy_comm: hierarchical MC2 is not implemented on A5 (given True; "
+            "allowed: false unless soc is A2 or A3)",
+            "enable_mc2_hierarchy_comm: supports at most 512 experts, got 513 experts (480 "
+            "logical experts + 33 EPLB redundant experts) (given True; allowed: false with more "
+            "than 512 experts)",
+            "enable_mc2_hierarchy_comm: hierarchical MC2 cannot be combined with fused MC2 "
+            "(given True; allowed: false with enable_fused_mc2 1)",
+        ], id="hier_all"),
+    pytest.param(
+        {"enable_mc2_hierarchy_comm": True},
+        {"soc": "A3", "num_experts": 513},
+        {},
+        "problems", [
+            "enable_mc2_hierarchy_comm: supports at most 512 experts, got 513 experts (given "
+            "True; allowed: false with more than 512 experts)",
+        ], id="hier_plain"),
+    pytest.param(
+        {"mix_placement": True, "multistream_overlap_shared_expert": True},
+        {},
+        {},
+        "problems", [
+            "mix_placement: mixed placement conflicts with shared-expert DP / multistream "
+            "overlap (given True; allowed: false with enable_shared_expert_dp or "
+            "multistream_overlap_shared_expert)",
+        ], id="mix"),
+    pytest.param(
+        {
+            "enable_reduce_sample": True,
+            "finegrained_tp_config": {"lmhead_tensor_parallel_size": 2},
+        },
+        {"kv_role": "kv_producer", "is_moe": True, "data_parallel_size": 2},
+        {},
+        "problems", [
+            "enable_reduce_sample: cannot be combined with lm_head TP (given True; allowed: "
+            "false with finegrained_tp_config.lmhead_tensor_parallel_size > 0)",
+            "enable_reduce_sample: not supported on a PD prefill node (given True; allowed: "
+            "false on a kv_producer node)",
+        ], id="reduce"),
+    pytest.param(
+        {"eplb_config": {"expert_map_path": "/nonexistent/map.json"}},
+        {},
+        {},
+        "problems", [
+            "eplb_config.expert_map_path: file not found or not readable (given "
+            "'/nonexistent/map.json'; allowed: a readable .json file)",
+        ], id="eplb_map"),
+    pytest.param(
+        {"eplb_config": {"load_collection_phase": "prefill", "num_redundant_experts": 1}},
+        {"use_model_runner_v2": True},
+        {"EXPERT_MAP_RECORD": "1"},
+        "problems", [
+            "eplb_config.load_collection_phase: load collection feeds vLLM's EPLB, which is off "
+            "(given 'prefill'; allowed: 'all' unless vLLM's --enable-eplb is on)",
+            "eplb_config: model runner v2 uses vLLM's --enable-eplb; legacy EPLB fields given "
+            "(given 'num_redundant_experts'; allowed: only load_collection_phase)",
+            "env EXPERT_MAP_RECORD: model runner v1 control; use vLLM's --enable-eplb (given "
+            "'1'; allowed: unset on model runner v2)",
+        ], id="eplb_mrv2"),
+    pytest.param(
+        {"eplb_config": {"load_collection_phase": "all", "dynamic_eplb": True}},
+        {"enable_eplb": True},
+        {},
+        "problems", [
+            "eplb_config.load_collection_phase: not used by model runner v1 (given 'all'; "
+            "allowed: only with model runner v2)",
+            "vllm --enable-eplb: on model runner v1 use eplb_config.dynamic_eplb instead (given "
+            "True; allowed: only with model runner v2 (VLLM_USE_V2_MODEL_RUNNER=1))",
+            "eplb_config.dynamic_eplb: dynamic EPLB on model runner v1 needs the DYNAMIC_EPLB "
+            "switch (given True; allowed: true only with env DYNAMIC_EPLB=true (or "
+            "EXPERT_MAP_RECORD=true))",
+        ], id="eplb_mrv1"),
+    pytest.param(
+        {"cpu_binding_config": {"bind_irq": True, "min_cpus_per_npu": 4}},
+        {},
+        {},
+        "problems", [
+            "cpu_binding_config.min_cpus_per_npu: 2 IRQ + main + acl + release CPUs (given 4; "
+            "allowed: null or an integer >= 5 with bind_irq)",
+        ], id="cpu_irq"),
+    pytest.param(
+        {"cpu_binding_config": {"bind_irq": True}},
+        {"soc": "A5"},
+        {},
+        "warnings", [
+            "cpu_binding_config.bind_irq: IRQ binding is not available on A5; it is set to "
+            "false",
+        ], id="cpu_irq_a5"),
+    pytest.param(
+        {
+            "scheduler_config": {
+                "enable_balance_scheduling": True,
+                "profiling_chunk_config": {"enabled": True},
+            },
+        },
+        {"max_num_batched_tokens": 2048},
+        {},
+        "problems", [
+            "scheduler_config.profiling_chunk_config.enabled: profiling chunk needs pipeline "
+            "parallel (pipeline_parallel_size 1) (given True; allowed: true only with "
+            "pipeline_parallel_size > 1)",
+            "scheduler_config.profiling_chunk_config.enabled: cannot be combined with "
+            "enable_balance_scheduling (given True; allowed: false with balance scheduling)",
+        ], id="chunk"),
+    pytest.param(
+        {"scheduler_config": {"profiling_chunk_config": {"need_timing": True}}},
+        {},
+        {},
+        "warnings", [
+            "scheduler_config.profiling_chunk_config.need_timing has no effect while profiling "
+            "chunk is disabled; it is set to false",
+        ], id="need_timing"),
+    pytest.param(
+        {
+            "scheduler_config": {
+                "enable_balance_scheduling": True,
+                "short_request_first_config": {"enabled": True},
+                "batch_job_sched_config": {"enabled": True},
+                "profiling_chunk_config": {"enabled": True},
+            },
+        },
+        {"kv_role": "kv_consumer", "scheduler_policy": "priority", "pipeline_parallel_size": 2},
+        {},
+        "problems", [
+            "scheduler_config.profiling_chunk_config.enabled: cannot be combined with "
+            "enable_balance_scheduling (given True; allowed: false with balance scheduling)",
+            "scheduler_config.enable_balance_scheduling: balance scheduling does not support "
+            "kv_role kv_consumer (given True; allowed: true only without kv transfer or with "
+            "kv_both)",
+            "scheduler_config.short_request_first_config.enabled: cannot be combined with "
+            "batch-job scheduling (given True; allowed: false with "
+            "batch_job_sched_config.enabled)",
+            "scheduler_config.short_request_first_config.enabled: cannot be combined with "
+            "profiling chunk (given True; allowed: false with profiling_chunk_config.enabled)",
+            "scheduler_config.short_request_first_config.enabled: not supported on a PD decode "
+            "node (given True; allowed: false on a kv_consumer node)",
+            "scheduler_config.short_request_first_config.enabled: short-request-first reorders "
+            "an fcfs queue; vLLM's scheduling policy is 'priority' (use --scheduling-policy "
+            "fcfs) (given True; allowed: true only with vLLM's scheduling policy fcfs)",
+        ], id="srf"),
+    pytest.param(
+        {
+            "scheduler_config": {
+                "enable_balance_scheduling": True,
+                "dyntra_lb_config": {"enabled": True},
+                "profiling_chunk_config": {"enabled": True},
+            },
+        },
+        {"nnodes_within_dp": 2, "pipeline_parallel_size": 2},
+        {},
+        "problems", [
+            "scheduler_config.profiling_chunk_config.enabled: cannot be combined with "
+            "enable_balance_scheduling (given True; allowed: false with balance scheduling)",
+            "scheduler_config.dyntra_lb_config.enabled: cannot be combined with "
+            "enable_balance_scheduling (given True; allowed: false with balance scheduling)",
+            "scheduler_config.dyntra_lb_config.enabled: DyntraLB runs on PD decode nodes "
+            "(kv_role None) (given True; allowed: true only on a kv_consumer node)",
+            "scheduler_config.dyntra_lb_config.enabled: needs DP > 1 (data_parallel_size 1) "
+            "(given True; allowed: true only with data_parallel_size > 1)",
+            "scheduler_config.dyntra_lb_config.enabled: DyntraLB balances DP replicas within "
+            "one node; a replica here spans 2 nodes (given True; allowed: true only when each "
+            "DP replica runs on one node (nnodes_within_dp 1))",
+            "scheduler_config.dyntra_lb_config.enabled: cannot be combined with profiling chunk "
+            "(given True; allowed: false with profiling_chunk_config.enabled)",
+        ], id="dyntra"),
+    pytest.param(
+        {"scheduler_config": {"recompute_scheduler_enable": True}},
+        {},
+        {},
+        "problems", [
+            "scheduler_config.recompute_scheduler_enable: recompute scheduler needs kv_role "
+            "kv_consumer (got None) (given True; allowed: true only on a kv_consumer (PD "
+            "decode) node)",
+        ], id="recompute_none"),
+    pytest.param(
+        {"scheduler_config": {"recompute_scheduler_enable": True}},
+        {"kv_role": "kv_producer"},
+        {},
+        "warnings", [
+            "scheduler_config.recompute_scheduler_enable: the recompute scheduler runs on "
+            "decode nodes only; it is disabled on this kv_producer node",
+        ], id="recompute_producer"),
+    pytest.param(
+        {"dump_config": {"a": 1}, "dump_config_path": "/x.json"},
+        {},
+        {},
+        "problems", [
+            "dump_config_path: dump_config and dump_config_path are mutually exclusive (given "
+            "'/x.json'; allowed: null when dump_config is given)",
+        ], id="dump"),
+    pytest.param(
+        {"enable_kv_nz": True},
+        {},
+        {},
+        "problems", [
+            "enable_kv_nz: KV NZ supports DeepSeek MLA models only (given True; allowed: false "
+            "unless the model is DeepSeek MLA without SFA)",
+            "enable_kv_nz: only for the decode node of a PD deployment (kv_role None) (given "
+            "True; allowed: false unless kv_role is kv_consumer)",
+        ], id="kvnz"),
+    pytest.param(
+        {
+            "sparse_kv_offload_config": {"enabled": True, "topk_buffer_size": 100},
+            "enable_sparse_sfa_c8": True,
+        },
+        {
+            "index_topk": 2048,
+            "has_compress_ratios": True,
+            "decode_context_parallel_size": 2,
+            "pipeline_parallel_size": 2,
+            "use_model_runner_v2": True,
+        },
+        {},
+        "problems", [
+            "sparse_kv_offload_config.enabled: compressed-attention models are not supported "
+            "(given True; allowed: false for models with compress_ratios)",
+            "sparse_kv_offload_config.topk_buffer_size: buffer smaller than top-k (given 100; "
+            "allowed: an integer >= index_topk (2048))",
+            "sparse_kv_offload_config.enabled: PCP*DCP is 2, must be 1 (given True; allowed: "
+            "false with context parallel)",
+            "sparse_kv_offload_config.enabled: pipeline_parallel_size is 2, must be 1 (given "
+            "True; allowed: false with pipeline parallel)",
+            "sparse_kv_offload_config.enabled: model runner v1 only (given True; allowed: false "
+            "on model runner v2)",
+            "sparse_kv_offload_config.enabled: offload runs on PD decode nodes (kv_role None) "
+            "(given True; allowed: true only on a kv_consumer node (or keep_device_kv_cache))",
+        ], id="sko_all"),
+    pytest.param(
+        {"sparse_kv_offload_config": {"enabled": True, "keep_device_kv_cache": True}},
+        {},
+        {},
+        "problems", [
+            "sparse_kv_offload_config.enabled: needs an SFA sparse-attention model (given True; "
+            "allowed: false for models without index_topk)",
+        ], id="sko_notopk"),
+    pytest.param(
+        {},
+        {
+            "kv_role": "kv_consumer",
+            "kv_connector_extra_config": {"prefill": {"tp_size": 0, "dp_size": 2}, "decode": "x"},
+        },
+        {},
+        "problems", [
+            "facts.kv_connector_extra_config.prefill.tp_size: PD parallel sizes must be "
+            "positive integers (given 0; allowed: an integer > 0)",
+            "facts.kv_connector_extra_config.decode: must be a JSON object (given 'x'; allowed: "
+            "a JSON object with tp_size and dp_size)",
+        ], id="pd"),
+    pytest.param(
+        {},
+        {
+            "kv_role": "kv_producer",
+            "kv_connector_extra_config": {
+                "prefill": {"tp_size": 3, "dp_size": 2},
+                "decode": {"tp_size": 2},
+            },
+        },
+        {},
+        "problems", [
+            "facts.kv_connector_extra_config.prefill.tp_size: must match the local TP on a "
+            "kv_producer (given 3; allowed: 1 (this node's TP size))",
+            "facts.kv_connector_extra_config.prefill.dp_size: must match the local DP on a "
+            "kv_producer (given 2; allowed: 1 (this node's DP size))",
+            "facts.kv_connector_extra_config.prefill.tp_size: PD TP sizes do not divide (given "
+            "3; allowed: a multiple of the decode tp_size (2))",
+        ], id="pd_local"),
+    pytest.param(
+        {},
+        {
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"prefill": {"tp_size": 4}, "decode": {"tp_size": 2}},
+        },
+        {},
+        "problems", [
+            "facts.num_key_value_heads: needed to split KV heads between prefill and decode TP "
+            "(given 0; allowed: an integer > 0)",
+        ], id="pd_heads"),
+    pytest.param(
+        {},
+        {
+            "kv_role": "kv_both",
+            "kv_connector": "MooncakeConnectorV1",
+            "quant_description": {"enable_c8_quant": True},
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+        },
+        {},
+        "problems", [
+            "facts.kv_connector: producer keeps bf16 KV while the consumer expects int8 (C8, "
+            "GQA model) (given 'MooncakeConnectorV1'; allowed: MooncakeLayerwiseConnector with "
+            "C8 KV)",
+        ], id="mooncake"),
+    pytest.param(
+        {"rl_config": {"enabled": True, "enable_training_consistency": True}},
+        {"use_mla": True},
+        {},
+        "problems", [
+            "rl_config.enable_training_consistency: the FA3 backend does not support MLA/SFA "
+            "(given True; allowed: false for MLA and SFA models)",
+        ], id="training"),
+    pytest.param(
+        {"rl_config": {"enabled": True, "enable_batch_invariant": True}, "weight_nz_mode": 2},
+        {},
+        {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True,a:1,b:2"},
+        "warnings", [
+            "rl_config.enabled sets weight_nz_mode to 0 (was 2)",
+        ], id="rl"),
+    pytest.param(
+        {"enable_sleep_mode_extra_cleanup": True},
+        {},
+        {},
+        "problems", [
+            "enable_sleep_mode_extra_cleanup: retired key, replaced by "
+            "rl_config.sleep_mode_extra_cleanup (given True; allowed: remove it; use "
+            "rl_config.sleep_mode_extra_cleanup)",
+        ], id="retired"),
+    pytest.param(
+        [1],
+        {},
+        {},
+        "problems", [
+            "<additional_config>: additional_config must be a mapping (given [1]; allowed: a "
+            "JSON object)",
+        ], id="not_mapping"),
+    pytest.param(
+        {
+            "recompute_scheduler_enable": False,
+            "enable_balance_scheduling": False,
+            "scheduler_config": {"enable_balance_scheduling": True},
+        },
+        {},
+        {},
+        "warnings", [
+            "top-level 'enable_balance_scheduling' is deprecated and ignored: "
+            "scheduler_config.enable_balance_scheduling is set",
+            "top-level 'recompute_scheduler_enable' is deprecated; use "
+            "scheduler_config.recompute_scheduler_enable",
+        ], id="legacy"),
+    pytest.param(
+        {},
+        {},
+        {
+            "VLLM_ASCEND_ENABLE_NZ": "2",
+            "VLLM_ASCEND_BALANCE_SCHEDULING": "1",
+            "VLLM_ASCEND_ENABLE_FLASHCOMM1": "1",
+        },
+        "warnings", [
+            "'scheduler_config.enable_balance_scheduling' falls back to environment variable "
+            "VLLM_ASCEND_BALANCE_SCHEDULING; this fallback is deprecated and will be removed in "
+            "the next release, set 'scheduler_config.enable_balance_scheduling' in "
+            "additional_config instead",
+            "'weight_nz_mode' falls back to environment variable VLLM_ASCEND_ENABLE_NZ; this "
+            "fallback is deprecated and will be removed in the next release, set "
+            "'weight_nz_mode' in additional_config instead",
+            "FlashComm (enable_flashcomm1 / VLLM_ASCEND_ENABLE_FLASHCOMM1) is deprecated and "
+            "has no effect; use vLLM's upstream sequence-parallel configuration",
+        ], id="env_fallback"),
+    pytest.param(
+        {},
+        {},
+        {"VLLM_ASCEND_ENABLE_NZ": "7"},
+        "problems", [
+            "env VLLM_ASCEND_ENABLE_NZ: invalid value (given '7'; allowed: 0, 1, 2)",
+        ], id="env_bad"),]
 
 
-def paths(found: list[tuple[str, str]]) -> list[str]:
-    return [p for p, _ in found]
-
-
-# --- fine-grained TP ----------------------------------------------------------------------
-
-def test_oproj_tp_accepted_on_decode_node(res: Any) -> None:
-    cfg = res({FTP: {"oproj_tensor_parallel_size": 2}, **RECOMPUTE}, **D_NODE)
-    assert cfg.finegrained_tp_config.enabled_sizes() == {"oproj_tensor_parallel_size": 2}
-
-
-def test_oproj_tp_every_violation_reported(problems: Any) -> None:
-    found = problems({FTP: {"oproj_tensor_parallel_size": 3}}, tensor_parallel_size=2,
-                     enforce_eager=True, data_parallel_size=4)
-    lines = [line for _, line in found]
-    assert paths(found) == [f"{FTP}.oproj_tensor_parallel_size"] * 6
-    for needle in ("MoE models only", "divide the DP size", "needs graph mode",
-                   "PD decode node", "tensor_parallel_size 1", "recompute scheduler"):
-        assert any(needle in line for line in lines), needle
-
-
-def test_embedding_tp_needs_recompute(problems: Any, res: Any) -> None:
-    found = problems({FTP: {"embedding_tensor_parallel_size": 2}}, **MOE)
-    assert paths(found) == [f"{FTP}.embedding_tensor_parallel_size"]
-    cfg = res({FTP: {"embedding_tensor_parallel_size": 2}, **RECOMPUTE}, **D_NODE)
-    assert cfg.finegrained_tp_config.enabled_sizes() == {"embedding_tensor_parallel_size": 2}
-    assert cfg.scheduler_config.recompute_scheduler_enable is True
-
-
-def test_olora_tp_needs_graph_mode_and_consumer(problems: Any) -> None:
-    found = problems({FTP: {"olora_tensor_parallel_size": 2}}, enforce_eager=True, **MOE)
-    assert len(found) == 2
-
-
-@pytest.mark.parametrize("key", ["lmhead_tensor_parallel_size", "mlp_tensor_parallel_size"])
-def test_any_size_needs_moe_and_divides_dp(problems: Any, res: Any, key: str) -> None:
-    assert paths(problems({FTP: {key: 2}}, data_parallel_size=4)) == [f"{FTP}.{key}"]
-    assert paths(problems({FTP: {key: 3}}, **MOE)) == [f"{FTP}.{key}"]
-    assert res({FTP: {key: 2}}, **MOE).finegrained_tp_config.enabled_sizes() == {key: 2}
-
-
-# --- MC2 variants, shared experts ---------------------------------------------------------
-
-@pytest.mark.parametrize("soc", ["A2", "A3"])
-def test_hierarchy_accepts_exactly_512_experts(res: Any, soc: str) -> None:
-    assert res({"enable_mc2_hierarchy_comm": True}, soc=soc, num_experts=512, is_moe=True
-               ).enable_mc2_hierarchy_comm
-
-
-def test_hierarchy_counts_dynamic_eplb_redundancy(problems: Any) -> None:
-    found = problems({"enable_mc2_hierarchy_comm": True, "eplb_config": {
-        "dynamic_eplb": True, "num_redundant_experts": 33}}, env={"DYNAMIC_EPLB": "true"},
-        soc="A3", num_experts=480)
-    [(path, line)] = found
-    assert path == "enable_mc2_hierarchy_comm"
-    assert "513 experts (480 logical experts + 33 EPLB redundant experts)" in line
-
-
-def test_hierarchy_ignores_redundancy_without_dynamic_eplb(res: Any) -> None:
-    cfg = res({"enable_mc2_hierarchy_comm": True, "eplb_config": {"num_redundant_experts": 33}},
-              soc="A3", num_experts=480)
-    # 480 + 33 = 513 would be over the limit, but without dynamic EPLB only 480 count.
-    assert cfg.enable_mc2_hierarchy_comm is True
-    assert (cfg.eplb_config.dynamic_eplb, cfg.eplb_config.num_redundant_experts) == (False, 33)
-
-
-@pytest.mark.parametrize("soc", ["A5", "310P", "cpu"])
-def test_hierarchy_rejected_off_a2_a3(problems: Any, soc: str) -> None:
-    [(path, line)] = problems({"enable_mc2_hierarchy_comm": True}, soc=soc)
-    assert path == "enable_mc2_hierarchy_comm" and soc in line
-
-
-def test_hierarchy_rejected_with_fused_mc2(problems: Any) -> None:
-    [(_, line)] = problems({"enable_mc2_hierarchy_comm": True, "enable_fused_mc2": 1})
-    assert "fused MC2" in line
-
-
-def test_fused_mc2_rejected_for_minimax_m3(problems: Any) -> None:
-    [(path, _)] = problems({"enable_fused_mc2": 1}, architectures=("MiniMaxM3ForCausalLM",))
-    assert path == "enable_fused_mc2"
-
-
-MEGAMOE_OK = {"megamoe_available": True, "hidden_size": 7168, "moe_intermediate_size": 2048}
-
-
-@pytest.mark.parametrize(("facts", "expected"), [
-    (MEGAMOE_OK, 1),
-    ({**MEGAMOE_OK, "hidden_size": 7000}, 0),
-    ({**MEGAMOE_OK, "hidden_size": 512}, 0),
-    ({**MEGAMOE_OK, "moe_intermediate_size": 4096}, 0),
-    ({**MEGAMOE_OK, "moe_intermediate_size": 0}, 0),
-    # range edges: hidden 1024..8192 and intermediate 1024..3072, both multiples of 512
-    ({**MEGAMOE_OK, "hidden_size": 8192}, 1), ({**MEGAMOE_OK, "hidden_size": 8704}, 0),
-    ({**MEGAMOE_OK, "hidden_size": 1024}, 1),
-    ({**MEGAMOE_OK, "moe_intermediate_size": 3072}, 1),
-    ({**MEGAMOE_OK, "moe_intermediate_size": 3584}, 0),
-    ({**MEGAMOE_OK, "moe_intermediate_size": 1024}, 1),
-    ({**MEGAMOE_OK, "quant_description": {"quantize": "W8A8_DYNAMIC"}}, 1),
-    ({**MEGAMOE_OK, "quant_description": {"moe_quantize": "w4a16"}}, 0),
-    ({**MEGAMOE_OK, "hidden_size": 7000, "megamoe_available": False}, 1),
-])
-def test_fused_mc2_forced_off_when_megamoe_does_not_fit(
-    res: Any, facts: dict[str, Any], expected: int
-) -> None:
-    cfg = res({"enable_fused_mc2": 1}, **facts)
-    assert cfg.enable_fused_mc2 == expected
-    assert any("MegaMoE" in w for w in cfg.warnings) == (expected == 0)
-
-
-@pytest.mark.parametrize(("flag", "ep", "tp", "expected"), [
-    (True, True, 2, True), (True, False, 2, False), (True, True, 1, False),
-    (False, True, 2, False),
-])
-def test_shared_expert_dp_effective_value(
-    res: Any, flag: bool, ep: bool, tp: int, expected: bool
-) -> None:
-    cfg = res({"enable_shared_expert_dp": flag}, enable_expert_parallel=ep,
-              tensor_parallel_size=tp)
-    assert cfg.enable_shared_expert_dp is expected
-
-
-def test_overlap_forced_off_with_fused_mc2(res: Any) -> None:
-    cfg = res({"multistream_overlap_shared_expert": True, "enable_fused_mc2": 1})
-    assert cfg.multistream_overlap_shared_expert is False and len(cfg.warnings) == 1
-    assert res({"multistream_overlap_shared_expert": True}).multistream_overlap_shared_expert
-
-
-def test_mix_placement_conflicts(problems: Any, res: Any) -> None:
-    assert paths(problems({"mix_placement": True, "multistream_overlap_shared_expert": True})
-                 ) == ["mix_placement"]
-    assert paths(problems({"mix_placement": True, "enable_shared_expert_dp": True},
-                          enable_expert_parallel=True, tensor_parallel_size=2)) == ["mix_placement"]
-    # Shared-expert DP that is not effective (TP 1) does not conflict.
-    assert res({"mix_placement": True, "enable_shared_expert_dp": True}).mix_placement
-
-
-def test_reduce_sample(problems: Any, res: Any) -> None:
-    cfg = res({"enable_reduce_sample": True}, kv_role="kv_consumer")
-    assert cfg.warnings == ("enable_reduce_sample is experimental",)
-    assert len(problems({"enable_reduce_sample": True}, kv_role="kv_producer")) == 1
-    found = problems({"enable_reduce_sample": True, FTP: {"lmhead_tensor_parallel_size": 2}},
-                     **MOE)
-    assert paths(found) == ["enable_reduce_sample"]
-
-
-CPU = "cpu_binding_config"
-IRQ_OFF_ON_A5 = ("cpu_binding_config.bind_irq: IRQ binding is not available on A5; it is set "
-                 "to false")
-
-
-@pytest.mark.parametrize("soc", ["A2", "A3", "A5", "310P", "cpu"])
-def test_min_cpus_default_is_the_socs_own(res: Any, soc: str) -> None:
-    # None = "the SoC's default", which ascend-topology's planner decides (A5 3, others 5).
-    cfg = res(None, soc=soc).cpu_binding_config
-    assert (cfg.min_cpus_per_npu, cfg.bind_irq) == (None, False)
-
-
-@pytest.mark.parametrize("soc", ["A2", "A5"])
-@pytest.mark.parametrize("value", [3, 4, 5, 6, 1024])
-def test_explicit_min_cpus_passes_through(res: Any, soc: str, value: int) -> None:
-    assert res({CPU: {"min_cpus_per_npu": value}}, soc=soc).cpu_binding_config.min_cpus_per_npu \
-        == value
-
-
-# bind_irq reserves 2 IRQ CPUs + main + acl + release: an explicit minimum needs >= 5.
-@pytest.mark.parametrize(("value", "ok"), [(None, True), (3, False), (4, False), (5, True),
-                                           (6, True)])
-@pytest.mark.parametrize("soc", ["A2", "A3", "310P"])
-def test_bind_irq_needs_five_cpus(res: Any, problems: Any, soc: str, value: int | None,
-                                  ok: bool) -> None:
-    config = {CPU: {"bind_irq": True, "min_cpus_per_npu": value}}
-    if ok:
-        cfg = res(config, soc=soc)
-        assert (cfg.cpu_binding_config.bind_irq, cfg.cpu_binding_config.min_cpus_per_npu,
-                cfg.warnings) == (True, value, ())
+@pytest.mark.parametrize(("config", "facts", "env", "kind", "lines"), SCENARIOS)
+def test_lines(config: Any, facts: dict[str, Any], env: dict[str, str], kind: str,
+               lines: list[str]) -> None:
+    if kind == "problems":
+        with pytest.raises(AscendConfigError) as info:
+            resolve(config, DeploymentFacts(**facts), env)
+        assert info.value.lines() == lines
     else:
-        assert problems(config, soc=soc) == [(
-            f"{CPU}.min_cpus_per_npu",
-            f"{CPU}.min_cpus_per_npu: 2 IRQ + main + acl + release CPUs (given {value}; "
-            "allowed: null or an integer >= 5 with bind_irq)")]
-
-
-@pytest.mark.parametrize("value", [None, 3, 4, 5])
-def test_bind_irq_is_off_on_a5(res: Any, value: int | None) -> None:
-    cfg = res({CPU: {"bind_irq": True, "min_cpus_per_npu": value}}, soc="A5")
-    assert (cfg.cpu_binding_config.bind_irq, cfg.cpu_binding_config.min_cpus_per_npu) == (
-        False, value)
-    assert cfg.warnings == (IRQ_OFF_ON_A5,)
-    assert res({CPU: {"bind_irq": False}}, soc="A5").warnings == ()
-
-
-# --- EPLB ---------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("env", [{"DYNAMIC_EPLB": "true"}, {"DYNAMIC_EPLB": "1"},
-                                 {"DYNAMIC_EPLB": "TRUE"}, {"EXPERT_MAP_RECORD": "true"}])
-def test_dynamic_eplb_needs_switch_on_mrv1(res: Any, problems: Any, env: dict[str, str]) -> None:
-    assert res({"eplb_config": {"dynamic_eplb": True}}, env=env).eplb_config.dynamic_eplb
-    assert paths(problems({"eplb_config": {"dynamic_eplb": True}})) == ["eplb_config.dynamic_eplb"]
-
-
-def test_record_path_forces_dynamic_eplb(res: Any) -> None:
-    cfg = res({"eplb_config": {"expert_map_record_path": "/tmp/rec.json"}},
-              env={"DYNAMIC_EPLB": "true"})
-    assert cfg.eplb_config.dynamic_eplb is True
-
-
-@pytest.mark.parametrize("phase", ["all", "prefill", "decode"])
-def test_load_collection_phase_is_mrv2_only(res: Any, problems: Any, phase: str) -> None:
-    cfg = res({"eplb_config": {"load_collection_phase": phase}}, use_model_runner_v2=True,
-              enable_eplb=True)
-    assert cfg.eplb_config.load_collection_phase == phase
-    assert paths(problems({"eplb_config": {"load_collection_phase": phase}})) == [
-        "eplb_config.load_collection_phase"]
-
-
-@pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_partial_load_collection_needs_vllm_eplb(res: Any, problems: Any, phase: str) -> None:
-    found = problems({"eplb_config": {"load_collection_phase": phase}},
-                     use_model_runner_v2=True)
-    assert paths(found) == ["eplb_config.load_collection_phase"]
-    assert "'all' unless vLLM's --enable-eplb is on" in found[0][1]
-    assert res({"eplb_config": {"load_collection_phase": "all"}},
-               use_model_runner_v2=True).eplb_config.load_collection_phase == "all"
-
-
-def test_vllm_eplb_is_mrv2_only(res: Any, problems: Any) -> None:
-    found = problems({}, enable_eplb=True)
-    assert paths(found) == ["vllm --enable-eplb"]
-    assert "model runner v2" in found[0][1] and "eplb_config.dynamic_eplb" in found[0][1]
-    assert res({}, enable_eplb=True, use_model_runner_v2=True).eplb_config.dynamic_eplb is False
-
-
-def test_mrv2_rejects_legacy_fields_and_env(problems: Any) -> None:
-    found = problems({"eplb_config": {"num_redundant_experts": 2, "dynamic_eplb": False}},
-                     env={"DYNAMIC_EPLB": "1"}, use_model_runner_v2=True)
-    assert paths(found) == ["eplb_config", "env DYNAMIC_EPLB"]
-    assert "dynamic_eplb, num_redundant_experts" in found[0][1]
-
-
-# --- compilation and xlite ----------------------------------------------------------------
-
-def test_static_kernel_requires_npugraph_ex(problems: Any, res: Any) -> None:
-    found = problems({"ascend_compilation_config": {"enable_static_kernel": True,
-                                                    "enable_npugraph_ex": False}})
-    assert paths(found) == ["ascend_compilation_config.enable_static_kernel"]
-    comp = res({"ascend_compilation_config": {"enable_static_kernel": True}}
-               ).ascend_compilation_config
-    assert comp.enable_static_kernel and comp.enable_npugraph_ex
-
-
-def test_310p_disables_both_with_two_warnings(res: Any) -> None:
-    cfg = res({"ascend_compilation_config": {"enable_static_kernel": True,
-                                             "enable_npugraph_ex": True}}, soc="310P")
-    comp = cfg.ascend_compilation_config
-    assert (comp.enable_npugraph_ex, comp.enable_static_kernel) == (False, False)
-    assert cfg.warnings == (
-        "ascend_compilation_config.enable_npugraph_ex is not supported on 310P; it is set to false",
-        "ascend_compilation_config.enable_static_kernel is not supported on 310P; it is set to "
-        "false",
-    )
-
-
-def test_310p_default_npugraph_ex_is_off_silently(res: Any) -> None:
-    cfg = res(None, soc="310P")
-    assert not cfg.ascend_compilation_config.enable_npugraph_ex and cfg.warnings == ()
-
-
-def test_eager_mode_turns_graph_options_off(res: Any) -> None:
-    comp = res(None, enforce_eager=True).ascend_compilation_config
-    assert (comp.enable_npugraph_ex, comp.enable_static_kernel) == (False, False)
-    assert comp.fuse_norm_quant
-
-
-def test_xlite_rules(problems: Any, res: Any) -> None:
-    on = {"xlite_graph_config": {"enabled": True}}
-    assert res(on, speculative_method="eagle", num_speculative_tokens=1).xlite_graph_config.enabled
-    found = problems(on, speculative_method="mtp", num_speculative_tokens=2,
-                     pipeline_parallel_size=2)
-    assert paths(found) == ["xlite_graph_config.enabled"] * 2
-    cfg = res(on, block_size=256)
-    assert len(cfg.warnings) == 1 and "block_size 256" in cfg.warnings[0]
-
-
-# --- model features -----------------------------------------------------------------------
-
-def test_kv_nz(res: Any, problems: Any) -> None:
-    assert res({"enable_kv_nz": True}, use_mla=True, kv_role="kv_consumer").enable_kv_nz
-    assert len(problems({"enable_kv_nz": True}, use_mla=True, kv_role="kv_producer")) == 1
-    assert len(problems({"enable_kv_nz": True}, use_mla=True, index_topk=2048,
-                        kv_role="kv_consumer")) == 1
-    assert len(problems({"enable_kv_nz": True})) == 2
-
-
-@pytest.mark.parametrize(("facts", "sfa"), [
-    ({"index_topk": 2048}, True), ({}, False),
-    ({"index_topk": 2048, "has_compress_ratios": True}, False)])
-def test_sparse_c8_effective_only_for_sfa(res: Any, facts: dict[str, Any], sfa: bool) -> None:
-    cfg = res({"enable_sparse_sfa_c8": True, "enable_sparse_li_c8": True,
-               "c8_enable_reshape_optim": True}, **facts)
-    assert (cfg.enable_sparse_sfa_c8, cfg.enable_sparse_li_c8, cfg.c8_enable_reshape_optim) == (
-        sfa, sfa, sfa)
-
-
-def test_li_c8_layer_filter(res: Any) -> None:
-    quant = {"model.layers.3.self_attn.indexer.quant_type": "INT8_DYNAMIC",
-             "model.layers.7.self_attn.indexer.wq_b_weight": "W8A8_MXFP8",
-             "model.layers.9.self_attn.indexer.quant_type": "FLOAT"}
-    cfg = res({"enable_sparse_li_c8": True}, index_topk=2048, quant_description=quant)
-    assert cfg.sparse_li_c8_layer_filter
-    assert cfg.sparse_li_c8_layer_ids == (3, 7)
-    assert cfg.is_sparse_li_c8_layer("model.layers.3.self_attn")
-    assert cfg.is_sparse_li_c8_layer("model.layers.7.self_attn.indexer")
-    assert cfg.is_sparse_li_c8_layer("layers.3.mlp")
-    assert not cfg.is_sparse_li_c8_layer("model.layers.9.self_attn")
-    every = res({"enable_sparse_li_c8": True}, index_topk=2048)
-    assert not every.sparse_li_c8_layer_filter and every.is_sparse_li_c8_layer("anything")
-    assert not res({}, index_topk=2048).is_sparse_li_c8_layer("model.layers.3.self_attn")
-
-
-SKO = {"sparse_kv_offload_config": {"enabled": True}}
-
-
-def test_sparse_kv_offload_accepted_on_sfa_decode_node(res: Any) -> None:
-    assert res(SKO, index_topk=2048, kv_role="kv_consumer").sparse_kv_offload_config.enabled
-
-
-@pytest.mark.parametrize(("facts", "needle"), [
-    ({"index_topk": 2048, "has_compress_ratios": True, "kv_role": "kv_consumer"},
-     "compressed-attention"),
-    ({"kv_role": "kv_consumer"}, "SFA sparse-attention"),
-    ({"index_topk": 2048, "kv_role": "kv_consumer", "decode_context_parallel_size": 2}, "PCP*DCP"),
-    ({"index_topk": 2048, "kv_role": "kv_consumer", "pipeline_parallel_size": 2}, "pipeline"),
-    ({"index_topk": 2048, "kv_role": "kv_consumer", "use_model_runner_v2": True}, "v1 only"),
-    ({"index_topk": 2048, "kv_role": "kv_producer"}, "decode nodes"),
-    ({"index_topk": 8192, "kv_role": "kv_consumer"}, "smaller than top-k"),
-])
-def test_sparse_kv_offload_rejections(problems: Any, facts: dict[str, Any], needle: str) -> None:
-    [(_, line)] = problems(SKO, **facts)
-    assert needle in line
-
-
-def test_sparse_kv_offload_keep_device_cache(res: Any, problems: Any) -> None:
-    cfg = res({"sparse_kv_offload_config": {"enabled": True, "keep_device_kv_cache": True}},
-              index_topk=2048)
-    assert cfg.warnings == ("sparse_kv_offload_config.keep_device_kv_cache is for debugging only",)
-    found = problems({**SKO, "enable_sparse_sfa_c8": True}, index_topk=2048,
-                     kv_role="kv_consumer")
-    assert "SFA C8" in found[0][1]
-
-
-def _pd(prefill: int, decode: int, **facts: Any) -> dict[str, Any]:
-    extra = {"prefill": {"tp_size": prefill}, "decode": {"tp_size": decode}}
-    return {"kv_role": "kv_both", "kv_connector_extra_config": extra, **facts}
-
-
-@pytest.mark.parametrize(("prefill", "decode", "kv_heads", "ratios"), [
-    (1, 1, 8, (1, 1, 1)),
-    (8, 2, 4, (4, 2, 2)),
-    (16, 4, 8, (4, 2, 2)),
-    (4, 1, 8, (4, 4, 1)),
-    (8, 8, 2, (1, 1, 1)),
-])
-def test_pd_head_ratios(res: Any, prefill: int, decode: int, kv_heads: int,
-                        ratios: tuple[int, int, int]) -> None:
-    cfg = res(None, **_pd(prefill, decode, num_key_value_heads=kv_heads))
-    assert (cfg.pd_tp_ratio, cfg.pd_head_ratio, cfg.num_head_replica) == ratios
-
-
-def test_pd_ratio_rules(res: Any, problems: Any) -> None:
-    assert paths(problems(None, **_pd(6, 4, num_key_value_heads=8))) == [
-        "facts.kv_connector_extra_config.prefill.tp_size"]
-    assert paths(problems(None, **_pd(8, 2))) == ["facts.num_key_value_heads"]
-    cfg = res(None, **_pd(8, 2, use_mla=True))  # MLA models are skipped
-    assert cfg.pd_tp_ratio == 1
-
-
-def test_kv_extra_config_must_match_local_sizes(problems: Any, res: Any) -> None:
-    extra = {"prefill": {"tp_size": 8, "dp_size": 2}, "decode": {"tp_size": 4, "dp_size": 4}}
-    found = problems(None, kv_role="kv_consumer", kv_connector_extra_config=extra,
-                     tensor_parallel_size=2, data_parallel_size=4, num_key_value_heads=8)
-    assert paths(found) == ["facts.kv_connector_extra_config.decode.tp_size"]
-    cfg = res(None, kv_role="kv_producer", kv_connector_extra_config=extra,
-              tensor_parallel_size=8, data_parallel_size=2, num_key_value_heads=8)
-    # prefill 8 // decode 4 = 2; 8 heads: min(8,8)//min(4,8) = 2, replica 8 // 8 = 1
-    assert (cfg.pd_tp_ratio, cfg.pd_head_ratio, cfg.num_head_replica) == (2, 2, 1)
-
-
-C8 = {"quant_description": {"enable_c8_quant": True}, "num_attention_heads": 32,
-      "num_key_value_heads": 8}
-
-
-@pytest.mark.parametrize("role", ["kv_consumer", "kv_producer", "kv_both"])
-def test_mooncake_c8_rejected_for_gqa(problems: Any, role: str) -> None:
-    assert paths(problems(None, kv_role=role, kv_connector="MooncakeConnectorV1", **C8)) == [
-        "facts.kv_connector"]
-
-
-def test_mooncake_c8_found_inside_multi_connector(problems: Any) -> None:
-    extra = {"connectors": [{"kv_connector": "LMCacheConnector"},
-                            {"kv_connector": "MooncakeConnector"}]}
-    assert len(problems(None, kv_role="kv_both", kv_connector="MultiConnector",
-                        kv_connector_extra_config=extra, **C8)) == 1
-
-
-@pytest.mark.parametrize("facts", [
-    {"kv_connector": "MooncakeLayerwiseConnector", **C8},
-    {"kv_connector": "MooncakeConnector", **C8, "num_key_value_heads": 32},
-    {"kv_connector": "MooncakeConnector", **C8, "use_mla": True},
-])
-def test_mooncake_c8_allowed_cases(res: Any, facts: dict[str, Any]) -> None:
-    cfg = res(None, kv_role="kv_consumer", **facts)
-    # Accepted, and identical to the config without any kv connector named.
-    assert cfg == res(None, kv_role="kv_consumer", **{**facts, "kv_connector": None})
-
-
-def test_training_consistency_needs_plain_attention(problems: Any, res: Any) -> None:
-    rl = {"rl_config": {"enabled": True, "enable_training_consistency": True}}
-    assert res(rl).rl_config.enable_training_consistency
-    assert paths(problems(rl, use_mla=True)) == ["rl_config.enable_training_consistency"]
-
-
-def test_bad_facts_are_problems(problems: Any) -> None:
-    assert paths(problems(None, soc="B9", kv_role="both")) == ["facts.soc", "facts.kv_role"]
-
-
-def test_wrongly_typed_facts_are_problems_not_crashes(problems: Any) -> None:
-    found = problems({"finegrained_tp_config": {"mlp_tensor_parallel_size": 2}},
-                     tensor_parallel_size="2", quant_description=[1], architectures="Qwen")
-    # Rules then judge the config against default facts (dense, DP 1): two problems.
-    assert paths(found) == ["facts.tensor_parallel_size", "facts.architectures",
-                            "facts.quant_description"] + [f"{FTP}.mlp_tensor_parallel_size"] * 2
-
-
-def test_new_facts_are_type_checked(problems: Any, res: Any) -> None:
-    found = problems(None, scheduler_policy=1, nnodes_within_dp=-1, sequence_parallel="yes",
-                     enable_eplb=0)
-    assert paths(found) == ["facts.sequence_parallel", "facts.scheduler_policy",
-                            "facts.nnodes_within_dp", "facts.enable_eplb"]
-    facts = {"sequence_parallel": True, "scheduler_policy": "priority", "nnodes_within_dp": 2,
-             "enable_eplb": False}
-    from ascend_config import DeploymentFacts
-
-    loaded = DeploymentFacts.from_mapping(facts)
-    assert (loaded.sequence_parallel, loaded.scheduler_policy, loaded.nnodes_within_dp) == (
-        True, "priority", 2)
-    assert res(None, **facts).soc == "A2"  # none of them is a problem on its own
-
-
-def test_li_c8_layers_after_unrelated_quant_keys_and_nested_indexer_names(res: Any) -> None:
-    # Unrelated keys come first; the layer name holds ".indexer." itself, so the layer is
-    # everything before the last ".indexer."; a name without "layers.N" still counts by name.
-    quant = {"model.embed_tokens.weight": "FLOAT",
-             "mtp.indexer.layers.5.self_attn.indexer.quant_type": "INT8_DYNAMIC",
-             "XmtpX.indexer.quant_type": "W8A8_MXFP8"}
-    cfg = res({"enable_sparse_li_c8": True}, index_topk=2048, quant_description=quant)
-    assert cfg.sparse_li_c8_layer_names == ("XmtpX", "mtp.indexer.layers.5.self_attn")
-    assert cfg.sparse_li_c8_layer_ids == (5,)
-    assert cfg.is_sparse_li_c8_layer("XmtpX") and cfg.is_sparse_li_c8_layer(".XmtpX.")
-    assert not cfg.is_sparse_li_c8_layer("mtp")
+        assert list(resolve(config, DeploymentFacts(**facts), env).warnings) == lines

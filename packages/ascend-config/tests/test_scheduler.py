@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ascend_config import AscendConfig, AscendConfigError, DeploymentFacts, resolve
 
 S = "scheduler_config"
 
@@ -197,3 +198,51 @@ def test_need_timing_forced_off_when_disabled(res: Any) -> None:
     chunk = res({S: {"profiling_chunk_config": {"enabled": True, "need_timing": False}}},
                 pipeline_parallel_size=2).scheduler_config.profiling_chunk_config
     assert chunk.need_timing is False
+
+
+def outcome(config: dict[str, Any] | None, env: dict[str, str] | None = None,
+            **facts: Any) -> AscendConfig | list[str]:
+    """The resolved config, or the paths of the problems."""
+    try:
+        return resolve(config, DeploymentFacts(**facts), dict(env or {}))
+    except AscendConfigError as exc:
+        return [p.path for p in exc.problems]
+
+
+def ok(result: AscendConfig | list[str]) -> AscendConfig:
+    assert isinstance(result, AscendConfig), result
+    return result
+
+
+PC_TOP = {"scheduler_config": {"profiling_chunk_config": {"enabled": True, "min_chunk": 4096}}}
+
+
+DL = {"scheduler_config": {"dyntra_lb_config": {"enabled": True}}}
+
+
+DL_PATH = "scheduler_config.dyntra_lb_config.enabled"
+
+
+@pytest.mark.parametrize(("tokens", "min_chunk", "warns"), [
+    (4095, 4095, True), (4096, 4096, False), (4097, 4096, False)])
+def test_profiling_chunk_clamp(tokens: int, min_chunk: int, warns: bool) -> None:
+    cfg = ok(outcome(PC_TOP, pipeline_parallel_size=2, max_num_batched_tokens=tokens))
+    assert cfg.scheduler_config.profiling_chunk_config.min_chunk == min_chunk
+    assert len(cfg.warnings) == (1 if warns else 0)
+
+
+@pytest.mark.parametrize(("pp", "allowed"), [(1, False), (2, True)])
+def test_profiling_chunk_needs_pp_above_one(pp: int, allowed: bool) -> None:
+    result = outcome(PC_TOP, pipeline_parallel_size=pp)
+    path = "scheduler_config.profiling_chunk_config.enabled"
+    assert (result == [path]) is not allowed
+
+
+@pytest.mark.parametrize(("dp", "nnodes", "problems"), [
+    (1, 1, 1), (2, 1, 0), (3, 1, 0), (2, 2, 1), (1, 2, 2)])
+def test_dyntra_lb_dp_and_nodes(dp: int, nnodes: int, problems: int) -> None:
+    result = outcome(DL, kv_role="kv_consumer", data_parallel_size=dp, nnodes_within_dp=nnodes)
+    if problems:
+        assert result == [DL_PATH] * problems
+    else:
+        assert ok(result).scheduler_config.dyntra_lb_config.enabled is True

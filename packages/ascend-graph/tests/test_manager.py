@@ -7,11 +7,17 @@ from pathlib import Path
 import ascend_graph
 import pytest
 import torch
-from ascend_graph import PASS_NAMES, PASS_SWITCHES, SWITCH_DEFAULTS, GraphFusionPassManager
+from ascend_graph import (
+    PASS_NAMES,
+    PASS_SWITCHES,
+    SWITCH_DEFAULTS,
+    GraphFusionPassManager,
+)
 from ascend_graph.passes.base import PatternPass
 from ascend_graph.passes.fusion_passes import MulsAddPass, QKNormRopePass
 from ascend_graph.passes.muls_add import MulsAddPattern
 from ascend_graph.passes.qknorm_rope import QKNormRopePattern
+from torch import fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -235,3 +241,67 @@ def test_settings_list_soc_w4a4_and_each_pass_with_its_bounds_and_patterns() -> 
     manager.passes[0].min_tokens, manager.passes[0].max_tokens = 2, 64
     bounded = manager.settings()["passes"][0]
     assert (bounded["min_tokens"], bounded["max_tokens"]) == (2, 64)
+
+
+@pytest.mark.parametrize("switch", ["fuse_qknorm_rope", "fuse_muls_add", "w4a4",
+                                    "sequence_parallel", "fuse_norm_quant"])
+def test_a_switch_that_is_not_a_bool_is_named(switch: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        GraphFusionPassManager(**{switch: "yes"})
+    assert str(exc.value) == f"{switch} must be true or false, got 'yes'"
+
+
+def test_last_counts_are_zero_for_every_pass_before_the_first_run() -> None:
+    manager = GraphFusionPassManager()
+    assert manager.last_counts == {name: 0 for name in PASS_NAMES}
+    assert all(type(v) is int for v in manager.last_counts.values())
+
+
+@pytest.mark.parametrize("soc", ["A2", "A3", "A5", "310P", "cpu"])
+def test_every_pattern_pass_of_the_manager_gets_its_soc(soc: str) -> None:
+    manager = GraphFusionPassManager(soc=soc, dtypes=["float16"])
+    socs = {p.name: getattr(p, "soc", None) for p in manager.passes}
+    assert socs == {"noop_elimination": None, "norm_quant": soc, "qknorm_rope": soc,
+                    "muls_add": soc}
+
+
+def _scaled_add(scale: float):  # type: ignore[no-untyped-def]
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * scale + y
+
+    return fn
+
+
+def _xy(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(11)
+    return torch.randn(4, 8, generator=gen).to(dtype), torch.randn(4, 8, generator=gen).to(dtype)
+
+
+def _targets(gm: fx.GraphModule) -> list[str]:
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_from_switches_takes_muls_add_scale_from_the_mapping() -> None:
+    manager = GraphFusionPassManager.from_switches({"muls_add_scale": 2.5, "enable_npugraph_ex": 1})
+    x, y = _xy()
+    hit = make_fx(_scaled_add(2.5))(x, y)
+    miss = make_fx(_scaled_add(3.0))(x, y)
+    before = _targets(miss)
+    assert manager.run(miss)["muls_add"] == 0
+    assert _targets(miss) == before
+    assert manager.run(hit)["muls_add"] == 1
+    assert _targets(hit) == ["ascend.muls_add.default"]
+    hit.recompile()
+    torch.testing.assert_close(hit(x, y), x * 2.5 + y)
+    # kwargs win over the mapping
+    manager = GraphFusionPassManager.from_switches({"muls_add_scale": 2.5}, muls_add_scale=3.0)
+    assert manager.run(make_fx(_scaled_add(3.0))(x, y))["muls_add"] == 1
+
+
+def test_run_accepts_a_graph_module_and_names_a_wrong_type() -> None:
+    manager = GraphFusionPassManager()
+    gm = make_fx(_scaled_add(2.0))(*_xy())
+    assert manager.run(gm)["muls_add"] == 1
+    assert _targets(gm) == ["ascend.muls_add.default"]
+    with pytest.raises(TypeError, match=r"^expected a torch.fx.Graph, got str$"):
+        manager.run("graph")  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ascend_graph import GraphFusionPassManager
+from ascend_graph.passes.fusion_passes import MulsAddPass
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -113,3 +114,37 @@ def test_the_fused_node_records_the_sum_example_value(close) -> None:
     assert (val.dtype, tuple(val.shape)) == (want.dtype, tuple(want.shape)) == (torch.float32,
                                                                                 (4, 64))
     close(got, want, torch.float32)
+
+
+def _scaled_add(scale: float):  # type: ignore[no-untyped-def]
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * scale + y
+
+    return fn
+
+
+def _xy(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(11)
+    return torch.randn(4, 8, generator=gen).to(dtype), torch.randn(4, 8, generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize(
+    ("soc", "dtype", "patterns"),
+    [
+        ("310P", torch.bfloat16, 0),  # 310P has no bfloat16 kernels
+        ("310P", torch.float16, 1),
+        ("cpu", torch.bfloat16, 1),
+    ],
+)
+def test_muls_add_pass_asks_capability_for_its_soc_and_dtype(soc, dtype, patterns) -> None:
+    p = MulsAddPass(scale=2.0, dtypes=[dtype], soc=soc)
+    assert p.soc == soc
+    assert len(p.settings()["patterns"]) == patterns
+    x, y = _xy(dtype)
+    gm = make_fx(_scaled_add(2.0))(x, y)
+    assert p(gm.graph) == patterns
+
+
+def test_muls_add_pass_checks_its_soc_without_dtypes() -> None:
+    with pytest.raises(ValueError, match="Z9"):
+        MulsAddPass(dtypes=(), soc="Z9")

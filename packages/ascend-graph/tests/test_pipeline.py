@@ -1,4 +1,6 @@
-"""The compile pipeline: inductor post-grad path, compute_hash, the NPU graph extension seam."""
+"""The compile pipeline: inductor post-grad path, compute_hash, the NPU graph extension seam, and
+the compile range and NPU options handed to every backend path.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from ascend_graph.npu_graph_ex import (
     npu_graph_compile,
     patched_attribute,
 )
-from torch import nn
+from ascend_graph.pipeline import compile_graph
+from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 A = torch.ops.ascend
@@ -217,3 +220,63 @@ def test_inductor_compile_passes_its_compile_range_to_the_passes(
     assert manager.last_counts["muls_add"] == 1
     assert "ascend.muls_add.default" in _targets(graphs[0])
     close(got, scaled_sum(*inputs), torch.float32)
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(5)
+    return torch.randn(4, 8, generator=gen), torch.randn(4, 8, generator=gen)
+
+
+def _fake_npugraph_ex() -> types.ModuleType:
+    ext = types.ModuleType("npugraph_ex")
+
+    class CompilerConfig:
+        pass
+
+    def get_npu_backend(compiler_config):  # type: ignore[no-untyped-def]
+        ext.last_config = compiler_config  # type: ignore[attr-defined]
+        return lambda gm, inputs: gm
+
+    ext.CompilerConfig = CompilerConfig  # type: ignore[attr-defined]
+    ext.get_npu_backend = get_npu_backend  # type: ignore[attr-defined]
+    return ext
+
+
+@pytest.mark.parametrize(("compile_range", "fused"), [((1, 4), 1), ((1, 5), 0), (None, 0)])
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_compile_range_reaches_the_passes(
+    backend: str, compile_range, fused: int, scaled_sum, bounded_manager
+) -> None:
+    manager = bounded_manager()
+    graphs: list[fx.GraphModule] = []
+    x, y = _inputs()
+    with torch.no_grad():
+        fn = compile_graph(fx.symbolic_trace(scaled_sum), [x, y], manager=manager,
+                           backend=backend, compile_range=compile_range,
+                           on_graph=graphs.append)  # fmt: skip
+        (got,) = fn(x, y)
+    assert manager.last_counts["muls_add"] == fused
+    assert ("ascend.muls_add.default" in _targets(graphs[0])) == bool(fused)
+    torch.testing.assert_close(got, x * 2.5 + y)
+
+
+@pytest.mark.parametrize(
+    ("options", "static"),
+    [(NpuGraphOptions(static_kernel=True, decode_batch_sizes=(1, 8)), True), (None, False)],
+)
+def test_npu_options_reach_the_extension(
+    monkeypatch, options, static: bool, scaled_sum
+) -> None:
+    ext = _fake_npugraph_ex()
+    monkeypatch.setitem(sys.modules, "npugraph_ex", ext)
+    x, y = _inputs()
+    with torch.no_grad():
+        fn = compile_graph(fx.symbolic_trace(scaled_sum), [x, y],
+                           manager=GraphFusionPassManager(), backend="npugraph_ex",
+                           npu_options=options)  # fmt: skip
+        (got,) = fn(x, y)
+    config = ext.last_config  # type: ignore[attr-defined]
+    assert getattr(config, "static_kernel_compile", False) is static
+    if static:
+        assert config._vllm_aclnn_static_kernel_sym_range == [1, 8]
+    torch.testing.assert_close(got, x * 2.5 + y)

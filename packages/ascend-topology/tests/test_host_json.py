@@ -4,11 +4,25 @@ one file reported together."""
 from __future__ import annotations
 
 import json
+import math
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
-from ascend_topology import RecordedHostError, TopologyError
+from ascend_topology import (
+    MAX_CPU_ID,
+    SOCS,
+    RecordedHostError,
+    TopologyError,
+    example_host_dir,
+    load_recorded_host,
+    plan,
+)
 from ascend_topology.host_json import HostMeta, cpu_list_value, parse_host_json
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 W = "H/host.json"
 
@@ -138,3 +152,143 @@ def test_numa_nodes_sharing_a_cpu_are_a_contradiction() -> None:
     assert _problems(json.dumps({"numa": many})) == (
         f"{W}: numa: nodes overlap: CPU 0 is in NUMA node 0 and in NUMA node 1",)
 
+
+BOUNDED = settings(max_examples=80, deadline=None, database=None, derandomize=True,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+KEYS = ["arch", "soc", "allowed_cpus", "threads_per_core", "numa", "visible_devices", "pcie"]
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(),
+    st.integers(-3, 10),
+    st.sampled_from([8191, 8192, 2**31, 2**63, 10**30, -(10**30)]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["0-3", "0-8191", "0-8192", "3-1", "0,1", "x", "", "A2", "A5", "310P",
+                     "0000:c1:00.0", "\u00b2", "1" * 40]),
+    st.text(max_size=12),
+)
+
+
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
+        st.sampled_from(["0", "1", "7", "99999", "100000", "-1", "a", ""]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _check_facts(folder: Path) -> None:
+    try:
+        facts = load_recorded_host(folder)
+    except RecordedHostError as exc:
+        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
+        return
+    assert facts.soc in SOCS and 1 <= facts.threads_per_core <= 8
+    every = [*facts.allowed_cpus, *(c for cpus in facts.numa.values() for c in cpus),
+             *(c for cpus in facts.affinity.values() for c in cpus)]
+    assert all(type(c) is int and 0 <= c <= MAX_CPU_ID for c in every)
+    result = plan(facts)
+    used = [c for p in result.npus for c in p.cpus]
+    assert len(used) == len(set(used)) and set(used) <= set(facts.allowed_cpus)
+    assert result.ok == (not result.problems and bool(result.npus))
+    data = json.loads(result.to_json())
+    assert all(type(c) is int for e in data["npus"] for c in e["cpus"])
+
+
+@pytest.mark.slow
+@BOUNDED
+@given(st.sampled_from(["a2-8npu", "x86-a2", "310p"]),
+       st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=4))
+@example("a2-8npu", {"allowed_cpus": [0, 1, 10**30]})
+@example("a2-8npu", {"allowed_cpus": [True, 1, 2, 3, 4, 5]})
+@example("a2-8npu", {"numa": {"0": [math.nan]}, "threads_per_core": math.inf})
+def test_host_json_values(example_name: str, changes: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "host"
+        folder.mkdir()
+        source = example_host_dir(example_name)
+        for path in source.iterdir():
+            (folder / path.name).write_bytes(path.read_bytes())
+        meta = json.loads((folder / "host.json").read_text())
+        meta.update(changes)
+        (folder / "host.json").write_text(json.dumps(meta))  # NaN/Infinity as JSON allows
+        _check_facts(folder)
+
+
+def _copy(tmp_path: Path, name: str = "a2-8npu") -> Path:
+    folder = tmp_path / name
+    shutil.copytree(example_host_dir(name), folder)
+    return folder
+
+
+def _edit_meta(folder: Path, **changes: object) -> None:
+    meta = json.loads((folder / "host.json").read_text())
+    meta.update(changes)
+    (folder / "host.json").write_text(json.dumps(meta))
+
+
+def test_oversized_host_json_is_refused(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    text = (folder / "host.json").read_text().rstrip()
+    limit = 1024 * 1024
+    (folder / "host.json").write_text(text + " " * (limit - len(text)))
+    assert load_recorded_host(folder).soc == "A2"
+    (folder / "host.json").write_text(text + " " * (limit - len(text) + 1))
+    with pytest.raises(RecordedHostError, match=r"host\.json is larger than the 1 MiB limit"):
+        load_recorded_host(folder)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([0, 1, 10**30], "CPU 1000000000000000000000000000000 is outside 0..8191"),
+        ([0, 8192], "CPU 8192 is outside 0..8191"),
+        ([0, True], "CPU True is not an integer CPU id"),
+        ([0, 1.0], "CPU 1.0 is not an integer CPU id"),
+        ([0, -1], "CPU -1 is outside 0..8191"),
+        ("0-8192", "CPU 8192 is outside 0..8191"),
+    ],
+)
+def test_cpu_lists_in_host_json_are_capped_like_strings(
+    tmp_path: Path, value: object, message: str
+) -> None:
+    folder = _copy(tmp_path)
+    _edit_meta(folder, allowed_cpus=value)
+    with pytest.raises(RecordedHostError, match=message.replace(".", r"\.")):
+        load_recorded_host(folder)
+
+
+def test_cpu_list_at_the_cap_is_accepted(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    _edit_meta(folder, numa={"0": [0, 1, 2, 3, 4, 8191]}, allowed_cpus=[0, 1, 2, 3, 4, 8191])
+    facts = load_recorded_host(folder)
+    assert facts.allowed_cpus == (0, 1, 2, 3, 4, 8191)
+
+
+def test_numa_cpu_lists_in_host_json_are_capped(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    _edit_meta(folder, numa={"0": [0, True], "1": [10**30]})
+    with pytest.raises(RecordedHostError) as caught:
+        load_recorded_host(folder)
+    assert caught.value.problems == (
+        f"{folder}/host.json: numa: node 0: CPU list: CPU True is not an integer CPU id",
+    )
+
+
+def test_bools_and_huge_ints_elsewhere_in_host_json(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    _edit_meta(folder, threads_per_core=True, visible_devices=[True, 10**30],
+               soc=1, arch=["x"])
+    with pytest.raises(RecordedHostError) as caught:
+        load_recorded_host(folder)
+    where = f"{folder}/host.json"
+    # Every problem at once, one line each, in the order of the keys.
+    assert caught.value.problems == (
+        f"{where}: arch: must be a short string like 'aarch64'; got ['x']",
+        f"{where}: soc: 1 is not one of A2, A3, A5, 310P",
+        f"{where}: threads_per_core: must be 1..8; got True",
+        f"{where}: visible_devices: must be like '0,1' or [0, 1]; got [True, "
+        "1000000000000000000000000000000]",
+    )

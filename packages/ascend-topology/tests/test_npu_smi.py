@@ -1,11 +1,21 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
-from ascend_topology import MAX_CPU_ID, ParseError
+from ascend_topology import (
+    MAX_CPU_ID,
+    ParseError,
+    TopologyError,
+    example_host_dir,
+)
+from ascend_topology.facts import build_host_facts
 from ascend_topology.npu_smi import (
     MAX_AFFINITY_CPUS,
     MAX_NPUS,
     detect_soc,
+    is_pci_address,
     logic_npus,
     parse_board_pcie,
     parse_chip_map,
@@ -13,6 +23,8 @@ from ascend_topology.npu_smi import (
     parse_running_npus,
     parse_topo_affinity,
 )
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 CHIP_MAP = """\
 NPU ID  Chip ID  Chip Logic ID  Chip Name
@@ -195,7 +207,7 @@ def test_chip_map_bad_rows_do_not_end_the_table() -> None:
     assert parse_chip_map("NPU ID  Chip ID\n123456  0\n") == {123456: {0: 123456}}
 
 
-# --- contradictions, a byte-order mark and size bounds (issue 26) --------------------------
+# --- contradictions, a byte-order mark and size bounds -------------------------------------
 
 def test_chip_map_after_a_byte_order_mark_keeps_every_npu() -> None:
     # The BOM would otherwise be a header column of its own and shift every column by one.
@@ -249,3 +261,163 @@ def test_topo_rows_are_bounded_in_count_and_in_expanded_cpus() -> None:
     assert len(parse_topo_affinity(small)) == MAX_NPUS
     with pytest.raises(ParseError, match=f"more than {MAX_NPUS} NPU rows"):
         parse_topo_affinity(small + f"NPU{MAX_NPUS} X 0\n")
+
+
+T = TypeVar("T")
+
+
+FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+SAMPLES = {
+    name: example_host_dir(ex).joinpath(name).read_text()
+    for ex, name in [("a2-8npu", "npu-smi-info-m.txt"), ("a3-16die", "npu-smi-info.txt"),
+                     ("950-4numa", "npu-smi-info.txt"), ("a2-8npu", "npu-smi-info-t-topo.txt"),
+                     ("x86-a2", "lscpu-e.txt")]
+}
+
+
+TOKENS = [*"0123456789 -,|+=:\t\nABCDEFX", "NPU", "NPU ID", "Chip", "Chip Logic ID",
+          "Process id", "CPU Affinity", "PCIe Bus Info", "sq_send_trigger_irq",
+          "Thread(s) per core:", "  ", "\u00a0", "\u0663", "\u00b2", "99999999999"]
+
+
+ALPHABET = st.lists(st.sampled_from(TOKENS), max_size=80).map("".join)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> str:
+    """A sample npu-smi/lscpu output with random edits: deletions, insertions, shuffles."""
+    text = draw(st.sampled_from(sorted(SAMPLES.values())))
+    lines = text.splitlines()
+    for _ in range(draw(st.integers(0, 6))):
+        if not lines:
+            break
+        op = draw(st.sampled_from(["drop", "dup", "swap", "insert", "cut", "junk"]))
+        i = draw(st.integers(0, len(lines) - 1))
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "insert":
+            lines.insert(i, draw(ALPHABET))
+        elif op == "cut":
+            k = draw(st.integers(0, max(len(lines[i]), 0)))
+            lines[i] = lines[i][:k]
+        else:
+            k = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:k] + draw(ALPHABET) + lines[i][k:]
+    return "\n".join(lines)
+
+
+TEXTS = st.one_of(mutated(), st.text(max_size=300), ALPHABET)
+
+
+CHIP_MAPS = st.dictionaries(st.integers(0, 9), st.dictionaries(st.integers(0, 2),
+                                                               st.integers(0, 20), max_size=3),
+                            max_size=5)
+
+
+def _result_or_error(parse: Callable[[], T]) -> T | None:
+    """``parse()``'s result, or None when it raised a one-line ``TopologyError``; any other
+    exception fails the test."""
+    try:
+        return parse()
+    except TopologyError as exc:
+        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
+        return None
+
+
+@pytest.mark.slow
+@FUZZ
+@given(TEXTS, CHIP_MAPS)
+@example("NPU ID  Chip ID\n\u00b2 0\n| NPU ID | Process id |\n| \u00b2 | 1 |", {})
+def test_npu_smi_parsers(text: str, chip_map: dict[int, dict[int, int]]) -> None:
+    parsed = _result_or_error(lambda: parse_chip_map(text))
+    for npu, chips in (parsed or {}).items():
+        assert npu >= 0 and all(c >= 0 and logic >= 0 for c, logic in chips.items())
+    running = _result_or_error(lambda: parse_running_npus(text, chip_map))
+    if running is not None:
+        assert running == sorted(set(running))
+        # Running NPUs are logical ids of the chip map (or, without a map, NPU ids).
+        assert not chip_map or set(running) <= set(logic_npus(chip_map))
+    for npu, cpus in (_result_or_error(lambda: parse_topo_affinity(text)) or {}).items():
+        assert npu >= 0 and cpus == sorted(set(cpus))
+        assert all(0 <= c <= MAX_CPU_ID for c in cpus)
+    address = parse_board_pcie(text)
+    assert address is None or is_pci_address(address)
+    for irq, name in parse_npu_irqs(text).items():
+        assert irq >= 0 and name in ("sq_send_trigger_irq", "cq_update_irq") and name in text
+
+
+def _message(error: type[Exception], call: Callable[[], object]) -> str:
+    with pytest.raises(error) as caught:
+        call()
+    return str(caught.value)
+
+
+def test_chip_map_errors() -> None:
+    assert _message(ParseError, lambda: parse_chip_map("0 0 0 Ascend\n")) == (
+        "npu-smi info -m: no header row with an 'NPU ID' column")
+    assert _message(ParseError, lambda: parse_chip_map("NPU ID Chip ID\n0 0\n")) == (
+        "npu-smi info -m: header columns must be separated by two or more spaces; got "
+        "'NPU ID Chip ID'")
+
+
+def test_chip_map_columns_found_by_name() -> None:
+    # Chip Logic ID before NPU ID; ids with 7 digits are garbage; short rows are skipped.
+    text = ("Chip Logic ID  Chip ID  NPU ID\n"
+            "5  0  1\n6  1  1\n1234567  0  2\n7  0  1234567\n3  0\n")
+    assert parse_chip_map(text) == {1: {0: 5, 1: 6}}
+    # Without a Chip ID column every row is chip 0.
+    assert parse_chip_map("NPU ID  Chip Logic ID\n4  9\n") == {4: {0: 9}}
+    # Header words may be split by tabs; the first header wins.
+    assert parse_chip_map("x\nNPU ID\tChip ID\n3\t0\nNPU ID  Chip ID\n") == {3: {0: 3}}
+
+
+def test_running_npus_errors_and_fallbacks() -> None:
+    text = "| NPU ID | Process id |\n| 4 | 1 |\n"
+    assert _message(ParseError, lambda: parse_running_npus(text, {4: {0: 8, 1: 9}})) == (
+        "npu-smi info: process row names NPU 4 without a chip, but NPU 4 has 2 chips in "
+        "npu-smi info -m; cannot tell which one runs it")
+    assert parse_running_npus(text, {}) == [4]  # no chip map: the NPU id is the only reading
+    assert parse_running_npus(text, {5: {0: 5}}) == []  # an NPU the map does not know
+    with_chip = "| NPU  Chip | Process id |\n| 4  1 | 1 |\n| 6 | 2 |\n"
+    assert parse_running_npus(with_chip, {}) == [4]
+    assert parse_running_npus(with_chip, {4: {0: 8}}) == []
+
+
+def test_running_npus_header_must_start_with_npu() -> None:
+    text = "| Name | Process id |\n| 4 | 1 |\n| NPU ID | Process id |\n| 2 | 1 |\n"
+    assert parse_running_npus(text, {2: {0: 2}, 4: {0: 4}}) == [2]
+
+
+@pytest.mark.parametrize(("chip_map_text", "info", "chips", "soc"), [
+    ("x 950PR y", "", {0: {0: 0}}, "A5"),
+    ("", "Ascend 950", {0: {0: 0}}, "A5"),
+    ("950 MB", "", {0: {0: 0}}, "A2"),
+    ("", "310P3", {0: {0: 0}}, "310P"),
+    ("Ascend910_9391", "", {0: {0: 0}}, "A3"),
+    ("", "", {0: {0: 0}, 1: {0: 1}}, "A2"),
+    ("", "", {0: {0: 0, 1: 1}}, "A3"),
+])
+def test_detect_soc_cases(chip_map_text: str, info: str, chips: dict[int, dict[int, int]],
+                          soc: str) -> None:
+    assert detect_soc(chip_map_text, info, chips) == soc
+
+
+@pytest.mark.parametrize(("chip_map_text", "info_text", "soc"), [
+    ("NPU ID  Chip ID\n0  0  Ascend310P3\n", "", "310P"),
+    ("NPU ID  Chip ID\n0  0\n", "| 0  310P3 | OK |", "310P"),
+    ("NPU ID  Chip ID\n0  0\n", "", "A2"),
+])
+def test_soc_detected_from_both_outputs(chip_map_text: str, info_text: str, soc: str) -> None:
+    facts = build_host_facts(chip_map_text=chip_map_text, info_text=info_text, topo_text="",
+                             numa={0: [0]}, allowed_cpus=[0])
+    assert facts.soc == soc
+    assert build_host_facts(chip_map_text=chip_map_text, info_text=info_text, topo_text="",
+                            numa={0: [0]}, allowed_cpus=[0], soc="A3").soc == "A3"

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from ascend_topology import NpuPlan, Plan, PlanError, PlanOptions
+from ascend_topology import (
+    NpuPlan,
+    Plan,
+    PlanError,
+    PlanOptions,
+    make_synthetic_host,
+    plan,
+)
 
 WIDE = NpuPlan(npu=3, numa_node=1, cpus=(8, 9, 10, 11, 12), main=(10,), acl=(11,),
                release=(12,), irq=(8, 9), quality=0.6)
@@ -129,3 +136,29 @@ def test_for_rank_messages() -> None:
     with pytest.raises(PlanError, match=r"the plan has 0 NPUs \(none\)"):
         _plan(npus=()).for_rank(0)
     assert _plan().for_rank(0) is WIDE and _plan().for_rank(1) is BARE
+
+
+def test_plan_objects_are_capped() -> None:
+    good = plan(make_synthetic_host(npus=1, cpus=8, numa_nodes=1)).to_dict()
+    assert Plan.from_dict(good).npus[0].cpus == tuple(range(8))
+    for bad in (10**30, True, 8192, "3"):
+        data = json.loads(json.dumps(good))
+        data["npus"][0]["cpus"][0] = bad
+        with pytest.raises(PlanError, match="not a plan object"):
+            Plan.from_dict(data)
+
+
+@pytest.mark.parametrize(("value", "ok"), [(0, False), (1, True), (2, True), (1023, True),
+                                           (1024, True), (1025, False), (None, True)])
+def test_min_cpus_per_npu_range(value: int | None, ok: bool) -> None:
+    if ok:
+        assert PlanOptions(min_cpus_per_npu=value).min_cpus_per_npu == value
+    else:
+        with pytest.raises(PlanError, match=f"must be 1..1024; got {value}"):
+            PlanOptions(min_cpus_per_npu=value)
+
+
+@pytest.mark.parametrize("value", [True, 5.0, "5"])
+def test_min_cpus_per_npu_type(value: object) -> None:
+    with pytest.raises(PlanError, match="must be an integer or None"):
+        PlanOptions(min_cpus_per_npu=value)  # type: ignore[arg-type]

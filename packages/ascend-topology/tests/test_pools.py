@@ -1,5 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+from ascend_topology import (
+    HostFacts,
+    PlanOptions,
+    plan,
+)
 from ascend_topology.pools import (
     average_distribute,
     cluster_pools,
@@ -9,6 +17,8 @@ from ascend_topology.pools import (
     topo_affinity_pools,
     uvb_pool,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 R = range
 
@@ -187,3 +197,128 @@ def test_overlap_groups_follow_merged_groups() -> None:
     assert groups == [([0, 1, 2, 3], {0, 1, 5, 6, 9}), ([4], {20})]
     # Identical lists are one entry; groups come out by their smallest NPU.
     assert overlap_groups({7: [3], 2: [8], 5: [3]}) == [([2], {8}), ([5, 7], {3})]
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(st.dictionaries(st.integers(0, 15), st.lists(st.integers(0, 40), min_size=1,
+                                                    max_size=10).map(lambda c: sorted(set(c)))))
+def test_overlap_groups_partition_npus_into_cpu_disjoint_groups(
+    base: dict[int, list[int]],
+) -> None:
+    groups = overlap_groups(base)
+    assert sorted(n for ids, _ in groups for n in ids) == sorted(base)
+    owner = {n: i for i, (ids, _) in enumerate(groups) for n in ids}
+    for a in base:
+        for b in base:
+            if set(base[a]) & set(base[b]):
+                assert owner[a] == owner[b]
+    cpus = [c for _, group_cpus in groups for c in group_cpus]
+    assert len(cpus) == len(set(cpus))
+
+
+MakeFacts = Callable[..., HostFacts]
+
+
+def test_target_notes(make_facts: MakeFacts) -> None:
+    facts = make_facts(numa={0: R(20)}, affinity={0: R(20), 1: R(20)}, running=[],
+                       visible=[1, 7, 9])
+    assert plan(facts, PlanOptions(min_cpus_per_npu=1)).notes == (
+        "visible devices 7,9 are not NPUs of this host",
+        "npu-smi shows no running process on the visible NPUs; planned for all visible NPUs "
+        "(1)",
+    )
+    everyone = make_facts(numa={0: R(20)}, affinity={0: R(20), 1: R(20)}, running=[])
+    assert plan(everyone).notes == (
+        "npu-smi shows no running process on the visible NPUs; planned for all NPUs (0-1)",)
+    running = make_facts(numa={0: R(20)}, affinity={0: R(20), 1: R(20)}, running=[1],
+                         visible=[0, 1])
+    assert [p.npu for p in plan(running).npus] == [1] and plan(running).notes == ()
+
+
+def test_fallback_notes(make_facts: MakeFacts) -> None:
+    no_topo = plan(make_facts(numa={0: R(10)}, npus=2))
+    assert no_topo.notes == ("npu-smi info -t topo gives no CPU affinity; slicing the allowed "
+                             "CPUs",)
+    a5 = plan(make_facts(soc="A5", numa={0: R(8)}, affinity={0: R(8)}), PlanOptions(
+        min_cpus_per_npu=1))
+    assert a5.notes == ("950 cluster pools do not apply (NUMA node 0 has 0 whole clusters of 8 "
+                        "CPUs for 1 NPUs); slicing instead",)
+    conflict = plan(make_facts(numa={0: R(4), 1: R(4, 8)}, allowed=[0, 1, 2, 3],
+                               affinity={0: R(4, 8)}), PlanOptions(min_cpus_per_npu=1))
+    assert conflict.notes == ("the best valid plan below slices the allowed CPUs instead",)
+    assert conflict.problems == (
+        "NPU 0's affine CPUs 4-7 are not among the allowed CPUs 0-3 (is OMP_PROC_BIND, "
+        "taskset or a cpuset pinning the process?)",)
+
+
+def test_short_group_without_a_known_node(make_facts: MakeFacts) -> None:
+    # Affine CPUs 8-9 are allowed but on no NUMA node of the layout.
+    facts = make_facts(numa={0: R(4)}, allowed=[0, 8, 9], affinity={0: [8, 9]})
+    assert plan(facts).problems == (
+        "NPU 0 needs at least 5 CPUs near NUMA node - (5 per NPU); 2 are allowed there",)
+
+
+def test_pool_reasons() -> None:
+    numa = {0: list(R(4)), 1: list(R(4, 8))}
+    assert topo_affinity_pools({0: R(4)}, list(R(8)), numa, [1], 1).reason == (
+        "npu-smi info -t topo gives no CPU affinity for NPU 1")
+    assert cluster_pools({0: R(8)}, list(R(8)), numa, [0], 1).reason == (
+        "NPU 0's affine CPUs span NUMA nodes 0,1")
+    assert cluster_pools({0: R(4)}, [5], numa, [0], 1).reason == (
+        "NPU 0's affine CPUs 0-3 are not among the allowed CPUs 5 (is OMP_PROC_BIND, taskset "
+        "or a cpuset pinning the process?)")
+    assert cluster_pools({}, [5], numa, [0], 2).reason == (
+        "npu-smi info -t topo gives no CPU affinity for NPU 0")
+
+
+@pytest.mark.parametrize(("own", "extended"), [(9, True), (10, False), (11, False)])
+def test_numa_extension_only_below_group_minimum(own: int, extended: bool) -> None:
+    # Two NPUs share `own` CPUs of node 0; node 1 holds 8 more. Minimum 5: a group of two
+    # needs 10, so 9 takes node 1 in (17 CPUs: 8 and 9), 10 and 11 stay on node 0.
+    numa = {0: list(R(own)), 1: list(R(own, own + 8))}
+    result = topo_affinity_pools({0: R(own), 1: R(own)}, list(R(own + 8)), numa, [0, 1], 5)
+    assert result.pools is not None
+    pool = list(R(own + 8)) if extended else list(R(own))
+    half = len(pool) // 2
+    assert result.pools == {0: pool[:half], 1: pool[half:]}
+
+
+def test_extension_wraps_from_the_last_node_to_the_first() -> None:
+    numa = {0: [0, 1], 1: [2, 3], 5: [4, 5]}
+    assert extend_numa([4], numa, R(6)) == [0, 1, 4]
+    assert extend_numa([2, 3], numa, R(6)) == [2, 3, 4, 5]
+    assert extend_numa([9], numa, R(6)) == [9]  # CPU on no node: unchanged
+
+
+@pytest.mark.parametrize(("cpus", "ok"), [(15, False), (16, True), (17, True)])
+def test_950_needs_one_whole_cluster_per_npu(cpus: int, ok: bool) -> None:
+    # Two NPUs on node 1 with one thread per core: clusters of 8, so 16 CPUs are two whole
+    # clusters; 15 hold one; of 17 the 17th is left over.
+    numa = {0: [0, 1], 1: list(R(2, 2 + cpus))}
+    affinity = {0: R(2, 2 + cpus), 1: R(2, 2 + cpus)}
+    result = cluster_pools(affinity, list(R(2 + cpus)), numa, [0, 1], 1)
+    if ok:
+        assert result.pools == {0: list(R(2, 10)), 1: list(R(10, 18))}
+        assert result.uvb_cpus == [1]
+    else:
+        assert result.pools is None
+        assert result.reason == "NUMA node 1 has 1 whole clusters of 8 CPUs for 2 NPUs"
+
+
+@pytest.mark.parametrize(("threads", "size"), [(1, 8), (2, 16), (3, None)])
+def test_950_cluster_size_follows_threads_per_core(threads: int, size: int | None) -> None:
+    numa = {0: [0], 1: list(R(1, 33))}
+    result = cluster_pools({0: R(1, 33)}, list(R(33)), numa, [0], threads)
+    if size is None:
+        assert result.pools is None and result.reason == (
+            "3 threads per core; 950 clusters need 1 or 2")
+    else:
+        assert result.pools == {0: list(R(1, 1 + size))}
+
+
+def test_950_uvb_pool_is_kept_out_of_node_0_clusters() -> None:
+    # NPU on node 0 with 17 CPUs: the UVB pool takes 1-16, leaving CPU 0 only: no cluster.
+    numa = {0: list(R(17))}
+    result = cluster_pools({0: R(17)}, list(R(17)), numa, [0], 1)
+    assert result.pools is None and "has 0 whole clusters of 8 CPUs for 1 NPUs" in result.reason

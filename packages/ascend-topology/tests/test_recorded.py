@@ -2,23 +2,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import resource
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from ascend_topology import (
+    MAX_CPU_ID,
+    SOCS,
     HostFacts,
     RecordedHostError,
     example_host_dir,
     example_hosts,
     load_recorded_host,
     plan,
+    threads_per_core,
 )
 from ascend_topology.recorded import host_meta, write_recorded_host
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 R = range
 EXAMPLES = ["310p", "950-4numa", "a2-8npu", "a3-16die", "x86-a2"]
@@ -260,7 +269,7 @@ def test_only_folders_with_a_host_json_are_examples(tmp_path: Path,
     assert example_hosts() == ["good"]
 
 
-# --- what a recorded host may expand to, and contradictions in it (issue 26) ---------------
+# --- what a recorded host may expand to, and contradictions in it ------------------------
 
 def _limit_memory() -> None:  # runs in the child: 1 GiB of address space at most
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -358,3 +367,358 @@ def test_lscpu_listing_a_cpu_under_two_nodes_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecordedHostError, match=r"lscpu-e\.txt: lscpu -e=CPU,NODE: CPU 0 is "
                                                 r"in NUMA node 0 \(line 2\) and in NUMA node 1"):
         load_recorded_host(folder)
+
+
+SAMPLES = {
+    name: example_host_dir(ex).joinpath(name).read_text()
+    for ex, name in [("a2-8npu", "npu-smi-info-m.txt"), ("a3-16die", "npu-smi-info.txt"),
+                     ("950-4numa", "npu-smi-info.txt"), ("a2-8npu", "npu-smi-info-t-topo.txt"),
+                     ("x86-a2", "lscpu-e.txt")]
+}
+
+
+TOKENS = [*"0123456789 -,|+=:\t\nABCDEFX", "NPU", "NPU ID", "Chip", "Chip Logic ID",
+          "Process id", "CPU Affinity", "PCIe Bus Info", "sq_send_trigger_irq",
+          "Thread(s) per core:", "  ", "\u00a0", "\u0663", "\u00b2", "99999999999"]
+
+
+ALPHABET = st.lists(st.sampled_from(TOKENS), max_size=80).map("".join)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> str:
+    """A sample npu-smi/lscpu output with random edits: deletions, insertions, shuffles."""
+    text = draw(st.sampled_from(sorted(SAMPLES.values())))
+    lines = text.splitlines()
+    for _ in range(draw(st.integers(0, 6))):
+        if not lines:
+            break
+        op = draw(st.sampled_from(["drop", "dup", "swap", "insert", "cut", "junk"]))
+        i = draw(st.integers(0, len(lines) - 1))
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "insert":
+            lines.insert(i, draw(ALPHABET))
+        elif op == "cut":
+            k = draw(st.integers(0, max(len(lines[i]), 0)))
+            lines[i] = lines[i][:k]
+        else:
+            k = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:k] + draw(ALPHABET) + lines[i][k:]
+    return "\n".join(lines)
+
+
+TEXTS = st.one_of(mutated(), st.text(max_size=300), ALPHABET)
+
+
+FILES = ["npu-smi-info-m.txt", "npu-smi-info.txt", "npu-smi-info-t-topo.txt", "host.json",
+         "lscpu-e.txt"]
+
+
+# Files a host's facts cannot depend on: the examples with "numa" in host.json never read
+# lscpu-e.txt (x86-a2 has none in host.json and reads it).
+UNREAD = {("a2-8npu", "lscpu-e.txt"), ("950-4numa", "lscpu-e.txt")}
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["a2-8npu", "x86-a2", "950-4numa"]), st.sampled_from(FILES), TEXTS)
+def test_recorded_host_with_a_mutated_file(example: str, name: str, text: str) -> None:
+    original = load_recorded_host(example).to_dict() | {"source": ""}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "host"
+        shutil.copytree(example_host_dir(example), folder)
+        (folder / name).write_text(text)
+        try:
+            facts = load_recorded_host(folder)
+        except RecordedHostError as exc:
+            # One line per problem, each naming the folder it is about.
+            assert all("\n" not in p and str(folder) in p for p in exc.problems)
+            assert (example, name) not in UNREAD
+            return
+    data = facts.to_dict() | {"source": ""}
+    if (example, name) in UNREAD:
+        assert data == original
+    if name != "host.json":  # what host.json fixes is untouched by the npu-smi outputs
+        keys = ["arch", "allowed_cpus", "threads_per_core", "visible_devices", "pcie"]
+        if name != "lscpu-e.txt":
+            keys.append("numa")
+        assert {k: data[k] for k in keys} == {k: original[k] for k in keys}
+    result = plan(facts)
+    used = [c for p in result.npus for c in p.cpus]
+    assert len(used) == len(set(used)) and set(used) <= set(facts.allowed_cpus)
+    assert result.ok or result.reason
+
+
+BOUNDED = settings(max_examples=80, deadline=None, database=None, derandomize=True,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+KEYS = ["arch", "soc", "allowed_cpus", "threads_per_core", "numa", "visible_devices", "pcie"]
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(),
+    st.integers(-3, 10),
+    st.sampled_from([8191, 8192, 2**31, 2**63, 10**30, -(10**30)]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["0-3", "0-8191", "0-8192", "3-1", "0,1", "x", "", "A2", "A5", "310P",
+                     "0000:c1:00.0", "\u00b2", "1" * 40]),
+    st.text(max_size=12),
+)
+
+
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
+        st.sampled_from(["0", "1", "7", "99999", "100000", "-1", "a", ""]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+GARBLE = st.one_of(
+    st.text(max_size=200),
+    st.sampled_from(["", "NPU ID  Chip ID  Chip Logic ID\n0 0 0\n",
+                     "NPU ID  Chip ID\n99999999 0\n", "| NPU Chip | Process id |\n| 0 0 | 1 |\n",
+                     "NPU0  X  CPU Affinity\nNPU0 X 0-8192\n", "CPU NODE\n8192 0\n"]),
+)
+
+
+def _check_facts(folder: Path) -> None:
+    try:
+        facts = load_recorded_host(folder)
+    except RecordedHostError as exc:
+        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
+        return
+    assert facts.soc in SOCS and 1 <= facts.threads_per_core <= 8
+    every = [*facts.allowed_cpus, *(c for cpus in facts.numa.values() for c in cpus),
+             *(c for cpus in facts.affinity.values() for c in cpus)]
+    assert all(type(c) is int and 0 <= c <= MAX_CPU_ID for c in every)
+    result = plan(facts)
+    used = [c for p in result.npus for c in p.cpus]
+    assert len(used) == len(set(used)) and set(used) <= set(facts.allowed_cpus)
+    assert result.ok == (not result.problems and bool(result.npus))
+    data = json.loads(result.to_json())
+    assert all(type(c) is int for e in data["npus"] for c in e["cpus"])
+
+
+@pytest.mark.slow
+@BOUNDED
+@given(st.fixed_dictionaries({}, optional={
+    "npu-smi-info-m.txt": GARBLE, "npu-smi-info.txt": GARBLE, "npu-smi-info-t-topo.txt": GARBLE,
+    "lscpu-e.txt": GARBLE, "lspci.txt": GARBLE,
+    "host.json": st.one_of(GARBLE, VALUES.map(json.dumps),
+                           st.dictionaries(st.sampled_from(KEYS), VALUES).map(json.dumps))}))
+def test_garbled_folders(files: dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in files.items():
+            Path(tmp, name).write_text(text, encoding="utf-8", errors="surrogateescape")
+        _check_facts(Path(tmp))
+
+
+SCRIPT = Path(sys.executable).parent / "ascend-topology"
+
+
+def _copy_example(tmp_path: Path, name: str = "a2-8npu") -> Path:
+    folder = tmp_path / name
+    shutil.copytree(example_host_dir(name), folder)
+    return folder
+
+
+def _cli_in_child(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The console script in a child bounded in time and memory, so a regression (blocking
+    on a FIFO, reading /dev/zero) fails the test instead of hanging or exhausting the host."""
+    return subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, timeout=60,
+                          check=False, preexec_fn=_limit_memory)
+
+
+@pytest.fixture
+def unix_socket(tmp_path: Path) -> Iterator[Path]:
+    folder = _copy_example(tmp_path)
+    (folder / "host.json").unlink()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(folder / "host.json"))
+    yield folder
+    server.close()
+
+
+def test_fifo_in_a_recorded_host_is_refused_without_blocking(tmp_path: Path) -> None:
+    folder = _copy_example(tmp_path)
+    (folder / "npu-smi-info.txt").unlink()
+    os.mkfifo(folder / "npu-smi-info.txt")
+    done = _cli_in_child("plan", "--host", str(folder))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"ascend-topology: error: recorded host {folder}: "
+                           f"{folder}/npu-smi-info.txt is a FIFO, not a regular file; refused\n")
+
+
+def test_dev_zero_symlink_in_a_recorded_host_is_refused_before_reading(tmp_path: Path) -> None:
+    folder = _copy_example(tmp_path)
+    (folder / "npu-smi-info-t-topo.txt").unlink()
+    (folder / "npu-smi-info-t-topo.txt").symlink_to("/dev/zero")
+    done = _cli_in_child("plan", "--host", str(folder))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert "npu-smi-info-t-topo.txt is a symbolic link, not a regular file; refused" in done.stderr
+
+
+@pytest.mark.timeout(30)
+def test_socket_as_host_json_is_refused(unix_socket: Path) -> None:
+    with pytest.raises(RecordedHostError, match=r"host\.json is a socket, not a regular file"):
+        load_recorded_host(unix_socket)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("name", ["host.json", "npu-smi-info-m.txt", "lscpu-e.txt"])
+def test_symlink_to_a_regular_file_is_refused_too(tmp_path: Path, name: str) -> None:
+    folder = _copy_example(tmp_path, "x86-a2")
+    real = tmp_path / "elsewhere"
+    (folder / name).rename(real)
+    (folder / name).symlink_to(real)
+    with pytest.raises(RecordedHostError, match=f"{name} is a symbolic link"):
+        load_recorded_host(folder)
+
+
+@pytest.mark.timeout(30)
+def test_directory_in_place_of_a_file_is_refused(tmp_path: Path) -> None:
+    folder = _copy_example(tmp_path)
+    (folder / "npu-smi-info-m.txt").unlink()
+    (folder / "npu-smi-info-m.txt").mkdir()
+    with pytest.raises(RecordedHostError, match=re.escape("npu-smi-info-m.txt is a directory")):
+        load_recorded_host(folder)
+
+
+def test_oversized_recorded_file_is_refused(tmp_path: Path) -> None:
+    folder = _copy_example(tmp_path)
+    text = (folder / "npu-smi-info.txt").read_text()
+    limit = 4 * 1024 * 1024
+    (folder / "npu-smi-info.txt").write_text(text + " " * (limit - len(text.encode())))
+    assert plan(load_recorded_host(folder)).ok  # exactly at the limit: read
+    with (folder / "npu-smi-info.txt").open("a") as f:
+        f.write(" ")  # one byte over
+    with pytest.raises(RecordedHostError, match=r"npu-smi-info\.txt is larger than the 4 MiB"):
+        load_recorded_host(folder)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"numa": NaN}', '{"threads_per_core": NaN}',
+                                  '{"allowed_cpus": "' + "1" * 5000 + '"}'])
+def test_pathological_json_is_one_clear_error(tmp_path: Path, text: str) -> None:
+    folder = _copy_example(tmp_path)
+    (folder / "host.json").write_text(text)
+    with pytest.raises(RecordedHostError) as caught:
+        load_recorded_host(folder)
+    assert len(caught.value.problems) == 1 and "host.json" in str(caught.value)
+
+
+def _message(error: type[Exception], call: Callable[[], object]) -> str:
+    with pytest.raises(error) as caught:
+        call()
+    return str(caught.value)
+
+
+def test_recorded_host_messages(tmp_path: Path) -> None:
+    assert _message(RecordedHostError, lambda: load_recorded_host(tmp_path / "none")) == (
+        f"--host '{tmp_path}/none': not a folder and not an example host (310p, 950-4numa, "
+        "a2-8npu, a3-16die, x86-a2)")
+    assert _message(RecordedHostError, lambda: load_recorded_host("a2\0")) == (
+        "--host 'a2\\x00' contains a NUL byte; paths cannot hold one")
+    (tmp_path / "host.json").write_text("{}")
+    assert _message(RecordedHostError, lambda: load_recorded_host(tmp_path)) == (
+        f"recorded host {tmp_path}: host.json has no 'numa' and there is no lscpu-e.txt")
+    (tmp_path / "lscpu-e.txt").write_text("CPU NODE\n")
+    assert _message(RecordedHostError, lambda: load_recorded_host(tmp_path)) == (
+        f"{tmp_path}/lscpu-e.txt: lscpu -e=CPU,NODE: no 'CPU NODE' rows of two integers found")
+    (tmp_path / "lscpu-e.txt").write_text("0 0\n")
+    assert _message(RecordedHostError, lambda: load_recorded_host(tmp_path)) == (
+        f"recorded host {tmp_path}: missing npu-smi-info-m.txt")
+    (tmp_path / "npu-smi-info-m.txt").write_text("NPU ID  Chip ID\n")
+    assert _message(RecordedHostError, lambda: load_recorded_host(tmp_path)) == (
+        f"recorded host {tmp_path}: npu-smi info -m lists no NPU (no row with numeric ids)")
+    (tmp_path / "npu-smi-info-m.txt").write_text("NPU ID  Chip ID\n0  0\n")
+    facts = load_recorded_host(tmp_path)
+    assert (facts.soc, facts.allowed_cpus, facts.logic_npus, facts.arch) == (
+        "A2", (0,), (0,), "unknown")
+
+
+def test_a_relative_example_name_needs_no_slash(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_recorded_host("a2-8npu").soc == "A2"  # no folder of that name here
+    (tmp_path / "a2-8npu").mkdir()  # a folder of that name wins over the example
+    assert "missing host.json" in _message(RecordedHostError,
+                                           lambda: load_recorded_host("a2-8npu"))
+    assert "not a folder" in _message(RecordedHostError,
+                                      lambda: load_recorded_host("./x/a2-8npu"))
+
+
+def test_unreadable_recorded_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "host"
+    folder.mkdir()
+    (folder / "host.json").write_text('{"numa": {"0": "0"}}')
+    real_open = os.open
+
+    def denied(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if str(path).endswith("npu-smi-info-m.txt"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)
+    assert _message(RecordedHostError, lambda: load_recorded_host(folder)) == (
+        f"recorded host {folder}: cannot read npu-smi-info-m.txt: Permission denied")
+
+
+def test_allowed_cpus_may_be_a_subset(tmp_path: Path) -> None:
+    (tmp_path / "host.json").write_text('{"numa": {"0": "0-7"}, "allowed_cpus": "2-3"}')
+    (tmp_path / "npu-smi-info-m.txt").write_text("NPU ID  Chip ID\n0  0\n")
+    facts = load_recorded_host(tmp_path)
+    assert facts.allowed_cpus == (2, 3) and dict(facts.numa) == {0: tuple(R(8))}
+
+
+EP_LSPCI = ("00:00.0 PCI bridge: Huawei Technologies Co., Ltd. HiSilicon PCIe Root Port\n"
+            "01:00.0 Processing accelerators: Huawei Technologies Co., Ltd. Device d500\n")
+
+
+RC_LSPCI = "00:00.0 PCI bridge: Huawei Technologies Co., Ltd. Device 3004\n"
+
+
+@pytest.mark.parametrize(("name", "expected"), [("a2-8npu", 1), ("950-4numa", 2),
+                                                ("x86-a2", 2)])
+def test_threads_per_core_of_recorded_hosts(name: str, expected: int, tmp_path: Path) -> None:
+    assert threads_per_core(name) == expected
+    folder = tmp_path / name
+    shutil.copytree(example_host_dir(name), folder)
+    (folder / "npu-smi-info-m.txt").write_text("garbage")  # npu-smi files are not needed
+    assert threads_per_core(folder) == expected
+
+
+def test_threads_per_core_of_a_bad_recorded_host(tmp_path: Path) -> None:
+    (tmp_path / "host.json").write_text('{"threads_per_core": 9}')
+    with pytest.raises(RecordedHostError, match=r"threads_per_core: must be 1\.\.8; got 9"):
+        threads_per_core(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("example", "lspci", "rc", "source"),
+    [
+        ("310p", RC_LSPCI, True, "lspci.txt: no 'accelerators' line"),
+        ("310p", EP_LSPCI, False, "lspci.txt: an 'accelerators' line"),
+        ("310p", None, False, "lspci.txt unavailable; EP mode assumed"),
+        ("a2-8npu", RC_LSPCI, False, "not a 310P host"),
+    ],
+)
+def test_recorded_host_rc_mode_from_lspci_txt(
+    tmp_path: Path, example: str, lspci: str | None, rc: bool, source: str
+) -> None:
+    folder = tmp_path / example
+    shutil.copytree(example_host_dir(example), folder)
+    if lspci is not None:
+        (folder / "lspci.txt").write_text(lspci)
+    facts = load_recorded_host(folder)
+    assert (facts.rc_device, facts.rc_source) == (rc, source)
+    assert facts.to_dict()["rc_device"] is rc

@@ -1,12 +1,27 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import psutil
 import pytest
-from ascend_topology import CommandError, ParseError
+from ascend_topology import (
+    MAX_CPU_ID,
+    CommandError,
+    ParseError,
+    TopologyError,
+    example_host_dir,
+    format_cpu_list,
+    parse_cpu_list,
+    threads_per_core,
+)
+from ascend_topology.facts import parse_visible_devices
 from ascend_topology.system import (
     find_threads_named,
     parse_lscpu_nodes,
@@ -18,6 +33,8 @@ from ascend_topology.system import (
     read_threads_per_core,
     run_command,
 )
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 
 def test_run_command_uses_c_locale_without_shell() -> None:
@@ -202,7 +219,6 @@ def test_unreadable_cpu0_topology_falls_back(tmp_path: Path,
 
 
 def test_reaping_after_eof_waits_only_for_what_is_left_of_the_timeout() -> None:
-    import subprocess
 
     from ascend_topology.system import _bounded_output, _Overrun
 
@@ -248,3 +264,197 @@ def test_lscpu_cpu_under_two_nodes_is_an_error_naming_both_rows() -> None:
     with pytest.raises(ParseError, match=r"^lscpu -e=CPU,NODE: CPU 1 is in NUMA node 0 "
                                          r"\(line 2\) and in NUMA node 1 \(line 3\)$"):
         parse_lscpu_nodes("CPU NODE\n1 0\n1 1\n")
+
+
+T = TypeVar("T")
+
+
+FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+SAMPLES = {
+    name: example_host_dir(ex).joinpath(name).read_text()
+    for ex, name in [("a2-8npu", "npu-smi-info-m.txt"), ("a3-16die", "npu-smi-info.txt"),
+                     ("950-4numa", "npu-smi-info.txt"), ("a2-8npu", "npu-smi-info-t-topo.txt"),
+                     ("x86-a2", "lscpu-e.txt")]
+}
+
+
+TOKENS = [*"0123456789 -,|+=:\t\nABCDEFX", "NPU", "NPU ID", "Chip", "Chip Logic ID",
+          "Process id", "CPU Affinity", "PCIe Bus Info", "sq_send_trigger_irq",
+          "Thread(s) per core:", "  ", "\u00a0", "\u0663", "\u00b2", "99999999999"]
+
+
+ALPHABET = st.lists(st.sampled_from(TOKENS), max_size=80).map("".join)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> str:
+    """A sample npu-smi/lscpu output with random edits: deletions, insertions, shuffles."""
+    text = draw(st.sampled_from(sorted(SAMPLES.values())))
+    lines = text.splitlines()
+    for _ in range(draw(st.integers(0, 6))):
+        if not lines:
+            break
+        op = draw(st.sampled_from(["drop", "dup", "swap", "insert", "cut", "junk"]))
+        i = draw(st.integers(0, len(lines) - 1))
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "insert":
+            lines.insert(i, draw(ALPHABET))
+        elif op == "cut":
+            k = draw(st.integers(0, max(len(lines[i]), 0)))
+            lines[i] = lines[i][:k]
+        else:
+            k = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:k] + draw(ALPHABET) + lines[i][k:]
+    return "\n".join(lines)
+
+
+TEXTS = st.one_of(mutated(), st.text(max_size=300), ALPHABET)
+
+
+def _result_or_error(parse: Callable[[], T]) -> T | None:
+    """``parse()``'s result, or None when it raised a one-line ``TopologyError``; any other
+    exception fails the test."""
+    try:
+        return parse()
+    except TopologyError as exc:
+        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
+        return None
+
+
+@pytest.mark.slow
+@FUZZ
+@given(TEXTS)
+@example("\u00b2")  # isdigit() but not int()-able
+@example("1" * 5000 + "-2")  # beyond int()'s digit limit
+@example("0 \u00b2\nThread(s) per core: \u0663")
+@example("8191 0\n8192 1\n")
+def test_system_and_list_parsers(text: str) -> None:
+    nodes = _result_or_error(lambda: parse_lscpu_nodes(text))
+    if nodes is not None:
+        assert nodes and all(cpus == sorted(set(cpus)) for cpus in nodes.values())
+        assert all(0 <= c <= MAX_CPU_ID for cpus in nodes.values() for c in cpus)
+    cpus = _result_or_error(lambda: parse_cpu_list(text))
+    if cpus is not None:
+        assert cpus == sorted(set(cpus)) and all(0 <= c <= MAX_CPU_ID for c in cpus)
+        assert parse_cpu_list(format_cpu_list(cpus)) == cpus  # round trip
+    devices = _result_or_error(lambda: parse_visible_devices(text))
+    if devices is not None:
+        assert all(d >= 0 for d in devices)
+        assert parse_visible_devices(",".join(map(str, devices))) == (devices or None)
+    tpc = parse_threads_per_core(text)
+    assert tpc is None or 1 <= tpc <= 999
+
+
+def test_lscpu_cpu_ids_are_capped() -> None:
+    assert parse_lscpu_nodes("CPU NODE\n8191 0\n") == {0: [8191]}
+    with pytest.raises(ParseError, match=re.escape("CPU 8192 is outside 0..8191")):
+        parse_lscpu_nodes("CPU NODE\n8192 0\n")
+
+
+def _message(error: type[Exception], call: Callable[[], object]) -> str:
+    with pytest.raises(error) as caught:
+        call()
+    return str(caught.value)
+
+
+def test_command_errors(tmp_path: Path) -> None:
+    assert _message(CommandError, lambda: run_command([])) == "run_command needs a program name"
+    assert _message(CommandError, lambda: run_command(["no-such-program-x", "a"])) == (
+        "'no-such-program-x' was not found on PATH (needed for `no-such-program-x a`)")
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    assert _message(CommandError, lambda: run_command([str(script), "b"])) == (
+        f"`{script} b` could not run: Permission denied")
+    code = "raise SystemExit(4)"
+    assert _message(CommandError, lambda: run_command([sys.executable, "-c", code])) == (
+        f"`{sys.executable} -c {code}` exited with status 4")
+
+
+def test_command_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    code = "import os; print(os.environ.get('KEEP'), os.environ['LC_MESSAGES'])"
+    monkeypatch.setenv("KEEP", "os-env")
+    assert run_command([sys.executable, "-c", code]).split() == ["os-env", "C"]
+    assert run_command([sys.executable, "-c", code], environ={"KEEP": "given"}).split() == [
+        "given", "C"]
+
+
+def test_a_quick_command_within_a_short_timeout() -> None:
+    assert run_command(["true"], timeout=0.99) == ""
+
+
+def test_command_output_is_decoded_leniently() -> None:
+    code = "import sys; sys.stdout.buffer.write(b'ok \\xff')"
+    assert run_command([sys.executable, "-c", code]) == "ok \ufffd"
+
+
+@pytest.mark.parametrize(("text", "nodes"), [
+    ("0 0\n1 1\n", {0: [0], 1: [1]}),
+    ("CPU NODE\n 3  1 extra\n2 1\n", {1: [2, 3]}),
+    ("99999 0\n100000 0\n1 123456\n4 0\n", None),
+    ("123456 0\n7 0\n2 99999\n", {0: [7], 99999: [2]}),
+    ("x 0\n0 y\n5\n7 0\n", {0: [7]}),
+    ("\u0663 0\n8 0\n", {0: [8]}),
+])
+def test_lscpu_rows(text: str, nodes: dict[int, list[int]] | None) -> None:
+    if nodes is None:  # a 5-digit CPU id is read, and capped
+        assert _message(ParseError, lambda: parse_lscpu_nodes(text)) == (
+            "lscpu -e=CPU,NODE: CPU 99999 is outside 0..8191")
+    else:
+        assert parse_lscpu_nodes(text) == nodes
+
+
+def test_lscpu_without_rows() -> None:
+    assert _message(ParseError, lambda: parse_lscpu_nodes("1 123456\n")) == (
+        "lscpu -e=CPU,NODE: no 'CPU NODE' rows of two integers found")
+
+
+def test_process_readers_name_the_process(tmp_path: Path) -> None:
+    gone = 2**22 + 4321
+    assert _message(TopologyError, lambda: read_allowed_cpus(gone)).startswith(
+        f"cannot read the CPU affinity of process {gone}: [Errno 3] No such process")
+    assert read_allowed_cpus() == sorted(os.sched_getaffinity(0))
+    assert _message(TopologyError, lambda: read_thread_names(gone, tmp_path)) == (
+        f"cannot list the threads of process {gone}: No such file or directory")
+    (tmp_path / "5" / "task" / "self").mkdir(parents=True)
+    (tmp_path / "5" / "task" / "6").mkdir(parents=True)
+    (tmp_path / "5" / "task" / "7").mkdir(parents=True)
+    (tmp_path / "5" / "task" / "7" / "comm").write_text(" name \n")
+    assert read_thread_names(5, tmp_path) == {7: "name"}  # 6 has no comm, "self" no id
+
+
+def test_threads_per_core_of_this_host() -> None:
+    logical = psutil.cpu_count(logical=True)
+    physical = psutil.cpu_count(logical=False)
+    if not (logical and physical):
+        pytest.skip("psutil cannot count physical cores here")
+    assert threads_per_core() == logical // physical
+
+
+@pytest.mark.parametrize(("siblings", "expected"), [("0\n", 1), ("0,96\n", 2), ("0-3\n", 4)])
+def test_threads_per_core_from_sysfs(tmp_path: Path, siblings: str, expected: int) -> None:
+    (tmp_path / "cpu0" / "topology").mkdir(parents=True)
+    (tmp_path / "cpu0" / "topology" / "thread_siblings_list").write_text(siblings)
+    assert read_threads_per_core(tmp_path) == expected
+
+
+def test_threads_per_core_falls_back_to_lscpu_then_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    lscpu = bin_dir / "lscpu"
+    lscpu.write_text(f"#!{sys.executable}\nprint('Thread(s) per core:  2')\n")
+    lscpu.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert read_threads_per_core(tmp_path / "no-sysfs") == 2
+    lscpu.unlink()
+    assert read_threads_per_core(tmp_path / "no-sysfs") == 1

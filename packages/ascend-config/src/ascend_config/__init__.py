@@ -15,36 +15,35 @@ if TYPE_CHECKING:
 
     from ascend_config import envs
     from ascend_config.decorator import config
-    from ascend_config.dump import dump_config_file, write_dump_config
-    from ascend_config.env_registry import EnvChange, EnvVarError, apply_env_changes
+    from ascend_config.envs import EnvChange, EnvVarError, apply_env_changes
     from ascend_config.errors import AscendConfigError, Problem
     from ascend_config.facts import DeploymentFacts, FactsError
-    from ascend_config.introspect import KeyDoc, explain
-    from ascend_config.model import AscendConfig
+    from ascend_config.model import AscendConfig, dump_config_file, write_dump_config
     from ascend_config.resolver import resolve
-    from ascend_config.schema_compilation import compilation_defaults
-    from ascend_config.schema_export import json_schema
+    from ascend_config.schema.introspect import KeyDoc, explain
+    from ascend_config.schema.sections import compilation_defaults
+    from ascend_config.schema.top import json_schema
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "envs": "ascend_config.envs",
     "config": "ascend_config.decorator",
-    "dump_config_file": "ascend_config.dump",
-    "write_dump_config": "ascend_config.dump",
-    "EnvChange": "ascend_config.env_registry",
-    "EnvVarError": "ascend_config.env_registry",
-    "apply_env_changes": "ascend_config.env_registry",
+    "dump_config_file": "ascend_config.model",
+    "write_dump_config": "ascend_config.model",
+    "EnvChange": "ascend_config.envs",
+    "EnvVarError": "ascend_config.envs",
+    "apply_env_changes": "ascend_config.envs",
     "AscendConfigError": "ascend_config.errors",
     "Problem": "ascend_config.errors",
     "DeploymentFacts": "ascend_config.facts",
     "FactsError": "ascend_config.facts",
-    "KeyDoc": "ascend_config.introspect",
-    "explain": "ascend_config.introspect",
-    "json_schema": "ascend_config.schema_export",
+    "KeyDoc": "ascend_config.schema.introspect",
+    "explain": "ascend_config.schema.introspect",
+    "json_schema": "ascend_config.schema.top",
     "AscendConfig": "ascend_config.model",
     "resolve": "ascend_config.resolver",
-    "compilation_defaults": "ascend_config.schema_compilation",
+    "compilation_defaults": "ascend_config.schema.sections",
 }
 
 __all__ = [

@@ -13,16 +13,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from ascend_config.env_registry import BY_NAME, REGISTRY, EnvVarError
+from ascend_config.envs import BY_NAME, REGISTRY, EnvVarError
 from ascend_config.errors import short_repr
-from ascend_config.limits import MAX_CONFIG_BYTES, MAX_FACTS_BYTES
-from ascend_config.reading import (
+from ascend_config.inputs import (
     InputError,
     load_config_file,
     parse_json_text,
     parse_yaml_text,
     read_stream,
 )
+from ascend_config.limits import MAX_CONFIG_BYTES, MAX_FACTS_BYTES
 
 EXIT_OK = 0
 EXIT_OUTPUT = 1
@@ -87,14 +87,14 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _schema(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ascend_config.schema_export import json_schema
+    from ascend_config.schema.top import json_schema
 
     print(json.dumps(json_schema(), indent=2), file=out)
     return EXIT_OK
 
 
 def _explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ascend_config.introspect import explain, field_at, iter_keys, suggest
+    from ascend_config.schema.introspect import explain, field_at, iter_keys, suggest
 
     key = args.key
     if key in BY_NAME:

@@ -15,8 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ascend_config.bounds import scan, text_problem
 from ascend_config.errors import short_repr
+from ascend_config.inputs import (
+    InputError,
+    parse_json_text,
+    read_text_file,
+    scan,
+    show_path,
+    text_problem,
+)
 from ascend_config.limits import (
     MAX_DEPTH,
     MAX_FACT_TEXT_CHARS,
@@ -27,7 +34,6 @@ from ascend_config.limits import (
     SCALING_FACTOR_RANGE,
     TOKEN_COUNT_RANGE,
 )
-from ascend_config.reading import InputError, parse_json_text, read_text_file, show_path
 
 SOCS = ("A2", "A3", "A5", "310P", "cpu")
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")

@@ -1,20 +1,25 @@
-"""The resolved, frozen Ascend configuration handed to the plugin and its workers."""
+"""The resolved, frozen Ascend configuration handed to the plugin and its workers.
+
+Also materialises ``dump_config`` as the msprobe config file (explicit; never during resolve).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import tempfile
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError
 
-from ascend_config.env_registry import EnvChange, apply_env_changes
+from ascend_config.envs import EnvChange, apply_env_changes
 from ascend_config.errors import AscendConfigError
-from ascend_config.schema_base import Bool, Int, Str
-from ascend_config.schema_top import TopLevelOptions
+from ascend_config.schema.base import Bool, Int, Str
+from ascend_config.schema.top import TopLevelOptions
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 
@@ -50,7 +55,7 @@ class AscendConfig(TopLevelOptions):
     @classmethod
     def from_json(cls, text: str | bytes) -> AscendConfig:
         """Load a config serialised by :meth:`to_json` (no re-derivation)."""
-        from ascend_config.validation import problems_from_validation
+        from ascend_config.schema.validation import problems_from_validation
 
         try:
             return cls.model_validate_json(text)
@@ -113,3 +118,34 @@ class AscendConfig(TopLevelOptions):
                             for c in self.env_changes],
             "warnings": len(self.warnings),
         }
+
+
+DUMP_RELATIVE_PATH = Path(".vllm_ascend") / "msprobe" / "msprobe_dump_config.json"
+
+
+def dump_config_file(cwd: str | Path) -> Path:
+    """Where ``dump_config`` is written for a process running in ``cwd``."""
+    return Path(cwd) / DUMP_RELATIVE_PATH
+
+
+def write_dump_config(cfg: AscendConfig, cwd: str | Path) -> Path | None:
+    """Write ``cfg.dump_config`` atomically to :func:`dump_config_file` and return that path.
+
+    With ``dump_config_path`` set, nothing is written and that path is returned; with neither,
+    None. The JSON is UTF-8, indented by 2, non-ASCII kept. The file is written to a temporary
+    name in the same directory and renamed, so readers never see a partial file.
+    """
+    if cfg.dump_config is None:
+        return Path(cfg.dump_config_path) if cfg.dump_config_path is not None else None
+    target = dump_config_file(cwd)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(cfg.dump_config, indent=2, ensure_ascii=False)
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -6,11 +6,11 @@ import dataclasses
 import json
 from typing import Any
 
-from ascend_config.env_registry import REGISTRY
+from ascend_config.envs import REGISTRY
 from ascend_config.facts import DeploymentFacts
-from ascend_config.introspect import KeyDoc, iter_keys
 from ascend_config.limits import DOCUMENTED
-from ascend_config.schema_top import RETIRED_KEYS
+from ascend_config.schema.introspect import KeyDoc, iter_keys
+from ascend_config.schema.top import RETIRED_KEYS
 
 HEADER = """\
 # Ascend configuration reference

@@ -8,51 +8,21 @@ Pure and deterministic: the inputs are only read, every problem is collected int
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from ascend_config import (
-    rules_compilation,
-    rules_model,
-    rules_parallel,
-    rules_rl,
-    rules_scheduler,
-)
-from ascend_config.bounds import scan
-from ascend_config.env_registry import BY_NAME
+from ascend_config.envs import BY_NAME
 from ascend_config.errors import AscendConfigError, Problem, make_problem, render_path
 from ascend_config.facts import DeploymentFacts, check_fields
-from ascend_config.introspect import field_at
+from ascend_config.inputs import scan
 from ascend_config.limits import MAX_CONFIG_CHARS, MAX_CONFIG_VALUES, MAX_DEPTH
 from ascend_config.model import AscendConfig
-from ascend_config.rule_context import RuleContext
-from ascend_config.schema_scheduler import LEGACY_SCHEDULER_KEYS
-from ascend_config.schema_top import RETIRED_KEYS, AdditionalConfig, TopLevelOptions
-from ascend_config.validation import validate_best_effort
-
-Rule = Callable[[RuleContext], None]
-
-# Order matters where a rule reads an effective value another one sets (rl_config last).
-RULES: tuple[Rule, ...] = (
-    rules_compilation.check_compilation,
-    rules_compilation.check_xlite,
-    rules_parallel.check_finegrained_tp,
-    rules_parallel.check_mc2,
-    rules_parallel.check_reduce_sample,
-    rules_parallel.check_eplb,
-    rules_parallel.check_cpu_binding,
-    rules_scheduler.check_profiling_chunk,
-    rules_scheduler.check_scheduler_roles,
-    rules_model.check_dump,
-    rules_model.check_kv_nz,
-    rules_model.check_sparse_c8,
-    rules_model.check_sparse_kv_offload,
-    rules_model.check_pd_heads,
-    rules_model.check_mooncake_c8,
-    rules_model.check_training_consistency,
-    rules_rl.apply_rl,
-    rules_rl.apply_batch_invariance,
-)
+from ascend_config.rules import RULES
+from ascend_config.rules.context import RuleContext
+from ascend_config.schema.introspect import field_at
+from ascend_config.schema.sections import LEGACY_SCHEDULER_KEYS
+from ascend_config.schema.top import RETIRED_KEYS, AdditionalConfig, TopLevelOptions
+from ascend_config.schema.validation import validate_best_effort
 
 _ENV_FALLBACKS = tuple(
     (var.config_key, var.name) for var in BY_NAME.values()

@@ -2,11 +2,11 @@
 
 The reference implementations (soc ``"cpu"``) run every op for float32, bfloat16 and float16
 with any head size. The NPU rows restate what the existing vllm-ascend plugin relies on
-(reference/upstream-behaviour.md, sections 11.1 and 12.6):
+(its ``utils.py`` helpers and its fusion patterns):
 - the qk-norm + rope kernel (vllm-ascend's Triton ``split_qkv_rmsnorm_rope``, ``_simt`` on A5)
   is bfloat16 only (it casts to ``tl.bfloat16``) and loads a head with
   ``tl.arange(0, HEAD_DIM)``, which needs a power of two; the upstream fusion pass enables it
-  only for ``head_size == 128`` (section 12.6). We allow 64 and 128: the sizes of the models
+  only for ``head_size == 128``. We allow 64 and 128: the sizes of the models
   this plugin targets that satisfy the kernel's constraint;
 - the MX fp8 kernels (``npu_dynamic_mx_quant`` and its RMSNorm fusions) exist on A5 only;
 - the add+RMSNorm+quant fusions are used for bfloat16/float16 models;

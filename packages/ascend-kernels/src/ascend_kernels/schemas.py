@@ -1,4 +1,4 @@
-"""The public ``torch.ops.ascend.*`` schemas: the contract copied from ARCHITECTURE.md.
+"""The public ``torch.ops.ascend.*`` schemas: the operator namespace's contract.
 
 Changing one of these strings changes a public interface; the package README records why.
 """

@@ -1,7 +1,7 @@
 """How weights are kept on the device: the fractal-NZ cast decision, the cast, and disposal.
 
 ``nz_cast_wanted`` is the pure decision of the existing plugin's ``maybe_trans_nz``
-(reference section 11.2): never for float32 or meta tensors; always on 310P; otherwise
+(its ``utils.py``): never for float32 or meta tensors; always on 310P; otherwise
 ``weight_nz_mode`` 0 never casts, bfloat16/float16 weights cast only with mode 2 and any other
 dtype (quantized weights) with mode 1 or 2. ``maybe_trans_nz`` applies it with
 ``torch_npu.npu_format_cast(w, ACL_FORMAT_FRACTAL_NZ)`` (the NPU seam; tests pass a fake).

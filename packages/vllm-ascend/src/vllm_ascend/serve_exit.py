@@ -4,7 +4,7 @@ Two behaviours of vLLM 0.32's single API server, both seen with real processes:
 
 - When the engine dies while serving (a TP worker killed, the engine core crashed), vLLM
   fails the open requests, logs the error and stops the HTTP server, then returns normally:
-  the process exits 0 (upstream issue vllm-project/vllm#48966). A supervisor's
+  the process exits 0. A supervisor's
   restart-on-failure never fires.
 - On SIGTERM/SIGINT with the default ``--shutdown-timeout 0`` ("abort"), vLLM SIGTERMs the
   engine core and SIGKILLs its process tree at once. Requests whose abort did not reach the API

@@ -52,7 +52,7 @@ NPU_CODE_SUFFIX = ".npugraph_ex.py"
 
 # Graph modes whose graphs npugraph_ex may build: whole-forward graphs. The reference plugin
 # disables npugraph_ex (and the static kernel) for every mode that needs piecewise compilation
-# (PIECEWISE, FULL_AND_PIECEWISE; reference 4.4 _setup_compile_backend); so does this one.
+# (PIECEWISE, FULL_AND_PIECEWISE; in its ``_setup_compile_backend``); so does this one.
 NPUGRAPH_EX_MODES = ("FULL", "FULL_DECODE_ONLY")
 
 

@@ -1,4 +1,5 @@
-"""Whether the norm+quant fusion pass runs for a model (reference 12.6).
+"""Whether the norm+quant fusion pass runs for a model (as the existing plugin's fusion
+pass decides it).
 
 Off when the switch is off; off when the quantization description has W4A4 layers
 (``W4A4_DYNAMIC``, ``W4A4_FLATQUANT_DYNAMIC``: their activations are quantized inside the

@@ -34,7 +34,8 @@ class LayoutFacts:
 
 
 def parallel_problems(facts: Any, layout: LayoutFacts) -> list[str]:
-    """Every violated layout rule (reference 4.4 _validate_draft_decode_context_parallel_config,
+    """Every violated layout rule (the existing plugin's
+    _validate_draft_decode_context_parallel_config,
     _validate_parallel_config, _validate_sfa_dcp_kv_sp, check_kv_extra_config, the kv load
     failure policy and vLLM's EPLB), one message each naming the setting and what is allowed."""
     problems = draft_problems(facts.decode_context_parallel_size, layout.draft)

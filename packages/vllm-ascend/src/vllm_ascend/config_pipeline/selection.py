@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Worker entry points (group ``vllm_ascend.runtime``) by kind, and the reference plugin's class
-# each stands for (reference 4.4 _setup_worker_and_scheduler; 310P wins over xlite).
+# each stands for (its ``_setup_worker_and_scheduler``; 310P wins over xlite).
 WORKER_ENTRIES: dict[str, tuple[str, str]] = {
     "310p": ("worker_310p", "vllm_ascend._310p.worker_310p.NPUWorker310"),
     "xlite": ("worker_xlite", "vllm_ascend.xlite.xlite_worker.XliteWorker"),

@@ -102,7 +102,8 @@ SPAWN_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 
 
 def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
-    """NPU platform: the reference order of 4.3, each step one call. Returns the config.
+    """NPU platform: the steps of the existing plugin's ``check_and_update_config`` in its
+    order, each step one call. Returns the config.
 
     ``soc``: the SoC, or the platform's detection (called once the runtime is known to be
     installed). Reading the SoC initialises the NPU runtime in this process, which a forked

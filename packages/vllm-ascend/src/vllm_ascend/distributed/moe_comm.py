@@ -54,7 +54,8 @@ class MoECommInputs:
 
 
 def select_moe_comm_method(num_tokens: int | None, inputs: MoECommInputs) -> MoECommType | None:
-    """The MoE communication method (reference table 5.4; first matching row wins).
+    """The MoE communication method (the existing plugin's
+    ``select_moe_comm_method`` table; first matching row wins).
 
     ``num_tokens`` must be the DP-wide maximum so every DP rank picks the same method.
     """
@@ -106,7 +107,7 @@ def mc2_tokens_capacity(
     enable_fused_mc2: int = 0,
     megamoe_available: bool = False,
 ) -> int:
-    """Tokens MC2 buffers must hold across the TP group (reference 5.3)."""
+    """Tokens MC2 buffers must hold across the TP group (as the existing plugin sizes them)."""
     if enable_prefill_mc2:
         base = max_num_batched_tokens
     elif max_capture_size:

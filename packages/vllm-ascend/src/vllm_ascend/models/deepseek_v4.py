@@ -1,4 +1,4 @@
-"""DeepSeek V4 layer-name helpers (reference 11.2), for per-layer arrays and weight loading.
+"""DeepSeek V4 layer-name helpers, for per-layer arrays and weight loading.
 
 DeepSeek V4 checkpoints put the multi-token-prediction (MTP) layers after the main decoder
 layers: per-layer arrays (``compress_ratios``, caches) hold ``num_hidden_layers`` main entries,

@@ -1,4 +1,4 @@
-"""Which attention backend the NPU platform hands to vLLM (reference 4.2), as pure decisions.
+"""Which attention backend the NPU platform hands to vLLM, as pure decisions.
 
 ``select_attention_variant`` maps the selector flags, the SoC and whether FA3 was requested
 (``rl_config.enabled`` with ``rl_config.enable_training_consistency``) to a variant name:

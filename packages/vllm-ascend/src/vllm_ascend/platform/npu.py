@@ -1,4 +1,4 @@
-"""``NPUPlatform``: the vLLM platform for Ascend NPUs (reference 4.2).
+"""``NPUPlatform``: the vLLM platform for Ascend NPUs.
 
 Device calls go through ``torch_npu`` lazily (``npu_device``); runtime pieces this
 repository does not provide (worker, attention backends, communicator, punica, KV-cache

@@ -27,7 +27,8 @@ from vllm_ascend.distributed.moe_comm import (
     select_moe_comm_method,
 )
 
-# The names ExtraForwardContext lets callers read and write (reference 5.5).
+# The names ExtraForwardContext lets callers read and write (those of the existing
+# plugin's ``_EXTRA_CTX`` proxy).
 EXTRA_FIELDS = frozenset({
     "capturing", "moe_comm_type", "moe_comm_method", "mmrs_fusion", "num_tokens",
     "padded_length", "num_tokens_across_dp", "mc2_mask", "is_draft_model",
@@ -114,7 +115,8 @@ class AscendForwardState:
         draft_attn_metadatas: Any = None, has_sinks: bool = False,
         eplb_heat_collection_status: bool = False, mrv2: bool = False,
     ) -> dict[str, Any]:
-        """The Ascend fields for one forward pass (reference 5.2; MRV2 differences noted)."""
+        """The Ascend fields for one forward pass (as the existing plugin's
+        ``set_ascend_forward_context`` sets them; MRV2 differences noted)."""
         max_dp = num_tokens
         if num_tokens_across_dp is not None and self.data_parallel_size > 1:
             max_dp = int(max(int(n) for n in num_tokens_across_dp))

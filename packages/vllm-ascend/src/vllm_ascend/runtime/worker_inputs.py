@@ -9,8 +9,8 @@ smaller ones (every config without a large quantization description) stay inline
 variable, so that workers on other hosts (Ray across nodes), which inherit the variable but not
 the file, still read them.
 
-The file is private (mode 0600 in a 0700 directory the plugin creates, ARCHITECTURE.md "Trust
-and files"), written atomically, and named by the sha256 of its bytes: equal inputs share one
+The file is private (mode 0600 in a 0700 directory the plugin creates, so no other user can
+read or swap it), written atomically, and named by the sha256 of its bytes: equal inputs share one
 file, and a reader checks that the bytes still hash to the name. Its lifetime: it is never
 removed by the plugin. Every process that publishes equal inputs (DP engines, restarted
 engines, a second ``LLM`` in one process) reuses the same file, and a worker may be spawned
