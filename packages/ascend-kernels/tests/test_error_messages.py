@@ -65,6 +65,12 @@ CASES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
         out=torch.empty(2, 32).to(torch.float8_e4m3fn),
         scale_out=torch.empty(2, 1).to(torch.float8_e8m0fnu)),
      TypeError, "add_rms_norm_dynamic_mx_quant_out needs the keyword output(s) ['residual_out']"),
+    ("no out helper", lambda v: spec("bgmv_expand").out(*_args(v, "bgmv_expand"),
+                                                         out=torch.empty(0)),
+     TypeError, "bgmv_expand has no _out helper (it returns a new tensor)"),
+    ("too many arguments", lambda v: spec("rms_norm").checked_reference(
+        torch.ones(2, 4), torch.ones(4), 1e-6, 1.0),
+     TypeError, "ascend::rms_norm takes 3 arguments, got 4"),
     ("missing argument", lambda v: spec("rms_norm").checked_reference(torch.ones(2, 4)),
      TypeError, "ascend::rms_norm(Tensor x, Tensor weight, float eps) -> Tensor: missing"
      " ['weight', 'eps'], unknown []"),

@@ -58,22 +58,23 @@ class OpSpec:
         return f"{NAMESPACE}::{self.name}"
 
     @functools.cached_property
+    def _signature(self) -> tuple[tuple[str, ...], dict[str, Any]]:
+        parsed = torch._C.parse_schema(f"{self.qualname}{self.schema}").arguments
+        return tuple(a.name for a in parsed), {
+            a.name: a.default_value for a in parsed if a.has_default_value()
+        }
+
+    @property
     def argument_names(self) -> tuple[str, ...]:
         """The schema's argument names, in order."""
-        parsed = torch._C.parse_schema(f"{self.qualname}{self.schema}")
-        return tuple(a.name for a in parsed.arguments)
-
-    @functools.cached_property
-    def _defaults(self) -> dict[str, Any]:
-        parsed = torch._C.parse_schema(f"{self.qualname}{self.schema}")
-        return {a.name: a.default_value for a in parsed.arguments if a.has_default_value()}
+        return self._signature[0]
 
     def arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The call's arguments by schema name; a missing or unknown one is a ``TypeError``."""
         names = self.argument_names
         if len(args) > len(names):
             raise TypeError(f"{self.qualname} takes {len(names)} arguments, got {len(args)}")
-        bound = {**self._defaults, **dict(zip(names, args, strict=False)), **kwargs}
+        bound = {**self._signature[1], **dict(zip(names, args, strict=False)), **kwargs}
         missing = [n for n in names if n not in bound]
         unknown = [n for n in kwargs if n not in names]
         if missing or unknown:
@@ -111,6 +112,8 @@ class OpSpec:
         memory with an argument or another output (except, with ``out_may_be_input``, being
         an input itself): ``ValueError`` naming it otherwise. Returns the output(s).
         """
+        if not self.out_names:
+            raise TypeError(f"{self.name} has no _out helper (it returns a new tensor)")
         outs = {name: kwargs.pop(name) for name in self.out_names if name in kwargs}
         missing = [name for name in self.out_names if name not in outs]
         if missing:
