@@ -16,7 +16,7 @@ from types import ModuleType
 
 import torch
 
-from ascend_kernels.ops.spec import Arguments, OpSpec
+from ascend_kernels.ops.spec import Arguments, OpSpec, rows_of
 from ascend_kernels.validation import check, check_floating
 
 F32 = torch.float32
@@ -52,5 +52,6 @@ SPECS = (
     OpSpec(
         "silu_and_mul", "(Tensor x) -> Tensor",
         check_silu_and_mul, silu_and_mul, npu=npu_silu_and_mul, decompose=True,
+        fake=lambda a: rows_of(a["x"], a["x"].shape[-1] // 2, a["x"].dtype),
     ),
 )

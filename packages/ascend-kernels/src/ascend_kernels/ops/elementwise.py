@@ -13,7 +13,7 @@ from types import ModuleType
 
 import torch
 
-from ascend_kernels.ops.spec import Arguments, OpSpec
+from ascend_kernels.ops.spec import Arguments, OpSpec, like
 from ascend_kernels.validation import check_devices, check_floating, check_same_shape
 
 F32 = torch.float32
@@ -40,6 +40,7 @@ SPECS = (
     OpSpec(
         "muls_add",
         "(Tensor x, Tensor y, float scale) -> Tensor",
-        check_muls_add, muls_add, npu=npu_muls_add, decompose=True, out_may_be_input=True,
+        check_muls_add, muls_add, fake=lambda a: like(a["x"]), npu=npu_muls_add,
+        decompose=True, out_may_be_input=True,
     ),
 )

@@ -133,11 +133,10 @@ def sgmv_expand(
     )
 
 
-def expand_fake(*args: object) -> torch.Tensor:
-    """Fake of both expand ops: a new tensor shaped like ``y`` (the third-last argument)."""
-    y = args[-3]
-    assert isinstance(y, torch.Tensor)
-    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+def expand_fake(a: Arguments) -> torch.Tensor:
+    """Fake of both expand ops: a new contiguous tensor shaped like ``y``."""
+    y: torch.Tensor = a["y"]
+    return y.new_empty(y.shape)
 
 
 SPECS = (

@@ -26,7 +26,14 @@ from types import ModuleType
 import torch
 
 from ascend_kernels.npu_contract import mrope_rotary_supported
-from ascend_kernels.ops.rope import _heads, _rotate, check_heads, check_rope_args, gather_rows
+from ascend_kernels.ops.rope import (
+    _heads,
+    _rotate,
+    check_heads,
+    check_rope_args,
+    fake_q_k,
+    gather_rows,
+)
 from ascend_kernels.ops.spec import Arguments, OpSpec
 from ascend_kernels.validation import check, check_devices
 
@@ -159,7 +166,7 @@ SPECS = (
         "(Tensor positions, Tensor q, Tensor k, Tensor cos_sin_cache, int head_size,"
         " int rotary_dim, int[] mrope_section, bool is_neox, bool interleaved)"
         " -> (Tensor q_out, Tensor k_out)",
-        check_mrotary_embedding, mrotary_embedding, npu=npu_mrotary_embedding,
+        check_mrotary_embedding, mrotary_embedding, fake=fake_q_k, npu=npu_mrotary_embedding,
         out_names=("q_out", "k_out"),
     ),
 )

@@ -18,7 +18,7 @@ import torch
 
 from ascend_kernels.ops.norm import _rms32, add_rms_norm32, check_norm, stored
 from ascend_kernels.ops.quant import check_x
-from ascend_kernels.ops.spec import OpSpec
+from ascend_kernels.ops.spec import Arguments, OpSpec, like, rows_of
 
 F32 = torch.float32
 E4M3 = torch.float8_e4m3fn
@@ -106,23 +106,30 @@ def npu_rms_norm_dynamic_mx_quant(
     return out[0], _trim_mx_scale(out[1], x)
 
 
+def _q_scale(a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    x = a["x"]
+    return rows_of(x, x.shape[-1], E4M3), rows_of(x, num_blocks(x.shape[-1]), E8M0)
+
+
 SPECS = (
     OpSpec(
         "dynamic_mx_quant",
         "(Tensor x) -> (Tensor q, Tensor scale)",
-        check_x, dynamic_mx_quant, npu=npu_dynamic_mx_quant, out_names=("out", "scale_out"),
+        check_x, dynamic_mx_quant, fake=_q_scale, npu=npu_dynamic_mx_quant,
+        out_names=("out", "scale_out"),
     ),
     OpSpec(
         "add_rms_norm_dynamic_mx_quant",
         "(Tensor x, Tensor residual, Tensor weight, float eps)"
         " -> (Tensor q, Tensor scale, Tensor residual_out)",
-        check_norm, add_rms_norm_dynamic_mx_quant, npu=npu_add_rms_norm_dynamic_mx_quant,
+        check_norm, add_rms_norm_dynamic_mx_quant, fake=lambda a: (*_q_scale(a), like(a["x"])),
+        npu=npu_add_rms_norm_dynamic_mx_quant,
         out_names=("out", "scale_out", "residual_out"),
     ),
     OpSpec(
         "rms_norm_dynamic_mx_quant",
         "(Tensor x, Tensor weight, float eps) -> (Tensor q, Tensor scale)",
-        check_norm, rms_norm_dynamic_mx_quant, npu=npu_rms_norm_dynamic_mx_quant,
+        check_norm, rms_norm_dynamic_mx_quant, fake=_q_scale, npu=npu_rms_norm_dynamic_mx_quant,
         out_names=("out", "scale_out"),
     ),
 )

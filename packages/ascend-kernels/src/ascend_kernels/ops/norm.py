@@ -15,7 +15,7 @@ from types import ModuleType
 import torch
 
 from ascend_kernels.npu_contract import kernel_rows, same_dtype
-from ascend_kernels.ops.spec import Arguments, OpSpec
+from ascend_kernels.ops.spec import Arguments, OpSpec, like
 from ascend_kernels.validation import (
     check_devices,
     check_eps,
@@ -138,13 +138,14 @@ SPECS = (
     OpSpec(
         "rms_norm",
         "(Tensor x, Tensor weight, float eps) -> Tensor",
-        check_norm, rms_norm, npu=npu_rms_norm, decompose=True,
+        check_norm, rms_norm, fake=lambda a: like(a["x"]), npu=npu_rms_norm, decompose=True,
     ),
     OpSpec(
         "add_rms_norm",
         "(Tensor x, Tensor residual, Tensor weight, float eps, Tensor? bias=None)"
         " -> (Tensor out, Tensor residual_out)",
-        check_norm, add_rms_norm, npu=npu_add_rms_norm, decompose=True,
+        check_norm, add_rms_norm, fake=lambda a: (like(a["x"]), like(a["x"])),
+        npu=npu_add_rms_norm, decompose=True,
         out_names=("out", "residual_out"),
     ),
 )

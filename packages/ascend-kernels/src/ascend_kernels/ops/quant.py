@@ -26,7 +26,7 @@ from ascend_kernels.npu_contract import (
     scale_for_kernel,
 )
 from ascend_kernels.ops.norm import add_rms_norm32, check_norm, stored
-from ascend_kernels.ops.spec import Arguments, OpSpec
+from ascend_kernels.ops.spec import Arguments, OpSpec, like
 from ascend_kernels.validation import check_devices, check_floating, check_rows
 
 F32 = torch.float32
@@ -190,29 +190,41 @@ def npu_add_rms_norm_dynamic_quant(
     return out[0].reshape(x.shape), out[3].reshape(x.shape[:-1]), out[2].reshape(x.shape)
 
 
+def _q(a: Arguments) -> torch.Tensor:
+    return like(a["x"], torch.int8)
+
+
+def _scale(a: Arguments) -> torch.Tensor:
+    x: torch.Tensor = a["x"]
+    return x.new_empty(x.shape[:-1], dtype=F32)
+
+
 SPECS = (
     OpSpec(
         "quantize",
         "(Tensor x, Tensor scale, Tensor offset) -> Tensor",
-        check_quantize, quantize, npu=npu_quantize,
+        check_quantize, quantize, fake=_q, npu=npu_quantize,
     ),
     OpSpec(
         "dynamic_quant",
         "(Tensor x) -> (Tensor q, Tensor scale)",
-        check_x, dynamic_quant, npu=npu_dynamic_quant, out_names=("out", "scale_out"),
+        check_x, dynamic_quant, fake=lambda a: (_q(a), _scale(a)), npu=npu_dynamic_quant,
+        out_names=("out", "scale_out"),
     ),
     OpSpec(
         "add_rms_norm_quant",
         "(Tensor x, Tensor residual, Tensor weight, Tensor scale, Tensor offset,"
         " float eps, Tensor? bias=None) -> (Tensor q, Tensor residual_out)",
-        check_add_rms_norm_quant, add_rms_norm_quant, npu=npu_add_rms_norm_quant,
+        check_add_rms_norm_quant, add_rms_norm_quant, fake=lambda a: (_q(a), like(a["x"])),
+        npu=npu_add_rms_norm_quant,
         out_names=("out", "residual_out"),
     ),
     OpSpec(
         "add_rms_norm_dynamic_quant",
         "(Tensor x, Tensor residual, Tensor weight, float eps, Tensor? bias=None)"
         " -> (Tensor q, Tensor scale, Tensor residual_out)",
-        check_norm, add_rms_norm_dynamic_quant, npu=npu_add_rms_norm_dynamic_quant,
+        check_norm, add_rms_norm_dynamic_quant,
+        fake=lambda a: (_q(a), _scale(a), like(a["x"])), npu=npu_add_rms_norm_dynamic_quant,
         out_names=("out", "scale_out", "residual_out"),
     ),
 )

@@ -16,7 +16,7 @@ import torch
 
 from ascend_kernels.npu_contract import atb_load_error
 from ascend_kernels.ops.norm import _rms32, stored
-from ascend_kernels.ops.spec import Arguments, OpSpec
+from ascend_kernels.ops.spec import Arguments, OpSpec, rows_of
 from ascend_kernels.validation import (
     check_devices,
     check_eps,
@@ -275,12 +275,25 @@ def npu_split_qkv_rmsnorm_rope(
     return q_rot, k_rot, v.contiguous()
 
 
+def fake_q_k(a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh contiguous outputs shaped like ``q`` and ``k``."""
+    q, k = a["q"], a["k"]
+    return q.new_empty(q.shape), k.new_empty(k.shape)
+
+
+def _fake_split(a: Arguments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    qkv = a["qkv"]
+    return (rows_of(qkv, a["q_size"], qkv.dtype), rows_of(qkv, a["kv_size"], qkv.dtype),
+            rows_of(qkv, a["kv_size"], qkv.dtype))
+
+
 SPECS = (
     OpSpec(
         "rotary_embedding",
         "(Tensor positions, Tensor q, Tensor k, Tensor cos_sin_cache, int head_size,"
         " int rotary_dim, bool is_neox) -> (Tensor q_out, Tensor k_out)",
-        check_rotary_embedding, rotary_embedding, npu=npu_rotary_embedding, decompose=True,
+        check_rotary_embedding, rotary_embedding, fake=fake_q_k, npu=npu_rotary_embedding,
+        decompose=True,
         out_names=("q_out", "k_out"),
     ),
     OpSpec(
@@ -289,7 +302,7 @@ SPECS = (
         " Tensor cos_sin_cache, int q_size, int kv_size, int head_size, int rotary_dim,"
         " bool is_neox, float eps, Tensor? q_bias=None, Tensor? k_bias=None)"
         " -> (Tensor q, Tensor k, Tensor v)",
-        check_split_qkv_rmsnorm_rope, split_qkv_rmsnorm_rope, npu=npu_split_qkv_rmsnorm_rope,
-        decompose=True, out_names=("q_out", "k_out", "v_out"),
+        check_split_qkv_rmsnorm_rope, split_qkv_rmsnorm_rope, fake=_fake_split,
+        npu=npu_split_qkv_rmsnorm_rope, decompose=True, out_names=("q_out", "k_out", "v_out"),
     ),
 )

@@ -34,8 +34,9 @@ class OpSpec:
     - ``reference``: plain torch over whole tensors, arguments in schema order, unchecked;
       numerically the NPU kernel's definition. With ``decompose`` inductor inlines it
       (``inductor_lowering``).
-    - ``fake``: output allocation for torch.compile; ``None`` runs ``reference`` on the fake
-      tensors (the same code gives the same shapes, dtypes and strides).
+    - ``fake``: output allocation for torch.compile, from :data:`Arguments` (the outputs'
+      shapes, dtypes and layouts as the reference makes them); ``None`` runs ``reference``
+      on the fake tensors, which costs a trace of its whole arithmetic per call.
     - ``npu``: the adapter onto torch_npu, called as ``npu(torch_npu, *args)``; ``None``
       keeps the reference on the NPU.
     - ``out_names``: keyword names of the ``<op>_out`` helper's preallocated outputs;
@@ -46,7 +47,7 @@ class OpSpec:
     schema: str
     check: Callable[[Arguments], None]
     reference: Callable[..., Any]
-    fake: Callable[..., Any] | None = None
+    fake: Callable[[Arguments], Any] | None = None
     npu: Callable[..., Any] | None = None
     decompose: bool = False
     out_names: tuple[str, ...] = ("out",)
@@ -103,7 +104,17 @@ class OpSpec:
     @functools.cached_property
     def checked_fake(self) -> Callable[..., Any]:
         """The fake op: checks, then :attr:`fake` (or the reference on fake tensors)."""
-        return self.checked(self.fake or self.reference)
+        fake = self.fake
+        if fake is None:
+            return self.checked(self.reference)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            bound = self.arguments(args, kwargs)
+            self.check(bound)
+            return fake(bound)
+
+        run.__name__ = run.__qualname__ = self.name
+        return run
 
     def out(self, *args: Any, **kwargs: Any) -> Any:
         """``<op>_out``: the op into preallocated contiguous outputs named :attr:`out_names`.
@@ -132,6 +143,16 @@ class OpSpec:
             buffer.copy_(value)
         values = tuple(outs.values())
         return values if len(values) > 1 else values[0]
+
+
+def like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A fake output with ``t``'s shape and layout (an elementwise image of ``t``)."""
+    return torch.empty_like(t, dtype=dtype)
+
+
+def rows_of(t: torch.Tensor, width: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A fake contiguous ``t.shape[:-1] + (width,)`` output (``width`` may be a SymInt)."""
+    return t.new_empty((*t.shape[:-1], width), dtype=dtype)
 
 
 def _check_no_overlap(
