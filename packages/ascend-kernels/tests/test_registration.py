@@ -190,3 +190,41 @@ def test_out_helpers_equal_the_op_with_arguments_by_position_or_keyword(
 
 
 _FRESH = iter(range(10**6))
+
+
+def _permuted_case(op: str) -> tuple[object, ...] | None:
+    # x is [40, 64] viewed through a transpose: dense, not contiguous.
+    x, w = torch.randn(64, 40).t(), torch.randn(64)
+    r = torch.randn(64, 40).t()
+    scale, offset = torch.tensor([0.1]), torch.tensor([0.0])
+    cases: dict[str, tuple[object, ...]] = {
+        "rms_norm": (x, w, 1e-6), "add_rms_norm": (x, r, w, 1e-6),
+        "quantize": (x, scale, offset), "dynamic_quant": (x,),
+        "add_rms_norm_quant": (x, r, w, scale, offset, 1e-6),
+        "add_rms_norm_dynamic_quant": (x, r, w, 1e-6), "dynamic_mx_quant": (x,),
+        "add_rms_norm_dynamic_mx_quant": (x, r, w, 1e-6), "rms_norm_dynamic_mx_quant": (x, w, 1e-6),
+        "muls_add": (x, r, 0.5), "silu_and_mul": (x,),
+    }
+    return cases.get(op)
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_fake_outputs_have_the_references_shapes_dtypes_and_strides(
+    op: str, valid_args: object
+) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def meta(result: object) -> list[tuple[object, ...]]:
+        items = result if isinstance(result, tuple) else (result,)
+        return [(t.dtype, tuple(t.shape), t.stride()) for t in items]  # type: ignore[attr-defined]
+
+    calls = [tuple(valid_args(op).values())]  # type: ignore[operator]
+    permuted = _permuted_case(op)
+    if permuted is not None:
+        calls.append(permuted)
+    for args in calls:
+        real = getattr(torch.ops.ascend, op)(*args)
+        with FakeTensorMode() as mode:
+            fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+            fake = getattr(torch.ops.ascend, op)(*fakes)
+        assert meta(fake) == meta(real), op
