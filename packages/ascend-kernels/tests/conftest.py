@@ -8,7 +8,6 @@ from typing import Any
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend.*)
 import pytest
 import torch
-from ascend_kernels import row_chunks
 
 from tools.npu_seam import FakeTorchNpu, install
 
@@ -42,12 +41,6 @@ def fake_npu_on_cpu(fake_npu: FakeTorchNpu) -> Iterator[FakeTorchNpu]:
         yield fake_npu
     finally:
         npu_registration.reset()
-
-
-@pytest.fixture
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the reference kernels process a few rows per chunk (exercises chunk boundaries)."""
-    monkeypatch.setattr(row_chunks, "CHUNK_ELEMENTS", 200)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

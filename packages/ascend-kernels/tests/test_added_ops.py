@@ -54,7 +54,7 @@ def test_silu_and_mul_float32_equals_eager_swiglu_bitwise() -> None:
     assert torch.equal(A.silu_and_mul(x), _eager_swiglu(x))
 
 
-def test_silu_and_mul_across_chunk_boundaries(small_chunks: None) -> None:
+def test_silu_and_mul_many_rows_and_none() -> None:
     x = torch.randn(50, 2 * 9, generator=torch.Generator().manual_seed(1))
     assert torch.equal(A.silu_and_mul(x), _eager_swiglu(x))
     assert A.silu_and_mul(torch.empty(0, 8)).shape == (0, 4)
@@ -237,7 +237,7 @@ def test_mrope_maps_to_npu_mrope_sections_and_modes(fake_npu_on_cpu: Any) -> Non
     got = A.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, True)
     partial = A.mrotary_embedding(mm, q, k, cache[:, :16], HEAD, 16, [2, 3, 3], True, False)
     assert len(fake_npu_on_cpu.calls) == count
-    from ascend_kernels import ops_mrope  # the reference, called directly
+    from ascend_kernels.ops import mrope as ops_mrope  # the reference, called directly
 
     want = ops_mrope.mrotary_embedding(mm, q, k, cache, HEAD, HEAD, [6, 5, 5], True, True)
     want_partial = ops_mrope.mrotary_embedding(mm, q, k, cache[:, :16], HEAD, 16, [2, 3, 3],
@@ -265,7 +265,7 @@ def test_mrope_rotary_sizes_npu_mrope_rejects_run_the_reference(
     got = A.mrotary_embedding(mm, q, k, cache, head, head, section, True, False)
     assert (fake_npu_on_cpu.kernels.names() == ["npu_mrope"]) is kernel
     if not kernel:
-        from ascend_kernels import ops_mrope
+        from ascend_kernels.ops import mrope as ops_mrope
 
         want = ops_mrope.mrotary_embedding(mm, q, k, cache, head, head, section, True, False)
         assert all(map(torch.equal, got, want))
@@ -280,14 +280,14 @@ def test_silu_and_mul_boundary_shapes_are_accepted() -> None:
 
 
 def test_silu_and_mul_out_names_a_wrong_out() -> None:
-    from ascend_kernels import ops_activation
+    from ascend_kernels.ops import spec
 
     x = torch.randn(3, 8)
     with pytest.raises(ValueError, match=r"^out must be a contiguous torch.float32 tensor of shape"
                                          r" \[3, 4\], got torch.float32 \[3, 8\]"):
-        ops_activation.silu_and_mul_out(x, out=torch.empty(3, 8))
+        spec("silu_and_mul").out(x, out=torch.empty(3, 8))
     out = torch.empty(3, 4)
-    assert ops_activation.silu_and_mul_out(x, out=out) is out
+    assert spec("silu_and_mul").out(x, out=out) is out
     assert torch.equal(out, _eager_swiglu(x))
 
 
@@ -295,14 +295,14 @@ def test_silu_and_mul_out_names_a_wrong_out() -> None:
 def test_silu_and_mul_out_refuses_an_out_that_shares_memory_with_x(start: int) -> None:
     # With out ahead of x in one buffer, rows of out overwrote rows of x not yet read: a
     # silently wrong result over many chunks. Refused, like the other _out ops.
-    from ascend_kernels import ops_activation
+    from ascend_kernels.ops import spec
 
     buf = torch.randn(6_400_000 + start)
     x = buf[:6_400_000].view(100_000, 64)
     before = buf.clone()
     with pytest.raises(ValueError, match=r"^out must not share memory with x$"):
-        ops_activation.silu_and_mul_out(x, out=buf[start:start + 3_200_000].view(100_000, 32))
+        spec("silu_and_mul").out(x, out=buf[start:start + 3_200_000].view(100_000, 32))
     assert torch.equal(buf, before)
     whole = torch.cat([x.reshape(-1), torch.empty(3_200_000)])  # out right after x: allowed
     x, out = whole[:6_400_000].view(100_000, 64), whole[6_400_000:].view(100_000, 32)
-    assert torch.equal(ops_activation.silu_and_mul_out(x, out=out), _eager_swiglu(x))
+    assert torch.equal(spec("silu_and_mul").out(x, out=out), _eager_swiglu(x))

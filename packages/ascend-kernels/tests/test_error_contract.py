@@ -168,22 +168,18 @@ def _call(op: str, args: dict[str, Any], path: str, request: pytest.FixtureReque
 def _call_out_variant(op: str, values: list[Any], request: pytest.FixtureRequest) -> Any:
     """``<op>_out`` into outputs shaped like the op's (for these arguments when they are
     valid, else for the valid ones); the op itself for ops without an ``_out`` helper."""
-    import importlib
+    from ascend_kernels.ops import spec
 
-    from ascend_kernels import registration
-    from ascend_kernels.out_variants import output_names
-
-    module = importlib.import_module(registration.reference_impl(op).__module__)
-    out_fn = getattr(module, f"{op}_out", None)
-    if out_fn is None:
+    op_spec = spec(op)
+    if not op_spec.out_names:
         return getattr(A, op)(*values)
     try:
         like = getattr(A, op)(*values)
     except ValueError:
         like = getattr(A, op)(*request.getfixturevalue("valid_args")(op).values())
     like = like if isinstance(like, tuple) else (like,)
-    outs = {name: torch.empty_like(t) for name, t in zip(output_names(out_fn), like, strict=True)}
-    return out_fn(*values, **outs)
+    outs = {name: torch.empty_like(t) for name, t in zip(op_spec.out_names, like, strict=True)}
+    return op_spec.out(*values, **outs)
 
 
 def _case_id(case: tuple[Any, ...]) -> str:
@@ -276,25 +272,13 @@ def test_all_meta_arguments_give_meta_outputs_shaped_like_the_reference(
 
 
 def test_out_helpers_reject_an_output_on_another_device() -> None:
-    from ascend_kernels import ops_elementwise, ops_norm
+    from ascend_kernels.ops import spec
 
     x = torch.randn(3, 8)
     with pytest.raises(DeviceMismatchError, match="out is on meta"):
-        ops_norm.rms_norm_out(x, torch.ones(8), 1e-6, out=torch.empty(3, 8, device="meta"))
+        spec("rms_norm").out(x, torch.ones(8), 1e-6, out=torch.empty(3, 8, device="meta"))
     with pytest.raises(DeviceMismatchError, match="out is on meta"):
-        ops_elementwise.muls_add_out(x, x, 0.5, out=torch.empty(3, 8, device="meta"))
-
-
-def test_every_documented_op_has_argument_checks() -> None:
-    from ascend_kernels.registration import check_impl
-
-    documented = (
-        "rms_norm", "add_rms_norm", "quantize", "dynamic_quant", "add_rms_norm_quant",
-        "add_rms_norm_dynamic_quant", "dynamic_mx_quant", "add_rms_norm_dynamic_mx_quant",
-        "rms_norm_dynamic_mx_quant", "rotary_embedding", "split_qkv_rmsnorm_rope", "muls_add",
-        "bgmv_expand", "sgmv_expand",
-    )
-    assert [op for op in documented if check_impl(op) is None] == []
+        spec("muls_add").out(x, x, 0.5, out=torch.empty(3, 8, device="meta"))
 
 
 def test_eps_rule_is_the_documented_one() -> None:
@@ -308,52 +292,37 @@ def test_eps_rule_is_the_documented_one() -> None:
 
 
 def _out_helper_ops() -> list[str]:
-    import importlib
+    from ascend_kernels.ops import spec
 
-    from ascend_kernels import registration
-
-    # The LoRA ops have no _out helper; rms_norm/add_rms_norm check that out does not alias x
-    # by data pointer, which meta tensors do not have.
-    return [op for op in OP_NAMES
-            if hasattr(importlib.import_module(registration.reference_impl(op).__module__),
-                       f"{op}_out") and op not in ("rms_norm", "add_rms_norm")]
+    return [op for op in OP_NAMES if spec(op).out_names]  # the LoRA ops have none
 
 
 @pytest.mark.parametrize("op", _out_helper_ops())
 def test_out_helpers_run_on_meta_tensors_without_touching_data(op: str, valid_args: Any) -> None:
     # The preallocated-output helpers keep every buffer on the arguments' device: on meta
     # (no data) they return their outputs, and a scratch buffer on another device would fail.
-    import importlib
+    from ascend_kernels.ops import spec
 
-    from ascend_kernels import registration
-    from ascend_kernels.out_variants import output_names
-
-    module = importlib.import_module(registration.reference_impl(op).__module__)
-    out_fn = getattr(module, f"{op}_out")
+    out_fn, names = spec(op).out, spec(op).out_names
     args = valid_args(op)
     like = getattr(A, op)(*args.values())
     like = like if isinstance(like, tuple) else (like,)
     meta = [v.to("meta") if isinstance(v, torch.Tensor) else v for v in args.values()]
-    outs = {n: torch.empty_like(t, device="meta") for n, t in zip(output_names(out_fn), like,
+    outs = {n: torch.empty_like(t, device="meta") for n, t in zip(names, like,
                                                                   strict=True)}
     got = out_fn(*meta, **outs)
     got = got if isinstance(got, tuple) else (got,)
     assert [g is o for g, o in zip(got, outs.values(), strict=True)] == [True] * len(outs)
 
 
-@pytest.mark.parametrize("op", [*_out_helper_ops(), "rms_norm", "add_rms_norm"])
+@pytest.mark.parametrize("op", _out_helper_ops())
 def test_out_helpers_name_the_output_that_has_the_wrong_shape(op: str, valid_args: Any) -> None:
-    import importlib
+    from ascend_kernels.ops import spec
 
-    from ascend_kernels import registration
-    from ascend_kernels.out_variants import output_names
-
-    module = importlib.import_module(registration.reference_impl(op).__module__)
-    out_fn = getattr(module, f"{op}_out")
+    out_fn, names = spec(op).out, spec(op).out_names
     args = valid_args(op)
     like = getattr(A, op)(*args.values())
     like = like if isinstance(like, tuple) else (like,)
-    names = output_names(out_fn)
     for wrong in names:
         outs = {n: torch.empty_like(t) for n, t in zip(names, like, strict=True)}
         outs[wrong] = torch.empty(*outs[wrong].shape, 3, dtype=outs[wrong].dtype)

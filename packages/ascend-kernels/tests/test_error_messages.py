@@ -17,12 +17,10 @@ from ascend_kernels import (
     nd_to_nz_2d,
     nd_to_nz_spec,
     nz_cast_wanted,
-    ops_elementwise,
-    ops_mx,
-    ops_norm,
     supports,
     trans_nd_to_nz,
 )
+from ascend_kernels.ops import spec
 
 A = torch.ops.ascend
 I64 = torch.int64
@@ -52,20 +50,30 @@ CASES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
      ValueError, "weight must have shape [70] (the last dim of x), got [2, 35]"),
     ("same shape", lambda v: A.muls_add(torch.ones(2, 3), torch.ones(3, 2), 1.0), ValueError,
      "y must match x (shape [2, 3], torch.float32), got shape [3, 2], torch.float32"),
-    ("out shape", lambda v: ops_norm.rms_norm_out(torch.ones(2, 4), torch.ones(4), 1e-6,
+    ("out shape", lambda v: spec("rms_norm").out(torch.ones(2, 4), torch.ones(4), 1e-6,
                                                   out=torch.empty(4, 2).t()),
      ValueError, "out must be a contiguous torch.float32 tensor of shape [2, 4],"
      " got torch.float32 [2, 4] (contiguous=False)"),
-    ("out device", lambda v: ops_elementwise.muls_add_out(
+    ("out device", lambda v: spec("muls_add").out(
         torch.ones(2), torch.ones(2), 1.0, out=torch.empty(2, device="meta")),
      DeviceMismatchError, "out is on meta but x is on cpu"),
-    ("out aliasing", lambda v: (lambda x: ops_norm.rms_norm_out(x, torch.ones(4), 1e-6,
+    ("out aliasing", lambda v: (lambda x: spec("rms_norm").out(x, torch.ones(4), 1e-6,
                                                                 out=x))(torch.ones(2, 4)),
      ValueError, "out must not share memory with x"),
-    ("mx residual_out", lambda v: ops_mx.rms_norm_dynamic_mx_quant_out(
-        torch.ones(2, 32), torch.ones(32), 1e-6, out=torch.empty(2, 32).to(torch.float8_e4m3fn),
-        scale_out=torch.empty(2, 1).to(torch.float8_e8m0fnu), residual=torch.ones(2, 32)),
-     ValueError, "residual_out is required with residual"),
+    ("missing out", lambda v: spec("add_rms_norm_dynamic_mx_quant").out(
+        torch.ones(2, 32), torch.ones(2, 32), torch.ones(32), 1e-6,
+        out=torch.empty(2, 32).to(torch.float8_e4m3fn),
+        scale_out=torch.empty(2, 1).to(torch.float8_e8m0fnu)),
+     TypeError, "add_rms_norm_dynamic_mx_quant_out needs the keyword output(s) ['residual_out']"),
+    ("no out helper", lambda v: spec("bgmv_expand").out(*_args(v, "bgmv_expand"),
+                                                         out=torch.empty(0)),
+     TypeError, "bgmv_expand has no _out helper (it returns a new tensor)"),
+    ("too many arguments", lambda v: spec("rms_norm").checked_reference(
+        torch.ones(2, 4), torch.ones(4), 1e-6, 1.0),
+     TypeError, "ascend::rms_norm takes 3 arguments, got 4"),
+    ("missing argument", lambda v: spec("rms_norm").checked_reference(torch.ones(2, 4)),
+     TypeError, "ascend::rms_norm(Tensor x, Tensor weight, float eps) -> Tensor: missing"
+     " ['weight', 'eps'], unknown []"),
     ("scale numel", lambda v: A.quantize(torch.ones(2, 4), torch.ones(3), torch.ones(1)),
      ValueError, "scale must hold 1 value (per tensor) or 4 (per channel), got 3"),
     ("offset dtype", lambda v: A.quantize(torch.ones(2, 4), torch.ones(1),

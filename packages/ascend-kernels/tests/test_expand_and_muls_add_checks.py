@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ascend_kernels import ops_elementwise, ops_lora
 from ascend_kernels.validation import DeviceMismatchError
+
+A = torch.ops.ascend
 
 
 def test_muls_add_names_the_argument_on_another_device() -> None:
     x = torch.ones(4)
     with pytest.raises(DeviceMismatchError, match=r"^y is on meta but x is on cpu;"):
-        ops_elementwise.muls_add(x, torch.ones(4, device="meta"), 2.0)
+        A.muls_add(x, torch.ones(4, device="meta"), 2.0)
 
 
 def _expand_args() -> dict[str, torch.Tensor]:
@@ -28,14 +29,14 @@ def test_sgmv_expand_names_the_argument_on_another_device(moved: str) -> None:
     args = _expand_args()
     args[moved] = args[moved].to("meta")
     with pytest.raises(DeviceMismatchError, match=rf"^{moved} is on meta but x is on cpu;"):
-        ops_lora.sgmv_expand(**args, slice_offset=0, slice_size=4)
+        A.sgmv_expand(**args, slice_offset=0, slice_size=4)
 
 
 def test_expand_names_an_integer_weight() -> None:
     args = _expand_args()
     args["weight"] = args["weight"].long()
     with pytest.raises(ValueError, match=r"^weight must be float32, bfloat16 or float16, got"):
-        ops_lora.sgmv_expand(**args, slice_offset=0, slice_size=4)
+        A.sgmv_expand(**args, slice_offset=0, slice_size=4)
 
 
 def test_expand_returns_a_contiguous_tensor_for_a_transposed_y() -> None:
@@ -43,7 +44,7 @@ def test_expand_returns_a_contiguous_tensor_for_a_transposed_y() -> None:
     x, w = torch.randn(3, 2, generator=g), torch.randn(2, 4, 2, generator=g)
     y = torch.randn(4, 3, generator=g).t()  # [3, 4], not contiguous
     indices = torch.tensor([1, -1, 0])
-    out = ops_lora.bgmv_expand(x, w, indices, y, 0, 4)
+    out = A.bgmv_expand(x, w, indices, y, 0, 4)
     assert out.is_contiguous()
     expected = y.double().clone()
     for t, lora in enumerate(indices.tolist()):

@@ -235,24 +235,22 @@ def test_bad_input_is_a_clear_value_error(call: object, message: str) -> None:
 
 
 def test_out_helpers_reject_a_wrong_preallocated_output() -> None:
-    from ascend_kernels import ops_mx, ops_norm, ops_quant
+    from ascend_kernels.ops import spec
 
     x = torch.randn(4, 64)
     with pytest.raises(ValueError, match="out must be a contiguous"):
-        ops_norm.rms_norm_out(x, torch.ones(64), 1e-6, out=torch.empty(64, 4).t())
+        spec("rms_norm").out(x, torch.ones(64), 1e-6, out=torch.empty(64, 4).t())
     with pytest.raises(ValueError, match=r"scale_out must be a contiguous torch\.float32"):
-        ops_quant.dynamic_quant_out(
+        spec("dynamic_quant").out(
             x, out=torch.empty(4, 64, dtype=torch.int8), scale_out=torch.empty(4, 1)
         )
     with pytest.raises(ValueError, match=r"scale_out must be a contiguous torch\.float8_e8m0fnu"):
-        ops_mx.dynamic_mx_quant_out(
+        spec("dynamic_mx_quant").out(
             x, out=torch.empty(4, 64, dtype=torch.float8_e4m3fn), scale_out=torch.empty(4, 2)
         )
 
 
-def test_quantize_across_chunks_and_head_views_without_resize_warnings(
-    small_chunks: None,
-) -> None:
+def test_quantize_rows_and_head_views_without_warnings() -> None:
     # Expected: NumPy in float32 (the op's arithmetic), rint = round half to even. Any torch
     # warning (e.g. a scratch buffer of the wrong shape resized by an out= op) is an error.
     import warnings

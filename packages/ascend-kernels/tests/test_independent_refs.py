@@ -47,7 +47,7 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 EPS = [1e-6, 1e-5, 1e-2, 0.1]
 F32_ULPS = 8
 ROW_SHAPES = [(1, 1), (3, 7), (2, 3, 33), (5, 4096)]
-CHUNKED = (300, 2049)  # more than one internal chunk of rows
+MANY_ROWS = (300, 2049)  # a large batch of long rows
 
 
 def _rand(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> torch.Tensor:
@@ -95,13 +95,13 @@ def np_rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(
     ("eps", "shape"),
-    [(eps, shape) for eps in EPS for shape in ROW_SHAPES] + [(1e-6, CHUNKED), (0.1, CHUNKED)],
+    [(eps, shape) for eps in EPS for shape in ROW_SHAPES] + [(1e-6, MANY_ROWS), (0.1, MANY_ROWS)],
     ids=str,
 )
 def test_rms_norm_equals_torch_rms_norm(
     dtype: torch.dtype, eps: float, shape: tuple[int, ...]
 ) -> None:
-    for magnitude in (0.05, 1.0, 30.0) if shape != CHUNKED else (1.0,):
+    for magnitude in (0.05, 1.0, 30.0) if shape != MANY_ROWS else (1.0,):
         x = _rand(shape, 1, magnitude).to(dtype)
         w = (_rand(shape[-1:], 2) + 1).to(dtype)
         want = F.rms_norm(x.float(), shape[-1:], w.float(), eps).to(dtype)
@@ -189,7 +189,7 @@ def test_quantize_equals_numpy(dtype: torch.dtype, shape: tuple[int, ...]) -> No
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(1, 1), (9, 33), (3, 4, 70), CHUNKED], ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (9, 33), (3, 4, 70), MANY_ROWS], ids=str)
 def test_dynamic_quant_equals_numpy(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     x = _rand(shape, 12, 3.0).to(dtype)
     x[0] = 0  # an all-zero row
@@ -424,7 +424,7 @@ def test_split_qkv_rmsnorm_rope_biases_follow_the_float64_math(eps: float) -> No
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("scale", [0.37, -2.5, 1e-3, 1.0 / 3.0])
-@pytest.mark.parametrize("shape", [(), (1,), (7, 33), CHUNKED], ids=str)
+@pytest.mark.parametrize("shape", [(), (1,), (7, 33), MANY_ROWS], ids=str)
 def test_muls_add_equals_float64_math(
     dtype: torch.dtype, scale: float, shape: tuple[int, ...]
 ) -> None:

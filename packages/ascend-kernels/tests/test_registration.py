@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -9,7 +10,7 @@ import textwrap
 import pytest
 import torch
 from ascend_kernels import OP_NAMES, registration
-from ascend_kernels.schemas import SCHEMAS
+from ascend_kernels.ops import SCHEMAS, spec
 
 # Copied by hand from ARCHITECTURE.md ("The device-neutral operator namespace"); the package's
 # SCHEMAS must match it character for character (after torch's normalisation).
@@ -69,10 +70,10 @@ def test_registering_twice_is_a_no_op() -> None:
     assert torch.ops.ascend.muls_add(torch.ones(2), torch.ones(2), 2.0).tolist() == [3.0, 3.0]
 
 
-def test_a_conflicting_existing_schema_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registration.SCHEMAS, "muls_add", "(Tensor x) -> Tensor")
+def test_a_conflicting_existing_schema_is_a_clear_error() -> None:
+    changed = dataclasses.replace(spec("muls_add"), schema="(Tensor x) -> Tensor")
     with pytest.raises(RuntimeError) as info:
-        registration.register_all()
+        registration.register_all(specs=[changed])
     existing = CONTRACT["muls_add"]
     assert str(info.value) == (
         f"ascend::muls_add is already defined with schema {existing!r};"
@@ -102,24 +103,19 @@ def test_clean_import_registers_ops_without_vllm_or_torch_npu() -> None:
     assert result.stdout.strip() == "ok"
 
 
-def test_reference_ops_fill_one_preallocated_output_per_schema_return() -> None:
-    import importlib
-
-    from ascend_kernels.out_variants import output_names
-
+def test_out_helpers_fill_one_preallocated_output_per_schema_return() -> None:
     for op in OP_NAMES:
-        reference = registration.reference_impl(op)
-        assert reference.__name__ == op
-        out_fn = getattr(importlib.import_module(reference.__module__), f"{op}_out", None)
-        if out_fn is None:  # the LoRA ops clone y instead
+        names = spec(op).out_names
+        if not names:  # the LoRA ops clone y instead
             assert op in ("bgmv_expand", "sgmv_expand")
             continue
         returns = getattr(torch.ops.ascend, op).default._schema.returns
-        assert len(output_names(out_fn)) == len(returns), op
+        assert len(names) == len(returns), op
 
 
-def test_reference_functions_take_keywords_and_carry_their_op_name() -> None:
-    from ascend_kernels import ops_norm, ops_quant
+def test_references_take_keywords_and_carry_their_op_name() -> None:
+    from ascend_kernels.ops import norm as ops_norm
+    from ascend_kernels.ops import quant as ops_quant
 
     x, r, w, b = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8), torch.randn(8)
     by_keyword = ops_norm.add_rms_norm(x=x, residual=r, weight=w, eps=1e-5, bias=b)
@@ -127,12 +123,12 @@ def test_reference_functions_take_keywords_and_carry_their_op_name() -> None:
     assert all(map(torch.equal, by_keyword, by_position))
     mixed = ops_quant.add_rms_norm_dynamic_quant(x, r, w, eps=1e-5)
     assert all(map(torch.equal, mixed, torch.ops.ascend.add_rms_norm_dynamic_quant(x, r, w, 1e-5)))
+    checked = registration.reference_impl("add_rms_norm")(x=x, residual=r, weight=w, eps=1e-5)
+    assert all(map(torch.equal, checked, torch.ops.ascend.add_rms_norm(x, r, w, 1e-5)))
     for op in ("rms_norm", "add_rms_norm", "muls_add", "rotary_embedding"):
-        fn = registration.reference_impl(op)
-        assert fn.__name__ == op and fn.__qualname__ == op
-        assert fn.__doc__ == f"Reference ``ascend::{op}``: ``{op}_out`` into fresh outputs."
-        assert registration.fake_impl(op).__name__ == f"{op}_fake"
-    with pytest.raises(LookupError, match="no implementation nope_fake"):
+        for fn in (registration.reference_impl(op), registration.fake_impl(op)):
+            assert fn.__name__ == op and fn.__qualname__ == op
+    with pytest.raises(LookupError, match=r"^no op ascend::nope; the ops are rms_norm, "):
         registration.fake_impl("nope")
 
 
@@ -146,14 +142,12 @@ def _results_equal(a: object, b: object) -> bool:
 
 
 def test_register_all_defines_every_op_in_a_fresh_namespace(
-    monkeypatch: pytest.MonkeyPatch, valid_args: object
+    valid_args: object
 ) -> None:
     # The import already ran register_all for "ascend"; run it again, now, for a namespace
     # nothing has defined yet, and check what it defined against the registered ops.
     namespace = f"ascend_regtest_{next(_FRESH)}"
-    monkeypatch.setattr(registration, "NAMESPACE", namespace)
-    monkeypatch.setattr(registration, "qualname", lambda op: f"{namespace}::{op}")
-    registration.register_all()
+    registration.register_all(namespace)
     fresh = getattr(torch.ops, namespace)
     for op in OP_NAMES:
         assert str(getattr(fresh, op).default._schema) == f"{namespace}::{op}{SCHEMAS[op]}"
@@ -169,29 +163,68 @@ def test_register_all_defines_every_op_in_a_fresh_namespace(
         assert [(t.shape, t.dtype, t.device.type) for t in got_t] == [
             (t.shape, t.dtype, t.device.type) for t in want_t
         ]
-    registration.register_all()  # the same schemas again: nothing to do, no error
+    registration.register_all(namespace)  # the same schemas again: nothing to do, no error
 
 
-def test_into_fresh_outputs_built_now_equals_the_registered_op(valid_args: object) -> None:
-    # The module-level references were built at import; build each one again here.
-    import importlib
+def _like(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    return {n: torch.empty_like(t) for n, t in zip(names, tensors, strict=True)}
 
-    from ascend_kernels.out_variants import into_fresh_outputs
 
+def test_out_helpers_equal_the_op_with_arguments_by_position_or_keyword(
+    valid_args: object,
+) -> None:
     for op in OP_NAMES:
-        module = importlib.import_module(registration.reference_impl(op).__module__)
-        out_fn = getattr(module, f"{op}_out", None)
-        if out_fn is None:
+        op_spec = spec(op)
+        if not op_spec.out_names:
             continue
-        fn = into_fresh_outputs(out_fn, getattr(module, f"{op}_fake"))
-        assert (fn.__name__, fn.__qualname__, fn.__module__) == (op, op, module.__name__)
-        assert fn.__doc__ == f"Reference ``ascend::{op}``: ``{op}_out`` into fresh outputs."
         kwargs = valid_args(op)  # type: ignore[operator]
         want = getattr(torch.ops.ascend, op)(*kwargs.values())
-        assert _results_equal(fn(*kwargs.values()), want), op
-        assert _results_equal(fn(**kwargs), want), op  # every argument by keyword
+        want_t = want if isinstance(want, tuple) else (want,)
+        names = op_spec.out_names
+        assert _results_equal(op_spec.out(*kwargs.values(), **_like(names, want_t)), want), op
+        # every argument by keyword, then all but the first
+        assert _results_equal(op_spec.out(**kwargs, **_like(names, want_t)), want), op
         first, *rest = kwargs
-        assert _results_equal(fn(kwargs[first], **{k: kwargs[k] for k in rest}), want), op
+        got = op_spec.out(kwargs[first], **{k: kwargs[k] for k in rest}, **_like(names, want_t))
+        assert _results_equal(got, want), op
 
 
 _FRESH = iter(range(10**6))
+
+
+def _permuted_case(op: str) -> tuple[object, ...] | None:
+    # x is [40, 64] viewed through a transpose: dense, not contiguous.
+    x, w = torch.randn(64, 40).t(), torch.randn(64)
+    r = torch.randn(64, 40).t()
+    scale, offset = torch.tensor([0.1]), torch.tensor([0.0])
+    cases: dict[str, tuple[object, ...]] = {
+        "rms_norm": (x, w, 1e-6), "add_rms_norm": (x, r, w, 1e-6),
+        "quantize": (x, scale, offset), "dynamic_quant": (x,),
+        "add_rms_norm_quant": (x, r, w, scale, offset, 1e-6),
+        "add_rms_norm_dynamic_quant": (x, r, w, 1e-6), "dynamic_mx_quant": (x,),
+        "add_rms_norm_dynamic_mx_quant": (x, r, w, 1e-6), "rms_norm_dynamic_mx_quant": (x, w, 1e-6),
+        "muls_add": (x, r, 0.5), "silu_and_mul": (x,),
+    }
+    return cases.get(op)
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_fake_outputs_have_the_references_shapes_dtypes_and_strides(
+    op: str, valid_args: object
+) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def meta(result: object) -> list[tuple[object, ...]]:
+        items = result if isinstance(result, tuple) else (result,)
+        return [(t.dtype, tuple(t.shape), t.stride()) for t in items]  # type: ignore[attr-defined]
+
+    calls = [tuple(valid_args(op).values())]  # type: ignore[operator]
+    permuted = _permuted_case(op)
+    if permuted is not None:
+        calls.append(permuted)
+    for args in calls:
+        real = getattr(torch.ops.ascend, op)(*args)
+        with FakeTensorMode() as mode:
+            fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+            fake = getattr(torch.ops.ascend, op)(*fakes)
+        assert meta(fake) == meta(real), op

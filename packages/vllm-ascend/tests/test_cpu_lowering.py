@@ -33,11 +33,11 @@ def test_host_cpu_compiles_one_graph_with_inductors_own_precision(make_vllm_conf
 def test_cpu_pass_manager_registers_the_lowerings_and_keys_the_cache(
     make_vllm_config, fresh_lowerings
 ) -> None:
-    from ascend_kernels.decompositions import DECOMPOSITIONS
     from ascend_kernels.inductor_lowering import (
         lowering_fingerprint,
         registered_inductor_lowerings,
     )
+    from ascend_kernels.ops import DECOMPOSITIONS
     from vllm_ascend.compilation.pass_manager import AscendFusionPass, AscendPassManager
 
     assert registered_inductor_lowerings() == []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ascend_kernels.schemas import OP_NAMES
+from ascend_kernels.ops import OP_NAMES
 
 SOCS = ("A2", "A3", "A5", "310P", "cpu")
 FLOAT_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})

@@ -2,11 +2,12 @@
 
 To inductor a ``torch.ops.ascend.*`` node is an opaque extern call: one trip through the
 dispatcher into the Python reference per call, no fusion with its neighbours. With these
-lowerings, inductor traces the op's decomposition (:mod:`ascend_kernels.decompositions`) at
-lowering time and inlines it as ordinary IR, so the norm, rope and muls_add arithmetic is
-fused into the generated C++ kernels around it. The FX graph inductor receives, and every
-pass before lowering, still holds the ``torch.ops.ascend.*`` nodes (fusion passes and graph
-dumps see them); only the generated code changes.
+lowerings, inductor traces the op's decomposition (its whole-tensor reference,
+:data:`ascend_kernels.ops.DECOMPOSITIONS`) at lowering time and inlines it as ordinary IR,
+so the norm, rope and muls_add arithmetic is fused into the generated C++ kernels around
+it. The FX graph inductor receives, and every pass before lowering, still holds the
+``torch.ops.ascend.*`` nodes (fusion passes and graph dumps see them); only the generated
+code changes.
 
 Registration is explicit (:func:`register_inductor_lowerings`, e.g. by the host-CPU pass
 manager), never at import, and :func:`reset_inductor_lowerings` restores inductor's table.
@@ -26,8 +27,7 @@ from typing import Any
 
 import torch
 
-from ascend_kernels import decompositions
-from ascend_kernels.schemas import NAMESPACE
+from ascend_kernels.ops import DECOMPOSITIONS, NAMESPACE
 
 logger = logging.getLogger("ascend_kernels.inductor_lowering")
 
@@ -53,7 +53,8 @@ def lowering_fingerprint() -> str:
     """Hash of the decompositions and this module: part of a compile-cache key, since the
     generated code depends on them."""
     digest = hashlib.sha256()
-    for module in (decompositions, inspect.getmodule(lowering_fingerprint)):
+    modules = {inspect.getmodule(fn) for fn in DECOMPOSITIONS.values()}
+    for module in (*sorted(modules, key=str), inspect.getmodule(lowering_fingerprint)):
         digest.update(inspect.getsource(module).encode())  # type: ignore[arg-type]
     return digest.hexdigest()[:16]
 
@@ -127,7 +128,7 @@ def _cast_arguments(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.dtype]:
 
 def _stored_pairs(graph: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.fx.Node]:
     """The decomposition's stored intermediates: each float32 node that upcasts a downcast
-    (``t32.to(bf16).to(float32)``, ``decompositions.stored``), mapped to the downcast."""
+    (``t32.to(bf16).to(float32)``, ``ops.norm.stored``), mapped to the downcast."""
     return {node: node.args[0] for node in graph.graph.nodes
             if node.target is torch.ops.prims.convert_element_type.default
             and node.args[1] == torch.float32 and _downcast(node.args[0])}
@@ -277,7 +278,7 @@ class LoweringRegistry:
         from torch._inductor.lowering import lowerings
 
         done = []
-        for op, decomposition in (decompositions.DECOMPOSITIONS if ops is None else ops).items():
+        for op, decomposition in (DECOMPOSITIONS if ops is None else ops).items():
             overload = _overload(op)
             if overload in self._previous:
                 continue

@@ -1,4 +1,4 @@
-"""Loads the torch_npu registrations (``npu_impls``) only when torch_npu imports cleanly."""
+"""Registers the NPU adapters (``registration.register_npu``) when torch_npu imports cleanly."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ class NpuRegistration:
         """Register the NPU kernels of ``torch_npu`` under ``dispatch_key`` (idempotent)."""
         if self.library is not None:
             return
-        from ascend_kernels import npu_impls
+        from ascend_kernels.registration import register_npu
 
-        self.library = npu_impls.register(torch_npu, dispatch_key)
+        self.library = register_npu(torch_npu, dispatch_key)
 
     def load_if_available(self, dispatch_key: str = "PrivateUse1") -> bool:
         """Import torch_npu if it is installed and usable, then register; never raises."""

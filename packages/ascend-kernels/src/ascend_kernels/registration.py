@@ -1,81 +1,80 @@
-"""Defines every ``ascend::*`` op with its reference and fake implementation."""
+"""Registers every ``ascend::*`` op from its :class:`~ascend_kernels.ops.spec.OpSpec`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import logging
+from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 import torch
 
-from ascend_kernels import (
-    ops_activation,
-    ops_elementwise,
-    ops_lora,
-    ops_mrope,
-    ops_mx,
-    ops_norm,
-    ops_quant,
-    ops_rope,
-)
-from ascend_kernels.schemas import NAMESPACE, SCHEMAS, qualname
+from ascend_kernels.npu_contract import atb_load_error
+from ascend_kernels.ops import NAMESPACE, SPECS, OpSpec, spec
+
+logger = logging.getLogger(__name__)
 
 # The reference runs on any device (CompositeExplicitAutograd); a backend kernel registered
 # for a device key (the NPU's PrivateUse1) takes precedence over it on that device.
 REFERENCE_KEY = "CompositeExplicitAutograd"
 
-_MODULES = (
-    ops_norm, ops_quant, ops_mx, ops_rope, ops_elementwise, ops_lora, ops_activation, ops_mrope,
-)
-
-
-def _lookup(op: str, suffix: str) -> Callable[..., Any]:
-    for module in _MODULES:
-        fn = getattr(module, op + suffix, None)
-        if fn is not None:
-            return fn  # type: ignore[no-any-return]
-    raise LookupError(f"no implementation {op}{suffix} in the ascend_kernels op modules")
-
 
 def reference_impl(op: str) -> Callable[..., Any]:
-    """The plain-torch reference implementation of ``ascend::<op>``."""
-    return _lookup(op, "")
+    """The plain-torch reference op of ``ascend::<op>`` (checks, then fresh outputs)."""
+    return spec(op).checked_reference
 
 
 def fake_impl(op: str) -> Callable[..., Any]:
     """The fake (shape-only) implementation of ``ascend::<op>``."""
-    return _lookup(op, "_fake")
+    return spec(op).checked_fake
 
 
-def check_impl(op: str) -> Callable[..., None] | None:
-    """The argument checks of ``ascend::<op>`` (``<op>_check``), or ``None`` if it has none."""
-    try:
-        return _lookup(op, "_check")
-    except LookupError:
+def _existing_schema(namespace: str, op: str) -> str | None:
+    ops = getattr(torch.ops, namespace)
+    if not hasattr(ops, op):
         return None
+    return str(getattr(ops, op).default._schema)
 
 
-def _existing_schema(op: str) -> str | None:
-    namespace = getattr(torch.ops, NAMESPACE)
-    if not hasattr(namespace, op):
-        return None
-    return str(getattr(namespace, op).default._schema)
-
-
-def register_all() -> None:
-    """Define the ops (once per process) with reference and fake implementations.
+def register_all(namespace: str = NAMESPACE, specs: Iterable[OpSpec] | None = None) -> None:
+    """Define the ops of ``specs`` (default: all) in ``namespace`` with their reference and
+    fake implementations.
 
     An op already defined with the same schema is left alone; a different schema is an error.
     """
-    for op, schema in SCHEMAS.items():
-        existing = _existing_schema(op)
-        expected = f"{qualname(op)}{schema}"
+    for op_spec in SPECS.values() if specs is None else specs:
+        qualname = f"{namespace}::{op_spec.name}"
+        existing = _existing_schema(namespace, op_spec.name)
+        expected = f"{qualname}{op_spec.schema}"
         if existing is not None:
             if existing != expected:
                 raise RuntimeError(
-                    f"{qualname(op)} is already defined with schema {existing!r};"
+                    f"{qualname} is already defined with schema {existing!r};"
                     f" ascend_kernels needs {expected!r}"
                 )
             continue
-        torch.library.define(qualname(op), schema)
-        torch.library.impl(qualname(op), REFERENCE_KEY, reference_impl(op))
-        torch.library.register_fake(qualname(op), fake_impl(op))
+        torch.library.define(qualname, op_spec.schema)
+        torch.library.impl(qualname, REFERENCE_KEY, op_spec.checked_reference)
+        torch.library.register_fake(qualname, op_spec.checked_fake)
+
+
+def register_npu(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1") -> torch.library.Library:
+    """Register every op's NPU adapter bound to ``torch_npu`` under ``dispatch_key``.
+
+    Each adapter first runs the op's checks (shared with the reference and the fake), so bad
+    input gets the same ``ValueError`` on every device. Ops without an adapter keep the
+    reference. Returns the library; keep it alive (``_destroy()`` removes the registrations).
+    """
+    error = atb_load_error(torch_npu)
+    if error is not None:
+        logger.warning(
+            "torch_npu's ATB ops are unavailable (%s): ascend::rotary_embedding and"
+            " ascend::split_qkv_rmsnorm_rope rotate with the reference implementation", error,
+        )
+    lib = torch.library.Library(NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
+    for op, op_spec in SPECS.items():
+        if op_spec.npu is not None:
+            kernel = op_spec.checked(functools.partial(op_spec.npu, torch_npu))
+            lib.impl(op, kernel, dispatch_key)  # type: ignore[no-untyped-call]
+    return lib

@@ -4,12 +4,17 @@
 one cast to ``y``'s dtype. ``weight`` is ``[num_loras, slice_size, rank]`` (or with a singleton
 second dim, ``[num_loras, 1, slice_size, rank]``); a negative LoRA index means "no LoRA" and
 leaves the row unchanged. ``y`` itself is never modified.
+
+The references read the index values (which LoRA each token uses), so their fakes are
+written out; they have no NPU adapter here (the kernels come from vllm-ascend's compiled
+extension).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ascend_kernels.ops.spec import Arguments, OpSpec
 from ascend_kernels.validation import check_devices, check_floating, check_index
 
 
@@ -43,38 +48,22 @@ def _check_expand(
         )
 
 
-def bgmv_expand_check(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    indices: torch.Tensor,
-    y: torch.Tensor,
-    slice_offset: int,
-    slice_size: int,
-) -> None:
-    """Argument checks of ``ascend::bgmv_expand`` (index values: checked by the reference)."""
-    check_devices(("x", x), ("weight", weight), ("indices", indices), ("y", y))
-    _check_expand(x, weight, y, slice_offset, slice_size)
+def check_bgmv_expand(a: Arguments) -> None:
+    """``bgmv_expand`` (index values: checked by the reference)."""
+    x, indices = a["x"], a["indices"]
+    check_devices(("x", x), ("weight", a["weight"]), ("indices", indices), ("y", a["y"]))
+    _check_expand(x, a["weight"], a["y"], a["slice_offset"], a["slice_size"])
     check_index("indices", indices)
     if indices.dim() != 1 or indices.shape[0] != x.shape[0]:
         raise ValueError(f"indices must be [T={x.shape[0]}], got {list(indices.shape)}")
 
 
-def sgmv_expand_check(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    lora_indices: torch.Tensor,
-    seq_len: torch.Tensor,
-    y: torch.Tensor,
-    slice_offset: int,
-    slice_size: int,
-) -> None:
-    """Argument checks of ``ascend::sgmv_expand`` (values of seq_len and lora_indices: checked
-    by the reference, which needs them anyway)."""
-    check_devices(
-        ("x", x), ("weight", weight), ("lora_indices", lora_indices), ("seq_len", seq_len),
-        ("y", y),
-    )
-    _check_expand(x, weight, y, slice_offset, slice_size)
+def check_sgmv_expand(a: Arguments) -> None:
+    """``sgmv_expand`` (values of seq_len and lora_indices: checked by the reference, which
+    needs them anyway)."""
+    lora_indices, seq_len = a["lora_indices"], a["seq_len"]
+    check_devices(*((name, a[name]) for name in ("x", "weight", "lora_indices", "seq_len", "y")))
+    _check_expand(a["x"], a["weight"], a["y"], a["slice_offset"], a["slice_size"])
     check_index("lora_indices", lora_indices)
     check_index("seq_len", seq_len)
     if lora_indices.dim() != 1 or lora_indices.shape != seq_len.shape:
@@ -119,7 +108,6 @@ def bgmv_expand(
     slice_size: int,
 ) -> torch.Tensor:
     """Reference ``ascend::bgmv_expand``: one LoRA index per token."""
-    bgmv_expand_check(x, weight, indices, y, slice_offset, slice_size)
     return _expand(x, _weights3(weight), indices, y, slice_offset, slice_size)
 
 
@@ -134,7 +122,6 @@ def sgmv_expand(
 ) -> torch.Tensor:
     """Reference ``ascend::sgmv_expand``: ``bgmv_expand`` with ``lora_indices[i]`` repeated
     ``seq_len[i]`` times (one LoRA index per sequence)."""
-    sgmv_expand_check(x, weight, lora_indices, seq_len, y, slice_offset, slice_size)
     if bool((seq_len < 0).any()):
         raise ValueError(f"seq_len must be >= 0, got {seq_len.tolist()}")
     total = int(seq_len.sum())
@@ -146,28 +133,23 @@ def sgmv_expand(
     )
 
 
-def bgmv_expand_fake(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    indices: torch.Tensor,
-    y: torch.Tensor,
-    slice_offset: int,
-    slice_size: int,
-) -> torch.Tensor:
-    """Fake ``ascend::bgmv_expand``: checks the arguments; a new tensor shaped like ``y``."""
-    bgmv_expand_check(x, weight, indices, y, slice_offset, slice_size)
-    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+def expand_fake(a: Arguments) -> torch.Tensor:
+    """Fake of both expand ops: a new contiguous tensor shaped like ``y``."""
+    y: torch.Tensor = a["y"]
+    return y.new_empty(y.shape)
 
 
-def sgmv_expand_fake(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    lora_indices: torch.Tensor,
-    seq_len: torch.Tensor,
-    y: torch.Tensor,
-    slice_offset: int,
-    slice_size: int,
-) -> torch.Tensor:
-    """Fake ``ascend::sgmv_expand``: checks the arguments; a new tensor shaped like ``y``."""
-    sgmv_expand_check(x, weight, lora_indices, seq_len, y, slice_offset, slice_size)
-    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+SPECS = (
+    OpSpec(
+        "bgmv_expand",
+        "(Tensor x, Tensor weight, Tensor indices, Tensor y, int slice_offset,"
+        " int slice_size) -> Tensor",
+        check_bgmv_expand, bgmv_expand, fake=expand_fake, out_names=(),
+    ),
+    OpSpec(
+        "sgmv_expand",
+        "(Tensor x, Tensor weight, Tensor lora_indices, Tensor seq_len, Tensor y,"
+        " int slice_offset, int slice_size) -> Tensor",
+        check_sgmv_expand, sgmv_expand, fake=expand_fake, out_names=(),
+    ),
+)

@@ -1,10 +1,10 @@
-"""validation.overlaps: memory spans of two tensors, at the boundary of touching."""
+"""validation: memory spans of two tensors at the boundary of touching, and positive sizes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from ascend_kernels.validation import overlaps
+from ascend_kernels.validation import check_positive, overlaps
 
 BUF = torch.arange(32, dtype=torch.float32)
 
@@ -38,3 +38,9 @@ def test_meta_tensors_store_nothing_so_never_overlap() -> None:
     meta = torch.empty(32, device="meta")
     assert overlaps(meta[:8], meta[4:12]) is False
     assert overlaps(meta, meta) is False
+
+
+def test_check_positive_accepts_one_and_refuses_zero() -> None:
+    assert check_positive("head_size", 1) is None
+    with pytest.raises(ValueError, match=r"^head_size must be > 0, got 0$"):
+        check_positive("head_size", 0)
