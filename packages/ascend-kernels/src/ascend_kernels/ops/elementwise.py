@@ -1,7 +1,7 @@
 """``muls_add``: ``x * scale + y`` computed in float32 with one cast to the input dtype.
 
-That is the operator namespace's rule (ARCHITECTURE.md: "computation in float32, one cast to
-the input dtype at the end"), and what the NPU kernel computes. In float32 it equals eager
+That is the operator namespace's rule (every ``ascend::`` op computes in float32 and casts to
+the input dtype once, at the end), and what the NPU kernel computes. In float32 it equals eager
 ``x * s + y`` bit for bit; in bfloat16 and float16 it differs from eager (which rounds the
 product to the input dtype before the add) by at most one rounding step, and is the more
 accurate of the two.

@@ -1,8 +1,8 @@
 """Converted checkpoints in the user's cache: a trusted root, checksummed entries, atomic installs.
 
 Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (``~/.cache/...`` when unset). The cache root
-must pass the root rule of :mod:`vllm_ascend.runtime.trusted_paths` (ARCHITECTURE.md, "Trust
-and files"), since the cached checkpoint is loaded as trusted input; otherwise one warning per
+must pass the root rule of :mod:`vllm_ascend.runtime.trusted_paths` (the package README,
+"Trust and files"), since the cached checkpoint is loaded as trusted input; otherwise one warning per
 process and the private fallback directory is used instead. New directories are 0700.
 
 An entry is a directory holding the files of one checkpoint and ``manifest.json``, which names

@@ -1,4 +1,4 @@
-"""The plugin's one trust policy for files (ARCHITECTURE.md, "Trust and files").
+"""The plugin's one trust policy for files (the package README, "Trust and files").
 
 Threat: another local user who can write a directory the plugin reads from, or a symlink on the
 way to it, can plant files the plugin (or vLLM, from the same cache root) would load or
