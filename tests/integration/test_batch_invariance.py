@@ -2,7 +2,8 @@
 
 On this CPU, vLLM's fp32 linear layers call `_C.onednn_mm`, which aten-level overrides never
 reach; the plugin routes them through ascend-kernels' batch-invariant `linear` itself, and the
-kernel call counters show that it did.
+kernel call counters show that it did. Checked eagerly, and compiled (Ascend compile backend,
+every fusion pass on) with the prompt alone and inside batches of 2..16.
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ def invariant_worker(start_worker, tiny_models, ascend_log_dir: str) -> Any:
         str(tiny_models.path("qwen3")), compile=False, batch_invariant=True, log_dir=ascend_log_dir
     )
     worker.request("load", name="bi", kwargs=kwargs, timeout=300)
+    yield worker
+    worker.close()
+
+
+@pytest.fixture(scope="module")
+def compiled_invariant_worker(start_worker, tiny_models, ascend_log_dir: str) -> Any:
+    worker = start_worker("batch-invariant-compiled", device="cpu")
+    kwargs = llm_kwargs(
+        str(tiny_models.path("qwen3")), compile=True, fusion=True, batch_invariant=True,
+        max_num_seqs=16, log_dir=ascend_log_dir,
+    )
+    worker.request("load", name="bic", kwargs=kwargs, timeout=600)
     yield worker
     worker.close()
 
@@ -72,3 +85,28 @@ def test_prompt_alone_and_in_a_batch_of_eight_gives_identical_logprobs(invariant
     assert len(alone["logprobs"]) == MAX_TOKENS
     # Bitwise equal, not close: that is what batch invariance promises.
     assert in_batch["logprobs"] == alone["logprobs"]
+
+
+@pytest.mark.timeout(600)
+def test_compiled_with_every_fusion_pass_a_prompt_alone_and_in_batches_of_2_to_16_gives_identical_logprobs(  # noqa: E501
+        compiled_invariant_worker) -> None:
+    worker = compiled_invariant_worker
+    worker.request("call_counts", reset=True)
+    alone = worker.request("generate", name="bic", prompts=[TARGET], max_tokens=MAX_TOKENS,
+                           logprobs=0)["outputs"][0]
+    assert len(alone["logprobs"]) == MAX_TOKENS
+    # The compiled graphs call the batch-invariant linear (not inductor's GEMM) for every
+    # linear layer: 4 per decoder layer (qkv, o, gate_up, down) plus the LM head, every step.
+    counts = worker.request("call_counts", reset=True)["counts"]
+    assert counts.get("linear", 0) >= (4 * 2 + 1) * MAX_TOKENS, counts
+    others = [p for p in PROMPTS if p != TARGET] * 3
+    for size in range(2, 17):
+        # The target at a different position in each batch.
+        batch = others[:size - 1]
+        position = size // 2
+        batch.insert(position, TARGET)
+        outputs = worker.request("generate", name="bic", prompts=batch, max_tokens=MAX_TOKENS,
+                                 logprobs=0)["outputs"]
+        got = outputs[position]
+        assert got["token_ids"] == alone["token_ids"], size
+        assert got["logprobs"] == alone["logprobs"], size  # bitwise, not close

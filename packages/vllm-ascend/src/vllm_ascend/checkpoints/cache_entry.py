@@ -2,8 +2,8 @@
 
 Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (``~/.cache/...`` when unset). The cache root
 must pass the root rule of :mod:`vllm_ascend.runtime.trusted_paths` (the package README,
-"Trust and files"), since the cached checkpoint is loaded as trusted input; otherwise one warning per
-process and the private fallback directory is used instead. New directories are 0700.
+"Trust and files"), since the cached checkpoint is loaded as trusted input; otherwise one
+warning per process and the private fallback directory is used instead. New directories are 0700.
 
 An entry is a directory holding the files of one checkpoint and ``manifest.json``, which names
 the source it was made from and the sha256 and size of every file. An entry is built in a

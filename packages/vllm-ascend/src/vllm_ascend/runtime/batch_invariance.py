@@ -147,20 +147,26 @@ def _remove_wrapper(module: Any, name: str, marker: str) -> None:
 def install_cpu_linear_route() -> bool:
     """Wrap vLLM's CPU GEMM choice so batch-invariant mode uses ascend-kernels' linear.
 
-    Decided per layer when weights are processed; outside the mode vLLM's choice is kept.
+    Decided per layer when weights are processed; outside the mode vLLM's choice is kept. The
+    linear is called as the op ``vllm_ascend::batch_invariant_linear``, so a compiled graph
+    keeps calling it instead of tracing it (``ops/invariant_linear.py``).
     Returns False when already installed.
     """
     from vllm.model_executor.layers import utils
 
     def make(current: Callable[[Any, bool], None]) -> Callable[[Any, bool], None]:
         def routed(layer: Any, remove_weight: bool) -> None:
+            import torch
             from ascend_kernels import batch_invariant
+
+            from vllm_ascend.ops.invariant_linear import register_invariant_linear_op
 
             weight = layer.weight
             if batch_invariant.is_batch_invariant_mode_enabled() and not weight.is_meta and (
                 weight.ndim == 2
             ):
-                layer.cpu_linear = lambda x, w, b: batch_invariant.linear(x, w, b)
+                register_invariant_linear_op()
+                layer.cpu_linear = torch.ops.vllm_ascend.batch_invariant_linear.default
                 return
             current(layer, remove_weight)
 
