@@ -8,10 +8,13 @@ every fusion pass on) with the prompt alone and inside batches of 2..16.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from vllm_ascend.testing.generation import llm_kwargs
+from vllm_ascend.testing.graph_dump import count_ops_in_dump, inductor_debug_env, transformed_graphs
 
 PROMPTS = [
     "The capital of France is",
@@ -38,9 +41,34 @@ def invariant_worker(start_worker, tiny_models, ascend_log_dir: str) -> Any:
     worker.close()
 
 
+# What each fusion pass leaves in the graph (fused op) and takes out of it (ops it replaces).
+FUSED_OPS = {"qknorm_rope": "ascend.split_qkv_rmsnorm_rope",
+             "kv_cache_attention": "vllm_ascend.attention_with_kv_update"}
+REPLACED_OPS = ("ascend.rotary_embedding", "vllm.unified_kv_cache_update")
+
+
+def _code_mentions(dump_dir: Path, op: str) -> int:
+    """Mentions of ``torch.ops.<op>`` in the dumped graphs' code, comments left out: the KV
+    update is wrapped in ``auto_functionalized(op, ...)``, so it is an argument, not a call."""
+    needle = f"torch.ops.{op}."
+    return sum(line.split("#", 1)[0].count(needle)
+               for path in transformed_graphs(dump_dir)
+               for line in path.read_text(encoding="utf-8").splitlines())
+
+
 @pytest.fixture(scope="module")
-def compiled_invariant_worker(start_worker, tiny_models, ascend_log_dir: str) -> Any:
-    worker = start_worker("batch-invariant-compiled", device="cpu")
+def compiled_dump_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bi_compiled_graphs")
+
+
+@pytest.fixture(scope="module")
+def compiled_invariant_worker(
+    start_worker, tiny_models, ascend_log_dir: str, compiled_dump_dir: Path
+) -> Any:
+    # A fresh compile cache (start_worker's default), so the passes run in this process and
+    # its fusion report covers this engine; inductor dumps the graphs the passes produced.
+    worker = start_worker("batch-invariant-compiled", device="cpu",
+                          **inductor_debug_env(compiled_dump_dir))
     kwargs = llm_kwargs(
         str(tiny_models.path("qwen3")), compile=True, fusion=True, batch_invariant=True,
         max_num_seqs=16, log_dir=ascend_log_dir,
@@ -110,3 +138,27 @@ def test_compiled_with_every_fusion_pass_a_prompt_alone_and_in_batches_of_2_to_1
         got = outputs[position]
         assert got["token_ids"] == alone["token_ids"], size
         assert got["logprobs"] == alone["logprobs"], size  # bitwise, not close
+
+
+@pytest.mark.timeout(600)
+def test_compiled_batch_invariant_engine_fuses_qknorm_rope_and_kv_cache_attention_per_layer(
+        compiled_invariant_worker, tiny_models, compiled_dump_dir: Path) -> None:
+    """Batch-invariant mode keeps the fusion passes' sites: every decoder layer's q/k norm +
+    RoPE and KV-cache write + attention are fused in every compiled graph."""
+    worker = compiled_invariant_worker
+    worker.request("generate", name="bic", prompts=PROMPTS[:2], max_tokens=2)
+    report = worker.request("fusion_report")["report"]
+    config = json.loads((tiny_models.path("qwen3") / "config.json").read_text())
+    layers = int(config["num_hidden_layers"])
+    graphs = len(transformed_graphs(compiled_dump_dir))
+    assert graphs >= 1
+    in_graphs = count_ops_in_dump(compiled_dump_dir, FUSED_OPS.values())
+    for name, op in FUSED_OPS.items():
+        assert report.get(name, 0) == layers * graphs, (name, report)
+        assert in_graphs[op] == layers * graphs, (op, in_graphs)
+    for op in REPLACED_OPS:
+        assert _code_mentions(compiled_dump_dir, op) == 0, op
+    # The fused graphs still call the batch-invariant linear (qkv, o, gate_up, down per layer;
+    # the LM head runs outside the graph), not inductor's GEMM.
+    linear = "vllm_ascend.batch_invariant_linear"
+    assert count_ops_in_dump(compiled_dump_dir, [linear])[linear] == 4 * layers * graphs
