@@ -28,11 +28,19 @@ def test_engine_env_sets_what_vllm_needs_and_drops_what_slows_it() -> None:
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_CACHE_ROOT"] == "/tmp/c"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/c/inductor"
     assert env["VLLM_PLUGINS"] == "none"
     assert env["KEEP"] == "me"
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert "VLLM_CPU_KVCACHE_SPACE" not in env
     assert base["PYTHONDONTWRITEBYTECODE"] == "1"  # the caller's mapping is untouched
+
+
+def test_engine_env_without_cache_root_keeps_the_callers_cache_dirs() -> None:
+    base = {"VLLM_CACHE_ROOT": "/v", "TORCHINDUCTOR_CACHE_DIR": "/i"}
+    env = engine_env(base=base)
+    assert (env["VLLM_CACHE_ROOT"], env["TORCHINDUCTOR_CACHE_DIR"]) == ("/v", "/i")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in engine_env(base={})
 
 
 def test_engine_env_rejects_unknown_device() -> None:

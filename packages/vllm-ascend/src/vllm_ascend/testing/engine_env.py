@@ -41,7 +41,8 @@ def engine_env(
     """Return a full environment (a copy of `base`, default `os.environ`) for a vLLM run.
 
     `device` becomes `VLLM_ASCEND_DEVICE` ("auto", "npu" or "cpu"); `cache_root` becomes
-    `VLLM_CACHE_ROOT` (a fresh directory means a cold compile cache, so the passes run);
+    `VLLM_CACHE_ROOT` and holds inductor's cache too (`TORCHINDUCTOR_CACHE_DIR`), so a fresh
+    directory means a cold compile cache and the passes run;
     `plugins` becomes `VLLM_PLUGINS` when given (comma-separated entry-point names).
     """
     allowed = ("auto", "npu", "cpu")
@@ -55,6 +56,11 @@ def engine_env(
     env["VLLM_ASCEND_DEVICE"] = device
     if cache_root is not None:
         env["VLLM_CACHE_ROOT"] = str(cache_root)
+        # vLLM's standalone inductor compile keeps inductor's FX-graph cache in inductor's own
+        # directory (per user, shared by every run on the host): a hit there returns the
+        # compiled graph without running the post-grad passes, so no fusion is counted and no
+        # graph is dumped, although the graph served is the fused one.
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_root) / "inductor")
     if plugins is not None:
         env["VLLM_PLUGINS"] = plugins
     return env
