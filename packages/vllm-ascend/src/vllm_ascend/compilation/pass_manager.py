@@ -150,11 +150,18 @@ class AscendPassManager(PostGradPassManager):
 
         from vllm_ascend.config_pipeline.facts import extract_facts
         from vllm_ascend.config_pipeline.resolve_step import additional_config_of
+        from vllm_ascend.runtime.config_channel import ascend_environ
+        from vllm_ascend.runtime.process_setup import current_ascend_config
 
         super().configure(config)
         self.soc = str(getattr(current_platform, "soc", "cpu"))
         facts = extract_facts(config, self.soc)
-        resolved = ascend_config.resolve(additional_config_of(config), facts=facts)
+        # The config the engine published to this process (resolved once per process); only a
+        # pass manager outside any engine resolves its own.
+        resolved = current_ascend_config()
+        if resolved is None:
+            resolved = ascend_config.resolve(additional_config_of(config), facts=facts,
+                                             environ=ascend_environ())
         sequence_parallel = bool(config.parallel_config.use_sequence_parallel_moe)
         from vllm_ascend.compilation.norm_quant_gate import quant_description_of
 
