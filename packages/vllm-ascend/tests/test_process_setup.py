@@ -78,3 +78,19 @@ def test_current_ascend_config_reads_the_current_owner(
     assert resolved is not None and resolved.enable_cpu_binding is False
     process_setup.reset_process_setup()  # a fresh owner resolves again, to an equal config
     assert process_setup.current_ascend_config() == resolved
+
+
+def test_config_for_is_the_engines_own_resolution_then_the_published_one(
+        make_vllm_config: Any) -> None:
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    first = make_vllm_config(enforce_eager=True, additional_config={"enable_cpu_binding": False})
+    second = make_vllm_config(enforce_eager=True)  # publishes over the first
+    process = current_process_setup()
+    own = process.config_for(first)
+    assert own is not None and own.enable_cpu_binding is False  # not the later publication
+    assert process.config_for(second).enable_cpu_binding is True
+    # A copy of the config (what a spawned worker holds) reads the published one.
+    published = resolve_published()
+    assert published is not None
+    assert process.config_for(object()) == published[1] == process.config_for(second)

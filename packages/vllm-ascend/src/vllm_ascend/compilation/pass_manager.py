@@ -151,14 +151,14 @@ class AscendPassManager(PostGradPassManager):
         from vllm_ascend.config_pipeline.facts import extract_facts
         from vllm_ascend.config_pipeline.resolve_step import additional_config_of
         from vllm_ascend.runtime.config_channel import ascend_environ
-        from vllm_ascend.runtime.process_setup import current_ascend_config
+        from vllm_ascend.runtime.process_setup import current_process_setup
 
         super().configure(config)
         self.soc = str(getattr(current_platform, "soc", "cpu"))
         facts = extract_facts(config, self.soc)
-        # The config the engine published to this process (resolved once per process); only a
-        # pass manager outside any engine resolves its own.
-        resolved = current_ascend_config()
+        # The engine's resolved config (resolved once: by this process's platform hook, or
+        # published to this worker); only a pass manager outside any engine resolves its own.
+        resolved = current_process_setup().config_for(config)
         if resolved is None:
             resolved = ascend_config.resolve(additional_config_of(config), facts=facts,
                                              environ=ascend_environ())

@@ -95,7 +95,7 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
     rank_binding.hand_rank_plan(vllm_config, resolved)
     publish_worker_inputs("cpu", additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, "cpu")
+    current_process_setup().setup(resolved, "cpu", vllm_config)
     return resolved
 
 
@@ -169,5 +169,5 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
         os.environ["PYTORCH_NPU_ALLOC_CONF"] = alloc
     derived_edits.apply_derived_edits(vllm_config, resolved, facts)
     publish_worker_inputs(soc, additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, soc)
+    current_process_setup().setup(resolved, soc, vllm_config)
     return resolved

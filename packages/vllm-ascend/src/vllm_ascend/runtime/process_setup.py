@@ -21,6 +21,7 @@ from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
 from vllm_ascend.platform.soc import SocDetection, detect_soc, npu_smi_disagreement
 from vllm_ascend.runtime import batch_invariance
 from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, resolve_published
+from vllm_ascend.runtime.per_config import PerConfig
 
 logger = logging.getLogger("vllm_ascend.runtime.process_setup")
 
@@ -40,6 +41,7 @@ class ProcessSetup:
     done_for: str | None = None
     soc_detection: SocDetection | None = None
     warned: set[str] = field(default_factory=set)
+    engine_configs: PerConfig[Any] = field(default_factory=PerConfig, repr=False)
     _published: tuple[str, tuple[str, Any] | None] | None = field(default=None, repr=False)
 
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
@@ -91,6 +93,13 @@ class ProcessSetup:
             self._published = (value, resolve_published(env))
         return self._published[1]
 
+    def config_for(self, vllm_config: Any) -> Any:
+        """The resolved AscendConfig of the engine that owns ``vllm_config``: the one this
+        process resolved for that very config object (an engine created here), else the one
+        published to this process (a worker: its VllmConfig is a copy), else None."""
+        resolved = self.engine_configs.get(vllm_config)
+        return resolved if resolved is not None else self.published_ascend_config()
+
     def published_ascend_config(self) -> Any:
         """The resolved AscendConfig published to this process (``os.environ``), or None."""
         published = self.published_config()
@@ -101,8 +110,12 @@ class ProcessSetup:
         reads the config published to whichever ``ProcessSetup`` is current when it runs."""
         return apply_compat_adjustments(soc, config=current_ascend_config)
 
-    def setup(self, ascend_config: Any, soc: str) -> ProcessSetup:
-        """Idempotent per resolved config: adjustments, file logging, batch invariance."""
+    def setup(self, ascend_config: Any, soc: str, vllm_config: Any = None) -> ProcessSetup:
+        """Idempotent per resolved config: adjustments, file logging, batch invariance.
+        With ``vllm_config`` (the engine's platform hook), ``ascend_config`` is remembered as
+        that engine's (:meth:`config_for`)."""
+        if vllm_config is not None:
+            self.engine_configs.set(vllm_config, ascend_config)
         key = f"{soc}:{ascend_config.to_json()}"
         if self.done_for == key:
             return self
