@@ -94,3 +94,19 @@ def test_config_for_is_the_engines_own_resolution_then_the_published_one(
     published = resolve_published()
     assert published is not None
     assert process.config_for(object()) == published[1] == process.config_for(second)
+
+
+def test_log_once_logs_each_message_once_at_its_level(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    log = logging.getLogger("vllm_ascend.test_log_once")
+    setup = ProcessSetup()
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert setup.log_once("decided", log, logging.INFO) is True
+        assert setup.log_once("decided", log, logging.INFO) is False
+        setup.warn_once("careful", log)
+        setup.warn_once("careful", log)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == log.name] == [
+        (logging.INFO, "decided"), (logging.WARNING, "careful")]
+    assert ProcessSetup().log_once("decided", log) is True  # a fresh process logs again

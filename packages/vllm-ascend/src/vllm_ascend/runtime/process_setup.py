@@ -47,9 +47,17 @@ class ProcessSetup:
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
         """Log ``message`` as a warning (on ``log``, default this module's logger) the first
         time this process sees it."""
-        if message not in self.warned:
-            self.warned.add(message)
-            (log or logger).warning("%s", message)
+        self.log_once(message, log, logging.WARNING)
+
+    def log_once(self, message: str, log: logging.Logger | None = None,
+                 level: int = logging.WARNING) -> bool:
+        """Log ``message`` at ``level`` the first time this process sees it (any level: the
+        log-once keys are the messages); True when it was logged now."""
+        if message in self.warned:
+            return False
+        self.warned.add(message)
+        (log or logger).log(level, "%s", message)
+        return True
 
     def device_soc(self) -> str:
         """The SoC family of this process's NPU, detected once from
