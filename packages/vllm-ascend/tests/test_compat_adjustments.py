@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from vllm_ascend.platform import compat_adjustments as ca
+from vllm_ascend.runtime.process_setup import current_ascend_config
 
 
 def test_each_adjustment_has_a_reason() -> None:
@@ -15,15 +16,18 @@ def test_each_adjustment_has_a_reason() -> None:
 
 
 def test_apply_is_idempotent_and_soc_aware(ascend_cpu_platform) -> None:
-    assert ca.apply_compat_adjustments("cpu") == ca.apply_compat_adjustments("cpu")
-    assert "cpu_linear_batch_invariant_route" not in ca.apply_compat_adjustments("A2")
+    cfg = current_ascend_config
+    assert ca.apply_compat_adjustments("cpu", config=cfg) == ca.apply_compat_adjustments(
+        "cpu", config=cfg)
+    assert "cpu_linear_batch_invariant_route" not in ca.apply_compat_adjustments(
+        "A2", config=cfg)
 
 
 def test_ir_provider_runs_ascend_kernels(ascend_cpu_platform) -> None:
     from vllm import ir
     from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
-    ca.apply_compat_adjustments("cpu")
+    ca.apply_compat_adjustments("cpu", config=current_ascend_config)
     assert register_ascend_ir_provider() is False  # already registered
     x, w, r = torch.randn(3, 64), torch.randn(64), torch.randn(3, 64)
     ascend = ir.ops.rms_norm.impls["ascend"]
@@ -41,7 +45,7 @@ def test_rotary_embedding_is_replaced(ascend_cpu_platform) -> None:
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
     from vllm_ascend.ops.custom_ops import AscendRotaryEmbedding, register_ascend_custom_ops
 
-    ca.apply_compat_adjustments("cpu")
+    ca.apply_compat_adjustments("cpu", config=current_ascend_config)
     assert op_registry_oot["RotaryEmbedding"] is AscendRotaryEmbedding
     assert register_ascend_custom_ops() == []
     with set_current_vllm_config(VllmConfig()):
@@ -66,4 +70,4 @@ def test_reset_and_conflicts(ascend_cpu_platform) -> None:
             register_ascend_custom_ops()
     finally:
         del op_registry_oot["RotaryEmbedding"]
-    assert ca.apply_compat_adjustments("cpu")
+    assert ca.apply_compat_adjustments("cpu", config=current_ascend_config)

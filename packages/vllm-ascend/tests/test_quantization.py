@@ -75,8 +75,10 @@ def test_registration_is_idempotent_resettable_and_guarded(ascend_cpu_platform) 
     from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED
     from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
     from vllm_ascend.quantization.config import AscendQuantConfig
+    from vllm_ascend.runtime.process_setup import current_ascend_config
 
-    apply_compat_adjustments("cpu")  # the plugin's path registers the method
+    # The plugin's path registers the method.
+    apply_compat_adjustments("cpu", config=current_ascend_config)
     assert quantization.get_quantization_config("ascend") is AscendQuantConfig
     assert register_ascend_quantization() is False
     assert quantization.QUANTIZATION_METHODS.count("ascend") == 1

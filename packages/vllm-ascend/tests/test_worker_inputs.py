@@ -30,7 +30,7 @@ def test_an_80_layer_w8a8_publication_keeps_exec_working_and_reaches_spawned_chi
     ascend_cpu_platform, quant_llama_80: Path
 ) -> None:
     from vllm.engine.arg_utils import EngineArgs
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, published_inputs
+    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, published_inputs
 
     description = json.loads((quant_llama_80 / "quant_model_description.json").read_text())
     assert len(json.dumps(description)) > ARG_STRLEN_LIMIT  # the case that broke exec
@@ -142,7 +142,7 @@ def test_a_failed_publication_removes_the_earlier_path(monkeypatch: pytest.Monke
     import types
 
     from vllm_ascend.runtime import worker_inputs
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
 
     facts = types.SimpleNamespace(to_dict=lambda: {"soc": "cpu"})
     env: dict[str, str] = {}

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+ConfigSource = Callable[[], Any]
+"""Returns the resolved AscendConfig published to the process when called (None: none was).
+A callable, not a value: the batch-invariance handover reads it when vLLM's worker runs it."""
 
 
 @dataclass(frozen=True)
@@ -17,12 +22,12 @@ class Adjustment:
 
     name: str
     reason: str
-    apply: Callable[[str], object]
+    apply: Callable[[str, ConfigSource], object]
     undo: Callable[[], None]
     socs: tuple[str, ...] = ("A2", "A3", "A5", "310P", "cpu")
 
 
-def _apply_ir(soc: str) -> object:
+def _apply_ir(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
     return register_ascend_ir_provider(soc)
@@ -34,7 +39,7 @@ def _undo_ir() -> None:
     reset_ascend_ir_provider()
 
 
-def _apply_custom_ops(soc: str) -> object:
+def _apply_custom_ops(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.ops.custom_ops import register_ascend_custom_ops
     from vllm_ascend.quantization import register_ascend_quantization
 
@@ -49,7 +54,7 @@ def _undo_custom_ops() -> None:
     reset_ascend_custom_ops()
 
 
-def _apply_linear_route(soc: str) -> object:
+def _apply_linear_route(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.runtime.batch_invariance import install_cpu_linear_route
 
     return install_cpu_linear_route()
@@ -61,10 +66,10 @@ def _undo_linear_route() -> None:
     remove_cpu_linear_route()
 
 
-def _apply_handover(soc: str) -> object:
+def _apply_handover(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.runtime.batch_invariance import install_vllm_init_handover
 
-    return install_vllm_init_handover()
+    return install_vllm_init_handover(config)
 
 
 def _undo_handover() -> None:
@@ -73,7 +78,7 @@ def _undo_handover() -> None:
     remove_vllm_init_handover()
 
 
-def _apply_amx(soc: str) -> object:
+def _apply_amx(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.runtime.amx_permission import ensure_amx_permission
 
     return ensure_amx_permission()
@@ -126,12 +131,15 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
 )
 
 
-def apply_compat_adjustments(soc: str) -> list[str]:
-    """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied."""
+def apply_compat_adjustments(soc: str, *, config: ConfigSource) -> list[str]:
+    """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied.
+
+    ``config`` gives the process's resolved config to the adjustments that need it at run
+    time (``runtime.process_setup.ProcessSetup.adjust`` passes its own)."""
     applied = []
     for adjustment in ADJUSTMENTS:
         if soc in adjustment.socs:
-            adjustment.apply(soc)
+            adjustment.apply(soc, config)
             applied.append(adjustment.name)
     return applied
 
