@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from vllm_ascend.testing.process_tree import ProcessInfo
-from vllm_ascend.testing.serve import VllmServer, tiny_serve_args
-from vllm_ascend.testing.serve_faults import FaultOutcome, fault_during_load
-from vllm_ascend.testing.serve_load import (
+from vllm_ascend_testing.process_tree import ProcessInfo
+from vllm_ascend_testing.serve import VllmServer, tiny_serve_args
+from vllm_ascend_testing.serve_faults import FaultOutcome, fault_during_load
+from vllm_ascend_testing.serve_load import (
     PATHS,
     PROMPTS,
     LoadRequest,
