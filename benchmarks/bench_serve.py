@@ -61,8 +61,8 @@ def run(quick: bool = False) -> list[Table]:
     """Start the server, run the warm-up and the measured load; one table."""
     from vllm_ascend.checkpoints.tiny_models import make_tiny_model
     from vllm_ascend.entrypoints.local_engine import engine_env
-    from vllm_ascend_testing.serve import VllmServer, tiny_serve_args
     from vllm_ascend_testing.serve_load import build_load, load_problems, run_load
+    from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 
     load = QUICK if quick else FULL
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:

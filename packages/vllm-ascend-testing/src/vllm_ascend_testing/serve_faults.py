@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_ascend_testing.process_tree import ProcessInfo, leftovers, process_tree
-from vllm_ascend_testing.serve import ServerError, VllmServer
 from vllm_ascend_testing.serve_load import LoadRequest, LoadResult, run_load
+from vllm_ascend_testing.serve_process import ServerError, VllmServer
 
 
 @dataclass
