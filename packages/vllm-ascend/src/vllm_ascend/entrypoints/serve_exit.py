@@ -193,13 +193,13 @@ def install_single_api_server_runner() -> bool:
 
     setattr(run_server, _MARKER, True)
     run_server._original = current  # type: ignore[attr-defined]
-    serve_cli.run_server = run_server
+    setattr(serve_cli, "run_server", run_server)  # noqa: B010 - a vLLM module's name
     return True
 
 
 def remove_single_api_server_runner() -> None:
     """Put vLLM's own ``run_server`` back (nothing to do when its module was never imported)."""
     serve_cli = sys.modules.get(VLLM_SERVE_MODULE)
-    current = getattr(serve_cli, "run_server", None)
+    current: Any = getattr(serve_cli, "run_server", None)
     if serve_cli is not None and getattr(current, _MARKER, False):
-        serve_cli.run_server = current._original  # type: ignore[union-attr]
+        setattr(serve_cli, "run_server", current._original)  # noqa: B010
