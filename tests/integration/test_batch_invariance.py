@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
 
 PROMPTS = [
     "The capital of France is",

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.teacher_forced import (
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.teacher_forced import (
     Closeness,
     TokenScores,
     compare,
     reference_scores,
 )
-from vllm_ascend.testing.worker_client import LLMWorker
+from vllm_ascend_testing.worker_client import LLMWorker
 
 TEXT = Path(__file__).parents[2] / "benchmarks" / "data" / "pride_and_prejudice_ch1.txt"
 MAX_MODEL_LEN = 2048

@@ -11,7 +11,8 @@ from vllm_ascend.runtime.process_setup import current_ascend_config
 def test_each_adjustment_has_a_reason() -> None:
     names = [a.name for a in ca.ADJUSTMENTS]
     assert names == ["host_cpu_amx_permission", "ascend_ir_provider", "ascend_custom_ops",
-                     "cpu_linear_batch_invariant_route", "vllm_batch_invariance_handover"]
+                     "cpu_linear_batch_invariant_route", "vllm_batch_invariance_handover",
+                     "serve_single_api_server"]
     assert all(len(a.reason) > 40 for a in ca.ADJUSTMENTS)
 
 
@@ -21,6 +22,28 @@ def test_apply_is_idempotent_and_soc_aware(ascend_cpu_platform) -> None:
         "cpu", config=cfg)
     assert "cpu_linear_batch_invariant_route" not in ca.apply_compat_adjustments(
         "A2", config=cfg)
+    # A command's row is that command's alone: plugin load in any process never applies it.
+    assert all("serve_single_api_server" not in ca.apply_compat_adjustments(soc, config=cfg)
+               for soc in ("A2", "A3", "A5", "310P", "cpu"))
+
+
+def test_serve_command_replaces_vllms_single_api_server_runner() -> None:
+    import inspect
+
+    import vllm.entrypoints.cli.serve as serve_cli
+    from vllm.entrypoints.launchers.api_server.entry import run_server as vllm_run_server
+
+    assert serve_cli.run_server is vllm_run_server
+    try:
+        assert ca.apply_command_adjustments("serve") == ["serve_single_api_server"]
+        replaced = serve_cli.run_server
+        assert replaced is not vllm_run_server and inspect.iscoroutinefunction(replaced)
+        ca.apply_command_adjustments("serve")  # idempotent: never wrapped twice
+        assert serve_cli.run_server is replaced
+        assert ca.apply_command_adjustments("demo") == []
+    finally:
+        ca.reset_compat_adjustments()
+    assert serve_cli.run_server is vllm_run_server
 
 
 def test_ir_provider_runs_ascend_kernels(ascend_cpu_platform) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, AllToAllDispatch
 from vllm_ascend.distributed.moe_experts import ExpertWeights, expert_outputs
-from vllm_ascend.testing.tiny_models import make_tiny_model
 
 HIDDEN, INTER, EXPERTS = 16, 8, 4
 

@@ -277,7 +277,8 @@ def test_float_and_non_linear_layers(single_rank) -> None:
 
 def test_tiny_quant_model_writes_a_consistent_modelslim_checkpoint(tmp_path: Path) -> None:
     from safetensors.torch import load_file
-    from vllm_ascend.testing.tiny_models import make_tiny_model, make_tiny_quant_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     kw = {"layers": 1, "hidden": 64, "head_dim": 32}
     path = make_tiny_quant_model("llama", tmp_path / "q", scheme="mixed", **kw)
@@ -309,7 +310,7 @@ def test_tiny_quant_model_writes_a_consistent_modelslim_checkpoint(tmp_path: Pat
 
 
 def test_tiny_quant_model_rejects_unknown_scheme_and_arch(tmp_path: Path) -> None:
-    from vllm_ascend.testing.tiny_models import make_tiny_quant_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     with pytest.raises(ValueError, match="scheme='w4a4' is not supported; allowed: w8a8"):
         make_tiny_quant_model("llama", tmp_path, scheme="w4a4")
@@ -319,7 +320,7 @@ def test_tiny_quant_model_rejects_unknown_scheme_and_arch(tmp_path: Path) -> Non
 
 @pytest.fixture(scope="module")
 def tiny_quant_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_ascend.testing.tiny_models import make_tiny_quant_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     return make_tiny_quant_model("llama", tmp_path_factory.mktemp("tq") / "llama",
                                  scheme="w8a8_dynamic", layers=1, hidden=64, head_dim=32)

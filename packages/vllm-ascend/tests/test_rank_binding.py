@@ -275,7 +275,7 @@ def test_host_cpu_platform_places_ranks_on_npu_slots_in_ray() -> None:
 
 
 def test_cli_help_lists_serve() -> None:
-    from vllm_ascend.cli import build_parser
+    from vllm_ascend.entrypoints.cli import build_parser
 
     text = " ".join(build_parser().format_help().split())
     assert "serve vLLM's OpenAI-compatible server with the Ascend plugin (every `vllm serve` " \

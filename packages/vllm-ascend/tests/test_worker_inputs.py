@@ -20,7 +20,7 @@ ARG_STRLEN_LIMIT = 32 * 4096  # Linux's MAX_ARG_STRLEN: 32 pages per environment
 
 @pytest.fixture(scope="module")
 def quant_llama_80(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_ascend.testing.tiny_models import make_tiny_quant_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     return make_tiny_quant_model("llama", tmp_path_factory.mktemp("q80") / "llama",
                                  scheme="w8a8", layers=80, hidden=64, head_dim=32)

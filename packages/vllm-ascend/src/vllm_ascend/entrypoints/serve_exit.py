@@ -22,6 +22,11 @@ uvicorn server to close connections still open `HTTP_SHUTDOWN_GRACE_S` after the
 began, and records in an `EngineWatch` whether the engine failed before anybody asked it to
 stop. On an "abort" shutdown of a live engine the watch first aborts every open request on the
 server's event loop, so each ends with finish reason "abort" before the engine core is killed.
+
+`install_single_api_server_runner` points the ``run_server`` of vLLM's serve command at it
+(row ``serve_single_api_server`` of `vllm_ascend.platform.compat_adjustments`, applied only by
+`vllm-ascend serve`); the runner raises `EngineDiedError` once the server stopped after an
+engine failure.
 """
 
 from __future__ import annotations
@@ -29,10 +34,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 logger = logging.getLogger("vllm_ascend.serve")
+
+# The module of vLLM's `serve` command, whose ``run_server`` the single API server path calls.
+VLLM_SERVE_MODULE = "vllm.entrypoints.cli.serve"
+_MARKER = "_ascend_single_api_server"
 
 # Seconds the HTTP server keeps connections open once it shuts down. After a shutdown signal
 # the engine has already drained (--shutdown-timeout) or aborted every request, so nothing
@@ -146,3 +156,50 @@ async def run_api_server(args: Any, watch: EngineWatch, **uvicorn_kwargs: Any) -
         await http_shutdown
     finally:
         sock.close()
+
+
+class EngineDiedError(RuntimeError):
+    """The engine died while the single API server ran; raised after the server stopped."""
+
+
+async def run_watched_api_server(args: Any, **uvicorn_kwargs: Any) -> None:
+    """`run_api_server` with a fresh `EngineWatch`, in the place of vLLM's ``run_server``;
+    raises `EngineDiedError` when the engine died while serving."""
+    watch = EngineWatch()
+    await run_api_server(args, watch, **uvicorn_kwargs)
+    if watch.died:
+        raise EngineDiedError("the engine died while serving")
+
+
+def install_single_api_server_runner() -> bool:
+    """Point the ``run_server`` of vLLM's serve command at `run_watched_api_server`.
+
+    Idempotent (False when already installed). False with a warning, and nothing changed,
+    when this vLLM's serve module has no ``run_server``.
+    """
+    import importlib
+
+    serve_cli = importlib.import_module(VLLM_SERVE_MODULE)
+    current = getattr(serve_cli, "run_server", None)
+    if current is None:
+        logger.warning("vLLM's serve command has no run_server: the engine-death exit status "
+                       "and the bounded HTTP shutdown are not applied")
+        return False
+    if getattr(current, _MARKER, False):
+        return False
+
+    async def run_server(args: Any, **uvicorn_kwargs: Any) -> None:
+        await run_watched_api_server(args, **uvicorn_kwargs)
+
+    setattr(run_server, _MARKER, True)
+    run_server._original = current  # type: ignore[attr-defined]
+    setattr(serve_cli, "run_server", run_server)  # noqa: B010 - a vLLM module's name
+    return True
+
+
+def remove_single_api_server_runner() -> None:
+    """Put vLLM's own ``run_server`` back (nothing to do when its module was never imported)."""
+    serve_cli = sys.modules.get(VLLM_SERVE_MODULE)
+    current: Any = getattr(serve_cli, "run_server", None)
+    if serve_cli is not None and getattr(current, _MARKER, False):
+        setattr(serve_cli, "run_server", current._original)  # noqa: B010

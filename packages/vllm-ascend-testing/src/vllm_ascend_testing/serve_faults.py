@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.testing.process_tree import ProcessInfo, leftovers, process_tree
-from vllm_ascend.testing.serve import ServerError, VllmServer
-from vllm_ascend.testing.serve_load import LoadRequest, LoadResult, run_load
+from vllm_ascend_testing.process_tree import ProcessInfo, leftovers, process_tree
+from vllm_ascend_testing.serve_load import LoadRequest, LoadResult, run_load
+from vllm_ascend_testing.serve_process import ServerError, VllmServer
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from vllm_ascend.testing.process_tree import (
+from vllm_ascend_testing.process_tree import (
     ProcessId,
     ProcessInfo,
     leftovers,

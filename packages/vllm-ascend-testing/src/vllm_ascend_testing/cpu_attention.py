@@ -37,7 +37,6 @@ def cpu_attention_layer(vllm_config: Any, shape: AttentionShape, impl_cls: type 
     (``runtime.amx_permission``) before any of the layer's kernels runs."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl, _get_attn_isa
-
     from vllm_ascend.runtime.amx_permission import ensure_amx_permission
 
     ensure_amx_permission()  # the layer's kernels run AMX where the CPU has it

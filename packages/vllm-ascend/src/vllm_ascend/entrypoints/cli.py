@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vllm_ascend.demo import DEFAULT_PROMPTS, MODELS, REAL_MODEL, DemoOptions
+from vllm_ascend.entrypoints.demo import DEFAULT_PROMPTS, MODELS, REAL_MODEL, DemoOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vllm-ascend", description="Tools of the vLLM Ascend platform plugin."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    # Listed here for --help; its arguments are vLLM's own (see vllm_ascend.serve).
+    # Listed here for --help; its arguments are vLLM's own (see vllm_ascend.entrypoints.serve).
     commands.add_parser(
         "serve",
         add_help=False,
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vllm-ascend` console script."""
     args_in = sys.argv[1:] if argv is None else list(argv)
     if args_in[:1] == ["serve"]:
-        from vllm_ascend import serve
+        from vllm_ascend.entrypoints import serve
 
         return serve.main(args_in[1:])
     args = build_parser().parse_args(args_in)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.command == "demo":
-        from vllm_ascend import demo
+        from vllm_ascend.entrypoints import demo
 
         try:
             options = DemoOptions(

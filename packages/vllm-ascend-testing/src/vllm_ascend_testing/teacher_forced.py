@@ -4,7 +4,7 @@ The text runs as one prompt; at every position the model scores the text's actua
 Two numbers say how close an engine is to a reference (Hugging Face transformers in float32):
 the mean absolute difference of the actual next token's log-probability, and the fraction of
 positions whose most likely next token is the same. The engine side runs in the process that
-holds the `vllm.LLM` (`vllm_ascend.testing.llm_worker`'s `prompt_logprobs` op); the reference
+holds the `vllm.LLM` (`vllm_ascend_testing.llm_worker`'s `prompt_logprobs` op); the reference
 side in any process with transformers.
 """
 

@@ -72,7 +72,7 @@ class DemoModel:
 def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
     """The checkpoint directory of `options.model`; SmolLM2 is converted on first use, and
     replaced by the tiny fallback (with a note on stderr) when its package is missing."""
-    from vllm_ascend.testing.tiny_models import make_tiny_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 
     if options.model == REAL_MODEL:
         from vllm_ascend.checkpoints import ModelPackageMissing, smollm2_checkpoint
@@ -93,7 +93,7 @@ def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
 
 def prepare_process(workdir: Path) -> None:
     """Environment for an in-process engine on the host-CPU platform; before `import vllm`."""
-    from vllm_ascend.testing.engine_env import engine_env
+    from vllm_ascend.entrypoints.local_engine import engine_env
 
     env = engine_env(device="cpu", cache_root=workdir / "vllm_cache")
     for name in set(os.environ) - set(env):
@@ -159,7 +159,7 @@ def chat(llm: Any, questions: tuple[str, ...], *, max_tokens: int,
 def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     """Run the demo in `workdir` (tiny model and compile cache) and return its result."""
     prepare_process(workdir)
-    from vllm_ascend.testing.generation import llm_kwargs
+    from vllm_ascend.entrypoints.local_engine import llm_kwargs
 
     model = resolve_model(options, workdir)
     config = json.loads((model.path / "config.json").read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """A child process that holds `vllm.LLM` engines and answers JSON requests.
 
-Run as `python -m vllm_ascend.testing.llm_worker RESULT_FD`: requests come one JSON object per
+Run as `python -m vllm_ascend_testing.llm_worker RESULT_FD`: requests come one JSON object per
 line on stdin, answers go one JSON object per line to file descriptor RESULT_FD (stdout and
 stderr stay free for vLLM's logs). The parent (`worker_client.LLMWorker`) sets the environment.
 Keeping engines in their own process gives each platform setting a clean vLLM (the platform is
@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from vllm_ascend.testing.generation import generate
+from vllm_ascend_testing.generation import generate
 
 
 class EngineHost:
@@ -54,7 +54,7 @@ class EngineHost:
 
     def op_prompt_logprobs(self, name: str, token_ids: list[int]) -> dict[str, Any]:
         """Teacher-forced scores of ``token_ids`` (see `teacher_forced.engine_scores`)."""
-        from vllm_ascend.testing.teacher_forced import engine_scores
+        from vllm_ascend_testing.teacher_forced import engine_scores
 
         scores = engine_scores(self.engines[name], token_ids)
         return {"chosen": scores.chosen, "top1": scores.top1}
@@ -133,7 +133,6 @@ class EngineHost:
         import os
 
         import torch
-
         from vllm_ascend.runtime.process_setup import current_process_setup
 
         report = current_process_setup().batch_invariance
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     """Serve requests from stdin until it closes or an `{"op": "exit"}` arrives."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not args[0].isdigit():
-        print("usage: python -m vllm_ascend.testing.llm_worker RESULT_FD", file=sys.stderr)
+        print("usage: python -m vllm_ascend_testing.llm_worker RESULT_FD", file=sys.stderr)
         return 2
     host = EngineHost()
     with open(int(args[0]), "w", encoding="utf-8") as results:

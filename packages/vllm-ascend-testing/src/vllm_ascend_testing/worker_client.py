@@ -18,7 +18,7 @@ class WorkerError(RuntimeError):
 
 
 class LLMWorker:
-    """One `python -m vllm_ascend.testing.llm_worker` child with its own environment (and
+    """One `python -m vllm_ascend_testing.llm_worker` child with its own environment (and
     working directory, `cwd`).
 
     vLLM's output goes to `log_path`; error messages quote its tail. Use as a context manager
@@ -32,7 +32,7 @@ class LLMWorker:
         read_fd, write_fd = os.pipe()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vllm_ascend.testing.llm_worker", str(write_fd)],
+                [sys.executable, "-m", "vllm_ascend_testing.llm_worker", str(write_fd)],
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
