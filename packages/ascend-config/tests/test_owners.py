@@ -71,6 +71,7 @@ def test_a_typo_of_an_ascend_key_is_an_error_with_did_you_mean(
 @pytest.mark.parametrize("key", ["eplb_config.dynamic_eplb", "eplb_confg.dynamic_eplb"])
 def test_a_flat_path_into_an_ascend_section_is_not_a_namespace(key: str, problems: Any) -> None:
     [(path, line)] = problems({key: True})
+    assert path == repr(key)
     assert "unknown key" in line and "did you mean 'eplb_config.dynamic_eplb'?" in line
 
 
@@ -82,6 +83,7 @@ def test_a_bare_scalar_with_no_owner_is_an_unknown_key(problems: Any) -> None:
 @pytest.mark.parametrize("key", sorted(VLLM_ENGINE_SECTIONS))
 def test_a_vllm_engine_section_is_misplaced(key: str, problems: Any) -> None:
     [(path, line)] = problems({key: {}})
+    assert path == key
     assert path == key
     assert line.startswith(f"{key}: '{key}' is a vLLM engine option that vLLM never reads from "
                            "additional_config (given {}; allowed: pass it to vLLM itself (")
@@ -126,6 +128,7 @@ def test_a_retired_key_names_its_release_and_replacement(
 def test_a_misspelt_retired_key_is_named_as_retired(
         key: str, retired: str, problems: Any) -> None:
     [(path, line)] = problems({key: {}})
+    assert path == key
     assert line == (f"{key}: unknown key, close to the retired key '{retired}' (given {{}}; "
                     f"allowed: remove it; {retired} was retired in v0.12.0rc1)")
     assert "did you mean" not in line
