@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ascend_config.limits import MAX_REPORTED_PROBLEMS
 from ascend_config.schema.introspect import closest, suggest
 from ascend_config.schema.retired import RETIRED, RetiredKey
 from ascend_config.schema.top import AdditionalConfig
@@ -98,34 +99,43 @@ def owner_of(key: str, value: object) -> str | None:
     """Who other than Ascend owns the unknown top-level ``key`` (rules 2, 4 and 5), else None."""
     if key in VLLM_KEYS:
         return VLLM_OWNER
+    if not isinstance(value, Mapping) and _NAMESPACE.match(key) is None:
+        return None  # no namespace shape: the similarity search below would not change that
     if suggest(key, AdditionalConfig):
         return None
     return namespace_of(key, value)
 
 
 def sort_top_level(raw: Mapping[Any, Any]) -> TopLevelSort:
-    """Sort every top-level key of ``raw`` by owner (see the module docstring)."""
+    """Sort every top-level key of ``raw`` by owner (see the module docstring).
+
+    Only the first ``MAX_REPORTED_PROBLEMS`` unknown keys get the similarity searches (typo of
+    a retired key, namespace or typo of ours); any further unknown key is left to the schema as
+    unknown, so a config with 50,000 stray keys costs one pass."""
     out = TopLevelSort()
     fields = AdditionalConfig.model_fields
+    searched = 0
     for key, value in raw.items():
         if not isinstance(key, str) or key in fields:
             out.ascend[key] = value
-            continue
-        if key in RETIRED:
+        elif key in RETIRED:
             out.retired.append((key, value, RETIRED[key]))
-            continue
-        near = closest(key.lower(), RETIRED, RETIRED_TYPO_CUTOFF) if len(key) <= 100 else None
-        if near is not None:
-            out.retired_typos.append((key, value, RETIRED[near[1]]))
-            continue
-        if key in VLLM_ENGINE_SECTIONS or key == "additional_config":
+        elif key in VLLM_ENGINE_SECTIONS or key == "additional_config":
             out.misplaced.append((key, value))
-            continue
-        owner = owner_of(key, value)
-        if owner is None:
-            out.ascend[key] = value  # unknown: the schema reports it with its did-you-mean
+        elif key in VLLM_KEYS:
+            out.foreign.setdefault(VLLM_OWNER, []).append(key)
+        elif searched >= MAX_REPORTED_PROBLEMS or len(key) > 100:
+            out.ascend[key] = value
         else:
-            out.foreign.setdefault(owner, []).append(key)
+            searched += 1
+            near = closest(key.lower(), RETIRED, RETIRED_TYPO_CUTOFF)
+            owner = None if near else owner_of(key, value)
+            if near is not None:
+                out.retired_typos.append((key, value, RETIRED[near[1]]))
+            elif owner is None:
+                out.ascend[key] = value  # unknown: the schema reports it with its did-you-mean
+            else:
+                out.foreign.setdefault(owner, []).append(key)
     return out
 
 
