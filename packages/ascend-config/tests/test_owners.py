@@ -191,3 +191,25 @@ def test_real_json_values_still_pass(res: Any) -> None:
     cfg = res({"enable_kv_nz": False, "weight_nz_mode": 2, "mega_moe_max_tokens": 65536})
     assert (cfg.enable_kv_nz, cfg.weight_nz_mode, cfg.mega_moe_max_tokens) == (False, 2, 65536)
     assert cfg.warnings == ()
+
+
+def test_a_scalar_typo_of_a_retired_key_is_named_as_retired(problems: Any) -> None:
+    assert problems({"expert_tensor_parallel_siz": 1}) == [(
+        "expert_tensor_parallel_siz",
+        "expert_tensor_parallel_siz: unknown key, close to the retired key "
+        "'expert_tensor_parallel_size' (given 1; allowed: remove it; expert_tensor_parallel_size "
+        "was retired in v0.10.0rc1)")]
+
+
+def test_only_the_first_fifty_unknown_keys_are_searched_for_an_owner(
+        res: Any, problems: Any) -> None:
+    fifty = {f"plugin_{i}": {} for i in range(50)}
+    cfg = res(fifty)
+    assert len(cfg.warnings) == 50
+    # The 51st unknown key is left to the schema: an unknown key, as when nothing is searched.
+    assert problems({**fifty, "plugin_50": {}}) == [
+        ("plugin_50", "plugin_50: unknown key (given {}; allowed: a key listed by "
+         "`ascend-config explain`)")]
+    # Exact names cost nothing and are sorted beyond the fifty too.
+    cfg = res({**fifty, "gdn_prefill_backend": "triton"})
+    assert len(cfg.warnings) == 51 and "vLLM" in cfg.warnings[0] + cfg.warnings[-1]
