@@ -5,8 +5,9 @@ which is right for eager calls and opaque to a compiler. These functions state t
 arithmetic once over whole tensors, in ops a compiler can trace and fuse with its neighbours
 (:mod:`ascend_kernels.inductor_lowering` gives them to inductor). They follow the operator
 namespace's rule exactly as the references do: float32 compute, one cast to the input dtype at
-the end, and a fused op rounds its intermediate to the input dtype exactly where its unfused
-composition stores it (:func:`stored`), so a fused op is its composition here too.
+the end; a fused op rounds an intermediate to the input dtype only where its reference does
+(:func:`stored`; ``add_rms_norm`` normalises its float32 sum unrounded, as Ascend's fused
+kernel does).
 
 They take the op's arguments in schema order, check nothing (the op's fake implementation has
 already checked shapes when the graph was traced) and return fresh tensors.
@@ -46,14 +47,13 @@ def add_rms_norm(
     eps: float,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ascend::add_rms_norm``: the sum is formed in float32 and rounded to the input dtype."""
-    # The rounding is an explicit cast (not a low-precision add): inductor keeps explicit
-    # casts inside these decompositions (``inductor_lowering``), not a bf16 op's own rounding.
+    """``ascend::add_rms_norm``: the sum is formed in float32, normalised unrounded, and
+    stored once in the input dtype as ``residual_out``."""
     sum32 = x.to(F32) + residual.to(F32)
     summed = sum32.to(x.dtype)
-    # The norm reads the sum as recomputed from x and residual (the same rounded values),
-    # not the stored sum: a compiler then reduces and normalises each row in one loop.
-    y32 = _rms32(stored(sum32, x.dtype), weight, eps)
+    # The norm reads the float32 sum recomputed from x and residual, not the stored sum: a
+    # compiler then reduces and normalises each row in one loop.
+    y32 = _rms32(sum32, weight, eps)
     if bias is not None:
         y32 = y32 + bias.to(F32)
     return y32.to(x.dtype), summed

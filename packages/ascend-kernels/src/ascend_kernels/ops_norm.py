@@ -1,9 +1,12 @@
 """RMSNorm references: ``rms_norm``, ``add_rms_norm`` and the normalisation stage of fused ops.
 
 Definition (float32 throughout, one cast at the end):
-``out = x * rsqrt(mean(x**2, -1) + eps) * weight (+ bias)``. ``add_rms_norm`` first forms
-``residual_out = x + residual`` in the input dtype and normalises that tensor, so it is exactly
-``add`` followed by ``rms_norm`` (the batch-invariant composition) in every dtype.
+``out = x * rsqrt(mean(x**2, -1) + eps) * weight (+ bias)``. ``add_rms_norm`` forms the sum
+``x + residual`` in float32 and normalises that float32 sum, as Ascend's fused kernel
+(``npu_add_rms_norm``: float32 inside, one cast at the end) and vLLM's native
+``fused_add_rms_norm`` do; ``residual_out`` is the sum cast once to the input dtype. So in
+bfloat16/float16 ``out`` is not ``rms_norm(residual_out)`` (that reads the rounded sum; the
+batch-invariant ``add_rms_norm`` is that composition); in float32 the two are the same.
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def normed_chunks(
     ``y32`` is a float32 scratch chunk shaped ``[n, M, H]`` (rows of ``as_rows3(x)``). With
     ``round_to_dtype`` it holds the values the unfused op would have stored in the input dtype,
     so a consumer quantizing it matches the unfused composition bit for bit. When ``residual``
-    is given, ``residual_out`` (preallocated, contiguous) receives ``x + residual``. With
+    is given, the float32 sum ``x + residual`` is normalised and ``residual_out``
+    (preallocated, contiguous) receives it cast once to the input dtype. With
     ``out`` (preallocated, contiguous, x's shape and dtype) every chunk is also stored there,
     float32 ones directly (no extra copy). The caller has checked the arguments
     (:func:`check_norm_args`).
@@ -128,9 +132,14 @@ def normed_chunks(
     for start, stop in chunks(rows, inner * width):
         n = stop - start
         xs = x3[start:stop]
-        if r3 is not None and ro3 is not None:
-            xs = torch.add(xs, r3[start:stop], out=ro3[start:stop])
-        src = upcast(xs, scratch, "norm_src")
+        if r3 is None or ro3 is None:
+            src = upcast(xs, scratch, "norm_src")
+        elif x.dtype == torch.float32:
+            src = torch.add(xs, r3[start:stop], out=ro3[start:stop])
+        else:
+            # The norm reads the float32 sum, not its stored (rounded) image.
+            src = upcast(xs, scratch, "norm_src").add_(r3[start:stop])
+            ro3[start:stop].copy_(src)
         dst = (
             o3[start:stop]
             if direct and o3 is not None
