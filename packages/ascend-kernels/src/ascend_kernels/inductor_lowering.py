@@ -138,7 +138,7 @@ def _round_trip(x: Any, dtype: torch.dtype) -> Any:
 
     A pair of plain ``to_dtype`` casts inside one C++ kernel is folded into the unrounded
     value: the kernel's cast cache maps the upcast of a downcast back to its source, also when
-    the same downcast is stored elsewhere in the kernel (e.g. ``add_rms_norm``'s sum). So the
+    the same downcast is stored elsewhere in the kernel. So the
     casts skip inductor's compute-type shortcuts (``use_compute_types=False``) and the downcast
     reads ``x * 1`` (the same value, exactly), an expression no store of ``x`` shares.
     """
@@ -166,7 +166,8 @@ def _inline(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
     from torch._inductor.virtualized import V
 
     pairs = _stored_pairs(graph)
-    results = {n for n in graph.graph.nodes if n.op == "output" for n in n.all_input_nodes}
+    results = {value for node in graph.graph.nodes if node.op == "output"
+               for value in node.all_input_nodes}
     output = None
     original_module = V.graph.module
     V.graph.module = graph
