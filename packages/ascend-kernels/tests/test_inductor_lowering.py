@@ -138,16 +138,19 @@ def test_inductor_inlines_the_ops_and_fused_equals_unfused(lowered, dtype) -> No
     tolerance = ({"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32
                  else {"atol": 2**-6, "rtol": 2**-7})
     for got_u, got_f, ref in zip(unfused, fused, want, strict=True):
-        # Every op rounds where its reference does (its stored intermediates, its result,
-        # also when inductor fuses its consumer into the same kernel): the fused op equals
-        # its composition bit for bit.
-        assert torch.equal(got_u, got_f)
+        if dtype == torch.float32:
+            assert torch.equal(got_u, got_f)  # the fused op is its composition
+        else:
+            # split_qkv_rmsnorm_rope stores its normed heads in bf16 (its reference); the
+            # unfused rope, fused into rms_norm's kernel, reads rms_norm's float32 value (an
+            # op's result is an ordinary cast): within one bf16 rounding of each other.
+            torch.testing.assert_close(got_f, got_u, **tolerance)
         torch.testing.assert_close(got_u, ref, **tolerance)
-    # The fused layer stores no normed q/k heads between the norm and the rope; in bf16 the
-    # unfused one does not either (the rounded heads are recomputed in the rope's loop), and
-    # the fused op's one more buffer is its fresh copy of v (in a model the qknorm_rope pass
-    # leaves v's consumers on qkv's view).
-    extra = 1 if dtype == torch.bfloat16 else 0
+    # The fused layer stores no normed q/k heads between the norm and the rope, nor does the
+    # unfused one (the heads are recomputed in the rope's loop); the fused op's one more
+    # buffer is its fresh copy of v (in a model the qknorm_rope pass leaves v's consumers on
+    # qkv's view).
+    extra = 1
     assert code_f.count("empty_strided") <= code_u.count("empty_strided") + extra
     if dtype == torch.bfloat16:  # float32 scratch: only the norm statistics
         assert _float32_buffers(code_f) == _float32_buffers(code_u) == 3
