@@ -142,10 +142,6 @@ def _report(closeness: dict[str, Closeness]) -> str:
                      f"{100 * c.top1_agreement:.2f}%" for label, c in closeness.items())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: the plugin's bf16 log-probabilities are farther from transformers "
-    "float32 than stock vLLM's (0.0274 vs 0.0232 mean |delta|, benchmarks/README.md); strict, "
-    "so this fails as soon as the gap is closed and the mark must go"))
 def test_bf16_fusion_on_is_at_least_as_close_to_float32_as_stock_vllm(closeness) -> None:
     on, stock = closeness["fusion on"], closeness["stock"]
     assert on.mean_abs_delta <= stock.mean_abs_delta, _report(closeness)
