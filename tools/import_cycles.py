@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fail on import cycles between the modules of the workspace's packages (stdlib only).
 
-ARCHITECTURE.md ("One owner per process"): no import cycle, function-local imports included.
+The rule: no import cycle, function-local imports included (a lower module gets what it needs
+as arguments instead of importing upward).
 The checker reads every ``packages/*/src/<package>`` with :mod:`ast` (nothing is imported) and
 builds the module graph from *every* import statement, wherever it sits:
 
