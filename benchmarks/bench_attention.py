@@ -47,7 +47,7 @@ def run(quick: bool = False) -> list[Table]:
 
 def _vllm_config(tmp: Path) -> Any:
     from vllm.engine.arg_utils import EngineArgs
-    from vllm_ascend.testing.tiny_models import make_tiny_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 
     model = make_tiny_model("qwen3", tmp / "model", layers=1, hidden=1024, heads=16,
                             kv_heads=4, head_dim=64, dtype="bfloat16")
@@ -57,7 +57,7 @@ def _vllm_config(tmp: Path) -> Any:
 
 def _measure(config: Any, requests: int, windows: int, calls: int) -> list[Any]:
     from vllm.forward_context import override_forward_context
-    from vllm_ascend.testing.cpu_attention import (
+    from vllm_ascend_testing.cpu_attention import (
         AttentionShape,
         attention_context,
         cpu_attention_layer,

@@ -94,7 +94,7 @@ def measure(arch: str, size: Size, root: Path, labels: tuple[str, ...] = tuple(E
             ) -> dict[str, EngineRun]:
     """Make the tiny ``arch`` model of ``size`` and measure the engines on it
     (``measure_engines``)."""
-    from vllm_ascend.testing.tiny_models import make_tiny_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 
     model = make_tiny_model(
         arch, root / arch, layers=size.layers, hidden=size.hidden, heads=size.heads,

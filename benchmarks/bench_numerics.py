@@ -53,7 +53,7 @@ def text_token_ids(model: Path, limit: int | None = None) -> list[int]:
 def engine_run(label: str, model: Path, root: Path, token_ids: list[int], compile: bool = True
                ) -> tuple[float, list[float], list[int]]:
     """(engine-ready seconds, chosen log-probabilities, top-1 tokens) of engine ``label``."""
-    from vllm_ascend.testing.worker_client import LLMWorker
+    from vllm_ascend_testing.worker_client import LLMWorker
 
     env, kwargs = engine_setup(label, model, root, max_num_seqs=1, max_model_len=MAX_MODEL_LEN,
                                compile=compile)
@@ -68,7 +68,7 @@ def engine_run(label: str, model: Path, root: Path, token_ids: list[int], compil
 def measure(model: Path, root: Path, token_ids: list[int], compile: bool = True
             ) -> list[EngineCloseness]:
     """Every engine of ``ENGINES`` against transformers float32 on ``token_ids``."""
-    from vllm_ascend.testing.teacher_forced import TokenScores, compare, reference_scores
+    from vllm_ascend_testing.teacher_forced import TokenScores, compare, reference_scores
 
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         runs = {label: pool.submit(engine_run, label, model, root, token_ids, compile)

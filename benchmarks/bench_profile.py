@@ -112,7 +112,7 @@ def profile_tables(size: Size, results: dict[str, dict[str, Any]]) -> list[Table
 
 def run(quick: bool = False) -> list[Table]:
     """Profile stock, fusion on and fusion off on the dense end-to-end model."""
-    from vllm_ascend.testing.tiny_models import make_tiny_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 
     size = QUICK if quick else FULL
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:

@@ -3,7 +3,7 @@
 One TP=1 server of a tiny Qwen3-style model (random weights, float32, eager) on the host-CPU
 platform; a deterministic mix of /v1/completions and /v1/chat/completions requests, streamed
 and not, three prompt lengths and three `max_tokens`, all greedy, a fixed number in flight
-(`vllm_ascend.testing.serve_load`). A short warm-up load runs first and is not counted. Every
+(`vllm_ascend_testing.serve_load`). A short warm-up load runs first and is not counted. Every
 answer is checked (`load_problems`): the figures are only reported for a load answered
 completely and consistently. No target: the figures describe this host; with a model this
 small they mostly measure the HTTP server, the scheduler and detokenization.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from benchmarks.table import Table
 
 if TYPE_CHECKING:
-    from vllm_ascend.testing.serve_load import LoadResult
+    from vllm_ascend_testing.serve_load import LoadResult
 
 SERVED_NAME = "tiny-qwen3"
 
@@ -41,7 +41,7 @@ QUICK = ServeLoad(requests=48, concurrency=8, max_tokens=(4, 8), warmup=8)
 
 def _row(label: str, results: list[LoadResult], wall_s: float | None) -> list[object]:
     """One table row; requests/s and tokens/s only with the wall time of the whole load."""
-    from vllm_ascend.testing.serve_load import summarize
+    from vllm_ascend_testing.serve_load import summarize
 
     figures = summarize(results, wall_s if wall_s is not None else 1.0)
     ms = {key: round(value * 1000, 1) for key, value in figures.items() if key.endswith("_s")}
@@ -59,10 +59,10 @@ def _row(label: str, results: list[LoadResult], wall_s: float | None) -> list[ob
 
 def run(quick: bool = False) -> list[Table]:
     """Start the server, run the warm-up and the measured load; one table."""
-    from vllm_ascend.testing.engine_env import engine_env
-    from vllm_ascend.testing.serve import VllmServer, tiny_serve_args
-    from vllm_ascend.testing.serve_load import build_load, load_problems, run_load
-    from vllm_ascend.testing.tiny_models import make_tiny_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+    from vllm_ascend.entrypoints.local_engine import engine_env
+    from vllm_ascend_testing.serve_load import build_load, load_problems, run_load
+    from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 
     load = QUICK if quick else FULL
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:

@@ -65,8 +65,7 @@ def engine_setup(
     """(environment, `vllm.LLM` keyword arguments) of engine ``label``; files go under ``root``
     (the compile cache in ``root/cache-LABEL``, so an engine started again on the same ``root``
     starts warm)."""
-    from vllm_ascend.testing.engine_env import engine_env
-    from vllm_ascend.testing.generation import llm_kwargs
+    from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
 
     device, plugins, fusion = ENGINES[label]
     slug = label.replace(" ", "-")
@@ -87,7 +86,7 @@ class Engine:
 
     def __init__(self, label: str, model: Path, root: Path, max_num_seqs: int,
                  log_name: str = "") -> None:
-        from vllm_ascend.testing.worker_client import LLMWorker
+        from vllm_ascend_testing.worker_client import LLMWorker
 
         env, self.kwargs = engine_setup(label, model, root, max_num_seqs)
         self.run = EngineRun(label)

@@ -1,6 +1,6 @@
 """The ``profile`` benchmark's breakdown of one profiled generation into categories.
 
-The engine's worker (``op_profile`` of ``vllm_ascend.testing.llm_worker``) returns, per chain of
+The engine's worker (``op_profile`` of ``vllm_ascend_testing.llm_worker``) returns, per chain of
 op names (the op, then its ancestors), the summed self CPU time and the call count;
 :func:`breakdown` puts each chain in one category (see :func:`category`) and gives milliseconds
 per engine step, plus the calls per step of the ops worth naming.

@@ -5,7 +5,9 @@ uv does not notice a stale pin: the meta package ``vllm-ascend`` pins each sibli
 ``==``, and a member whose version moved without the pin would publish an uninstallable set.
 This script fails when
 
-* the meta package does not pin every sibling with ``==`` to that sibling's current version,
+* the meta package does not pin every published sibling with ``==`` to that sibling's current
+  version (a member with the classifier ``Private :: Do Not Upload``, the test harness, is not
+  published and not pinned),
 * a library depends on a sibling through a range that excludes the sibling's current version,
 * a sibling is not declared as a workspace source (``{ workspace = true }``) at the root,
 * the torch-npu release in ``uv.lock`` requires another torch than the one locked there
@@ -29,6 +31,8 @@ from pathlib import Path
 import tomllib
 
 META_PACKAGE = "vllm-ascend"
+# Index servers refuse uploads with this classifier; such a member is never published.
+PRIVATE_CLASSIFIER = "Private :: Do Not Upload"
 RECORDS = Path("tools") / "npu_seam"
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([^;]*)")
 _CLAUSE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*$")
@@ -42,6 +46,7 @@ class Member:
     version: str
     dependencies: tuple[str, ...]
     pyproject: Path
+    private: bool = False
 
 
 def normalise(name: str) -> str:
@@ -117,6 +122,7 @@ def load_members(root: Path) -> dict[str, Member]:
                 version=str(project.get("version", "")),
                 dependencies=tuple(project.get("dependencies", [])),
                 pyproject=pyproject,
+                private=PRIVATE_CLASSIFIER in project.get("classifiers", []),
             )
     return members
 
@@ -161,7 +167,8 @@ def check(root: Path) -> list[str]:
     meta = members.get(META_PACKAGE)
     if meta is not None:
         pinned = {_parse_requirement(r)[0] for r in meta.dependencies}
-        for name in sorted(set(members) - pinned - {META_PACKAGE}):
+        published = {name for name, member in members.items() if not member.private}
+        for name in sorted(published - pinned - {META_PACKAGE}):
             problems.append(f"{meta.pyproject}: {META_PACKAGE} does not depend on sibling {name}")
     return problems
 

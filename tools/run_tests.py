@@ -33,6 +33,7 @@ SUITES = (
     "packages/ascend-kernels/tests",
     "packages/ascend-graph/tests",
     "packages/vllm-ascend/tests",
+    "packages/vllm-ascend-testing/tests",
     "tools/tests",
     "benchmarks/tests",
     "tests/integration",

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.engine_env import engine_env
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.graph_dump import inductor_debug_env
-from vllm_ascend.testing.serve import VllmServer
-from vllm_ascend.testing.tiny_models import make_tiny_model
-from vllm_ascend.testing.worker_client import LLMWorker
+from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
+from vllm_ascend_testing.graph_dump import inductor_debug_env
+from vllm_ascend_testing.serve_process import VllmServer
+from vllm_ascend_testing.worker_client import LLMWorker
 
 # Decoder layers of the session's tiny models. Two keeps every piecewise graph distinct (with
 # more, identical middle layers reuse one compiled graph and the passes run once for them).

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.graph_dump import count_ops_in_dump, inductor_debug_env, transformed_graphs
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.graph_dump import count_ops_in_dump, inductor_debug_env, transformed_graphs
 
 PROMPTS = [
     "The capital of France is",

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.graph_dump import count_ops_in_dump, inductor_debug_env
-from vllm_ascend.testing.tiny_models import make_tiny_model
+from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.graph_dump import count_ops_in_dump, inductor_debug_env
 
 NUM_LAYERS = 2
 PROMPTS = ("Hello, my name is", "The capital of France is", "Once upon a time")

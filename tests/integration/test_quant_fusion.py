@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.graph_dump import count_ops_in_dump, inductor_debug_env
-from vllm_ascend.testing.tiny_models import make_tiny_quant_model
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.graph_dump import count_ops_in_dump, inductor_debug_env
+from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
 PROMPTS = ("Hello, my name is", "The capital of France is", "Once upon a time")
 MAX_TOKENS = 8

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.worker_client import LLMWorker
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.worker_client import LLMWorker
 
 DUMP = {"task": "statistics", "level": "L1", "dump_path": "./msprobe_out", "rank": [0]}
 ENV = ("VLLM_BATCH_INVARIANT", "HCCL_DETERMINISTIC", "LCCL_DETERMINISTIC")

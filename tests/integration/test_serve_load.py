@@ -17,10 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from vllm_ascend.testing.process_tree import ProcessInfo
-from vllm_ascend.testing.serve import VllmServer, tiny_serve_args
-from vllm_ascend.testing.serve_faults import FaultOutcome, fault_during_load
-from vllm_ascend.testing.serve_load import (
+from vllm_ascend_testing.process_tree import ProcessInfo
+from vllm_ascend_testing.serve_faults import FaultOutcome, fault_during_load
+from vllm_ascend_testing.serve_load import (
     PATHS,
     PROMPTS,
     LoadRequest,
@@ -29,6 +28,7 @@ from vllm_ascend.testing.serve_load import (
     load_problems,
     run_load,
 )
+from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 
 SERVED_NAME = "tiny-qwen3"
 LOAD_REQUESTS = 300

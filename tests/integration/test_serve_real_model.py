@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.serve import VllmServer
+from vllm_ascend_testing.serve_process import VllmServer
 
 SERVED_NAME = "smollm2"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from vllm_ascend.entrypoints.serve import ENGINE_DIED_STATUS
 from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
-from vllm_ascend.serve import ENGINE_DIED_STATUS
-from vllm_ascend.testing.process_tree import ProcessInfo
-from vllm_ascend.testing.serve import VllmServer, tiny_serve_args
-from vllm_ascend.testing.serve_faults import FaultOutcome, fault_during_load
-from vllm_ascend.testing.serve_load import PROMPTS, build_load
+from vllm_ascend_testing.process_tree import ProcessInfo
+from vllm_ascend_testing.serve_faults import FaultOutcome, fault_during_load
+from vllm_ascend_testing.serve_load import PROMPTS, build_load
+from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 
 SERVED_NAME = "tiny-qwen3"
 IN_FLIGHT = 8

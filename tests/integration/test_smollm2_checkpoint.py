@@ -160,7 +160,7 @@ def test_smollm2_checkpoint_without_the_converter_says_how_to_get_it(
 def test_cli_smollm2_prints_the_checkpoint_dir(
     smollm2_dir: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from vllm_ascend.cli import main
+    from vllm_ascend.entrypoints.cli import main
 
     assert main(["smollm2"]) == 0
     assert capsys.readouterr().out == f"{smollm2_dir}\n"
@@ -169,7 +169,7 @@ def test_cli_smollm2_prints_the_checkpoint_dir(
 def test_cli_smollm2_without_the_model_package_says_how_to_get_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from vllm_ascend.cli import main
+    from vllm_ascend.entrypoints.cli import main
 
     real = importlib.metadata.distribution
     monkeypatch.setattr(importlib.metadata, "distribution", lambda name: (

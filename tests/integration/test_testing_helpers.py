@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_ascend.testing.engine_env import engine_env
-from vllm_ascend.testing.graph_dump import count_ops_in_dump
-from vllm_ascend.testing.worker_client import LLMWorker, WorkerError
+from vllm_ascend.entrypoints.local_engine import engine_env
+from vllm_ascend_testing.graph_dump import count_ops_in_dump
+from vllm_ascend_testing.worker_client import LLMWorker, WorkerError
 
 GRAPH = """
 class <lambda>(torch.nn.Module):

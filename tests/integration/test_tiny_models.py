@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_ascend.testing.tiny_models import CHAT_TEMPLATE, make_tiny_model
+from vllm_ascend.checkpoints.tiny_models import CHAT_TEMPLATE, make_tiny_model
 
 
 def _digest(path: Path) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.testing.generation import llm_kwargs
-from vllm_ascend.testing.worker_client import LLMWorker, WorkerError
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.worker_client import LLMWorker, WorkerError
 
 QUESTIONS = ("What is the capital of France?", "How many days are in a week?",
              "Write one sentence about the sea.")

@@ -63,6 +63,28 @@ def test_meta_package_missing_a_sibling_fails(make_workspace: Callable[..., Path
     assert problems[0].endswith("vllm-ascend does not depend on sibling ascend-kernels")
 
 
+def test_private_member_is_not_pinned_but_its_range_is_checked(
+    make_workspace: Callable[..., Path],
+) -> None:
+    private = {"harness": [cv.PRIVATE_CLASSIFIER]}
+    members = dict(GOOD, harness=("0.1.0", ["vllm-ascend>=1.0,<2"]))
+    assert cv.check(make_workspace(members, classifiers=private)) == []
+
+
+def test_public_member_without_a_pin_fails(make_workspace: Callable[..., Path]) -> None:
+    members = dict(GOOD, harness=("0.1.0", ["vllm-ascend>=1.0,<2"]))
+    problems = cv.check(make_workspace(members))
+    assert len(problems) == 1 and problems[0].endswith("does not depend on sibling harness")
+
+
+def test_private_member_range_that_excludes_the_sibling_fails(
+    make_workspace: Callable[..., Path],
+) -> None:
+    members = dict(GOOD, harness=("0.1.0", ["vllm-ascend>=2"]))
+    problems = cv.check(make_workspace(members, classifiers={"harness": [cv.PRIVATE_CLASSIFIER]}))
+    assert len(problems) == 1 and "excludes the member's version 1.0.0" in problems[0]
+
+
 @pytest.mark.parametrize(
     ("version", "spec", "expected"),
     [

@@ -84,8 +84,11 @@ def test_schema_is_json_schema() -> None:
     schema = json.loads(out)
     assert code == 0 and schema["type"] == "object" and schema["additionalProperties"] is False
     assert "cpu_binding_config" in schema["properties"]
-    assert schema["x-retired-keys"] == {
-        "enable_sleep_mode_extra_cleanup": "rl_config.sleep_mode_extra_cleanup"}
+    assert schema["x-retired-keys"]["enable_sleep_mode_extra_cleanup"] == {
+        "retired_in": "v0.26.0rc1", "replacement": "replaced by rl_config.sleep_mode_extra_cleanup"}
+    assert set(schema["x-retired-keys"]) == {
+        "enable_sleep_mode_extra_cleanup", "torchair_graph_config", "ascend_scheduler_config",
+        "expert_tensor_parallel_size"}
 
 
 def test_explain_leaf_with_env_fallback() -> None:

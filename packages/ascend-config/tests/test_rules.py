@@ -428,9 +428,9 @@ SCENARIOS = [
         {},
         {},
         "problems", [
-            "enable_sleep_mode_extra_cleanup: retired key, replaced by "
-            "rl_config.sleep_mode_extra_cleanup (given True; allowed: remove it; use "
-            "rl_config.sleep_mode_extra_cleanup)",
+            "enable_sleep_mode_extra_cleanup: 'enable_sleep_mode_extra_cleanup' was retired in "
+            "v0.26.0rc1: remove it (replaced by rl_config.sleep_mode_extra_cleanup) (given "
+            "True; allowed: nothing: remove the key)",
         ], id="retired"),
     pytest.param(
         [1],

@@ -90,10 +90,10 @@ def test_unnamed_annotation_is_written_as_text() -> None:
 
 
 def test_closest_prefers_the_first_on_a_tie() -> None:
-    from ascend_config.schema.introspect import _closest
+    from ascend_config.schema.introspect import closest
 
-    assert _closest("a", ["ab", "ba"], 0.6) == (2 / 3, "ab")
-    assert _closest("a", ["ab", "ba"], 0.7) is None
+    assert closest("a", ["ab", "ba"], 0.6) == (2 / 3, "ab")
+    assert closest("a", ["ab", "ba"], 0.7) is None
 
 
 def test_did_you_mean_prefers_the_first_of_equally_close_keys() -> None:

@@ -74,8 +74,8 @@ def test_bad_list_item_drops_the_list() -> None:
     ({"mega_moe_max_tokens": 0},
      "mega_moe_max_tokens: Input should be greater than 0 (given 0; allowed: an integer > 0)"),
     ({"ascend_compilation_config": {"fuse_kv_cache_attention": "yes"}},
-     "ascend_compilation_config.fuse_kv_cache_attention: Input should be a valid boolean "
-     "(given 'yes'; allowed: true or false)"),
+     "ascend_compilation_config.fuse_kv_cache_attention: a string, not a boolean "
+     "(given 'yes'; allowed: true or false, without quotes)"),
 ])
 def test_schema_error_lines(config: dict[str, Any], line: str) -> None:
     assert lines(config) == [line]

@@ -141,7 +141,8 @@ def test_add_rms_norm_equals_add_then_float64_norm(
 ) -> None:
     x, r = _rand(shape, 5, 0.2).to(dtype), _rand(shape, 6, 0.2).to(dtype)
     w, b = (_rand(shape[-1:], 7) + 1).to(dtype), _rand(shape[-1:], 8).to(dtype)
-    normed = torch.from_numpy(np_rms_norm(np64(x + r), np64(w), eps))
+    # The norm of the unrounded sum (float32 inside, as Ascend's fused kernel).
+    normed = torch.from_numpy(np_rms_norm(np64(x) + np64(r), np64(w), eps))
     out, residual_out = A.add_rms_norm(x, r, w, eps)
     assert torch.equal(residual_out, x + r)  # torch's own add in the input dtype
     assert_ulps(out, normed, dtype, out_ulps(dtype), "add_rms_norm")
@@ -209,7 +210,8 @@ def test_fused_norm_quant_ops_equal_float64_norm_then_numpy_quant(
     summed = x + r
     # The contract quantizes the norm output as stored in `dtype`; a float64 norm rounded to
     # `dtype` may be one ulp away from the op's, which moves q by at most one step.
-    normed = torch.from_numpy(np_rms_norm(np64(summed), np64(w), eps) + np64(b)).to(dtype)
+    # The norm reads the unrounded sum (float32 inside, as Ascend's fused kernel).
+    normed = torch.from_numpy(np_rms_norm(np64(x) + np64(r), np64(w), eps) + np64(b)).to(dtype)
     scale, offset = torch.tensor([0.01]), torch.tensor([1.0])
     q, residual_out = A.add_rms_norm_quant(x, r, w, scale, offset, eps, b)
     assert torch.equal(residual_out, summed)

@@ -48,7 +48,7 @@ for name in KERNELS:
 from vllm.forward_context import override_forward_context
 from vllm.plugins import load_general_plugins
 from vllm_ascend.runtime.amx_permission import reset_amx_permission
-from vllm_ascend.testing import cpu_attention as ca
+from vllm_ascend_testing import cpu_attention as ca
 
 phases = {}
 
@@ -99,7 +99,7 @@ def amx_order(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     home = tmp_path_factory.mktemp("amx")
     env = {**os.environ, "VLLM_ASCEND_DEVICE": "cpu", "HF_HUB_OFFLINE": "1",
            "VLLM_CACHE_ROOT": str(home / "cache"), "HOME": str(home)}
-    from vllm_ascend.testing.tiny_models import make_tiny_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 
     model = make_tiny_model("qwen3", home / "qwen3", layers=1)
     code = f"KERNELS = {KERNELS!r}\nMODEL = {str(model)!r}\n" + _ORDER_PROBE

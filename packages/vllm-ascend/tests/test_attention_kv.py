@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from vllm_ascend.testing.cpu_attention import (
+from vllm_ascend_testing.cpu_attention import (
     AttentionShape,
     attention_context,
     cpu_attention_layer,

@@ -126,7 +126,7 @@ def test_backend_paths_from_a_class_or_a_mapping() -> None:
 def npu_platform(monkeypatch, fake_torch_npu):
     """The NPU platform on an A2 device (the seam's default SoC id, 223)."""
     from vllm_ascend.platform.npu import NPUPlatform
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV
+    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV
 
     monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)
     return NPUPlatform
@@ -162,7 +162,7 @@ def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform, fak
 
 def test_platform_fa3_path_follows_the_published_config(npu_platform, monkeypatch) -> None:
     import ascend_config
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
 
     monkeypatch.syspath_prepend(str(EXT_DIR))
     published: dict[str, str] = {}

@@ -35,7 +35,9 @@ def without_adjustments(ascend_cpu_platform):
     if had_route:
         bi.install_cpu_linear_route()
     if had_handover:
-        bi.install_vllm_init_handover()
+        from vllm_ascend.runtime.process_setup import current_ascend_config
+
+        bi.install_vllm_init_handover(current_ascend_config)
 
 
 def test_env_changes_set_and_unset() -> None:
@@ -73,7 +75,7 @@ def test_resolved_config_drives_it(kernels_mode) -> None:
 
 def test_worker_overrides_apply_the_published_config(monkeypatch) -> None:
     import ascend_config
-    from vllm_ascend.runtime.process_setup import publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs, resolve_published
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = ascend_config.DeploymentFacts(soc="A2")
@@ -82,13 +84,13 @@ def test_worker_overrides_apply_the_published_config(monkeypatch) -> None:
     deterministic = (torch.are_deterministic_algorithms_enabled(),
                      torch.is_deterministic_algorithms_warn_only_enabled())
     try:
-        names = bi.apply_worker_overrides(env)
+        names = bi.apply_worker_overrides(resolve_published(env)[1], env)
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
     assert {"HCCL_DETERMINISTIC", "LCCL_DETERMINISTIC", "VLLM_BATCH_INVARIANT"} <= set(names)
     assert (env["HCCL_DETERMINISTIC"], env["LCCL_DETERMINISTIC"]) == ("strict", "1")
-    assert bi.apply_worker_overrides({}) == []  # nothing published: no env change
+    assert bi.apply_worker_overrides(None, {}) == []  # nothing published: no env change
     torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
 
 
@@ -128,8 +130,10 @@ def test_vllm_worker_hook_enables_the_ascend_mode(without_adjustments, kernels_m
     deterministic = (torch.are_deterministic_algorithms_enabled(),
                      torch.is_deterministic_algorithms_warn_only_enabled())
     try:
-        assert bi.install_vllm_init_handover() is True
-        assert bi.install_vllm_init_handover() is False
+        published = types.SimpleNamespace(env_changes=[Change(name="HCCL_DETERMINISTIC",
+                                                              value="strict")])
+        assert bi.install_vllm_init_handover(lambda: published) is True
+        assert bi.install_vllm_init_handover(lambda: None) is False
         monkeypatch.setenv("VLLM_BATCH_INVARIANT", "0")
         vllm_bi.init_batch_invariance()
         assert not kernels_mode.is_batch_invariant_mode_enabled()
@@ -141,6 +145,7 @@ def test_vllm_worker_hook_enables_the_ascend_mode(without_adjustments, kernels_m
         assert os.environ["VLLM_USE_AOT_COMPILE"] == "0"  # vLLM's env overrides kept
         assert torch.are_deterministic_algorithms_enabled()  # the Ascend worker override
         assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ["HCCL_DETERMINISTIC"] == "strict"  # the injected config's change
     finally:
         bi.remove_vllm_init_handover()
         os.environ.clear()

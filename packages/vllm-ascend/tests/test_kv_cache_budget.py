@@ -136,7 +136,7 @@ def test_user_choice_an_explicit_fraction_equal_to_the_default_is_a_choice() -> 
 
 
 def test_user_choice_fraction_on_the_command_line() -> None:
-    from vllm_ascend.serve import build_serve_parser
+    from vllm_ascend.entrypoints.serve import build_serve_parser
 
     parser, _ = build_serve_parser()
     for argv, chosen in ((["serve", "m"], False),

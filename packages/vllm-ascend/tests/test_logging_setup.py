@@ -10,6 +10,7 @@ import re
 
 import pytest
 from vllm_ascend.observability import logging_setup as ls
+from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
 
 def _detach_all() -> None:
@@ -155,10 +156,11 @@ def test_an_unusable_dir_is_replaced_by_the_private_fallback_with_one_warning(
     blocker.write_text("not a dir")
     ls.configure_console_logging({})
     env = {"HOME": str(tmp_path / "home")}
-    handler = ls.configure_file_logging(blocker / "logs", environ=env)
+    roots = TrustedRoots()  # the process's, as its owner passes it
+    handler = ls.configure_file_logging(blocker / "logs", environ=env, roots=roots)
     assert handler is not None
     assert handler.log_dir == tmp_path / "home/.cache/vllm_ascend/private/ascend_log_path"
-    assert ls.configure_file_logging(blocker / "logs", environ=env) is handler
+    assert ls.configure_file_logging(blocker / "logs", environ=env, roots=roots) is handler
     err = capsys.readouterr().err
     assert err.count("not using ascend_log_path") == 1 and "Not a directory" in err
     assert "[vllm-ascend] [runtime] - not using ascend_log_path" in err

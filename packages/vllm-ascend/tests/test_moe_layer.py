@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, AllToAllDispatch
 from vllm_ascend.distributed.moe_experts import ExpertWeights, expert_outputs
-from vllm_ascend.testing.tiny_models import make_tiny_model
 
 HIDDEN, INTER, EXPERTS = 16, 8, 4
 
@@ -315,8 +315,9 @@ from vllm.model_executor.models.qwen3_moe import Qwen3MoeSparseMoeBlock
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_experts import ExpertPlacement
 from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
+from vllm_ascend.runtime.process_setup import current_ascend_config
 
-apply_compat_adjustments("cpu")
+apply_compat_adjustments("cpu", config=current_ascend_config)
 cfg = EngineArgs(model={model!r}, load_format="dummy", dtype="float32", max_model_len=128,
                  max_num_seqs=4).create_engine_config()
 with set_current_vllm_config(cfg):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.compilation import norm_quant_gate as gate
+from vllm_ascend.runtime.process_setup import reset_process_setup
 
 
 class _Records(logging.Handler):
@@ -104,7 +105,7 @@ def test_pass_manager_drops_norm_quant_for_w4a4_and_logs_once(
     from vllm_ascend.compilation.pass_manager import AscendPassManager, build_fusion_manager
     from vllm_ascend.config_pipeline.facts import extract_facts
 
-    gate.reset_logged()
+    reset_process_setup()  # the process's log-once keys
     cfg = _config(bf16_model, "bfloat16")
     fp32 = extract_facts(_config(bf16_model, "float32"), "A2")
     manager = AscendPassManager()

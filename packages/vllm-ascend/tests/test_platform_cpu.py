@@ -30,7 +30,7 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     # vLLM's CPU worker with the per-rank binding hook
     assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
     assert cfg.additional_config == {}  # never used as a scratchpad
-    from vllm_ascend.runtime.process_setup import published_inputs
+    from vllm_ascend.runtime.config_channel import published_inputs
 
     inputs = published_inputs()
     assert inputs is not None
@@ -40,7 +40,7 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
 
 def test_engine_side_and_worker_side_configs_are_equal(make_vllm_config) -> None:
     from vllm_ascend.config_pipeline.resolve_step import resolve_for
-    from vllm_ascend.runtime.process_setup import resolve_published
+    from vllm_ascend.runtime.config_channel import resolve_published
 
     extra = {"ascend_compilation_config": {"fuse_qknorm_rope": False}, "weight_nz_mode": 0}
     cfg = make_vllm_config(additional_config=extra)
@@ -121,7 +121,7 @@ def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> 
     import ascend_config
     from vllm_ascend.config_pipeline.facts import extract_facts
     from vllm_ascend.runtime.batch_invariance import apply_env_changes
-    from vllm_ascend.runtime.process_setup import publish_worker_inputs, resolve_published
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs, resolve_published
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = extract_facts(make_vllm_config(enforce_eager=True), "cpu")
@@ -139,7 +139,7 @@ def test_published_inputs_never_embed_the_previous_publication() -> None:
     each publication would hash in the previous one, so equal inputs would never share a file."""
     import types
 
-    from vllm_ascend.runtime.process_setup import (
+    from vllm_ascend.runtime.config_channel import (
         WORKER_INPUTS_ENV,
         ascend_environ,
         publish_worker_inputs,
@@ -159,7 +159,7 @@ def test_published_inputs_never_embed_the_previous_publication() -> None:
 
 
 def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm_config) -> None:
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, published_inputs
+    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, published_inputs
 
     sizes = []
     for _ in range(3):

@@ -75,8 +75,10 @@ def test_registration_is_idempotent_resettable_and_guarded(ascend_cpu_platform) 
     from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED
     from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
     from vllm_ascend.quantization.config import AscendQuantConfig
+    from vllm_ascend.runtime.process_setup import current_ascend_config
 
-    apply_compat_adjustments("cpu")  # the plugin's path registers the method
+    # The plugin's path registers the method.
+    apply_compat_adjustments("cpu", config=current_ascend_config)
     assert quantization.get_quantization_config("ascend") is AscendQuantConfig
     assert register_ascend_quantization() is False
     assert quantization.QUANTIZATION_METHODS.count("ascend") == 1
@@ -275,7 +277,8 @@ def test_float_and_non_linear_layers(single_rank) -> None:
 
 def test_tiny_quant_model_writes_a_consistent_modelslim_checkpoint(tmp_path: Path) -> None:
     from safetensors.torch import load_file
-    from vllm_ascend.testing.tiny_models import make_tiny_model, make_tiny_quant_model
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     kw = {"layers": 1, "hidden": 64, "head_dim": 32}
     path = make_tiny_quant_model("llama", tmp_path / "q", scheme="mixed", **kw)
@@ -307,7 +310,7 @@ def test_tiny_quant_model_writes_a_consistent_modelslim_checkpoint(tmp_path: Pat
 
 
 def test_tiny_quant_model_rejects_unknown_scheme_and_arch(tmp_path: Path) -> None:
-    from vllm_ascend.testing.tiny_models import make_tiny_quant_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     with pytest.raises(ValueError, match="scheme='w4a4' is not supported; allowed: w8a8"):
         make_tiny_quant_model("llama", tmp_path, scheme="w4a4")
@@ -317,7 +320,7 @@ def test_tiny_quant_model_rejects_unknown_scheme_and_arch(tmp_path: Path) -> Non
 
 @pytest.fixture(scope="module")
 def tiny_quant_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_ascend.testing.tiny_models import make_tiny_quant_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     return make_tiny_quant_model("llama", tmp_path_factory.mktemp("tq") / "llama",
                                  scheme="w8a8_dynamic", layers=1, hidden=64, head_dim=32)

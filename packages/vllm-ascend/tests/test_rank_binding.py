@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 from vllm_ascend.config_pipeline import rank_binding
 from vllm_ascend.runtime import cpu_binding
-from vllm_ascend.runtime.cpu_binding import OMP_BIND_ENV, RANK_PLAN_ENV
+from vllm_ascend.runtime.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
+from vllm_ascend.runtime.process_setup import ProcessSetup
 
 
 def parallel(tp: int = 2, pp: int = 1, dp_local: int = 1, dp_rank_local: int | None = None,
@@ -146,7 +147,8 @@ def test_host_cpu_worker_binds_its_pool_and_threads(py_runner, make_env, tmp_pat
         import json, os, torch
         from ascend_topology.rank_hosts import plan_rank_pools
         from vllm_ascend.config_pipeline.rank_binding import omp_lists
-        from vllm_ascend.runtime.cpu_binding import bind_host_cpu_worker, RANK_PLAN_ENV
+        from vllm_ascend.runtime.config_channel import RANK_PLAN_ENV
+        from vllm_ascend.runtime.cpu_binding import bind_host_cpu_worker
         plan = plan_rank_pools(2, {allowed!r}, {{0: {allowed!r}}})
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_lists(plan)
         os.environ[RANK_PLAN_ENV] = json.dumps({{"omp": omp_lists(plan), "plan": plan.to_dict()}})
@@ -183,7 +185,7 @@ def test_npu_worker_without_npu_smi_keeps_its_affinity(monkeypatch) -> None:
 
     monkeypatch.setenv("PATH", "/nonexistent")
     before = os.sched_getaffinity(0)
-    binding = cpu_binding.bind_npu_worker(0, topo.PlanOptions(), soc="A2")
+    binding = cpu_binding.bind_npu_worker(0, topo.PlanOptions(), ProcessSetup(), soc="A2")
     assert binding.index is None
     assert binding.lines[0].startswith("CPU binding skipped: npu-smi was not found on PATH")
     assert binding.bind_late_threads() == []
@@ -192,7 +194,7 @@ def test_npu_worker_without_npu_smi_keeps_its_affinity(monkeypatch) -> None:
 
 def _publish(monkeypatch, soc: str, additional: dict) -> None:
     import ascend_config
-    from vllm_ascend.runtime.process_setup import publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs
 
     monkeypatch.delenv(RANK_PLAN_ENV, raising=False)
     facts = ascend_config.DeploymentFacts()
@@ -201,9 +203,10 @@ def _publish(monkeypatch, soc: str, additional: dict) -> None:
 
 def test_hook_honours_enable_cpu_binding_false(monkeypatch) -> None:
     from vllm_ascend.runtime.process_setup import current_process_setup
+    from vllm_ascend.runtime.worker_setup import prepare_worker
 
     _publish(monkeypatch, "A2", {"enable_cpu_binding": False})
-    binding = cpu_binding.bind_this_worker(config(), 0)
+    binding = prepare_worker(config(), 0)
     assert binding.lines == ["CPU binding disabled by additional_config.enable_cpu_binding"]
     assert current_process_setup().cpu_binding == binding.lines
 
@@ -211,13 +214,13 @@ def test_hook_honours_enable_cpu_binding_false(monkeypatch) -> None:
 def test_hook_on_the_npu_platform_plans_for_the_workers_npu(monkeypatch, fake_torch_npu) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     _publish(monkeypatch, "A2", {})
-    binding = cpu_binding.bind_this_worker(config(assigned=[3, 4]), 1)
+    binding = cpu_binding.bind_this_worker(config(assigned=[3, 4]), 1, ProcessSetup())
     assert binding.lines[0].startswith("CPU binding skipped: npu-smi was not found")
 
 
 def test_hook_without_published_config_binds_nothing(monkeypatch) -> None:
     monkeypatch.delenv("VLLM_ASCEND_WORKER_CONFIG_INPUTS", raising=False)
-    binding = cpu_binding.bind_this_worker(config(), 0)
+    binding = cpu_binding.bind_this_worker(config(), 0, ProcessSetup())
     assert binding.lines == ["CPU binding skipped: no Ascend config was published to this "
                              "worker"]
 
@@ -225,7 +228,7 @@ def test_hook_without_published_config_binds_nothing(monkeypatch) -> None:
 def test_hook_on_the_host_cpu_platform_uses_the_handed_plan(monkeypatch) -> None:
     _publish(monkeypatch, "cpu", {})
     monkeypatch.setenv(OMP_BIND_ENV, "0")
-    binding = cpu_binding.bind_this_worker(config(tp=1), 0)
+    binding = cpu_binding.bind_this_worker(config(tp=1), 0, ProcessSetup())
     assert binding.lines[0].startswith("CPU binding left to vLLM")
 
 
@@ -272,7 +275,7 @@ def test_host_cpu_platform_places_ranks_on_npu_slots_in_ray() -> None:
 
 
 def test_cli_help_lists_serve() -> None:
-    from vllm_ascend.cli import build_parser
+    from vllm_ascend.entrypoints.cli import build_parser
 
     text = " ".join(build_parser().format_help().split())
     assert "serve vLLM's OpenAI-compatible server with the Ascend plugin (every `vllm serve` " \

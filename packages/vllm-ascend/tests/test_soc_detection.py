@@ -12,12 +12,8 @@ from typing import Any
 import pytest
 from vllm_ascend.platform import soc as soc_table
 from vllm_ascend.platform.npu import NPUPlatform
-from vllm_ascend.runtime.process_setup import (
-    WORKER_INPUTS_ENV,
-    current_process_setup,
-    published_inputs,
-    reset_process_setup,
-)
+from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, published_inputs
+from vllm_ascend.runtime.process_setup import current_process_setup, reset_process_setup
 
 from tools.npu_seam import install, load_record
 
@@ -275,7 +271,7 @@ def test_the_worker_hook_and_rank_report_carry_the_device_soc(
     A3 (id 256); the binding and the rank report use the worker's reading. No npu-smi here:
     nothing is bound."""
     import ascend_config
-    from vllm_ascend.runtime.process_setup import publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs
     from vllm_ascend.runtime.rank_report import build_rank_report
     from vllm_ascend.runtime.worker_setup import prepare_worker
 
@@ -298,15 +294,15 @@ def test_a_worker_whose_device_cannot_be_read_keeps_its_affinity(
     import os
 
     import ascend_config
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs
     from vllm_ascend.runtime.cpu_binding import bind_this_worker
-    from vllm_ascend.runtime.process_setup import publish_worker_inputs
 
     cfg = make_vllm_config(enforce_eager=True)
     publish_worker_inputs("A2", {}, ascend_config.DeploymentFacts(soc="A2"), {})
     fake = install(monkeypatch, soc_id=104)  # an Ascend910B (first generation)
     try:
         before = os.sched_getaffinity(0)
-        binding = bind_this_worker(cfg, 0)
+        binding = bind_this_worker(cfg, 0, current_process_setup())
         assert binding.soc is None and "Ascend910B (SoC id 104)" in binding.lines[0]
         assert os.sched_getaffinity(0) == before
     finally:

@@ -20,7 +20,7 @@ ARG_STRLEN_LIMIT = 32 * 4096  # Linux's MAX_ARG_STRLEN: 32 pages per environment
 
 @pytest.fixture(scope="module")
 def quant_llama_80(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_ascend.testing.tiny_models import make_tiny_quant_model
+    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
 
     return make_tiny_quant_model("llama", tmp_path_factory.mktemp("q80") / "llama",
                                  scheme="w8a8", layers=80, hidden=64, head_dim=32)
@@ -30,7 +30,7 @@ def test_an_80_layer_w8a8_publication_keeps_exec_working_and_reaches_spawned_chi
     ascend_cpu_platform, quant_llama_80: Path
 ) -> None:
     from vllm.engine.arg_utils import EngineArgs
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, published_inputs
+    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, published_inputs
 
     description = json.loads((quant_llama_80 / "quant_model_description.json").read_text())
     assert len(json.dumps(description)) > ARG_STRLEN_LIMIT  # the case that broke exec
@@ -142,7 +142,7 @@ def test_a_failed_publication_removes_the_earlier_path(monkeypatch: pytest.Monke
     import types
 
     from vllm_ascend.runtime import worker_inputs
-    from vllm_ascend.runtime.process_setup import WORKER_INPUTS_ENV, publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
 
     facts = types.SimpleNamespace(to_dict=lambda: {"soc": "cpu"})
     env: dict[str, str] = {}

@@ -10,7 +10,8 @@ from ascend_config.envs import REGISTRY
 from ascend_config.facts import DeploymentFacts
 from ascend_config.limits import DOCUMENTED
 from ascend_config.schema.introspect import KeyDoc, iter_keys
-from ascend_config.schema.top import RETIRED_KEYS
+from ascend_config.schema.owners import VLLM_KEYS
+from ascend_config.schema.retired import RETIRED
 
 HEADER = """\
 # Ascend configuration reference
@@ -69,8 +70,13 @@ def render_markdown() -> str:
     out += ["", "## Legacy spellings (accepted with one deprecation warning each)", "",
             "| key | use instead |", "|---|---|"]
     out += [f"| `{d.path}` | {_cell(d.deprecated)} |" for d in docs if d.deprecated]
-    out += ["", "## Retired keys (rejected)", "", "| key | replaced by |", "|---|---|"]
-    out += [f"| `{k}` | `{v}` |" for k, v in RETIRED_KEYS.items()]
+    out += ["", "## Retired keys (rejected)", "", "| key | retired in | replacement |",
+            "|---|---|---|"]
+    out += [f"| `{r.name}` | {r.version} | {_cell(r.replacement or 'none')} |"
+            for r in RETIRED.values()]
+    out += ["", "## Keys owned by vLLM (passed through with one warning)", "",
+            "| key | owner |", "|---|---|"]
+    out += [f"| `{k}` | {_cell(v)} |" for k, v in VLLM_KEYS.items()]
     out += ["", "## Environment variables", "",
             "Read lazily through `ascend_config.envs` (e.g. `envs.VLLM_ASCEND_ENABLE_NZ`); an "
             "invalid value is an error naming the variable and the allowed values. Variables "

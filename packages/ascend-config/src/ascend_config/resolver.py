@@ -20,8 +20,9 @@ from ascend_config.model import AscendConfig
 from ascend_config.rules import RULES
 from ascend_config.rules.context import RuleContext
 from ascend_config.schema.introspect import field_at
+from ascend_config.schema.owners import foreign_warning, misplaced_fix, sort_top_level
 from ascend_config.schema.sections import LEGACY_SCHEDULER_KEYS
-from ascend_config.schema.top import RETIRED_KEYS, AdditionalConfig, TopLevelOptions
+from ascend_config.schema.top import AdditionalConfig, TopLevelOptions
 from ascend_config.schema.validation import validate_best_effort
 
 _ENV_FALLBACKS = tuple(
@@ -84,12 +85,18 @@ def _prepare(additional_config: object, ctx: RuleContext) -> dict[str, Any]:
         ctx.problem("<additional_config>", additional_config, "a JSON object",
                     "additional_config must be a mapping")
         return {}
-    raw = dict(additional_config)
-    for key, replacement in RETIRED_KEYS.items():
-        if key in raw:
-            ctx.problem(key, raw.pop(key), f"remove it; use {replacement}",
-                        f"retired key, replaced by {replacement}")
-    return raw
+    sorted_keys = sort_top_level(additional_config)
+    for key, value, retired in sorted_keys.retired:
+        ctx.problem(key, value, retired.allowed(), retired.message())
+    for key, value, retired in sorted_keys.retired_typos:
+        ctx.problem(key, value, f"remove it; {retired.name} was retired in {retired.version}",
+                    f"unknown key, close to the retired key '{retired.name}'")
+    for key, value in sorted_keys.misplaced:
+        message, allowed = misplaced_fix(key)
+        ctx.problem(key, value, allowed, message)
+    for owner, keys in sorted_keys.foreign.items():
+        ctx.warn(foreign_warning(owner, keys))
+    return sorted_keys.ascend
 
 
 def _merge_legacy(parsed: AdditionalConfig, ctx: RuleContext) -> TopLevelOptions:

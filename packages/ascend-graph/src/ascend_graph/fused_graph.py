@@ -31,6 +31,7 @@ from torch import fx
 from ascend_graph.manager import GraphFusionPassManager
 from ascend_graph.passes.base import CompileRange, range_bounds
 from ascend_graph.pipeline import backend_callable, check_backend, run_manager_on
+from ascend_graph.version import __version__
 
 FORMAT = 1
 MAGIC = b"ascend-graph fused graph\n"
@@ -129,8 +130,6 @@ def _code_options(options: Any, fused: FusedGraph) -> Any:
 def _settings(manager: GraphFusionPassManager, backend: str,
               compile_range: CompileRange) -> dict[str, Any]:
     """What an artifact must have been made with to be reused now."""
-    from ascend_graph import __version__
-
     return {
         "format": FORMAT,
         "torch": torch.__version__,

@@ -139,7 +139,7 @@ def _round_trip(x: Any, dtype: torch.dtype) -> Any:
 
     A pair of plain ``to_dtype`` casts inside one C++ kernel is folded into the unrounded
     value: the kernel's cast cache maps the upcast of a downcast back to its source, also when
-    the same downcast is stored elsewhere in the kernel (e.g. ``add_rms_norm``'s sum). So the
+    the same downcast is stored elsewhere in the kernel. So the
     casts skip inductor's compute-type shortcuts (``use_compute_types=False``) and the downcast
     reads ``x * 1`` (the same value, exactly), an expression no store of ``x`` shares.
     """
@@ -156,11 +156,19 @@ def _round_trip(x: Any, dtype: torch.dtype) -> Any:
 
 def _inline(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
     """``graph``'s nodes as inductor IR (as inductor's ``process_subgraph_nodes`` does),
-    with its stored intermediates rounded for real (:func:`_round_trip`)."""
-    from torch._inductor.lowering import to_dtype
+    with its stored intermediates rounded for real (:func:`_round_trip`).
+
+    The op's results are lowered without ``run_node``'s treatment of graph outputs (which
+    stores each in a buffer of its dtype): the decomposition's output is not the model's, so
+    the model's graph decides where a result is stored, as it does for vLLM's native ops. A
+    bf16 result read by a consumer inductor fuses with the op (e.g. ``add_rms_norm``'s
+    ``residual_out`` in the next layer's sum) is then its float32 value, not a bf16 store.
+    """
     from torch._inductor.virtualized import V
 
     pairs = _stored_pairs(graph)
+    results = {value for node in graph.graph.nodes if node.op == "output"
+               for value in node.all_input_nodes}
     output = None
     original_module = V.graph.module
     V.graph.module = graph
@@ -178,13 +186,9 @@ def _inline(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
                     if node in pairs:
                         source, dtype = _cast_arguments(pairs[node])
                         V.graph.env[node] = _round_trip(V.graph.env[source], dtype)
-                    elif _downcast(node):
-                        # A result cast (one cast at the end): a consumer fused into the
-                        # same kernel reads the stored value back through the cast cache,
-                        # so the value cast is the rounded one.
-                        source, dtype = _cast_arguments(node)
-                        V.graph.env[node] = to_dtype(_round_trip(V.graph.env[source], dtype),
-                                                     dtype)
+                    elif node in results and node.op == "call_function":
+                        args, kwargs = V.graph.fetch_args_kwargs_from_env(node)
+                        V.graph.env[node] = V.graph.call_function(node.target, args, kwargs)
                     else:
                         V.graph.env[node] = V.graph.run_node(node)
                 finally:
@@ -203,7 +207,6 @@ def make_lowering(
     (the ascend schemas' ints, floats and bools); when they are not, or when the decomposition
     cannot be traced, the op stays an extern call.
     """
-    from torch._inductor import config as inductor_config
     from torch._inductor import ir
     from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.lowering import fallback_handler
@@ -246,11 +249,11 @@ def make_lowering(
                 return extern(*args, **kwargs)
             cache.put(V.fake_mode, key, graph)
         try:
-            # The op's own roundings (its stored intermediates, its one cast at the end) stay
-            # real casts in the generated code, also where inductor fuses the op with its
-            # neighbours; the rest of the graph keeps inductor's float32 intermediates.
-            with inductor_config.patch(emulate_precision_casts=True):
-                return _inline(graph, tensors)
+            # The op's stored intermediates stay real roundings (``_round_trip``); its inputs'
+            # upcasts and its one cast at the end are ordinary casts, as the model's own: a
+            # consumer inductor fuses with the op reads the float32 value, as it does after
+            # vLLM's native ops (inductor's ``emulate_precision_casts`` stays off here too).
+            return _inline(graph, tensors)
         finally:
             # The same traced graph may be inlined again in this lowering.
             for node in graph.graph.nodes:

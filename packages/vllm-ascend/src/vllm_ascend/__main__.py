@@ -2,7 +2,7 @@
 
 import sys
 
-from vllm_ascend.cli import main
+from vllm_ascend.entrypoints.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

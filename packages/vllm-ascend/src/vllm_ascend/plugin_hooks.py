@@ -45,7 +45,7 @@ def active_ascend_soc() -> str | None:
     """
     from vllm import platforms
 
-    from vllm_ascend.runtime.process_setup import published_soc
+    from vllm_ascend.runtime.config_channel import published_soc
 
     platform = platforms.current_platform
     if not type(platform).__module__.startswith("vllm_ascend."):
@@ -60,16 +60,16 @@ def _setup_this_process(soc: str) -> None:
     # No rank is known here (API server, engine core and workers all run it), so nothing is
     # bound to CPUs: workers bind themselves (runtime.cpu_binding.bind_this_worker).
     from vllm_ascend.ops.attention_kv import register_attention_op
-    from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
-    from vllm_ascend.runtime.process_setup import current_process_setup, resolve_published
+    from vllm_ascend.runtime.process_setup import current_process_setup
 
-    apply_compat_adjustments(soc)
+    process = current_process_setup()
+    process.adjust(soc)
     # A compiled graph loaded from the compile cache calls the fused attention op without
     # the pass manager (which also registers it) ever running in this process.
     register_attention_op()
-    published = resolve_published()
+    published = process.published_config()
     if published is not None:
-        current_process_setup().setup(published[1], published[0])
+        process.setup(published[1], published[0])
 
 
 @_once_and_safe

@@ -55,8 +55,9 @@ def test_gemma_norm_layer_in_the_mode_uses_plain_rms_norm(
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.layernorm import GemmaRMSNorm
     from vllm_ascend.platform import compat_adjustments
+    from vllm_ascend.runtime.process_setup import current_ascend_config
 
-    compat_adjustments.apply_compat_adjustments("cpu")
+    compat_adjustments.apply_compat_adjustments("cpu", config=current_ascend_config)
     bi.enable_ascend_batch_invariance()
     with set_current_vllm_config(VllmConfig()):
         layer = GemmaRMSNorm(16)

@@ -124,8 +124,9 @@ def vllm_context(ascend_cpu_platform: Any) -> Iterator[Callable[..., Any]]:
     """Registers the table (as the platform does) and enters a VllmConfig with custom ops."""
     from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
     from vllm_ascend.platform import compat_adjustments
+    from vllm_ascend.runtime.process_setup import current_ascend_config
 
-    compat_adjustments.apply_compat_adjustments("cpu")
+    compat_adjustments.apply_compat_adjustments("cpu", config=current_ascend_config)
 
     def enter(custom_ops: list[str] | None = None) -> Any:
         config = VllmConfig(compilation_config=CompilationConfig(

@@ -180,7 +180,7 @@ def _paths_by_leaf() -> dict[str, str]:
     return out
 
 
-def _closest(word: str, choices: Iterable[str], cutoff: float) -> tuple[float, str] | None:
+def closest(word: str, choices: Iterable[str], cutoff: float) -> tuple[float, str] | None:
     """The choice most similar to ``word`` with its similarity, if at least ``cutoff``."""
     matcher = difflib.SequenceMatcher(b=word)
     best: tuple[float, str] | None = None
@@ -192,11 +192,35 @@ def _closest(word: str, choices: Iterable[str], cutoff: float) -> tuple[float, s
     return best
 
 
+_SECTION_WORD = "_config"
+
+
+def _closest_name(key: str, names: Iterable[str], cutoff: float) -> tuple[float, str] | None:
+    """The name most similar to ``key`` (>= ``cutoff``). When both hold ``_config`` they are
+    compared without it: the shared word alone would make ``ucm_config`` look like
+    ``dump_config``."""
+    if _SECTION_WORD not in key:
+        return closest(key, names, cutoff)
+    sections: dict[str, str] = {}
+    plain: list[str] = []
+    for name in names:
+        if _SECTION_WORD in name:
+            sections.setdefault(name.replace(_SECTION_WORD, ""), name)
+        else:
+            plain.append(name)
+    by_stem = closest(key.replace(_SECTION_WORD, ""), sections, cutoff)
+    other = closest(key, plain, cutoff)
+    if by_stem is not None and (other is None or by_stem[0] >= other[0]):
+        return by_stem[0], sections[by_stem[1]]
+    return other
+
+
 def suggest(key: str, model: type[BaseModel]) -> str | None:
     """A did-you-mean for unknown ``key`` inside ``model``.
 
     A dotted key (a path written flat) is compared with whole paths. Otherwise the closer of
-    two candidates wins (a sibling on a tie): a sibling key of ``model`` (similarity >= 0.6)
+    two candidates wins (a sibling on a tie): a sibling key of ``model`` (similarity >= 0.6,
+    ``*_config`` names by their stems)
     and a key of the same or a very similar name elsewhere (>= 0.8), given as its path
     (``dynamic_eplb`` -> ``eplb_config.dynamic_eplb``). Keys longer than 100 characters get
     none (the comparison is quadratic in the length).
@@ -204,11 +228,11 @@ def suggest(key: str, model: type[BaseModel]) -> str | None:
     if not isinstance(key, str) or len(key) > 100:
         return None
     if "." in key:
-        found = _closest(key.lower(), all_paths(), 0.6)
+        found = closest(key.lower(), all_paths(), 0.6)
         return found[1] if found else None
-    sibling = _closest(key, model.model_fields, 0.6)
+    sibling = _closest_name(key, model.model_fields, 0.6)
     by_leaf = _paths_by_leaf()
-    elsewhere = _closest(key.lower(), by_leaf, 0.8)
+    elsewhere = _closest_name(key.lower(), by_leaf, 0.8)
     if elsewhere and (sibling is None or elsewhere[0] > sibling[0]):
         return by_leaf[elsewhere[1]]
     return sibling[1] if sibling else None

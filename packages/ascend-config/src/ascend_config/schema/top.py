@@ -1,5 +1,5 @@
-"""The top level of ``additional_config`` (canonical keys, legacy spellings, retired keys)
-and its JSON Schema (what ``ascend-config schema`` prints).
+"""The top level of ``additional_config`` (canonical keys, legacy spellings) and its JSON
+Schema (what ``ascend-config schema`` prints).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ascend_config.schema.base import (
     opt,
     sub,
 )
+from ascend_config.schema.retired import RETIRED
 from ascend_config.schema.sections import (
     AscendCompilationConfig,
     AscendFusionConfig,
@@ -37,12 +38,6 @@ from ascend_config.schema.sections import (
 )
 
 DEFAULT_LOG_PATH = "~/ascend/log/vllm_ascend"
-
-# Retired keys: presence is an error that names the replacement.
-RETIRED_KEYS = {
-    "enable_sleep_mode_extra_cleanup": "rl_config.sleep_mode_extra_cleanup",
-}
-
 
 class TopLevelOptions(Section):
     """The canonical top-level keys (shared by the input schema and the resolved config)."""
@@ -147,5 +142,6 @@ def json_schema() -> dict[str, Any]:
     schema = AdditionalConfig.model_json_schema(mode="validation")
     schema["title"] = "vLLM Ascend additional_config"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["x-retired-keys"] = dict(RETIRED_KEYS)
+    schema["x-retired-keys"] = {
+        r.name: {"retired_in": r.version, "replacement": r.replacement} for r in RETIRED.values()}
     return schema

@@ -17,9 +17,14 @@ from pydantic_core import ErrorDetails
 from ascend_config.errors import Problem, make_problem, render_path
 from ascend_config.limits import MAX_REPORTED_PROBLEMS
 from ascend_config.schema.introspect import allowed_text, field_at, section_of, suggest
+from ascend_config.schema.spelling import string_fix
 from ascend_config.schema.top import AdditionalConfig
 
 _MAX_ROUNDS = 4
+# Errors that mean "wrong scalar type" (RequireInt raises value_error); a string there gets
+# the one-line fix of schema.spelling.
+_SCALAR_ERRORS = frozenset({"bool_type", "int_type", "float_type", "literal_error",
+                            "value_error", "bool_parsing", "int_parsing", "float_parsing"})
 
 
 def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
@@ -38,6 +43,10 @@ def problem_from_error(error: ErrorDetails, root: type[BaseModel]) -> Problem:
     if root is AdditionalConfig:
         _, info, _ = field_at(loc)
         allowed = allowed_text(info) if info is not None else "see the schema"
+        if isinstance(value, str) and info is not None and kind in _SCALAR_ERRORS:
+            fix = string_fix(path, value, info)
+            if fix is not None:
+                return make_problem(path, value, fix[1], fix[0])
     else:
         allowed = "a value written by AscendConfig.to_json"
     if kind in ("model_type", "dict_type"):

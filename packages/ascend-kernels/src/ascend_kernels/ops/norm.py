@@ -1,11 +1,13 @@
 """RMSNorm: ``rms_norm`` and ``add_rms_norm``, and the float32 helpers the fused ops share.
 
 Definition (float32 throughout, one cast at the end):
-``out = x * rsqrt(mean(x**2, -1) + eps) * weight (+ bias)``. ``add_rms_norm`` first forms
-``residual_out = x + residual`` in the input dtype and normalises that tensor, so it is exactly
-``add`` followed by ``rms_norm`` (the batch-invariant composition) in every dtype. A fused op
-rounds its intermediate to the input dtype exactly where its unfused composition stores it
-(:func:`stored`), so a fused op is its composition bit for bit.
+``out = x * rsqrt(mean(x**2, -1) + eps) * weight (+ bias)``. ``add_rms_norm`` forms the sum
+``x + residual`` in float32 and normalises that float32 sum, as Ascend's fused kernel
+(``npu_add_rms_norm``: float32 inside, one cast at the end) and vLLM's native
+``fused_add_rms_norm`` do; ``residual_out`` is the sum cast once to the input dtype. So in
+bfloat16/float16 ``out`` is not ``rms_norm(residual_out)`` (that reads the rounded sum; the
+batch-invariant ``add_rms_norm`` is that composition); in float32 the two are the same. A fused
+op rounds an intermediate to the input dtype only where its reference does (:func:`stored`).
 """
 
 from __future__ import annotations
@@ -79,14 +81,12 @@ def add_rms_norm32(
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y32, residual_out)``: the (add-)RMSNorm output in float32 (bias added), before its
-    one cast, and the sum stored in the input dtype."""
-    # The rounding is an explicit cast (not a low-precision add): inductor keeps explicit
-    # casts inside these decompositions (``inductor_lowering``), not a bf16 op's own rounding.
+    one cast, and the sum stored once in the input dtype."""
     sum32 = x.to(F32) + residual.to(F32)
     summed = sum32.to(x.dtype)
-    # The norm reads the sum as recomputed from x and residual (the same rounded values),
-    # not the stored sum: a compiler then reduces and normalises each row in one loop.
-    y32 = _rms32(stored(sum32, x.dtype), weight, eps)
+    # The norm reads the float32 sum recomputed from x and residual, not the stored sum: a
+    # compiler then reduces and normalises each row in one loop.
+    y32 = _rms32(sum32, weight, eps)
     if bias is not None:
         y32 = y32 + bias.to(F32)
     return y32, summed
@@ -99,7 +99,8 @@ def add_rms_norm(
     eps: float,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ascend::add_rms_norm``: the sum is formed in float32 and rounded to the input dtype."""
+    """``ascend::add_rms_norm``: the sum is formed in float32, normalised unrounded, and
+    stored once in the input dtype as ``residual_out``."""
     y32, summed = add_rms_norm32(x, residual, weight, eps, bias)
     return y32.to(x.dtype), summed
 

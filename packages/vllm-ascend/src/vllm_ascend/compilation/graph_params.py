@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-_STORES: dict[int, tuple[Any, Any]] = {}
+from vllm_ascend.runtime.per_config import PerConfig
+
+_STORES: PerConfig[Any] = PerConfig()
 
 
 def graph_params_for(vllm_config: Any) -> Any:
@@ -19,9 +21,9 @@ def graph_params_for(vllm_config: Any) -> Any:
     plus ``draft`` and ``draft_prefill`` with speculative decoding, for its capture sizes."""
     from ascend_graph import GraphParamsStore
 
-    entry = _STORES.get(id(vllm_config))
-    if entry is not None and entry[0] is vllm_config:
-        return entry[1]
+    found = _STORES.get(vllm_config)
+    if found is not None:
+        return found
     store = GraphParamsStore()
     cc = getattr(vllm_config, "compilation_config", None)
     sizes = list(getattr(cc, "cudagraph_capture_sizes", None) or [])
@@ -29,8 +31,7 @@ def graph_params_for(vllm_config: Any) -> Any:
     if getattr(vllm_config, "speculative_config", None) is not None:
         store.set("draft", sizes)
         store.set("draft_prefill", sizes)
-    _STORES[id(vllm_config)] = (vllm_config, store)
-    return store
+    return _STORES.set(vllm_config, store)
 
 
 def reset_graph_params() -> None:

@@ -24,9 +24,6 @@ W4A4_SCHEMES = ("W4A4_DYNAMIC", "W4A4_FLATQUANT_DYNAMIC")
 NPU_DTYPES = ("bfloat16", "float16")
 DESCRIPTION_FILE = "quant_model_description.json"
 
-# Decisions already logged in this process (one line per distinct decision).
-_LOGGED: set[str] = set()
-
 
 @dataclass(frozen=True)
 class NormQuantDecision:
@@ -88,15 +85,3 @@ def quant_description_of(vllm_config: Any, facts: Any = None) -> Mapping[str, An
     return None
 
 
-def log_once(decision: NormQuantDecision) -> bool:
-    """Log the decision at info level the first time it is made in this process."""
-    if decision.reason in _LOGGED:
-        return False
-    _LOGGED.add(decision.reason)
-    logger.info("%s", decision.reason)
-    return True
-
-
-def reset_logged() -> None:
-    """Forget which decisions were logged (tests)."""
-    _LOGGED.clear()

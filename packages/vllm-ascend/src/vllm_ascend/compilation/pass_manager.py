@@ -109,13 +109,14 @@ def build_fusion_manager(
     """
     from ascend_graph import GraphFusionPassManager
 
-    from vllm_ascend.compilation.norm_quant_gate import decide_norm_quant, log_once
+    from vllm_ascend.compilation import norm_quant_gate
     from vllm_ascend.ops.attention_kv import attention_op_handles
+    from vllm_ascend.runtime.process_setup import current_process_setup
 
-    norm_quant = decide_norm_quant(bool(switches.fuse_norm_quant), soc, str(facts.dtype),
-                                   quant_description)
-    if log_decisions:
-        log_once(norm_quant)
+    norm_quant = norm_quant_gate.decide_norm_quant(
+        bool(switches.fuse_norm_quant), soc, str(facts.dtype), quant_description)
+    if log_decisions:  # one line per distinct decision in this process
+        current_process_setup().log_once(norm_quant.reason, norm_quant_gate.logger, logging.INFO)
 
     scale = facts.routed_scaling_factor if facts.routed_scaling_factor != 1.0 else None
     handles = sequence_parallel_ops() if sequence_parallel else None
@@ -150,11 +151,18 @@ class AscendPassManager(PostGradPassManager):
 
         from vllm_ascend.config_pipeline.facts import extract_facts
         from vllm_ascend.config_pipeline.resolve_step import additional_config_of
+        from vllm_ascend.runtime.config_channel import ascend_environ
+        from vllm_ascend.runtime.process_setup import current_process_setup
 
         super().configure(config)
         self.soc = str(getattr(current_platform, "soc", "cpu"))
         facts = extract_facts(config, self.soc)
-        resolved = ascend_config.resolve(additional_config_of(config), facts=facts)
+        # The engine's resolved config (resolved once: by this process's platform hook, or
+        # published to this worker); only a pass manager outside any engine resolves its own.
+        resolved = current_process_setup().config_for(config)
+        if resolved is None:
+            resolved = ascend_config.resolve(additional_config_of(config), facts=facts,
+                                             environ=ascend_environ())
         sequence_parallel = bool(config.parallel_config.use_sequence_parallel_moe)
         from vllm_ascend.compilation.norm_quant_gate import quant_description_of
 

@@ -4,8 +4,8 @@ vLLM's CPU platform downgrades ``VLLM_COMPILE`` to ``DYNAMO_TRACE_ONCE``, which 
 platform pass manager. After its defaults this step restores ``VLLM_COMPILE`` with inductor,
 sets ``compile_sizes=[]`` (otherwise inductor compiles a 4096-token shape outside the compile
 ranges), compiles the whole model as one graph (``splitting_ops=[]``, as stock vLLM CPU does;
-no piecewise split at attention), keeps eager's low-precision roundings in inductor's fused
-kernels and lets it recompute the Ascend ops' bodies in place (``inductor_settings`` of
+no piecewise split at attention), lets inductor recompute the Ascend ops' bodies in place
+with no more bf16 roundings than vLLM's native ops get (``inductor_settings`` of
 ``ascend_kernels.inductor_lowering``), turns vLLM's IR torch wrap off (so Dynamo traces the
 ``ascend`` IR provider and the graphs hold ``torch.ops.ascend.*``), switches vLLM's own CUDA-only
 fusion flags off (``gpu_fixes.disable_vllm_gpu_fusions``: their pass classes do not exist on
@@ -53,8 +53,8 @@ def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str
         # One graph for the whole model, as stock vLLM CPU compiles it: no Python hand-off
         # between pieces at every attention layer, and the passes still run on it.
         cc.splitting_ops = []
-        # What inductor needs to inline the Ascend ops exactly (eager's bf16 roundings kept)
-        # and without float32 scratch buffers (ascend_kernels.inductor_lowering).
+        # What inductor needs to inline the Ascend ops without float32 scratch buffers
+        # (ascend_kernels.inductor_lowering).
         cc.inductor_compile_config.update(inductor_settings())
     decision = {
         "mode": cc.mode.name if cc.mode is not None else None,

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_ascend.runtime.per_config import PerConfig
+
 logger = logging.getLogger("vllm_ascend.config_pipeline.npu_compilation")
 
 MAX_DEFAULT_CAPTURE_SIZE = 512
@@ -27,7 +29,7 @@ class UserCaptureSettings:
 # What each VllmConfig's user asked for, recorded by the platform's defaults hook (vLLM calls it
 # before computing its own sizes) and read by check_and_update_config; keyed by the config
 # object, as vLLM passes nothing else to either hook. reset_user_capture_settings() clears it.
-_USER_SETTINGS: dict[int, tuple[Any, UserCaptureSettings]] = {}
+_USER_SETTINGS: PerConfig[UserCaptureSettings] = PerConfig()
 
 
 def record_user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
@@ -37,14 +39,13 @@ def record_user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
     settings = UserCaptureSettings(
         cc.max_cudagraph_capture_size, tuple(sizes) if sizes is not None else None
     )
-    _USER_SETTINGS[id(vllm_config)] = (vllm_config, settings)
-    return settings
+    return _USER_SETTINGS.set(vllm_config, settings)
 
 
 def user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
     """What :func:`record_user_capture_settings` saw for this config (nothing: defaults)."""
-    entry = _USER_SETTINGS.get(id(vllm_config))
-    return entry[1] if entry is not None and entry[0] is vllm_config else UserCaptureSettings()
+    found = _USER_SETTINGS.get(vllm_config)
+    return found if found is not None else UserCaptureSettings()
 
 
 def reset_user_capture_settings() -> None:

@@ -27,7 +27,7 @@ def resolve_for(
     vllm_config: Any, soc: str, environ: Mapping[str, str] | None = None
 ) -> Any:
     """The resolved AscendConfig for this VllmConfig on SoC ``soc``."""
-    from vllm_ascend.runtime.process_setup import ascend_environ
+    from vllm_ascend.runtime.config_channel import ascend_environ
 
     facts = extract_facts(vllm_config, soc)
     return ascend_config.resolve(

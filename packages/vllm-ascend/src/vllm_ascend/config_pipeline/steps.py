@@ -24,7 +24,7 @@ def _resolve(vllm_config: Any, soc: str) -> tuple[Any, Any, dict[str, str]]:
     """(facts, resolved config, the Ascend env variables it was resolved with)."""
     import ascend_config
 
-    from vllm_ascend.runtime.process_setup import ascend_environ
+    from vllm_ascend.runtime.config_channel import ascend_environ
 
     facts = extract_facts(vllm_config, soc)
     environ = ascend_environ()
@@ -75,7 +75,8 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     Returns the resolved AscendConfig (None without a model config).
     """
     from vllm_ascend.observability import logging_setup
-    from vllm_ascend.runtime.process_setup import current_process_setup, publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs
+    from vllm_ascend.runtime.process_setup import current_process_setup
 
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
@@ -94,7 +95,7 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
     rank_binding.hand_rank_plan(vllm_config, resolved)
     publish_worker_inputs("cpu", additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, "cpu")
+    current_process_setup().setup(resolved, "cpu", vllm_config)
     return resolved
 
 
@@ -120,7 +121,8 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
     from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
     from vllm_ascend.observability import logging_setup
     from vllm_ascend.platform import extension_points, npu_device
-    from vllm_ascend.runtime.process_setup import current_process_setup, publish_worker_inputs
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs
+    from vllm_ascend.runtime.process_setup import current_process_setup
 
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
@@ -168,5 +170,5 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
         os.environ["PYTORCH_NPU_ALLOC_CONF"] = alloc
     derived_edits.apply_derived_edits(vllm_config, resolved, facts)
     publish_worker_inputs(soc, additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, soc)
+    current_process_setup().setup(resolved, soc, vllm_config)
     return resolved

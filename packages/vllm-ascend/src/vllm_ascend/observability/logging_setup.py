@@ -19,6 +19,7 @@ from vllm_ascend.observability.log_files import (
     DEFAULT_MAX_FILES,
     RotatingAscendFileHandler,
 )
+from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
 LOGGER_NAME = "vllm_ascend"
 FORMAT = "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"
@@ -132,23 +133,23 @@ def configure_file_logging(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_files: int = DEFAULT_MAX_FILES,
     environ: Mapping[str, str] | None = None,
+    roots: TrustedRoots | None = None,
 ) -> RotatingAscendFileHandler | None:
     """Attach one rotating file handler for ``log_dir`` to the vllm and vllm_ascend loggers.
 
-    ``log_dir`` is a root (``runtime.trusted_paths``): one that fails the root rule is replaced
-    by its private fallback with one warning per process. Idempotent per directory; a
-    different directory replaces the handler. When the file cannot be opened, logs one warning
-    and keeps logging to stderr.
+    ``log_dir`` is a root (``runtime.trusted_paths``) checked by ``roots`` (the process's, from
+    its owner; a fresh one when not given): one that fails the root rule is replaced by its
+    private fallback with one warning per process. Idempotent per directory; a different
+    directory replaces the handler. When the file cannot be opened, logs one warning and keeps
+    logging to stderr.
     """
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
+    roots = TrustedRoots() if roots is None else roots
     env = os.environ if environ is None else environ
     targets = [logging.getLogger("vllm"), logging.getLogger(LOGGER_NAME)]
     existing = [h for h in targets[1].handlers if isinstance(h, RotatingAscendFileHandler)]
     if log_dir is None:
         log_dir = default_log_dir(env)
-    wanted = current_process_setup().roots.root(Path(log_dir).expanduser(), "ascend_log_path",
-                                                env)
+    wanted = roots.root(Path(log_dir).expanduser(), "ascend_log_path", env)
     if existing and existing[0].log_dir == wanted:
         return existing[0]
     for handler in existing:

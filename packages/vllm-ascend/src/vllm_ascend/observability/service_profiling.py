@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -140,9 +141,16 @@ def _read(path: Path) -> str:
         return ""
 
 
+# CPython 3.11's AST constructor checks its recursion depth in state shared by threads, so
+# two threads parsing at once can fail with "SystemError: AST constructor recursion depth
+# mismatch" (seen in the concurrent-writers test): parses are serialised.
+_PARSE_LOCK = threading.Lock()
+
+
 def _parse(text: str) -> ast.Module | None:
     try:
-        return ast.parse(text)
+        with _PARSE_LOCK:
+            return ast.parse(text)
     except (SyntaxError, ValueError):
         return None
 

@@ -1,28 +1,39 @@
 """Every adjustment vllm-ascend makes to vLLM in a process, each with its reason.
 
 :func:`apply_compat_adjustments` is idempotent (vLLM loads plugins in every process, sometimes
-more than once). Public vLLM hooks are used wherever vLLM offers one; the only wrappers of
-vLLM functions are the two batch-invariance ones, listed here so they are never hidden.
+more than once). Public vLLM hooks are used wherever vLLM offers one; the only replacements of
+vLLM functions are the two batch-invariance wrappers and the single API server runner of
+`vllm-ascend serve`, listed here so they are never hidden. A row with a ``command`` is applied
+only by that `vllm-ascend` command, in its own process (:func:`apply_command_adjustments`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+ConfigSource = Callable[[], Any]
+"""Returns the resolved AscendConfig published to the process when called (None: none was).
+A callable, not a value: the batch-invariance handover reads it when vLLM's worker runs it."""
 
 
 @dataclass(frozen=True)
 class Adjustment:
-    """One change to vLLM: how to apply it (idempotent), how to undo it, and why."""
+    """One change to vLLM: how to apply it (idempotent), how to undo it, and why.
+
+    ``apply`` gets the SoC at plugin load, or the command's name for a ``command`` row.
+    """
 
     name: str
     reason: str
-    apply: Callable[[str], object]
+    apply: Callable[[str, ConfigSource], object]
     undo: Callable[[], None]
     socs: tuple[str, ...] = ("A2", "A3", "A5", "310P", "cpu")
+    command: str | None = None
 
 
-def _apply_ir(soc: str) -> object:
+def _apply_ir(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
     return register_ascend_ir_provider(soc)
@@ -34,7 +45,7 @@ def _undo_ir() -> None:
     reset_ascend_ir_provider()
 
 
-def _apply_custom_ops(soc: str) -> object:
+def _apply_custom_ops(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.ops.custom_ops import register_ascend_custom_ops
     from vllm_ascend.quantization import register_ascend_quantization
 
@@ -49,7 +60,7 @@ def _undo_custom_ops() -> None:
     reset_ascend_custom_ops()
 
 
-def _apply_linear_route(soc: str) -> object:
+def _apply_linear_route(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.runtime.batch_invariance import install_cpu_linear_route
 
     return install_cpu_linear_route()
@@ -61,10 +72,10 @@ def _undo_linear_route() -> None:
     remove_cpu_linear_route()
 
 
-def _apply_handover(soc: str) -> object:
+def _apply_handover(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.runtime.batch_invariance import install_vllm_init_handover
 
-    return install_vllm_init_handover()
+    return install_vllm_init_handover(config)
 
 
 def _undo_handover() -> None:
@@ -73,7 +84,7 @@ def _undo_handover() -> None:
     remove_vllm_init_handover()
 
 
-def _apply_amx(soc: str) -> object:
+def _apply_amx(soc: str, config: ConfigSource) -> object:
     from vllm_ascend.runtime.amx_permission import ensure_amx_permission
 
     return ensure_amx_permission()
@@ -83,6 +94,18 @@ def _undo_amx() -> None:
     from vllm_ascend.runtime.amx_permission import reset_amx_permission
 
     reset_amx_permission()
+
+
+def _apply_serve_runner(command: str, config: ConfigSource) -> object:
+    from vllm_ascend.entrypoints.serve_exit import install_single_api_server_runner
+
+    return install_single_api_server_runner()
+
+
+def _undo_serve_runner() -> None:
+    from vllm_ascend.entrypoints.serve_exit import remove_single_api_server_runner
+
+    remove_single_api_server_runner()
 
 
 ADJUSTMENTS: tuple[Adjustment, ...] = (
@@ -123,15 +146,39 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
         "(vLLM's env overrides kept; wraps the module function: vLLM has no public hook)",
         _apply_handover, _undo_handover,
     ),
+    Adjustment(
+        "serve_single_api_server",
+        "vLLM 0.32's single API server exits 0 when the engine died while serving "
+        "and, after a shutdown signal, waits without limit for open "
+        "connections; `vllm-ascend serve` points the run_server of vLLM's serve command at "
+        "entrypoints.serve_exit's runner (vLLM's own building blocks; engine-death exit "
+        "status, bounded HTTP shutdown, open requests aborted before the engine stops). Only "
+        "in the `vllm-ascend serve` process: `vllm serve` is unchanged",
+        _apply_serve_runner, _undo_serve_runner, command="serve",
+    ),
 )
 
 
-def apply_compat_adjustments(soc: str) -> list[str]:
-    """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied."""
+def apply_compat_adjustments(soc: str, *, config: ConfigSource) -> list[str]:
+    """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied.
+
+    ``config`` gives the process's resolved config to the adjustments that need it at run
+    time (``runtime.process_setup.ProcessSetup.adjust`` passes its own)."""
     applied = []
     for adjustment in ADJUSTMENTS:
-        if soc in adjustment.socs:
-            adjustment.apply(soc)
+        if adjustment.command is None and soc in adjustment.socs:
+            adjustment.apply(soc, config)
+            applied.append(adjustment.name)
+    return applied
+
+
+def apply_command_adjustments(command: str) -> list[str]:
+    """Apply the rows of `vllm-ascend` command ``command`` (its own process only); returns the
+    names applied."""
+    applied = []
+    for adjustment in ADJUSTMENTS:
+        if adjustment.command == command:
+            adjustment.apply(command, lambda: None)  # command rows read no config
             applied.append(adjustment.name)
     return applied
 

@@ -170,14 +170,14 @@ class NPUPlatform(AscendPlatformMixin, Platform):
         selector flags, the SoC and the resolved config's FA3 request."""
         from vllm_ascend.platform import attention_selection as selection
         from vllm_ascend.platform.extension_points import runtime_attention_backends
-        from vllm_ascend.runtime.process_setup import resolve_published
+        from vllm_ascend.runtime.process_setup import current_ascend_config
 
         use_mla, use_sparse, use_compress = selection.selector_flags(attn_selector_config)
-        published = resolve_published()
+        resolved = current_ascend_config()  # resolved once per process, not per selection
         variant = selection.select_attention_variant(
             use_mla=use_mla, use_sparse=use_sparse, use_compress=use_compress,
             soc=cls.platform_soc(),
-            fa3_requested=published is not None and selection.fa3_requested(published[1]),
+            fa3_requested=resolved is not None and selection.fa3_requested(resolved),
         )
         if variant == "fa3":
             selection.require_fa3_kernels()

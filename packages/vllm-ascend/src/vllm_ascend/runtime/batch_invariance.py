@@ -182,12 +182,13 @@ def remove_cpu_linear_route() -> None:
     _remove_wrapper(utils, "dispatch_cpu_unquantized_gemm", "_ascend_route")
 
 
-def install_vllm_init_handover() -> bool:
+def install_vllm_init_handover(config: Callable[[], Any]) -> bool:
     """Make vLLM's worker-side ``init_batch_invariance`` enable ascend-kernels' mode.
 
     vLLM's own mode registers Triton kernels for the platform's dispatch key, which cannot
-    run on the host CPU (no Triton CPU backend) nor on an NPU. vLLM's env overrides are kept.
-    Returns False when already installed.
+    run on the host CPU (no Triton CPU backend) nor on an NPU. vLLM's env overrides are kept,
+    then the env changes of the config ``config()`` returns then (see
+    :func:`apply_worker_overrides`). Returns False when already installed.
     """
     from vllm.model_executor.determinism import batch_invariant as vllm_bi
 
@@ -195,7 +196,7 @@ def install_vllm_init_handover() -> bool:
         def init_batch_invariance() -> None:
             if vllm_wants_batch_invariance():
                 vllm_bi.override_envs_for_invariance()
-                apply_worker_overrides()
+                apply_worker_overrides(config())
                 enable_ascend_batch_invariance()
 
         return init_batch_invariance
@@ -203,18 +204,16 @@ def install_vllm_init_handover() -> bool:
     return _install_wrapper(vllm_bi, "init_batch_invariance", "_ascend_handover", make)
 
 
-def apply_worker_overrides(environ: MutableMapping[str, str] | None = None) -> list[str]:
-    """The worker side of the mode: the env changes of the config this process resolved from
-    the published inputs (HCCL/LCCL determinism, ...) and torch's deterministic algorithms
-    (warn only). Returns the variables set."""
+def apply_worker_overrides(ascend_config: Any,
+                           environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """The worker side of the mode: the env changes of ``ascend_config`` (the config published
+    to this process, None when none was: no env change; HCCL/LCCL determinism, ...) and
+    torch's deterministic algorithms (warn only). Returns the variables set."""
     import torch
 
-    from vllm_ascend.runtime.process_setup import resolve_published
-
-    published = resolve_published(environ)
     report = BatchInvarianceReport()
-    if published is not None:
-        report = apply_env_changes(published[1].env_changes, environ)
+    if ascend_config is not None:
+        report = apply_env_changes(ascend_config.env_changes, environ)
     torch.use_deterministic_algorithms(True, warn_only=True)
     return sorted(report.env_set)
 

@@ -20,14 +20,12 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from vllm_ascend.runtime.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
 
 logger = logging.getLogger("vllm_ascend.runtime.cpu_binding")
 
-RANK_PLAN_ENV = "VLLM_ASCEND_RANK_PLAN"
-"""The host-CPU platform's per-rank plan (JSON: the plan and the OpenMP lists handed to vLLM)."""
-OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
-"""vLLM's per-local-rank OpenMP CPU lists (``"0-3|4-7"``), in DP x PP x TP rank order."""
 VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
 
@@ -59,6 +57,17 @@ def worker_npu(parallel_config: Any, local_rank: int,
     if visible:
         return int(visible[local_rank])
     return local_rank
+
+
+class WorkerProcess(Protocol):
+    """What binding needs of the process it runs in (``runtime.process_setup.ProcessSetup``)."""
+
+    def published_config(
+            self, environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None: ...
+
+    def device_soc(self) -> str: ...
+
+    def cross_check_soc(self, soc: str, npu_smi_soc: str) -> str | None: ...
 
 
 @dataclass
@@ -111,13 +120,13 @@ def _apply(binding: WorkerBinding, label: str) -> WorkerBinding:
     return binding
 
 
-def bind_npu_worker(local_rank: int, options: Any, *, npu: int | None = None,
-                    soc: str | None = None,
+def bind_npu_worker(local_rank: int, options: Any, process: WorkerProcess, *,
+                    npu: int | None = None, soc: str | None = None,
                     environ: Mapping[str, str] | None = None) -> WorkerBinding:
     """Bind this NPU worker to the pool of NPU ``npu`` (default ``local_rank``) planned from the
     live host with ``options`` (an ``ascend_topology.PlanOptions``).
 
-    ``soc`` (default: detected from the device through this process's ``ProcessSetup``) is
+    ``soc`` (default: detected from the device through ``process``) is
     the SoC the plan is made for (Ascend 950: all-main pools, UVB poll threads); npu-smi's own
     reading of the chips is the cross-check, a disagreement one warning naming both. Never
     raises: a host that cannot be read or planned becomes one warning and the process keeps
@@ -126,16 +135,13 @@ def bind_npu_worker(local_rank: int, options: Any, *, npu: int | None = None,
     import ascend_topology as topo
     from ascend_topology.rank_hosts import plan_for_npu
 
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    setup = current_process_setup()
     device = local_rank if npu is None else npu
     binding = WorkerBinding(local_rank=local_rank, soc=soc)
     try:
         if binding.soc is None:
-            binding.soc = setup.device_soc()
+            binding.soc = process.device_soc()
         facts = topo.read_live_host(environ=environ)  # the SoC as npu-smi reads it
-        mismatch = setup.cross_check_soc(binding.soc, facts.soc)
+        mismatch = process.cross_check_soc(binding.soc, facts.soc)
         if mismatch is not None:
             binding.lines.append(mismatch)
             facts = topo.read_live_host(soc=binding.soc, environ=environ)
@@ -194,18 +200,17 @@ def bind_host_cpu_worker(rank: int, environ: Mapping[str, str] | None = None) ->
     return binding
 
 
-def bind_this_worker(vllm_config: Any, local_rank: int,
+def bind_this_worker(vllm_config: Any, local_rank: int, process: WorkerProcess,
                      environ: Mapping[str, str] | None = None) -> WorkerBinding:
-    """The worker hook: bind this worker process by its rank (see the module docstring).
+    """Bind this worker process by its rank (see the module docstring); the caller records
+    the result (``runtime.worker_setup.prepare_worker``).
 
-    Reads the resolved Ascend config the engine published; honours ``enable_cpu_binding``.
-    Records the report lines on this process's :class:`ProcessSetup`. Never raises.
+    Reads the resolved Ascend config the engine published (``process.published_config``);
+    honours ``enable_cpu_binding``. Never raises.
     """
-    from vllm_ascend.runtime.process_setup import current_process_setup, resolve_published
-
     par = vllm_config.parallel_config
     try:
-        published = resolve_published(environ)
+        published = process.published_config(environ)
     except Exception as exc:  # a damaged channel must not stop the worker
         published = None
         logger.warning("CPU binding: cannot read the published Ascend config: %s", exc)
@@ -213,7 +218,7 @@ def bind_this_worker(vllm_config: Any, local_rank: int,
     error = None
     if soc is not None and soc != "cpu":
         try:  # this worker's own NPU, read once in this process
-            soc = current_process_setup().device_soc()
+            soc = process.device_soc()
         except Exception as exc:  # never fatal here; the platform reports it where it matters
             soc, error = None, f"CPU binding skipped: {exc}"
     if resolved is not None and not resolved.enable_cpu_binding:
@@ -234,7 +239,7 @@ def bind_this_worker(vllm_config: Any, local_rank: int,
         opts = resolved.cpu_binding_config
         options = topo.PlanOptions(min_cpus_per_npu=opts.min_cpus_per_npu,
                                    bind_irq=opts.bind_irq, migrate_memory=opts.migrate_memory)
-        binding = bind_npu_worker(local_rank, options, npu=worker_npu(par, local_rank, environ),
-                                  soc=soc, environ=environ)
-    current_process_setup().cpu_binding = list(binding.lines)
+        binding = bind_npu_worker(local_rank, options, process,
+                                  npu=worker_npu(par, local_rank, environ), soc=soc,
+                                  environ=environ)
     return binding

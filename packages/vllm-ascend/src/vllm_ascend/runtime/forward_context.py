@@ -26,6 +26,7 @@ from vllm_ascend.distributed.moe_comm import (
     padded_to_tp,
     select_moe_comm_method,
 )
+from vllm_ascend.runtime.per_config import PerConfig
 
 # The names ExtraForwardContext lets callers read and write (those of the existing
 # plugin's ``_EXTRA_CTX`` proxy).
@@ -227,16 +228,13 @@ class ExtraForwardContext:
 
 # One AscendForwardState per VllmConfig (engine); vLLM calls the platform hook with the
 # config only, so the owner is looked up here. reset_forward_states() clears it.
-_STATES: dict[int, tuple[Any, AscendForwardState]] = {}
+_STATES: PerConfig[AscendForwardState] = PerConfig()
 
 
 def state_for(vllm_config: Any, soc: str) -> AscendForwardState:
     """The engine's forward state (created on first use)."""
-    entry = _STATES.get(id(vllm_config))
-    if entry is None or entry[0] is not vllm_config:
-        entry = (vllm_config, AscendForwardState.from_vllm_config(vllm_config, soc))
-        _STATES[id(vllm_config)] = entry
-    return entry[1]
+    return _STATES.get_or_create(
+        vllm_config, lambda: AscendForwardState.from_vllm_config(vllm_config, soc))
 
 
 def reset_forward_states() -> None:

@@ -1,115 +1,30 @@
-"""Per-process setup of an Ascend vLLM process: adjustments, file logging, batch invariance.
+"""The owner of a process's Ascend state: adjustments, file logging, batch invariance, the
+config published to this process (resolved once), the device SoC, log-once keys.
 
 It runs in every process (API server, engine core, workers) and knows no rank, so it binds no
-CPU: a worker binds itself where its rank is known (``runtime.cpu_binding.bind_this_worker``)
-and records the result in ``ProcessSetup.cpu_binding``.
-
-The engine-side platform resolves the Ascend config and publishes the *inputs* of that
-resolution (additional_config, deployment facts, the Ascend environment variables as they
-were before any env change was applied) in a private file whose path is in one environment
-variable that spawned workers inherit (``runtime.worker_inputs``); each worker calls
-ascend-config's pure ``resolve`` with the same inputs, so every process holds an equal config
-and vLLM's ``additional_config`` is never written to.
+CPU: a worker binds itself where its rank is known (``runtime.worker_setup.prepare_worker``)
+and records the result in ``ProcessSetup.cpu_binding``. It is the top of ``runtime``: the
+modules below it (``config_channel``, ``cpu_binding``, ``batch_invariance``,
+``platform.compat_adjustments``) get what they need from it as arguments and never import it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from vllm_ascend.observability import logging_setup
+from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
+from vllm_ascend.platform.soc import SocDetection, detect_soc, npu_smi_disagreement
+from vllm_ascend.runtime import batch_invariance
+from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, resolve_published
+from vllm_ascend.runtime.per_config import PerConfig
 from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
-if TYPE_CHECKING:
-    from vllm_ascend.platform.soc import SocDetection
-
 logger = logging.getLogger("vllm_ascend.runtime.process_setup")
-
-WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
-
-
-def ascend_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of ascend-config's env registry that are set (the env input of resolve).
-
-    :data:`WORKER_INPUTS_ENV` and the host-CPU rank plan are left out: they are the plugin's
-    output channels, not inputs of the resolution. Were the first included, every publication
-    would hash in the path of the one before it, so equal inputs would never share a file.
-    """
-    from ascend_config import envs
-
-    from vllm_ascend.runtime.cpu_binding import RANK_PLAN_ENV
-
-    env = os.environ if environ is None else environ
-    outputs = (WORKER_INPUTS_ENV, RANK_PLAN_ENV)
-    return {name: env[name] for name in envs.names() if name in env and name not in outputs}
-
-
-def publish_worker_inputs(
-    soc: str,
-    additional_config: Mapping[str, Any],
-    facts: Any,
-    resolve_environ: Mapping[str, str],
-    environ: MutableMapping[str, str] | None = None,
-) -> bool:
-    """Store the resolution inputs (additional_config, facts, the Ascend env variables) for
-    child processes: in a private file whose path goes into ``environ`` (not the inputs
-    themselves, see ``runtime.worker_inputs``). False, with one warning, when additional_config
-    is not JSON-serialisable or the file cannot be written; the variable is then removed, so
-    children never read an earlier publication."""
-    from vllm_ascend.runtime import worker_inputs
-
-    env = os.environ if environ is None else environ
-    try:
-        data = worker_inputs.encode_inputs(
-            {"soc": soc, "additional_config": dict(additional_config), "facts": facts.to_dict(),
-             "environ": dict(resolve_environ)})
-    except (TypeError, ValueError) as exc:
-        env.pop(WORKER_INPUTS_ENV, None)
-        logger.warning("workers will use defaults: additional_config is not "
-                       "JSON-serialisable (%s)", exc)
-        return False
-    try:
-        env[WORKER_INPUTS_ENV] = worker_inputs.env_value(data)
-    except (OSError, worker_inputs.WorkerInputsError) as exc:
-        env.pop(WORKER_INPUTS_ENV, None)
-        logger.warning("workers will use defaults: cannot write the worker inputs (%s)", exc)
-        return False
-    return True
-
-
-def published_inputs(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The inputs published for this process (soc, additional_config, facts, environ), or
-    None when none were; ``WorkerInputsError``/``OSError`` when the file cannot be used."""
-    from vllm_ascend.runtime.worker_inputs import inputs_from_env
-
-    env = os.environ if environ is None else environ
-    value = env.get(WORKER_INPUTS_ENV)
-    return inputs_from_env(value) if value else None
-
-
-def published_soc(environ: Mapping[str, str] | None = None) -> str | None:
-    """The SoC the config-creating process published for its children, or None."""
-    try:
-        inputs = published_inputs(environ)
-    except (OSError, ValueError):
-        return None
-    return None if inputs is None else inputs["soc"]
-
-
-def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
-    """(soc, resolved AscendConfig) from the published inputs, or None when none were published."""
-    data = published_inputs(environ)
-    if data is None:
-        return None
-    import ascend_config
-
-    facts = ascend_config.DeploymentFacts.from_mapping(data["facts"])
-    return data["soc"], ascend_config.resolve(
-        data["additional_config"], facts=facts, environ=data["environ"]
-    )
-
 
 @dataclass
 class ProcessSetup:
@@ -129,13 +44,23 @@ class ProcessSetup:
     soc_detection: SocDetection | None = None
     warned: set[str] = field(default_factory=set)
     roots: TrustedRoots = field(default_factory=TrustedRoots)
+    engine_configs: PerConfig[Any] = field(default_factory=PerConfig, repr=False)
+    _published: tuple[str, tuple[str, Any] | None] | None = field(default=None, repr=False)
 
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
         """Log ``message`` as a warning (on ``log``, default this module's logger) the first
         time this process sees it."""
-        if message not in self.warned:
-            self.warned.add(message)
-            (log or logger).warning("%s", message)
+        self.log_once(message, log, logging.WARNING)
+
+    def log_once(self, message: str, log: logging.Logger | None = None,
+                 level: int = logging.WARNING) -> bool:
+        """Log ``message`` at ``level`` the first time this process sees it (any level: the
+        log-once keys are the messages); True when it was logged now."""
+        if message in self.warned:
+            return False
+        self.warned.add(message)
+        (log or logger).log(level, "%s", message)
+        return True
 
     def device_soc(self) -> str:
         """The SoC family of this process's NPU, detected once from
@@ -145,7 +70,6 @@ class ProcessSetup:
         """
         if self.soc_detection is None:
             from vllm_ascend.platform.npu_device import torch_npu
-            from vllm_ascend.platform.soc import detect_soc
 
             detection = detect_soc(lambda: torch_npu().npu.get_soc_version())
             for warning in detection.warnings:
@@ -157,8 +81,6 @@ class ProcessSetup:
     def cross_check_soc(self, soc: str, npu_smi_soc: str) -> str | None:
         """Compare npu-smi's reading of the chips with the SoC in force (``soc``); a
         disagreement is one warning naming both (also returned). ``soc`` stays in force."""
-        from vllm_ascend.platform.soc import npu_smi_disagreement
-
         detection = self.soc_detection
         described = detection.describe() if detection is not None and detection.soc == soc \
             else None
@@ -167,20 +89,52 @@ class ProcessSetup:
             self.warn_once(message)
         return message
 
-    def setup(self, ascend_config: Any, soc: str) -> ProcessSetup:
-        """Idempotent per resolved config: adjustments, file logging, batch invariance."""
-        from vllm_ascend.observability import logging_setup
-        from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
-        from vllm_ascend.runtime import batch_invariance
+    def published_config(
+            self, environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
+        """(soc, resolved AscendConfig) published to this process, or None when none was.
 
+        Resolved once per publication (the channel's value names its inputs by content), not
+        once per call; a channel that cannot be read raises each time (``WorkerInputsError``,
+        ``OSError``, ``AscendConfigError``) and is not remembered."""
+        env = os.environ if environ is None else environ
+        value = env.get(WORKER_INPUTS_ENV)
+        if not value:
+            return None
+        if self._published is None or self._published[0] != value:
+            self._published = (value, resolve_published(env))
+        return self._published[1]
+
+    def config_for(self, vllm_config: Any) -> Any:
+        """The resolved AscendConfig of the engine that owns ``vllm_config``: the one this
+        process resolved for that very config object (an engine created here), else the one
+        published to this process (a worker: its VllmConfig is a copy), else None."""
+        resolved = self.engine_configs.get(vllm_config)
+        return resolved if resolved is not None else self.published_ascend_config()
+
+    def published_ascend_config(self) -> Any:
+        """The resolved AscendConfig published to this process (``os.environ``), or None."""
+        published = self.published_config()
+        return None if published is None else published[1]
+
+    def adjust(self, soc: str) -> list[str]:
+        """Apply the compat adjustments for ``soc`` (idempotent); the batch-invariance handover
+        reads the config published to whichever ``ProcessSetup`` is current when it runs."""
+        return apply_compat_adjustments(soc, config=current_ascend_config)
+
+    def setup(self, ascend_config: Any, soc: str, vllm_config: Any = None) -> ProcessSetup:
+        """Idempotent per resolved config: adjustments, file logging, batch invariance.
+        With ``vllm_config`` (the engine's platform hook), ``ascend_config`` is remembered as
+        that engine's (:meth:`config_for`)."""
+        if vllm_config is not None:
+            self.engine_configs.set(vllm_config, ascend_config)
         key = f"{soc}:{ascend_config.to_json()}"
         if self.done_for == key:
             return self
         self.done_for = key
-        self.adjustments = apply_compat_adjustments(soc)
+        self.adjustments = self.adjust(soc)
         logging_setup.configure_console_logging()
         log_dir = os.path.expanduser(str(ascend_config.ascend_log_path))
-        handler = logging_setup.configure_file_logging(log_dir)
+        handler = logging_setup.configure_file_logging(log_dir, roots=self.roots)
         self.log_dir = str(handler.log_dir) if handler is not None else None
         self.batch_invariance = batch_invariance.init_batch_invariance(ascend_config)
         return self
@@ -190,7 +144,13 @@ _PROCESS = ProcessSetup()
 
 
 def current_process_setup() -> ProcessSetup:
+    """This process's :class:`ProcessSetup`."""
     return _PROCESS
+
+
+def current_ascend_config() -> Any:
+    """The resolved AscendConfig published to this process (resolved once), or None."""
+    return _PROCESS.published_ascend_config()
 
 
 def reset_process_setup() -> None:

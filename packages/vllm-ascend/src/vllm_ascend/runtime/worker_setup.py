@@ -11,6 +11,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from vllm_ascend.runtime.cpu_binding import WorkerBinding, bind_this_worker
+from vllm_ascend.runtime.process_setup import current_process_setup
 
 logger = logging.getLogger("vllm_ascend.runtime.worker_setup")
 
@@ -19,7 +20,8 @@ def prepare_worker(vllm_config: Any, local_rank: int,
                    environ: MutableMapping[str, str] | None = None) -> WorkerBinding:
     """Load this rank's local communication endpoints (``ASCEND_LOCAL_COMM_RES``, when
     ``kv_connector_extra_config.ascend_local_comm_res_path`` names them), then bind the
-    process to its CPU pool (:func:`bind_this_worker`).
+    process to its CPU pool (:func:`bind_this_worker`, recorded in this process's
+    ``ProcessSetup.cpu_binding``).
 
     A bad endpoint file is a ``ValueError`` naming it: the worker cannot join its KV transfer
     group without it, so it stops at start-up rather than at the first transfer.
@@ -31,4 +33,7 @@ def prepare_worker(vllm_config: Any, local_rank: int,
     if setup_local_comm_res(local_rank, extra, environ) is not None:
         logger.info("local rank %d: ASCEND_LOCAL_COMM_RES loaded from %s", local_rank,
                     extra["ascend_local_comm_res_path"])
-    return bind_this_worker(vllm_config, local_rank, environ)
+    process = current_process_setup()
+    binding = bind_this_worker(vllm_config, local_rank, process, environ)
+    process.cpu_binding = list(binding.lines)
+    return binding

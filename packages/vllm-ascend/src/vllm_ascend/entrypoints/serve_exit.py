@@ -1,0 +1,205 @@
+"""How `vllm-ascend serve` ends: the exit status after an engine failure, a bounded shutdown.
+
+Two behaviours of vLLM 0.32's single API server, both seen with real processes:
+
+- When the engine dies while serving (a TP worker killed, the engine core crashed), vLLM
+  fails the open requests, logs the error and stops the HTTP server, then returns normally:
+  the process exits 0. A supervisor's
+  restart-on-failure never fires.
+- On SIGTERM/SIGINT with the default ``--shutdown-timeout 0`` ("abort"), vLLM SIGTERMs the
+  engine core and SIGKILLs its process tree at once. Requests whose abort did not reach the API
+  server before the kill never finish, and uvicorn waits for their connections with no time
+  limit ("Waiting for connections to close"): the process stays up as long as a client keeps
+  waiting.
+
+- In that "abort" shutdown, vLLM SIGTERMs the engine core and SIGKILLs it at once; whether an
+  open request ends with finish reason "abort" or with HTTP 500 / an error event
+  ("EngineCore encountered an issue", logged as EngineDeadError) depends on which the API
+  server's output handler sees first.
+
+`run_api_server` runs vLLM's single API server from vLLM's own building blocks, tells the
+uvicorn server to close connections still open `HTTP_SHUTDOWN_GRACE_S` after the shutdown
+began, and records in an `EngineWatch` whether the engine failed before anybody asked it to
+stop. On an "abort" shutdown of a live engine the watch first aborts every open request on the
+server's event loop, so each ends with finish reason "abort" before the engine core is killed.
+
+`install_single_api_server_runner` points the ``run_server`` of vLLM's serve command at it
+(row ``serve_single_api_server`` of `vllm_ascend.platform.compat_adjustments`, applied only by
+`vllm-ascend serve`); the runner raises `EngineDiedError` once the server stopped after an
+engine failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+logger = logging.getLogger("vllm_ascend.serve")
+
+# The module of vLLM's `serve` command, whose ``run_server`` the single API server path calls.
+VLLM_SERVE_MODULE = "vllm.entrypoints.cli.serve"
+_MARKER = "_ascend_single_api_server"
+
+# Seconds the HTTP server keeps connections open once it shuts down. After a shutdown signal
+# the engine has already drained (--shutdown-timeout) or aborted every request, so nothing
+# more can arrive on them; the grace lets finished responses flush.
+HTTP_SHUTDOWN_GRACE_S = 5
+
+# Seconds the abort of the open requests may take before the shutdown goes on without it.
+ABORT_WAIT_S = 5.0
+
+
+async def abort_open_requests(engine: Any) -> int:
+    """Abort every request `engine` (vLLM's AsyncLLM) still has open, each ending with finish
+    reason "abort"; the number aborted. Runs on the server's event loop, where the engine's
+    output processor lives."""
+    ids = list(engine.output_processor.request_states)
+    if ids:
+        await engine.abort(ids, internal=True)
+    return len(ids)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _timeout_of(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    return kwargs["timeout"] if "timeout" in kwargs else (args[0] if args else None)
+
+
+class EngineWatch:
+    """Whether the engine behind one API server died on its own (``died``).
+
+    An engine that fails while serving stops the HTTP server by itself; one stopped by a
+    shutdown signal is asked to stop (its ``shutdown``) before the HTTP server ends. What
+    counts is the engine's state at the first stop request, or when serving ended if nobody
+    asked: a failure before a late SIGTERM still counts as a failure.
+    """
+
+    def __init__(self) -> None:
+        self.died = False
+        self.stop_requested = False
+
+    def watch(self, engine: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Note, at the first call of ``engine.shutdown``, whether ``engine.errored`` was set.
+
+        With `loop` (the server's event loop; vLLM calls ``shutdown`` from another thread), a
+        first ``shutdown(timeout=0)`` of a live engine first aborts its open requests there
+        (`abort_open_requests`, at most `ABORT_WAIT_S`).
+        """
+        stop = engine.shutdown
+
+        def shutdown(*args: Any, **kwargs: Any) -> Any:
+            if not self.stop_requested:
+                self.stop_requested = True
+                self.died = self.died or bool(engine.errored)
+                if loop is not None and not self.died and _timeout_of(args, kwargs) == 0:
+                    self._abort_before_stop(engine, loop)
+            return stop(*args, **kwargs)
+
+        engine.shutdown = shutdown
+
+    @staticmethod
+    def _abort_before_stop(engine: Any, loop: asyncio.AbstractEventLoop) -> None:
+        if _running_loop() is loop:
+            return  # called on the loop itself, which cannot run the abort while it waits
+        future = asyncio.run_coroutine_threadsafe(abort_open_requests(engine), loop)
+        try:
+            count = future.result(timeout=ABORT_WAIT_S)
+        except Exception as exc:  # the shutdown must go on whatever the abort hit
+            future.cancel()
+            logger.warning("open requests not aborted before the engine stops (%s: %s); "
+                           "they may end with an engine error instead",
+                           type(exc).__name__, exc)
+            return
+        if count:
+            logger.info("shutdown: aborted %d open request(s)", count)
+
+    def serving_ended(self, engine: Any) -> None:
+        """The HTTP server stopped; without a stop request only a failed engine stops it."""
+        if not self.stop_requested and bool(engine.errored):
+            self.died = True
+
+
+def _interrupt_start_up(signum: int, frame: Any) -> NoReturn:
+    # Until uvicorn runs, a SIGTERM interrupts the start-up (vLLM's own runner does the same).
+    raise KeyboardInterrupt("terminated")
+
+
+async def run_api_server(args: Any, watch: EngineWatch, **uvicorn_kwargs: Any) -> None:
+    """vLLM's single OpenAI API server for parsed `serve` ``args``, watched by ``watch``."""
+    from vllm.entrypoints.launchers.api_server.entry import (
+        build_and_serve,
+        build_async_engine_client,
+    )
+    from vllm.entrypoints.launchers.launcher import setup_server
+    from vllm.utils.system_utils import decorate_logs
+
+    decorate_logs("APIServer", skip_if_decorated=True)
+    signal.signal(signal.SIGTERM, _interrupt_start_up)
+    uvicorn_kwargs.setdefault("timeout_graceful_shutdown", HTTP_SHUTDOWN_GRACE_S)
+    listen_address, sock = setup_server(args, reuse_port=False)
+    try:
+        async with build_async_engine_client(args) as engine:
+            watch.watch(engine, asyncio.get_running_loop())
+            http_shutdown = await build_and_serve(engine, listen_address, sock, args,
+                                                  **uvicorn_kwargs)
+            watch.serving_ended(engine)
+        # The engine is shut down (leaving the block); now the HTTP server's own shutdown.
+        await http_shutdown
+    finally:
+        sock.close()
+
+
+class EngineDiedError(RuntimeError):
+    """The engine died while the single API server ran; raised after the server stopped."""
+
+
+async def run_watched_api_server(args: Any, **uvicorn_kwargs: Any) -> None:
+    """`run_api_server` with a fresh `EngineWatch`, in the place of vLLM's ``run_server``;
+    raises `EngineDiedError` when the engine died while serving."""
+    watch = EngineWatch()
+    await run_api_server(args, watch, **uvicorn_kwargs)
+    if watch.died:
+        raise EngineDiedError("the engine died while serving")
+
+
+def install_single_api_server_runner() -> bool:
+    """Point the ``run_server`` of vLLM's serve command at `run_watched_api_server`.
+
+    Idempotent (False when already installed). False with a warning, and nothing changed,
+    when this vLLM's serve module has no ``run_server``.
+    """
+    import importlib
+
+    serve_cli = importlib.import_module(VLLM_SERVE_MODULE)
+    current = getattr(serve_cli, "run_server", None)
+    if current is None:
+        logger.warning("vLLM's serve command has no run_server: the engine-death exit status "
+                       "and the bounded HTTP shutdown are not applied")
+        return False
+    if getattr(current, _MARKER, False):
+        return False
+
+    async def run_server(args: Any, **uvicorn_kwargs: Any) -> None:
+        await run_watched_api_server(args, **uvicorn_kwargs)
+
+    setattr(run_server, _MARKER, True)
+    run_server._original = current  # type: ignore[attr-defined]
+    setattr(serve_cli, "run_server", run_server)  # noqa: B010 - a vLLM module's name
+    return True
+
+
+def remove_single_api_server_runner() -> None:
+    """Put vLLM's own ``run_server`` back (nothing to do when its module was never imported)."""
+    serve_cli = sys.modules.get(VLLM_SERVE_MODULE)
+    current: Any = getattr(serve_cli, "run_server", None)
+    if serve_cli is not None and getattr(current, _MARKER, False):
+        setattr(serve_cli, "run_server", current._original)  # noqa: B010

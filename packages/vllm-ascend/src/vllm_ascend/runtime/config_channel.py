@@ -1,0 +1,106 @@
+"""The channel from the process that resolves the Ascend config to the processes it spawns.
+
+The engine-side platform resolves the Ascend config and publishes the *inputs* of that
+resolution (additional_config, deployment facts, the Ascend environment variables as they were
+before any env change was applied) in a private file whose path is in one environment variable
+that spawned workers inherit (``runtime.worker_inputs``); each child calls ascend-config's pure
+``resolve`` with the same inputs, so every process holds an equal config and vLLM's
+``additional_config`` is never written to. This module is a leaf: it knows the variable names
+and the encoding, never the process that reads them (``runtime.process_setup`` resolves once
+per process and owns the result).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import ascend_config
+from ascend_config import envs
+
+from vllm_ascend.runtime import worker_inputs
+
+logger = logging.getLogger("vllm_ascend.runtime.config_channel")
+
+WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
+"""The published resolution inputs (inline JSON, or the path of their private file)."""
+RANK_PLAN_ENV = "VLLM_ASCEND_RANK_PLAN"
+"""The host-CPU platform's per-rank plan (JSON: the plan and the OpenMP lists handed to vLLM)."""
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+"""vLLM's per-local-rank OpenMP CPU lists (``"0-3|4-7"``), in DP x PP x TP rank order."""
+
+
+def ascend_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ascend-config's env registry that are set (the env input of resolve).
+
+    :data:`WORKER_INPUTS_ENV` and the host-CPU rank plan are left out: they are the plugin's
+    output channels, not inputs of the resolution. Were the first included, every publication
+    would hash in the path of the one before it, so equal inputs would never share a file.
+    """
+    env = os.environ if environ is None else environ
+    outputs = (WORKER_INPUTS_ENV, RANK_PLAN_ENV)
+    return {name: env[name] for name in envs.names() if name in env and name not in outputs}
+
+
+def publish_worker_inputs(
+    soc: str,
+    additional_config: Mapping[str, Any],
+    facts: Any,
+    resolve_environ: Mapping[str, str],
+    environ: MutableMapping[str, str] | None = None,
+) -> bool:
+    """Store the resolution inputs (additional_config, facts, the Ascend env variables) for
+    child processes: in a private file whose path goes into ``environ`` (not the inputs
+    themselves, see ``runtime.worker_inputs``). False, with one warning, when additional_config
+    is not JSON-serialisable or the file cannot be written; the variable is then removed, so
+    children never read an earlier publication."""
+    env = os.environ if environ is None else environ
+    try:
+        data = worker_inputs.encode_inputs(
+            {"soc": soc, "additional_config": dict(additional_config), "facts": facts.to_dict(),
+             "environ": dict(resolve_environ)})
+    except (TypeError, ValueError) as exc:
+        env.pop(WORKER_INPUTS_ENV, None)
+        logger.warning("workers will use defaults: additional_config is not "
+                       "JSON-serialisable (%s)", exc)
+        return False
+    try:
+        env[WORKER_INPUTS_ENV] = worker_inputs.env_value(data)
+    except (OSError, worker_inputs.WorkerInputsError) as exc:
+        env.pop(WORKER_INPUTS_ENV, None)
+        logger.warning("workers will use defaults: cannot write the worker inputs (%s)", exc)
+        return False
+    return True
+
+
+def published_inputs(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The inputs published for this process (soc, additional_config, facts, environ), or
+    None when none were; ``WorkerInputsError``/``OSError`` when the file cannot be used."""
+    env = os.environ if environ is None else environ
+    value = env.get(WORKER_INPUTS_ENV)
+    return worker_inputs.inputs_from_env(value) if value else None
+
+
+def published_soc(environ: Mapping[str, str] | None = None) -> str | None:
+    """The SoC the config-creating process published for its children, or None."""
+    try:
+        inputs = published_inputs(environ)
+    except (OSError, ValueError):
+        return None
+    return None if inputs is None else inputs["soc"]
+
+
+def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
+    """(soc, resolved AscendConfig) from the published inputs, or None when none were published.
+
+    This runs the full resolution: read it once per process through
+    ``ProcessSetup.published_config``, not per call."""
+    data = published_inputs(environ)
+    if data is None:
+        return None
+    facts = ascend_config.DeploymentFacts.from_mapping(data["facts"])
+    return data["soc"], ascend_config.resolve(
+        data["additional_config"], facts=facts, environ=data["environ"]
+    )
