@@ -101,7 +101,9 @@ def resolved() -> Any:
 def test_the_largest_decode_batch_is_captured_for_every_max_num_seqs(
     soc: str, tp: int, sp: bool, resolved: Any, caplog: Any
 ) -> None:
-    caplog.set_level(logging.ERROR)  # vLLM's "Truncating max_cudagraph_capture_size" per case
+    # Quiet vLLM's "Truncating max_cudagraph_capture_size" and the plugin's notes per case.
+    caplog.set_level(logging.ERROR, logger="vllm.config.vllm")
+    caplog.set_level(logging.ERROR, logger="vllm_ascend.config_pipeline.npu_compilation")
     failures = []
     for spec in range(4):
         for seqs in range(1, 513):
@@ -136,12 +138,12 @@ def test_a_max_the_user_set_is_kept_and_wider_batches_run_eagerly(resolved: Any)
     assert cc.max_cudagraph_capture_size == 8
 
 
-def test_an_off_grid_default_max_gains_a_covering_size(resolved: Any, caplog: Any) -> None:
-    with caplog.at_level(logging.INFO, logger="vllm_ascend.config_pipeline.npu_compilation"):
-        cc = _configure(9, 0, "A2", 1, False, resolved)
+def test_an_off_grid_default_max_gains_a_covering_size(resolved: Any) -> None:
+    cc = _configure(9, 0, "A2", 1, False, resolved)
     assert cc.cudagraph_capture_sizes == [1, 2, 4, 8, 9]
-    assert "capture sizes [9] added (the largest decode batch must be captured); " \
-           "max_cudagraph_capture_size 8 -> 9" in caplog.text
+    assert cc.max_cudagraph_capture_size == 9
+    assert nc.update_cudagraph_capture_sizes(cc, [1, 2, 4, 8, 9, 16], reason="why") == [
+        "capture sizes [16] added (why); max_cudagraph_capture_size 9 -> 16"]
 
 
 def test_covering_capture_sizes_at_its_boundaries() -> None:
