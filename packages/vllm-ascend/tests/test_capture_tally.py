@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+
 class _Lines(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
