@@ -201,11 +201,14 @@ def _cover_largest_decode_batch(vllm_config: Any, sizes: list[int],
     """``sizes`` with a size for the widest decode step when they stop short of it (vLLM
     truncates an off-grid Ascend default max, e.g. 9, to its grid point 8 below; SP alignment
     drops sizes that are not multiples of TP)."""
+    user = _USER_SETTINGS.get(vllm_config)
+    if user is None:  # the defaults hook never saw this config: the sizes may be the user's
+        return sizes
     sched, spec = vllm_config.scheduler_config, vllm_config.speculative_config
     max_tokens = int(sched.max_num_batched_tokens)
     largest = largest_decode_batch(
         sched.max_num_seqs, int(spec.num_speculative_tokens or 0) if spec is not None else 0,
-        max_tokens, user_capture_settings(vllm_config),
+        max_tokens, user,
     )
     if largest is None:
         return sizes
