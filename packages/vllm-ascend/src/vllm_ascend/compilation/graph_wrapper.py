@@ -2,8 +2,9 @@
 
 The capture key and runtime mode come from vLLM's forward context (the batch descriptor and
 ``cudagraph_runtime_mode`` that vLLM's dispatcher set for this step). Per capture the wrapper
-checks that vLLM allows capturing, marks the forward context as capturing, counts the graph
-in vLLM's compilation counter and turns the attention workspaces of the engine's graph
+checks that vLLM allows capturing, marks the forward context as capturing, logs the capture's
+size and seconds (totals per engine in ``capture_tally``, carried by the rank report), counts
+the graph in vLLM's compilation counter and turns the attention workspaces of the engine's graph
 parameters into weak references. Before a FULL graph replays it waits for the previous replay
 (except for an EAGLE drafter) and has the attention backend refresh this step's parameters
 (``update_full_graph_params``); PIECEWISE graphs contain no attention and replay directly.
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from vllm_ascend.compilation.capture_tally import record_capture
 from vllm_ascend.compilation.graph_params import graph_params_for
 
 
@@ -84,6 +87,7 @@ class AscendGraphWrapper:
             runtime = NPUGraphRuntime(weak_ref_fn=npu_weak_ref_tensors, gc_disable=gc_disable)
             pool = current_platform.get_global_graph_pool()
         self.runtime = runtime
+        self.runtime_mode = runtime_mode
         self._wrapper = GraphWrapper(
             runnable, runtime_mode, runtime=runtime, context=context, pool=pool,
             debug=os.environ.get("VLLM_LOGGING_LEVEL", "") == "DEBUG",
@@ -118,19 +122,22 @@ class AscendGraphWrapper:
 
     @contextlib.contextmanager
     def _capturing(self, key: Any) -> Iterator[None]:
+        """The capture's scope: vLLM's check, the forward context's flag, and its time (one
+        log line and the engine's tally, for a capture that succeeded)."""
         from vllm.compilation.monitor import validate_cudagraph_capturing_enabled
 
         validate_cudagraph_capturing_enabled()
         fields = _forward_fields(self.vllm_config)
-        if fields is None:
-            yield
-            return
-        before = fields.capturing
-        fields.capturing = True
+        before = fields.capturing if fields is not None else None
+        if fields is not None:
+            fields.capturing = True
+        start = time.perf_counter()
         try:
             yield
         finally:
-            fields.capturing = before
+            if fields is not None:
+                fields.capturing = before
+        record_capture(self.vllm_config, key, self.runtime_mode, time.perf_counter() - start)
 
     @staticmethod
     def _count_capture(key: Any) -> None:

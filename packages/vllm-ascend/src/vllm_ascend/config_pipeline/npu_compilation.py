@@ -59,7 +59,8 @@ def update_cudagraph_capture_sizes(
     """Replace the capture sizes by ``sizes`` (``reason`` says why) and the max by their last.
 
     With ``user_sizes_must_stay``, dropping a size the user listed is one ValueError naming
-    the sizes and what is allowed; otherwise every dropped size is named in one warning.
+    the sizes and what is allowed; otherwise every dropped size is named in one warning
+    (sizes only added: one info line).
     Returns the notes logged.
     """
     new = sorted(set(sizes))
@@ -73,16 +74,19 @@ def update_cudagraph_capture_sizes(
                 f"compilation_config.cudagraph_capture_sizes={sorted(set(user.sizes))} includes "
                 f"{lost}, which cannot be used: {reason}. Allowed sizes here: {new or 'none'}"
             )
+    added = [s for s in new if s not in current]
     old_max = cc.max_cudagraph_capture_size
     new_max = new[-1] if new else 0
     notes = []
-    if dropped or old_max != new_max:
+    if dropped or added or old_max != new_max:
+        what = [f"capture sizes {dropped} dropped"] if dropped or not added else []
+        what += [f"capture sizes {added} added"] if added else []
         notes.append(
-            f"capture sizes {dropped} dropped ({reason}); max_cudagraph_capture_size "
+            f"{' and '.join(what)} ({reason}); max_cudagraph_capture_size "
             f"{old_max} -> {new_max}"
         )
     for note in notes:
-        logger.warning(note)
+        (logger.warning if dropped else logger.info)(note)
     cc.max_cudagraph_capture_size = new_max
     cc.cudagraph_capture_sizes = new
     cc.post_init_cudagraph_sizes()
@@ -101,6 +105,37 @@ def default_max_capture_size(
     if user_max is not None or user_sizes or max_num_seqs is None:
         return None
     return min(max_num_seqs * (1 + num_speculative_tokens), MAX_DEFAULT_CAPTURE_SIZE)
+
+
+def largest_decode_batch(
+    max_num_seqs: int | None, num_speculative_tokens: int, max_num_batched_tokens: int,
+    user: UserCaptureSettings,
+) -> int | None:
+    """Tokens of the widest decode step that must replay a graph, or None (the user chose the
+    sizes or the max: larger batches then run eagerly by their choice).
+
+    A decode step is ``max_num_seqs * (1 + spec)`` tokens; above the default capture ceiling
+    (512) or the scheduler's token budget a batch runs eagerly by design.
+    """
+    cap = default_max_capture_size(max_num_seqs, num_speculative_tokens, user.max_size,
+                                   user.sizes)
+    return None if cap is None else min(cap, max_num_batched_tokens)
+
+
+def covering_capture_sizes(
+    sizes: Sequence[int], largest: int, max_num_tokens: int, multiple_of: int = 1
+) -> list[int]:
+    """``sizes`` plus one size covering ``largest`` tokens when none does (vLLM pads a batch up
+    to the next captured size and runs one larger than all of them eagerly).
+
+    The added size is ``largest`` rounded up to ``multiple_of`` (sequence parallelism needs
+    multiples of TP), unless that exceeds ``max_num_tokens`` (the runner's buffers).
+    """
+    ordered = sorted(set(sizes))
+    if ordered and ordered[-1] >= largest:
+        return ordered
+    size = -(-largest // multiple_of) * multiple_of
+    return ordered if size > max_num_tokens else sorted({*ordered, size})
 
 
 def prune_capture_sizes(sizes: Sequence[int], keep: int = A5_MAX_CAPTURE_SIZES) -> list[int]:
@@ -161,6 +196,25 @@ def sp_capture_sizes(sizes: Sequence[int], tp: int) -> list[int]:
     return [s for s in sorted(sizes) if s % tp == 0]
 
 
+def _cover_largest_decode_batch(vllm_config: Any, sizes: list[int],
+                                multiple_of: int) -> list[int]:
+    """``sizes`` with a size for the widest decode step when they stop short of it (vLLM
+    truncates an off-grid Ascend default max, e.g. 9, to its grid point 8 below; SP alignment
+    drops sizes that are not multiples of TP)."""
+    user = _USER_SETTINGS.get(vllm_config)
+    if user is None:  # the defaults hook never saw this config: the sizes may be the user's
+        return sizes
+    sched, spec = vllm_config.scheduler_config, vllm_config.speculative_config
+    max_tokens = int(sched.max_num_batched_tokens)
+    largest = largest_decode_batch(
+        sched.max_num_seqs, int(spec.num_speculative_tokens or 0) if spec is not None else 0,
+        max_tokens, user,
+    )
+    if largest is None:
+        return sizes
+    return covering_capture_sizes(sizes, largest, max_tokens, multiple_of)
+
+
 def setup_compile_backend(
     vllm_config: Any, ascend_config: Any, soc: str, environ: Mapping[str, str] | None = None
 ) -> list[str]:
@@ -173,14 +227,15 @@ def setup_compile_backend(
     cc.cudagraph_num_of_warmups = 1
     vllm_config._set_cudagraph_sizes()
     eager = bool(vllm_config.model_config and vllm_config.model_config.enforce_eager)
-    if needs_sp_alignment(
+    sp = needs_sp_alignment(
         par.tensor_parallel_size, cc.cudagraph_mode == CUDAGraphMode.NONE, eager,
         bool(getattr(par, "use_sequence_parallel_moe", False)),
         bool(ascend_config.enable_shared_expert_dp), bool(ascend_config.enable_dsa_cp),
-    ):
-        sizes = list(cc.cudagraph_capture_sizes or [])
+    )
+    sizes = sorted(set(cc.cudagraph_capture_sizes or []))
+    if sp:
         tp = par.tensor_parallel_size
-        kept = sp_capture_sizes(sizes, tp)
+        kept = _cover_largest_decode_batch(vllm_config, sp_capture_sizes(sizes, tp), tp)
         if not kept:
             raise ValueError(
                 f"no graph capture size in {sizes} suits sequence parallelism with "
@@ -191,6 +246,11 @@ def setup_compile_backend(
                 cc, kept, user=user_capture_settings(vllm_config), user_sizes_must_stay=True,
                 reason=f"sequence parallelism with TP={tp} needs multiples of {tp}",
             )
+    elif sizes and cc.cudagraph_mode != CUDAGraphMode.NONE and not eager:
+        covered = _cover_largest_decode_batch(vllm_config, sizes, 1)
+        if covered != sizes:
+            notes += update_cudagraph_capture_sizes(
+                cc, covered, reason="the largest decode batch must be captured")
     cc.backend = COMPILER_PATH
     mode = cc.cudagraph_mode
     if mode == CUDAGraphMode.NONE:

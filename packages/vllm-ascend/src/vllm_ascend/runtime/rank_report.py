@@ -2,8 +2,9 @@
 
 With ``VLLM_ASCEND_RANK_REPORT_DIR`` set, every worker writes ``dp<D>-rank<R>.json`` there (D:
 data-parallel rank, R: rank in its engine's TP x PP world) after its device is set up and
-again once the model is compiled and warmed up, so a deployment's ranks can be checked from
-outside the worker processes (the fusion counts of a worker exist only in that worker).
+again once the model is compiled and warmed up (then with the graphs it captured and the
+seconds they took), so a deployment's ranks can be checked from outside the worker processes
+(the fusion and capture counts of a worker exist only in that worker).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def report_name(dp_rank: int, rank: int) -> str:
 def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
                       stage: str) -> dict[str, Any]:
     """The report of this worker process (``stage``: "device" or "warmed_up")."""
+    from vllm_ascend.compilation.capture_tally import capture_tally_for
     from vllm_ascend.compilation.pass_manager import fusion_report
     from vllm_ascend.runtime.cpu_binding import host_rank
 
@@ -49,6 +51,8 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
         "bound_cpus": list(binding.cpus) if binding is not None else [],
         "binding": list(binding.lines) if binding is not None else [],
         "fusion": fusion_report(),
+        # Graphs this rank captured and the seconds it spent capturing (none on vLLM CPU).
+        "captures": capture_tally_for(vllm_config).as_report(),
     }
 
 

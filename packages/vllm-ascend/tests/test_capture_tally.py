@@ -1,0 +1,128 @@
+"""Each graph capture logs its size and seconds, and the rank report carries the rank's totals:
+AscendGraphWrapper over the real NPU graph runtime (``NPUGraphRuntime``) with the fake
+torch_npu (the NPU seam), driven by vLLM's CudagraphDispatcher and forward context."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _logged(name: str) -> Iterator[list[str]]:
+    """Messages of one logger (the vllm_ascend logger does not propagate to caplog)."""
+    logger, handler = logging.getLogger(name), _Lines()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+CAPTURE_SECONDS = 0.02  # the runnable sleeps this long, so each capture takes at least it
+
+
+def _wrapper_and_dispatcher(cfg: Any) -> tuple[Any, Any]:
+    from ascend_graph import NPUGraphRuntime
+    from vllm.config import CompilationMode, CUDAGraphMode
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+    from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper, npu_weak_ref_tensors
+
+    cc = cfg.compilation_config
+    cc.mode = CompilationMode.VLLM_COMPILE
+    cc.cudagraph_mode = CUDAGraphMode.PIECEWISE
+    cc.splitting_ops = list(cc._attention_ops)
+    cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = [1, 2, 4], 4
+    dispatcher = CudagraphDispatcher(cfg)
+    dispatcher.initialize_cudagraph_keys(CUDAGraphMode.PIECEWISE, 1)
+
+    def runnable(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(CAPTURE_SECONDS)
+        return x + 1
+
+    runtime = NPUGraphRuntime(weak_ref_fn=npu_weak_ref_tensors)
+    wrapper = AscendGraphWrapper(runnable, cfg, CUDAGraphMode.PIECEWISE, runtime=runtime)
+    return dispatcher, wrapper
+
+
+def _step(cfg: Any, dispatcher: Any, wrapper: Any, num_tokens: int) -> Any:
+    from vllm.forward_context import set_forward_context
+
+    mode, descriptor = dispatcher.dispatch(num_tokens, uniform_decode=False)
+    with set_forward_context(None, cfg, cudagraph_runtime_mode=mode,
+                             batch_descriptor=descriptor):
+        wrapper(torch.ones(descriptor.num_tokens))
+    return descriptor.num_tokens
+
+
+def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
+    make_vllm_config: Any, request: Any
+) -> None:
+    from vllm_ascend.compilation.capture_tally import capture_tally_for, reset_capture_tallies
+    from vllm_ascend.runtime.rank_report import build_rank_report
+
+    reset_capture_tallies()
+    # The configs first: transformers probes torch_npu while they are built.
+    cfg, other = make_vllm_config(max_num_seqs=4), make_vllm_config()
+    fake_torch_npu = request.getfixturevalue("fake_torch_npu")
+    dispatcher, wrapper = _wrapper_and_dispatcher(cfg)
+    report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="device")
+    assert report["captures"] == {"count": 0, "seconds": 0.0}  # nothing captured yet
+
+    with _logged("vllm_ascend.compilation.capture_tally") as lines:
+        padded = [_step(cfg, dispatcher, wrapper, n) for n in (3, 1, 3)]  # 3 pads to 4
+    assert padded == [4, 1, 4]
+    # Two captures on the device (4 then 1); the second batch of 3 replays the graph of 4.
+    assert len(fake_torch_npu.npu.called("NPUGraph.capture_begin")) == 2
+    assert len(fake_torch_npu.npu.called("NPUGraph.replay")) == 1
+    pattern = re.compile(r"graph captured: PIECEWISE num_tokens=(\d+) in ([\d.]+) s "
+                         r"\(capture (\d), ([\d.]+) s in all\)")
+    parsed = [pattern.fullmatch(line) for line in lines]
+    assert all(parsed) and len(parsed) == 2, lines
+    assert [(int(m[1]), int(m[3])) for m in parsed if m] == [(4, 1), (1, 2)]
+    seconds = [float(m[2]) for m in parsed if m]
+    assert all(s >= CAPTURE_SECONDS for s in seconds)
+
+    tally = capture_tally_for(cfg)
+    assert tally.count == 2 and abs(tally.seconds - sum(seconds)) < 0.002
+    report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="warmed_up")
+    assert report["captures"] == {"count": 2, "seconds": round(tally.seconds, 6)}
+    assert capture_tally_for(other).count == 0  # another engine's config: its own tally
+    reset_capture_tallies()
+
+
+def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) -> None:
+    import pytest
+    from vllm_ascend.compilation.capture_tally import capture_tally_for, reset_capture_tallies
+
+    reset_capture_tallies()
+    cfg = make_vllm_config(max_num_seqs=4)
+    request.getfixturevalue("fake_torch_npu")
+    dispatcher, wrapper = _wrapper_and_dispatcher(cfg)
+
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("capture broke")
+
+    wrapper._wrapper.runnable = broken
+    with pytest.raises(RuntimeError, match="capture broke"):
+        _step(cfg, dispatcher, wrapper, 2)
+    assert capture_tally_for(cfg).count == 0
+    reset_capture_tallies()
