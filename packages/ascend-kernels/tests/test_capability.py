@@ -55,8 +55,8 @@ def test_bad_queries_are_value_errors(kwargs: dict[str, object], message: str) -
         supports(op, **kwargs)  # type: ignore[arg-type]
 
 
-# The whole NPU matrix, restated from reference/upstream-behaviour.md (sections 11.1, 12.6)
-# and the README: op -> (SoCs, activation dtypes, head sizes or None for any).
+# The whole NPU matrix, restated from the upstream plugin's per-SoC op support and the
+# package README: op -> (SoCs, activation dtypes, head sizes or None for any).
 ALL_NPUS = {"A2", "A3", "A5", "310P"}
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 SPEC: dict[str, tuple[set[str], set[torch.dtype], set[int] | None]] = {

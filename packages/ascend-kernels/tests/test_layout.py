@@ -1,4 +1,4 @@
-"""NZ layout helpers: the exact shapes and values of reference section 11.2."""
+"""NZ layout helpers: the exact shapes and values of the FRACTAL_NZ layout, written out."""
 
 from __future__ import annotations
 

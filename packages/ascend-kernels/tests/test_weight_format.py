@@ -1,7 +1,7 @@
 """The NZ cast decision and cast (``maybe_trans_nz``) and ``dispose_tensor``.
 
-The seven cases are those of the existing plugin's unit test (reference section 13: "maybe_trans_nz
-7 cases"); the rule is section 11.2. The cast goes through the recording fake ``torch_npu``.
+The seven cases are those of the upstream plugin's ``maybe_trans_nz`` unit test; the rule is the
+upstream plugin's NZ rule. The cast goes through the recording fake ``torch_npu``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_upstream_cases(
 @pytest.mark.parametrize("mode", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [F32, BF16, F16, I8, torch.float8_e4m3fn, torch.int32])
 def test_the_whole_table(soc: str, mode: int, dtype: torch.dtype) -> None:
-    # Written out from section 11.2, one clause per line.
+    # The upstream plugin's NZ rule written out, one clause per line.
     if dtype == F32:
         expected = False
     elif soc == "310P":

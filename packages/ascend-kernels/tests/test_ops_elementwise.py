@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ascend_kernels.ops import spec
+from ascend_kernels.validation import DeviceMismatchError
 
 A = torch.ops.ascend
 muls_add_out = spec("muls_add").out
@@ -100,3 +101,9 @@ def test_out_right_after_an_input_in_one_buffer_is_computed(dtype: torch.dtype) 
     expected = _definition(x, y, 0.3) if dtype != torch.float32 else x * 0.3 + y
     assert muls_add_out(x, y, 0.3, out=out) is out
     assert torch.equal(out, expected)
+
+
+def test_muls_add_names_the_argument_on_another_device() -> None:
+    x = torch.ones(4)
+    with pytest.raises(DeviceMismatchError, match=r"^y is on meta but x is on cpu;"):
+        A.muls_add(x, torch.ones(4, device="meta"), 2.0)
