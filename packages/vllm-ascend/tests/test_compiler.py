@@ -510,7 +510,7 @@ def test_a_fresh_process_loads_the_artifact(tmp_path, graph, py_runner, make_env
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import torch
         from pathlib import Path
-        from test_compiler_cache import block, call_args, dynamo_graph, fresh_load, run_logged
+        from test_compiler import block, call_args, dynamo_graph, fresh_load, run_logged
         graph = dynamo_graph(block)
         loaded, manager = fresh_load(Path({str(tmp_path / "cache")!r}), graph, {handle!r})
         ops, out = run_logged(loaded, call_args(graph[1], 6))
