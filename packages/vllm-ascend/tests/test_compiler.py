@@ -1,5 +1,7 @@
-"""AscendCompiler's compile cache: a new compiler loads what an earlier one saved; damaged,
-missing, stale or foreign artifacts are one info "cache miss" and a normal compile."""
+"""AscendCompiler: the backend choice, the compile hash, the passes run on compile, the
+npugraph_ex static-kernel options, and its compile cache (a new compiler loads what an earlier
+one saved; damaged, missing, stale or foreign artifacts are one info "cache miss" and a normal
+compile)."""
 
 from __future__ import annotations
 

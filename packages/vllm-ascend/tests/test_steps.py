@@ -1,4 +1,5 @@
-"""NPU pipeline steps: pure rules, and the steps on real VllmConfigs."""
+"""The config pipeline steps: pure rules, the steps on real VllmConfigs, and the msprobe dump
+config they write."""
 
 from __future__ import annotations
 
