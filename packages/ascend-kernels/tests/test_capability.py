@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
-from ascend_kernels import OP_NAMES, supports
+from ascend_kernels import (
+    OP_NAMES,
+    supports,
+)
 
 
 @pytest.mark.parametrize("op", OP_NAMES)
@@ -55,8 +61,8 @@ def test_bad_queries_are_value_errors(kwargs: dict[str, object], message: str) -
         supports(op, **kwargs)  # type: ignore[arg-type]
 
 
-# The whole NPU matrix, restated from reference/upstream-behaviour.md (sections 11.1, 12.6)
-# and the README: op -> (SoCs, activation dtypes, head sizes or None for any).
+# The whole NPU matrix, restated from the upstream plugin's per-SoC op support and the
+# package README: op -> (SoCs, activation dtypes, head sizes or None for any).
 ALL_NPUS = {"A2", "A3", "A5", "310P"}
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 SPEC: dict[str, tuple[set[str], set[torch.dtype], set[int] | None]] = {
@@ -112,3 +118,38 @@ def test_head_dim_must_be_positive_at_the_boundary(head_dim: int, ok: bool) -> N
     else:
         with pytest.raises(ValueError, match=f"^head_dim must be positive, got {head_dim}$"):
             supports("rms_norm", head_dim=head_dim)
+
+
+def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
+    return tuple({**valid_args(op), **changes}.values())
+
+
+I64 = torch.int64
+
+
+A = torch.ops.ascend
+
+
+# The exact text of each message: messages are part of the contract (they name the argument,
+# what it got and what is allowed), so each is checked in full.
+MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+    ("supports dtype", lambda v: supports("rms_norm", dtype="bfloat17"), ValueError,
+     "dtype 'bfloat17' is not a torch dtype name (e.g. 'bfloat16')"),
+    ("supports head", lambda v: supports("rms_norm", head_dim=-1), ValueError,
+     "head_dim must be positive, got -1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "call", "error", "message"),
+    MESSAGES,
+    ids=[c[0] for c in MESSAGES],
+)
+def test_exact_message(
+    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
+    valid_args: Any,
+) -> None:
+    with pytest.raises(error) as info:
+        call(valid_args)
+    assert type(info.value) is error
+    assert str(info.value) == message

@@ -4,7 +4,7 @@ The references round intermediates exactly where the unfused composition stores 
 input dtype, so equality is bitwise in float32 and in bfloat16/float16 as well. ``add_rms_norm``
 is itself Ascend's fused kernel: its composition is the float32 sum normalised by ``rms_norm``
 in float32, each output cast once (the sum is not rounded before the norm reads it).
-``muls_add`` rounds once by definition and has its own tests (test_muls_add.py).
+``muls_add`` rounds once by definition and has its own tests (test_ops_elementwise.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,18 @@
-"""NZ layout helpers: the exact shapes and values of reference section 11.2."""
+"""NZ layout helpers: the exact shapes and values of the FRACTAL_NZ layout, written out."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
-from ascend_kernels import aligned_16, nd_to_nz_2d, nd_to_nz_spec, trans_nd_to_nz
+from ascend_kernels import (
+    aligned_16,
+    nd_to_nz_2d,
+    nd_to_nz_spec,
+    trans_nd_to_nz,
+)
 
 
 @pytest.mark.parametrize(
@@ -101,3 +109,45 @@ def test_helpers_keep_dtype_and_device() -> None:
 def test_bad_shapes_are_value_errors(call: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()  # type: ignore[operator]
+
+
+def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
+    return tuple({**valid_args(op), **changes}.values())
+
+
+I64 = torch.int64
+
+
+A = torch.ops.ascend
+
+
+# The exact text of each message: messages are part of the contract (they name the argument,
+# what it got and what is allowed), so each is checked in full.
+MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+    ("nz 2d", lambda v: nd_to_nz_2d(torch.ones(2, 2, 2)), ValueError,
+     "nd_to_nz_2d needs a 2-D tensor, got shape [2, 2, 2]"),
+    ("nz spec", lambda v: nd_to_nz_spec(torch.ones(3)), ValueError,
+     "nd_to_nz_spec needs a 2-D mask, got shape [3]"),
+    ("nz dims", lambda v: trans_nd_to_nz(torch.ones(16)), ValueError,
+     "trans_nd_to_nz needs at least 2 dims, got shape [16]"),
+    ("nz blocks", lambda v: trans_nd_to_nz(torch.ones(16, 16, dtype=torch.int8)), ValueError,
+     "trans_nd_to_nz needs the last two dims to be multiples of (16, 32) for torch.int8,"
+     " got (16, 16)"),
+    ("aligned", lambda v: aligned_16(torch.tensor(1.0)), ValueError,
+     "aligned_16 needs at least one dim"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "call", "error", "message"),
+    MESSAGES,
+    ids=[c[0] for c in MESSAGES],
+)
+def test_exact_message(
+    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
+    valid_args: Any,
+) -> None:
+    with pytest.raises(error) as info:
+        call(valid_args)
+    assert type(info.value) is error
+    assert str(info.value) == message

@@ -1,16 +1,22 @@
 """The NZ cast decision and cast (``maybe_trans_nz``) and ``dispose_tensor``.
 
-The seven cases are those of the existing plugin's unit test (reference section 13: "maybe_trans_nz
-7 cases"); the rule is section 11.2. The cast goes through the recording fake ``torch_npu``.
+The seven cases are those of the upstream plugin's ``maybe_trans_nz`` unit test; the rule is the
+upstream plugin's NZ rule. The cast goes through the recording fake ``torch_npu``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from ascend_kernels import ACL_FORMAT_FRACTAL_NZ, dispose_tensor, maybe_trans_nz, nz_cast_wanted
+from ascend_kernels import (
+    ACL_FORMAT_FRACTAL_NZ,
+    dispose_tensor,
+    maybe_trans_nz,
+    nz_cast_wanted,
+)
 
 F16, BF16, F32, I8 = torch.float16, torch.bfloat16, torch.float32, torch.int8
 
@@ -53,7 +59,7 @@ def test_upstream_cases(
 @pytest.mark.parametrize("mode", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [F32, BF16, F16, I8, torch.float8_e4m3fn, torch.int32])
 def test_the_whole_table(soc: str, mode: int, dtype: torch.dtype) -> None:
-    # Written out from section 11.2, one clause per line.
+    # The upstream plugin's NZ rule written out, one clause per line.
     if dtype == F32:
         expected = False
     elif soc == "310P":
@@ -122,3 +128,38 @@ def test_the_installed_torch_npu_is_used_by_default(
         ("npu_format_cast", True, ACL_FORMAT_FRACTAL_NZ)
     ]
     assert result is not weight
+
+
+def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
+    return tuple({**valid_args(op), **changes}.values())
+
+
+I64 = torch.int64
+
+
+A = torch.ops.ascend
+
+
+# The exact text of each message: messages are part of the contract (they name the argument,
+# what it got and what is allowed), so each is checked in full.
+MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+    ("nz mode", lambda v: nz_cast_wanted(torch.int8, weight_nz_mode=3, soc="A2"), ValueError,
+     "weight_nz_mode must be 0, 1 or 2, got 3"),
+    ("nz soc", lambda v: nz_cast_wanted(torch.int8, weight_nz_mode=1, soc="910"), ValueError,
+     "unknown soc '910'; allowed: A2, A3, A5, 310P, cpu"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "call", "error", "message"),
+    MESSAGES,
+    ids=[c[0] for c in MESSAGES],
+)
+def test_exact_message(
+    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
+    valid_args: Any,
+) -> None:
+    with pytest.raises(error) as info:
+        call(valid_args)
+    assert type(info.value) is error
+    assert str(info.value) == message

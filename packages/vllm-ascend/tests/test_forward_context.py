@@ -1,4 +1,4 @@
-"""Ascend forward-context fields (reference 5.2, 5.5) on real vLLM forward contexts."""
+"""Ascend forward-context fields on real vLLM forward contexts."""
 
 from __future__ import annotations
 

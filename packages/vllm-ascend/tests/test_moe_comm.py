@@ -1,4 +1,4 @@
-"""MoE communication decision table (reference 5.4) and MC2 capacity (5.3)."""
+"""MoE communication decision table and MC2 capacity."""
 
 from __future__ import annotations
 

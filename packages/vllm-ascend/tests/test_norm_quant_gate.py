@@ -1,4 +1,4 @@
-"""The norm+quant pass switch: W4A4 layers and the model dtype (reference 12.6), logged once."""
+"""The norm+quant pass switch: W4A4 layers and the model dtype, logged once."""
 
 from __future__ import annotations
 

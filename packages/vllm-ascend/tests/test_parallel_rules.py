@@ -1,4 +1,4 @@
-"""Parallel-layout and draft-model rules of the NPU pipeline (reference 4.4), all problems at
+"""Parallel-layout and draft-model rules of the NPU pipeline, all problems at
 once; pure facts first, then the same rules on real VllmConfigs."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_layout_of_a_real_config(make_vllm_config) -> None:
     assert layout.kv_extra_config == {} and layout.sequence_parallel_moe is False
 
 
-# --- draft model under decode context parallel (reference 4.4) ------------------------------
+# --- draft model under decode context parallel --------------------------------------------
 
 GQA_DRAFT = DraftFacts(has_model=True, tensor_parallel_size=8, num_attention_heads=16,
                        num_key_value_heads=2)

@@ -1,4 +1,4 @@
-"""trusted_paths: the one trust policy (ARCHITECTURE.md, "Trust and files").
+"""trusted_paths: the one trust policy for files the plugin reads back (caches, dumps).
 
 A root must be a directory owned by this user, not writable by group or others, and reached
 through no symlink another user owns; every component is inspected without following it (hosts

@@ -38,7 +38,8 @@ from packaging.requirements import Requirement
 WORKSPACE = Path(__file__).resolve().parents[3]
 PACKAGE = "vllm_ascend"
 HARNESS = "vllm_ascend_testing"
-# Installed at run time by the user, for the device (ARCHITECTURE.md: why vllm is not declared).
+# Installed at run time by the user, for the device: vllm and torch come in device-specific
+# builds, so the wheel cannot declare them.
 RUN_TIME_EXPECTED = ("vllm", "torch")
 NEVER_IMPORTED = "torch_npu"
 

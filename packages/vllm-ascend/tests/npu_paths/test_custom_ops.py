@@ -115,7 +115,7 @@ ROW_CASES: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[Any, ...]], 
 }
 ROWS = {row.name: row for row in ASCEND_CUSTOM_OPS}
 #: The MoE quant method is not a layer with a native forward: its row is tested in a real vLLM
-#: MoE block (test_moe_layer.py::test_real_vllm_block_runs_the_ascend_op_eager_and_compiled).
+#: MoE block (test_moe.py::test_real_vllm_block_runs_the_ascend_op_eager_and_compiled).
 ROWS_TESTED_ELSEWHERE = {"UnquantizedFusedMoEMethod"}
 
 

@@ -1,79 +1,23 @@
-"""The ops added for vLLM CustomOps: ``silu_and_mul`` and ``mrotary_embedding``.
+"""``mrotary_embedding`` (vLLM's MRotaryEmbedding CustomOp).
 
-Golden values come from math written out in float64 (SwiGLU) and from Hugging Face
-transformers' Qwen2-VL / Qwen3-VL rotary modules (MRoPE, sectioned and interleaved); the NPU
-adapters are driven through the recording fake ``torch_npu``.
+Golden values come from Hugging Face transformers' Qwen2-VL / Qwen3-VL rotary modules (MRoPE,
+sectioned and interleaved), from the rotation written out in float64 from the cache rows each
+frequency takes, and from the Qwen3-VL interleaving written as vLLM writes it (strided slices),
+not as the kernel's masks; the NPU adapter is driven through the recording fake ``torch_npu``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
 import torch
+from ascend_kernels.ops import mrope as ops_mrope
+from ascend_kernels.registration import fake_impl
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
 A = torch.ops.ascend
-
-
-# ---------------------------------------------------------------- silu_and_mul
-def _silu64(v: float) -> float:
-    return v / (1.0 + math.exp(-v))
-
-
-def test_silu_and_mul_golden_values_written_out() -> None:
-    x = torch.tensor([[1.0, -2.0, 3.0, 0.5], [0.0, 10.0, -7.0, 2.0]])
-    got = A.silu_and_mul(x)
-    want = [
-        [_silu64(1.0) * 3.0, _silu64(-2.0) * 0.5],  # 2.1931757..., -0.1192029...
-        [_silu64(0.0) * -7.0, _silu64(10.0) * 2.0],  # 0, 19.9990920...
-    ]
-    assert got.shape == (2, 2) and got.dtype == torch.float32
-    assert torch.allclose(got.double(), torch.tensor(want, dtype=torch.float64), atol=1e-6)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_silu_and_mul_rounds_once_in_reduced_precision(dtype: torch.dtype) -> None:
-    g = torch.Generator().manual_seed(3)
-    x = (4 * torch.randn(7, 3, 2 * 33, generator=g)).to(dtype)
-    got = A.silu_and_mul(x)
-    once = A.silu_and_mul(x.float()).to(dtype)  # float32 compute, one cast
-    assert got.shape == (7, 3, 33) and got.dtype == dtype
-    assert torch.equal(got, once)
-
-
-def _eager_swiglu(x: torch.Tensor) -> torch.Tensor:
-    # Eager silu on the strided half may take a scalar path that differs in the last ulp
-    # from its vectorised one; a contiguous gate is the reference arithmetic.
-    d = x.shape[-1] // 2
-    return torch.nn.functional.silu(x[..., :d].contiguous()) * x[..., d:]
-
-
-def test_silu_and_mul_float32_equals_eager_swiglu_bitwise() -> None:
-    x = torch.randn(37, 2 * 129, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(A.silu_and_mul(x), _eager_swiglu(x))
-
-
-def test_silu_and_mul_many_rows_and_none() -> None:
-    x = torch.randn(50, 2 * 9, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(A.silu_and_mul(x), _eager_swiglu(x))
-    assert A.silu_and_mul(torch.empty(0, 8)).shape == (0, 4)
-
-
-@pytest.mark.parametrize(
-    ("x", "message"),
-    [
-        (torch.ones(3, 5),
-         r"^x must have an even, non-empty last dim \[\.\.\., 2 \* d\], got \[3, 5\]$"),
-        (torch.ones(3, 0), "^x must have an even, non-empty last dim"),
-        (torch.ones(1), "^x must have an even, non-empty last dim"),  # d would be 0.5
-        (torch.tensor(2.0), "^x must have an even, non-empty last dim"),
-        (torch.ones(3, 4, dtype=torch.int32), "^x must be float32, bfloat16 or float16"),
-    ],
-)
-def test_silu_and_mul_bad_input(x: torch.Tensor, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        A.silu_and_mul(x)
 
 
 # ---------------------------------------------------------------- mrotary_embedding
@@ -199,18 +143,6 @@ def test_mrope_bad_input(kwargs: dict[str, Any], message: str) -> None:
                             args["rotary_dim"], args["section"], True, False)
 
 
-# ---------------------------------------------------------------- NPU adapters (fake torch_npu)
-# The fake kernels of tools.npu_seam: the real npu_swiglu / npu_mrope schemas (mrope_section
-# and rotary_mode are keyword-only), outputs shaped by the wheel's meta functions.
-def test_silu_and_mul_maps_to_npu_swiglu(fake_npu_on_cpu: Any) -> None:
-    x = torch.randn(3, 8).to(torch.bfloat16)
-    out = A.silu_and_mul(x)
-    assert fake_npu_on_cpu.kernels.names() == ["npu_swiglu"]
-    (arg,), kwargs = fake_npu_on_cpu.calls[0].args, fake_npu_on_cpu.calls[0].kwargs
-    assert arg is x and kwargs == {"dim": -1}
-    assert out.shape == (3, 4) and torch.equal(out, fake_npu_on_cpu.calls[0].outputs)
-
-
 def _mrope_inputs(dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, ...]:
     q = torch.randn(TOKENS, HEADS, HEAD).to(dtype)
     k = torch.randn(TOKENS, KV_HEADS, HEAD).to(dtype)
@@ -271,38 +203,150 @@ def test_mrope_rotary_sizes_npu_mrope_rejects_run_the_reference(
         assert all(map(torch.equal, got, want))
 
 
-def test_silu_and_mul_boundary_shapes_are_accepted() -> None:
-    # 1-D input (the smallest rank) and an empty middle dim: shapes from the math, values eager.
-    x = torch.tensor([1.0, -2.0, 3.0, 0.5])
-    assert torch.equal(A.silu_and_mul(x), _eager_swiglu(x))
-    torch.testing.assert_close(A.silu_and_mul(torch.ones(2)), torch.tensor([_silu64(1.0)]))
-    assert A.silu_and_mul(torch.empty(2, 0, 4)).shape == (2, 0, 2)
+def _close(got: torch.Tensor, want: torch.Tensor) -> None:
+    # float32 kernel against float64 math: a few float32 roundings apart.
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_silu_and_mul_out_names_a_wrong_out() -> None:
-    from ascend_kernels.ops import spec
+def _want_rope(
+    x: torch.Tensor, cache: torch.Tensor, pos_of_freq: torch.Tensor, rotary_dim: int, neox: bool
+) -> torch.Tensor:
+    """``x`` ``[T, H, D]`` rotated in float64; frequency ``j`` of token ``t`` uses cache row
+    ``pos_of_freq[t, j]``."""
+    half = rotary_dim // 2
+    cache64 = cache.double()
+    tokens = x.shape[0]
+    cos = torch.empty(tokens, 1, half, dtype=torch.float64)
+    sin = torch.empty(tokens, 1, half, dtype=torch.float64)
+    for t in range(tokens):
+        for j in range(half):
+            row = int(pos_of_freq[t, j])
+            cos[t, 0, j] = cache64[row, j]
+            sin[t, 0, j] = cache64[row, half + j]
+    x64 = x.double()
+    out = x64.clone()
+    first = slice(0, half) if neox else slice(0, rotary_dim, 2)
+    second = slice(half, rotary_dim) if neox else slice(1, rotary_dim, 2)
+    x1, x2 = x64[..., first], x64[..., second]
+    out[..., first] = x1 * cos - x2 * sin
+    out[..., second] = x2 * cos + x1 * sin
+    return out
 
-    x = torch.randn(3, 8)
-    with pytest.raises(ValueError, match=r"^out must be a contiguous torch.float32 tensor of shape"
-                                         r" \[3, 4\], got torch.float32 \[3, 8\]"):
-        spec("silu_and_mul").out(x, out=torch.empty(3, 8))
-    out = torch.empty(3, 4)
-    assert spec("silu_and_mul").out(x, out=out) is out
-    assert torch.equal(out, _eager_swiglu(x))
+
+def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("start", [1, 3_000_000])  # out starts inside x: behind or ahead
-def test_silu_and_mul_out_refuses_an_out_that_shares_memory_with_x(start: int) -> None:
-    # With out ahead of x in one buffer, rows of out overwrote rows of x not yet read: a
-    # silently wrong result over many chunks. Refused, like the other _out ops.
-    from ascend_kernels.ops import spec
+def test_mrope_k_shape_error_names_k(valid_args: Any) -> None:
+    args = valid_args("mrotary_embedding")
+    args["k"] = _rand(5, 2, 40)
+    with pytest.raises(ValueError, match=r"^k must be \[T=5, heads \* 48\] or \[T, heads, 48\]"):
+        A.mrotary_embedding(**args)
 
-    buf = torch.randn(6_400_000 + start)
-    x = buf[:6_400_000].view(100_000, 64)
-    before = buf.clone()
-    with pytest.raises(ValueError, match=r"^out must not share memory with x$"):
-        spec("silu_and_mul").out(x, out=buf[start:start + 3_200_000].view(100_000, 32))
-    assert torch.equal(buf, before)
-    whole = torch.cat([x.reshape(-1), torch.empty(3_200_000)])  # out right after x: allowed
-    x, out = whole[:6_400_000].view(100_000, 64), whole[6_400_000:].view(100_000, 32)
-    assert torch.equal(spec("silu_and_mul").out(x, out=out), _eager_swiglu(x))
+
+def test_section_sum_error_states_half_as_an_integer(valid_args: Any) -> None:
+    args = {**valid_args("mrotary_embedding"), "mrope_section": [8, 4, 5]}
+    message = r"^mrope_section \[8, 4, 5\] must add up to rotary_dim / 2 = 16$"
+    with pytest.raises(ValueError, match=message):
+        A.mrotary_embedding(**args)
+
+
+# ---------------------------------------------------------------- mrope sections
+SEC_HEAD = 8
+
+
+SEC_TOKENS = 5
+
+
+def _mrope_case(seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.randint(0, 9, (3, SEC_TOKENS), generator=g)
+    q, k = _rand(SEC_TOKENS, 2, SEC_HEAD, seed=seed), _rand(SEC_TOKENS, 1, SEC_HEAD, seed=seed + 1)
+    return positions, q, k, _rand(9, SEC_HEAD, seed=seed + 2)
+
+
+@pytest.mark.parametrize("section", [[4, 0, 0], [0, 4, 0], [0, 0, 4], [0, 2, 2], [3, 0, 1]])
+def test_sections_of_size_zero_are_allowed(section: list[int]) -> None:
+    positions, q, k, cache = _mrope_case(1)
+    row_of_freq = [r for r, size in enumerate(section) for _ in range(size)]
+    pos_of_freq = positions[row_of_freq].t()  # [T, half]
+    for fn in (fake_impl("mrotary_embedding"), A.mrotary_embedding):
+        q_out, k_out = fn(positions, q, k, cache, SEC_HEAD, SEC_HEAD, section, True, False)
+        assert q_out.shape == q.shape and k_out.shape == k.shape
+    _close(q_out.double(), _want_rope(q, cache, pos_of_freq, SEC_HEAD, True))
+    _close(k_out.double(), _want_rope(k, cache, pos_of_freq, SEC_HEAD, True))
+
+
+@pytest.mark.parametrize("section", [[4, 1, 0], [2, 1, 0], [-1, 3, 2]])
+def test_three_row_positions_check_the_section_also_in_the_fake(section: list[int]) -> None:
+    positions, q, k, cache = _mrope_case(2)
+    for fn in (fake_impl("mrotary_embedding"), A.mrotary_embedding):
+        with pytest.raises(ValueError, match=r"^mrope_section"):
+            fn(positions, q, k, cache, SEC_HEAD, SEC_HEAD, section, True, False)
+
+
+@pytest.mark.parametrize("section", [[1, 1, 1], [], [4, 0, 0]])
+def test_text_positions_ignore_the_section(section: list[int]) -> None:
+    positions, q, k, cache = _mrope_case(3)
+    text = positions[0]
+    fake_impl("mrotary_embedding")(text, q, k, cache, SEC_HEAD, SEC_HEAD, section, False, True)
+    q_out, k_out = A.mrotary_embedding(text, q, k, cache, SEC_HEAD, SEC_HEAD, section, False, True)
+    pos_of_freq = text[:, None].expand(SEC_TOKENS, SEC_HEAD // 2)
+    _close(q_out.double(), _want_rope(q, cache, pos_of_freq, SEC_HEAD, False))
+    _close(k_out.double(), _want_rope(k, cache, pos_of_freq, SEC_HEAD, False))
+
+
+def _interleaved_rows(half: int, section: list[int]) -> list[int]:
+    rows = [0] * half  # vLLM's apply_interleaved_rope: strided slices of rows 1 and 2
+    rows[1 : 3 * section[1] : 3] = [1] * len(range(1, min(3 * section[1], half), 3))
+    rows[2 : 3 * section[2] : 3] = [2] * len(range(2, min(3 * section[2], half), 3))
+    return rows
+
+
+INTERLEAVED = [[4, 2, 2], [6, 3, 3], [3, 4, 1], [2, 1, 5], [8, 0, 0], [0, 8, 4]]
+
+
+@pytest.mark.parametrize("section", INTERLEAVED)
+def test_interleaved_frequency_rows_match_the_strided_rule(section: list[int]) -> None:
+    half = sum(section)
+    got = ops_mrope.frequency_rows(half, section, True)
+    assert got.dtype == torch.int64
+    assert got.tolist() == _interleaved_rows(half, section)
+
+
+@pytest.mark.parametrize("section", [[6, 3, 3], [4, 2, 2], [3, 4, 1]])
+def test_interleaved_values_at_the_section_edges(section: list[int]) -> None:
+    half = sum(section)
+    g = torch.Generator().manual_seed(half)
+    positions = torch.randint(0, 11, (3, SEC_TOKENS), generator=g)
+    q, k = _rand(SEC_TOKENS, 2 * 2 * half, seed=4), _rand(SEC_TOKENS, 1, 2 * half, seed=5)
+    cache = _rand(11, 2 * half, seed=6)
+    q_out, k_out = ops_mrope.mrotary_embedding(
+        positions, q, k, cache, 2 * half, 2 * half, section, True, True
+    )
+    pos_of_freq = positions[_interleaved_rows(half, section)].t()
+    want_q = _want_rope(q.view(SEC_TOKENS, 2, 2 * half), cache, pos_of_freq, 2 * half, True)
+    _close(q_out.double(), want_q.view(SEC_TOKENS, -1))
+    _close(k_out.double(), _want_rope(k, cache, pos_of_freq, 2 * half, True))
+
+
+# ---------------------------------------------------------------- chunking
+class _SameDevice(TorchFunctionMode):
+    """Fails any torch call that mixes tensor devices, as an accelerator would (the mrope
+    reference also runs on the NPU, for interleaved sections and partial rotary)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        leaves = pytree.tree_leaves((args, kwargs))
+        devices = {t.device for t in leaves if isinstance(t, torch.Tensor)}
+        assert len(devices) <= 1, f"{func} mixes devices {devices}"
+        return func(*args, **kwargs)
+
+
+def test_mrope_reference_keeps_every_tensor_on_the_input_device() -> None:
+    positions, q, k, cache = (t.to("meta") for t in _mrope_case(7))
+    with _SameDevice():
+        q_out, k_out = ops_mrope.mrotary_embedding(
+            positions, q, k, cache, SEC_HEAD, SEC_HEAD, [2, 1, 1], True, False
+        )
+    assert q_out.device.type == "meta" and k_out.device.type == "meta"

@@ -1,4 +1,4 @@
-"""DeepSeek V4 layer-name helpers (reference 11.2 semantics, boundary cases written out)."""
+"""DeepSeek V4 layer-name helpers (upstream plugin's semantics, boundary cases written out)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker selection per SoC (reference 4.4 _setup_worker_and_scheduler): 310P and Xlite have
+"""Worker selection per SoC (upstream's ``_setup_worker_and_scheduler``): 310P and Xlite have
 their own runtime entry points; a missing one is an error naming the extension to install."""
 
 from __future__ import annotations

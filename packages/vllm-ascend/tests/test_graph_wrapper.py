@@ -165,3 +165,33 @@ def test_capture_outside_the_capture_phase_is_refused(graph_setup: Any) -> None:
     finally:
         monitor.set_cudagraph_capturing_enabled(True)
     assert not any(e[0] == "run" for e in events)
+
+
+def test_graph_wrapper_captures_per_batch_descriptor(ascend_cpu_platform) -> None:
+    from ascend_graph import RecordingRuntime
+    from vllm.config import CUDAGraphMode
+    from vllm.forward_context import BatchDescriptor
+    from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper, forward_context_key
+
+    calls = []
+
+    def runnable(x):
+        calls.append(x.shape[0])
+        return x + 1
+
+    runnable.tag = "model"
+    state = {"key": (BatchDescriptor(num_tokens=4), CUDAGraphMode.PIECEWISE)}
+    runtime = RecordingRuntime()
+    wrapper = AscendGraphWrapper(runnable, None, CUDAGraphMode.PIECEWISE, runtime=runtime,
+                                 context=lambda: state["key"])
+    x = torch.zeros(4)
+    wrapper(x)
+    wrapper(x)
+    assert calls == [4] and len(wrapper.entries) == 1  # captured once, then replayed
+    state["key"] = (BatchDescriptor(num_tokens=4), CUDAGraphMode.NONE)
+    wrapper(x)
+    assert calls == [4, 4]  # other modes run the runnable directly
+    assert wrapper.tag == "model" and wrapper.unwrap() is runnable
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = wrapper.nope
+    assert forward_context_key() == (None, "NONE")

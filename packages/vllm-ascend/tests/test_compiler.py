@@ -1,12 +1,17 @@
-"""AscendCompiler's compile cache: a new compiler loads what an earlier one saved; damaged,
-missing, stale or foreign artifacts are one info "cache miss" and a normal compile."""
+"""AscendCompiler: the backend choice, the compile hash, the passes run on compile, the
+npugraph_ex static-kernel options, and its compile cache (a new compiler loads what an earlier
+one saved; damaged, missing, stale or foreign artifacts are one info "cache miss" and a normal
+compile)."""
 
 from __future__ import annotations
 
 import copy
 import logging
 import sys
+import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
 import pytest
@@ -15,7 +20,14 @@ from ascend_graph import GraphFusionPassManager, loads_fused_graph
 from torch.utils._python_dispatch import TorchDispatchMode
 from vllm.config.utils import Range
 from vllm_ascend.compilation.compile_cache import read_entry, write_entry
-from vllm_ascend.compilation.compiler import NPU_CODE_SUFFIX, PASS_KEY, AscendCompiler
+from vllm_ascend.compilation.compiler import (
+    NPU_CODE_SUFFIX,
+    PASS_KEY,
+    AscendCompiler,
+    graph_backend,
+)
+
+from tools.npu_seam import install
 
 A = torch.ops.ascend
 RANGE = Range(start=1, end=16)
@@ -500,7 +512,7 @@ def test_a_fresh_process_loads_the_artifact(tmp_path, graph, py_runner, make_env
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import torch
         from pathlib import Path
-        from test_compiler_cache import block, call_args, dynamo_graph, fresh_load, run_logged
+        from test_compiler import block, call_args, dynamo_graph, fresh_load, run_logged
         graph = dynamo_graph(block)
         loaded, manager = fresh_load(Path({str(tmp_path / "cache")!r}), graph, {handle!r})
         ops, out = run_logged(loaded, call_args(graph[1], 6))
@@ -509,3 +521,161 @@ def test_a_fresh_process_loads_the_artifact(tmp_path, graph, py_runner, make_env
             "equal": all(torch.equal(a, b) for a, b in zip(out, want, strict=True))}}))
     """, make_env(tmp_path, VLLM_CACHE_ROOT=envs.VLLM_CACHE_ROOT))  # the same signing key
     assert result == {"passes": 0, "ops": [*FUSED_OPS, "aten.view.default"], "equal": True}
+
+
+@pytest.fixture
+def fake_npugraph_ex(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.SimpleNamespace]:
+    """The seam's torch_npu with npugraph_ex; records the options its own helper applied."""
+    fake = install(monkeypatch)
+    seen = types.SimpleNamespace(options=[], backends=0)
+    ext = sys.modules["npugraph_ex"]
+    helper_module = sys.modules[f"{ext.__name__}.configs.compiler_config"]
+    helper, get_backend = helper_module._process_kwargs_options, ext.get_npu_backend
+
+    def process_kwargs_options(config: Any, kwargs: dict[str, Any]) -> None:
+        seen.options.append(dict(kwargs["options"]))
+        helper(config, kwargs)  # the seam's: an option the real config lacks is a ValueError
+
+    def get_npu_backend(**kwargs: Any) -> Any:
+        seen.backends += 1
+        return get_backend(**kwargs)
+
+    monkeypatch.setattr(helper_module, "_process_kwargs_options", process_kwargs_options)
+    monkeypatch.setattr(ext, "get_npu_backend", get_npu_backend)
+    try:
+        yield seen
+    finally:
+        fake.close()
+
+
+def _compile(make_vllm_config: Any, mode: str, *, static: bool = True,
+             local_world_size: str | None = None) -> Any:
+    """Build a config (vLLM's CPU platform writes LOCAL_WORLD_SIZE itself), then set or clear
+    LOCAL_WORLD_SIZE and compile a tiny graph."""
+    import os
+
+    from ascend_graph import GraphFusionPassManager
+    from vllm.config import CUDAGraphMode
+    from vllm_ascend.compilation.compiler import PASS_KEY, AscendCompiler
+
+    cfg = make_vllm_config(max_num_seqs=4, additional_config={
+        "ascend_compilation_config": {"enable_static_kernel": static}})
+    cc = cfg.compilation_config
+    cc.cudagraph_mode = CUDAGraphMode[mode]
+    cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = [1, 2, 4, 8, 16], 16
+    os.environ.pop("LOCAL_WORLD_SIZE", None)
+    if local_world_size is not None:
+        os.environ["LOCAL_WORLD_SIZE"] = local_world_size
+    compiler = AscendCompiler()
+    compiler.compute_hash(cfg)
+    compiler.initialize_cache("/tmp/unused", disable_cache=True)
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2,))
+    fn, _ = compiler.compile(gm, [torch.ones(3)], {PASS_KEY: GraphFusionPassManager()}, None)
+    assert torch.equal(fn(torch.ones(3))[0], torch.full((3,), 2.0))
+    return compiler
+
+
+@pytest.mark.parametrize("mode", ["FULL_DECODE_ONLY", "FULL"])
+def test_static_kernel_options_and_decode_sizes_reach_npugraph_ex(
+    mode: str, make_vllm_config: Any, fake_npugraph_ex: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    compiler = _compile(make_vllm_config, mode)
+    assert compiler.backend == "npugraph_ex" and fake_npugraph_ex.backends == 1
+    # q_len 1 .. max_num_seqs 4: 8 and 16 are not decode batch sizes.
+    assert fake_npugraph_ex.options == [{
+        "force_eager": True, "inplace_pass": False, "clone_input": False, "clone_output": False,
+        "static_kernel_compile": True, "_vllm_aclnn_static_kernel_sym_range": [1, 2, 4],
+    }]
+    assert os.environ["LOCAL_WORLD_SIZE"] == "1"  # local world 1 x local DP 1
+
+
+def test_local_world_size_already_set_is_kept_and_static_off_sends_no_sizes(
+    make_vllm_config: Any, fake_npugraph_ex: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    _compile(make_vllm_config, "FULL_DECODE_ONLY", local_world_size="16")
+    assert os.environ["LOCAL_WORLD_SIZE"] == "16"
+    _compile(make_vllm_config, "FULL_DECODE_ONLY", static=False)
+    assert "static_kernel_compile" not in fake_npugraph_ex.options[-1]
+    assert "LOCAL_WORLD_SIZE" not in os.environ
+
+
+@pytest.mark.parametrize("mode", ["PIECEWISE", "FULL_AND_PIECEWISE", "NONE"])
+def test_npugraph_ex_is_not_used_for_piecewise_or_no_graphs(
+    mode: str, make_vllm_config: Any, fake_npugraph_ex: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    compiler = _compile(make_vllm_config, mode)
+    assert "LOCAL_WORLD_SIZE" not in os.environ
+    assert compiler.backend == "eager" and not compiler.static_kernel.enabled
+    assert fake_npugraph_ex.backends == 0 and fake_npugraph_ex.options == []
+
+
+def test_static_kernel_plan_local_world_size() -> None:
+    from vllm_ascend.compilation.compiler import StaticKernelPlan
+
+    cfg = types.SimpleNamespace(
+        compilation_config=types.SimpleNamespace(cudagraph_capture_sizes=[1, 2, 3, 4, 6, 8, 9]),
+        parallel_config=types.SimpleNamespace(local_world_size=4, data_parallel_size_local=2),
+        speculative_config=types.SimpleNamespace(num_speculative_tokens=2),
+        scheduler_config=types.SimpleNamespace(max_num_seqs=3),
+    )
+    plan = StaticKernelPlan.from_vllm_config(cfg, True)
+    # q_len = 3: sizes 3 .. 9 (max_num_seqs 3 x q_len), both ends included.
+    assert plan == StaticKernelPlan(True, (3, 4, 6, 8, 9), 8)
+    env: dict[str, str] = {}
+    assert plan.apply_environment(env) == "8" and env == {"LOCAL_WORLD_SIZE": "8"}
+    assert StaticKernelPlan.from_vllm_config(cfg, False) == StaticKernelPlan()
+    assert StaticKernelPlan().apply_environment(env := {}) is None and env == {}
+
+
+def test_backend_choice() -> None:
+    on = types.SimpleNamespace(ascend_compilation_config=types.SimpleNamespace(
+        enable_npugraph_ex=True))
+    off = types.SimpleNamespace(ascend_compilation_config=types.SimpleNamespace(
+        enable_npugraph_ex=False))
+    from vllm.config import CUDAGraphMode
+
+    # npugraph_ex builds whole-forward graphs only (the reference disables it for piecewise).
+    for mode in (CUDAGraphMode.FULL, CUDAGraphMode.FULL_DECODE_ONLY):
+        assert graph_backend(on, mode) == "npugraph_ex" and graph_backend(off, mode) == "eager"
+    for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.NONE,
+                 None):
+        assert graph_backend(on, mode) == "eager"
+
+
+def test_hash_covers_the_fusion_settings(make_vllm_config) -> None:
+    compiler = AscendCompiler()
+    default = compiler.compute_hash(make_vllm_config(enforce_eager=True))
+    again = compiler.compute_hash(make_vllm_config(enforce_eager=True))
+    off = compiler.compute_hash(make_vllm_config(
+        enforce_eager=True, additional_config={"ascend_compilation_config":
+                                               {"fuse_qknorm_rope": False}}))
+    assert default == again and default != off and len(default) == 10
+    assert not hasattr(compiler, "vllm_config")  # compute_hash stores no config
+
+
+def test_compile_runs_the_passes_and_keeps_the_graph(ascend_cpu_platform) -> None:
+    from ascend_graph import GraphFusionPassManager
+
+    def model(x, residual, w):
+        out, res = torch.ops.ascend.add_rms_norm(x, residual, w, 1e-6)
+        return out * 2.0, res
+
+    gm = torch.fx.symbolic_trace(model)
+    before = gm.code
+    args = [torch.randn(4, 32), torch.randn(4, 32), torch.randn(32)]
+    compiler = AscendCompiler()
+    compiler.initialize_cache("/tmp/unused", disable_cache=True, prefix="backbone")
+    fn, handle = compiler.compile(gm, args, {PASS_KEY: GraphFusionPassManager()}, None)
+    assert handle is None and gm.code == before
+    got, expected = fn(*args), model(*args)
+    assert all(torch.allclose(a, b) for a, b in zip(got, expected, strict=True))
+    with pytest.raises(RuntimeError, match="graph_fusion_manager"):
+        compiler.compile(gm, args, {}, None)
+    with pytest.raises(ValueError, match=r"expected the \(key, path\) pair"):
+        compiler.load(None, gm, args, 0, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ascend_kernels.ops import spec
+from ascend_kernels.validation import DeviceMismatchError
 
 A = torch.ops.ascend
 muls_add_out = spec("muls_add").out
@@ -100,3 +101,20 @@ def test_out_right_after_an_input_in_one_buffer_is_computed(dtype: torch.dtype) 
     expected = _definition(x, y, 0.3) if dtype != torch.float32 else x * 0.3 + y
     assert muls_add_out(x, y, 0.3, out=out) is out
     assert torch.equal(out, expected)
+
+
+def test_muls_add_names_the_argument_on_another_device() -> None:
+    x = torch.ones(4)
+    with pytest.raises(DeviceMismatchError, match=r"^y is on meta but x is on cpu;"):
+        A.muls_add(x, torch.ones(4, device="meta"), 2.0)
+
+
+def test_muls_add_golden_rounds_once() -> None:
+    out = A.muls_add(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), 0.5)
+    assert out.tolist() == [3.5, 5.0]
+    # (1 + 2^-7) * 1.5 = 1.5 + 3 * 2^-8 is a bfloat16 tie that eager rounds up to 1.5 + 2^-6
+    # before the add (giving 2^-6); computed in float32 and cast once the sum is exact.
+    x = torch.tensor([1.0 + 2.0**-7], dtype=torch.bfloat16)
+    y = torch.tensor([-1.5], dtype=torch.bfloat16)
+    assert (x * 1.5 + y).item() == 2.0**-6
+    assert A.muls_add(x, y, 1.5).item() == 3 * 2.0**-8

@@ -1,20 +1,35 @@
-"""The error contract of every op (README "Error contract"), at each rule's boundary.
+"""``OpSpec``: every op's error contract (README "Error contract") at each rule's boundary, and
+the ``_out`` helpers built from the specs.
 
 Each bad input is tried on three paths: the reference kernels (CPU), the fake kernels under
 ``FakeTensorMode`` (what torch.compile runs) and the NPU adapters (through the recording fake
 ``torch_npu``). Checks that need tensor values (rope positions, LoRA indices, sequence
 lengths) run in the reference only: elsewhere they would need a device sync.
+
+Bounded, seeded fuzzing starts from valid arguments and replaces some of them with drawn
+values: tensors of any shape (0-d, empty, wrong width), dtype (float64, ints, bool) or device
+(meta), index tensors of wrong dtype or out-of-range values, ``eps`` including NaN, infinities,
+zero and negatives, and negative or oversized integer sizes. The op must either return tensors
+or raise ``ValueError`` / ``DeviceMismatchError``; anything else (an ``IndexError`` from deep
+inside, a ``RuntimeError`` from torch) is a bug.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from ascend_kernels import OP_NAMES, DeviceMismatchError
+from ascend_kernels import (
+    OP_NAMES,
+    DeviceMismatchError,
+)
+from ascend_kernels.ops import spec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -348,3 +363,180 @@ def test_each_quantisation_parameter_alone_on_another_device_is_named_exactly(
     args = {**args, name: args[name].to("meta")}
     with pytest.raises(DeviceMismatchError, match=rf"^{name} is on meta but x is on cpu;"):
         A.add_rms_norm_quant(*args.values())
+
+
+def test_out_helpers_reject_a_wrong_preallocated_output() -> None:
+    from ascend_kernels.ops import spec
+
+    x = torch.randn(4, 64)
+    with pytest.raises(ValueError, match="out must be a contiguous"):
+        spec("rms_norm").out(x, torch.ones(64), 1e-6, out=torch.empty(64, 4).t())
+    with pytest.raises(ValueError, match=r"scale_out must be a contiguous torch\.float32"):
+        spec("dynamic_quant").out(
+            x, out=torch.empty(4, 64, dtype=torch.int8), scale_out=torch.empty(4, 1)
+        )
+    with pytest.raises(ValueError, match=r"scale_out must be a contiguous torch\.float8_e8m0fnu"):
+        spec("dynamic_mx_quant").out(
+            x, out=torch.empty(4, 64, dtype=torch.float8_e4m3fn), scale_out=torch.empty(4, 2)
+        )
+
+
+def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
+    return tuple({**valid_args(op), **changes}.values())
+
+
+I64 = torch.int64
+
+
+# The exact text of each message: messages are part of the contract (they name the argument,
+# what it got and what is allowed), so each is checked in full.
+MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+    ("out shape", lambda v: spec("rms_norm").out(torch.ones(2, 4), torch.ones(4), 1e-6,
+                                                  out=torch.empty(4, 2).t()),
+     ValueError, "out must be a contiguous torch.float32 tensor of shape [2, 4],"
+     " got torch.float32 [2, 4] (contiguous=False)"),
+    ("out device", lambda v: spec("muls_add").out(
+        torch.ones(2), torch.ones(2), 1.0, out=torch.empty(2, device="meta")),
+     DeviceMismatchError, "out is on meta but x is on cpu"),
+    ("out aliasing", lambda v: (lambda x: spec("rms_norm").out(x, torch.ones(4), 1e-6,
+                                                                out=x))(torch.ones(2, 4)),
+     ValueError, "out must not share memory with x"),
+    ("missing out", lambda v: spec("add_rms_norm_dynamic_mx_quant").out(
+        torch.ones(2, 32), torch.ones(2, 32), torch.ones(32), 1e-6,
+        out=torch.empty(2, 32).to(torch.float8_e4m3fn),
+        scale_out=torch.empty(2, 1).to(torch.float8_e8m0fnu)),
+     TypeError, "add_rms_norm_dynamic_mx_quant_out needs the keyword output(s) ['residual_out']"),
+    ("no out helper", lambda v: spec("bgmv_expand").out(*_args(v, "bgmv_expand"),
+                                                         out=torch.empty(0)),
+     TypeError, "bgmv_expand has no _out helper (it returns a new tensor)"),
+    ("too many arguments", lambda v: spec("rms_norm").checked_reference(
+        torch.ones(2, 4), torch.ones(4), 1e-6, 1.0),
+     TypeError, "ascend::rms_norm takes 3 arguments, got 4"),
+    ("missing argument", lambda v: spec("rms_norm").checked_reference(torch.ones(2, 4)),
+     TypeError, "ascend::rms_norm(Tensor x, Tensor weight, float eps) -> Tensor: missing"
+     " ['weight', 'eps'], unknown []"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "call", "error", "message"),
+    MESSAGES,
+    ids=[c[0] for c in MESSAGES],
+)
+def test_exact_message(
+    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
+    valid_args: Any,
+) -> None:
+    with pytest.raises(error) as info:
+        call(valid_args)
+    assert type(info.value) is error
+    assert str(info.value) == message
+
+
+DOCUMENTED = (ValueError, DeviceMismatchError)
+
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32,
+          torch.int64, torch.int8, torch.bool]
+
+
+SPECIAL_EPS = [1e-6, 1e-5, 0.1, 0.0, -0.0, -1e-6, float("nan"), float("inf"), -float("inf"),
+               5e-324, 1e300]
+
+
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+def _shape(draw: st.DrawFn, like: torch.Tensor) -> tuple[int, ...]:
+    kept = tuple(like.shape)
+    return draw(
+        st.one_of(
+            st.just(kept),
+            st.just(()),
+            st.lists(st.integers(0, 6), min_size=1, max_size=3).map(tuple),
+            st.just((*kept[:-1], 0)) if kept else st.just((0,)),
+            st.just((*kept[:-1], kept[-1] + 1)) if kept else st.just((1,)),
+        )
+    )
+
+
+def _tensor(draw: st.DrawFn, like: torch.Tensor) -> torch.Tensor:
+    shape = _shape(draw, like)
+    dtype = draw(st.sampled_from([like.dtype, *DTYPES]))
+    device = draw(st.sampled_from(["cpu", "cpu", "cpu", "meta"]))
+    if device == "meta":
+        return torch.empty(shape, dtype=dtype, device="meta")
+    if dtype.is_floating_point:
+        return torch.randn(shape).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    lo, hi = draw(st.sampled_from([(-2, 10), (0, 3), (-1000, 1000)]))
+    if dtype == torch.int8:
+        lo, hi = max(lo, -128), min(hi, 127)
+    return torch.randint(lo, hi, shape, dtype=dtype)
+
+
+def _value(draw: st.DrawFn, name: str, valid: Any) -> Any:
+    if isinstance(valid, torch.Tensor):
+        return _tensor(draw, valid)
+    if name == "eps":
+        return draw(st.one_of(st.sampled_from(SPECIAL_EPS), st.floats()))
+    if isinstance(valid, bool):
+        return draw(st.booleans())
+    if isinstance(valid, int):
+        return draw(st.one_of(st.just(valid), st.integers(-3, 3), st.integers(-500, 500)))
+    if isinstance(valid, float):
+        return draw(st.one_of(st.just(valid), st.floats()))
+    return valid  # None: an absent optional tensor
+
+
+@st.composite
+def _arguments(draw: st.DrawFn, valid: dict[str, Any]) -> dict[str, Any]:
+    names = list(valid)
+    changed = draw(st.sets(st.sampled_from(names), min_size=1, max_size=min(3, len(names))))
+    return {k: _value(draw, k, v) if k in changed else v for k, v in valid.items()}
+
+
+def _devices(args: dict[str, Any]) -> set[str]:
+    return {v.device.type for v in args.values() if isinstance(v, torch.Tensor)}
+
+
+def _must_fail(args: dict[str, Any]) -> bool:
+    """Invalid on its face: tensors on two devices, or an eps that is not finite and > 0."""
+    eps = args.get("eps", 1.0)
+    return len(_devices(args)) > 1 or not (eps > 0 and math.isfinite(eps))
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_only_documented_errors_escape(op: str, valid_args: Any) -> None:
+    @FUZZ
+    @given(args=_arguments(valid_args(op)))
+    def run(args: dict[str, Any]) -> None:
+        try:
+            result = getattr(A, op)(*args.values())
+        except DOCUMENTED:
+            return
+        assert not _must_fail(args), "accepted tensors on two devices or a bad eps"
+        outs = result if isinstance(result, tuple) else (result,)
+        assert all(isinstance(o, torch.Tensor) for o in outs)
+        assert {o.device.type for o in outs} == _devices(args)
+
+    run()
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "split_qkv_rmsnorm_rope", "rotary_embedding",
+                                "add_rms_norm_quant", "muls_add"])
+def test_npu_adapters_raise_only_documented_errors(
+    op: str, valid_args: Any, fake_npu_on_cpu: Any
+) -> None:
+    @settings(FUZZ, max_examples=30)
+    @given(args=_arguments(valid_args(op)))
+    def run(args: dict[str, Any]) -> None:
+        try:
+            getattr(A, op)(*args.values())
+        except DOCUMENTED:
+            return
+        assert not _must_fail(args), "accepted tensors on two devices or a bad eps"
+
+    run()

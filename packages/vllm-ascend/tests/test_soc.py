@@ -18,8 +18,8 @@ from vllm_ascend.runtime.process_setup import current_process_setup, reset_proce
 from tools.npu_seam import install, load_record
 
 EXT_DIR = Path(__file__).parent / "ext_pkg"
-# The families the audit (shared reference torch-npu-calls-audit.md, row 17) reads from the
-# enum's comments and the upstream plugin's ranges, 256 (Ascend910_9363) included.
+# The SoC families of torch_npu's SocVersion numbers, as its enum's comments and the upstream
+# plugin's ranges give them, 256 (Ascend910_9363) included.
 FAMILY_OF = {**dict.fromkeys(range(220, 226), "A2"), **dict.fromkeys(range(250, 257), "A3"),
              **dict.fromkeys(range(200, 206), "310P"), 260: "A5"}
 
