@@ -1,4 +1,4 @@
-"""Capture-size updates (reference 11.2 ``update_cudagraph_capture_sizes``): sizes the user
+"""Capture-size updates (``update_cudagraph_capture_sizes``): sizes the user
 listed that the parallel config cannot use are one clear error; dropping default sizes is a
 warning naming them. The user's settings are recorded by the NPU platform's defaults hook."""
 

@@ -1,4 +1,4 @@
-"""Every decode batch replays a captured graph (issue 27 item 3), over the config-time rules.
+"""Every decode batch replays a captured graph, over the config-time capture-size rules.
 
 The sweep drives the real path: the NPU platform's defaults hook (Ascend's default max),
 vLLM's own ``VllmConfig._set_cudagraph_sizes`` (its grid: 1, 2, 4, multiples of 8 below 256,
