@@ -17,10 +17,10 @@ class Table:
 
     def to_markdown(self) -> str:
         lines = [f"### {self.title}", ""]
-        lines.append("| " + " | ".join(self.columns) + " |")
+        lines.append("| " + " | ".join(_escape(c) for c in self.columns) + " |")
         lines.append("|" + "---|" * len(self.columns))
         for row in self.rows:
-            lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+            lines.append("| " + " | ".join(_escape(_cell(v)) for v in row) + " |")
         if self.notes:
             lines.append("")
             lines.extend(f"- {note}" for note in self.notes)
@@ -28,6 +28,11 @@ class Table:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _escape(text: str) -> str:
+    """A pipe inside a cell would start a new column: Markdown's escaped pipe keeps it text."""
+    return text.replace("|", "\\|")
 
 
 def _cell(value: Any) -> str:

