@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .conftest import InstallFake
+from .fuzz_inputs import KEYS, VALUES
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -427,27 +428,6 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert done.value.code == 2
     assert "the following arguments are required: COMMAND" in capsys.readouterr().err
 
-
-KEYS = ["arch", "soc", "allowed_cpus", "threads_per_core", "numa", "visible_devices", "pcie"]
-
-
-SCALARS = st.one_of(
-    st.none(), st.booleans(),
-    st.integers(-3, 10),
-    st.sampled_from([8191, 8192, 2**31, 2**63, 10**30, -(10**30)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["0-3", "0-8191", "0-8192", "3-1", "0,1", "x", "", "A2", "A5", "310P",
-                     "0000:c1:00.0", "\u00b2", "1" * 40]),
-    st.text(max_size=12),
-)
-
-
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
-        st.sampled_from(["0", "1", "7", "99999", "100000", "-1", "a", ""]), inner, max_size=4),
-    max_leaves=12,
-)
 
 
 @pytest.mark.slow

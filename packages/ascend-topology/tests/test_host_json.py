@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 from ascend_topology import (
-    MAX_CPU_ID,
-    SOCS,
     RecordedHostError,
     TopologyError,
     example_host_dir,
     load_recorded_host,
-    plan,
 )
 from ascend_topology.host_json import HostMeta, cpu_list_value, parse_host_json
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from .fuzz_checks import check_recorded_host
+from .fuzz_inputs import BOUNDED, KEYS, VALUES
 
 W = "H/host.json"
 
@@ -153,50 +153,6 @@ def test_numa_nodes_sharing_a_cpu_are_a_contradiction() -> None:
         f"{W}: numa: nodes overlap: CPU 0 is in NUMA node 0 and in NUMA node 1",)
 
 
-BOUNDED = settings(max_examples=80, deadline=None, database=None, derandomize=True,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-KEYS = ["arch", "soc", "allowed_cpus", "threads_per_core", "numa", "visible_devices", "pcie"]
-
-
-SCALARS = st.one_of(
-    st.none(), st.booleans(),
-    st.integers(-3, 10),
-    st.sampled_from([8191, 8192, 2**31, 2**63, 10**30, -(10**30)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["0-3", "0-8191", "0-8192", "3-1", "0,1", "x", "", "A2", "A5", "310P",
-                     "0000:c1:00.0", "\u00b2", "1" * 40]),
-    st.text(max_size=12),
-)
-
-
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
-        st.sampled_from(["0", "1", "7", "99999", "100000", "-1", "a", ""]), inner, max_size=4),
-    max_leaves=12,
-)
-
-
-def _check_facts(folder: Path) -> None:
-    try:
-        facts = load_recorded_host(folder)
-    except RecordedHostError as exc:
-        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
-        return
-    assert facts.soc in SOCS and 1 <= facts.threads_per_core <= 8
-    every = [*facts.allowed_cpus, *(c for cpus in facts.numa.values() for c in cpus),
-             *(c for cpus in facts.affinity.values() for c in cpus)]
-    assert all(type(c) is int and 0 <= c <= MAX_CPU_ID for c in every)
-    result = plan(facts)
-    used = [c for p in result.npus for c in p.cpus]
-    assert len(used) == len(set(used)) and set(used) <= set(facts.allowed_cpus)
-    assert result.ok == (not result.problems and bool(result.npus))
-    data = json.loads(result.to_json())
-    assert all(type(c) is int for e in data["npus"] for c in e["cpus"])
-
-
 @pytest.mark.slow
 @BOUNDED
 @given(st.sampled_from(["a2-8npu", "x86-a2", "310p"]),
@@ -214,7 +170,7 @@ def test_host_json_values(example_name: str, changes: dict[str, Any]) -> None:
         meta = json.loads((folder / "host.json").read_text())
         meta.update(changes)
         (folder / "host.json").write_text(json.dumps(meta))  # NaN/Infinity as JSON allows
-        _check_facts(folder)
+        check_recorded_host(folder)
 
 
 def _copy(tmp_path: Path, name: str = "a2-8npu") -> Path:

@@ -1,14 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
 import pytest
 from ascend_topology import (
     MAX_CPU_ID,
     ParseError,
-    TopologyError,
-    example_host_dir,
 )
 from ascend_topology.facts import build_host_facts
 from ascend_topology.npu_smi import (
@@ -23,8 +20,10 @@ from ascend_topology.npu_smi import (
     parse_running_npus,
     parse_topo_affinity,
 )
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given
+
+from .fuzz_checks import result_or_error
+from .fuzz_inputs import CHIP_MAPS, FUZZ, TEXTS
 
 CHIP_MAP = """\
 NPU ID  Chip ID  Chip Logic ID  Chip Name
@@ -263,73 +262,6 @@ def test_topo_rows_are_bounded_in_count_and_in_expanded_cpus() -> None:
         parse_topo_affinity(small + f"NPU{MAX_NPUS} X 0\n")
 
 
-T = TypeVar("T")
-
-
-FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-SAMPLES = {
-    name: example_host_dir(ex).joinpath(name).read_text()
-    for ex, name in [("a2-8npu", "npu-smi-info-m.txt"), ("a3-16die", "npu-smi-info.txt"),
-                     ("950-4numa", "npu-smi-info.txt"), ("a2-8npu", "npu-smi-info-t-topo.txt"),
-                     ("x86-a2", "lscpu-e.txt")]
-}
-
-
-TOKENS = [*"0123456789 -,|+=:\t\nABCDEFX", "NPU", "NPU ID", "Chip", "Chip Logic ID",
-          "Process id", "CPU Affinity", "PCIe Bus Info", "sq_send_trigger_irq",
-          "Thread(s) per core:", "  ", "\u00a0", "\u0663", "\u00b2", "99999999999"]
-
-
-ALPHABET = st.lists(st.sampled_from(TOKENS), max_size=80).map("".join)
-
-
-@st.composite
-def mutated(draw: st.DrawFn) -> str:
-    """A sample npu-smi/lscpu output with random edits: deletions, insertions, shuffles."""
-    text = draw(st.sampled_from(sorted(SAMPLES.values())))
-    lines = text.splitlines()
-    for _ in range(draw(st.integers(0, 6))):
-        if not lines:
-            break
-        op = draw(st.sampled_from(["drop", "dup", "swap", "insert", "cut", "junk"]))
-        i = draw(st.integers(0, len(lines) - 1))
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "swap":
-            j = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif op == "insert":
-            lines.insert(i, draw(ALPHABET))
-        elif op == "cut":
-            k = draw(st.integers(0, max(len(lines[i]), 0)))
-            lines[i] = lines[i][:k]
-        else:
-            k = draw(st.integers(0, len(lines[i])))
-            lines[i] = lines[i][:k] + draw(ALPHABET) + lines[i][k:]
-    return "\n".join(lines)
-
-
-TEXTS = st.one_of(mutated(), st.text(max_size=300), ALPHABET)
-
-
-CHIP_MAPS = st.dictionaries(st.integers(0, 9), st.dictionaries(st.integers(0, 2),
-                                                               st.integers(0, 20), max_size=3),
-                            max_size=5)
-
-
-def _result_or_error(parse: Callable[[], T]) -> T | None:
-    """``parse()``'s result, or None when it raised a one-line ``TopologyError``; any other
-    exception fails the test."""
-    try:
-        return parse()
-    except TopologyError as exc:
-        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
-        return None
 
 
 @pytest.mark.slow
@@ -337,15 +269,15 @@ def _result_or_error(parse: Callable[[], T]) -> T | None:
 @given(TEXTS, CHIP_MAPS)
 @example("NPU ID  Chip ID\n\u00b2 0\n| NPU ID | Process id |\n| \u00b2 | 1 |", {})
 def test_npu_smi_parsers(text: str, chip_map: dict[int, dict[int, int]]) -> None:
-    parsed = _result_or_error(lambda: parse_chip_map(text))
+    parsed = result_or_error(lambda: parse_chip_map(text))
     for npu, chips in (parsed or {}).items():
         assert npu >= 0 and all(c >= 0 and logic >= 0 for c, logic in chips.items())
-    running = _result_or_error(lambda: parse_running_npus(text, chip_map))
+    running = result_or_error(lambda: parse_running_npus(text, chip_map))
     if running is not None:
         assert running == sorted(set(running))
         # Running NPUs are logical ids of the chip map (or, without a map, NPU ids).
         assert not chip_map or set(running) <= set(logic_npus(chip_map))
-    for npu, cpus in (_result_or_error(lambda: parse_topo_affinity(text)) or {}).items():
+    for npu, cpus in (result_or_error(lambda: parse_topo_affinity(text)) or {}).items():
         assert npu >= 0 and cpus == sorted(set(cpus))
         assert all(0 <= c <= MAX_CPU_ID for c in cpus)
     address = parse_board_pcie(text)

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 from ascend_topology import (
-    MAX_CPU_ID,
-    SOCS,
     HostFacts,
     RecordedHostError,
     example_host_dir,
@@ -28,6 +26,9 @@ from ascend_topology import (
 from ascend_topology.recorded import host_meta, write_recorded_host
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from .fuzz_checks import check_recorded_host
+from .fuzz_inputs import BOUNDED, KEYS, TEXTS, VALUES
 
 R = range
 EXAMPLES = ["310p", "950-4numa", "a2-8npu", "a3-16die", "x86-a2"]
@@ -369,52 +370,6 @@ def test_lscpu_listing_a_cpu_under_two_nodes_is_refused(tmp_path: Path) -> None:
         load_recorded_host(folder)
 
 
-SAMPLES = {
-    name: example_host_dir(ex).joinpath(name).read_text()
-    for ex, name in [("a2-8npu", "npu-smi-info-m.txt"), ("a3-16die", "npu-smi-info.txt"),
-                     ("950-4numa", "npu-smi-info.txt"), ("a2-8npu", "npu-smi-info-t-topo.txt"),
-                     ("x86-a2", "lscpu-e.txt")]
-}
-
-
-TOKENS = [*"0123456789 -,|+=:\t\nABCDEFX", "NPU", "NPU ID", "Chip", "Chip Logic ID",
-          "Process id", "CPU Affinity", "PCIe Bus Info", "sq_send_trigger_irq",
-          "Thread(s) per core:", "  ", "\u00a0", "\u0663", "\u00b2", "99999999999"]
-
-
-ALPHABET = st.lists(st.sampled_from(TOKENS), max_size=80).map("".join)
-
-
-@st.composite
-def mutated(draw: st.DrawFn) -> str:
-    """A sample npu-smi/lscpu output with random edits: deletions, insertions, shuffles."""
-    text = draw(st.sampled_from(sorted(SAMPLES.values())))
-    lines = text.splitlines()
-    for _ in range(draw(st.integers(0, 6))):
-        if not lines:
-            break
-        op = draw(st.sampled_from(["drop", "dup", "swap", "insert", "cut", "junk"]))
-        i = draw(st.integers(0, len(lines) - 1))
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "swap":
-            j = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif op == "insert":
-            lines.insert(i, draw(ALPHABET))
-        elif op == "cut":
-            k = draw(st.integers(0, max(len(lines[i]), 0)))
-            lines[i] = lines[i][:k]
-        else:
-            k = draw(st.integers(0, len(lines[i])))
-            lines[i] = lines[i][:k] + draw(ALPHABET) + lines[i][k:]
-    return "\n".join(lines)
-
-
-TEXTS = st.one_of(mutated(), st.text(max_size=300), ALPHABET)
-
 
 FILES = ["npu-smi-info-m.txt", "npu-smi-info.txt", "npu-smi-info-t-topo.txt", "host.json",
          "lscpu-e.txt"]
@@ -456,30 +411,6 @@ def test_recorded_host_with_a_mutated_file(example: str, name: str, text: str) -
     assert result.ok or result.reason
 
 
-BOUNDED = settings(max_examples=80, deadline=None, database=None, derandomize=True,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-KEYS = ["arch", "soc", "allowed_cpus", "threads_per_core", "numa", "visible_devices", "pcie"]
-
-
-SCALARS = st.one_of(
-    st.none(), st.booleans(),
-    st.integers(-3, 10),
-    st.sampled_from([8191, 8192, 2**31, 2**63, 10**30, -(10**30)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["0-3", "0-8191", "0-8192", "3-1", "0,1", "x", "", "A2", "A5", "310P",
-                     "0000:c1:00.0", "\u00b2", "1" * 40]),
-    st.text(max_size=12),
-)
-
-
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
-        st.sampled_from(["0", "1", "7", "99999", "100000", "-1", "a", ""]), inner, max_size=4),
-    max_leaves=12,
-)
 
 
 GARBLE = st.one_of(
@@ -489,23 +420,6 @@ GARBLE = st.one_of(
                      "NPU0  X  CPU Affinity\nNPU0 X 0-8192\n", "CPU NODE\n8192 0\n"]),
 )
 
-
-def _check_facts(folder: Path) -> None:
-    try:
-        facts = load_recorded_host(folder)
-    except RecordedHostError as exc:
-        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
-        return
-    assert facts.soc in SOCS and 1 <= facts.threads_per_core <= 8
-    every = [*facts.allowed_cpus, *(c for cpus in facts.numa.values() for c in cpus),
-             *(c for cpus in facts.affinity.values() for c in cpus)]
-    assert all(type(c) is int and 0 <= c <= MAX_CPU_ID for c in every)
-    result = plan(facts)
-    used = [c for p in result.npus for c in p.cpus]
-    assert len(used) == len(set(used)) and set(used) <= set(facts.allowed_cpus)
-    assert result.ok == (not result.problems and bool(result.npus))
-    data = json.loads(result.to_json())
-    assert all(type(c) is int for e in data["npus"] for c in e["cpus"])
 
 
 @pytest.mark.slow
@@ -519,7 +433,7 @@ def test_garbled_folders(files: dict[str, str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in files.items():
             Path(tmp, name).write_text(text, encoding="utf-8", errors="surrogateescape")
-        _check_facts(Path(tmp))
+        check_recorded_host(Path(tmp))
 
 
 SCRIPT = Path(sys.executable).parent / "ascend-topology"

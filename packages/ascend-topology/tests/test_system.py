@@ -7,7 +7,6 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import psutil
 import pytest
@@ -16,7 +15,6 @@ from ascend_topology import (
     CommandError,
     ParseError,
     TopologyError,
-    example_host_dir,
     format_cpu_list,
     parse_cpu_list,
     threads_per_core,
@@ -33,8 +31,10 @@ from ascend_topology.system import (
     read_threads_per_core,
     run_command,
 )
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given
+
+from .fuzz_checks import result_or_error
+from .fuzz_inputs import FUZZ, TEXTS
 
 
 def test_run_command_uses_c_locale_without_shell() -> None:
@@ -266,68 +266,6 @@ def test_lscpu_cpu_under_two_nodes_is_an_error_naming_both_rows() -> None:
         parse_lscpu_nodes("CPU NODE\n1 0\n1 1\n")
 
 
-T = TypeVar("T")
-
-
-FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-SAMPLES = {
-    name: example_host_dir(ex).joinpath(name).read_text()
-    for ex, name in [("a2-8npu", "npu-smi-info-m.txt"), ("a3-16die", "npu-smi-info.txt"),
-                     ("950-4numa", "npu-smi-info.txt"), ("a2-8npu", "npu-smi-info-t-topo.txt"),
-                     ("x86-a2", "lscpu-e.txt")]
-}
-
-
-TOKENS = [*"0123456789 -,|+=:\t\nABCDEFX", "NPU", "NPU ID", "Chip", "Chip Logic ID",
-          "Process id", "CPU Affinity", "PCIe Bus Info", "sq_send_trigger_irq",
-          "Thread(s) per core:", "  ", "\u00a0", "\u0663", "\u00b2", "99999999999"]
-
-
-ALPHABET = st.lists(st.sampled_from(TOKENS), max_size=80).map("".join)
-
-
-@st.composite
-def mutated(draw: st.DrawFn) -> str:
-    """A sample npu-smi/lscpu output with random edits: deletions, insertions, shuffles."""
-    text = draw(st.sampled_from(sorted(SAMPLES.values())))
-    lines = text.splitlines()
-    for _ in range(draw(st.integers(0, 6))):
-        if not lines:
-            break
-        op = draw(st.sampled_from(["drop", "dup", "swap", "insert", "cut", "junk"]))
-        i = draw(st.integers(0, len(lines) - 1))
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "swap":
-            j = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif op == "insert":
-            lines.insert(i, draw(ALPHABET))
-        elif op == "cut":
-            k = draw(st.integers(0, max(len(lines[i]), 0)))
-            lines[i] = lines[i][:k]
-        else:
-            k = draw(st.integers(0, len(lines[i])))
-            lines[i] = lines[i][:k] + draw(ALPHABET) + lines[i][k:]
-    return "\n".join(lines)
-
-
-TEXTS = st.one_of(mutated(), st.text(max_size=300), ALPHABET)
-
-
-def _result_or_error(parse: Callable[[], T]) -> T | None:
-    """``parse()``'s result, or None when it raised a one-line ``TopologyError``; any other
-    exception fails the test."""
-    try:
-        return parse()
-    except TopologyError as exc:
-        assert exc.problems and all(p and "\n" not in p for p in exc.problems)
-        return None
 
 
 @pytest.mark.slow
@@ -338,15 +276,15 @@ def _result_or_error(parse: Callable[[], T]) -> T | None:
 @example("0 \u00b2\nThread(s) per core: \u0663")
 @example("8191 0\n8192 1\n")
 def test_system_and_list_parsers(text: str) -> None:
-    nodes = _result_or_error(lambda: parse_lscpu_nodes(text))
+    nodes = result_or_error(lambda: parse_lscpu_nodes(text))
     if nodes is not None:
         assert nodes and all(cpus == sorted(set(cpus)) for cpus in nodes.values())
         assert all(0 <= c <= MAX_CPU_ID for cpus in nodes.values() for c in cpus)
-    cpus = _result_or_error(lambda: parse_cpu_list(text))
+    cpus = result_or_error(lambda: parse_cpu_list(text))
     if cpus is not None:
         assert cpus == sorted(set(cpus)) and all(0 <= c <= MAX_CPU_ID for c in cpus)
         assert parse_cpu_list(format_cpu_list(cpus)) == cpus  # round trip
-    devices = _result_or_error(lambda: parse_visible_devices(text))
+    devices = result_or_error(lambda: parse_visible_devices(text))
     if devices is not None:
         assert all(d >= 0 for d in devices)
         assert parse_visible_devices(",".join(map(str, devices))) == (devices or None)
