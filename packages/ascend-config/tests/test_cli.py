@@ -26,6 +26,8 @@ from ascend_config.schema.introspect import all_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from .fuzz_inputs import CONFIG, SCALE, TEXT
+
 
 def run(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
@@ -372,45 +374,6 @@ def test_facts_file_nan_and_absurd_sizes(tmp_path: Path) -> None:
         "error: tensor_parallel_size: got 100000000000000000000000000000000, expected an "
         "integer from 1 to 65536; routed_scaling_factor: got nan, expected a finite number "
         "from 0 to 1e+06")
-
-
-# The mutation runner (mutmut sets MUTANT_UNDER_TEST) runs the suite once per mutant; a tenth of
-# the examples still reaches every error path there, the full count would take hours.
-SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
-
-
-KEYS = sorted({p.split(".")[-1] for p in all_paths()})
-
-
-NASTY_TEXT = ["\udcff", "\ud800x", "a\x00b", "\u2028", "\ufeff", "", " ", "~/x", "/tmp/a.json",
-              "x" * 5000, "all", "true", "1", "dspark"]
-
-
-TEXT = st.one_of(st.text(max_size=20), st.sampled_from(NASTY_TEXT))
-
-
-SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.sampled_from([0, 1, 2, 3, 5, -1, 1024, 1025, 10**32]),
-    st.floats(allow_nan=True, allow_infinity=True), TEXT,
-)
-
-
-JSON: st.SearchStrategy[Any] = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.one_of(st.sampled_from(KEYS), TEXT), inner,
-                                            max_size=4)),
-    max_leaves=25,
-)
-
-
-SECTIONS = sorted(p for p in all_paths() if "." not in p)
-
-
-CONFIG = st.dictionaries(st.one_of(st.sampled_from(SECTIONS), TEXT),
-                         st.one_of(JSON, st.dictionaries(st.sampled_from(KEYS), SCALARS,
-                                                         max_size=5)), max_size=6)
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ascend_config import (
-    AscendConfig,
     AscendConfigError,
     DeploymentFacts,
     FactsError,
@@ -21,9 +19,11 @@ from ascend_config import (
 from ascend_config.limits import (
     MAX_FACTS_BYTES,
 )
-from ascend_config.schema.introspect import all_paths
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from .fuzz_checks import resolve_ok_or_error
+from .fuzz_inputs import FUZZ, JSON, SCALARS, TEXT
 
 
 def test_facts_file_size_limit(tmp_path: Path) -> None:
@@ -57,58 +57,6 @@ def test_unknown_facts_message_is_bounded() -> None:
     assert "and 9990 more" in text and len(text) < 1500 and "\n" not in text
 
 
-# The mutation runner (mutmut sets MUTANT_UNDER_TEST) runs the suite once per mutant; a tenth of
-# the examples still reaches every error path there, the full count would take hours.
-SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
-
-
-FUZZ = settings(max_examples=150 // SCALE, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-KEYS = sorted({p.split(".")[-1] for p in all_paths()})
-
-
-NASTY_TEXT = ["\udcff", "\ud800x", "a\x00b", "\u2028", "\ufeff", "", " ", "~/x", "/tmp/a.json",
-              "x" * 5000, "all", "true", "1", "dspark"]
-
-
-TEXT = st.one_of(st.text(max_size=20), st.sampled_from(NASTY_TEXT))
-
-
-SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.sampled_from([0, 1, 2, 3, 5, -1, 1024, 1025, 10**32]),
-    st.floats(allow_nan=True, allow_infinity=True), TEXT,
-)
-
-
-JSON: st.SearchStrategy[Any] = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.one_of(st.sampled_from(KEYS), TEXT), inner,
-                                            max_size=4)),
-    max_leaves=25,
-)
-
-
-def _check_error(exc: AscendConfigError) -> None:
-    lines = str(exc).splitlines()
-    assert len(lines) == len(exc.problems) + 1 + (1 if exc.omitted else 0)
-    assert all(len(line) <= 300 and line.isprintable() for line in lines[1:])
-
-
-def _resolve_ok_or_error(config: Any, facts: DeploymentFacts | None = None,
-                         env: dict[str, str] | None = None) -> AscendConfig | None:
-    try:
-        cfg = resolve(config, facts, env or {})
-    except AscendConfigError as exc:
-        _check_error(exc)
-        return None
-    assert AscendConfig.from_json(cfg.to_json()) == cfg
-    return cfg
-
-
 FACT_NAMES = [f.name for f in __import__("dataclasses").fields(DeploymentFacts)]
 
 
@@ -126,7 +74,7 @@ def test_facts_mapping(data: Any) -> None:
         return
     assert not isinstance(facts.routed_scaling_factor, float) or math.isfinite(
         facts.routed_scaling_factor)
-    _resolve_ok_or_error({}, facts)
+    resolve_ok_or_error({}, facts)
 
 
 @FUZZ
@@ -140,7 +88,7 @@ def test_facts_file(tmp_path_factory: pytest.TempPathFactory, content: bytes) ->
     except FactsError as exc:
         assert "\n" not in str(exc)
         return
-    _resolve_ok_or_error({}, facts)
+    resolve_ok_or_error({}, facts)
 
 
 PARALLEL = ["tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",

@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 import yaml
 from ascend_config import (
-    AscendConfig,
-    AscendConfigError,
     DeploymentFacts,
     FactsError,
-    resolve,
 )
 from ascend_config.inputs import (
     InputError,
@@ -32,9 +29,11 @@ from ascend_config.limits import (
     MAX_DEPTH,
     MAX_FACTS_BYTES,
 )
-from ascend_config.schema.introspect import all_paths
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from .fuzz_checks import resolve_ok_or_error
+from .fuzz_inputs import CONFIG, FUZZ, JSON
 
 
 @pytest.mark.parametrize(("text", "depth"), [
@@ -301,66 +300,6 @@ def test_special_files_refused_in_process(tmp_path: Path, make: str, kind: str) 
     assert str(info.value) == f"what {str(path)!r} is {kind}; give a regular file"
 
 
-# The mutation runner (mutmut sets MUTANT_UNDER_TEST) runs the suite once per mutant; a tenth of
-# the examples still reaches every error path there, the full count would take hours.
-SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
-
-
-FUZZ = settings(max_examples=150 // SCALE, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-KEYS = sorted({p.split(".")[-1] for p in all_paths()})
-
-
-NASTY_TEXT = ["\udcff", "\ud800x", "a\x00b", "\u2028", "\ufeff", "", " ", "~/x", "/tmp/a.json",
-              "x" * 5000, "all", "true", "1", "dspark"]
-
-
-TEXT = st.one_of(st.text(max_size=20), st.sampled_from(NASTY_TEXT))
-
-
-SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.sampled_from([0, 1, 2, 3, 5, -1, 1024, 1025, 10**32]),
-    st.floats(allow_nan=True, allow_infinity=True), TEXT,
-)
-
-
-JSON: st.SearchStrategy[Any] = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.one_of(st.sampled_from(KEYS), TEXT), inner,
-                                            max_size=4)),
-    max_leaves=25,
-)
-
-
-SECTIONS = sorted(p for p in all_paths() if "." not in p)
-
-
-CONFIG = st.dictionaries(st.one_of(st.sampled_from(SECTIONS), TEXT),
-                         st.one_of(JSON, st.dictionaries(st.sampled_from(KEYS), SCALARS,
-                                                         max_size=5)), max_size=6)
-
-
-def _check_error(exc: AscendConfigError) -> None:
-    lines = str(exc).splitlines()
-    assert len(lines) == len(exc.problems) + 1 + (1 if exc.omitted else 0)
-    assert all(len(line) <= 300 and line.isprintable() for line in lines[1:])
-
-
-def _resolve_ok_or_error(config: Any, facts: DeploymentFacts | None = None,
-                         env: dict[str, str] | None = None) -> AscendConfig | None:
-    try:
-        cfg = resolve(config, facts, env or {})
-    except AscendConfigError as exc:
-        _check_error(exc)
-        return None
-    assert AscendConfig.from_json(cfg.to_json()) == cfg
-    return cfg
-
-
 def _nest_text(depth: int, inner: str) -> str:
     return '{"dump_config": ' + '{"a": ' * depth + inner + "}" * depth + "}"
 
@@ -398,7 +337,7 @@ def test_json_text(text: str) -> None:
     except InputError as exc:
         assert "\n" not in str(exc)
         return
-    _resolve_ok_or_error(data)
+    resolve_ok_or_error(data)
 
 
 @FUZZ
@@ -409,7 +348,7 @@ def test_yaml_text(text: str) -> None:
     except InputError as exc:
         assert "\n" not in str(exc)
         return
-    _resolve_ok_or_error(data)
+    resolve_ok_or_error(data)
 
 
 def test_scan_depth_of_list_items_and_of_container_keys() -> None:

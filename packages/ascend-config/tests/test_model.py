@@ -16,9 +16,11 @@ from ascend_config import (
     resolve,
     write_dump_config,
 )
-from ascend_config.schema.introspect import all_paths
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from .fuzz_checks import check_error
+from .fuzz_inputs import FUZZ, JSON
 
 CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({}, {}),
@@ -61,8 +63,6 @@ def test_from_json_rejects_garbage() -> None:
     assert {p.path for p in info.value.problems} == {"weight_nz_mode", "surprise"}
 
 
-
-
 def test_config_is_frozen() -> None:
     cfg = resolve({})
     with pytest.raises(ValueError):
@@ -102,8 +102,6 @@ def test_dump_config_path_and_none(tmp_path: Path) -> None:
     assert not (tmp_path / ".vllm_ascend").exists()
 
 
-
-
 def test_dump_file_is_utf8_whatever_the_locale_default(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import os
@@ -123,47 +121,6 @@ def test_dump_file_is_utf8_whatever_the_locale_default(tmp_path: Path,
     assert target.read_bytes().decode("utf-8") == '{\n  "task": "保留非 ASCII"\n}'
 
 
-# The mutation runner (mutmut sets MUTANT_UNDER_TEST) runs the suite once per mutant; a tenth of
-# the examples still reaches every error path there, the full count would take hours.
-SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
-
-
-FUZZ = settings(max_examples=150 // SCALE, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-KEYS = sorted({p.split(".")[-1] for p in all_paths()})
-
-
-NASTY_TEXT = ["\udcff", "\ud800x", "a\x00b", "\u2028", "\ufeff", "", " ", "~/x", "/tmp/a.json",
-              "x" * 5000, "all", "true", "1", "dspark"]
-
-
-TEXT = st.one_of(st.text(max_size=20), st.sampled_from(NASTY_TEXT))
-
-
-SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.sampled_from([0, 1, 2, 3, 5, -1, 1024, 1025, 10**32]),
-    st.floats(allow_nan=True, allow_infinity=True), TEXT,
-)
-
-
-JSON: st.SearchStrategy[Any] = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.one_of(st.sampled_from(KEYS), TEXT), inner,
-                                            max_size=4)),
-    max_leaves=25,
-)
-
-
-def _check_error(exc: AscendConfigError) -> None:
-    lines = str(exc).splitlines()
-    assert len(lines) == len(exc.problems) + 1 + (1 if exc.omitted else 0)
-    assert all(len(line) <= 300 and line.isprintable() for line in lines[1:])
-
-
 @FUZZ
 @given(text=st.one_of(st.text(max_size=300), st.builds(json.dumps, JSON),
                       st.builds(lambda n: "[" * n, st.integers(0, 3000))))
@@ -171,7 +128,7 @@ def test_from_json(text: str) -> None:
     try:
         cfg = AscendConfig.from_json(text)
     except AscendConfigError as exc:
-        _check_error(exc)
+        check_error(exc)
         return
     assert AscendConfig.from_json(cfg.to_json()) == cfg  # e.g. "{}": every default
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from ascend_config import (
-    AscendConfig,
     AscendConfigError,
     DeploymentFacts,
     resolve,
@@ -26,6 +25,11 @@ from ascend_config.limits import (
 from ascend_config.schema.introspect import all_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from .fuzz_checks import resolve_ok_or_error
+from .fuzz_inputs import CONFIG as OBJ_CONFIG
+from .fuzz_inputs import FUZZ, SCALE, TEXT
+from .fuzz_inputs import JSON as OBJ_JSON
 
 HANG_GUARD_S = 60
 
@@ -188,8 +192,8 @@ def _deep(depth: int) -> Any:
     return value
 
 
-# Fewer examples under the mutation runner (mutmut sets MUTANT_UNDER_TEST; see SCALE below).
-@settings(max_examples=200 // (10 if "MUTANT_UNDER_TEST" in os.environ else 1), deadline=None,
+# Fewer examples under the mutation runner (see fuzz_inputs.SCALE).
+@settings(max_examples=200 // SCALE, deadline=None,
           derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(config=CONFIG, facts=FACTS, env=ENV)
@@ -231,66 +235,6 @@ def test_huge_integer_and_long_key_within_limits() -> None:
     assert type(cfg).from_json(cfg.to_json()) == cfg
 
 
-# The mutation runner (mutmut sets MUTANT_UNDER_TEST) runs the suite once per mutant; a tenth of
-# the examples still reaches every error path there, the full count would take hours.
-SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
-
-
-FUZZ = settings(max_examples=150 // SCALE, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-OBJ_KEYS = sorted({p.split(".")[-1] for p in all_paths()})
-
-
-NASTY_TEXT = ["\udcff", "\ud800x", "a\x00b", "\u2028", "\ufeff", "", " ", "~/x", "/tmp/a.json",
-              "x" * 5000, "all", "true", "1", "dspark"]
-
-
-TEXT = st.one_of(st.text(max_size=20), st.sampled_from(NASTY_TEXT))
-
-
-OBJ_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.sampled_from([0, 1, 2, 3, 5, -1, 1024, 1025, 10**32]),
-    st.floats(allow_nan=True, allow_infinity=True), TEXT,
-)
-
-
-OBJ_JSON: st.SearchStrategy[Any] = st.recursive(
-    OBJ_SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.one_of(st.sampled_from(OBJ_KEYS), TEXT), inner,
-                                            max_size=4)),
-    max_leaves=25,
-)
-
-
-OBJ_SECTIONS = sorted(p for p in all_paths() if "." not in p)
-
-
-OBJ_CONFIG = st.dictionaries(st.one_of(st.sampled_from(OBJ_SECTIONS), TEXT),
-                         st.one_of(OBJ_JSON, st.dictionaries(st.sampled_from(OBJ_KEYS), OBJ_SCALARS,
-                                                         max_size=5)), max_size=6)
-
-
-def _check_error(exc: AscendConfigError) -> None:
-    lines = str(exc).splitlines()
-    assert len(lines) == len(exc.problems) + 1 + (1 if exc.omitted else 0)
-    assert all(len(line) <= 300 and line.isprintable() for line in lines[1:])
-
-
-def _resolve_ok_or_error(config: Any, facts: DeploymentFacts | None = None,
-                         env: dict[str, str] | None = None) -> AscendConfig | None:
-    try:
-        cfg = resolve(config, facts, env or {})
-    except AscendConfigError as exc:
-        _check_error(exc)
-        return None
-    assert AscendConfig.from_json(cfg.to_json()) == cfg
-    return cfg
-
-
 OBJ_FACTS = st.builds(
     DeploymentFacts,
     soc=st.sampled_from([*SOCS, "B9"]),
@@ -317,7 +261,7 @@ OBJ_ENV = st.dictionaries(
 @FUZZ
 @given(config=st.one_of(OBJ_CONFIG, OBJ_JSON), facts=OBJ_FACTS, env=OBJ_ENV)
 def test_resolve_objects(config: Any, facts: DeploymentFacts, env: dict[str, str]) -> None:
-    _resolve_ok_or_error(config, facts, env)
+    resolve_ok_or_error(config, facts, env)
 
 
 def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
