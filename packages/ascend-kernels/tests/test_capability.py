@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 import torch
 from ascend_kernels import (
     OP_NAMES,
     supports,
 )
+
+from .exact_messages import Message, exact_message_test
 
 
 @pytest.mark.parametrize("op", OP_NAMES)
@@ -120,19 +119,13 @@ def test_head_dim_must_be_positive_at_the_boundary(head_dim: int, ok: bool) -> N
             supports("rms_norm", head_dim=head_dim)
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
 A = torch.ops.ascend
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+MESSAGES: list[Message] = [
     ("supports dtype", lambda v: supports("rms_norm", dtype="bfloat17"), ValueError,
      "dtype 'bfloat17' is not a torch dtype name (e.g. 'bfloat16')"),
     ("supports head", lambda v: supports("rms_norm", head_dim=-1), ValueError,
@@ -140,16 +133,6 @@ MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
+test_exact_message = exact_message_test(MESSAGES)
+
+

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 import torch
 from ascend_kernels import (
@@ -13,6 +10,8 @@ from ascend_kernels import (
     nd_to_nz_spec,
     trans_nd_to_nz,
 )
+
+from .exact_messages import Message, exact_message_test
 
 
 @pytest.mark.parametrize(
@@ -111,19 +110,13 @@ def test_bad_shapes_are_value_errors(call: object, message: str) -> None:
         call()  # type: ignore[operator]
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
 A = torch.ops.ascend
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+MESSAGES: list[Message] = [
     ("nz 2d", lambda v: nd_to_nz_2d(torch.ones(2, 2, 2)), ValueError,
      "nd_to_nz_2d needs a 2-D tensor, got shape [2, 2, 2]"),
     ("nz spec", lambda v: nd_to_nz_spec(torch.ones(3)), ValueError,
@@ -138,16 +131,6 @@ MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
+test_exact_message = exact_message_test(MESSAGES)
+
+

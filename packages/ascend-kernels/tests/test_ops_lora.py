@@ -3,12 +3,11 @@ contiguous tensor."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 import torch
 from ascend_kernels.validation import DeviceMismatchError
+
+from .exact_messages import Message, exact_message_test, positional_args
 
 A = torch.ops.ascend
 
@@ -102,57 +101,44 @@ def test_bad_input_is_a_clear_value_error(call: object, message: str) -> None:
         call()  # type: ignore[operator]
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
-    ("lora 2-D", lambda v: A.bgmv_expand(*_args(v, "bgmv_expand", y=torch.ones(40))),
+MESSAGES: list[Message] = [
+    ("lora 2-D", lambda v: A.bgmv_expand(*positional_args(v, "bgmv_expand", y=torch.ones(40))),
      ValueError, "y must be 2-D [T, ...], got [40]"),
-    ("lora tokens", lambda v: A.bgmv_expand(*_args(v, "bgmv_expand", y=torch.ones(4, 40))),
+    ("lora tokens",
+     lambda v: A.bgmv_expand(*positional_args(v, "bgmv_expand", y=torch.ones(4, 40))),
      ValueError, "x and y need the same token count, got 5, 4"),
-    ("lora slice", lambda v: A.bgmv_expand(*_args(v, "bgmv_expand", slice_offset=30)),
+    ("lora slice", lambda v: A.bgmv_expand(*positional_args(v, "bgmv_expand", slice_offset=30)),
      ValueError, "slice_offset (30) and slice_size (16) must be >= 0 and the slice must lie"
      " within y's 40 columns"),
-    ("lora weight", lambda v: A.bgmv_expand(*_args(v, "bgmv_expand",
+    ("lora weight", lambda v: A.bgmv_expand(*positional_args(v, "bgmv_expand",
                                                    weight=torch.ones(3, 2, 16, 8))),
      ValueError, "weight must be [num_loras, slice_size=16, rank=8] (or [num_loras, 1, 16, 8]),"
      " got [3, 2, 16, 8]"),
-    ("lora indices shape", lambda v: A.bgmv_expand(*_args(v, "bgmv_expand",
+    ("lora indices shape", lambda v: A.bgmv_expand(*positional_args(v, "bgmv_expand",
                                                           indices=torch.zeros(2, dtype=I64))),
      ValueError, "indices must be [T=5], got [2]"),
-    ("lora index range", lambda v: A.bgmv_expand(*_args(
+    ("lora index range", lambda v: A.bgmv_expand(*positional_args(
         v, "bgmv_expand", indices=torch.tensor([0, 3, -1, 2, 0]))),
      ValueError, "indices must be < num_loras=3 (negative: no LoRA), got 3"),
-    ("sgmv index range", lambda v: A.sgmv_expand(*_args(
+    ("sgmv index range", lambda v: A.sgmv_expand(*positional_args(
         v, "sgmv_expand", lora_indices=torch.tensor([4, 0]))),
      ValueError, "lora_indices must be < num_loras=3 (negative: no LoRA), got 4"),
-    ("sgmv lengths", lambda v: A.sgmv_expand(*_args(v, "sgmv_expand",
+    ("sgmv lengths", lambda v: A.sgmv_expand(*positional_args(v, "sgmv_expand",
                                                     seq_len=torch.tensor([5]))),
      ValueError, "lora_indices and seq_len must be 1-D of equal length, got [2], [1]"),
-    ("sgmv negative", lambda v: A.sgmv_expand(*_args(v, "sgmv_expand",
+    ("sgmv negative", lambda v: A.sgmv_expand(*positional_args(v, "sgmv_expand",
                                                      seq_len=torch.tensor([-1, 6]))),
      ValueError, "seq_len must be >= 0, got [-1, 6]"),
-    ("sgmv sum", lambda v: A.sgmv_expand(*_args(v, "sgmv_expand", seq_len=torch.tensor([1, 1]))),
+    ("sgmv sum",
+     lambda v: A.sgmv_expand(*positional_args(v, "sgmv_expand",
+                                              seq_len=torch.tensor([1, 1]))),
      ValueError, "seq_len must sum to the token count 5, got 2"),
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
+test_exact_message = exact_message_test(MESSAGES)
+
+

@@ -17,6 +17,9 @@ from ascend_kernels.registration import fake_impl
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from .random_inputs import seeded_randn
+from .rope_reference import close, want_rope
+
 A = torch.ops.ascend
 
 
@@ -203,43 +206,9 @@ def test_mrope_rotary_sizes_npu_mrope_rejects_run_the_reference(
         assert all(map(torch.equal, got, want))
 
 
-def _close(got: torch.Tensor, want: torch.Tensor) -> None:
-    # float32 kernel against float64 math: a few float32 roundings apart.
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
-def _want_rope(
-    x: torch.Tensor, cache: torch.Tensor, pos_of_freq: torch.Tensor, rotary_dim: int, neox: bool
-) -> torch.Tensor:
-    """``x`` ``[T, H, D]`` rotated in float64; frequency ``j`` of token ``t`` uses cache row
-    ``pos_of_freq[t, j]``."""
-    half = rotary_dim // 2
-    cache64 = cache.double()
-    tokens = x.shape[0]
-    cos = torch.empty(tokens, 1, half, dtype=torch.float64)
-    sin = torch.empty(tokens, 1, half, dtype=torch.float64)
-    for t in range(tokens):
-        for j in range(half):
-            row = int(pos_of_freq[t, j])
-            cos[t, 0, j] = cache64[row, j]
-            sin[t, 0, j] = cache64[row, half + j]
-    x64 = x.double()
-    out = x64.clone()
-    first = slice(0, half) if neox else slice(0, rotary_dim, 2)
-    second = slice(half, rotary_dim) if neox else slice(1, rotary_dim, 2)
-    x1, x2 = x64[..., first], x64[..., second]
-    out[..., first] = x1 * cos - x2 * sin
-    out[..., second] = x2 * cos + x1 * sin
-    return out
-
-
-def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 def test_mrope_k_shape_error_names_k(valid_args: Any) -> None:
     args = valid_args("mrotary_embedding")
-    args["k"] = _rand(5, 2, 40)
+    args["k"] = seeded_randn(5, 2, 40)
     with pytest.raises(ValueError, match=r"^k must be \[T=5, heads \* 48\] or \[T, heads, 48\]"):
         A.mrotary_embedding(**args)
 
@@ -261,8 +230,9 @@ SEC_TOKENS = 5
 def _mrope_case(seed: int) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     positions = torch.randint(0, 9, (3, SEC_TOKENS), generator=g)
-    q, k = _rand(SEC_TOKENS, 2, SEC_HEAD, seed=seed), _rand(SEC_TOKENS, 1, SEC_HEAD, seed=seed + 1)
-    return positions, q, k, _rand(9, SEC_HEAD, seed=seed + 2)
+    q = seeded_randn(SEC_TOKENS, 2, SEC_HEAD, seed=seed)
+    k = seeded_randn(SEC_TOKENS, 1, SEC_HEAD, seed=seed + 1)
+    return positions, q, k, seeded_randn(9, SEC_HEAD, seed=seed + 2)
 
 
 @pytest.mark.parametrize("section", [[4, 0, 0], [0, 4, 0], [0, 0, 4], [0, 2, 2], [3, 0, 1]])
@@ -273,8 +243,8 @@ def test_sections_of_size_zero_are_allowed(section: list[int]) -> None:
     for fn in (fake_impl("mrotary_embedding"), A.mrotary_embedding):
         q_out, k_out = fn(positions, q, k, cache, SEC_HEAD, SEC_HEAD, section, True, False)
         assert q_out.shape == q.shape and k_out.shape == k.shape
-    _close(q_out.double(), _want_rope(q, cache, pos_of_freq, SEC_HEAD, True))
-    _close(k_out.double(), _want_rope(k, cache, pos_of_freq, SEC_HEAD, True))
+    close(q_out.double(), want_rope(q, cache, pos_of_freq, SEC_HEAD, True))
+    close(k_out.double(), want_rope(k, cache, pos_of_freq, SEC_HEAD, True))
 
 
 @pytest.mark.parametrize("section", [[4, 1, 0], [2, 1, 0], [-1, 3, 2]])
@@ -292,8 +262,8 @@ def test_text_positions_ignore_the_section(section: list[int]) -> None:
     fake_impl("mrotary_embedding")(text, q, k, cache, SEC_HEAD, SEC_HEAD, section, False, True)
     q_out, k_out = A.mrotary_embedding(text, q, k, cache, SEC_HEAD, SEC_HEAD, section, False, True)
     pos_of_freq = text[:, None].expand(SEC_TOKENS, SEC_HEAD // 2)
-    _close(q_out.double(), _want_rope(q, cache, pos_of_freq, SEC_HEAD, False))
-    _close(k_out.double(), _want_rope(k, cache, pos_of_freq, SEC_HEAD, False))
+    close(q_out.double(), want_rope(q, cache, pos_of_freq, SEC_HEAD, False))
+    close(k_out.double(), want_rope(k, cache, pos_of_freq, SEC_HEAD, False))
 
 
 def _interleaved_rows(half: int, section: list[int]) -> list[int]:
@@ -319,15 +289,16 @@ def test_interleaved_values_at_the_section_edges(section: list[int]) -> None:
     half = sum(section)
     g = torch.Generator().manual_seed(half)
     positions = torch.randint(0, 11, (3, SEC_TOKENS), generator=g)
-    q, k = _rand(SEC_TOKENS, 2 * 2 * half, seed=4), _rand(SEC_TOKENS, 1, 2 * half, seed=5)
-    cache = _rand(11, 2 * half, seed=6)
+    q = seeded_randn(SEC_TOKENS, 2 * 2 * half, seed=4)
+    k = seeded_randn(SEC_TOKENS, 1, 2 * half, seed=5)
+    cache = seeded_randn(11, 2 * half, seed=6)
     q_out, k_out = ops_mrope.mrotary_embedding(
         positions, q, k, cache, 2 * half, 2 * half, section, True, True
     )
     pos_of_freq = positions[_interleaved_rows(half, section)].t()
-    want_q = _want_rope(q.view(SEC_TOKENS, 2, 2 * half), cache, pos_of_freq, 2 * half, True)
-    _close(q_out.double(), want_q.view(SEC_TOKENS, -1))
-    _close(k_out.double(), _want_rope(k, cache, pos_of_freq, 2 * half, True))
+    want_q = want_rope(q.view(SEC_TOKENS, 2, 2 * half), cache, pos_of_freq, 2 * half, True)
+    close(q_out.double(), want_q.view(SEC_TOKENS, -1))
+    close(k_out.double(), want_rope(k, cache, pos_of_freq, 2 * half, True))
 
 
 # ---------------------------------------------------------------- chunking

@@ -10,10 +10,7 @@ from ascend_kernels.ops import spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-
-def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
+from .random_inputs import RANDOM_DTYPES, RANDOM_SHAPES, rand_scaled, seeded_randn
 
 EPS = 1e-6
 
@@ -30,7 +27,7 @@ def test_mx_saturates_both_signs_to_448() -> None:
 
 
 def test_add_rms_norm_mx_quant_out_checks_the_residual() -> None:
-    x = _rand(4, 64)
+    x = seeded_randn(4, 64)
     with pytest.raises(ValueError, match=r"^residual must match x"):
         spec("add_rms_norm_dynamic_mx_quant").out(
             x,
@@ -74,23 +71,10 @@ def test_dynamic_mx_quant_bf16_matches_float32_on_exact_values() -> None:
     assert torch.equal(s16.view(torch.uint8), s32.view(torch.uint8))
 
 
-def _rand_scaled(
-    shape: tuple[int, int], seed: int, dtype: torch.dtype, scale: float
-) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(dtype)
-
-
-RANDOM_DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
-
-
-RANDOM_SHAPES = st.tuples(st.integers(0, 9), st.integers(1, 100))
-
-
 @settings(max_examples=40, deadline=None)
 @given(shape=RANDOM_SHAPES, seed=st.integers(0, 2**16), log_scale=st.integers(-60, 60))
 def test_dynamic_mx_quant_invariants(shape: tuple[int, int], seed: int, log_scale: int) -> None:
-    x = _rand_scaled(shape, seed, torch.float32, 2.0**log_scale)
+    x = rand_scaled(shape, seed, torch.float32, 2.0**log_scale)
     q, scale = A.dynamic_mx_quant(x)
     qf, sf = q.float(), scale.float()
     assert not torch.isnan(qf).any() and (qf.abs() <= 448).all()
@@ -109,8 +93,8 @@ def test_dynamic_mx_quant_invariants(shape: tuple[int, int], seed: int, log_scal
 def test_fused_equals_composition_on_random_shapes(
     op: str, shape: tuple[int, int], seed: int, dtype: torch.dtype
 ) -> None:
-    x, r = _rand_scaled(shape, seed, dtype, 4.0), _rand_scaled(shape, seed + 1, dtype, 1.0)
-    w = _rand_scaled((1, shape[1]), seed + 2, dtype, 1.0)[0]
+    x, r = rand_scaled(shape, seed, dtype, 4.0), rand_scaled(shape, seed + 1, dtype, 1.0)
+    w = rand_scaled((1, shape[1]), seed + 2, dtype, 1.0)[0]
     fused = getattr(A, op)(x, r, w, 1e-6)
     y, summed = A.add_rms_norm(x, r, w, 1e-6)
     quant = A.dynamic_quant if op == "add_rms_norm_dynamic_quant" else A.dynamic_mx_quant

@@ -18,13 +18,11 @@ from ascend_kernels.ops import quant as ops_quant
 from ascend_kernels.ops import spec
 from ascend_kernels.validation import DeviceMismatchError
 
+from .random_inputs import seeded_randn
+
 A = torch.ops.ascend
 
 EPS = 1e-6
-
-
-def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def _int8_rows(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -51,9 +49,9 @@ def _mx_scale_exponents(x: torch.Tensor) -> np.ndarray:
 def test_chunk_tails_give_right_values_without_warnings(dtype: torch.dtype) -> None:
     # 7 rows of 40 with 200-element chunks: chunks of 5 rows and a 2-row tail, so every scratch
     # buffer is used once at full and once at partial length (a resized out= warns).
-    x = (_rand(7, 40) * 3).to(dtype)
-    residual = _rand(7, 40, seed=1).to(dtype)
-    weight = (_rand(40, seed=2) + 1).to(dtype)
+    x = (seeded_randn(7, 40) * 3).to(dtype)
+    residual = seeded_randn(7, 40, seed=1).to(dtype)
+    weight = (seeded_randn(40, seed=2) + 1).to(dtype)
     summed = x + residual
     expected_norm = torch.nn.functional.rms_norm(summed.float(), (40,), weight.float(), EPS).to(
         dtype
@@ -88,14 +86,14 @@ def test_chunk_tails_give_right_values_without_warnings(dtype: torch.dtype) -> N
 
 @pytest.mark.parametrize("name", ["residual", "bias"])
 def test_device_mismatch_names_the_argument(name: str) -> None:
-    x = _rand(2, 8)
+    x = seeded_randn(2, 8)
     kwargs = {name: torch.empty(2, 8, device="meta")}
     with pytest.raises(DeviceMismatchError, match=rf"^{name} is on meta but x is on cpu"):
         ops_norm.check_norm_args(x, torch.ones(8), EPS, **kwargs)
 
 
 def test_add_rms_norm_out_rejects_out_aliasing_residual_out() -> None:
-    x = _rand(2, 8)
+    x = seeded_randn(2, 8)
     shared = torch.empty(2, 8)
     with pytest.raises(ValueError, match=r"^out must not share memory with residual_out$"):
         spec("add_rms_norm").out(x, x.clone(), torch.ones(8), EPS, out=shared, residual_out=shared)
@@ -105,14 +103,14 @@ def test_add_rms_norm_out_rejects_out_aliasing_residual_out() -> None:
 @pytest.mark.parametrize("shift", [1, 31])  # out starts inside x: 31 or 1 elements shared
 def test_rms_norm_out_refuses_an_out_that_partly_overlaps_x(dtype: torch.dtype,
                                                              shift: int) -> None:
-    buf = _rand(64).to(dtype)
+    buf = seeded_randn(64).to(dtype)
     x, out = buf[:32].view(4, 8), buf[shift:shift + 32].view(4, 8)
     with pytest.raises(ValueError, match=r"^out must not share memory with x$"):
         spec("rms_norm").out(x, torch.ones(8, dtype=dtype), EPS, out=out)
 
 
 def test_rms_norm_out_accepts_an_out_right_after_x_in_one_buffer() -> None:
-    buf = _rand(64)
+    buf = seeded_randn(64)
     x, out = buf[:32].view(4, 8), buf[32:].view(4, 8)  # adjacent, not overlapping
     expected = torch.nn.functional.rms_norm(x.clone(), (8,), eps=EPS)
     spec("rms_norm").out(x, torch.ones(8), EPS, out=out)

@@ -5,8 +5,6 @@ under test."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +14,9 @@ from ascend_kernels.ops import spec
 from ascend_kernels.registration import fake_impl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from .exact_messages import Message, exact_message_test
+from .random_inputs import RANDOM_DTYPES, RANDOM_SHAPES, rand_scaled, seeded_randn
 
 
 def _int8_rows(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -27,10 +28,6 @@ def _int8_rows(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
-def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 EPS = 1e-6
 
 
@@ -39,7 +36,7 @@ A = torch.ops.ascend
 
 def test_dynamic_quant_of_strided_heads() -> None:
     # Two of three heads: rows cannot be flattened to [N, 1, H], so the kernel sees [T, 2, H].
-    buf = _rand(5, 3, 16) * 4
+    buf = seeded_randn(5, 3, 16) * 4
     x = buf[:, :2, :]
     q, scale = ops_quant.dynamic_quant(x)
     q_ref, scale_ref = _int8_rows(x)
@@ -60,7 +57,7 @@ def test_dynamic_quant_of_a_row_whose_scale_underflows() -> None:
 
 
 def test_scale_outputs_are_float32_whatever_the_default_dtype() -> None:
-    x, weight = _rand(3, 8), torch.ones(8)
+    x, weight = seeded_randn(3, 8), torch.ones(8)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -75,7 +72,7 @@ def test_scale_outputs_are_float32_whatever_the_default_dtype() -> None:
 
 
 def test_add_rms_norm_dynamic_quant_rejects_a_bias_of_the_wrong_width() -> None:
-    x, bad = _rand(4, 8), torch.ones(9)
+    x, bad = seeded_randn(4, 8), torch.ones(9)
     args = (x, x.clone(), torch.ones(8), EPS, bad)
     match = r"^bias must have shape \[8\]"
     with pytest.raises(ValueError, match=match):
@@ -172,16 +169,10 @@ def test_quantize_rows_and_head_views_without_warnings() -> None:
         assert q.tolist() == want.astype(np.int8).tolist()
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+MESSAGES: list[Message] = [
     ("scale numel", lambda v: A.quantize(torch.ones(2, 4), torch.ones(3), torch.ones(1)),
      ValueError, "scale must hold 1 value (per tensor) or 4 (per channel), got 3"),
     ("offset dtype", lambda v: A.quantize(torch.ones(2, 4), torch.ones(1),
@@ -190,38 +181,13 @@ MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
-
-
-def _rand_scaled(
-    shape: tuple[int, int], seed: int, dtype: torch.dtype, scale: float
-) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(dtype)
-
-
-RANDOM_DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
-
-
-RANDOM_SHAPES = st.tuples(st.integers(0, 9), st.integers(1, 100))
+test_exact_message = exact_message_test(MESSAGES)
 
 
 @settings(max_examples=40, deadline=None)
 @given(shape=RANDOM_SHAPES, seed=st.integers(0, 2**16), log_scale=st.integers(-30, 30))
 def test_dynamic_quant_invariants(shape: tuple[int, int], seed: int, log_scale: int) -> None:
-    x = _rand_scaled(shape, seed, torch.float32, 2.0**log_scale)
+    x = rand_scaled(shape, seed, torch.float32, 2.0**log_scale)
     q, scale = A.dynamic_quant(x)
     assert q.abs().max().item() <= 127 if q.numel() else True
     assert torch.isfinite(scale).all() and (scale >= 0).all()
@@ -236,8 +202,8 @@ def test_dynamic_quant_invariants(shape: tuple[int, int], seed: int, log_scale: 
 def test_fused_equals_composition_on_random_shapes(
     op: str, shape: tuple[int, int], seed: int, dtype: torch.dtype
 ) -> None:
-    x, r = _rand_scaled(shape, seed, dtype, 4.0), _rand_scaled(shape, seed + 1, dtype, 1.0)
-    w = _rand_scaled((1, shape[1]), seed + 2, dtype, 1.0)[0]
+    x, r = rand_scaled(shape, seed, dtype, 4.0), rand_scaled(shape, seed + 1, dtype, 1.0)
+    w = rand_scaled((1, shape[1]), seed + 2, dtype, 1.0)[0]
     fused = getattr(A, op)(x, r, w, 1e-6)
     y, summed = A.add_rms_norm(x, r, w, 1e-6)
     quant = A.dynamic_quant if op == "add_rms_norm_dynamic_quant" else A.dynamic_mx_quant

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,41 +19,11 @@ from ascend_kernels.ops import mrope as ops_mrope
 from ascend_kernels.ops import rope as ops_rope
 from ascend_kernels.registration import fake_impl
 
+from .exact_messages import Message, exact_message_test, positional_args
+from .random_inputs import seeded_randn
+from .rope_reference import close, want_rope
+
 A = torch.ops.ascend
-
-
-def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def _want_rope(
-    x: torch.Tensor, cache: torch.Tensor, pos_of_freq: torch.Tensor, rotary_dim: int, neox: bool
-) -> torch.Tensor:
-    """``x`` ``[T, H, D]`` rotated in float64; frequency ``j`` of token ``t`` uses cache row
-    ``pos_of_freq[t, j]``."""
-    half = rotary_dim // 2
-    cache64 = cache.double()
-    tokens = x.shape[0]
-    cos = torch.empty(tokens, 1, half, dtype=torch.float64)
-    sin = torch.empty(tokens, 1, half, dtype=torch.float64)
-    for t in range(tokens):
-        for j in range(half):
-            row = int(pos_of_freq[t, j])
-            cos[t, 0, j] = cache64[row, j]
-            sin[t, 0, j] = cache64[row, half + j]
-    x64 = x.double()
-    out = x64.clone()
-    first = slice(0, half) if neox else slice(0, rotary_dim, 2)
-    second = slice(half, rotary_dim) if neox else slice(1, rotary_dim, 2)
-    x1, x2 = x64[..., first], x64[..., second]
-    out[..., first] = x1 * cos - x2 * sin
-    out[..., second] = x2 * cos + x1 * sin
-    return out
-
-
-def _close(got: torch.Tensor, want: torch.Tensor) -> None:
-    # float32 kernel against float64 math: a few float32 roundings apart.
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- exact error texts
@@ -90,8 +59,8 @@ def test_device_error_names_the_moved_tensor_and_the_first_one(op: str, valid_ar
     ("changed", "message"),
     [
         ({"qkv": torch.ones(5, 8 * 48, dtype=torch.int32)}, "qkv must be float32"),
-        ({"k_weight": _rand(47)}, r"k_weight must have shape \[48\]"),
-        ({"q_bias": _rand(49)}, r"q_bias must have shape \[48\]"),
+        ({"k_weight": seeded_randn(47)}, r"k_weight must have shape \[48\]"),
+        ({"q_bias": seeded_randn(49)}, r"q_bias must have shape \[48\]"),
     ],
 )
 def test_split_qkv_errors_name_the_argument(
@@ -111,9 +80,9 @@ Q_HEADS, K_HEADS, SMALL_HEAD, MANY_TOKENS = 4, 6, 2, 30  # more heads than head_
 def test_more_heads_than_head_size_without_warnings(multimodal: bool) -> None:
     g = torch.Generator().manual_seed(8)
     positions = torch.randint(0, 7, (3, MANY_TOKENS) if multimodal else (MANY_TOKENS,), generator=g)
-    q = _rand(MANY_TOKENS, Q_HEADS * SMALL_HEAD, seed=9)
-    k = _rand(MANY_TOKENS, K_HEADS, SMALL_HEAD, seed=10)
-    cache = _rand(7, SMALL_HEAD, seed=11)
+    q = seeded_randn(MANY_TOKENS, Q_HEADS * SMALL_HEAD, seed=9)
+    k = seeded_randn(MANY_TOKENS, K_HEADS, SMALL_HEAD, seed=10)
+    cache = seeded_randn(7, SMALL_HEAD, seed=11)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # e.g. an out= buffer of the wrong size being resized
         if multimodal:
@@ -126,9 +95,9 @@ def test_more_heads_than_head_size_without_warnings(multimodal: bool) -> None:
                 positions, q, k, cache, SMALL_HEAD, SMALL_HEAD, True
             )
             pos_of_freq = positions[:, None]
-    want_q = _want_rope(q.view(MANY_TOKENS, Q_HEADS, SMALL_HEAD), cache, pos_of_freq, 2, True)
-    _close(q_out.double(), want_q.view(MANY_TOKENS, -1))
-    _close(k_out.double(), _want_rope(k, cache, pos_of_freq, 2, True))
+    want_q = want_rope(q.view(MANY_TOKENS, Q_HEADS, SMALL_HEAD), cache, pos_of_freq, 2, True)
+    close(q_out.double(), want_q.view(MANY_TOKENS, -1))
+    close(k_out.double(), want_rope(k, cache, pos_of_freq, 2, True))
 
 
 def _cache(rows: list[list[float]]) -> torch.Tensor:
@@ -205,50 +174,35 @@ def test_bad_input_is_a_clear_value_error(call: object, message: str) -> None:
         call()  # type: ignore[operator]
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
-    ("rotary_dim", lambda v: A.rotary_embedding(*_args(v, "rotary_embedding", rotary_dim=31)),
+MESSAGES: list[Message] = [
+    ("rotary_dim",
+     lambda v: A.rotary_embedding(*positional_args(v, "rotary_embedding", rotary_dim=31)),
      ValueError, "rotary_dim must be even and in (0, head_size=48], got 31"),
-    ("cache", lambda v: A.rotary_embedding(*_args(v, "rotary_embedding",
+    ("cache", lambda v: A.rotary_embedding(*positional_args(v, "rotary_embedding",
                                                   cos_sin_cache=torch.ones(0, 32))),
      ValueError, "cos_sin_cache must be [max_position > 0, rotary_dim=32], got [0, 32]"),
-    ("heads", lambda v: A.rotary_embedding(*_args(v, "rotary_embedding",
+    ("heads", lambda v: A.rotary_embedding(*positional_args(v, "rotary_embedding",
                                                   k=torch.ones(5, 47))),
      ValueError, "k must be [T=5, heads * 48] or [T, heads, 48], got [5, 47]"),
-    ("positions range", lambda v: A.rotary_embedding(*_args(
+    ("positions range", lambda v: A.rotary_embedding(*positional_args(
         v, "rotary_embedding", positions=torch.tensor([0, 9, 1, -2, 3]))),
      ValueError, "positions must lie in [0, 8) (the rows of cos_sin_cache),"
      " got values in [-2, 9]"),
-    ("multiples", lambda v: A.split_qkv_rmsnorm_rope(*_args(v, "split_qkv_rmsnorm_rope",
+    ("multiples", lambda v: A.split_qkv_rmsnorm_rope(*positional_args(v, "split_qkv_rmsnorm_rope",
                                                             q_size=100)),
      ValueError, "q_size (100) and kv_size (96) must be multiples of head_size (48)"),
-    ("qkv", lambda v: A.split_qkv_rmsnorm_rope(*_args(v, "split_qkv_rmsnorm_rope",
+    ("qkv", lambda v: A.split_qkv_rmsnorm_rope(*positional_args(v, "split_qkv_rmsnorm_rope",
                                                       qkv=torch.ones(5, 10))),
      ValueError, "qkv must be [T, q_size + 2 * kv_size = 384], got [5, 10]"),
-    ("positions count", lambda v: A.split_qkv_rmsnorm_rope(*_args(
+    ("positions count", lambda v: A.split_qkv_rmsnorm_rope(*positional_args(
         v, "split_qkv_rmsnorm_rope", positions=torch.tensor([0, 1]))),
      ValueError, "positions must hold T=5 values, got 2"),
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
+test_exact_message = exact_message_test(MESSAGES)
+
+

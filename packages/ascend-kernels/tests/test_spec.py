@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from .exact_messages import Message, exact_message_test, positional_args
 
 A = torch.ops.ascend
 NAN, INF = float("nan"), float("inf")
@@ -381,16 +382,10 @@ def test_out_helpers_reject_a_wrong_preallocated_output() -> None:
         )
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+MESSAGES: list[Message] = [
     ("out shape", lambda v: spec("rms_norm").out(torch.ones(2, 4), torch.ones(4), 1e-6,
                                                   out=torch.empty(4, 2).t()),
      ValueError, "out must be a contiguous torch.float32 tensor of shape [2, 4],"
@@ -406,7 +401,7 @@ MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
         out=torch.empty(2, 32).to(torch.float8_e4m3fn),
         scale_out=torch.empty(2, 1).to(torch.float8_e8m0fnu)),
      TypeError, "add_rms_norm_dynamic_mx_quant_out needs the keyword output(s) ['residual_out']"),
-    ("no out helper", lambda v: spec("bgmv_expand").out(*_args(v, "bgmv_expand"),
+    ("no out helper", lambda v: spec("bgmv_expand").out(*positional_args(v, "bgmv_expand"),
                                                          out=torch.empty(0)),
      TypeError, "bgmv_expand has no _out helper (it returns a new tensor)"),
     ("too many arguments", lambda v: spec("rms_norm").checked_reference(
@@ -418,19 +413,7 @@ MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
+test_exact_message = exact_message_test(MESSAGES)
 
 
 DOCUMENTED = (ValueError, DeviceMismatchError)

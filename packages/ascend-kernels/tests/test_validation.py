@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 import torch
 from ascend_kernels import (
     DeviceMismatchError,
 )
 from ascend_kernels.validation import check_positive, overlaps
+
+from .exact_messages import Message, exact_message_test, positional_args
 
 BUF = torch.arange(32, dtype=torch.float32)
 
@@ -52,51 +51,37 @@ def test_check_positive_accepts_one_and_refuses_zero() -> None:
         check_positive("head_size", 0)
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
 A = torch.ops.ascend
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
-    ("device", lambda v: A.rms_norm(*_args(v, "rms_norm", weight=torch.ones(70, device="meta"))),
+MESSAGES: list[Message] = [
+    ("device",
+     lambda v: A.rms_norm(*positional_args(v, "rms_norm",
+                                           weight=torch.ones(70, device="meta"))),
      DeviceMismatchError,
      "weight is on meta but x is on cpu; all tensor arguments must be on the same device"),
     ("floating", lambda v: A.dynamic_quant(torch.ones(2, 3, dtype=torch.int8)), ValueError,
      "x must be float32, bfloat16 or float16, got torch.int8"),
-    ("index", lambda v: A.rotary_embedding(*_args(v, "rotary_embedding",
+    ("index", lambda v: A.rotary_embedding(*positional_args(v, "rotary_embedding",
                                                   positions=torch.zeros(5))),
      ValueError, "positions must be an int32 or int64 tensor, got torch.float32"),
     ("rows", lambda v: A.dynamic_mx_quant(torch.ones(4, 0)), ValueError,
      "x must have at least 1 dim and a non-empty last dim, got shape [4, 0]"),
-    ("eps", lambda v: A.rms_norm(*_args(v, "rms_norm", eps=-0.0)), ValueError,
+    ("eps", lambda v: A.rms_norm(*positional_args(v, "rms_norm", eps=-0.0)), ValueError,
      "eps must be finite and > 0, got -0.0"),
-    ("positive", lambda v: A.split_qkv_rmsnorm_rope(*_args(v, "split_qkv_rmsnorm_rope",
+    ("positive", lambda v: A.split_qkv_rmsnorm_rope(*positional_args(v, "split_qkv_rmsnorm_rope",
                                                            kv_size=-3)),
      ValueError, "kv_size must be > 0, got -3"),
-    ("vector", lambda v: A.rms_norm(*_args(v, "rms_norm", weight=torch.ones(2, 35))),
+    ("vector", lambda v: A.rms_norm(*positional_args(v, "rms_norm", weight=torch.ones(2, 35))),
      ValueError, "weight must have shape [70] (the last dim of x), got [2, 35]"),
     ("same shape", lambda v: A.muls_add(torch.ones(2, 3), torch.ones(3, 2), 1.0), ValueError,
      "y must match x (shape [2, 3], torch.float32), got shape [3, 2], torch.float32"),
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
+test_exact_message = exact_message_test(MESSAGES)
+
+

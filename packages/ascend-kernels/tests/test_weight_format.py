@@ -6,7 +6,6 @@ upstream plugin's NZ rule. The cast goes through the recording fake ``torch_npu`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +16,8 @@ from ascend_kernels import (
     maybe_trans_nz,
     nz_cast_wanted,
 )
+
+from .exact_messages import Message, exact_message_test
 
 F16, BF16, F32, I8 = torch.float16, torch.bfloat16, torch.float32, torch.int8
 
@@ -130,19 +131,13 @@ def test_the_installed_torch_npu_is_used_by_default(
     assert result is not weight
 
 
-def _args(valid_args: Any, op: str, **changes: Any) -> tuple[Any, ...]:
-    return tuple({**valid_args(op), **changes}.values())
-
-
 I64 = torch.int64
 
 
 A = torch.ops.ascend
 
 
-# The exact text of each message: messages are part of the contract (they name the argument,
-# what it got and what is allowed), so each is checked in full.
-MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
+MESSAGES: list[Message] = [
     ("nz mode", lambda v: nz_cast_wanted(torch.int8, weight_nz_mode=3, soc="A2"), ValueError,
      "weight_nz_mode must be 0, 1 or 2, got 3"),
     ("nz soc", lambda v: nz_cast_wanted(torch.int8, weight_nz_mode=1, soc="910"), ValueError,
@@ -150,16 +145,6 @@ MESSAGES: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "call", "error", "message"),
-    MESSAGES,
-    ids=[c[0] for c in MESSAGES],
-)
-def test_exact_message(
-    case: str, call: Callable[[Any], Any], error: type[Exception], message: str,
-    valid_args: Any,
-) -> None:
-    with pytest.raises(error) as info:
-        call(valid_args)
-    assert type(info.value) is error
-    assert str(info.value) == message
+test_exact_message = exact_message_test(MESSAGES)
+
+
