@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ascend_config import AscendConfigError, DeploymentFacts, resolve
+
+from .rule_outcomes import lines
 
 SR = "scheduler_config.short_request_first_config"
 PC = "scheduler_config.profiling_chunk_config"
@@ -194,12 +195,6 @@ def test_readable_expert_map_is_accepted(res: Any, tmp_path: Any) -> None:
 def test_free_form_objects_must_be_plain_json(problems: Any, key: str, value: Any) -> None:
     [(path, _)] = problems(_nest(key, value))
     assert path == key
-
-
-def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
-    with pytest.raises(AscendConfigError) as info:
-        resolve(config, DeploymentFacts(**facts), env or {})
-    return info.value.lines()
 
 
 def test_expert_map_path_that_is_a_directory_is_refused(tmp_path: Any,

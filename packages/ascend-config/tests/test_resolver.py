@@ -30,6 +30,7 @@ from .fuzz_checks import resolve_ok_or_error
 from .fuzz_inputs import CONFIG as OBJ_CONFIG
 from .fuzz_inputs import FUZZ, SCALE, TEXT
 from .fuzz_inputs import JSON as OBJ_JSON
+from .rule_outcomes import lines
 
 HANG_GUARD_S = 60
 
@@ -262,12 +263,6 @@ OBJ_ENV = st.dictionaries(
 @given(config=st.one_of(OBJ_CONFIG, OBJ_JSON), facts=OBJ_FACTS, env=OBJ_ENV)
 def test_resolve_objects(config: Any, facts: DeploymentFacts, env: dict[str, str]) -> None:
     resolve_ok_or_error(config, facts, env)
-
-
-def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
-    with pytest.raises(AscendConfigError) as info:
-        resolve(config, DeploymentFacts(**facts), env or {})
-    return info.value.lines()
 
 
 def test_facts_problems_have_a_message() -> None:

@@ -10,13 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ascend_config import AscendConfig, AscendConfigError, DeploymentFacts, resolve
 
-
-def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
-    with pytest.raises(AscendConfigError) as info:
-        resolve(config, DeploymentFacts(**facts), env or {})
-    return info.value.lines()
+from .rule_outcomes import lines, ok, outcome
 
 
 def test_sparse_kv_offload_with_sfa_c8_line() -> None:
@@ -24,20 +19,6 @@ def test_sparse_kv_offload_with_sfa_c8_line() -> None:
                  index_topk=2048, kv_role="kv_consumer") == [
         "sparse_kv_offload_config.enabled: not implemented together with SFA C8 (given True; "
         "allowed: false with enable_sparse_sfa_c8)"]
-
-
-def outcome(config: dict[str, Any] | None, env: dict[str, str] | None = None,
-            **facts: Any) -> AscendConfig | list[str]:
-    """The resolved config, or the paths of the problems."""
-    try:
-        return resolve(config, DeploymentFacts(**facts), dict(env or {}))
-    except AscendConfigError as exc:
-        return [p.path for p in exc.problems]
-
-
-def ok(result: AscendConfig | list[str]) -> AscendConfig:
-    assert isinstance(result, AscendConfig), result
-    return result
 
 
 SKO = {"sparse_kv_offload_config": {"enabled": True}}
@@ -208,7 +189,6 @@ def test_mooncake_name_counts_only_under_kv_connector() -> None:
 
 def paths(found: list[tuple[str, str]]) -> list[str]:
     return [p for p, _ in found]
-
 
 
 C8 = {"quant_description": {"enable_c8_quant": True}, "num_attention_heads": 32,

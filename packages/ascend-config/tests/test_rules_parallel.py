@@ -10,13 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ascend_config import AscendConfig, AscendConfigError, DeploymentFacts, resolve
+from ascend_config import AscendConfigError, DeploymentFacts, resolve
 
-
-def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
-    with pytest.raises(AscendConfigError) as info:
-        resolve(config, DeploymentFacts(**facts), env or {})
-    return info.value.lines()
+from .rule_outcomes import lines, ok, outcome
 
 
 def test_dotted_eplb_key_is_named_whole_on_model_runner_v2() -> None:
@@ -25,20 +21,6 @@ def test_dotted_eplb_key_is_named_whole_on_model_runner_v2() -> None:
         "explain`)",
         "eplb_config: model runner v2 uses vLLM's --enable-eplb; legacy EPLB fields given "
         "(given 'x.y'; allowed: only load_collection_phase)"]
-
-
-def outcome(config: dict[str, Any] | None, env: dict[str, str] | None = None,
-            **facts: Any) -> AscendConfig | list[str]:
-    """The resolved config, or the paths of the problems."""
-    try:
-        return resolve(config, DeploymentFacts(**facts), dict(env or {}))
-    except AscendConfigError as exc:
-        return [p.path for p in exc.problems]
-
-
-def ok(result: AscendConfig | list[str]) -> AscendConfig:
-    assert isinstance(result, AscendConfig), result
-    return result
 
 
 HIER = "enable_mc2_hierarchy_comm"

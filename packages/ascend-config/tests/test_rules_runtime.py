@@ -10,22 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ascend_config import AscendConfig, AscendConfigError, DeploymentFacts, EnvChange, resolve
+from ascend_config import EnvChange
 
-
-def outcome(config: dict[str, Any] | None, env: dict[str, str] | None = None,
-            **facts: Any) -> AscendConfig | list[str]:
-    """The resolved config, or the paths of the problems."""
-    try:
-        return resolve(config, DeploymentFacts(**facts), dict(env or {}))
-    except AscendConfigError as exc:
-        return [p.path for p in exc.problems]
-
-
-def ok(result: AscendConfig | list[str]) -> AscendConfig:
-    assert isinstance(result, AscendConfig), result
-    return result
-
+from .rule_outcomes import ok, outcome
 
 XLITE = {"xlite_graph_config": {"enabled": True}}
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ascend_config import AscendConfig, AscendConfigError, DeploymentFacts, resolve
+
+from .rule_outcomes import ok, outcome
 
 S = "scheduler_config"
 
@@ -198,20 +199,6 @@ def test_need_timing_forced_off_when_disabled(res: Any) -> None:
     chunk = res({S: {"profiling_chunk_config": {"enabled": True, "need_timing": False}}},
                 pipeline_parallel_size=2).scheduler_config.profiling_chunk_config
     assert chunk.need_timing is False
-
-
-def outcome(config: dict[str, Any] | None, env: dict[str, str] | None = None,
-            **facts: Any) -> AscendConfig | list[str]:
-    """The resolved config, or the paths of the problems."""
-    try:
-        return resolve(config, DeploymentFacts(**facts), dict(env or {}))
-    except AscendConfigError as exc:
-        return [p.path for p in exc.problems]
-
-
-def ok(result: AscendConfig | list[str]) -> AscendConfig:
-    assert isinstance(result, AscendConfig), result
-    return result
 
 
 PC_TOP = {"scheduler_config": {"profiling_chunk_config": {"enabled": True, "min_chunk": 4096}}}

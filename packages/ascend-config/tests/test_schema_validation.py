@@ -8,13 +8,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from ascend_config import AscendConfigError, DeploymentFacts, resolve
+from ascend_config import DeploymentFacts, resolve
 
-
-def lines(config: Any, env: dict[str, str] | None = None, **facts: Any) -> list[str]:
-    with pytest.raises(AscendConfigError) as info:
-        resolve(config, DeploymentFacts(**facts), env or {})
-    return info.value.lines()
+from .rule_outcomes import lines
 
 
 def test_bad_nested_key_keeps_its_siblings() -> None:
