@@ -104,3 +104,12 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str,
         return status, out, err
 
     return run
+
+
+@pytest.fixture
+def no_commands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """PATH holds only an empty folder (add stand-in commands to it)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir

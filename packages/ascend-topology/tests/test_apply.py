@@ -14,6 +14,7 @@ from ascend_topology import ApplyReport, NpuPlan, Plan, PlanOptions, apply, bind
 from ascend_topology.irq import bind_npu_irqs, irqbalance_active
 
 from .conftest import InstallFake
+from .stand_in_commands import stand_in_command
 
 # The child names one thread acl_thread and one release_thread (as CANN does), then waits.
 CHILD = """
@@ -267,25 +268,6 @@ def affinity(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Affinity]:
     return install
 
 
-@pytest.fixture
-def no_commands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """PATH holds only an empty folder (add stand-in commands to it)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir))
-    return bin_dir
-
-
-def _command(bin_dir: Path, name: str, body: str) -> Path:
-    """A stand-in command that logs its arguments to ``<name>.log`` and runs ``body``."""
-    log = bin_dir / f"{name}.log"
-    script = bin_dir / name
-    script.write_text(f"#!{sys.executable}\nimport sys\n"
-                      f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n{body}\n")
-    script.chmod(0o755)
-    return log
-
-
 def test_threads_get_their_role_cpus_the_process_first(
     tmp_path: Path, affinity: Callable[..., Affinity]
 ) -> None:
@@ -384,7 +366,7 @@ def test_memory_migration_runs_migratepages(
     tmp_path: Path, affinity: Callable[..., Affinity], no_commands: Path
 ) -> None:
     affinity()
-    log = _command(no_commands, "migratepages", "")
+    log = stand_in_command(no_commands, "migratepages", "")
     proc = _proc(tmp_path, NAMED)
     report = apply(_pool_plan(migrate_memory=True), 0, pid=PID, proc_root=proc)
     assert log.read_text() == "100 0,1 1\n"  # pid, every node, the pool's node
@@ -398,7 +380,7 @@ def test_memory_migration_failure_is_reported(
     tmp_path: Path, affinity: Callable[..., Affinity], no_commands: Path
 ) -> None:
     affinity()
-    _command(no_commands, "migratepages", "raise SystemExit(3)")
+    stand_in_command(no_commands, "migratepages", "raise SystemExit(3)")
     proc = _proc(tmp_path, NAMED)
     report = apply(_pool_plan(migrate_memory=True), 0, pid=PID, proc_root=proc)
     assert report.bound and report.skipped == [
@@ -409,7 +391,7 @@ def test_memory_migration_only_when_asked(
     tmp_path: Path, affinity: Callable[..., Affinity], no_commands: Path
 ) -> None:
     affinity()
-    log = _command(no_commands, "migratepages", "")
+    log = stand_in_command(no_commands, "migratepages", "")
     proc = _proc(tmp_path, NAMED)
     report = apply(_pool_plan(migrate_memory=False), 0, pid=PID, proc_root=proc)
     assert not log.exists() and report.skipped == []
@@ -519,7 +501,7 @@ def test_migratepages_and_systemctl_get_the_timeouts_the_readme_states(
         return ""
 
     affinity()
-    _command(no_commands, "migratepages", "")
+    stand_in_command(no_commands, "migratepages", "")
     monkeypatch.setattr(apply_module, "run_command", fake_run)
     apply(_pool_plan(migrate_memory=True), 0, pid=PID, proc_root=_proc(tmp_path, NAMED))
     assert calls == [(["migratepages", "100", "0,1", "1"], 120)]

@@ -5,7 +5,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from hypothesis import strategies as st
 
 from .conftest import InstallFake
 from .fuzz_inputs import KEYS, VALUES
+from .host_folders import copy_example, edit_meta
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -429,7 +429,6 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert "the following arguments are required: COMMAND" in capsys.readouterr().err
 
 
-
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -457,21 +456,9 @@ def test_cli_on_fuzzed_hosts(
         assert json.loads(out)["ok"] is True
 
 
-def _copy(tmp_path: Path, name: str = "a2-8npu") -> Path:
-    folder = tmp_path / name
-    shutil.copytree(example_host_dir(name), folder)
-    return folder
-
-
-def _edit_meta(folder: Path, **changes: object) -> None:
-    meta = json.loads((folder / "host.json").read_text())
-    meta.update(changes)
-    (folder / "host.json").write_text(json.dumps(meta))
-
-
 def test_every_problem_is_one_cli_line_and_exit_2(tmp_path: Path, run_cli: Run) -> None:
-    folder = _copy(tmp_path)
-    _edit_meta(folder, threads_per_core=0, allowed_cpus=[10**30])
+    folder = copy_example(tmp_path)
+    edit_meta(folder, threads_per_core=0, allowed_cpus=[10**30])
     status, out, err = run_cli("plan", "--host", folder, "--json")
     assert (status, out) == (2, "")
     assert err.splitlines() == [

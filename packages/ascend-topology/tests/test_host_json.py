@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 
 from .fuzz_checks import check_recorded_host
 from .fuzz_inputs import BOUNDED, KEYS, VALUES
+from .host_folders import copy_example, edit_meta
 
 W = "H/host.json"
 
@@ -173,20 +173,8 @@ def test_host_json_values(example_name: str, changes: dict[str, Any]) -> None:
         check_recorded_host(folder)
 
 
-def _copy(tmp_path: Path, name: str = "a2-8npu") -> Path:
-    folder = tmp_path / name
-    shutil.copytree(example_host_dir(name), folder)
-    return folder
-
-
-def _edit_meta(folder: Path, **changes: object) -> None:
-    meta = json.loads((folder / "host.json").read_text())
-    meta.update(changes)
-    (folder / "host.json").write_text(json.dumps(meta))
-
-
 def test_oversized_host_json_is_refused(tmp_path: Path) -> None:
-    folder = _copy(tmp_path)
+    folder = copy_example(tmp_path)
     text = (folder / "host.json").read_text().rstrip()
     limit = 1024 * 1024
     (folder / "host.json").write_text(text + " " * (limit - len(text)))
@@ -210,22 +198,22 @@ def test_oversized_host_json_is_refused(tmp_path: Path) -> None:
 def test_cpu_lists_in_host_json_are_capped_like_strings(
     tmp_path: Path, value: object, message: str
 ) -> None:
-    folder = _copy(tmp_path)
-    _edit_meta(folder, allowed_cpus=value)
+    folder = copy_example(tmp_path)
+    edit_meta(folder, allowed_cpus=value)
     with pytest.raises(RecordedHostError, match=message.replace(".", r"\.")):
         load_recorded_host(folder)
 
 
 def test_cpu_list_at_the_cap_is_accepted(tmp_path: Path) -> None:
-    folder = _copy(tmp_path)
-    _edit_meta(folder, numa={"0": [0, 1, 2, 3, 4, 8191]}, allowed_cpus=[0, 1, 2, 3, 4, 8191])
+    folder = copy_example(tmp_path)
+    edit_meta(folder, numa={"0": [0, 1, 2, 3, 4, 8191]}, allowed_cpus=[0, 1, 2, 3, 4, 8191])
     facts = load_recorded_host(folder)
     assert facts.allowed_cpus == (0, 1, 2, 3, 4, 8191)
 
 
 def test_numa_cpu_lists_in_host_json_are_capped(tmp_path: Path) -> None:
-    folder = _copy(tmp_path)
-    _edit_meta(folder, numa={"0": [0, True], "1": [10**30]})
+    folder = copy_example(tmp_path)
+    edit_meta(folder, numa={"0": [0, True], "1": [10**30]})
     with pytest.raises(RecordedHostError) as caught:
         load_recorded_host(folder)
     assert caught.value.problems == (
@@ -234,8 +222,8 @@ def test_numa_cpu_lists_in_host_json_are_capped(tmp_path: Path) -> None:
 
 
 def test_bools_and_huge_ints_elsewhere_in_host_json(tmp_path: Path) -> None:
-    folder = _copy(tmp_path)
-    _edit_meta(folder, threads_per_core=True, visible_devices=[True, 10**30],
+    folder = copy_example(tmp_path)
+    edit_meta(folder, threads_per_core=True, visible_devices=[True, 10**30],
                soc=1, arch=["x"])
     with pytest.raises(RecordedHostError) as caught:
         load_recorded_host(folder)

@@ -4,7 +4,6 @@ that belong to the NPU's PCI device (so no other device's interrupts are moved).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from ascend_topology import NpuPlan
 from ascend_topology.irq import bind_npu_irqs, irqbalance_active
 
 from .conftest import InstallFake
+from .stand_in_commands import stand_in_command
 
 POOL = NpuPlan(npu=0, numa_node=0, cpus=(35, 36, 37, 38, 39), main=(37,), acl=(38,),
                release=(39,), irq=(35, 36))
@@ -184,28 +184,9 @@ def test_write_failures_are_reported(tmp_path: Path) -> None:
         ["IRQ binding: writing IRQ 301 failed: No such file or directory"])
 
 
-@pytest.fixture
-def no_commands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """PATH holds only an empty folder (add stand-in commands to it)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir))
-    return bin_dir
-
-
-def _command(bin_dir: Path, name: str, body: str) -> Path:
-    """A stand-in command that logs its arguments to ``<name>.log`` and runs ``body``."""
-    log = bin_dir / f"{name}.log"
-    script = bin_dir / name
-    script.write_text(f"#!{sys.executable}\nimport sys\n"
-                      f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n{body}\n")
-    script.chmod(0o755)
-    return log
-
-
 @pytest.mark.parametrize(("status", "active"), [(0, True), (3, False)])
 def test_irqbalance_active_asks_systemctl(no_commands: Path, status: int, active: bool) -> None:
-    log = _command(no_commands, "systemctl", f"raise SystemExit({status})")
+    log = stand_in_command(no_commands, "systemctl", f"raise SystemExit({status})")
     assert irqbalance_active() is active
     assert log.read_text() == "is-active --quiet irqbalance\n"
 
@@ -220,7 +201,7 @@ def test_irqbalance_stop_and_its_failure(
     # This test needs the real irqbalance check (this module's autouse fixture replaces it).
     monkeypatch.setattr("ascend_topology.irq.irqbalance_active", irqbalance_active)
     roots = _host(tmp_path, {300: "sq_send_trigger_irq", 301: "cq_update_irq"}, {300, 301})
-    log = _command(no_commands, "systemctl", "raise SystemExit(0)")
+    log = stand_in_command(no_commands, "systemctl", "raise SystemExit(0)")
     done, skipped = bind_npu_irqs(POOL, "A2", pcie="0000:c1:00.0", **roots)
     assert done == [] and skipped == [
         "IRQ binding: irqbalance is active and would move the IRQs back; not bound (opt in to "
@@ -230,7 +211,7 @@ def test_irqbalance_stop_and_its_failure(
     assert log.read_text().splitlines()[-1] == "stop irqbalance"
     assert done == ["stopped irqbalance (requested) so that it keeps the IRQ binding",
                     "IRQ 300 of NPU 0 -> CPU 35", "IRQ 301 of NPU 0 -> CPU 36"]
-    _command(no_commands, "systemctl",
+    stand_in_command(no_commands, "systemctl",
              "raise SystemExit(0 if sys.argv[1] == 'is-active' else 5)")
     done, skipped = bind_npu_irqs(POOL, "A2", stop_irqbalance=True, pcie="0000:c1:00.0",
                                   **roots)

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from .fuzz_checks import check_recorded_host
 from .fuzz_inputs import BOUNDED, KEYS, TEXTS, VALUES
+from .host_folders import copy_example, edit_meta
 
 R = range
 EXAMPLES = ["310p", "950-4numa", "a2-8npu", "a3-16die", "x86-a2"]
@@ -79,18 +80,6 @@ def test_x86_example_reads_numa_from_lscpu_and_honours_visible_devices() -> None
     assert result.npus[0].cpus == tuple(R(48, 72)) and result.npus[3].cpus == tuple(R(168, 192))
 
 
-def _copy(name: str, tmp_path: Path) -> Path:
-    target = tmp_path / name
-    shutil.copytree(example_host_dir(name), target)
-    return target
-
-
-def _edit_meta(folder: Path, **changes: object) -> None:
-    meta = json.loads((folder / "host.json").read_text())
-    meta.update(changes)
-    (folder / "host.json").write_text(json.dumps(meta))
-
-
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -108,14 +97,14 @@ def _edit_meta(folder: Path, **changes: object) -> None:
 def test_invalid_host_json_names_the_problem(
     tmp_path: Path, changes: dict[str, object], message: str
 ) -> None:
-    folder = _copy("a2-8npu", tmp_path)
-    _edit_meta(folder, **changes)
+    folder = copy_example(tmp_path, "a2-8npu")
+    edit_meta(folder, **changes)
     with pytest.raises(RecordedHostError, match=message):
         load_recorded_host(folder)
 
 
 def test_missing_files_are_named(tmp_path: Path) -> None:
-    folder = _copy("a2-8npu", tmp_path)
+    folder = copy_example(tmp_path, "a2-8npu")
     (folder / "npu-smi-info-m.txt").unlink()
     with pytest.raises(RecordedHostError, match=re.escape("missing npu-smi-info-m.txt")):
         load_recorded_host(folder)
@@ -128,14 +117,14 @@ def test_missing_files_are_named(tmp_path: Path) -> None:
 
 
 def test_numa_needs_host_json_or_lscpu(tmp_path: Path) -> None:
-    folder = _copy("x86-a2", tmp_path)
+    folder = copy_example(tmp_path, "x86-a2")
     (folder / "lscpu-e.txt").unlink()
     with pytest.raises(RecordedHostError, match=re.escape("no 'numa' and there is no lscpu-e.txt")):
         load_recorded_host(folder)
 
 
 def test_optional_outputs_may_be_missing(tmp_path: Path) -> None:
-    folder = _copy("a3-16die", tmp_path)
+    folder = copy_example(tmp_path, "a3-16die")
     (folder / "npu-smi-info.txt").unlink()
     (folder / "npu-smi-info-t-topo.txt").unlink()
     result = plan(load_recorded_host(folder))
@@ -241,7 +230,7 @@ def test_capture_folder_checks(tmp_path: Path) -> None:
 
 
 def test_an_optional_output_that_is_a_symlink_is_refused_by_name(tmp_path: Path) -> None:
-    folder = _copy("a3-16die", tmp_path)
+    folder = copy_example(tmp_path, "a3-16die")
     info = folder / "npu-smi-info.txt"
     info.unlink()
     info.symlink_to(folder / "npu-smi-info-t-topo.txt")
@@ -309,7 +298,7 @@ def test_a_host_expanding_to_millions_of_cpu_ids_is_refused_by_its_limit(
 
 
 def test_a_byte_order_mark_loses_no_npu(tmp_path: Path) -> None:
-    folder = _copy("a2-8npu", tmp_path)
+    folder = copy_example(tmp_path, "a2-8npu")
     for name in ("npu-smi-info-m.txt", "host.json", "npu-smi-info-t-topo.txt"):
         (folder / name).write_text("\ufeff" + (folder / name).read_text())
     facts = load_recorded_host(folder)
@@ -332,7 +321,7 @@ def test_a_byte_order_mark_loses_no_npu(tmp_path: Path) -> None:
 def test_contradicting_npu_smi_rows_name_both_sides(
     tmp_path: Path, file: str, extra: str, message: str
 ) -> None:
-    folder = _copy("a2-8npu", tmp_path)
+    folder = copy_example(tmp_path, "a2-8npu")
     with (folder / file).open("a") as out:
         out.write(extra)
     with pytest.raises(RecordedHostError) as caught:
@@ -352,23 +341,22 @@ def test_contradicting_npu_smi_rows_name_both_sides(
 def test_contradicting_numa_layout_is_refused(
     tmp_path: Path, changes: dict[str, object], message: str
 ) -> None:
-    folder = _copy("a2-8npu", tmp_path)
-    _edit_meta(folder, **changes)
+    folder = copy_example(tmp_path, "a2-8npu")
+    edit_meta(folder, **changes)
     with pytest.raises(RecordedHostError) as caught:
         load_recorded_host(folder)
     assert message in str(caught.value)
-    _edit_meta(folder, numa={"0": "0-95", "1": "96-191"})  # the boundary: every CPU once
+    edit_meta(folder, numa={"0": "0-95", "1": "96-191"})  # the boundary: every CPU once
     assert load_recorded_host(folder).numa == {0: tuple(R(96)), 1: tuple(R(96, 192))}
 
 
 def test_lscpu_listing_a_cpu_under_two_nodes_is_refused(tmp_path: Path) -> None:
-    folder = _copy("x86-a2", tmp_path)
+    folder = copy_example(tmp_path, "x86-a2")
     with (folder / "lscpu-e.txt").open("a") as out:
         out.write("0 1\n")
     with pytest.raises(RecordedHostError, match=r"lscpu-e\.txt: lscpu -e=CPU,NODE: CPU 0 is "
                                                 r"in NUMA node 0 \(line 2\) and in NUMA node 1"):
         load_recorded_host(folder)
-
 
 
 FILES = ["npu-smi-info-m.txt", "npu-smi-info.txt", "npu-smi-info-t-topo.txt", "host.json",
@@ -411,15 +399,12 @@ def test_recorded_host_with_a_mutated_file(example: str, name: str, text: str) -
     assert result.ok or result.reason
 
 
-
-
 GARBLE = st.one_of(
     st.text(max_size=200),
     st.sampled_from(["", "NPU ID  Chip ID  Chip Logic ID\n0 0 0\n",
                      "NPU ID  Chip ID\n99999999 0\n", "| NPU Chip | Process id |\n| 0 0 | 1 |\n",
                      "NPU0  X  CPU Affinity\nNPU0 X 0-8192\n", "CPU NODE\n8192 0\n"]),
 )
-
 
 
 @pytest.mark.slow
@@ -439,12 +424,6 @@ def test_garbled_folders(files: dict[str, str]) -> None:
 SCRIPT = Path(sys.executable).parent / "ascend-topology"
 
 
-def _copy_example(tmp_path: Path, name: str = "a2-8npu") -> Path:
-    folder = tmp_path / name
-    shutil.copytree(example_host_dir(name), folder)
-    return folder
-
-
 def _cli_in_child(*argv: str) -> subprocess.CompletedProcess[str]:
     """The console script in a child bounded in time and memory, so a regression (blocking
     on a FIFO, reading /dev/zero) fails the test instead of hanging or exhausting the host."""
@@ -454,7 +433,7 @@ def _cli_in_child(*argv: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def unix_socket(tmp_path: Path) -> Iterator[Path]:
-    folder = _copy_example(tmp_path)
+    folder = copy_example(tmp_path)
     (folder / "host.json").unlink()
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(folder / "host.json"))
@@ -463,7 +442,7 @@ def unix_socket(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_fifo_in_a_recorded_host_is_refused_without_blocking(tmp_path: Path) -> None:
-    folder = _copy_example(tmp_path)
+    folder = copy_example(tmp_path)
     (folder / "npu-smi-info.txt").unlink()
     os.mkfifo(folder / "npu-smi-info.txt")
     done = _cli_in_child("plan", "--host", str(folder))
@@ -473,7 +452,7 @@ def test_fifo_in_a_recorded_host_is_refused_without_blocking(tmp_path: Path) -> 
 
 
 def test_dev_zero_symlink_in_a_recorded_host_is_refused_before_reading(tmp_path: Path) -> None:
-    folder = _copy_example(tmp_path)
+    folder = copy_example(tmp_path)
     (folder / "npu-smi-info-t-topo.txt").unlink()
     (folder / "npu-smi-info-t-topo.txt").symlink_to("/dev/zero")
     done = _cli_in_child("plan", "--host", str(folder))
@@ -491,7 +470,7 @@ def test_socket_as_host_json_is_refused(unix_socket: Path) -> None:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("name", ["host.json", "npu-smi-info-m.txt", "lscpu-e.txt"])
 def test_symlink_to_a_regular_file_is_refused_too(tmp_path: Path, name: str) -> None:
-    folder = _copy_example(tmp_path, "x86-a2")
+    folder = copy_example(tmp_path, "x86-a2")
     real = tmp_path / "elsewhere"
     (folder / name).rename(real)
     (folder / name).symlink_to(real)
@@ -501,7 +480,7 @@ def test_symlink_to_a_regular_file_is_refused_too(tmp_path: Path, name: str) -> 
 
 @pytest.mark.timeout(30)
 def test_directory_in_place_of_a_file_is_refused(tmp_path: Path) -> None:
-    folder = _copy_example(tmp_path)
+    folder = copy_example(tmp_path)
     (folder / "npu-smi-info-m.txt").unlink()
     (folder / "npu-smi-info-m.txt").mkdir()
     with pytest.raises(RecordedHostError, match=re.escape("npu-smi-info-m.txt is a directory")):
@@ -509,7 +488,7 @@ def test_directory_in_place_of_a_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_oversized_recorded_file_is_refused(tmp_path: Path) -> None:
-    folder = _copy_example(tmp_path)
+    folder = copy_example(tmp_path)
     text = (folder / "npu-smi-info.txt").read_text()
     limit = 4 * 1024 * 1024
     (folder / "npu-smi-info.txt").write_text(text + " " * (limit - len(text.encode())))
@@ -523,7 +502,7 @@ def test_oversized_recorded_file_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"numa": NaN}', '{"threads_per_core": NaN}',
                                   '{"allowed_cpus": "' + "1" * 5000 + '"}'])
 def test_pathological_json_is_one_clear_error(tmp_path: Path, text: str) -> None:
-    folder = _copy_example(tmp_path)
+    folder = copy_example(tmp_path)
     (folder / "host.json").write_text(text)
     with pytest.raises(RecordedHostError) as caught:
         load_recorded_host(folder)
