@@ -10,6 +10,7 @@ from ascend_kernels.ops import spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from .quant_reference import assert_fused_equals_composition
 from .random_inputs import RANDOM_DTYPES, RANDOM_SHAPES, rand_scaled, seeded_randn
 
 EPS = 1e-6
@@ -93,13 +94,7 @@ def test_dynamic_mx_quant_invariants(shape: tuple[int, int], seed: int, log_scal
 def test_fused_equals_composition_on_random_shapes(
     op: str, shape: tuple[int, int], seed: int, dtype: torch.dtype
 ) -> None:
-    x, r = rand_scaled(shape, seed, dtype, 4.0), rand_scaled(shape, seed + 1, dtype, 1.0)
-    w = rand_scaled((1, shape[1]), seed + 2, dtype, 1.0)[0]
-    fused = getattr(A, op)(x, r, w, 1e-6)
-    y, summed = A.add_rms_norm(x, r, w, 1e-6)
-    quant = A.dynamic_quant if op == "add_rms_norm_dynamic_quant" else A.dynamic_mx_quant
-    for got, want in zip(fused, (*quant(y), summed), strict=True):
-        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert_fused_equals_composition(op, shape, seed, dtype)
 
 
 def test_mx_non_finite_block_gets_the_nan_scale() -> None:

@@ -18,20 +18,12 @@ from ascend_kernels.ops import quant as ops_quant
 from ascend_kernels.ops import spec
 from ascend_kernels.validation import DeviceMismatchError
 
+from .quant_reference import int8_rows
 from .random_inputs import seeded_randn
 
 A = torch.ops.ascend
 
 EPS = 1e-6
-
-
-def _int8_rows(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row symmetric int8 quantization written out in NumPy float32."""
-    a = x.detach().to(torch.float32).numpy()
-    scale = (np.abs(a).max(axis=-1) / np.float32(127)).astype(np.float32)
-    div = np.where(scale == 0, np.float32(1), scale)[..., None]
-    q = np.clip(np.round(a / div), -128, 127).astype(np.int8)
-    return q, scale
 
 
 def _mx_scale_exponents(x: torch.Tensor) -> np.ndarray:
@@ -67,10 +59,10 @@ def test_chunk_tails_give_right_values_without_warnings(dtype: torch.dtype) -> N
         mq, mscale = ops_mx.dynamic_mx_quant(x)
         nq, nscale, nres = ops_mx.add_rms_norm_dynamic_mx_quant(x, residual, weight, EPS)
     torch.testing.assert_close(norm, expected_norm, rtol=0, atol=0)
-    q_ref, scale_ref = _int8_rows(x)
+    q_ref, scale_ref = int8_rows(x)
     assert np.array_equal(q.numpy(), q_ref)
     assert np.array_equal(scale.numpy(), scale_ref)
-    fq_ref, fscale_ref = _int8_rows(fused_norm)
+    fq_ref, fscale_ref = int8_rows(fused_norm)
     assert np.array_equal(fq.numpy(), fq_ref)
     assert np.array_equal(fscale.numpy(), fscale_ref)
     assert torch.equal(fres, summed) and torch.equal(nres, summed)

@@ -16,17 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from .exact_messages import Message, exact_message_test
+from .quant_reference import assert_fused_equals_composition, int8_rows
 from .random_inputs import RANDOM_DTYPES, RANDOM_SHAPES, rand_scaled, seeded_randn
-
-
-def _int8_rows(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row symmetric int8 quantization written out in NumPy float32."""
-    a = x.detach().to(torch.float32).numpy()
-    scale = (np.abs(a).max(axis=-1) / np.float32(127)).astype(np.float32)
-    div = np.where(scale == 0, np.float32(1), scale)[..., None]
-    q = np.clip(np.round(a / div), -128, 127).astype(np.int8)
-    return q, scale
-
 
 EPS = 1e-6
 
@@ -39,7 +30,7 @@ def test_dynamic_quant_of_strided_heads() -> None:
     buf = seeded_randn(5, 3, 16) * 4
     x = buf[:, :2, :]
     q, scale = ops_quant.dynamic_quant(x)
-    q_ref, scale_ref = _int8_rows(x)
+    q_ref, scale_ref = int8_rows(x)
     assert q.shape == (5, 2, 16) and scale.shape == (5, 2)
     assert np.array_equal(q.numpy(), q_ref)
     assert np.array_equal(scale.numpy(), scale_ref)
@@ -68,7 +59,7 @@ def test_scale_outputs_are_float32_whatever_the_default_dtype() -> None:
     finally:
         torch.set_default_dtype(previous)
     assert scale.dtype == fake_scale.dtype == real_scale.dtype == torch.float32
-    assert np.array_equal(real_scale.numpy(), _int8_rows(x)[1])
+    assert np.array_equal(real_scale.numpy(), int8_rows(x)[1])
 
 
 def test_add_rms_norm_dynamic_quant_rejects_a_bias_of_the_wrong_width() -> None:
@@ -202,10 +193,4 @@ def test_dynamic_quant_invariants(shape: tuple[int, int], seed: int, log_scale: 
 def test_fused_equals_composition_on_random_shapes(
     op: str, shape: tuple[int, int], seed: int, dtype: torch.dtype
 ) -> None:
-    x, r = rand_scaled(shape, seed, dtype, 4.0), rand_scaled(shape, seed + 1, dtype, 1.0)
-    w = rand_scaled((1, shape[1]), seed + 2, dtype, 1.0)[0]
-    fused = getattr(A, op)(x, r, w, 1e-6)
-    y, summed = A.add_rms_norm(x, r, w, 1e-6)
-    quant = A.dynamic_quant if op == "add_rms_norm_dynamic_quant" else A.dynamic_mx_quant
-    for got, want in zip(fused, (*quant(y), summed), strict=True):
-        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert_fused_equals_composition(op, shape, seed, dtype)
