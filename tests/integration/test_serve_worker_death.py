@@ -83,15 +83,24 @@ def test_worker_death_exits_with_the_engine_died_status_in_bounded_time(
 
 
 def test_worker_death_fails_every_open_request_with_an_error(worker_death: WorkerDeath) -> None:
-    results = worker_death.outcome.results
+    outcome = worker_death.outcome
+    results = outcome.results
     assert len(results) == IN_FLIGHT
+    still_open = outcome.open_at_fault()
+    # The kill follows the first streamed token by a fraction of a second, but a host shared
+    # with other tests can delay it: a request answered in full before it was not open.
     for r in results:
+        if r not in still_open:
+            assert r.error is None and r.finish_reason == "length", r
+            assert r.completion_tokens == LONG_MAX_TOKENS, r
+    assert len(still_open) >= IN_FLIGHT // 2, (len(still_open), results)
+    for r in still_open:
         # An answer, not a hang or a silently truncated text: HTTP 500 for a plain request,
         # an error event for a stream (its HTTP status was sent with the first token).
         assert not r.timed_out, r
         assert r.error is not None and r.finish_reason != "length", r
         assert r.status == (200 if r.request.stream else 500), r
-    assert any("EngineCore encountered an issue" in (r.error or "") for r in results), results
+    assert any("EngineCore encountered an issue" in (r.error or "") for r in still_open), results
 
 
 def test_worker_death_is_reported_in_the_log(worker_death: WorkerDeath) -> None:

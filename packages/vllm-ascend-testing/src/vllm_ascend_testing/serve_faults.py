@@ -28,7 +28,9 @@ class FaultOutcome:
     `exit_code` is None when the server still ran `exit_timeout` seconds after the fault;
     `exit_s` is the seconds from the fault to the server's exit. `tree` is the server's process
     tree just before the fault; `survivors` are those (and any other process of the server's
-    session) still running `grace` seconds after the server exited.
+    session) still running `grace` seconds after the server exited. `fault_at` is
+    ``time.perf_counter()`` at the fault: a result whose ``ended_at`` is earlier was answered
+    before the fault (it was not open when it happened).
     """
 
     exit_code: int | None
@@ -37,6 +39,11 @@ class FaultOutcome:
     load_s: float
     tree: list[ProcessInfo]
     survivors: list[ProcessInfo]
+    fault_at: float = float("nan")
+
+    def open_at_fault(self) -> list[LoadResult]:
+        """The results still open when the fault happened."""
+        return [r for r in self.results if not r.ended_at < self.fault_at]
 
 
 def fault_during_load(
@@ -67,6 +74,7 @@ def fault_during_load(
         time.sleep(settle_s)
         tree = process_tree(server.proc.pid)
         start = time.monotonic()
+        fault_at = time.perf_counter()
         fault(tree)
         exit_code = server.proc_wait(exit_timeout)
         exit_s = time.monotonic() - start
@@ -74,4 +82,4 @@ def fault_during_load(
         if exit_code is None:
             server.kill_group()  # a hung server: end it so the load (and the test) can end
         results, load_s = running.result(timeout=request_timeout + 60)
-    return FaultOutcome(exit_code, exit_s, results, load_s, tree, survivors)
+    return FaultOutcome(exit_code, exit_s, results, load_s, tree, survivors, fault_at)

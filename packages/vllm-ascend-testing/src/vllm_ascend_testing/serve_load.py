@@ -86,6 +86,8 @@ class LoadResult:
     error: str | None = None
     timed_out: bool = False
     chunks: int = 0
+    #: ``time.perf_counter()`` when the answer ended (complete, failed or timed out).
+    ended_at: float = math.nan
 
     def read_usage(self, usage: Mapping[str, Any]) -> None:
         self.prompt_tokens = usage.get("prompt_tokens")
@@ -191,6 +193,7 @@ async def _send(client: Any, model: str, request: LoadRequest, extra: Mapping[st
             if not done and result.error is None:
                 result.error = "stream ended without [DONE]"
     result.latency_s = time.perf_counter() - start
+    result.ended_at = time.perf_counter()
     return result
 
 
@@ -223,7 +226,8 @@ async def run_load(base_url: str, model: str, requests: Sequence[LoadRequest], c
                         TypeError) as exc:
                     return LoadResult(request, error=f"{type(exc).__name__}: {exc}"[:500],
                                       latency_s=time.perf_counter() - start,
-                                      timed_out=isinstance(exc, httpx.TimeoutException))
+                                      timed_out=isinstance(exc, httpx.TimeoutException),
+                                      ended_at=time.perf_counter())
 
         start = time.perf_counter()
         results = await asyncio.gather(*(one(r) for r in requests))
