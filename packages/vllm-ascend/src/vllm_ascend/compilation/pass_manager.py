@@ -26,8 +26,15 @@ logger = logging.getLogger("vllm_ascend.compilation.pass_manager")
 _FIXUP_OPS = ("rotary_embedding", "fused_add_rms_norm", "fused_add_rms_norm_static_fp8_quant",
               "rms_norm_dynamic_per_token_quant", "rms_norm", "rms_norm_static_fp8_quant")
 
-# Pass managers alive in this process, for the fusion report (reset with reset_fusion_report).
-_LIVE: weakref.WeakSet[AscendPassManager] = weakref.WeakSet()
+class LivePassManagers(weakref.WeakSet["AscendPassManager"]):
+    """The pass managers alive in this process, for the fusion report (held by the process
+    setup)."""
+
+
+def _live() -> LivePassManagers:
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    return current_process_setup().state(LivePassManagers)
 
 
 def vllm_fixup_ops_available() -> bool:
@@ -143,7 +150,7 @@ class AscendPassManager(PostGradPassManager):
         super().__init__()
         self.fusion: Any = None
         self.soc = "cpu"
-        _LIVE.add(self)
+        _live().add(self)
 
     def configure(self, config: Any) -> None:
         import ascend_config
@@ -184,12 +191,7 @@ class AscendPassManager(PostGradPassManager):
 def fusion_report() -> dict[str, int]:
     """Sites rewritten per pass name, summed over the pass managers alive in this process."""
     total: dict[str, int] = {}
-    for manager in list(_LIVE):
+    for manager in list(_live()):
         for name, count in manager.counts.items():
             total[name] = total.get(name, 0) + int(count)
     return total
-
-
-def reset_fusion_report() -> None:
-    """Forget the pass managers seen so far (tests)."""
-    _LIVE.clear()
