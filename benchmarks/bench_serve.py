@@ -63,7 +63,7 @@ def _row(label: str, results: list[LoadResult], wall_s: float | None) -> list[ob
     ]
 
 
-AFTER_READY_COLUMNS = ["rank", "compiles at start-up", "compile s at start-up",
+AFTER_READY_COLUMNS = ["rank", "compiles at start-up", "compile s in all",
                        "pass-manager runs at start-up", "compiles after ready",
                        "pass-manager runs after ready", "captures after ready", "verdict"]
 

@@ -157,8 +157,8 @@ def test_a_capture_after_ready_is_counted_in_the_report_and_strict_refuses_it(
     dispatcher, wrapper = _wrapper_and_dispatcher(strict_cfg)
     ready_watch_for(strict_cfg).mark_ready(strict=True)
     begun = len(fake_torch_npu.npu.called("NPUGraph.capture_begin"))
-    with pytest.raises(CompileAfterReadyError, match="graph capture after the engine was "
-                       "ready: PIECEWISE num_tokens=1 .*forbid_compile_after_ready is true"):
+    with pytest.raises(CompileAfterReadyError, match=r"graph capture after the engine was "
+                       r"ready: PIECEWISE num_tokens=1 .*forbid_compile_after_ready is true"):
         _step(strict_cfg, dispatcher, wrapper, 1)
     assert len(fake_torch_npu.npu.called("NPUGraph.capture_begin")) == begun  # none begun
     assert capture_tally_for(strict_cfg).count == 0
