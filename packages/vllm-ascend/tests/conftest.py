@@ -48,11 +48,13 @@ def _restore_environ() -> Iterator[None]:
 def _fresh_process_setup() -> Iterator[None]:
     """Each test sees the process setup of a fresh process (a worker hook run by one test
     records binding lines the next would otherwise read)."""
+    from vllm_ascend.compilation.ready_watch import reset_ready_watches
     from vllm_ascend.runtime.process_setup import reset_process_setup
 
     reset_process_setup()
     yield
     reset_process_setup()
+    reset_ready_watches()  # an engine's Dynamo callbacks must not count the next test's compiles
 
 
 TESTS_DIR = Path(__file__).resolve().parent
