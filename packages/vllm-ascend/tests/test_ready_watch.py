@@ -87,6 +87,28 @@ def test_a_new_shape_after_ready_is_one_compile_logged_with_its_guard_failure(
                                                           .split(" (compiles")[0]]
 
 
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _halve(x: torch.Tensor) -> torch.Tensor:
+    return x / 2
+
+
+def test_each_recompile_names_the_function_whose_guard_failed(watch: Any) -> None:
+    double = torch.compile(_double, backend="eager")
+    halve = torch.compile(_halve, backend="eager")
+    double(torch.ones(2))
+    halve(torch.ones(2))
+    watch.mark_ready()
+    double(torch.ones(3))  # size change: double's guards fail
+    halve(torch.ones(3))  # then halve's
+    double(torch.ones(2, 2))  # a new rank: double's guards fail again
+    assert watch.after_ready["compiles"] == 3
+    named = [cause.split("guard failure: ")[1].split(" (")[0] for cause in watch.causes]
+    assert named == ["_double", "_halve", "_double"]
+
+
 def test_a_function_first_compiled_after_ready_is_named_as_such(watch: Any) -> None:
     watch.mark_ready()
     fn = torch.compile(lambda x: x - 1, backend="eager")

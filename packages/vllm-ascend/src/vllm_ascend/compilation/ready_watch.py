@@ -72,7 +72,7 @@ class ReadyWatch:
     causes: list[str] = field(default_factory=list)
     on_after_ready: Callable[[], None] | None = None
     _started: dict[str, float] = field(default_factory=dict, repr=False)
-    _seen_failures: int = field(default=0, repr=False)
+    _seen_failures: dict[Any, int] = field(default_factory=dict, repr=False)
 
     def mark_ready(self, *, strict: bool = False,
                    on_after_ready: Callable[[], None] | None = None,
@@ -83,7 +83,7 @@ class ReadyWatch:
         its compile callbacks)."""
         self.ready, self.strict, self.on_after_ready = True, strict, on_after_ready
         self.aot_compiles, self.aot_seconds = aot
-        self._seen_failures = self._failure_total()
+        self._new_failures()  # those of start-up are not causes of later compiles
         totals = self.as_report()["compiles"]
         logger.info("engine ready after %d compiles (%.3f s) and %d pass-manager runs; "
                     "compiles after ready are %s", totals["count"], totals["seconds"],
@@ -170,23 +170,17 @@ class ReadyWatch:
         if start is not None:
             self.compile_seconds += time.perf_counter() - start
 
-    def _failure_total(self) -> int:
-        return sum(len(v) for v in (self.failures or {}).values())
-
     def _new_failures(self) -> list[tuple[str, Any]]:
-        """Guard failures recorded since the last look, as (function, reason)."""
-        if self.failures is None:
-            return []
-        total = self._failure_total()
-        fresh = total - self._seen_failures
-        self._seen_failures = total
-        if fresh <= 0:
-            return []
-        # Dynamo appends to per-code lists; the newest entries are the last ``fresh`` ones
-        # over all codes (a compile follows its own guard failures).
-        listed = [(_code_name(code), reason) for code, reasons in self.failures.items()
-                  for reason in reasons]
-        return listed[-fresh:]
+        """Guard failures recorded since the last look, as (function, reason); Dynamo keeps
+        one list per code object (emptied by ``torch._dynamo.reset()``)."""
+        found: list[tuple[str, Any]] = []
+        for code, reasons in list((self.failures or {}).items()):
+            seen = self._seen_failures.get(code, 0)
+            if len(reasons) < seen:  # the list was emptied and refilled
+                seen = 0
+            found.extend((_code_name(code), reason) for reason in reasons[seen:])
+            self._seen_failures[code] = len(reasons)
+        return found
 
 
 _WATCHES: PerConfig[ReadyWatch] = PerConfig()
