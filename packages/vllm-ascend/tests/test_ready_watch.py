@@ -206,3 +206,18 @@ def test_the_pass_manager_counts_its_runs_in_the_engines_watch(make_vllm_config)
     assert watch.after_ready["pass_runs"] == 1
     assert watch.causes == [f"passes run for compile range {new_range} (a new shape)"]
     reset_ready_watches()
+
+
+def test_the_report_lists_the_first_causes_and_the_log_has_every_one() -> None:
+    from vllm_ascend.compilation.ready_watch import MAX_REPORTED_CAUSES, ReadyWatch
+
+    watch = ReadyWatch()
+    watch.mark_ready()
+    with _logged() as lines:
+        for size in range(MAX_REPORTED_CAUSES + 1):
+            watch.note("captures", f"num_tokens={size}")
+            watch.note("captures", f"num_tokens={size}")
+    assert watch.after_ready["captures"] == 2 * (MAX_REPORTED_CAUSES + 1)
+    assert len([line for line in lines if "after the engine" in line]) == MAX_REPORTED_CAUSES + 1
+    assert watch.as_report()["after_ready"]["causes"] == [
+        f"num_tokens={size}" for size in range(MAX_REPORTED_CAUSES)]

@@ -34,6 +34,7 @@ logger = logging.getLogger("vllm_ascend.compilation.ready_watch")
 
 STRICT_KEY = "ascend_compilation_config.forbid_compile_after_ready"
 KINDS = ("compiles", "pass_runs", "captures")
+MAX_REPORTED_CAUSES = 50  # the rank report lists this many; the log has every one
 _LABELS = {"compiles": "compile", "pass_runs": "pass-manager run", "captures": "graph capture"}
 
 
@@ -73,6 +74,7 @@ class ReadyWatch:
     on_after_ready: Callable[[], None] | None = None
     _started: dict[str, float] = field(default_factory=dict, repr=False)
     _seen_failures: dict[Any, int] = field(default_factory=dict, repr=False)
+    _logged: set[str] = field(default_factory=set, repr=False)
 
     def mark_ready(self, *, strict: bool = False,
                    on_after_ready: Callable[[], None] | None = None,
@@ -100,8 +102,10 @@ class ReadyWatch:
             return
         self.after_ready[kind] += 1
         message = f"{_LABELS[kind]} after the engine was ready: {cause}"
-        if cause not in self.causes:
-            self.causes.append(cause)
+        if cause not in self._logged:
+            self._logged.add(cause)
+            if len(self.causes) < MAX_REPORTED_CAUSES:
+                self.causes.append(cause)
             logger.warning("%s (%s after ready so far: %s)", message, kind,
                            self.after_ready[kind])
         if self.on_after_ready is not None:
