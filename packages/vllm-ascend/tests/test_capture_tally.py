@@ -128,3 +128,33 @@ def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) ->
         _step(cfg, dispatcher, wrapper, 2)
     assert capture_tally_for(cfg).count == 0
     reset_process_setup()
+
+
+def test_a_capture_after_ready_is_counted_in_the_report_and_strict_refuses_it(
+    make_vllm_config: Any, request: Any
+) -> None:
+    import pytest
+    from vllm_ascend.compilation.capture_tally import capture_tally_for
+    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError, ready_watch_for
+    from vllm_ascend.runtime.rank_report import build_rank_report
+
+    cfg, strict_cfg = make_vllm_config(max_num_seqs=4), make_vllm_config(max_num_seqs=4)
+    fake_torch_npu = request.getfixturevalue("fake_torch_npu")
+    dispatcher, wrapper = _wrapper_and_dispatcher(cfg)
+    _step(cfg, dispatcher, wrapper, 4)  # warm-up capture: before ready
+    ready_watch_for(cfg).mark_ready()
+    _step(cfg, dispatcher, wrapper, 4)  # a replay: nothing new
+    _step(cfg, dispatcher, wrapper, 2)  # a size not captured yet: a capture after ready
+    report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="serving")
+    assert report["captures"]["count"] == capture_tally_for(cfg).count == 2
+    assert report["after_ready"] == {"compiles": 0, "pass_runs": 0, "captures": 1,
+                                     "causes": ["PIECEWISE num_tokens=2 (a new shape)"]}
+
+    dispatcher, wrapper = _wrapper_and_dispatcher(strict_cfg)
+    ready_watch_for(strict_cfg).mark_ready(strict=True)
+    begun = len(fake_torch_npu.npu.called("NPUGraph.capture_begin"))
+    with pytest.raises(CompileAfterReadyError, match=r"graph capture after the engine was "
+                       r"ready: PIECEWISE num_tokens=1 .*forbid_compile_after_ready is true"):
+        _step(strict_cfg, dispatcher, wrapper, 1)
+    assert len(fake_torch_npu.npu.called("NPUGraph.capture_begin")) == begun  # none begun
+    assert capture_tally_for(strict_cfg).count == 0

@@ -150,7 +150,24 @@ class AscendPassManager(PostGradPassManager):
         super().__init__()
         self.fusion: Any = None
         self.soc = "cpu"
+        self.vllm_config: Any = None
         _live().add(self)
+
+    def __call__(self, graph: Any) -> None:
+        from vllm.compilation.passes.inductor_pass import get_pass_context
+
+        self.note_run(get_pass_context().compile_range)
+        super().__call__(graph)
+
+    def note_run(self, compile_range: Any) -> None:
+        """Count one run of the passes (one backend compile of a graph for ``compile_range``)
+        in the engine's ready watch; after ready it is logged, or an error in strict mode."""
+        if self.vllm_config is None:
+            return
+        from vllm_ascend.compilation.ready_watch import ready_watch_for
+
+        ready_watch_for(self.vllm_config).note(
+            "pass_runs", f"passes run for compile range {compile_range} (a new shape)")
 
     def configure(self, config: Any) -> None:
         import ascend_config
@@ -162,6 +179,7 @@ class AscendPassManager(PostGradPassManager):
         from vllm_ascend.runtime.process_setup import current_process_setup
 
         super().configure(config)
+        self.vllm_config = config
         self.soc = str(getattr(current_platform, "soc", "cpu"))
         facts = extract_facts(config, self.soc)
         # The engine's resolved config (resolved once: by this process's platform hook, or

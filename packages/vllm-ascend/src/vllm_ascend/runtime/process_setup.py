@@ -166,6 +166,11 @@ def current_ascend_config() -> Any:
 
 
 def reset_process_setup() -> None:
-    """Forget this process's setup and every store it holds (tests: the one reset)."""
+    """Forget this process's setup and every store it holds (tests: the one reset); a store
+    with a ``close`` method (one that registered callbacks elsewhere) is closed first."""
     global _PROCESS
+    for store in _PROCESS.states.values():
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
     _PROCESS = ProcessSetup()
