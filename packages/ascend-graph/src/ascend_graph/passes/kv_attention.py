@@ -100,8 +100,8 @@ class KVCacheAttentionPass(GraphPass):
         if attention is None:
             return Miss.at(update, "the KV-cache update has no single user")
         if not is_call(attention, auto_functionalized) or attention.args != (self.attention_op,):
-            return Miss.at(attention, f"expected the functionalized {self.attention_op} as the "
-                                      "update's sole user")
+            return Miss.at(update, f"its sole user {attention.name} is not the functionalized "
+                                   f"{self.attention_op}")
         kwargs = attention.kwargs
         if kwargs.get(_DEPENDENCY) is not update:
             return Miss.at(attention, f"the update is not its {_DEPENDENCY} argument")
