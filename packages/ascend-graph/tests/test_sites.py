@@ -155,3 +155,11 @@ def test_sites_cover_enabled_passes_and_graphs_run_starts_at_zero() -> None:
     manager = GraphFusionPassManager(fuse_muls_add=False)
     assert set(manager.sites) == {"noop_elimination", "norm_quant", "qknorm_rope"}
     assert manager.graphs_run == 0 and manager.last_sites == {}
+
+
+def test_passes_with_candidates_start_at_zero_expected_sites() -> None:
+    manager = GraphFusionPassManager()
+    assert manager.sites == {"noop_elimination": {"expected": None, "matched": 0},
+                             "norm_quant": {"expected": 0, "matched": 0},
+                             "qknorm_rope": {"expected": 0, "matched": 0},
+                             "muls_add": {"expected": 0, "matched": 0}}

@@ -130,7 +130,8 @@ class GraphFusionPassManager:
         #: Per enabled pass, summed over every run: candidate sites ("expected", None for a
         #: pass without candidates) and sites rewritten ("matched").
         self.sites: dict[str, dict[str, int | None]] = {
-            p.name: {"expected": None, "matched": 0} for p in self.passes}
+            p.name: {"expected": 0 if p.counts_candidates else None, "matched": 0}
+            for p in self.passes}
         self.last_sites: dict[str, SiteResult] = {}
         #: Graphs this manager ran on (0 after a start that loaded every graph from a cache).
         self.graphs_run = 0

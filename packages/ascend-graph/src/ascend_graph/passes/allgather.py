@@ -28,6 +28,7 @@ class AllGatherChunkCleanupPass(GraphPass):
     """
 
     name = "allgather_chunk_cleanup"
+    counts_candidates = True
 
     def __init__(self, allgather_op: Any, chunk_op: Any) -> None:
         if allgather_op is None or chunk_op is None:

@@ -151,6 +151,8 @@ class GraphPass(ABC):
     """A graph rewrite with a name, settings (for the uuid) and a compile-range check."""
 
     name: ClassVar[str] = ""
+    #: Whether `sites` counts candidate sites (False: a clean-up with no expectation).
+    counts_candidates: ClassVar[bool] = False
 
     #: Token counts outside [min_tokens, max_tokens] skip the pass (None = unbounded).
     min_tokens: int | None = None
@@ -179,6 +181,8 @@ class GraphPass(ABC):
 
 class PatternPass(GraphPass):
     """A pass made of keyed patterns registered on this instance."""
+
+    counts_candidates = True
 
     def __init__(self) -> None:
         self._patterns: dict[tuple[Any, ...], FusionPattern] = {}

@@ -34,6 +34,7 @@ class KVCacheAttentionPass(GraphPass):
     """
 
     name = "kv_cache_attention"
+    counts_candidates = True
 
     def __init__(self, update_op: Any, attention_op: Any, fused_op: Any) -> None:
         missing = [name for name, op in (("update_op", update_op),

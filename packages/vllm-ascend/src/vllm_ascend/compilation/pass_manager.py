@@ -105,7 +105,8 @@ def build_fusion_manager(
     provides both op handles it matches (they are passed in: ascend-graph never imports vLLM).
     norm_quant follows ``norm_quant_gate`` (W4A4 layers, model dtype). kv_cache_attention gets
     vLLM's attention op handles and the fused op (:mod:`vllm_ascend.ops.attention_kv`),
-    registered here so every process that compiles or loads such a graph has it.
+    registered here so every process that compiles or loads such a graph has it. A pass that
+    leaves candidate sites alone is one warning per pass per process (:func:`warn_missed_sites`).
     """
     from ascend_graph import GraphFusionPassManager
 
@@ -122,6 +123,7 @@ def build_fusion_manager(
     handles = sequence_parallel_ops() if sequence_parallel else None
     kv_attention = bool(switches.fuse_kv_cache_attention)
     return GraphFusionPassManager(
+        on_miss=warn_missed_sites,
         fuse_norm_quant=norm_quant.enabled,
         w4a4=norm_quant.w4a4,
         fuse_qknorm_rope=bool(switches.fuse_qknorm_rope),
@@ -134,6 +136,18 @@ def build_fusion_manager(
         fuse_kv_cache_attention=kv_attention,
         attention_ops=attention_op_handles() if kv_attention else None,
     )
+
+
+def warn_missed_sites(name: str, message: str) -> None:
+    """The fusion managers' ``on_miss``: one warning per pass per process, naming the pass and
+    the node where matching stopped (every compiled piece would otherwise repeat it)."""
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    setup = current_process_setup()
+    key = f"ascend fusion pass {name} missed sites"
+    if key not in setup.warned:
+        setup.warned.add(key)
+        logger.warning("%s", message)
 
 
 class AscendPassManager(PostGradPassManager):
@@ -188,6 +202,31 @@ def fusion_report() -> dict[str, int]:
         for name, count in manager.counts.items():
             total[name] = total.get(name, 0) + int(count)
     return total
+
+
+def fusion_sites() -> dict[str, Any]:
+    """Candidate ("expected") against rewritten ("matched") sites per pass, summed over the
+    pass managers alive in this process, with the graphs the passes ran on.
+
+    ``from_cache`` is true when pass managers were configured but ran on no graph: every
+    compiled graph was loaded from a compile cache (vLLM's, inductor's or AscendCompiler's),
+    whose fusion happened in the process that compiled it, so the zeros here are not misses.
+    ``expected`` is None for a pass without candidate sites (no-op elimination).
+    """
+    passes: dict[str, dict[str, int | None]] = {}
+    graphs = managers = 0
+    for manager in list(_LIVE):
+        fusion = manager.fusion
+        if fusion is None:
+            continue
+        managers += 1
+        graphs += int(fusion.graphs_run)
+        for name, site in fusion.sites.items():
+            total = passes.setdefault(name, {"expected": None, "matched": 0})
+            total["matched"] = int(total["matched"] or 0) + int(site["matched"])
+            if site["expected"] is not None:
+                total["expected"] = int(total["expected"] or 0) + int(site["expected"])
+    return {"passes": passes, "graphs": graphs, "from_cache": managers > 0 and graphs == 0}
 
 
 def reset_fusion_report() -> None:
