@@ -151,7 +151,10 @@ def _scaled_adds(broadcast: bool) -> torch.fx.Graph:
     return make_fx(fn, tracing_mode="fake")(torch.randn(2, 64), y).graph
 
 
-def test_fusion_sites_sum_expected_and_matched_and_flag_cache_loads(make_vllm_config) -> None:
+def test_fusion_sites_sum_expected_and_matched_and_flag_cache_loads(
+    make_vllm_config, monkeypatch
+) -> None:
+    from vllm.compilation.counter import compilation_counter
     from vllm_ascend.compilation.pass_manager import (
         AscendPassManager,
         fusion_report,
@@ -160,7 +163,16 @@ def test_fusion_sites_sum_expected_and_matched_and_flag_cache_loads(make_vllm_co
     )
 
     reset_fusion_report()
-    assert fusion_sites() == {"passes": {}, "graphs": 0, "from_cache": False}  # no compile
+    # no compile yet
+    assert fusion_sites() == {"passes": {}, "graphs": 0, "loaded_artifacts": 0,
+                              "from_cache": False}
+    # vLLM counted a compiled artifact it loaded from its cache (a warm AOT start builds no
+    # pass manager at all)
+    with monkeypatch.context() as patch:
+        patch.setattr(compilation_counter, "num_aot_artifacts_loaded",
+                      compilation_counter.num_aot_artifacts_loaded + 1)
+        assert fusion_sites()["from_cache"] is True
+        assert fusion_sites()["loaded_artifacts"] == 1
     first, second = AscendPassManager(), AscendPassManager()
     first.configure(make_vllm_config())
     second.configure(make_vllm_config())

@@ -208,11 +208,15 @@ def fusion_sites() -> dict[str, Any]:
     """Candidate ("expected") against rewritten ("matched") sites per pass, summed over the
     pass managers alive in this process, with the graphs the passes ran on.
 
-    ``from_cache`` is true when pass managers were configured but ran on no graph: every
-    compiled graph was loaded from a compile cache (vLLM's, inductor's or AscendCompiler's),
-    whose fusion happened in the process that compiled it, so the zeros here are not misses.
-    ``expected`` is None for a pass without candidate sites (no-op elimination).
+    ``from_cache`` is true when compiled graphs were loaded instead of compiled, so the passes
+    never saw them (their fusion happened in the process that compiled them) and zero sites
+    are not misses: vLLM loaded compiled artifacts (``loaded_artifacts``, its own compilation
+    counter: AOT or standalone-inductor artifacts), or pass managers were configured but ran
+    on no graph (an inductor cache hit). ``expected`` is None for a pass without candidate
+    sites (no-op elimination).
     """
+    from vllm.compilation.counter import compilation_counter
+
     passes: dict[str, dict[str, int | None]] = {}
     graphs = managers = 0
     for manager in list(_LIVE):
@@ -226,7 +230,10 @@ def fusion_sites() -> dict[str, Any]:
             total["matched"] = int(total["matched"] or 0) + int(site["matched"])
             if site["expected"] is not None:
                 total["expected"] = int(total["expected"] or 0) + int(site["expected"])
-    return {"passes": passes, "graphs": graphs, "from_cache": managers > 0 and graphs == 0}
+    loaded = int(compilation_counter.num_compiled_artifacts_loaded
+                 + compilation_counter.num_aot_artifacts_loaded)
+    return {"passes": passes, "graphs": graphs, "loaded_artifacts": loaded,
+            "from_cache": loaded > 0 or (managers > 0 and graphs == 0)}
 
 
 def reset_fusion_report() -> None:
