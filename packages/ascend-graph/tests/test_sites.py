@@ -136,6 +136,18 @@ def test_muls_add_that_broadcasts_is_a_candidate_left_alone() -> None:
     assert "differ in shape or dtype" in message
 
 
+def test_integer_index_arithmetic_is_no_muls_add_candidate() -> None:
+    def fn(ids, start):  # type: ignore[no-untyped-def]
+        return ids * 3 + start  # vocab-parallel embedding offsets: int64, not a muls_add site
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.arange(8), torch.arange(8))
+    misses = _Recorder()
+    manager = GraphFusionPassManager(dtypes=["float32"], on_miss=misses)
+    manager.run(gm.graph)
+    assert manager.sites["muls_add"] == {"expected": 0, "matched": 0}
+    assert misses.calls == []
+
+
 def test_muls_add_sites_are_counted_and_cleanups_expect_nothing() -> None:
     def fn(x, y):  # type: ignore[no-untyped-def]
         return (x * 2.5 + y).view(2, 64) * 0.5 + x

@@ -41,6 +41,11 @@ def _scaled(node: Any, add: fx.Node) -> tuple[fx.Node, float] | None:
     return a, float(b)
 
 
+def _is_floating(node: fx.Node) -> bool:
+    val = tensor_meta(node)
+    return val is not None and val.dtype.is_floating_point
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -55,9 +60,11 @@ class MulsAddPattern(FusionPattern):
 
     @classmethod
     def is_candidate(cls, anchor: fx.Node) -> bool:
-        """An add with an operand that is a product by a Python number."""
+        """An add with an operand that is a floating-point product by a Python number (integer
+        index arithmetic, e.g. a vocab-parallel embedding's offsets, is no muls_add site)."""
         return any(
             is_call(a, _MUL_TARGETS) and any(_is_number(b) for b in a.args[:2])
+            and _is_floating(a)
             for a in anchor.args[:2]
         )
 
