@@ -145,12 +145,15 @@ def start_worker(
 
 @dataclass
 class CompiledRun:
-    """Greedy outputs of one compiled engine plus its fusion report and graph dump directory."""
+    """Greedy outputs of one compiled engine plus its fusion report (sites rewritten per pass),
+    its site report (``fusion_sites``: expected against matched per pass) and graph dump
+    directory."""
 
     outputs: list[dict[str, Any]]
     report: dict[str, int]
     dump_dir: Path
     cache_root: Path
+    sites: dict[str, Any]
 
 
 class CompiledRuns:
@@ -216,10 +219,10 @@ class CompiledRuns:
         answer = worker.request(
             "generate", name=name, prompts=list(PROMPTS), max_tokens=COMPILED_MAX_TOKENS
         )
-        report = worker.request("fusion_report")["report"]
+        passes = worker.request("fusion_report")
         worker.close()
-        return CompiledRun(answer["outputs"], report, self.dump_root / name,
-                           self.cache_root(arch, fusion))
+        return CompiledRun(answer["outputs"], passes["report"], self.dump_root / name,
+                           self.cache_root(arch, fusion), passes["sites"])
 
 
 @pytest.fixture(scope="session")

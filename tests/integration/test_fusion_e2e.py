@@ -25,6 +25,21 @@ EXPECTED_REPORT = {
     "qwen3_moe": {"qknorm_rope": NUM_LAYERS, "norm_quant": 0, "muls_add": 0,
                   "kv_cache_attention": NUM_LAYERS},
 }
+# Candidate ("expected") and rewritten ("matched") sites per pass of the whole tiny model,
+# pinned against the locked vLLM: a vLLM upgrade that changes an idiom (another norm op, an
+# extra op between the norm and the rope, a new attention call) moves these numbers. Candidates:
+# every rope fed by q/k norms (qwen3: one per layer; llama has none), every KV-cache update
+# (one per attention layer), every `x * number + y` (none), every quantisation of a norm
+# output (none: no quantization). noop_elimination is a clean-up: no expectation.
+EXPECTED_SITES = {
+    arch: {
+        "qknorm_rope": {"expected": report["qknorm_rope"], "matched": report["qknorm_rope"]},
+        "kv_cache_attention": {"expected": NUM_LAYERS, "matched": NUM_LAYERS},
+        "muls_add": {"expected": 0, "matched": 0},
+        "norm_quant": {"expected": 0, "matched": 0},
+    }
+    for arch, report in EXPECTED_REPORT.items()
+}
 FUSED_OP = "ascend.split_qkv_rmsnorm_rope"
 ROPE_OP = "ascend.rotary_embedding"
 KV_UPDATE_OP = "vllm.unified_kv_cache_update"
@@ -52,6 +67,19 @@ def test_fusion_report_counts_rewrites_per_layer(compiled_runs, arch: str) -> No
     for name, expected in EXPECTED_REPORT[arch].items():
         assert fused.get(name, 0) == expected, fused
         assert unfused.get(name, 0) == 0, unfused
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_fusion_sites_pin_expected_and_matched_per_pass(compiled_runs, arch: str) -> None:
+    fused = compiled_runs.get(arch, fusion=True).sites
+    for name, sites in EXPECTED_SITES[arch].items():
+        assert fused["passes"][name] == sites, (name, fused)
+    assert fused["passes"]["noop_elimination"]["expected"] is None
+    assert fused["graphs"] > 0 and fused["from_cache"] is False
+    # Fusion off: only the clean-up runs, over the same graphs.
+    unfused = compiled_runs.get(arch, fusion=False).sites
+    assert set(unfused["passes"]) == {"noop_elimination"}
+    assert unfused["graphs"] == fused["graphs"] and unfused["from_cache"] is False
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -85,4 +113,6 @@ def test_a_fused_graph_loaded_from_the_compile_cache_runs_in_a_new_process(compi
     cold = compiled_runs.get("qwen3", fusion=True)
     warm = compiled_runs.warm("qwen3", fusion=True)
     assert sum(warm.report.values()) == 0  # loaded, not compiled: no pass ran
+    # ... and the site report says so instead of showing zero sites as misses
+    assert warm.sites["from_cache"] is True and warm.sites["graphs"] == 0
     assert [o["token_ids"] for o in warm.outputs] == [o["token_ids"] for o in cold.outputs]

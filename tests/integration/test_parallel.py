@@ -128,6 +128,10 @@ def test_tp2_runs_the_fusion_passes_in_every_rank(engines: Engines, arch: str) -
         assert report["tensor_parallel_size"] == 2
         for name, expected in EXPECTED_FUSION[arch].items():
             assert report["fusion"].get(name) == expected, (report["rank"], report["fusion"])
+            # every candidate site of the rank's shard was rewritten
+            sites = report["fusion_sites"]["passes"][name]
+            assert sites == {"expected": expected, "matched": expected}, (report["rank"], name)
+        assert report["fusion_sites"]["from_cache"] is False
 
 
 def test_tp2_ranks_run_on_disjoint_pools(engines: Engines) -> None:

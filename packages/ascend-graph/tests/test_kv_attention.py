@@ -282,9 +282,18 @@ def test_near_miss_is_left_exactly_as_it_was(kv_ops, miss) -> None:
     miss(site)
     gm = _module(site)
     before = _lines(gm.graph)
-    report = GraphFusionPassManager(attention_ops=kv_ops.handles).run(gm.graph)
+    misses: list[tuple[str, str]] = []
+    manager = GraphFusionPassManager(attention_ops=kv_ops.handles,
+                                     on_miss=lambda *call: misses.append(call))
+    report = manager.run(gm.graph)
     assert report == NO_REWRITES
     assert _lines(gm.graph) == before
+    # every KV-cache update is a site: this one is expected, not matched, and named
+    assert manager.sites["kv_cache_attention"] == {"expected": 1, "matched": 0}
+    ((name, message),) = misses
+    names = {site.updates[0].name, site.attentions[0].name}
+    assert name == "kv_cache_attention"
+    assert any(f"matching stopped at node {n!r}" in message for n in names), message
 
 
 def _check_fused(kv: Any, gm: fx.GraphModule, site: Site, index: int) -> None:
@@ -344,8 +353,13 @@ def test_a_near_miss_does_not_stop_the_next_site(kv_ops) -> None:
     site = _site(kv_ops, layers=LAYERS)
     _set_kwarg(site.attentions[0], "output_scale", site.nodes["scale"])
     gm = _module(site)
-    report = GraphFusionPassManager(attention_ops=kv_ops.handles).run(gm.graph)
+    manager = GraphFusionPassManager(attention_ops=kv_ops.handles)
+    report = manager.run(gm.graph)
     assert report == {**NO_REWRITES, "kv_cache_attention": 1}
+    assert manager.sites["kv_cache_attention"] == {"expected": 2, "matched": 1}
+    miss = manager.last_sites["kv_cache_attention"].miss
+    assert miss is not None and miss.node == site.attentions[0].name
+    assert "output quantisation (output_scale)" in miss.why
     assert site.attentions[0].args == (kv_ops.attention,)
     assert site.updates[0] in gm.graph.nodes
     _check_fused(kv_ops, gm, site, 1)

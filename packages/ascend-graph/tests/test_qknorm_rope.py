@@ -282,6 +282,16 @@ def _split_dim_left_out(graph: torch.fx.Graph) -> None:
 )  # fmt: skip
 def test_near_misses_stay_unchanged(options, edit) -> None:
     _assert_unchanged(_run(_attention(**options), edit=edit))
+    # ... and each is a candidate site (its rope is fed by q/k norms) reported as missed, once
+    fn, inputs = _attention(**options)
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    if edit is not None:
+        edit(gm.graph)
+    misses: list[tuple[str, str]] = []
+    manager = GraphFusionPassManager(dtypes=["float32"], on_miss=lambda *c: misses.append(c))
+    manager.run(gm.graph)
+    assert manager.sites["qknorm_rope"] == {"expected": 1, "matched": 0}
+    assert [name for name, _ in misses] == ["qknorm_rope"]
 
 
 @pytest.mark.parametrize(

@@ -138,3 +138,69 @@ def test_passes_see_ascend_ops_and_the_generated_code_calls_none(fresh_lowerings
     expected = layer(*args)  # eager: the reference kernels
     for a, b in zip(got, expected, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def _scaled_adds(broadcast: bool) -> torch.fx.Graph:
+    """Two `x * 2.5 + y` sites (y broadcasts when `broadcast`: the fused kernel cannot)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2.5 + y, (x + 1.0) * 2.5 + y
+
+    y = torch.randn(64) if broadcast else torch.randn(2, 64)
+    return make_fx(fn, tracing_mode="fake")(torch.randn(2, 64), y).graph
+
+
+def test_fusion_sites_sum_expected_and_matched_and_flag_cache_loads(
+    make_vllm_config, monkeypatch
+) -> None:
+    from vllm.compilation.counter import compilation_counter
+    from vllm_ascend.compilation.pass_manager import (
+        AscendPassManager,
+        fusion_report,
+        fusion_sites,
+    )
+
+    # no compile yet
+    assert fusion_sites() == {"passes": {}, "graphs": 0, "loaded_artifacts": 0,
+                              "from_cache": False}
+    # vLLM counted a compiled artifact it loaded from its cache (a warm AOT start builds no
+    # pass manager at all)
+    with monkeypatch.context() as patch:
+        patch.setattr(compilation_counter, "num_aot_artifacts_loaded",
+                      compilation_counter.num_aot_artifacts_loaded + 1)
+        assert fusion_sites()["from_cache"] is True
+        assert fusion_sites()["loaded_artifacts"] == 1
+    first, second = AscendPassManager(), AscendPassManager()
+    first.configure(make_vllm_config())
+    second.configure(make_vllm_config())
+    # Configured but no graph went through the passes: every graph came from a cache.
+    loaded = fusion_sites()
+    assert loaded["from_cache"] is True and loaded["graphs"] == 0
+    assert loaded["passes"]["muls_add"] == {"expected": 0, "matched": 0}
+    first.fusion(_scaled_adds(broadcast=False))
+    second.fusion(_scaled_adds(broadcast=False))
+    second.fusion(_scaled_adds(broadcast=True))
+    sites = fusion_sites()
+    assert sites["graphs"] == 3 and sites["from_cache"] is False
+    assert sites["passes"]["muls_add"] == {"expected": 6, "matched": 4}
+    assert sites["passes"]["noop_elimination"]["expected"] is None
+    assert fusion_report()["muls_add"] == 4  # the existing report is unchanged
+
+
+def test_a_pass_short_of_its_sites_warns_once_per_process(make_vllm_config, caplog) -> None:
+    import logging
+
+    from vllm_ascend.compilation.pass_manager import AscendPassManager
+
+    first, second = AscendPassManager(), AscendPassManager()
+    first.configure(make_vllm_config())
+    second.configure(make_vllm_config())
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.compilation.pass_manager"):
+        for manager in (first, second, first):
+            manager.fusion(_scaled_adds(broadcast=True))
+    warnings = [r for r in caplog.records if r.name == "vllm_ascend.compilation.pass_manager"]
+    (record,) = warnings
+    message = record.getMessage()
+    assert message.startswith("Ascend fusion pass muls_add rewrote 0 of 2 candidate sites")
+    assert "matching stopped at node 'add" in message and "(aten.add.Tensor)" in message

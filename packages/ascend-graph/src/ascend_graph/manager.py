@@ -11,13 +11,19 @@ Fixed order (each pass sees the result of the previous ones):
    `x * s + y`.
 6. `kv_cache_attention` - `fuse_kv_cache_attention`, when the attention op handles are given
    (`attention_ops`); it touches only the attention calls, which no other pass matches.
+
+Every run also counts, per pass, the candidate sites (the anchor nodes that look like the
+pass's idiom) against the sites rewritten (`sites`). When a pass leaves candidates alone, one
+warning per pass (through `on_miss`, by default this module's logger, once per manager) names
+the pass and the first node where matching stopped, so a fusion never stops silently.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,9 @@ from ascend_graph.passes.fusion_passes import (
 )
 from ascend_graph.passes.kv_attention import KVCacheAttentionPass
 from ascend_graph.passes.noop import NoOpEliminationPass
+from ascend_graph.passes.sites import SiteResult
+
+logger = logging.getLogger("ascend_graph.manager")
 
 #: Every pass name, in run order: the keys of every report.
 PASS_NAMES: tuple[str, ...] = (
@@ -87,6 +96,7 @@ class GraphFusionPassManager:
         dtypes: Sequence[Any] = DEFAULT_DTYPES,
         qknorm_shapes: Sequence[tuple[int, int, int]] | None = None,
         attention_ops: tuple[Any, Any, Any] | None = None,
+        on_miss: Callable[[str, str], None] | None = None,
     ) -> None:
         check_soc(soc)
         for name, value in (
@@ -117,6 +127,16 @@ class GraphFusionPassManager:
         self.passes: tuple[GraphPass, ...] = tuple(passes)
         self.counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)
         self.last_counts: dict[str, int] = dict.fromkeys(PASS_NAMES, 0)
+        #: Per enabled pass, summed over every run: candidate sites ("expected", None for a
+        #: pass without candidates) and sites rewritten ("matched").
+        self.sites: dict[str, dict[str, int | None]] = {
+            p.name: {"expected": 0 if p.counts_candidates else None, "matched": 0}
+            for p in self.passes}
+        self.last_sites: dict[str, SiteResult] = {}
+        #: Graphs this manager ran on (0 after a start that loaded every graph from a cache).
+        self.graphs_run = 0
+        self._on_miss = on_miss or self._warn_once
+        self._warned: set[str] = set()
         self._source: bytes | None = None
 
     @classmethod
@@ -152,12 +172,29 @@ class GraphFusionPassManager:
         if not isinstance(graph, fx.Graph):
             raise TypeError(f"expected a torch.fx.Graph, got {type(graph).__name__}")
         last = dict.fromkeys(PASS_NAMES, 0)
+        last_sites: dict[str, SiteResult] = {}
         for p in self.passes:
-            if p.is_applicable_for_range(compile_range):
-                last[p.name] = p(graph)
-                self.counts[p.name] += last[p.name]
+            if not p.is_applicable_for_range(compile_range):
+                continue
+            result = p.sites(graph)
+            last_sites[p.name] = result
+            last[p.name] = result.matched
+            self.counts[p.name] += result.matched
+            total = self.sites[p.name]
+            total["matched"] = (total["matched"] or 0) + result.matched
+            if result.expected is not None:
+                total["expected"] = (total["expected"] or 0) + result.expected
+            if result.short:
+                self._on_miss(p.name, _miss_message(p.name, result, compile_range))
+        self.graphs_run += 1
         self.last_counts = last
+        self.last_sites = last_sites
         return dict(last)
+
+    def _warn_once(self, name: str, message: str) -> None:
+        if name not in self._warned:
+            self._warned.add(name)
+            logger.warning("%s", message)
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -177,6 +214,12 @@ class GraphFusionPassManager:
 
     def __repr__(self) -> str:
         return f"GraphFusionPassManager(passes={list(self.enabled)}, soc={self.soc!r})"
+
+
+def _miss_message(name: str, result: SiteResult, compile_range: CompileRange) -> str:
+    where = "" if compile_range is None else f" (compile range {compile_range})"
+    return (f"Ascend fusion pass {name} rewrote {result.matched} of {result.expected} candidate "
+            f"sites in a graph{where}; matching stopped at {result.miss}")
 
 
 def _source_digest() -> bytes:

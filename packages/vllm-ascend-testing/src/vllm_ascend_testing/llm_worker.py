@@ -114,10 +114,11 @@ class EngineHost:
         return {"class": f"{cls.__module__}.{cls.__qualname__}", "device_name": cls.device_name}
 
     def op_fusion_report(self) -> dict[str, Any]:
-        """Sites rewritten per Ascend pass by the pass managers of this process's engines."""
-        from vllm_ascend.compilation.pass_manager import fusion_report
+        """Sites rewritten per Ascend pass by the pass managers of this process's engines
+        ("report"), and candidate against rewritten sites per pass ("sites")."""
+        from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
 
-        return {"report": fusion_report()}
+        return {"report": fusion_report(), "sites": fusion_sites()}
 
     def op_call_counts(self, reset: bool = False) -> dict[str, Any]:
         from ascend_kernels import batch_invariant

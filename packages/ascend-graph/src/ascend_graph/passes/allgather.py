@@ -14,6 +14,7 @@ from ascend_graph.passes.fx_nodes import (
     same_stream,
     tensor_meta,
 )
+from ascend_graph.passes.sites import Miss, SiteResult
 
 
 class AllGatherChunkCleanupPass(GraphPass):
@@ -27,6 +28,7 @@ class AllGatherChunkCleanupPass(GraphPass):
     """
 
     name = "allgather_chunk_cleanup"
+    counts_candidates = True
 
     def __init__(self, allgather_op: Any, chunk_op: Any) -> None:
         if allgather_op is None or chunk_op is None:
@@ -43,22 +45,39 @@ class AllGatherChunkCleanupPass(GraphPass):
         return base
 
     def __call__(self, graph: fx.Graph) -> int:
-        count = 0
+        return self.sites(graph).matched
+
+    def sites(self, graph: fx.Graph) -> SiteResult:
+        """Candidates: every chunk of an all-gather output."""
+        expected = count = 0
+        miss: Miss | None = None
         for chunk in list(graph.find_nodes(op="call_function", target=self.chunk_op)):
             gathered = chunk.args[0] if chunk.args else None
             if not is_call(gathered, self.allgather_op) or not gathered.args:
                 continue
-            source = gathered.args[0]
-            if not isinstance(source, fx.Node) or not same_stream([gathered, chunk]):
+            expected += 1
+            why = self._why_not(chunk, gathered)
+            if why is not None:
+                miss = miss or why
                 continue
-            src_val, out_val = tensor_meta(source), tensor_meta(chunk)
-            if (
-                src_val is not None
-                and out_val is not None
-                and (not same_shape(src_val, out_val) or src_val.dtype != out_val.dtype)
-            ):
-                continue
-            chunk.replace_all_uses_with(source)
+            chunk.replace_all_uses_with(gathered.args[0])
             erase_dead([chunk, gathered])
             count += 1
-        return count
+        return SiteResult(expected, count, miss)
+
+    @staticmethod
+    def _why_not(chunk: fx.Node, gathered: fx.Node) -> Miss | None:
+        source = gathered.args[0]
+        if not isinstance(source, fx.Node):
+            return Miss.at(gathered, "the gathered value is not a graph node")
+        if not same_stream([gathered, chunk]):
+            return Miss.at(chunk, "the gather and the chunk run on different streams")
+        src_val, out_val = tensor_meta(source), tensor_meta(chunk)
+        if (
+            src_val is not None
+            and out_val is not None
+            and (not same_shape(src_val, out_val) or src_val.dtype != out_val.dtype)
+        ):
+            return Miss.at(chunk, "the chunk is not this rank's slice (shape or dtype differs "
+                                  "from the gathered input)")
+        return None

@@ -19,6 +19,7 @@ import torch
 from torch import fx
 
 from ascend_graph.passes.fx_nodes import same_stream
+from ascend_graph.passes.sites import Miss, SiteResult
 
 
 @dataclass
@@ -69,6 +70,17 @@ class FusionPattern(ABC):
     @abstractmethod
     def extract(cls, anchor: fx.Node) -> Match | None:
         """Structural match of the idiom ending at `anchor`, or None."""
+
+    @classmethod
+    def is_candidate(cls, anchor: fx.Node) -> bool:
+        """True when the graph around `anchor` looks like this idiom, so a model holding it
+        expects a rewrite here (default: every anchor node is a candidate)."""
+        return True
+
+    @classmethod
+    def diagnose(cls, anchor: fx.Node) -> Miss:
+        """Where and why `extract` found no match at a candidate `anchor`."""
+        return Miss.at(anchor, f"{cls.__name__}: the idiom ending here did not match")
 
     def accepts(self, match: Match) -> bool:
         """True when every non-None setting equals what the site holds."""
@@ -139,6 +151,8 @@ class GraphPass(ABC):
     """A graph rewrite with a name, settings (for the uuid) and a compile-range check."""
 
     name: ClassVar[str] = ""
+    #: Whether `sites` counts candidate sites (False: a clean-up with no expectation).
+    counts_candidates: ClassVar[bool] = False
 
     #: Token counts outside [min_tokens, max_tokens] skip the pass (None = unbounded).
     min_tokens: int | None = None
@@ -159,9 +173,16 @@ class GraphPass(ABC):
     def __call__(self, graph: fx.Graph) -> int:
         """Rewrite `graph` in place; return the number of sites rewritten."""
 
+    def sites(self, graph: fx.Graph) -> SiteResult:
+        """Rewrite `graph` like `__call__`; report expected against matched sites (passes
+        without candidate sites report no expectation)."""
+        return SiteResult(None, self(graph))
+
 
 class PatternPass(GraphPass):
     """A pass made of keyed patterns registered on this instance."""
+
+    counts_candidates = True
 
     def __init__(self) -> None:
         self._patterns: dict[tuple[Any, ...], FusionPattern] = {}
@@ -183,17 +204,26 @@ class PatternPass(GraphPass):
         return base
 
     def __call__(self, graph: fx.Graph) -> int:
+        return self.sites(graph).matched
+
+    def sites(self, graph: fx.Graph) -> SiteResult:
         by_class: dict[type[FusionPattern], list[FusionPattern]] = {}
         for pattern in self._patterns.values():
             by_class.setdefault(type(pattern), []).append(pattern)
-        count = 0
+        # Candidate anchors -> None once rewritten, else the first reason matching stopped (a
+        # node may be tried by several pattern classes sharing its target).
+        outcome: dict[fx.Node, Miss | None] = {}
         for cls, patterns in by_class.items():
             for target in map(resolve_target, cls.anchors):
                 for node in list(graph.find_nodes(op="call_function", target=target)):
                     if getattr(node, "_erased", False):
                         continue
-                    count += self._try(graph, node, cls, patterns)
-        return count
+                    candidate = cls.is_candidate(node) and node not in outcome
+                    found = self._try(graph, node, cls, patterns, explain=candidate)
+                    if found is None or candidate:
+                        outcome[node] = found
+        misses = [m for m in outcome.values() if m is not None]
+        return SiteResult(len(outcome), len(outcome) - len(misses), misses[0] if misses else None)
 
     @staticmethod
     def _try(
@@ -201,12 +231,21 @@ class PatternPass(GraphPass):
         node: fx.Node,
         cls: type[FusionPattern],
         patterns: Sequence[FusionPattern],
-    ) -> int:
+        explain: bool = True,
+    ) -> Miss | None:
+        """Rewrite the site at `node` (None) or say why not (`explain`: diagnose where the
+        idiom stopped, which walks the graph again)."""
         match = cls.extract(node)
-        if match is None or not same_stream(match.nodes):
-            return 0
+        if match is None:
+            return cls.diagnose(node) if explain else Miss.at(node, "no match")
+        if not same_stream(match.nodes):
+            return Miss.at(node, "the site's nodes run on different streams")
+        refused = []
         for pattern in patterns:
             if pattern.accepts(match) and pattern.extra_check(match):
                 pattern.rewrite(graph, match)
-                return 1
-        return 0
+                return None
+            refused.append(pattern)
+        found = ", ".join(f"{k}={_key_value(v)!r}" for k, v in sorted(match.attrs.items()))
+        return Miss.at(node, f"no registered pattern (of {len(refused)}) accepts the site "
+                             f"({found}): a setting differs or the kernel does not support it")

@@ -9,6 +9,7 @@ from torch._higher_order_ops.auto_functionalize import auto_functionalized
 
 from ascend_graph.passes.base import GraphPass
 from ascend_graph.passes.fx_nodes import is_call, same_stream, sole_user
+from ascend_graph.passes.sites import Miss, SiteResult
 
 # The attention op's arguments the fused op takes over; any other argument set (a fused output
 # quantisation scale) leaves the site alone.
@@ -33,6 +34,7 @@ class KVCacheAttentionPass(GraphPass):
     """
 
     name = "kv_cache_attention"
+    counts_candidates = True
 
     def __init__(self, update_op: Any, attention_op: Any, fused_op: Any) -> None:
         missing = [name for name, op in (("update_op", update_op),
@@ -53,11 +55,20 @@ class KVCacheAttentionPass(GraphPass):
         return base
 
     def __call__(self, graph: fx.Graph) -> int:
+        return self.sites(graph).matched
+
+    def sites(self, graph: fx.Graph) -> SiteResult:
+        """Every KV-cache update is a candidate: each attention layer writes its cache."""
+        updates = list(graph.find_nodes(op="call_function", target=self.update_op))
         count = 0
-        for update in list(graph.find_nodes(op="call_function", target=self.update_op)):
+        miss: Miss | None = None
+        for update in updates:
             attention = sole_user(update)
-            if attention is None or not self._fusable(update, attention):
+            why = self._why_not(update, attention)
+            if why is not None:
+                miss = miss or why
                 continue
+            assert attention is not None  # _why_not checked it
             attention.args = (self.fused_op,)
             attention.kwargs = {name: attention.kwargs[name] for name in _CARRIED}
             val = attention.meta.get("val")
@@ -72,7 +83,7 @@ class KVCacheAttentionPass(GraphPass):
                     (self.fused_op,), {name: values[name] for name in _CARRIED})
             graph.erase_node(update)
             count += 1
-        return count
+        return SiteResult(len(updates), count, miss)
 
     def _fused_val(self, val: tuple[Any, ...]) -> tuple[Any, ...]:
         """The fused call's example value from the attention call's: `auto_functionalized`
@@ -85,20 +96,32 @@ class KVCacheAttentionPass(GraphPass):
             return val  # not the layout described above: leave it as found
         return (*val[:head], *(val[head + mutated.index(name)] for name in kept))
 
-    def _fusable(self, update: fx.Node, attention: fx.Node) -> bool:
+    def _why_not(self, update: fx.Node, attention: fx.Node | None) -> Miss | None:
+        """None when the site can be rewritten, else where and why it cannot."""
+        if attention is None:
+            return Miss.at(update, "the KV-cache update has no single user")
         if not is_call(attention, auto_functionalized) or attention.args != (self.attention_op,):
-            return False
+            return Miss.at(update, f"its sole user {attention.name} is not the functionalized "
+                                   f"{self.attention_op}")
         kwargs = attention.kwargs
-        if kwargs.get(_DEPENDENCY) is not update or any(n not in kwargs for n in _CARRIED):
-            return False
-        if any(kwargs.get(name) is not None for name in _MUST_BE_NONE):
-            return False
+        if kwargs.get(_DEPENDENCY) is not update:
+            return Miss.at(attention, f"the update is not its {_DEPENDENCY} argument")
+        missing = [n for n in _CARRIED if n not in kwargs]
+        if missing:
+            return Miss.at(attention, f"the attention call lacks {', '.join(missing)}")
+        fused_quant = [name for name in _MUST_BE_NONE if kwargs.get(name) is not None]
+        if fused_quant:
+            return Miss.at(attention, f"the attention call fuses an output quantisation "
+                                      f"({', '.join(fused_quant)})")
         if len(update.args) != 3 or update.kwargs:
-            return False
+            return Miss.at(update, "the update does not take exactly (key, value, layer_name)")
         key, value, layer = update.args
-        same_site = (kwargs["key"] is key and kwargs["value"] is value
-                     and kwargs["layer_name"] == layer)
-        return same_site and same_stream([update, attention])
+        if not (kwargs["key"] is key and kwargs["value"] is value
+                and kwargs["layer_name"] == layer):
+            return Miss.at(attention, "the attention call sees another key, value or layer")
+        if not same_stream([update, attention]):
+            return Miss.at(attention, "the update and the attention run on different streams")
+        return None
 
 
 def _mutated_args(op: Any) -> list[str]:

@@ -23,6 +23,7 @@ from ascend_graph.passes.fx_nodes import (
     stream_label,
     tensor_meta,
 )
+from ascend_graph.passes.sites import Miss
 
 aten = torch.ops.aten
 _MUL_TARGETS = frozenset({aten.mul.Tensor, aten.mul.Scalar})
@@ -40,6 +41,15 @@ def _scaled(node: Any, add: fx.Node) -> tuple[fx.Node, float] | None:
     return a, float(b)
 
 
+def _is_floating(node: fx.Node) -> bool:
+    val = tensor_meta(node)
+    return val is not None and val.dtype.is_floating_point
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 class MulsAddPattern(FusionPattern):
     """Keyed by scale (None = any constant) and dtype."""
 
@@ -47,6 +57,26 @@ class MulsAddPattern(FusionPattern):
 
     def __init__(self, *, scale: float | None, dtype: torch.dtype) -> None:
         super().__init__(scale=scale, dtype=dtype)
+
+    @classmethod
+    def is_candidate(cls, anchor: fx.Node) -> bool:
+        """An add with an operand that is a floating-point product by a Python number (integer
+        index arithmetic, e.g. a vocab-parallel embedding's offsets, is no muls_add site)."""
+        return any(
+            is_call(a, _MUL_TARGETS) and any(_is_number(b) for b in a.args[:2])
+            and _is_floating(a)
+            for a in anchor.args[:2]
+        )
+
+    @classmethod
+    def diagnose(cls, anchor: fx.Node) -> Miss:
+        if len(anchor.args) != 2 or arg(anchor, 2, "alpha", 1) != 1:
+            return Miss.at(anchor, "the add is scaled (alpha != 1) or not binary")
+        for mul in anchor.args:
+            if is_call(mul, _MUL_TARGETS) and sole_user(mul) is not anchor:
+                return Miss.at(mul, "the product has users besides the add")
+        return Miss.at(anchor, "x, y and the sum differ in shape or dtype, or lack example "
+                               "values (the fused kernel does not broadcast)")
 
     @classmethod
     def extract(cls, anchor: fx.Node) -> Match | None:

@@ -75,6 +75,12 @@ class _AddNormQuantBase(FusionPattern):
         return []
 
     @classmethod
+    def is_candidate(cls, anchor: fx.Node) -> bool:
+        """A quantisation of an add_rms_norm output."""
+        return bool(anchor.args) and is_call(
+            getitem_of(anchor.args[0], 0), ascend.add_rms_norm.default)
+
+    @classmethod
     def extract(cls, anchor: fx.Node) -> Match | None:
         y = anchor.args[0]
         if sole_user(y) is not anchor:
@@ -244,6 +250,11 @@ class RmsNormDynamicMxQuantPattern(FusionPattern):
 
     def __init__(self, *, eps: float, dtype: torch.dtype) -> None:
         super().__init__(eps=eps, dtype=dtype)
+
+    @classmethod
+    def is_candidate(cls, anchor: fx.Node) -> bool:
+        """An MX quantisation of an rms_norm output."""
+        return bool(anchor.args) and is_call(anchor.args[0], ascend.rms_norm.default)
 
     @classmethod
     def extract(cls, anchor: fx.Node) -> Match | None:

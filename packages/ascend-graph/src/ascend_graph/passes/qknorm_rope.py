@@ -41,6 +41,7 @@ from ascend_graph.passes.fx_nodes import (
     stream_label,
     tensor_meta,
 )
+from ascend_graph.passes.sites import Miss, why_not
 
 aten = torch.ops.aten
 ascend = torch.ops.ascend
@@ -86,36 +87,42 @@ def _head_bias(bias: Any, normed: Any, head_size: int) -> bool:
     return tuple(static_int(d) for d in bias_val.shape) == (head_size,)
 
 
-def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any] | None:
-    """Walk back from rope input `flat` to the split getitem; None on any deviation."""
-    if not is_call(flat, RESHAPE_TARGETS) or sole_user(flat) is not rope:
-        return None
+def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any] | Miss:
+    """Walk back from rope input `flat` to the split getitem; the first deviation as a Miss."""
+    side = "qk"[index]
+    if not is_call(flat, RESHAPE_TARGETS):
+        return why_not(flat, f"a reshape/view feeding the rope's {side}")
+    if sole_user(flat) is not rope:
+        return Miss.at(flat, f"the {side} reshape has users besides the rope")
     normed, bias, add = flat.args[0], None, None
     if is_call(normed, aten.add.Tensor):
         add = normed
         if sole_user(add) is not flat or len(add.args) != 2 or arg(add, 2, "alpha", 1) != 1:
-            return None
+            return Miss.at(add, f"the {side} bias add is shared, scaled or not binary")
         normed, bias = add.args
         if not _head_bias(bias, normed, head_size):
-            return None
-    if not is_call(normed, ascend.rms_norm.default) or sole_user(normed) is not (add or flat):
-        return None
+            return Miss.at(add, f"the {side} bias is not a [head_size] tensor of the norm's dtype")
+    if not is_call(normed, ascend.rms_norm.default):
+        return why_not(normed, f"ascend.rms_norm before the {side} reshape")
+    if sole_user(normed) is not (add or flat):
+        return Miss.at(normed, f"the {side} norm has users besides the rope path")
     heads = normed.args[0]
     if not is_call(heads, RESHAPE_TARGETS) or sole_user(heads) is not normed:
-        return None
+        return why_not(heads, f"a per-head reshape used only by the {side} norm")
     item = heads.args[0]
     split = getitem_of(item, index)
     if split is None or sole_user(item) is not heads:
-        return None
+        return why_not(item, f"getitem {index} of a split, used only by the {side} reshape")
     signature = _split_signature(split)
     if signature is None:
-        return None
+        return Miss.at(split, "not a 3-way last-dim split_with_sizes of a 2-D qkv "
+                              "with equal k and v sizes")
     size = signature[1][index]
     head_dims, flat_dims = _last_dims(heads, 2), _last_dims(flat, 1)
     if head_dims is None or head_dims[1] != head_size or head_dims[0] is None:
-        return None
+        return Miss.at(heads, f"the {side} head view is not [T, heads, {head_size}]")
     if head_dims[0] * head_size != size or flat_dims != (size,):
-        return None
+        return Miss.at(heads, f"the {side} views do not cover the split's {size} columns")
     nodes = [item, heads, normed, flat] + ([add] if add is not None else [])
     return {
         "signature": signature,
@@ -125,6 +132,18 @@ def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any
         "bias": bias,
         "nodes": nodes,
     }
+
+
+def _feeds_from_norm(value: Any) -> bool:
+    """True when `value` comes from an ascend.rms_norm through at most a reshape and a bias
+    add (the rope input of a model with q/k norms)."""
+    for _ in range(3):
+        if is_call(value, ascend.rms_norm.default):
+            return True
+        if not is_call(value, RESHAPE_TARGETS | {aten.add.Tensor}):
+            return False
+        value = value.args[0]
+    return is_call(value, ascend.rms_norm.default)
 
 
 class QKNormRopePattern(FusionPattern):
@@ -154,17 +173,46 @@ class QKNormRopePattern(FusionPattern):
         )
 
     @classmethod
-    def extract(cls, anchor: fx.Node) -> Match | None:
-        positions, q_flat, k_flat, cache = anchor.args[:4]
+    def is_candidate(cls, anchor: fx.Node) -> bool:
+        """A rope whose q or k input is RMS-normed: the model has q/k norms."""
+        return any(_feeds_from_norm(a) for a in anchor.args[1:3])
+
+    @classmethod
+    def diagnose(cls, anchor: fx.Node) -> Miss:
+        found = cls._sides(anchor)
+        if isinstance(found, Miss):
+            return found
+        return Miss.at(anchor, "the q/k sides match but v or the fused op's insertion point "
+                               "does not (v split differs, or an input is defined too late)")
+
+    @classmethod
+    def _sides(cls, anchor: fx.Node) -> tuple[dict[str, Any], dict[str, Any]] | Miss:
+        """Both matched sides of the rope at `anchor`, or where matching stopped."""
         head_size = static_int(arg(anchor, 4, "head_size"))
-        if head_size is None or any(not is_call(u, operator.getitem) for u in anchor.users):
-            return None
-        q = _side(q_flat, anchor, 0, head_size)
-        k = _side(k_flat, anchor, 1, head_size)
-        if q is None or k is None or q["signature"] != k["signature"] or q["eps"] != k["eps"]:
-            return None
+        if head_size is None:
+            return Miss.at(anchor, "the rope's head_size is not a static integer")
+        if any(not is_call(u, operator.getitem) for u in anchor.users):
+            return Miss.at(anchor, "the rope has a user that is not a getitem")
+        q = _side(anchor.args[1], anchor, 0, head_size)
+        if isinstance(q, Miss):
+            return q
+        k = _side(anchor.args[2], anchor, 1, head_size)
+        if isinstance(k, Miss):
+            return k
+        if q["signature"] != k["signature"] or q["eps"] != k["eps"]:
+            return Miss.at(anchor, "q and k come from different splits or norm eps values")
         if (q["bias"] is None) != (k["bias"] is None):
+            return Miss.at(anchor, "only one of q and k has a bias")
+        return q, k
+
+    @classmethod
+    def extract(cls, anchor: fx.Node) -> Match | None:
+        positions, _, _, cache = anchor.args[:4]
+        sides = cls._sides(anchor)
+        if isinstance(sides, Miss):
             return None
+        q, k = sides
+        head_size = static_int(arg(anchor, 4, "head_size"))
         qkv, sizes = q["signature"]
         v_items = [
             item

@@ -112,7 +112,8 @@ def build_fusion_manager(
     provides both op handles it matches (they are passed in: ascend-graph never imports vLLM).
     norm_quant follows ``norm_quant_gate`` (W4A4 layers, model dtype). kv_cache_attention gets
     vLLM's attention op handles and the fused op (:mod:`vllm_ascend.ops.attention_kv`),
-    registered here so every process that compiles or loads such a graph has it.
+    registered here so every process that compiles or loads such a graph has it. A pass that
+    leaves candidate sites alone is one warning per pass per process (:func:`warn_missed_sites`).
     """
     from ascend_graph import GraphFusionPassManager
 
@@ -129,6 +130,7 @@ def build_fusion_manager(
     handles = sequence_parallel_ops() if sequence_parallel else None
     kv_attention = bool(switches.fuse_kv_cache_attention)
     return GraphFusionPassManager(
+        on_miss=warn_missed_sites,
         fuse_norm_quant=norm_quant.enabled,
         w4a4=norm_quant.w4a4,
         fuse_qknorm_rope=bool(switches.fuse_qknorm_rope),
@@ -141,6 +143,18 @@ def build_fusion_manager(
         fuse_kv_cache_attention=kv_attention,
         attention_ops=attention_op_handles() if kv_attention else None,
     )
+
+
+def warn_missed_sites(name: str, message: str) -> None:
+    """The fusion managers' ``on_miss``: one warning per pass per process, naming the pass and
+    the node where matching stopped (every compiled piece would otherwise repeat it)."""
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    setup = current_process_setup()
+    key = f"ascend fusion pass {name} missed sites"
+    if key not in setup.warned:
+        setup.warned.add(key)
+        logger.warning("%s", message)
 
 
 class AscendPassManager(PostGradPassManager):
@@ -213,3 +227,35 @@ def fusion_report() -> dict[str, int]:
         for name, count in manager.counts.items():
             total[name] = total.get(name, 0) + int(count)
     return total
+
+
+def fusion_sites() -> dict[str, Any]:
+    """Candidate ("expected") against rewritten ("matched") sites per pass, summed over the
+    pass managers alive in this process, with the graphs the passes ran on.
+
+    ``from_cache`` is true when compiled graphs were loaded instead of compiled, so the passes
+    never saw them (their fusion happened in the process that compiled them) and zero sites
+    are not misses: vLLM loaded compiled artifacts (``loaded_artifacts``, its own compilation
+    counter: AOT or standalone-inductor artifacts), or pass managers were configured but ran
+    on no graph (an inductor cache hit). ``expected`` is None for a pass without candidate
+    sites (no-op elimination).
+    """
+    from vllm.compilation.counter import compilation_counter
+
+    passes: dict[str, dict[str, int | None]] = {}
+    graphs = managers = 0
+    for manager in list(_live()):
+        fusion = manager.fusion
+        if fusion is None:
+            continue
+        managers += 1
+        graphs += int(fusion.graphs_run)
+        for name, site in fusion.sites.items():
+            total = passes.setdefault(name, {"expected": None, "matched": 0})
+            total["matched"] = int(total["matched"] or 0) + int(site["matched"])
+            if site["expected"] is not None:
+                total["expected"] = int(total["expected"] or 0) + int(site["expected"])
+    loaded = int(compilation_counter.num_compiled_artifacts_loaded
+                 + compilation_counter.num_aot_artifacts_loaded)
+    return {"passes": passes, "graphs": graphs, "loaded_artifacts": loaded,
+            "from_cache": loaded > 0 or (managers > 0 and graphs == 0)}

@@ -167,7 +167,7 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm import LLM
     from vllm.platforms import current_platform
 
-    from vllm_ascend.compilation.pass_manager import fusion_report
+    from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
     from vllm_ascend.config_pipeline.resolve_step import resolve_for
 
     # The plugin's log files go to the temporary directory: the demo leaves nothing behind.
@@ -192,6 +192,7 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
         "platform": f"{platform.__module__}.{platform.__qualname__}",
         "fusion_enabled": options.fusion,
         "fusion": fusion_report(),
+        "fusion_sites": fusion_sites(),
         "ascend_config": resolved.summary(),
         "cpu_binding": binding_plans(resolved.cpu_binding_config),
         "outputs": outputs,

@@ -33,7 +33,7 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
                       stage: str) -> dict[str, Any]:
     """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
     from vllm_ascend.compilation.capture_tally import capture_tally_for
-    from vllm_ascend.compilation.pass_manager import fusion_report
+    from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
     from vllm_ascend.runtime.cpu_binding import host_rank
 
     par = vllm_config.parallel_config
@@ -54,6 +54,8 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
         "bound_cpus": list(binding.cpus) if binding is not None else [],
         "binding": list(binding.lines) if binding is not None else [],
         "fusion": fusion_report(),
+        # Candidate against rewritten sites per pass; from_cache: graphs loaded, not compiled.
+        "fusion_sites": fusion_sites(),
         # Graphs this rank captured and the seconds it spent capturing (none on vLLM CPU).
         "captures": capture_tally_for(vllm_config).as_report(),
         # Dynamo compiles and pass-manager runs, and what ran after the engine was ready.
