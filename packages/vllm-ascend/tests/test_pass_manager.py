@@ -53,6 +53,7 @@ def test_fusion_pass_hands_vllms_compile_range_to_the_manager(make_vllm_config) 
     class Recorder:
         def __init__(self) -> None:
             self.ranges: list[object] = []
+            self.last_sites: dict[str, object] = {}  # what the last run found, per pass
 
         def __call__(self, graph, compile_range=None) -> None:
             self.ranges.append(compile_range)
@@ -204,3 +205,45 @@ def test_a_pass_short_of_its_sites_warns_once_per_process(make_vllm_config, capl
     message = record.getMessage()
     assert message.startswith("Ascend fusion pass muls_add rewrote 0 of 2 candidate sites")
     assert "matching stopped at node 'add" in message and "(aten.add.Tensor)" in message
+
+
+def test_qk_norm_models_are_known_by_their_model_type() -> None:
+    import types
+
+    from vllm_ascend.compilation.pass_manager import qk_norm_model_type
+
+    def config(model_type: str | None) -> object:
+        hf = types.SimpleNamespace(model_type=model_type)
+        return types.SimpleNamespace(model_config=types.SimpleNamespace(hf_config=hf))
+
+    assert qk_norm_model_type(config("qwen3")) == "qwen3"
+    assert qk_norm_model_type(config("qwen3_moe")) == "qwen3_moe"
+    assert qk_norm_model_type(config("llama")) is None  # no q/k norms: nothing to expect
+    assert qk_norm_model_type(types.SimpleNamespace(model_config=None)) is None
+
+
+def test_a_qk_norm_model_whose_rope_has_no_candidate_warns_naming_the_rope(
+        make_vllm_config, caplog) -> None:
+    import logging
+
+    from vllm_ascend.compilation.pass_manager import AscendFusionPass, AscendPassManager
+
+    manager = AscendPassManager()
+    manager.configure(make_vllm_config())  # the tiny Qwen3: q/k norms before rope
+    (fusion_pass,) = [p for p in manager.passes if isinstance(p, AscendFusionPass)]
+    assert fusion_pass.qk_norm_model == "qwen3"
+    # A rope whose q and k come from no RMS norm: what a vLLM that changed its norm op gives.
+    graph = torch.fx.Graph()
+    positions, q, k, cache = (graph.placeholder(n) for n in ("positions", "q", "k", "cache"))
+    rope = graph.call_function(torch.ops.ascend.rotary_embedding.default,
+                               (positions, q, k, cache, 64, 64, True))
+    graph.output(rope)
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.compilation.pass_manager"):
+        for _ in range(2):
+            fusion_pass.fusion(graph)
+            fusion_pass.check_model_expectations(graph)
+    assert fusion_pass.fusion.last_sites["qknorm_rope"].expected == 0  # the pass saw nothing
+    (record,) = [r for r in caplog.records if r.name == "vllm_ascend.compilation.pass_manager"]
+    message = record.getMessage()
+    assert message.startswith("Ascend fusion pass qknorm_rope applies to this qwen3 model")
+    assert f"matching stopped at node {rope.name!r} (ascend.rotary_embedding.default)" in message

@@ -52,6 +52,19 @@ class SafeFixFunctionalizationPass(FixFunctionalizationPass):
             super().__call__(graph)
 
 
+# HF model types whose attention layers apply RMS norms to q and k before the rotary embedding:
+# qknorm_rope applies to every attention layer of these models.
+QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
+
+
+def qk_norm_model_type(vllm_config: Any) -> str | None:
+    """The model type when the model normalises q and k before rope (``QK_NORM_MODEL_TYPES``),
+    else None (also for a config without a model)."""
+    model_config = getattr(vllm_config, "model_config", None)
+    model_type = getattr(getattr(model_config, "hf_config", None), "model_type", None)
+    return model_type if model_type in QK_NORM_MODEL_TYPES else None
+
+
 class AscendFusionPass(VllmInductorPass):
     """ascend-graph's GraphFusionPassManager as one vLLM inductor pass (timed, dumpable)."""
 
@@ -59,6 +72,7 @@ class AscendFusionPass(VllmInductorPass):
         super().__init__(config)
         self.fusion = fusion
         self.lowering = lowering
+        self.qk_norm_model = qk_norm_model_type(config)
 
     @VllmInductorPass.time_and_log  # type: ignore[arg-type]
     def __call__(self, graph: torch.fx.Graph) -> None:
@@ -66,6 +80,23 @@ class AscendFusionPass(VllmInductorPass):
 
         # Passes with token bounds apply only when the graph's compile range lies inside them.
         self.fusion(graph, get_pass_context().compile_range)
+        self.check_model_expectations(graph)
+
+    def check_model_expectations(self, graph: torch.fx.Graph) -> None:
+        """What the model says must fuse, beyond the candidates the passes recognised: on a
+        model with q/k norms, a graph with a rotary embedding and no qknorm_rope candidate means
+        the idiom changed shape (e.g. a new vLLM norm op), which the pass alone cannot see."""
+        rope = self.fusion.last_sites.get("qknorm_rope")
+        if self.qk_norm_model is None or rope is None or rope.expected or rope.matched:
+            return
+        first = next((n for n in graph.nodes if n.op == "call_function"
+                      and any(word in str(n.target) for word in ("rotary", "rope"))), None)
+        if first is not None:
+            warn_missed_sites("qknorm_rope", (
+                f"Ascend fusion pass qknorm_rope applies to this {self.qk_norm_model} model "
+                f"(RMS norms on q and k before the rotary embedding) but found no candidate "
+                f"site in a graph; matching stopped at node {first.name!r} ({first.target}): "
+                f"its q/k inputs are not RMS norm outputs the pass recognises"))
 
     def is_applicable_for_range(self, compile_range: Any) -> bool:
         return bool(self.fusion.is_applicable_for_range(compile_range))
