@@ -42,6 +42,7 @@ from vllm_ascend.compilation.compile_cache import (
     read_fused,
     write_entry,
 )
+from vllm_ascend.compilation.warm_start import record_cache_load
 from vllm_ascend.runtime.trusted_paths import make_private_dir
 
 logger = logging.getLogger("vllm_ascend.compilation.compiler")
@@ -141,6 +142,8 @@ class AscendCompiler(CompilerInterface):
         self.fusion_manager = fusion_manager
         self.trusted = False
         self.static_kernel = StaticKernelPlan()
+        # The engine whose warm start counts the artifacts ``load`` reuses (``warm_start``).
+        self.vllm_config: Any = None
 
     def initialize_cache(self, cache_dir: str, disable_cache: bool = False,
                          prefix: str = "") -> None:
@@ -174,6 +177,7 @@ class AscendCompiler(CompilerInterface):
         from vllm_ascend.config_pipeline.facts import extract_facts
         from vllm_ascend.config_pipeline.resolve_step import additional_config_of
 
+        self.vllm_config = vllm_config
         soc = str(current_platform.soc)  # an Ascend platform: "cpu" or the detected SoC
         facts = extract_facts(vllm_config, soc)
         resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts)
@@ -247,6 +251,8 @@ class AscendCompiler(CompilerInterface):
                             "compiling again", path, exc)
             else:
                 if fused.reused:
+                    if self.vllm_config is not None and self.cache_dir:
+                        record_cache_load(self.vllm_config, self.cache_dir)
                     return compiled
                 logger.info("AscendCompiler cache miss for %s (graph %d differs from the "
                             "saved one); compiled again", path, graph_index)

@@ -9,6 +9,7 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
+from vllm_ascend.compilation.warm_start import LoadBaseline, log_warm_start
 from vllm_ascend.runtime.cpu_binding import WorkerBinding
 from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
 from vllm_ascend.runtime.worker_setup import prepare_worker
@@ -17,17 +18,21 @@ from vllm_ascend.runtime.worker_setup import prepare_worker
 class AscendCPUWorker(CPUWorker):
     """Runs the per-rank setup (endpoints, CPU pool: ``runtime.worker_setup``) before the
     device and the model are set up, and writes its rank report
-    (``VLLM_ASCEND_RANK_REPORT_DIR``)."""
+    (``VLLM_ASCEND_RANK_REPORT_DIR``); a warm start logs what it loaded from the compile cache
+    (``compilation.warm_start``)."""
 
     ascend_binding: WorkerBinding | None = None
+    ascend_load_baseline: LoadBaseline | None = None
 
     def init_device(self) -> None:
+        self.ascend_load_baseline = LoadBaseline.now()
         self.ascend_binding = prepare_worker(self.vllm_config, self.local_rank)
         super().init_device()
         self._report("device")
 
     def compile_or_warm_up_model(self) -> Any:
         result = super().compile_or_warm_up_model()
+        log_warm_start(self.vllm_config, self.ascend_load_baseline or LoadBaseline(0))
         self._report("warmed_up")
         return result
 
