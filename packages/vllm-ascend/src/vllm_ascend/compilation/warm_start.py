@@ -1,15 +1,17 @@
 """Warm starts: one log line per engine saying how many compiled artifacts came from the compile
 cache, from which directory, in how long.
 
-Where loading happens, loads are counted: vLLM's own counters (``compilation_counter``) count
-the whole-model AOT artifacts and standalone inductor artifacts it loads from its compile cache
-(the host-CPU platform's path); ``AscendCompiler.load`` records each fused graph it reuses in
-this engine's :class:`CacheLoads` (the NPU platform's path, which vLLM does not count). The
-worker takes a :class:`LoadBaseline` before the model is built and, once it is compiled and
-warmed up, calls :func:`log_warm_start`: a start that loaded at least one artifact logs
-``warm start: loaded N compiled artifacts from DIR in X s`` (X: vLLM's torch.compile phase of
-this engine, ``compilation_config.compilation_time``, which on a start served from the cache is
-the loading); a cold start logs nothing.
+Where loading happens, loads are counted. vLLM's own counters (``compilation_counter``) count
+the compiled graphs (standalone inductor artifacts) it loads from its compile cache and the
+whole-model AOT artifacts that carry them (the host-CPU platform's path);
+``AscendCompiler.load`` records each fused graph it reuses in this engine's
+:class:`CacheLoads` (the NPU platform's path, which vLLM does not count). The worker takes a
+:class:`LoadBaseline` before the model is built and, once it is compiled and warmed up, calls
+:func:`log_warm_start`: a start that loaded anything logs ``warm start: loaded N compiled
+artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts when they carried none
+that vLLM counted; X: vLLM's torch.compile phase of this engine,
+``compilation_config.compilation_time``, which on a start served from the cache is the
+loading); a cold start logs nothing.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from vllm_ascend.runtime.per_config import PerConfig
 
 logger = logging.getLogger("vllm_ascend.compilation.warm_start")
 
-# vLLM's counters of artifacts loaded from its compile cache (vllm/compilation/counter.py).
-VLLM_LOAD_COUNTERS = ("num_aot_artifacts_loaded", "num_compiled_artifacts_loaded")
+# vLLM's counters of what it loaded from its compile cache (vllm/compilation/counter.py).
+VLLM_GRAPHS_LOADED = "num_compiled_artifacts_loaded"
+VLLM_AOT_LOADED = "num_aot_artifacts_loaded"
 
 
 @dataclass
@@ -52,22 +55,23 @@ def reset_cache_loads() -> None:
     _LOADS.clear()
 
 
-def vllm_loaded_artifacts() -> int:
-    """Artifacts vLLM has loaded from its compile cache in this process so far."""
+def vllm_loaded(counter: str) -> int:
+    """vLLM's count ``counter`` of loads from its compile cache in this process so far."""
     from vllm.compilation.counter import compilation_counter
 
-    return sum(int(getattr(compilation_counter, name, 0)) for name in VLLM_LOAD_COUNTERS)
+    return int(getattr(compilation_counter, counter, 0))
 
 
 @dataclass(frozen=True)
 class LoadBaseline:
     """vLLM's load counters when a worker began (the counters are per process)."""
 
-    vllm_loaded: int
+    graphs: int = 0
+    aot: int = 0
 
     @classmethod
     def now(cls) -> LoadBaseline:
-        return cls(vllm_loaded_artifacts())
+        return cls(vllm_loaded(VLLM_GRAPHS_LOADED), vllm_loaded(VLLM_AOT_LOADED))
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,8 @@ def warm_start_of(vllm_config: Any, baseline: LoadBaseline) -> WarmStart | None:
     """The warm start of this engine since ``baseline``; None when nothing was loaded."""
     cc = vllm_config.compilation_config
     ours = _LOADS.get(vllm_config) or CacheLoads()
-    vllm_count = max(0, vllm_loaded_artifacts() - baseline.vllm_loaded)
+    graphs = max(0, vllm_loaded(VLLM_GRAPHS_LOADED) - baseline.graphs)
+    vllm_count = graphs or max(0, vllm_loaded(VLLM_AOT_LOADED) - baseline.aot)
     total = ours.count + vllm_count
     if total == 0:
         return None

@@ -32,7 +32,7 @@ class AscendCPUWorker(CPUWorker):
 
     def compile_or_warm_up_model(self) -> Any:
         result = super().compile_or_warm_up_model()
-        log_warm_start(self.vllm_config, self.ascend_load_baseline or LoadBaseline(0))
+        log_warm_start(self.vllm_config, self.ascend_load_baseline or LoadBaseline())
         self._report("warmed_up")
         return result
 
