@@ -6,7 +6,7 @@ weights loaded) and ``warming_up_model`` (the first forward: torch.compile, or i
 compile cache, then the warm-up run) while an engine is built. The compile phase is the larger
 of two nested measures of it: vLLM's (``compilation_config.compilation_time``: its whole
 torch.compile, or the load of its AOT artifact; only counted in ``VLLM_COMPILE`` mode, the
-plugin's) and Dynamo's (``_compile.compile_inner`` in ``torch._dynamo.utils``'s time metrics:
+plugin's) and Dynamo's (between its compile start and end callbacks, ``torch._dynamo.callback``:
 tracing plus the backend compile, or inductor's cache hit; what stock vLLM CPU's
 ``DYNAMO_TRACE_ONCE`` mode spends). The warm-up phase is the rest of the warming up. Needs the
 engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
@@ -22,14 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TIMED_METHODS = {"load": "load_model", "warming": "warming_up_model"}
-DYNAMO_COMPILE_KEY = "_compile.compile_inner"
-
-
-def dynamo_compile_seconds() -> float:
-    """Seconds Dynamo has spent compiling frames in this process so far."""
-    from torch._dynamo.utils import compilation_time_metrics
-
-    return float(sum(compilation_time_metrics.get(DYNAMO_COMPILE_KEY, [])))
 
 
 @dataclass
@@ -38,6 +30,13 @@ class PhaseClock:
 
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIMED_METHODS, 0.0))
     dynamo_s: float = 0.0  # Dynamo's compile seconds while the clock ran
+    _dynamo_start: float = 0.0
+
+    def _compile_started(self, _: Any) -> None:
+        self._dynamo_start = time.perf_counter()
+
+    def _compile_ended(self, _: Any) -> None:
+        self.dynamo_s += time.perf_counter() - self._dynamo_start
 
     def _timed(self, phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -55,13 +54,18 @@ class PhaseClock:
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
         originals = {name: CPUModelRunner.__dict__[name] for name in TIMED_METHODS.values()}
-        dynamo_before = dynamo_compile_seconds()
+        from torch._dynamo.callback import callback_handler
+
+        # Dynamo runs these around its outermost compile only (nested frames add nothing).
+        callback_handler.register_start_callback(self._compile_started)
+        callback_handler.register_end_callback(self._compile_ended)
         try:
             for phase, name in TIMED_METHODS.items():
                 setattr(CPUModelRunner, name, self._timed(phase, originals[name]))
             yield self
         finally:
-            self.dynamo_s = dynamo_compile_seconds() - dynamo_before
+            callback_handler.remove_start_callback(self._compile_started)
+            callback_handler.remove_end_callback(self._compile_ended)
             for name, original in originals.items():
                 setattr(CPUModelRunner, name, original)
 
