@@ -4,8 +4,8 @@ Each start is a new worker process (``e2e_engines.engine_setup``: stock is vLLM 
 the plugin is the host-CPU platform with the Ascend fusion passes on) building one `vllm.LLM`.
 Cold: a fresh ``VLLM_CACHE_ROOT`` (inductor's cache inside it); warm: a new process on the root
 the cold start filled. Phases, measured in the worker (``vllm_ascend_testing.startup_phases``):
-import (``from vllm import LLM``), load (model built, weights loaded), compile (vLLM's
-torch.compile time: Dynamo + inductor, or the load from the compile cache), warm-up (the rest
+import (``from vllm import LLM``), load (model built, weights loaded), compile (torch.compile:
+Dynamo + inductor, vLLM's AOT compile, or the load from the compile cache), warm-up (the rest
 of the first forward; vLLM CPU captures no graphs); other is what remains of engine ready
 (config, tokenizer, KV cache). Engine ready = import + building the engine.
 
@@ -148,8 +148,9 @@ def startup_tables(starts: list[Start], repeats: int) -> list[Table]:
          "other s", "ready s", "cache loads"], rows,
         [f"Median of {repeats} repeat(s); each start a new process. Cold: fresh "
          "VLLM_CACHE_ROOT; warm: the root the cold start filled. import: `from vllm import "
-         "LLM`; load: model built and weights loaded; compile: vLLM's torch.compile time "
-         "(Dynamo + inductor, or the load from the compile cache); warm-up: the rest of the "
+         "LLM`; load: model built and weights loaded; compile: torch.compile (Dynamo + "
+         "inductor, vLLM's AOT compile, or the load from the compile cache); warm-up: the rest "
+         "of the "
          "first forward (vLLM CPU captures no graphs); other: config, tokenizer, KV cache.",
          "cache loads: artifacts named by the plugin's warm-start log line ('warm start: "
          "loaded N compiled artifacts from DIR in X s'; 0: no such line)."])
