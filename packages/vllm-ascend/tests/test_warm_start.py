@@ -13,7 +13,7 @@ import pytest
 import torch
 from ascend_graph import GraphFusionPassManager
 from vllm.compilation.counter import compilation_counter
-from vllm.config import CompilationConfig, VllmConfig
+from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
 from vllm.config.utils import Range
 from vllm_ascend.compilation.compiler import AscendCompiler
 from vllm_ascend.compilation.warm_start import (
@@ -110,9 +110,8 @@ def _load(cache: Path, cfg: VllmConfig) -> None:
     example = [torch.randn(4, 32, generator=gen), torch.randn(4, 32, generator=gen),
                torch.rand(32, generator=gen) + 0.5]
     compiler = AscendCompiler(GraphFusionPassManager())
-    compiler.vllm_config = cfg  # what compute_hash(vllm_config) sets in an engine
     compiler.initialize_cache(str(cache))
-    with torch.no_grad():
+    with torch.no_grad(), set_current_vllm_config(cfg):  # as vLLM compiles an engine's model
         compiler.load((KEY, str(cache / KEY)), torch.fx.symbolic_trace(block), example, 0,
                       RANGE)
 

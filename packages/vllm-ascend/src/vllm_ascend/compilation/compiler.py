@@ -142,8 +142,6 @@ class AscendCompiler(CompilerInterface):
         self.fusion_manager = fusion_manager
         self.trusted = False
         self.static_kernel = StaticKernelPlan()
-        # The engine whose warm start counts the artifacts ``load`` reuses (``warm_start``).
-        self.vllm_config: Any = None
 
     def initialize_cache(self, cache_dir: str, disable_cache: bool = False,
                          prefix: str = "") -> None:
@@ -177,7 +175,6 @@ class AscendCompiler(CompilerInterface):
         from vllm_ascend.config_pipeline.facts import extract_facts
         from vllm_ascend.config_pipeline.resolve_step import additional_config_of
 
-        self.vllm_config = vllm_config
         soc = str(current_platform.soc)  # an Ascend platform: "cpu" or the detected SoC
         facts = extract_facts(vllm_config, soc)
         resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts)
@@ -251,8 +248,7 @@ class AscendCompiler(CompilerInterface):
                             "compiling again", path, exc)
             else:
                 if fused.reused:
-                    if self.vllm_config is not None and self.cache_dir:
-                        record_cache_load(self.vllm_config, self.cache_dir)
+                    self._count_load()
                     return compiled
                 logger.info("AscendCompiler cache miss for %s (graph %d differs from the "
                             "saved one); compiled again", path, graph_index)
@@ -262,6 +258,15 @@ class AscendCompiler(CompilerInterface):
         if self.caching:
             self._save(fused, fusion, compile_range, key)  # the next start hits again
         return compiled
+
+    def _count_load(self) -> None:
+        """Count a reused artifact for the warm-start line of the engine vLLM is compiling
+        (its current config; none outside an engine: nothing counted)."""
+        from vllm.config import get_current_vllm_config_or_none
+
+        vllm_config = get_current_vllm_config_or_none()
+        if vllm_config is not None and self.cache_dir:
+            record_cache_load(vllm_config, self.cache_dir)
 
     def _saved_code(self, key: str) -> str | None:
         """npugraph_ex's code saved with the artifact ``key``, if it checks out."""
