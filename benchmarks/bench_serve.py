@@ -1,12 +1,18 @@
 """`vllm-ascend serve` under load: requests/s, latency and time to first token percentiles.
 
-One TP=1 server of a tiny Qwen3-style model (random weights, float32, eager) on the host-CPU
-platform; a deterministic mix of /v1/completions and /v1/chat/completions requests, streamed
-and not, three prompt lengths and three `max_tokens`, all greedy, a fixed number in flight
-(`vllm_ascend_testing.serve_load`). A short warm-up load runs first and is not counted. Every
-answer is checked (`load_problems`): the figures are only reported for a load answered
-completely and consistently. No target: the figures describe this host; with a model this
-small they mostly measure the HTTP server, the scheduler and detokenization.
+One TP=1 server of a tiny Qwen3-style model (random weights, float32, compiled with the Ascend
+passes) on the host-CPU platform; a deterministic mix of /v1/completions and
+/v1/chat/completions requests, streamed and not, three prompt lengths and three `max_tokens`,
+all greedy, a fixed number in flight (`vllm_ascend_testing.serve_load`). A short warm-up load
+runs first and is not counted. Every answer is checked (`load_problems`): the figures are only
+reported for a load answered completely and consistently. No target: the figures describe this
+host; with a model this small they mostly measure the HTTP server, the scheduler and
+detokenization.
+
+No compile after ready: the worker's rank report (``VLLM_ASCEND_RANK_REPORT_DIR``) counts the
+compiles, pass-manager runs and graph captures after the engine was ready
+(``vllm_ascend.compilation.ready_watch``); a second table gives them, the warm-up load
+included, with the verdict (the target is 0).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import asyncio
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.table import Table
 
@@ -57,10 +63,45 @@ def _row(label: str, results: list[LoadResult], wall_s: float | None) -> list[ob
     ]
 
 
+AFTER_READY_COLUMNS = ["rank", "compiles at start-up", "compile s in all",
+                       "pass-manager runs at start-up", "compiles after ready",
+                       "pass-manager runs after ready", "captures after ready", "verdict"]
+
+
+def after_ready_table(reports: dict[tuple[int, int], dict[str, Any]]) -> Table:
+    """The rank reports' compile figures: one row per rank, its post-ready counts and verdict
+    ("pass" with none, else "FAIL"); the notes name every post-ready cause."""
+    if not reports:
+        raise RuntimeError("no rank report was written: the post-ready compile count is unknown")
+    rows: list[list[object]] = []
+    causes: list[str] = []
+    total = 0
+    for (dp_rank, rank), report in sorted(reports.items()):
+        if "after_ready" not in report or not report.get("ready"):
+            raise RuntimeError(f"rank report dp{dp_rank}-rank{rank} has no post-ready count "
+                               f"(stage {report.get('stage')!r}, ready {report.get('ready')!r})")
+        after = report["after_ready"]
+        events = int(after["compiles"]) + int(after["pass_runs"]) + int(after["captures"])
+        total += events
+        start_compiles = report["compiles"]["count"] - after["compiles"]
+        rows.append([f"dp{dp_rank} rank{rank}", start_compiles,
+                     round(report["compiles"]["seconds"], 2),
+                     report["pass_runs"] - after["pass_runs"], after["compiles"],
+                     after["pass_runs"], after["captures"], "pass" if events == 0 else "FAIL"])
+        causes.extend(f"dp{dp_rank} rank{rank}: {cause}" for cause in after["causes"])
+    notes = [f"compiles, pass-manager runs and captures after ready: {total} (target 0): "
+             f"{'pass' if total == 0 else 'FAIL'}; counted from the moment the worker was "
+             "ready, so the warm-up load is included."]
+    notes += [f"after ready: {cause}" for cause in causes]
+    return Table("vllm-ascend serve: compiles after ready (host-CPU platform)",
+                 AFTER_READY_COLUMNS, rows, notes)
+
+
 def run(quick: bool = False) -> list[Table]:
     """Start the server, run the warm-up and the measured load; one table."""
     from vllm_ascend.checkpoints.tiny_models import make_tiny_model
     from vllm_ascend.entrypoints.local_engine import engine_env
+    from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
     from vllm_ascend_testing.serve_load import build_load, load_problems, run_load
     from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 
@@ -71,8 +112,8 @@ def run(quick: bool = False) -> list[Table]:
         env = engine_env(device="cpu", cache_root=root / "cache")
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # serve runs its own engine process
         env.pop("VLLM_CPU_OMP_THREADS_BIND", None)  # the plugin binds the worker itself
-        args = tiny_serve_args(SERVED_NAME, "--enforce-eager",
-                               max_num_seqs=load.concurrency)
+        env[REPORT_DIR_ENV] = str(root / "ranks")
+        args = tiny_serve_args(SERVED_NAME, max_num_seqs=load.concurrency)
         with VllmServer(model, args, env, root / "serve.log") as server:
             startup_s = server.wait_healthy(timeout=600)
             warmup = build_load(load.warmup, max_tokens=load.max_tokens, seed=1)
@@ -84,6 +125,7 @@ def run(quick: bool = False) -> list[Table]:
             if problems:
                 raise RuntimeError(f"{len(problems)} bad answers under load, e.g.:\n"
                                    + "\n".join(problems[:5]) + "\n" + server.log_tail())
+            compiles = after_ready_table(read_rank_reports(root / "ranks"))
     rows = [_row("all", results, wall_s)]
     for api in ("completion", "chat"):
         for stream in (False, True):
@@ -95,7 +137,8 @@ def run(quick: bool = False) -> list[Table]:
         f"{wall_s:.1f} s wall; after a {load.warmup}-request warm-up; server ready in "
         f"{startup_s:.0f} s.",
         "Qwen3-style tiny model from make_tiny_model (2 layers, random weights), float32, "
-        "eager, TP=1 on the host-CPU platform; client and server on the same host.",
+        "compiled (vLLM's compile with the Ascend passes), TP=1 on the host-CPU platform; "
+        "client and server on the same host.",
         "Latency: from sending a request to its last byte; time to first token: to the first "
         "streamed chunk with text (streamed requests only). Requests/s and tokens/s over the "
         "whole load.",
@@ -104,4 +147,5 @@ def run(quick: bool = False) -> list[Table]:
     ]
     columns = ["requests", "count", "requests/s", "output tokens/s", "latency p50 ms",
                "latency p99 ms", "TTFT p50 ms", "TTFT p99 ms"]
-    return [Table("vllm-ascend serve under load (host-CPU platform)", columns, rows, notes)]
+    return [Table("vllm-ascend serve under load (host-CPU platform)", columns, rows, notes),
+            compiles]

@@ -17,6 +17,13 @@ def test_benchmark_runs_quick(name: str) -> None:
         assert table.rows, f"{name}: table {table.title!r} has no rows"
         assert all(len(row) == len(table.columns) for row in table.rows)
         assert table.to_markdown().startswith("### ")
+    if name == "serve":
+        # The rank report's compiles after ready, the warm-up load included: none.
+        compiles = next(t for t in tables if "compiles after ready" in t.title)
+        verdict = compiles.columns.index("verdict")
+        assert compiles.rows and all(row[verdict] == "pass" for row in compiles.rows)
+        assert compiles.notes[0].startswith(
+            "compiles, pass-manager runs and captures after ready: 0 (target 0): pass")
     if name == "e2e":
         # --quick runs the real model (SmolLM2: stock and fusion on, 1 round, 4 tokens).
         real = next(t for t in tables if "smollm2" in t.title)

@@ -47,7 +47,8 @@ SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
     "xlite_graph_config": {"enabled": False, "full_mode": False},
     "ascend_compilation_config": {
         "enable_npugraph_ex": True, "enable_static_kernel": False, "fuse_norm_quant": True,
-        "fuse_qknorm_rope": True, "fuse_muls_add": True, "fuse_kv_cache_attention": True},
+        "fuse_qknorm_rope": True, "fuse_muls_add": True, "fuse_kv_cache_attention": True,
+        "forbid_compile_after_ready": False},
     "ascend_fusion_config": {"fusion_ops_gmmswigluquant": True},
     "finegrained_tp_config": {
         "oproj_tensor_parallel_size": 0, "lmhead_tensor_parallel_size": 0,

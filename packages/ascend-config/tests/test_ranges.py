@@ -79,6 +79,8 @@ RANGES: list[tuple[str, list[Any], list[Any]]] = [
     ("draft_window_size", [None, 1, 8], [0, -1, "4"]),
     ("enable_prefill_mc2", [True], [1]),
     ("ascend_compilation_config.fuse_kv_cache_attention", [True, False], ["yes", 1, None]),
+    ("ascend_compilation_config.forbid_compile_after_ready", [True, False],
+     ["strict", 1, 0, None]),
     ("rl_config.enabled", [False], ["true", 1, None]),
     ("rl_config.enable_batch_invariant", [False], [0]),
 ]

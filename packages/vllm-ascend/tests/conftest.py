@@ -52,7 +52,7 @@ def _fresh_process_setup() -> Iterator[None]:
 
     reset_process_setup()
     yield
-    reset_process_setup()
+    reset_process_setup()  # closes the ready watches too: their Dynamo callbacks are per process
 
 
 TESTS_DIR = Path(__file__).resolve().parent

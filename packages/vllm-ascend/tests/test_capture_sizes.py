@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.config_pipeline import npu_compilation as nc
+from vllm_ascend.runtime.process_setup import reset_process_setup
 
 
 @pytest.fixture
@@ -18,7 +19,7 @@ def sp_config(make_vllm_config: Any) -> Any:
 
     facts = ascend_config.DeploymentFacts(tensor_parallel_size=2, enable_expert_parallel=True)
     resolved = ascend_config.resolve({"enable_shared_expert_dp": True}, facts=facts)
-    nc.reset_user_capture_settings()
+    reset_process_setup()
 
     def build(user_sizes: list[int] | None, user_max: int | None,
               filled: list[int]) -> tuple[Any, Any]:
@@ -33,7 +34,7 @@ def sp_config(make_vllm_config: Any) -> Any:
         return cfg, resolved
 
     yield build
-    nc.reset_user_capture_settings()
+    reset_process_setup()
 
 
 def test_user_sizes_the_parallel_config_cannot_use_are_one_error(sp_config: Any) -> None:
@@ -66,7 +67,7 @@ def test_a5_pruning_of_user_sizes_is_a_warning(make_vllm_config: Any) -> None:
     from vllm.config import CUDAGraphMode
     from vllm_ascend.platform.npu import NPUPlatform
 
-    nc.reset_user_capture_settings()
+    reset_process_setup()
     cfg = make_vllm_config()
     cc = cfg.compilation_config
     cc.cudagraph_mode = CUDAGraphMode.PIECEWISE
@@ -78,7 +79,7 @@ def test_a5_pruning_of_user_sizes_is_a_warning(make_vllm_config: Any) -> None:
     assert cc.cudagraph_capture_sizes == [1, 4, 8, 32]
     assert notes == ["capture sizes [2, 16] dropped (A5 captures at most 4 sizes); "
                      "max_cudagraph_capture_size 32 -> 32"]
-    nc.reset_user_capture_settings()
+    reset_process_setup()
 
 
 def test_update_sorts_deduplicates_and_sets_the_max(make_vllm_config: Any) -> None:
@@ -97,12 +98,12 @@ def test_update_sorts_deduplicates_and_sets_the_max(make_vllm_config: Any) -> No
 
 
 def test_recorded_settings_belong_to_their_config(make_vllm_config: Any) -> None:
-    nc.reset_user_capture_settings()
+    reset_process_setup()
     a, b = make_vllm_config(), make_vllm_config()
     a.compilation_config.cudagraph_capture_sizes = [1, 2]
     a.compilation_config.max_cudagraph_capture_size = 2
     assert nc.record_user_capture_settings(a) == nc.UserCaptureSettings(2, (1, 2))
     assert nc.user_capture_settings(a) == nc.UserCaptureSettings(2, (1, 2))
     assert nc.user_capture_settings(b) == nc.UserCaptureSettings()
-    nc.reset_user_capture_settings()
+    reset_process_setup()
     assert nc.user_capture_settings(a) == nc.UserCaptureSettings()

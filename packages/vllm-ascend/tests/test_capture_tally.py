@@ -76,10 +76,11 @@ def _step(cfg: Any, dispatcher: Any, wrapper: Any, num_tokens: int) -> Any:
 def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     make_vllm_config: Any, request: Any
 ) -> None:
-    from vllm_ascend.compilation.capture_tally import capture_tally_for, reset_capture_tallies
+    from vllm_ascend.compilation.capture_tally import capture_tally_for
+    from vllm_ascend.runtime.process_setup import reset_process_setup
     from vllm_ascend.runtime.rank_report import build_rank_report
 
-    reset_capture_tallies()
+    reset_process_setup()
     # The configs first: transformers probes torch_npu while they are built.
     cfg, other = make_vllm_config(max_num_seqs=4), make_vllm_config()
     fake_torch_npu = request.getfixturevalue("fake_torch_npu")
@@ -106,14 +107,15 @@ def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="warmed_up")
     assert report["captures"] == {"count": 2, "seconds": round(tally.seconds, 6)}
     assert capture_tally_for(other).count == 0  # another engine's config: its own tally
-    reset_capture_tallies()
+    reset_process_setup()
 
 
 def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) -> None:
     import pytest
-    from vllm_ascend.compilation.capture_tally import capture_tally_for, reset_capture_tallies
+    from vllm_ascend.compilation.capture_tally import capture_tally_for
+    from vllm_ascend.runtime.process_setup import reset_process_setup
 
-    reset_capture_tallies()
+    reset_process_setup()
     cfg = make_vllm_config(max_num_seqs=4)
     request.getfixturevalue("fake_torch_npu")
     dispatcher, wrapper = _wrapper_and_dispatcher(cfg)
@@ -125,4 +127,34 @@ def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) ->
     with pytest.raises(RuntimeError, match="capture broke"):
         _step(cfg, dispatcher, wrapper, 2)
     assert capture_tally_for(cfg).count == 0
-    reset_capture_tallies()
+    reset_process_setup()
+
+
+def test_a_capture_after_ready_is_counted_in_the_report_and_strict_refuses_it(
+    make_vllm_config: Any, request: Any
+) -> None:
+    import pytest
+    from vllm_ascend.compilation.capture_tally import capture_tally_for
+    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError, ready_watch_for
+    from vllm_ascend.runtime.rank_report import build_rank_report
+
+    cfg, strict_cfg = make_vllm_config(max_num_seqs=4), make_vllm_config(max_num_seqs=4)
+    fake_torch_npu = request.getfixturevalue("fake_torch_npu")
+    dispatcher, wrapper = _wrapper_and_dispatcher(cfg)
+    _step(cfg, dispatcher, wrapper, 4)  # warm-up capture: before ready
+    ready_watch_for(cfg).mark_ready()
+    _step(cfg, dispatcher, wrapper, 4)  # a replay: nothing new
+    _step(cfg, dispatcher, wrapper, 2)  # a size not captured yet: a capture after ready
+    report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="serving")
+    assert report["captures"]["count"] == capture_tally_for(cfg).count == 2
+    assert report["after_ready"] == {"compiles": 0, "pass_runs": 0, "captures": 1,
+                                     "causes": ["PIECEWISE num_tokens=2 (a new shape)"]}
+
+    dispatcher, wrapper = _wrapper_and_dispatcher(strict_cfg)
+    ready_watch_for(strict_cfg).mark_ready(strict=True)
+    begun = len(fake_torch_npu.npu.called("NPUGraph.capture_begin"))
+    with pytest.raises(CompileAfterReadyError, match=r"graph capture after the engine was "
+                       r"ready: PIECEWISE num_tokens=1 .*forbid_compile_after_ready is true"):
+        _step(strict_cfg, dispatcher, wrapper, 1)
+    assert len(fake_torch_npu.npu.called("NPUGraph.capture_begin")) == begun  # none begun
+    assert capture_tally_for(strict_cfg).count == 0

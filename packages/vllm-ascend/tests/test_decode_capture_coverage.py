@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.config_pipeline import npu_compilation as nc
+from vllm_ascend.runtime.process_setup import reset_process_setup
 
 GRID_BOUND = 3 + len(range(8, 256, 8)) + len(range(256, 513, 16)) + 2
 
@@ -91,9 +92,9 @@ def _configure(seqs: int, spec: int, soc: str, tp: int, sp: bool, resolved: Any,
 def resolved() -> Any:
     import ascend_config
 
-    nc.reset_user_capture_settings()
+    reset_process_setup()
     yield ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
-    nc.reset_user_capture_settings()
+    reset_process_setup()
 
 
 @pytest.mark.parametrize("soc", ["A2", "A3", "A5", "310P"])
@@ -108,7 +109,7 @@ def test_the_largest_decode_batch_is_captured_for_every_max_num_seqs(
     for spec in range(4):
         for seqs in range(1, 513):
             cc = _configure(seqs, spec, soc, tp, sp, resolved)
-            nc.reset_user_capture_settings()
+            reset_process_setup()
             sizes = cc.cudagraph_capture_sizes
             largest = min(seqs * (1 + spec), 512, 8192)
             bound = 4 if soc == "A5" else GRID_BOUND
@@ -127,7 +128,7 @@ def test_the_largest_decode_batch_is_captured_for_every_max_num_seqs(
 def test_a_decode_batch_wider_than_the_ceiling_or_the_budget_runs_eagerly(resolved: Any) -> None:
     cc = _configure(512, 3, "A2", 1, False, resolved)  # 2048 decode tokens > 512
     assert cc.max_cudagraph_capture_size == 512
-    nc.reset_user_capture_settings()
+    reset_process_setup()
     cc = _configure(100, 0, "A2", 1, False, resolved, budget=90)  # budget 90 < 100 seqs
     assert cc.max_cudagraph_capture_size == 90 and 90 in cc.cudagraph_capture_sizes
 

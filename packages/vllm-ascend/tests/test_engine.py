@@ -34,9 +34,10 @@ FUSION_OFF = {"ascend_compilation_config": {
 def _compiled(model, tmp_path_factory, additional_config=None):
     import os
 
-    from vllm_ascend.compilation.pass_manager import fusion_report, reset_fusion_report
+    from vllm_ascend.compilation.pass_manager import fusion_report
+    from vllm_ascend.runtime.process_setup import reset_process_setup
 
-    reset_fusion_report()
+    reset_process_setup()
     dump = tmp_path_factory.mktemp("dump")
     # A compile-cache hit (vLLM's or inductor's, which vLLM keeps under its cache root)
     # would skip the pass manager: compile with a fresh cache root.

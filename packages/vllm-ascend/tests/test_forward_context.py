@@ -72,5 +72,6 @@ def test_extra_context_on_mrv2() -> None:
 
 def test_platform_hook_returns_nothing_on_mrv1(make_vllm_config) -> None:
     cfg = make_vllm_config(enforce_eager=True)
-    assert fc.mrv2_additional_context("cpu", vllm_config=cfg, num_tokens=4) == {}
-    fc.reset_forward_states()
+    states = fc.ForwardStates()
+    assert fc.mrv2_additional_context("cpu", states, vllm_config=cfg, num_tokens=4) == {}
+    assert len(states) == 0

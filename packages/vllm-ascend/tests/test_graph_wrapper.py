@@ -42,10 +42,11 @@ def graph_setup(make_vllm_config: Callable[..., Any]) -> Callable[..., Any]:
     from ascend_graph import RecordingRuntime
     from vllm.config import CompilationMode, CUDAGraphMode
     from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
-    from vllm_ascend.compilation.graph_params import graph_params_for, reset_graph_params
+    from vllm_ascend.compilation.graph_params import graph_params_for
     from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
+    from vllm_ascend.runtime.process_setup import reset_process_setup
 
-    reset_graph_params()
+    reset_process_setup()
 
     def build(mode: CUDAGraphMode) -> tuple[Any, ...]:
         cfg = make_vllm_config(max_num_seqs=4)
@@ -138,9 +139,10 @@ def test_full_replay_without_a_bound_attention_backend_is_one_clear_error(
 
 
 def test_the_store_holds_every_model_kind_of_the_engine(make_vllm_config: Any) -> None:
-    from vllm_ascend.compilation.graph_params import graph_params_for, reset_graph_params
+    from vllm_ascend.compilation.graph_params import graph_params_for
+    from vllm_ascend.runtime.process_setup import reset_process_setup
 
-    reset_graph_params()
+    reset_process_setup()
     cfg = make_vllm_config()
     cfg.compilation_config.cudagraph_capture_sizes = [1, 8]
     store = graph_params_for(cfg)
@@ -149,7 +151,7 @@ def test_the_store_holds_every_model_kind_of_the_engine(make_vllm_config: Any) -
     drafting = types.SimpleNamespace(compilation_config=cfg.compilation_config,
                                      speculative_config=object())
     assert graph_params_for(drafting).kinds() == ["main", "draft", "draft_prefill"]
-    reset_graph_params()
+    reset_process_setup()
     assert graph_params_for(cfg) is not store
 
 

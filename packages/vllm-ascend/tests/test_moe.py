@@ -17,6 +17,7 @@ from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, AllToAllDispatch
 from vllm_ascend.distributed.moe_experts import ExpertWeights, expert_outputs
+from vllm_ascend.runtime.process_setup import reset_process_setup
 
 HIDDEN, INTER, EXPERTS = 16, 8, 4
 
@@ -252,7 +253,8 @@ def test_each_forward_carries_the_method_chosen_for_it(
     ascend_cpu_platform, tiny_moe, kwargs, tokens, expected
 ) -> None:
     from vllm.forward_context import set_forward_context
-    from vllm_ascend.runtime.forward_context import current_moe_comm, reset_forward_states
+    from vllm_ascend.runtime.forward_context import current_moe_comm
+    from vllm_ascend.runtime.process_setup import reset_process_setup
 
     cfg = _moe_config(tiny_moe, **kwargs)  # max_num_seqs 4: the decode budget
     try:
@@ -263,16 +265,17 @@ def test_each_forward_carries_the_method_chosen_for_it(
         assert type(method) is {"ALLGATHER": AllGatherDispatch,
                                  "ALLTOALL": AllToAllDispatch}[expected]
     finally:
-        reset_forward_states()
+        reset_process_setup()
 
 
 def test_dense_models_carry_no_moe_method(ascend_cpu_platform, make_vllm_config) -> None:
     from vllm.forward_context import set_forward_context
-    from vllm_ascend.runtime.forward_context import current_moe_comm, reset_forward_states
+    from vllm_ascend.runtime.forward_context import current_moe_comm
+    from vllm_ascend.runtime.process_setup import reset_process_setup
 
     with set_forward_context(None, make_vllm_config(enforce_eager=True), num_tokens=9):
         assert current_moe_comm() == (None, None)
-    reset_forward_states()
+    reset_process_setup()
 
 
 def test_model_runner_v1_fields_are_read_as_attributes(ascend_cpu_platform, tiny_moe) -> None:
@@ -284,7 +287,7 @@ def test_model_runner_v1_fields_are_read_as_attributes(ascend_cpu_platform, tiny
     with fc.set_ascend_forward_context(None, cfg, num_tokens=5, state=state):
         comm_type, method = fc.current_moe_comm()
     assert comm_type is MoECommType.ALLTOALL and isinstance(method, AllToAllDispatch)
-    fc.reset_forward_states()
+    reset_process_setup()
 
 
 def test_decode_budget_counts_draft_tokens(ascend_cpu_platform, tiny_moe) -> None:

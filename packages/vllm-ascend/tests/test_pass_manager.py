@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from vllm_ascend.runtime.process_setup import reset_process_setup
 
 
 def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:
@@ -13,10 +14,9 @@ def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:
         AscendPassManager,
         SafeFixFunctionalizationPass,
         fusion_report,
-        reset_fusion_report,
     )
 
-    reset_fusion_report()
+    reset_process_setup()
     on, off = AscendPassManager(), AscendPassManager()
     on.configure(make_vllm_config())
     off.configure(make_vllm_config(additional_config={"ascend_compilation_config": {
@@ -26,7 +26,7 @@ def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:
     assert isinstance(on.fix_functionalization, SafeFixFunctionalizationPass)
     assert on.passes[-1].uuid() != off.passes[-1].uuid()  # switches change the cache key
     assert set(fusion_report()) >= {"qknorm_rope"} and sum(fusion_report().values()) == 0
-    reset_fusion_report()
+    reset_process_setup()
 
 
 def test_sequence_parallel_enables_the_allgather_cleanup_with_vllms_ops() -> None:

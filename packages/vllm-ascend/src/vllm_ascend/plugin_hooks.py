@@ -13,20 +13,19 @@ from collections.abc import Callable
 
 logger = logging.getLogger("vllm_ascend.plugin_hooks")
 
-_done: set[str] = set()
-
-
-def reset_hooks() -> None:
-    """Allow every hook to run again (tests)."""
-    _done.clear()
+class HooksRun(set[str]):
+    """The hooks that have run in this process (held by the process setup)."""
 
 
 def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
     @functools.wraps(fn)
     def hook() -> None:
-        if fn.__name__ in _done:
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
+        done = current_process_setup().state(HooksRun)
+        if fn.__name__ in done:
             return
-        _done.add(fn.__name__)
+        done.add(fn.__name__)
         try:
             fn()
         except Exception as exc:  # a plugin hook must never fail the vLLM process

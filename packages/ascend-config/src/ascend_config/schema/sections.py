@@ -24,7 +24,8 @@ COMPILATION_PASS_SWITCHES = (
 
 
 class AscendCompilationConfig(Section):
-    """Graph-mode compilation switches (fusion passes, npugraph_ex, static kernel)."""
+    """Graph-mode compilation switches (fusion passes, npugraph_ex, static kernel, compiles after
+    ready)."""
 
     enable_npugraph_ex: Bool = opt(
         True, "compile graphs with the NPU graph extension (forced off on 310P and in eager mode)")
@@ -35,6 +36,9 @@ class AscendCompilationConfig(Section):
     fuse_muls_add: Bool = opt(True, "fusion pass: x * scale + y into one muls_add op")
     fuse_kv_cache_attention: Bool = opt(
         True, "fusion pass: an attention layer's KV-cache write and attention in one op call")
+    forbid_compile_after_ready: Bool = opt(
+        False, "make a compile, pass-manager run or graph capture after the engine is ready an "
+        "error (off: each is counted in the rank report and logged once per cause)")
 
     def pass_switches(self) -> dict[str, bool]:
         """The fusion-pass switches as keyword arguments for the pass manager."""

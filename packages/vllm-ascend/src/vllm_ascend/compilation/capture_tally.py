@@ -2,7 +2,7 @@
 rank report carries (``captures: {"count": N, "seconds": S}``).
 
 Keyed by the VllmConfig object like the graph parameters (a worker process holds its rank's
-engine); :func:`reset_capture_tallies` clears it.
+engine), held by the process setup.
 """
 
 from __future__ import annotations
@@ -31,25 +31,27 @@ class CaptureTally:
         return {"count": self.count, "seconds": round(self.seconds, 6)}
 
 
-_TALLIES: PerConfig[CaptureTally] = PerConfig()
+class CaptureTallies(PerConfig[CaptureTally]):
+    """Each engine's tally, held by the process setup."""
+
+
+def _tallies() -> CaptureTallies:
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    return current_process_setup().state(CaptureTallies)
 
 
 def capture_tally_for(vllm_config: Any) -> CaptureTally:
     """The engine's tally (zero before its first capture; reading stores nothing)."""
-    found = _TALLIES.get(vllm_config)
+    found = _tallies().get(vllm_config)
     return found if found is not None else CaptureTally()
 
 
 def record_capture(vllm_config: Any, key: Any, mode: Any, seconds: float) -> None:
     """Log one capture (its token count from the batch descriptor) and add it to the tally."""
-    tally = _TALLIES.get_or_create(vllm_config, CaptureTally)
+    tally = _tallies().get_or_create(vllm_config, CaptureTally)
     tally.add(seconds)
     size = getattr(key, "num_tokens", key)
     name = getattr(mode, "name", mode)
     logger.info("graph captured: %s num_tokens=%s in %.3f s (capture %d, %.3f s in all)",
                 name, size, seconds, tally.count, tally.seconds)
-
-
-def reset_capture_tallies() -> None:
-    """Forget every engine's tally (tests)."""
-    _TALLIES.clear()

@@ -142,6 +142,7 @@ class AscendCompiler(CompilerInterface):
         self.fusion_manager = fusion_manager
         self.trusted = False
         self.static_kernel = StaticKernelPlan()
+        self.pass_manager: Any = None
 
     def initialize_cache(self, cache_dir: str, disable_cache: bool = False,
                          prefix: str = "") -> None:
@@ -213,6 +214,7 @@ class AscendCompiler(CompilerInterface):
                 "compiler config; is the NPU platform active?"
             )
         self.fusion_manager = fusion
+        self.pass_manager = manager if hasattr(manager, "note_run") else None
         if not self.caching:
             return self._compile(graph, example_inputs, fusion, compile_range)[0], None
         if key is None:  # vLLM always passes one; direct callers may not
@@ -279,6 +281,8 @@ class AscendCompiler(CompilerInterface):
                  saved_code: str | None = None) -> tuple[Any, Any]:
         from ascend_graph import NpuGraphOptions, compile_graph_fused
 
+        if self.pass_manager is not None:  # the platform pass manager counts the run
+            self.pass_manager.note_run(compile_range)
         # Compilation may rewrite the graph in place; vLLM keeps using the original.
         graph = copy.deepcopy(graph)
         returns_tuple = _return_tuple(graph)

@@ -2,9 +2,8 @@
 
 vLLM builds graph wrappers with only (runnable, vllm_config, mode, options), and the NPU model
 runner that records attention workspaces and binds the attention backend is another object:
-both reach the engine's one ``GraphParamsStore`` through :func:`graph_params_for`. This small
-registry (keyed by the VllmConfig object) is the only module-level state;
-:func:`reset_graph_params` clears it.
+both reach the engine's one ``GraphParamsStore`` through :func:`graph_params_for`, kept per
+VllmConfig object by the process setup.
 """
 
 from __future__ import annotations
@@ -13,7 +12,9 @@ from typing import Any
 
 from vllm_ascend.runtime.per_config import PerConfig
 
-_STORES: PerConfig[Any] = PerConfig()
+
+class GraphParamsStores(PerConfig[Any]):
+    """Each engine's ``GraphParamsStore``, held by the process setup."""
 
 
 def graph_params_for(vllm_config: Any) -> Any:
@@ -21,7 +22,10 @@ def graph_params_for(vllm_config: Any) -> Any:
     plus ``draft`` and ``draft_prefill`` with speculative decoding, for its capture sizes."""
     from ascend_graph import GraphParamsStore
 
-    found = _STORES.get(vllm_config)
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    stores = current_process_setup().state(GraphParamsStores)
+    found = stores.get(vllm_config)
     if found is not None:
         return found
     store = GraphParamsStore()
@@ -31,9 +35,5 @@ def graph_params_for(vllm_config: Any) -> Any:
     if getattr(vllm_config, "speculative_config", None) is not None:
         store.set("draft", sizes)
         store.set("draft_prefill", sizes)
-    return _STORES.set(vllm_config, store)
+    return stores.set(vllm_config, store)
 
-
-def reset_graph_params() -> None:
-    """Forget every engine's store (tests; sleep mode drops captured graphs with them)."""
-    _STORES.clear()

@@ -5,7 +5,8 @@ The capture key and runtime mode come from vLLM's forward context (the batch des
 checks that vLLM allows capturing, marks the forward context as capturing, logs the capture's
 size and seconds (totals per engine in ``capture_tally``, carried by the rank report), counts
 the graph in vLLM's compilation counter and turns the attention workspaces of the engine's graph
-parameters into weak references. Before a FULL graph replays it waits for the previous replay
+parameters into weak references. A capture after the engine is ready is counted by the
+engine's ready watch (``ready_watch``). Before a FULL graph replays it waits for the previous replay
 (except for an EAGLE drafter) and has the attention backend refresh this step's parameters
 (``update_full_graph_params``); PIECEWISE graphs contain no attention and replay directly.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from vllm_ascend.compilation.capture_tally import record_capture
 from vllm_ascend.compilation.graph_params import graph_params_for
+from vllm_ascend.compilation.ready_watch import peek_ready_watch
 
 
 def forward_context_key() -> tuple[Any, Any]:
@@ -127,6 +129,10 @@ class AscendGraphWrapper:
         from vllm.compilation.monitor import validate_cudagraph_capturing_enabled
 
         validate_cudagraph_capturing_enabled()
+        watch = peek_ready_watch(self.vllm_config)
+        if watch is not None:  # after ready: logged once, or an error in strict mode
+            watch.note("captures", f"{getattr(self.runtime_mode, 'name', self.runtime_mode)} "
+                                   f"num_tokens={getattr(key, 'num_tokens', key)} (a new shape)")
         fields = _forward_fields(self.vllm_config)
         before = fields.capturing if fields is not None else None
         if fields is not None:

@@ -26,8 +26,15 @@ logger = logging.getLogger("vllm_ascend.compilation.pass_manager")
 _FIXUP_OPS = ("rotary_embedding", "fused_add_rms_norm", "fused_add_rms_norm_static_fp8_quant",
               "rms_norm_dynamic_per_token_quant", "rms_norm", "rms_norm_static_fp8_quant")
 
-# Pass managers alive in this process, for the fusion report (reset with reset_fusion_report).
-_LIVE: weakref.WeakSet[AscendPassManager] = weakref.WeakSet()
+class LivePassManagers(weakref.WeakSet["AscendPassManager"]):
+    """The pass managers alive in this process, for the fusion report (held by the process
+    setup)."""
+
+
+def _live() -> LivePassManagers:
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    return current_process_setup().state(LivePassManagers)
 
 
 def vllm_fixup_ops_available() -> bool:
@@ -143,7 +150,24 @@ class AscendPassManager(PostGradPassManager):
         super().__init__()
         self.fusion: Any = None
         self.soc = "cpu"
-        _LIVE.add(self)
+        self.vllm_config: Any = None
+        _live().add(self)
+
+    def __call__(self, graph: Any) -> None:
+        from vllm.compilation.passes.inductor_pass import get_pass_context
+
+        self.note_run(get_pass_context().compile_range)
+        super().__call__(graph)
+
+    def note_run(self, compile_range: Any) -> None:
+        """Count one run of the passes (one backend compile of a graph for ``compile_range``)
+        in the engine's ready watch; after ready it is logged, or an error in strict mode."""
+        if self.vllm_config is None:
+            return
+        from vllm_ascend.compilation.ready_watch import ready_watch_for
+
+        ready_watch_for(self.vllm_config).note(
+            "pass_runs", f"passes run for compile range {compile_range} (a new shape)")
 
     def configure(self, config: Any) -> None:
         import ascend_config
@@ -155,6 +179,7 @@ class AscendPassManager(PostGradPassManager):
         from vllm_ascend.runtime.process_setup import current_process_setup
 
         super().configure(config)
+        self.vllm_config = config
         self.soc = str(getattr(current_platform, "soc", "cpu"))
         facts = extract_facts(config, self.soc)
         # The engine's resolved config (resolved once: by this process's platform hook, or
@@ -184,12 +209,7 @@ class AscendPassManager(PostGradPassManager):
 def fusion_report() -> dict[str, int]:
     """Sites rewritten per pass name, summed over the pass managers alive in this process."""
     total: dict[str, int] = {}
-    for manager in list(_LIVE):
+    for manager in list(_live()):
         for name, count in manager.counts.items():
             total[name] = total.get(name, 0) + int(count)
     return total
-
-
-def reset_fusion_report() -> None:
-    """Forget the pass managers seen so far (tests)."""
-    _LIVE.clear()

@@ -26,10 +26,16 @@ class UserCaptureSettings:
     sizes: tuple[int, ...] | None = None
 
 
-# What each VllmConfig's user asked for, recorded by the platform's defaults hook (vLLM calls it
-# before computing its own sizes) and read by check_and_update_config; keyed by the config
-# object, as vLLM passes nothing else to either hook. reset_user_capture_settings() clears it.
-_USER_SETTINGS: PerConfig[UserCaptureSettings] = PerConfig()
+class UserCaptureSettingsStore(PerConfig[UserCaptureSettings]):
+    """What each VllmConfig's user asked for, recorded by the platform's defaults hook (vLLM
+    calls it before computing its own sizes) and read by check_and_update_config; keyed by the
+    config object, as vLLM passes nothing else to either hook. Held by the process setup."""
+
+
+def _user_settings() -> UserCaptureSettingsStore:
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    return current_process_setup().state(UserCaptureSettingsStore)
 
 
 def record_user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
@@ -39,17 +45,13 @@ def record_user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
     settings = UserCaptureSettings(
         cc.max_cudagraph_capture_size, tuple(sizes) if sizes is not None else None
     )
-    return _USER_SETTINGS.set(vllm_config, settings)
+    return _user_settings().set(vllm_config, settings)
 
 
 def user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
     """What :func:`record_user_capture_settings` saw for this config (nothing: defaults)."""
-    found = _USER_SETTINGS.get(vllm_config)
+    found = _user_settings().get(vllm_config)
     return found if found is not None else UserCaptureSettings()
-
-
-def reset_user_capture_settings() -> None:
-    _USER_SETTINGS.clear()
 
 
 def update_cudagraph_capture_sizes(
@@ -201,7 +203,7 @@ def _cover_largest_decode_batch(vllm_config: Any, sizes: list[int],
     """``sizes`` with a size for the widest decode step when they stop short of it (vLLM
     truncates an off-grid Ascend default max, e.g. 9, to its grid point 8 below; SP alignment
     drops sizes that are not multiples of TP)."""
-    user = _USER_SETTINGS.get(vllm_config)
+    user = _user_settings().get(vllm_config)
     if user is None:  # the defaults hook never saw this config: the sizes may be the user's
         return sizes
     sched, spec = vllm_config.scheduler_config, vllm_config.speculative_config

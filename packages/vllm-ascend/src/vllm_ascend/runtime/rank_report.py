@@ -3,8 +3,11 @@
 With ``VLLM_ASCEND_RANK_REPORT_DIR`` set, every worker writes ``dp<D>-rank<R>.json`` there (D:
 data-parallel rank, R: rank in its engine's TP x PP world) after its device is set up and
 again once the model is compiled and warmed up (then with the graphs it captured and the
-seconds they took), so a deployment's ranks can be checked from outside the worker processes
-(the fusion and capture counts of a worker exist only in that worker).
+seconds they took, its compiles and pass-manager runs), and again at every compile,
+pass-manager run or capture after the engine is ready (``stage`` "serving", with
+``after_ready`` counting them: ``compilation.ready_watch``), so a deployment's ranks can be
+checked from outside the worker processes (the fusion and capture counts of a worker exist only
+in that worker).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def report_name(dp_rank: int, rank: int) -> str:
 
 def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
                       stage: str) -> dict[str, Any]:
-    """The report of this worker process (``stage``: "device" or "warmed_up")."""
+    """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
     from vllm_ascend.compilation.capture_tally import capture_tally_for
     from vllm_ascend.compilation.pass_manager import fusion_report
     from vllm_ascend.runtime.cpu_binding import host_rank
@@ -53,7 +56,16 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
         "fusion": fusion_report(),
         # Graphs this rank captured and the seconds it spent capturing (none on vLLM CPU).
         "captures": capture_tally_for(vllm_config).as_report(),
+        # Dynamo compiles and pass-manager runs, and what ran after the engine was ready.
+        **_watch_report(vllm_config),
     }
+
+
+def _watch_report(vllm_config: Any) -> dict[str, Any]:
+    from vllm_ascend.compilation.ready_watch import ReadyWatch, peek_ready_watch
+
+    watch = peek_ready_watch(vllm_config)
+    return (watch if watch is not None else ReadyWatch()).as_report()
 
 
 def write_rank_report(report: Mapping[str, Any],

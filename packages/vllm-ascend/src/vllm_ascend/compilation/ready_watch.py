@@ -1,0 +1,250 @@
+"""Compiles, pass-manager runs and graph captures of an engine, before and after it is ready.
+
+A worker starts its engine's watch before the model is compiled (``install``: torch's Dynamo
+compile callbacks) and marks the engine ready once warm-up is over (``mark_ready``, at the end
+of ``compile_or_warm_up_model``). Every Dynamo compile is counted and timed (the rank report's
+``compiles: {count, seconds}``, with vLLM's ahead-of-time compiles of the model, which torch
+runs outside its compile callbacks); the Ascend pass manager counts its runs (one per inductor or
+Ascend backend compile of a graph for a compile range) and the graph wrapper its captures.
+
+After ready, each of them is a ``after_ready`` count and one warning per distinct cause (a
+Dynamo compile names the guard failures Dynamo recorded since the previous compile, or a frame
+compiled for the first time; a pass-manager run its compile range; a capture its mode and
+token count). With ``ascend_compilation_config.forbid_compile_after_ready`` it is a
+:class:`CompileAfterReadyError` instead. The watch's ``on_after_ready`` (the worker's rank
+report writer) runs on each such event, so the report file holds the count while the engine
+serves.
+
+Keyed by the VllmConfig object like the capture tally and held by the process setup; torch's
+compile callbacks are per process, so a watch counts every Dynamo compile of its process (a
+worker process holds one engine). Resetting the process setup closes the watches (removes their
+callbacks).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_ascend.runtime.per_config import PerConfig
+
+logger = logging.getLogger("vllm_ascend.compilation.ready_watch")
+
+STRICT_KEY = "ascend_compilation_config.forbid_compile_after_ready"
+KINDS = ("compiles", "pass_runs", "captures")
+MAX_REPORTED_CAUSES = 50  # the rank report lists this many; the log has every one
+_LABELS = {"compiles": "compile", "pass_runs": "pass-manager run", "captures": "graph capture"}
+
+
+class CompileAfterReadyError(RuntimeError):
+    """A compile, pass-manager run or capture after the engine was ready, in strict mode."""
+
+
+def _strip_compile_id(reason: str) -> str:
+    """A guard-failure reason without Dynamo's leading compile id (``"0/1: "``), so the same
+    failure in a later recompile is the same cause."""
+    head, sep, rest = reason.partition(": ")
+    return rest if sep and "/" in head and " " not in head else reason
+
+
+def _code_name(code: Any) -> str:
+    name = getattr(code, "co_name", None)
+    if name is None:
+        return str(code)
+    return f"{name} ({getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')})"
+
+
+@dataclass
+class ReadyWatch:
+    """Counts of one engine's compiles, pass-manager runs and captures, before and after
+    ready; ``failures`` is where Dynamo records guard failures (a seam for tests)."""
+
+    failures: Any = None
+    ready: bool = False
+    strict: bool = False
+    compiles: int = 0
+    compile_seconds: float = 0.0
+    pass_runs: int = 0
+    aot_compiles: int = 0
+    aot_seconds: float = 0.0
+    after_ready: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    causes: list[str] = field(default_factory=list)
+    on_after_ready: Callable[[], None] | None = None
+    _started: dict[str, float] = field(default_factory=dict, repr=False)
+    _seen_failures: dict[Any, int] = field(default_factory=dict, repr=False)
+    _logged: set[str] = field(default_factory=set, repr=False)
+
+    def mark_ready(self, *, strict: bool = False,
+                   on_after_ready: Callable[[], None] | None = None,
+                   aot: tuple[int, float] = (0, 0.0)) -> None:
+        """From now on compiles, pass-manager runs and captures are ``after_ready`` events
+        (errors with ``strict``); ``on_after_ready`` runs after each one is counted. ``aot``:
+        vLLM's ahead-of-time compiles of the model and their seconds (torch runs them outside
+        its compile callbacks)."""
+        self.ready, self.strict, self.on_after_ready = True, strict, on_after_ready
+        self.aot_compiles, self.aot_seconds = aot
+        self._new_failures()  # those of start-up are not causes of later compiles
+        totals = self.as_report()["compiles"]
+        logger.info("engine ready after %d compiles (%.3f s) and %d pass-manager runs; "
+                    "compiles after ready are %s", totals["count"], totals["seconds"],
+                    self.pass_runs, f"errors ({STRICT_KEY})" if strict else "counted")
+
+    def note(self, kind: str, cause: str) -> None:
+        """Count one event of ``kind`` ("compiles", "pass_runs" or "captures"); after ready,
+        log its cause once and raise in strict mode."""
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r} is not allowed; allowed: {', '.join(KINDS)}")
+        if kind == "pass_runs":
+            self.pass_runs += 1
+        if not self.ready:
+            return
+        self.after_ready[kind] += 1
+        message = f"{_LABELS[kind]} after the engine was ready: {cause}"
+        if cause not in self._logged:
+            self._logged.add(cause)
+            if len(self.causes) < MAX_REPORTED_CAUSES:
+                self.causes.append(cause)
+            logger.warning("%s (%s after ready so far: %s)", message, kind,
+                           self.after_ready[kind])
+        if self.on_after_ready is not None:
+            self.on_after_ready()
+        if self.strict:
+            raise CompileAfterReadyError(
+                f"{message}; {STRICT_KEY} is true, so the engine does not compile after it is "
+                f"ready (set it to false to count such compiles instead)")
+
+    def as_report(self) -> dict[str, Any]:
+        """The rank report's fields: ``compiles``, ``pass_runs``, ``ready``, ``after_ready``."""
+        return {
+            "compiles": {"count": self.compiles + self.aot_compiles,
+                         "seconds": round(self.compile_seconds + self.aot_seconds, 6),
+                         "dynamo": self.compiles, "aot": self.aot_compiles},
+            "pass_runs": self.pass_runs,
+            "ready": self.ready,
+            "after_ready": {**self.after_ready, "causes": list(self.causes)},
+        }
+
+    # Dynamo compiles, through torch._dynamo.callback_handler.
+    def install(self) -> None:
+        """Register the Dynamo compile callbacks (idempotent; again after
+        ``torch._dynamo.reset()``, which drops every callback)."""
+        from torch._dynamo.callback import callback_handler
+
+        if self.failures is None:
+            from torch._dynamo.utils import guard_failures
+
+            self.failures = guard_failures
+        if self.compile_started not in callback_handler.start_callbacks:
+            callback_handler.register_start_callback(self.compile_started)
+        if self.compile_ended not in callback_handler.end_callbacks:
+            callback_handler.register_end_callback(self.compile_ended)
+
+    def uninstall(self) -> None:
+        """Remove the Dynamo compile callbacks (idempotent)."""
+        from torch._dynamo.callback import callback_handler
+
+        if self.compile_started in callback_handler.start_callbacks:
+            callback_handler.remove_start_callback(self.compile_started)
+        if self.compile_ended in callback_handler.end_callbacks:
+            callback_handler.remove_end_callback(self.compile_ended)
+
+    def compile_started(self, args: Any) -> None:
+        """Dynamo's start callback: count the compile and, after ready, note its cause."""
+        compile_id = str(getattr(args, "compile_id", "?"))
+        self._started[compile_id] = time.perf_counter()
+        self.compiles += 1
+        new = self._new_failures()
+        if not self.ready:
+            return
+        trigger = getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")
+        if new:
+            cause = "guard failure: " + "; ".join(
+                f"{name}: {_strip_compile_id(str(reason).splitlines()[0])}"
+                for name, reason in new)
+        elif trigger != "DYNAMO":
+            cause = f"{trigger.lower()} compile"
+        else:
+            cause = "a function compiled for the first time"
+        self.note("compiles", f"Dynamo compile {compile_id}: {cause}")
+
+    def compile_ended(self, args: Any) -> None:
+        start = self._started.pop(str(getattr(args, "compile_id", "?")), None)
+        if start is not None:
+            self.compile_seconds += time.perf_counter() - start
+
+    def _new_failures(self) -> list[tuple[str, Any]]:
+        """Guard failures recorded since the last look, as (function, reason); Dynamo keeps
+        one list per code object (emptied by ``torch._dynamo.reset()``)."""
+        found: list[tuple[str, Any]] = []
+        for code, reasons in list((self.failures or {}).items()):
+            seen = self._seen_failures.get(code, 0)
+            if len(reasons) < seen:  # the list was emptied and refilled
+                seen = 0
+            found.extend((_code_name(code), reason) for reason in reasons[seen:])
+            self._seen_failures[code] = len(reasons)
+        return found
+
+
+class ReadyWatches(PerConfig[ReadyWatch]):
+    """Each engine's watch, held by the process setup."""
+
+    def close(self) -> None:
+        """Remove every watch's callbacks and forget the watches (the process setup's reset)."""
+        for watch in self.values():
+            watch.uninstall()
+        self.clear()
+
+
+def _watches() -> ReadyWatches:
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    return current_process_setup().state(ReadyWatches)
+
+
+def ready_watch_for(vllm_config: Any) -> ReadyWatch:
+    """The engine's watch (created on first use; not installed until :meth:`install`)."""
+    return _watches().get_or_create(vllm_config, ReadyWatch)
+
+
+def peek_ready_watch(vllm_config: Any) -> ReadyWatch | None:
+    """The engine's watch if one exists (reading stores nothing)."""
+    return _watches().get(vllm_config)
+
+
+def forbid_compile_after_ready(vllm_config: Any) -> bool:
+    """The engine's ``forbid_compile_after_ready`` setting (its resolved Ascend config: the
+    one published to this process, else resolved from the VllmConfig)."""
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    resolved = current_process_setup().config_for(vllm_config)
+    if resolved is None:
+        import ascend_config
+        from vllm.platforms import current_platform
+
+        from vllm_ascend.config_pipeline.facts import extract_facts
+        from vllm_ascend.config_pipeline.resolve_step import additional_config_of
+        from vllm_ascend.runtime.config_channel import ascend_environ
+
+        facts = extract_facts(vllm_config, str(getattr(current_platform, "soc", "cpu")))
+        resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts,
+                                         environ=ascend_environ())
+    return bool(resolved.ascend_compilation_config.forbid_compile_after_ready)
+
+
+def mark_engine_ready(vllm_config: Any,
+                      on_after_ready: Callable[[], None] | None = None) -> ReadyWatch:
+    """Mark the engine ready (a worker calls it when ``compile_or_warm_up_model`` is done,
+    on NPU the runtime's worker too), strict as the engine's config says; returns its watch."""
+    from vllm.compilation.counter import compilation_counter
+
+    watch = ready_watch_for(vllm_config)
+    watch.install()
+    aot = int(compilation_counter.num_aot_compiles)
+    # vLLM times the model's compile (AOT or not); only an AOT compile escaped the callbacks.
+    seconds = float(vllm_config.compilation_config.compilation_time) if aot else 0.0
+    watch.mark_ready(strict=forbid_compile_after_ready(vllm_config),
+                     on_after_ready=on_after_ready, aot=(aot, seconds))
+    return watch
