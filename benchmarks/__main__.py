@@ -52,12 +52,14 @@ def _check_options(names: list[str], options: dict[str, Any]) -> None:
             importlib.import_module(BENCHMARKS[n]).run).parameters]
         if not takers:
             flag = "--" + key.replace("_", "-")
-            raise SystemExit(f"{flag} applies to: e2e; the chosen benchmarks "
+            allowed = [n for n in BENCHMARKS if key in inspect.signature(
+                importlib.import_module(BENCHMARKS[n]).run).parameters]
+            raise SystemExit(f"{flag} applies to: {', '.join(allowed)}; the chosen benchmarks "
                              f"({', '.join(names)}) take no {flag}")
 
 
 def _model_names(text: str) -> list[str]:
-    """``--models``: comma-separated names of the e2e models."""
+    """``--models``: comma-separated names of the e2e models (startup takes the same)."""
     from benchmarks.bench_e2e import MODELS
 
     names = [name for name in text.split(",") if name]
@@ -81,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (smoke run)")
     parser.add_argument("--json", metavar="FILE", help="also write every table as JSON")
     parser.add_argument("--model-dir", metavar="DIR",
-                        help="e2e: the real model's checkpoint directory (SmolLM2-135M-Instruct)")
+                        help="e2e, startup: the real model's checkpoint directory "
+                             "(SmolLM2-135M-Instruct)")
     parser.add_argument("--models", metavar="NAME,...", type=_model_names,
-                        help="e2e: some of qwen3,qwen3_moe,smollm2 (default: all)")
+                        help="e2e, startup: some of qwen3,qwen3_moe,smollm2 (default: all)")
     parser.add_argument("--rounds", metavar="N", type=_positive_int,
                         help="e2e: rounds per model instead of the size's own")
     args = parser.parse_args(argv)

@@ -1,9 +1,13 @@
-"""Start-up cost of the plugin hook vs ``import vllm``, each in a fresh interpreter.
+"""Start-up: the plugin hook vs ``import vllm``, then engine ready cold and warm by phase.
 
-Measured inside the child around the statement (interpreter start excluded): wall time,
-modules imported, and how many of them are torch / vllm modules. Target for
-``import vllm_ascend; vllm_ascend.register()`` (auto mode, no NPU): < 50 ms and no
-torch/vllm module.
+Part 1, the plugin hook, each statement in a fresh interpreter: measured inside the child
+around the statement (interpreter start excluded): wall time, modules imported, and how many
+of them are torch / vllm modules. Target for ``import vllm_ascend; vllm_ascend.register()``
+(auto mode, no NPU): < 50 ms and no torch/vllm module.
+
+Part 2, engine ready (``startup_engines``): stock vLLM CPU and the plugin, cold and warm (a
+reused ``VLLM_CACHE_ROOT``), phases import / load / compile / warm-up, on the tiny models and the
+real model SmolLM2-135M-Instruct. ``--quick``: the quick-size tiny qwen3 only, one repeat.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from benchmarks.table import Table
 
@@ -44,10 +50,49 @@ def _measure(stmt: str) -> dict[str, float]:
     env.setdefault("PYTHONPYCACHEPREFIX", "/tmp/pycache")
     out = subprocess.run([sys.executable, "-c", _CHILD.format(stmt=stmt)], env=env,
                          capture_output=True, text=True, check=True, timeout=300)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
-def run(quick: bool = False) -> list[Table]:
+def run(quick: bool = False, model_dir: str | Path | None = None,
+        models: list[str] | None = None) -> list[Table]:
+    """The plugin hook's table, then the engine-ready tables (``engine_ready``)."""
+    return [hook_table(quick), *engine_ready(quick, model_dir, models)]
+
+
+def engine_ready(quick: bool, model_dir: str | Path | None = None,
+                 models: list[str] | None = None) -> list[Table]:
+    """Engine ready cold and warm by phase for ``models`` (names of ``bench_e2e.MODELS``;
+    default all, quick: qwen3 alone) at the e2e sizes (quick: the quick size, 1 repeat; full:
+    3 repeats); the real model from ``model_dir`` or the plugin's SmolLM2 checkpoint."""
+    from benchmarks.bench_e2e import ARCHES, FULL, MODELS, QUICK, REAL_MODEL, default_model_dir
+    from benchmarks.startup_engines import measure_starts, startup_tables
+
+    chosen = list(models) if models else (["qwen3"] if quick else list(MODELS))
+    unknown = [name for name in chosen if name not in MODELS]
+    if unknown:
+        raise ValueError(f"models {unknown}: allowed are {', '.join(MODELS)}")
+    size, repeats = (QUICK, 1) if quick else (FULL, 3)
+    real_dir = None
+    if REAL_MODEL in chosen:  # first: a missing model package fails before any engine runs
+        real_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+    starts = []
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        for name in chosen:
+            if name in ARCHES:
+                from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+
+                model = make_tiny_model(
+                    name, Path(tmp) / name, layers=size.layers, hidden=size.hidden,
+                    heads=size.heads, kv_heads=size.kv_heads, head_dim=64, dtype="bfloat16")
+            else:
+                assert real_dir is not None
+                model = real_dir
+            starts += measure_starts(name, model, Path(tmp) / f"{name}-starts", repeats)
+    return startup_tables(starts, repeats)
+
+
+def hook_table(quick: bool) -> Table:
     """Median of N runs per case (N=3 quick, 7 full; ``import vllm`` 1 quick, 3 full)."""
     rows = []
     medians: dict[str, float] = {}
@@ -60,13 +105,14 @@ def run(quick: bool = False) -> list[Table]:
         rows.append([label, n, round(ms, 2), int(last["modules"]), int(last["torch"]),
                      int(last["vllm"])])
     plugin = rows[0]
-    ratio = medians["import vllm"] / max(plugin[2], 1e-6)
-    verdict = "PASS" if plugin[2] < TARGET_MS and plugin[4] == 0 and plugin[5] == 0 else "FAIL"
+    plugin_ms = medians[next(iter(CASES))]
+    ratio = medians["import vllm"] / max(plugin_ms, 1e-6)
+    verdict = "PASS" if plugin_ms < TARGET_MS and plugin[4] == 0 and plugin[5] == 0 else "FAIL"
     notes = [
         f"target: register() < {TARGET_MS:.0f} ms with 0 torch / 0 vllm modules -> {verdict}",
         f"import vllm costs {ratio:.0f}x the plugin hook (medians, same run)",
         "time measured inside a fresh interpreter around the statement only",
     ]
-    return [Table("Plugin start-up (fresh interpreter, auto mode, no NPU)",
-                  ["statement", "runs", "median ms", "modules", "torch modules",
-                   "vllm modules"], rows, notes)]
+    return Table("Plugin start-up (fresh interpreter, auto mode, no NPU)",
+                 ["statement", "runs", "median ms", "modules", "torch modules",
+                  "vllm modules"], rows, notes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.__main__ import BENCHMARKS, run_benchmark
+from benchmarks.table import Table
 
 
 @pytest.mark.slow
@@ -31,3 +32,39 @@ def test_benchmark_runs_quick(name: str) -> None:
             # Below the memory-bound ceiling, with room for a noisy bandwidth sample (a units
             # slip, bits or a missing dtype size, would be 2-8x).
             assert row[columns["ready warm s"]] > 0 and 0 < row[columns["of ceiling"]] < 1.5
+    if name == "startup":
+        check_engine_ready(tables[1], tables[2])
+
+
+def check_engine_ready(phases: Table, ratios: Table) -> None:
+    """--quick's engine-ready tables (the tiny qwen3, stock and plugin, cold and warm): every
+    phase measured and within engine ready, the ratios those of the rows, the warm start's
+    line read."""
+    col = {column: i for i, column in enumerate(phases.columns)}
+    rows = {(row[col["engine"]], row[col["start"]]): row for row in phases.rows}
+    assert set(rows) == {(e, s) for e in ("stock", "plugin") for s in ("cold", "warm")}
+    names = ["import s", "load s", "compile s", "warm-up s"]
+    for row in rows.values():
+        assert all(row[col[name]] > 0 for name in names), row
+        # Rounding to 0.01 s per cell: at most 0.025 s over.
+        assert sum(row[col[name]] for name in names) <= row[col["ready s"]] + 0.025, row
+    assert rows["plugin", "warm"][col["cache loads"]] > 0
+    assert rows["plugin", "cold"][col["cache loads"]] == 0
+    [ratio_row] = ratios.rows
+    got = dict(zip(ratios.columns, ratio_row, strict=True))
+
+    def cell(engine: str, start: str, name: str) -> float:
+        return float(rows[engine, start][col[name]])
+
+    expected = {
+        "plugin compile warm/cold": cell("plugin", "warm", "compile s")
+        / cell("plugin", "cold", "compile s"),
+        "stock compile warm/cold": cell("stock", "warm", "compile s")
+        / cell("stock", "cold", "compile s"),
+        "warm ready plugin/stock": cell("plugin", "warm", "ready s")
+        / cell("stock", "warm", "ready s"),
+    }
+    for key, value in expected.items():  # the rows are rounded to 0.01 s
+        assert got[key] == pytest.approx(value, rel=0.02, abs=0.002), key
+    assert got["compile warm <= 0.2x cold"] == (
+        "met" if got["plugin compile warm/cold"] <= 0.2 else "NOT MET")

@@ -28,10 +28,17 @@ class EngineHost:
         self, name: str, kwargs: dict[str, Any], native_custom_ops: bool = False
     ) -> dict[str, Any]:
         """Build engine `name`; `native_custom_ops` switches every Ascend CustomOp off (vLLM's
-        native implementations run instead)."""
+        native implementations run instead). Answers the engine-ready seconds (`startup_s`),
+        the seconds `from vllm import LLM` took (`import_s`; 0.0 after the process's first
+        engine) and the start-up's phases (`startup_phases.PhaseClock`)."""
         import time
 
+        from vllm_ascend_testing.startup_phases import PhaseClock
+
+        start = time.perf_counter()
         from vllm import LLM
+
+        import_s = time.perf_counter() - start
 
         if native_custom_ops:
             from vllm_ascend.ops.custom_ops import native_directives
@@ -39,9 +46,12 @@ class EngineHost:
             compilation = dict(kwargs.get("compilation_config") or {})
             compilation["custom_ops"] = ["all", *native_directives()]
             kwargs = {**kwargs, "compilation_config": compilation}
+        clock = PhaseClock()
         start = time.perf_counter()
-        self.engines[name] = LLM(**kwargs)
-        return {"startup_s": time.perf_counter() - start}
+        with clock.running():
+            self.engines[name] = LLM(**kwargs)
+        return {"startup_s": time.perf_counter() - start, "import_s": import_s,
+                "phases": clock.phases(self.engines[name])}
 
     def op_generate(
         self, name: str, prompts: list[str | list[int]], max_tokens: int = 16,

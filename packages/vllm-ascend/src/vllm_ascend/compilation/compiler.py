@@ -42,6 +42,7 @@ from vllm_ascend.compilation.compile_cache import (
     read_fused,
     write_entry,
 )
+from vllm_ascend.compilation.warm_start import record_cache_load
 from vllm_ascend.runtime.trusted_paths import make_private_dir
 
 logger = logging.getLogger("vllm_ascend.compilation.compiler")
@@ -249,6 +250,7 @@ class AscendCompiler(CompilerInterface):
                             "compiling again", path, exc)
             else:
                 if fused.reused:
+                    self._count_load()
                     return compiled
                 logger.info("AscendCompiler cache miss for %s (graph %d differs from the "
                             "saved one); compiled again", path, graph_index)
@@ -258,6 +260,15 @@ class AscendCompiler(CompilerInterface):
         if self.caching:
             self._save(fused, fusion, compile_range, key)  # the next start hits again
         return compiled
+
+    def _count_load(self) -> None:
+        """Count a reused artifact for the warm-start line of the engine vLLM is compiling
+        (its current config; none outside an engine: nothing counted)."""
+        from vllm.config import get_current_vllm_config_or_none
+
+        vllm_config = get_current_vllm_config_or_none()
+        if vllm_config is not None and self.cache_dir:
+            record_cache_load(vllm_config, self.cache_dir)
 
     def _saved_code(self, key: str) -> str | None:
         """npugraph_ex's code saved with the artifact ``key``, if it checks out."""

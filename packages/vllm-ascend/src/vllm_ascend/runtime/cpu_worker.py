@@ -10,6 +10,7 @@ from typing import Any
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_ascend.compilation.ready_watch import mark_engine_ready, ready_watch_for
+from vllm_ascend.compilation.warm_start import LoadBaseline, log_warm_start
 from vllm_ascend.runtime.cpu_binding import WorkerBinding
 from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
 from vllm_ascend.runtime.worker_setup import prepare_worker
@@ -18,11 +19,14 @@ from vllm_ascend.runtime.worker_setup import prepare_worker
 class AscendCPUWorker(CPUWorker):
     """Runs the per-rank setup (endpoints, CPU pool: ``runtime.worker_setup``) before the
     device and the model are set up, watches its compiles (``compilation.ready_watch``: ready
-    once warm-up is over) and writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``)."""
+    once warm-up is over), logs what a warm start loaded from the compile cache
+    (``compilation.warm_start``) and writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``)."""
 
     ascend_binding: WorkerBinding | None = None
+    ascend_load_baseline: LoadBaseline | None = None
 
     def init_device(self) -> None:
+        self.ascend_load_baseline = LoadBaseline.now()
         self.ascend_binding = prepare_worker(self.vllm_config, self.local_rank)
         ready_watch_for(self.vllm_config).install()
         super().init_device()
@@ -30,6 +34,7 @@ class AscendCPUWorker(CPUWorker):
 
     def compile_or_warm_up_model(self) -> Any:
         result = super().compile_or_warm_up_model()
+        log_warm_start(self.vllm_config, self.ascend_load_baseline or LoadBaseline())
         mark_engine_ready(self.vllm_config, lambda: self._report("serving"))
         self._report("warmed_up")
         return result

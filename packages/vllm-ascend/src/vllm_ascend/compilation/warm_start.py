@@ -1,0 +1,111 @@
+"""Warm starts: one log line per engine saying how many compiled artifacts came from the compile
+cache, from which directory, in how long.
+
+Where loading happens, loads are counted. vLLM's own counters (``compilation_counter``) count
+the compiled graphs (standalone inductor artifacts) it loads from its compile cache and the
+whole-model AOT artifacts that carry them (the host-CPU platform's path);
+``AscendCompiler.load`` records each fused graph it reuses in this engine's
+:class:`CacheLoads` (the NPU platform's path, which vLLM does not count). The worker takes a
+:class:`LoadBaseline` before the model is built and, once it is compiled and warmed up, calls
+:func:`log_warm_start`: a start that loaded anything logs ``warm start: loaded N compiled
+artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts when they carried none
+that vLLM counted; X: vLLM's torch.compile phase of this engine,
+``compilation_config.compilation_time``, which on a start served from the cache is the
+loading); a cold start logs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_ascend.runtime.per_config import PerConfig
+
+logger = logging.getLogger("vllm_ascend.compilation.warm_start")
+
+# vLLM's counters of what it loaded from its compile cache (vllm/compilation/counter.py).
+VLLM_GRAPHS_LOADED = "num_compiled_artifacts_loaded"
+VLLM_AOT_LOADED = "num_aot_artifacts_loaded"
+
+
+@dataclass
+class CacheLoads:
+    """Fused graphs ``AscendCompiler.load`` reused for one engine, and their directories."""
+
+    count: int = 0
+    dirs: list[str] = field(default_factory=list)
+
+    def add(self, directory: str) -> None:
+        self.count += 1
+        if directory not in self.dirs:
+            self.dirs.append(directory)
+
+
+_LOADS: PerConfig[CacheLoads] = PerConfig()
+
+
+def record_cache_load(vllm_config: Any, directory: str) -> None:
+    """Count one artifact loaded from ``directory`` for the engine of ``vllm_config``."""
+    _LOADS.get_or_create(vllm_config, CacheLoads).add(directory)
+
+
+def reset_cache_loads() -> None:
+    """Forget every engine's loads (tests)."""
+    _LOADS.clear()
+
+
+def vllm_loaded(counter: str) -> int:
+    """vLLM's count ``counter`` of loads from its compile cache in this process so far."""
+    from vllm.compilation.counter import compilation_counter
+
+    return int(getattr(compilation_counter, counter, 0))
+
+
+@dataclass(frozen=True)
+class LoadBaseline:
+    """vLLM's load counters when a worker began (the counters are per process)."""
+
+    graphs: int = 0
+    aot: int = 0
+
+    @classmethod
+    def now(cls) -> LoadBaseline:
+        return cls(vllm_loaded(VLLM_GRAPHS_LOADED), vllm_loaded(VLLM_AOT_LOADED))
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """What a warm start loaded: artifacts, the directories they came from, the seconds."""
+
+    artifacts: int
+    dirs: tuple[str, ...]
+    seconds: float
+
+    def line(self) -> str:
+        return (f"warm start: loaded {self.artifacts} compiled artifacts from "
+                f"{', '.join(self.dirs) or '(unknown dir)'} in {self.seconds:.2f} s")
+
+
+def warm_start_of(vllm_config: Any, baseline: LoadBaseline) -> WarmStart | None:
+    """The warm start of this engine since ``baseline``; None when nothing was loaded."""
+    cc = vllm_config.compilation_config
+    ours = _LOADS.get(vllm_config) or CacheLoads()
+    graphs = max(0, vllm_loaded(VLLM_GRAPHS_LOADED) - baseline.graphs)
+    vllm_count = graphs or max(0, vllm_loaded(VLLM_AOT_LOADED) - baseline.aot)
+    total = ours.count + vllm_count
+    if total == 0:
+        return None
+    dirs = list(ours.dirs)
+    local = str(getattr(cc, "local_cache_dir", "") or "")
+    if vllm_count and local and local not in dirs:
+        dirs.append(local)
+    return WarmStart(total, tuple(dirs), float(getattr(cc, "compilation_time", 0.0) or 0.0))
+
+
+def log_warm_start(vllm_config: Any, baseline: LoadBaseline) -> WarmStart | None:
+    """Log this engine's warm start (one info line; nothing on a cold start); returns it."""
+    found = warm_start_of(vllm_config, baseline)
+    if found is not None:
+        logger.info("%s", found.line())
+    return found
