@@ -42,17 +42,19 @@ class CacheLoads:
             self.dirs.append(directory)
 
 
-_LOADS: PerConfig[CacheLoads] = PerConfig()
+class EngineCacheLoads(PerConfig[CacheLoads]):
+    """Each engine's :class:`CacheLoads`, held by the process setup."""
+
+
+def _loads() -> EngineCacheLoads:
+    from vllm_ascend.runtime.process_setup import current_process_setup
+
+    return current_process_setup().state(EngineCacheLoads)
 
 
 def record_cache_load(vllm_config: Any, directory: str) -> None:
     """Count one artifact loaded from ``directory`` for the engine of ``vllm_config``."""
-    _LOADS.get_or_create(vllm_config, CacheLoads).add(directory)
-
-
-def reset_cache_loads() -> None:
-    """Forget every engine's loads (tests)."""
-    _LOADS.clear()
+    _loads().get_or_create(vllm_config, CacheLoads).add(directory)
 
 
 def vllm_loaded(counter: str) -> int:
@@ -90,7 +92,7 @@ class WarmStart:
 def warm_start_of(vllm_config: Any, baseline: LoadBaseline) -> WarmStart | None:
     """The warm start of this engine since ``baseline``; None when nothing was loaded."""
     cc = vllm_config.compilation_config
-    ours = _LOADS.get(vllm_config) or CacheLoads()
+    ours = _loads().get(vllm_config) or CacheLoads()
     graphs = max(0, vllm_loaded(VLLM_GRAPHS_LOADED) - baseline.graphs)
     vllm_count = graphs or max(0, vllm_loaded(VLLM_AOT_LOADED) - baseline.aot)
     total = ours.count + vllm_count
