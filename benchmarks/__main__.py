@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", metavar="NAME,...", type=_model_names,
                         help="e2e, startup: some of qwen3,qwen3_moe,smollm2 (default: all)")
     parser.add_argument("--rounds", metavar="N", type=_positive_int,
-                        help="e2e: rounds per model instead of the size's own")
+                        help="e2e: rounds per model instead of the size's own; startup: repeats")
     args = parser.parse_args(argv)
     names = list(BENCHMARKS) if "all" in args.names else list(dict.fromkeys(args.names))
     options = {"model_dir": args.model_dir, "models": args.models, "rounds": args.rounds}

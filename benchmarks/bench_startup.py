@@ -55,16 +55,17 @@ def _measure(stmt: str) -> dict[str, float]:
 
 
 def run(quick: bool = False, model_dir: str | Path | None = None,
-        models: list[str] | None = None) -> list[Table]:
+        models: list[str] | None = None, rounds: int | None = None) -> list[Table]:
     """The plugin hook's table, then the engine-ready tables (``engine_ready``)."""
-    return [hook_table(quick), *engine_ready(quick, model_dir, models)]
+    return [hook_table(quick), *engine_ready(quick, model_dir, models, rounds)]
 
 
 def engine_ready(quick: bool, model_dir: str | Path | None = None,
-                 models: list[str] | None = None) -> list[Table]:
+                 models: list[str] | None = None, rounds: int | None = None) -> list[Table]:
     """Engine ready cold and warm by phase for ``models`` (names of ``bench_e2e.MODELS``;
     default all, quick: qwen3 alone) at the e2e sizes (quick: the quick size, 1 repeat; full:
-    3 repeats); the real model from ``model_dir`` or the plugin's SmolLM2 checkpoint."""
+    3 repeats; ``rounds``: that many repeats); the real model from ``model_dir`` or the
+    plugin's SmolLM2 checkpoint."""
     from benchmarks.bench_e2e import ARCHES, FULL, MODELS, QUICK, REAL_MODEL, default_model_dir
     from benchmarks.startup_engines import measure_starts, startup_tables
 
@@ -73,6 +74,8 @@ def engine_ready(quick: bool, model_dir: str | Path | None = None,
     if unknown:
         raise ValueError(f"models {unknown}: allowed are {', '.join(MODELS)}")
     size, repeats = (QUICK, 1) if quick else (FULL, 3)
+    if rounds is not None:
+        repeats = rounds
     real_dir = None
     if REAL_MODEL in chosen:  # first: a missing model package fails before any engine runs
         real_dir = Path(model_dir) if model_dir is not None else default_model_dir()

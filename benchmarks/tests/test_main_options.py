@@ -32,9 +32,9 @@ def test_rounds_must_be_at_least_one(capsys: pytest.CaptureFixture[str], text: s
 
 def test_an_option_no_chosen_benchmark_takes_is_refused(capsys: pytest.CaptureFixture[str]
                                                         ) -> None:
-    err = _error(capsys, ["startup", "config", "--rounds", "2"])
-    assert ("--rounds applies to: e2e; the chosen benchmarks (startup, config) take no "
-            "--rounds") in err
+    err = _error(capsys, ["topology", "config", "--rounds", "2"])
+    assert ("--rounds applies to: startup, e2e; the chosen benchmarks (topology, config) take "
+            "no --rounds") in err
 
 
 def test_model_dir_must_be_a_checkpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path
