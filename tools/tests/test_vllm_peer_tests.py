@@ -130,7 +130,13 @@ def test_check_run_refuses_a_side_that_crashed_or_ran_elsewhere(
 
 
 def test_the_fast_subset_lies_in_the_allow_list() -> None:
-    assert set(peer.FAST) <= set(peer.ALL) and len(set(peer.ALL)) == len(peer.ALL)
+    assert set(peer.files_of(peer.FAST)) <= set(peer.ALL) and len(set(peer.ALL)) == len(peer.ALL)
+
+
+def test_files_of_keeps_each_file_once_in_order() -> None:
+    entries = ["tests/b.py::test_x", "tests/a.py", "tests/b.py::test_y", "tests/b.py"]
+    assert peer.files_of(entries) == ("tests/b.py", "tests/a.py")
+    assert peer.pytest_command(entries, Path("r.xml"), 9)[3:7] == entries
 
 
 def test_files_outside_the_allow_list_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
