@@ -1,0 +1,153 @@
+"""tools/vllm_peer_tests.py and tools/vllm_peer_sdist.py: the pinned sdist cache, each side's
+environment, and the command line's checks."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+import vllm_peer_sdist as sdist
+import vllm_peer_tests as peer
+
+
+def _archive(path: Path, members: dict[str, bytes], link: str | None = None) -> sdist.Sdist:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if link is not None:
+            info = tarfile.TarInfo(link)
+            info.type = tarfile.SYMTYPE
+            info.linkname = "/etc/passwd"
+            tar.addfile(info)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return sdist.Sdist("9.9.9", path.as_uri(), digest)
+
+
+MEMBERS = {
+    "vllm-9.9.9/tests/conftest.py": b"# root conftest\n",
+    "vllm-9.9.9/tests/v1/test_a.py": b"def test_a():\n    pass\n",
+    "vllm-9.9.9/pyproject.toml": b"[tool.pytest.ini_options]\n",
+    "vllm-9.9.9/vllm/__init__.py": b"raise SystemExit('never extracted')\n",
+}
+
+
+def test_extracted_tests_keeps_only_the_tests_and_pyproject(tmp_path: Path) -> None:
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
+    root = sdist.extracted_tests(pinned, tmp_path / "cache")
+    assert root == tmp_path / "cache" / f"vllm-9.9.9-{pinned.sha256[:12]}"
+    assert (root / "tests" / "v1" / "test_a.py").read_bytes() == MEMBERS[
+        "vllm-9.9.9/tests/v1/test_a.py"]
+    assert (root / "pyproject.toml").is_file() and not (root / "vllm").exists()
+    # No staging folder is left behind.
+    assert {p.name for p in (tmp_path / "cache").iterdir()} == {"vllm-9.9.9.tar.gz", root.name}
+
+
+def test_extracted_tests_reuses_the_cache_without_fetching(tmp_path: Path) -> None:
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
+    first = sdist.extracted_tests(pinned, tmp_path / "cache")
+    (tmp_path / "src.tar.gz").unlink()  # a second fetch would fail
+    assert sdist.extracted_tests(pinned, tmp_path / "cache") == first
+
+
+def test_extracted_tests_refuses_an_archive_with_another_sha256(tmp_path: Path) -> None:
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
+    wrong = sdist.Sdist(pinned.version, pinned.url, "0" * 64)
+    with pytest.raises(RuntimeError, match="pinned 0000"):
+        sdist.extracted_tests(wrong, tmp_path / "cache")
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_extracted_tests_refuses_a_link_among_the_tests(tmp_path: Path) -> None:
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS, link="vllm-9.9.9/tests/evil.py")
+    with pytest.raises(RuntimeError, match=r"tests/evil\.py is neither file nor folder"):
+        sdist.extracted_tests(pinned, tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["vllm-9.9.9.tar.gz"]
+
+
+def test_a_download_that_fails_names_the_url(tmp_path: Path) -> None:
+    missing = sdist.Sdist("9.9.9", (tmp_path / "nowhere.tar.gz").as_uri(), "0" * 64)
+    with pytest.raises(RuntimeError, match="cannot download file://"):
+        sdist.extracted_tests(missing, tmp_path / "cache")
+
+
+def test_the_pinned_sdist_is_the_installed_vllm_release() -> None:
+    assert peer.installed_vllm() == sdist.VLLM_0_32_0.version
+    assert sdist.VLLM_0_32_0.url.endswith(f"/vllm-{sdist.VLLM_0_32_0.version}.tar.gz")
+
+
+def test_side_env_loads_no_plugin_for_stock_and_the_host_cpu_platform_for_the_plugin(
+    tmp_path: Path,
+) -> None:
+    base = {"VLLM_PLUGINS": "x", "VLLM_ASCEND_DEVICE": "npu", "PYTHONPATH": "/mine", "A": "1"}
+    stock, plugin = (peer.side_env(s, tmp_path, base, tblib_missing=False) for s in peer.SIDES)
+    assert stock["VLLM_PLUGINS"] == "none" and "VLLM_ASCEND_DEVICE" not in stock
+    assert plugin["VLLM_ASCEND_DEVICE"] == "cpu" and "VLLM_PLUGINS" not in plugin
+    for env in (stock, plugin):
+        assert env["A"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+        assert env["PYTHONPATH"].split(":") == [str(peer.SUPPORT), "/mine"]
+    assert stock["VLLM_CACHE_ROOT"] != plugin["VLLM_CACHE_ROOT"]
+    missing = peer.side_env(peer.SIDES[0], tmp_path, {}, tblib_missing=True)
+    assert missing["PYTHONPATH"].split(":") == [str(peer.SUPPORT), str(peer.SUPPORT / "no_tblib")]
+
+
+def _run(tmp_path: Path, returncode: int, platform: str | None, xml: str | None) -> peer.SideRun:
+    run = peer.SideRun(peer.SIDES[1], returncode, tmp_path / "p.log", tmp_path / "p.xml",
+                       tmp_path / "platform.txt")
+    run.log.write_text("pytest output tail\n")
+    if platform is not None:
+        run.platform_file.write_text(platform)
+    if xml is not None:
+        run.junit.write_text(xml)
+    return run
+
+
+XML = ('<testsuites><testsuite><testcase classname="tests.test_a" name="test_x"/>'
+       "</testsuite></testsuites>")
+
+
+def test_check_run_reads_a_finished_side(tmp_path: Path) -> None:
+    run = _run(tmp_path, 1, "AscendCpuPlatform", XML)
+    assert peer.check_run(run, ["tests/test_a.py"]) == {"tests/test_a.py::test_x": "passed"}
+
+
+@pytest.mark.parametrize(("code", "platform", "xml", "message"), [
+    (2, "AscendCpuPlatform", XML, "pytest exited with 2"),
+    (-9, "AscendCpuPlatform", XML, "pytest exited with -9"),
+    (0, "AscendCpuPlatform", None, "pytest exited with 0"),
+    (0, "CpuPlatform", XML, "platform was CpuPlatform, expected AscendCpuPlatform"),
+    (0, None, XML, "platform was [?]"),
+])
+def test_check_run_refuses_a_side_that_crashed_or_ran_elsewhere(
+    tmp_path: Path, code: int, platform: str | None, xml: str | None, message: str,
+) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        peer.check_run(_run(tmp_path, code, platform, xml), ["tests/test_a.py"])
+
+
+def test_the_fast_subset_lies_in_the_allow_list() -> None:
+    assert set(peer.files_of(peer.FAST)) <= set(peer.ALL) and len(set(peer.ALL)) == len(peer.ALL)
+
+
+def test_files_of_keeps_each_file_once_in_order() -> None:
+    entries = ["tests/b.py::test_x", "tests/a.py", "tests/b.py::test_y", "tests/b.py"]
+    assert peer.files_of(entries) == ("tests/b.py", "tests/a.py")
+    assert peer.pytest_command(entries, Path("r.xml"), 9)[3:7] == entries
+
+
+def test_files_outside_the_allow_list_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        peer.parse_args(["--files", "tests/test_envs.py", "tests/models/test_x.py"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "not in the allow-list: tests/models/test_x.py;" in err and "allowed: " in err
+
+
+def test_a_timeout_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        peer.parse_args(["--timeout", "0"])
+    assert "--timeout must be a positive number of seconds, got 0" in capsys.readouterr().err
