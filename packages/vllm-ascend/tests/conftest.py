@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,35 @@ def _fresh_process_setup() -> Iterator[None]:
 
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+
+class _Messages(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _logged(name: str) -> Iterator[list[str]]:
+    logger, handler = logging.getLogger(name), _Messages()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.fixture
+def logged() -> Callable[[str], contextlib.AbstractContextManager[list[str]]]:
+    """``with logged(name) as lines``: the messages logged on logger ``name`` meanwhile, every
+    level (the vllm_ascend loggers do not propagate to caplog)."""
+    return _logged
 
 
 def write_tiny_qwen3(path: Path, *, layers: int = 2, with_weights: bool = False) -> Path:

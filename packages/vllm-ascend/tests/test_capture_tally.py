@@ -4,38 +4,11 @@ torch_npu (the NPU seam), driven by vLLM's CudagraphDispatcher and forward conte
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _logged(name: str) -> Iterator[list[str]]:
-    """Messages of one logger (the vllm_ascend logger does not propagate to caplog)."""
-    logger, handler = logging.getLogger(name), _Lines()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
 
 CAPTURE_SECONDS = 0.02  # the runnable sleeps this long, so each capture takes at least it
 
@@ -74,8 +47,7 @@ def _step(cfg: Any, dispatcher: Any, wrapper: Any, num_tokens: int) -> Any:
 
 
 def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
-    make_vllm_config: Any, request: Any
-) -> None:
+    make_vllm_config: Any, request: Any, logged: Any) -> None:
     from vllm_ascend.compilation.capture_tally import capture_tally_for
     from vllm_ascend.runtime.process_setup import reset_process_setup
     from vllm_ascend.runtime.rank_report import build_rank_report
@@ -88,7 +60,7 @@ def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="device")
     assert report["captures"] == {"count": 0, "seconds": 0.0}  # nothing captured yet
 
-    with _logged("vllm_ascend.compilation.capture_tally") as lines:
+    with logged("vllm_ascend.compilation.capture_tally") as lines:
         padded = [_step(cfg, dispatcher, wrapper, n) for n in (3, 1, 3)]  # 3 pads to 4
     assert padded == [4, 1, 4]
     # Two captures on the device (4 then 1); the second batch of 3 replays the graph of 4.

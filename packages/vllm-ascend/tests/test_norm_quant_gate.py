@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import types
 from pathlib import Path
@@ -14,25 +13,11 @@ from vllm_ascend.compilation import norm_quant_gate as gate
 from vllm_ascend.runtime.process_setup import reset_process_setup
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 @pytest.fixture
-def gate_log() -> Any:
-    """Messages of the gate's logger (the vllm_ascend logger does not propagate to caplog)."""
-    logger = logging.getLogger("vllm_ascend.compilation.norm_quant_gate")
-    handler, level = _Records(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    yield handler.messages
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+def gate_log(logged: Any) -> Any:
+    """Messages of the gate's logger."""
+    with logged("vllm_ascend.compilation.norm_quant_gate") as found:
+        yield found
 
 
 W8A8_ONLY = {"model.layers.0.self_attn.q_proj.weight": "W8A8", "model_quant_type": "W8A8"}

@@ -4,36 +4,11 @@ compiles are real torch.compile recompiles, counted against torch's own frame co
 
 from __future__ import annotations
 
-import contextlib
-import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _logged() -> Iterator[list[str]]:
-    """Messages of the watch's logger (the vllm_ascend logger does not propagate)."""
-    logger, handler = logging.getLogger("vllm_ascend.compilation.ready_watch"), _Lines()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 @pytest.fixture
@@ -66,13 +41,13 @@ def test_dynamo_compiles_before_ready_are_totals_not_after_ready(watch: Any) -> 
 
 
 def test_a_new_shape_after_ready_is_one_compile_logged_with_its_guard_failure(
-        watch: Any) -> None:
+        watch: Any, logged: Any) -> None:
     fn = torch.compile(lambda x: x.sin() + 1, backend="eager")
     fn(torch.ones(2))
     events: list[int] = []
     watch.mark_ready(on_after_ready=lambda: events.append(watch.after_ready["compiles"]))
     frames = _frames_compiled()
-    with _logged() as lines:
+    with logged("vllm_ascend.compilation.ready_watch") as lines:
         fn(torch.ones(2))  # the shape seen before ready: no compile
         assert watch.after_ready["compiles"] == 0
         fn(torch.ones(3))  # size mismatch: Dynamo recompiles (now with a dynamic size)
@@ -135,14 +110,14 @@ def test_strict_mode_makes_a_compile_after_ready_an_error(watch: Any) -> None:
     assert watch.after_ready["compiles"] == 1
 
 
-def test_note_counts_every_event_but_logs_each_cause_once() -> None:
+def test_note_counts_every_event_but_logs_each_cause_once(logged: Any) -> None:
     from vllm_ascend.compilation.ready_watch import ReadyWatch
 
     watch = ReadyWatch()
     watch.note("pass_runs", "range [1, 8]")  # before ready: a total only
     assert (watch.pass_runs, watch.after_ready["pass_runs"]) == (1, 0)
     watch.mark_ready()
-    with _logged() as lines:
+    with logged("vllm_ascend.compilation.ready_watch") as lines:
         for cause in ("range [9, 9]", "range [9, 9]", "range [10, 10]"):
             watch.note("pass_runs", cause)
         watch.note("captures", "FULL num_tokens=3")
@@ -206,12 +181,12 @@ def test_the_pass_manager_counts_its_runs_in_the_engines_watch(make_vllm_config)
     assert watch.causes == [f"passes run for compile range {new_range} (a new shape)"]
 
 
-def test_the_report_lists_the_first_causes_and_the_log_has_every_one() -> None:
+def test_the_report_lists_the_first_causes_and_the_log_has_every_one(logged: Any) -> None:
     from vllm_ascend.compilation.ready_watch import MAX_REPORTED_CAUSES, ReadyWatch
 
     watch = ReadyWatch()
     watch.mark_ready()
-    with _logged() as lines:
+    with logged("vllm_ascend.compilation.ready_watch") as lines:
         for size in range(MAX_REPORTED_CAUSES + 1):
             watch.note("captures", f"num_tokens={size}")
             watch.note("captures", f"num_tokens={size}")

@@ -4,9 +4,9 @@ tests/integration/test_warm_start.py.)"""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend)
 import pytest
@@ -28,25 +28,11 @@ RANGE = Range(start=1, end=16)
 KEY = "artifact_compile_range_1_16_subgraph_0"
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture
-def lines() -> Iterator[list[str]]:
-    """Messages of the warm-start logger (the plugin's loggers may not propagate)."""
-    logger, handler = logging.getLogger("vllm_ascend.compilation.warm_start"), _Lines()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.lines
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+def lines(logged: Any) -> Iterator[list[str]]:
+    """Messages of the warm-start logger."""
+    with logged("vllm_ascend.compilation.warm_start") as found:
+        yield found
 
 
 @pytest.fixture(autouse=True)
