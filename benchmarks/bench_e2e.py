@@ -109,7 +109,8 @@ def measure_engines(
     labels: tuple[str, ...] = tuple(ENGINES), *, warm: bool = False,
     after_round: Callable[[], None] | None = None,
 ) -> dict[str, EngineRun]:
-    """Start each engine alone, then time them in alternation (``round_order``) for ``rounds``:
+    """Start each engine alone (its engine core in a process of its own, as a user's
+    ``vllm.LLM`` runs: ``Engine``), then time them in alternation (``round_order``) for ``rounds``:
     the batch of ``prompts`` and the first prompt alone, ``max_tokens`` greedy tokens each;
     ``after_round`` runs after every round. ``warm``: once all are stopped, start each engine
     alone once more in a new process on the compile cache its first start filled (engine ready
@@ -117,7 +118,7 @@ def measure_engines(
     engines: list[Engine] = []
     try:
         for label in labels:
-            engine = Engine(label, model, root, max_num_seqs=len(prompts))
+            engine = Engine(label, model, root, max_num_seqs=len(prompts), engine_process=True)
             engines.append(engine)
             engine.start()
             # Untimed: the batch and the single stream once at the prompts' own lengths, so
@@ -145,7 +146,8 @@ def measure_engines(
     runs = {engine.run.label: engine.run for engine in engines}
     if warm:
         for label, run in runs.items():
-            again = Engine(label, model, root, max_num_seqs=len(prompts), log_name="-warm")
+            again = Engine(label, model, root, max_num_seqs=len(prompts), log_name="-warm",
+                           engine_process=True)
             try:
                 run.warm_startup_s = again.load()
             finally:

@@ -3,8 +3,11 @@
 ``stock`` is vLLM for CPU with no plugin loaded (``VLLM_PLUGINS`` names no installed plugin);
 ``fusion on`` / ``fusion off`` are the Ascend host-CPU platform with the Ascend fusion passes
 switched on or off. Every engine gets a fresh compile cache (``VLLM_CACHE_ROOT``), so each
-start-up compiles from scratch, and runs in-process in its worker (so the worker's peak RSS is
-the engine's).
+start-up compiles from scratch. An engine runs in-process in its worker (the profiler sees its
+steps), or with ``engine_process=True`` as a user's ``vllm.LLM`` runs it: the engine core in a
+process of its own, where each platform picks its executor (stock vLLM CPU: a worker process
+beside the engine core; the host-CPU platform with one rank: the worker in the engine core,
+``config_pipeline.rank_binding``). CPU time and peak RSS cover the worker and its descendants.
 """
 
 from __future__ import annotations
@@ -44,27 +47,44 @@ class EngineRun:
     report: dict[str, int] = field(default_factory=dict)
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    import psutil
+
+    return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
+
+
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a live process so far, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU time so far of a live process and its live descendants, in s."""
+    total = 0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):  # a descendant that has just exited
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:
-    """Peak resident set size (``VmHWM``) of a live process, in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/{pid}/status has no VmHWM line")
+    """Peak resident set size (``VmHWM``) of a live process plus its live descendants' peaks,
+    in MiB."""
+    total = 0.0
+    for member in process_tree(pid):
+        for line in Path(f"/proc/{member}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+                break
+        else:
+            raise RuntimeError(f"/proc/{member}/status has no VmHWM line")
+    return total
 
 
 def engine_setup(
     label: str, model: Path, root: Path, max_num_seqs: int, *, dtype: str = "bfloat16",
-    max_model_len: int = 512, compile: bool = True,
+    max_model_len: int = 512, compile: bool = True, engine_process: bool = False,
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """(environment, `vllm.LLM` keyword arguments) of engine ``label``; files go under ``root``
     (the compile cache in ``root/cache-LABEL``, so an engine started again on the same ``root``
-    starts warm)."""
+    starts warm; with ``engine_process``, the rank reports in ``root/ranks-LABEL``)."""
     from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
 
     device, plugins, fusion = ENGINES[label]
@@ -73,6 +93,11 @@ def engine_setup(
     env = engine_env(device=device, cache_root=root / f"cache-{slug}", plugins=plugins)
     if plugins is None:
         env.pop("VLLM_PLUGINS", None)  # every installed plugin, whatever the shell says
+    if engine_process:
+        from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV
+
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        env[REPORT_DIR_ENV] = str(root / f"ranks-{slug}")
     kwargs = llm_kwargs(
         str(model), fusion=fusion, dtype=dtype, max_num_seqs=max_num_seqs,
         max_model_len=max_model_len, compile=compile,
@@ -85,10 +110,12 @@ class Engine:
     """One benchmark engine: a worker process holding one `vllm.LLM`."""
 
     def __init__(self, label: str, model: Path, root: Path, max_num_seqs: int,
-                 log_name: str = "") -> None:
+                 log_name: str = "", *, engine_process: bool = False) -> None:
         from vllm_ascend_testing.worker_client import LLMWorker
 
-        env, self.kwargs = engine_setup(label, model, root, max_num_seqs)
+        env, self.kwargs = engine_setup(label, model, root, max_num_seqs,
+                                        engine_process=engine_process)
+        self.report_dir = env.get("VLLM_ASCEND_RANK_REPORT_DIR") if engine_process else None
         self.run = EngineRun(label)
         slug = label.replace(" ", "-")
         self.worker = LLMWorker(env, root / f"{slug}{log_name}.log")
@@ -102,8 +129,20 @@ class Engine:
         """Build the engine (timed: engine ready) and run one short warm-up generation."""
         self.run.startup_s = self.load()
         if self.run.label != "stock":
-            self.run.report = self.worker.request("fusion_report")["report"]
+            self.run.report = self.fusion_report()
         self.generate(["warm-up"], 4)
+
+    def fusion_report(self) -> dict[str, int]:
+        """Sites rewritten per Ascend pass: from the engine's worker (its rank report) when
+        the engine core has its own process, else from the in-process engine."""
+        if self.report_dir is None:
+            return dict(self.worker.request("fusion_report")["report"])
+        from vllm_ascend.runtime.rank_report import read_rank_reports
+
+        reports = read_rank_reports(self.report_dir)
+        if not reports:
+            raise RuntimeError(f"no rank report in {self.report_dir}")
+        return dict(reports[min(reports)]["fusion"])
 
     def generate(self, prompts: list[str], max_tokens: int
                  ) -> tuple[float, float, list[list[int]]]:

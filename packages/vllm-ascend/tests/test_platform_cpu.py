@@ -227,3 +227,31 @@ def test_a_config_without_a_model_builds_vllms_pass_manager_as_stock_vllm_does(
     assert set(plugin["fuse"]) == set(stock["fuse"])
     assert plugin["passes"] == stock["passes"]
     assert plugin["repr"] and stock["repr"]
+
+
+# --- the executor of one rank (config_pipeline.rank_binding.keep_one_rank_in_engine_core) ----
+
+def _backend(make_vllm_config, monkeypatch, multiprocessing: str, **kwargs) -> str:
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", multiprocessing)
+    return str(make_vllm_config(**kwargs).parallel_config.distributed_executor_backend)
+
+
+def test_one_rank_runs_its_worker_in_the_engine_core_process(make_vllm_config, monkeypatch,
+                                                             logged) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    # Stock vLLM CPU makes this "mp" (a worker process beside a polling engine core).
+    with logged("vllm_ascend.config_pipeline.rank_binding") as lines:
+        assert _backend(make_vllm_config, monkeypatch, "1") == "uni"
+    assert any("the worker runs in the engine core process" in line for line in lines)
+    assert _backend(make_vllm_config, monkeypatch, "0") == "uni"  # in-process: vLLM's own
+
+
+def test_the_one_rank_rule_keeps_what_it_does_not_own(make_vllm_config, monkeypatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    # The user's executor, two ranks and two data-parallel engines keep vLLM's choice.
+    assert _backend(make_vllm_config, monkeypatch, "1", distributed_executor_backend="mp") == "mp"
+    assert _backend(make_vllm_config, monkeypatch, "1", tensor_parallel_size=2) == "mp"
+    assert _backend(make_vllm_config, monkeypatch, "1", data_parallel_size=2) == "mp"
+    # A user's OpenMP binding is applied by vLLM's worker process.
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    assert _backend(make_vllm_config, monkeypatch, "1") == "mp"

@@ -7,6 +7,15 @@ wants one NUMA node per rank and fails on smaller hosts ("Not enough allowed NUM
 threads of 2 local CPUWorkers"), so the plugin plans the lists itself with ascend-topology (a
 rank host: one device per local rank over the allowed CPUs) and writes them there. An explicit
 value from the user wins; ``enable_cpu_binding: false`` leaves vLLM's own behaviour.
+
+One rank, one engine: vLLM's CPU platform turns the single-rank executor ``"uni"`` into
+``"mp"`` whenever the engine core is its own process, so a user's ``vllm.LLM`` or ``vllm-ascend
+serve`` runs three processes: front end, engine core and one worker. The engine core then waits
+for the worker by polling, which costs one CPU for the whole run: vLLM reserves it (one OpenMP
+thread fewer; on a 2-core host the model runs on one core), and a pool over every CPU would
+share its cores with the polling. :func:`keep_one_rank_in_engine_core` restores ``"uni"``: the
+worker runs in the engine core process (its own process already, apart from the front end), the
+scheduler runs between the steps, and OpenMP gets every allowed CPU.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from vllm_ascend.runtime.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
@@ -33,6 +42,25 @@ def use_ascend_cpu_worker(vllm_config: Any) -> None:
     par = vllm_config.parallel_config
     if par.worker_cls == "auto":
         par.worker_cls = CPU_WORKER_CLS
+
+
+def keep_one_rank_in_engine_core(vllm_config: Any, backend_before: str | None,
+                                 environ: Mapping[str, str] | None = None) -> str | None:
+    """Put vLLM's single-rank executor ``"uni"`` back after the CPU defaults made it ``"mp"``
+    (see the module doc); returns the decision line, or None when nothing changed. Kept as it
+    is: an executor the user chose, several ranks or data-parallel engines (they get a pool
+    each), an in-process engine (vLLM kept ``"uni"`` itself) and a
+    ``VLLM_CPU_OMP_THREADS_BIND`` the user set (vLLM's worker process applies it)."""
+    env = os.environ if environ is None else environ
+    par = vllm_config.parallel_config
+    if (backend_before != "uni" or par.distributed_executor_backend != "mp"
+            or par.world_size != 1 or int(par.data_parallel_size or 1) != 1):
+        return None
+    if OMP_BIND_ENV in env and handed_rank_plan(env) is None:
+        return None
+    par.distributed_executor_backend = "uni"
+    return _say("one rank: the worker runs in the engine core process (executor 'uni', "
+                "every allowed CPU for OpenMP, no CPU held for polling a worker process)")
 
 
 def _forget_own_plan(environ: MutableMapping[str, str]) -> None:

@@ -90,7 +90,9 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
     rank_binding.use_ascend_cpu_worker(vllm_config)
+    backend_before = vllm_config.parallel_config.distributed_executor_backend
     cpu_defaults(vllm_config)  # reads VLLM_CPU_KVCACHE_SPACE into kv_cache_memory_bytes
+    rank_binding.keep_one_rank_in_engine_core(vllm_config, backend_before)
     kv_cache_budget.default_kv_cache_reservation(vllm_config)
     cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
     rank_binding.hand_rank_plan(vllm_config, resolved)
