@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV
+
 # Engine label -> (VLLM_ASCEND_DEVICE, VLLM_PLUGINS or None for every plugin, fusion switch).
 ENGINES: dict[str, tuple[str, str | None, bool]] = {
     "stock": ("auto", "none", False),
@@ -94,8 +96,6 @@ def engine_setup(
     if plugins is None:
         env.pop("VLLM_PLUGINS", None)  # every installed plugin, whatever the shell says
     if engine_process:
-        from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV
-
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
         env[REPORT_DIR_ENV] = str(root / f"ranks-{slug}")
     kwargs = llm_kwargs(
@@ -115,7 +115,7 @@ class Engine:
 
         env, self.kwargs = engine_setup(label, model, root, max_num_seqs,
                                         engine_process=engine_process)
-        self.report_dir = env.get("VLLM_ASCEND_RANK_REPORT_DIR") if engine_process else None
+        self.report_dir = env.get(REPORT_DIR_ENV) if engine_process else None
         self.run = EngineRun(label)
         slug = label.replace(" ", "-")
         self.worker = LLMWorker(env, root / f"{slug}{log_name}.log")
