@@ -16,6 +16,7 @@ which names the `torch.ops.ascend.*` ops directly, and traces that code again on
 from __future__ import annotations
 
 import copy
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -63,7 +64,12 @@ def _tensor_digest(value: torch.Tensor) -> str:
     meta = f"{value.dtype}{tuple(value.shape)}"
     try:
         flat = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-        return meta + hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+        # Read the bytes directly: numpy is not a dependency, and without it `.numpy()` fails
+        # and the tensor's data would silently drop out of the digest.
+        if flat.numel() and not flat.data_ptr():
+            return meta  # no host memory behind it
+        data = ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b""
+        return meta + hashlib.sha256(data).hexdigest()
     except (RuntimeError, TypeError, NotImplementedError):
         return meta  # fake or meta tensors have no data to hash
 
