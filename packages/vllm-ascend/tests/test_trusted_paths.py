@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -338,3 +339,36 @@ def test_the_platform_plugin_redirects_vllm_cache_root_before_vllm_reads_it(
                              "the root) is writable by group or others without the sticky "
                              "bit (mode 777)") == 1
     assert list((shared / "root").iterdir()) == []
+
+
+def test_without_a_home_a_private_stand_in_under_the_temp_dir_is_used_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warnings: pytest.LogCaptureFixture,
+) -> None:
+    # HOME unset and no passwd entry for this uid (the subprocess test of register() runs
+    # the real thing as such a uid): `~` must not become a directory named "~" in the
+    # working directory, nor raise as Path.home() does.
+    import pwd
+
+    from vllm_ascend.observability.logging_setup import default_log_dir
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / f"vllm-ascend-{os.geteuid()}" / "home"
+    roots = TrustedRoots()
+    assert default_log_dir({}) == home / "ascend" / "log" / "vllm_ascend"
+    logs = roots.root("~/ascend/log/vllm_ascend", "ascend_log_path", {})
+    assert logs == home / "ascend" / "log" / "vllm_ascend" and _mode(home) == 0o700
+    env: dict[str, str] = {}
+    assert roots.secure_vllm_cache_root(env) == home / ".cache" / "vllm"
+    assert env == {"VLLM_CACHE_ROOT": str(home / ".cache" / "vllm")}
+    assert _warned(warnings) == [f"no home directory (HOME is unset and uid {os.getuid()} has "
+                                 f"no passwd entry): using {home} instead (caches and logs "
+                                 "go there)"]
+    assert not (tmp_path / "~").exists()
+    # With a HOME, `~` is that HOME: the environment given, not this process's.
+    assert roots.root("~/x", "ascend_log_path", {"HOME": str(tmp_path / "h")}) == \
+        tmp_path / "h" / "x"

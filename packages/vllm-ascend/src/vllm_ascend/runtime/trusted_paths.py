@@ -21,9 +21,9 @@ from the same cache root) would load or overwrite. So:
   instead (:func:`own_cache_dir`; a fresh temporary directory when that is refused too).
   ``VLLM_CACHE_ROOT`` is redirected the same way before vLLM reads it
   (:meth:`TrustedRoots.secure_vllm_cache_root`), so vLLM's own artifacts are protected too.
-- Without a home (``HOME`` unset and a uid with no passwd entry, as in some containers) the
-  user's own cache is ``<tmp>/vllm-ascend-<uid>/cache``, checked by the same rule, with one
-  warning.
+- Without a home (``HOME`` unset and a uid with no passwd entry, as in some containers) a
+  stand-in home is used: ``<tmp>/vllm-ascend-<uid>/home`` (its cache ``.../home/.cache``, ``~``
+  in a configured path), checked by the same rule as any root, with one warning.
 - Inside a trusted root only this user writes, so entries need no ownership checks: files are
   written atomically (:func:`write_atomic`, :meth:`TrustedDir.write_atomic`) and read with a
   size bound, refusing symlinks and special files (:func:`read_bounded_file`,
@@ -305,34 +305,40 @@ def home_dir(environ: Mapping[str, str] | None = None) -> str | None:
         return None
 
 
-def no_home_cache_dir() -> Path:
-    """The user's own cache when there is no home: ``<tmp>/vllm-ascend-<uid>/cache``."""
-    return Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}" / "cache"
+def no_home_dir() -> Path:
+    """The stand-in home when there is none: ``<tmp>/vllm-ascend-<uid>/home``."""
+    return Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}" / "home"
+
+
+def own_home(environ: Mapping[str, str] | None = None) -> Path:
+    """:func:`home_dir`, else :func:`no_home_dir`. Not checked here: whoever uses a directory
+    in it checks that as a root."""
+    home = home_dir(environ)
+    return Path(home) if home else no_home_dir()
 
 
 def own_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """This user's own cache: ``<home>/.cache`` (:func:`home_dir`), else
-    :func:`no_home_cache_dir`. Not checked here: whoever uses it checks it as a root."""
-    home = home_dir(environ)
-    return Path(home) / ".cache" if home else no_home_cache_dir()
+    """This user's own cache: ``.cache`` in :func:`own_home`."""
+    return own_home(environ) / ".cache"
 
 
 def expand_home(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
-    """``path`` with a leading ``~`` or ``~/`` replaced by :func:`home_dir` (other ``~user``
-    forms as :func:`os.path.expanduser` does); :class:`UntrustedPathError` when it names a
-    home there is none of, rather than a directory literally called ``~``."""
+    """``path`` with a leading ``~`` or ``~/`` replaced by :func:`own_home` (the stand-in home
+    when there is none, rather than a directory literally called ``~`` in the working
+    directory); ``~user`` forms as :func:`os.path.expanduser` expands them, an error when it
+    cannot."""
     text = os.fspath(path)
     if text == "~" or text.startswith("~/"):
-        home = home_dir(environ)
-        if home is None:
-            raise UntrustedPathError(
-                f"{text} names the home directory, and there is none (HOME is unset and uid "
-                f"{os.getuid()} has no passwd entry)")
-        return Path(home + text[1:])
+        return Path(str(own_home(environ)) + text[1:])
     expanded = os.path.expanduser(text)
     if expanded.startswith("~"):
         raise UntrustedPathError(f"{text} names a home directory that does not exist")
     return Path(expanded)
+
+
+def _names_home(path: str | os.PathLike[str]) -> bool:
+    text = os.fspath(path)
+    return text == "~" or text.startswith("~/")
 
 
 class TrustedRoots:
@@ -350,6 +356,8 @@ class TrustedRoots:
         with one warning per process naming ``what`` and why, the private fallback for
         ``what``."""
         key = (os.fspath(wanted), what)
+        if _names_home(wanted):
+            self.note_no_home(environ)
         try:
             return make_private_dir(expand_home(wanted, environ))
         except OSError as exc:
@@ -365,13 +373,17 @@ class TrustedRoots:
         return chosen
 
     def own_cache(self, environ: Mapping[str, str] | None = None) -> Path:
-        """:func:`own_cache_dir`; the first time it has to do without a home, one warning."""
+        """:func:`own_cache_dir` (see :meth:`note_no_home`)."""
+        self.note_no_home(environ)
+        return own_cache_dir(environ)
+
+    def note_no_home(self, environ: Mapping[str, str] | None = None) -> None:
+        """One warning per process the first time the stand-in home is needed."""
         if home_dir(environ) is None and not self._warned_no_home:
             self._warned_no_home = True
             logger.warning("no home directory (HOME is unset and uid %d has no passwd entry): "
-                           "caches and logs of this user go to %s", os.getuid(),
-                           no_home_cache_dir())
-        return own_cache_dir(environ)
+                           "using %s instead (caches and logs go there)", os.getuid(),
+                           no_home_dir())
 
     def secure_vllm_cache_root(self, environ: MutableMapping[str, str] | None = None) -> Path:
         """Check vLLM's cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
