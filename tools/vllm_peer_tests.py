@@ -225,6 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{pinned.version}'s", file=sys.stderr)
         return 2
     root = sdist.extracted_tests(pinned, args.cache)
+    try:
+        return _compare(args, entries, files, pinned, root)
+    finally:
+        sdist.remove_tests(root)
+
+
+def _compare(args: argparse.Namespace, entries: Sequence[str], files: Sequence[str],
+             pinned: sdist.Sdist, root: Path) -> int:
+    """Run both sides on the tests in ``root`` and report (main's exit status)."""
     missing = [f for f in files if not (root / f).is_file()]
     if missing:
         print(f"error: not in vLLM {pinned.version}'s tests: {', '.join(missing)}",

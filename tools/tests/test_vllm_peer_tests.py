@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -36,22 +38,30 @@ MEMBERS = {
 }
 
 
+def _names(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
 def test_extracted_tests_keeps_only_the_tests_and_pyproject(tmp_path: Path) -> None:
     pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
     root = sdist.extracted_tests(pinned, tmp_path / "cache")
-    assert root == tmp_path / "cache" / f"vllm-9.9.9-{pinned.sha256[:12]}"
+    assert root.name == "vllm-9.9.9" and root.parent.parent == tmp_path / "cache"
+    assert root.parent.name.startswith(".run-") and root.parent.stat().st_mode & 0o777 == 0o700
     assert (root / "tests" / "v1" / "test_a.py").read_bytes() == MEMBERS[
         "vllm-9.9.9/tests/v1/test_a.py"]
     assert (root / "pyproject.toml").is_file() and not (root / "vllm").exists()
-    # No staging folder is left behind.
-    assert {p.name for p in (tmp_path / "cache").iterdir()} == {"vllm-9.9.9.tar.gz", root.name}
+    sdist.remove_tests(root)
+    # Only the verified archive stays: no tree, no partial download.
+    assert _names(tmp_path / "cache") == {"vllm-9.9.9.tar.gz"}
 
 
-def test_extracted_tests_reuses_the_cache_without_fetching(tmp_path: Path) -> None:
+def test_extracted_tests_reuses_the_archive_without_fetching(tmp_path: Path) -> None:
     pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
     first = sdist.extracted_tests(pinned, tmp_path / "cache")
     (tmp_path / "src.tar.gz").unlink()  # a second fetch would fail
-    assert sdist.extracted_tests(pinned, tmp_path / "cache") == first
+    second = sdist.extracted_tests(pinned, tmp_path / "cache")
+    assert second != first  # a fresh tree every run, from the archive as verified
+    assert (second / "tests" / "conftest.py").read_bytes() == b"# root conftest\n"
 
 
 def test_extracted_tests_refuses_an_archive_with_another_sha256(tmp_path: Path) -> None:
@@ -67,6 +77,90 @@ def test_extracted_tests_refuses_a_link_among_the_tests(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"tests/evil\.py is neither file nor folder"):
         sdist.extracted_tests(pinned, tmp_path / "cache")
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["vllm-9.9.9.tar.gz"]
+
+
+PLANTED = b"import os; os.system('touch /tmp/owned')  # planted\n"
+
+
+def _plant_tree(cache: Path, pinned: sdist.Sdist) -> None:
+    """A tree as an earlier run left it, whose conftest.py someone replaced."""
+    for name in (f"vllm-9.9.9-{pinned.sha256[:12]}", "vllm-9.9.9"):
+        (cache / name / "tests").mkdir(parents=True)
+        (cache / name / "tests" / "conftest.py").write_bytes(PLANTED)
+
+
+def test_a_planted_tree_in_the_cache_never_runs(tmp_path: Path) -> None:
+    # The pin covers the archive; what runs is extracted from it, never a tree left behind.
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
+    cache = tmp_path / "cache"
+    first = sdist.extracted_tests(pinned, cache)
+    for name in (f"vllm-9.9.9-{pinned.sha256[:12]}", "vllm-9.9.9"):
+        shutil.rmtree(cache / name, ignore_errors=True)
+    _plant_tree(cache, pinned)
+    (first / "tests" / "conftest.py").write_bytes(PLANTED)  # the last run's tree too
+    root = sdist.extracted_tests(pinned, cache)
+    assert (root / "tests" / "conftest.py").read_bytes() == b"# root conftest\n"
+
+
+def test_a_tampered_archive_in_the_cache_is_fetched_again(tmp_path: Path) -> None:
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    forged = _archive(tmp_path / "forged.tar.gz",
+                      {**MEMBERS, "vllm-9.9.9/tests/conftest.py": PLANTED})
+    (cache / "vllm-9.9.9.tar.gz").write_bytes(Path(forged.url[len("file://"):]).read_bytes())
+    root = sdist.extracted_tests(pinned, cache)
+    assert (root / "tests" / "conftest.py").read_bytes() == b"# root conftest\n"
+    assert sdist.sha256_of(cache / "vllm-9.9.9.tar.gz") == pinned.sha256
+
+
+@pytest.mark.parametrize("how", [
+    "0777", "parent 0777 without sticky", "group-writable parent",
+    pytest.param("owned by another uid", marks=pytest.mark.skipif(
+        os.geteuid() != 0, reason="giving a folder to another uid needs root (chown)"))])
+def test_a_cache_another_user_could_write_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    shared = tmp_path / "shared"
+    cache = shared / "cache"
+    cache.mkdir(parents=True, mode=0o700)
+    # What the other user left: the pinned archive (it is public) and a planted tree.
+    shutil.copy(tmp_path / "src.tar.gz", cache / "vllm-9.9.9.tar.gz")
+    _plant_tree(cache, pinned)
+    if how == "0777":
+        cache.chmod(0o777)
+    elif how == "parent 0777 without sticky":
+        shared.chmod(0o777)
+    elif how == "group-writable parent":
+        shared.chmod(0o775)
+    else:
+        os.chown(cache, 65534, 65534)
+    before = sorted(str(p) for p in cache.rglob("*"))
+    root = sdist.extracted_tests(pinned, cache)
+    fallback = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "peer-tests"
+    assert root.parent.parent == fallback
+    assert (root / "tests" / "conftest.py").read_bytes() == b"# root conftest\n"
+    [warning] = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"warning: not using the cache {cache} (")
+    assert warning.endswith(f"; using the private directory {fallback} instead")
+    assert sorted(str(p) for p in cache.rglob("*")) == before  # nothing read or written there
+
+
+def test_the_partial_download_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    (cache / f"vllm-9.9.9.tar.gz.{os.getpid()}.part").symlink_to(victim)
+    root = sdist.extracted_tests(pinned, cache)
+    assert victim.read_bytes() == b"precious\n"
+    assert (root / "tests" / "v1" / "test_a.py").is_file()
+    assert sdist.sha256_of(cache / "vllm-9.9.9.tar.gz") == pinned.sha256
+    assert not os.path.lexists(cache / f"vllm-9.9.9.tar.gz.{os.getpid()}.part")
 
 
 def test_a_download_that_fails_names_the_url(tmp_path: Path) -> None:

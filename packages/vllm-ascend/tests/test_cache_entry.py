@@ -63,6 +63,35 @@ def test_checkpoint_cache_root_redirects_a_shared_writable_xdg_cache_home(
         assert len(caplog.records) == 1  # checked once per process
 
 
+@pytest.mark.parametrize("how", [
+    "0777 without sticky", "group-writable",
+    pytest.param("owned by another uid", marks=pytest.mark.skipif(
+        os.geteuid() != 0, reason="giving a directory to another uid needs root (chown)"))])
+def test_checkpoint_cache_root_redirects_an_xdg_cache_home_below_a_shared_directory(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # XDG_CACHE_HOME itself is private; the directory above it lets another user swap it.
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    xdg = shared / "xdg"
+    xdg.mkdir(mode=0o700)
+    if how == "0777 without sticky":
+        shared.chmod(0o777)
+    elif how == "group-writable":
+        shared.chmod(0o775)
+    else:
+        os.chown(shared, 65534, 65534)
+    caplog.set_level(logging.WARNING)
+    env = {"XDG_CACHE_HOME": str(xdg), "HOME": str(tmp_path / "home")}
+    root = checkpoint_cache_root(env)
+    private = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "XDG_CACHE_HOME"
+    assert root == private / "vllm_ascend" / "checkpoints"
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert f"not using XDG_CACHE_HOME {xdg} ({shared} (above the root)" in warning
+    assert list(xdg.iterdir()) == []
+    assert checkpoint_cache_root(env) == root and len(caplog.records) == 1
+
+
 def test_checkpoint_cache_root_is_a_fresh_private_dir_when_nothing_is_trusted(
     tmp_path: Path,
 ) -> None:

@@ -241,3 +241,92 @@ def test_entries_carry_the_sha256_of_their_payload(tmp_path):
     path.write_bytes(ENTRY_MAGIC + digest + b"\ngraphs")
     with pytest.raises(DamagedEntryError, match="does not match its sha256"):
         read_entry(path)
+
+
+# --- the directories above the cache dir, and a swap after the check ------------------------
+
+def _parent_others_can_swap(parent: Path, how: str) -> str:
+    """Make ``parent`` (above the cache dir) a place another user could swap the cache dir in;
+    the reason the compiler must give."""
+    if how == "0777 without sticky":
+        os.chmod(parent, 0o777)
+        return f"{parent} (above the root) is writable by group or others without the sticky"
+    if how == "group-writable":
+        os.chmod(parent, 0o775)
+        return "(mode 775)"
+    os.chown(parent, NOBODY, NOBODY)  # "owned by another uid"
+    return f"{parent} (above the root) is owned by uid {NOBODY}"
+
+
+@pytest.mark.parametrize("how", [
+    "0777 without sticky", "group-writable",
+    pytest.param("owned by another uid", marks=needs_root)])
+def test_a_cache_dir_below_a_directory_others_can_write_is_never_read(tmp_path, log, how):
+    parent = tmp_path / "shared"
+    parent.mkdir(mode=0o755)
+    cache = parent / "cache"
+    cache.mkdir(mode=0o700)  # the cache dir itself is private: only its parent is not
+    reason = _parent_others_can_swap(parent, how)
+    _refused_cache_dir(cache, tmp_path, log, reason)
+
+
+def test_a_sticky_shared_directory_above_a_private_cache_dir_is_accepted(tmp_path, log):
+    # The boundary: with the sticky bit (as /tmp), others cannot rename or remove the cache
+    # dir this user owns, so it is used.
+    parent = tmp_path / "sticky"
+    parent.mkdir()
+    os.chmod(parent, 0o1777)
+    compiler, _ = compile_and_load(parent / "cache")
+    assert compiler.caching and _warnings(log) == []
+    assert (parent / "cache" / KEY).is_file()
+
+
+@needs_root
+def test_a_cache_dir_swapped_after_the_check_is_never_read(tmp_path, log):
+    """The cache dir passed when the compiler was given it; the directory above it is then
+    opened to another user, who swaps the cache dir for one holding a planted artifact. The
+    next load checks again and never unpickles it."""
+    parent = tmp_path / "shared"
+    parent.mkdir(mode=0o755)
+    cache = parent / "cache"
+    marker = tmp_path / "payload-ran"
+    gm = torch.fx.symbolic_trace(block)
+    compiler = AscendCompiler(GraphFusionPassManager())
+    compiler.initialize_cache(str(cache))
+    assert compiler.caching and _warnings(log) == []
+    # The other user's move: their own directory, holding a valid entry with a hostile pickle,
+    # put where the cache dir was.
+    os.chmod(parent, 0o777)
+    cache.rename(parent / "old")
+    planted = parent / "cache"
+    planted.mkdir(mode=0o700)
+    write_entry(planted / KEY, forged_artifact(marker))
+    os.chown(planted / KEY, NOBODY, NOBODY)
+    os.chown(planted, NOBODY, NOBODY)
+    with torch.no_grad():
+        loaded = compiler.load((KEY, str(planted / KEY)), gm, args(), 0, RANGE)
+    assert not marker.exists() and not compiler.caching
+    [warning] = _warnings(log)
+    assert "compile cache off" in warning and "above the root" in warning
+    assert_recompiled(compiler, loaded)
+    assert sorted(p.name for p in planted.iterdir()) == [KEY]  # nothing written there either
+
+
+def test_entries_are_read_from_the_directory_that_was_checked(tmp_path):
+    """A swap between the check and the read changes nothing: the read goes through the
+    descriptor of the directory that passed, not through its path again."""
+    from vllm_ascend.compilation.compile_cache import decode_entry
+    from vllm_ascend.runtime.trusted_paths import open_trusted_dir
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    write_entry(cache / KEY, b"checked")
+    with open_trusted_dir(cache) as trusted:
+        cache.rename(tmp_path / "moved")
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        write_entry(tmp_path / "elsewhere" / KEY, b"planted")
+        (tmp_path / "cache").symlink_to(tmp_path / "elsewhere")
+        assert decode_entry(trusted.read(KEY), trusted.path / KEY) == b"checked"
+        trusted.write_atomic("new", b"x")
+    assert (tmp_path / "moved" / "new").read_bytes() == b"x"
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == [KEY]

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import vllm_ascend
@@ -146,3 +151,74 @@ def test_register_keeps_the_platform_when_vllm_cache_root_cannot_be_secured(
     warned = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert warned == ["vllm-ascend: cannot check VLLM_CACHE_ROOT ([Errno 13] Permission "
                       "denied: '/nowhere')"]
+
+
+def _uid_without_passwd_entry() -> int:
+    import pwd
+
+    uid = 54321
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running as a uid with no passwd entry needs root")
+def test_register_works_without_a_home(tmp_path) -> None:
+    """A container running a uid with no passwd entry and HOME unset: vLLM's own plugin
+    loading still activates the plugin (vLLM drops a raising plugin with a debug line only),
+    vLLM's cache root is the stand-in home's, private, with one warning.
+
+    A forked child (the interpreter lives where that uid cannot read, so it cannot exec it)
+    drops to the uid and runs vLLM's platform resolution."""
+    from vllm.platforms import resolve_current_platform_cls_qualname
+
+    resolve_current_platform_cls_qualname()  # imports what the child runs, as this uid
+    uid = _uid_without_passwd_entry()
+    tmp = Path(tempfile.mkdtemp(prefix="register-no-home-", dir="/tmp"))
+    os.chown(tmp, uid, uid)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        status = 1
+        try:
+            os.close(read)
+            for name in ("HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "VLLM_TARGET_DEVICE",
+                         "USER", "LOGNAME"):
+                os.environ.pop(name, None)
+            os.environ.update(VLLM_ASCEND_DEVICE="cpu", TMPDIR=str(tmp))
+            tempfile.tempdir = None
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            reset_process_setup()
+            seen: list[str] = []
+            handler = logging.Handler(logging.WARNING)
+            handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore
+            logging.getLogger("vllm_ascend").addHandler(handler)
+            report = {"platform": resolve_current_platform_cls_qualname(),
+                      "cache_root": os.environ.get("VLLM_CACHE_ROOT"), "warnings": seen}
+            os.write(write, json.dumps(report).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    try:
+        assert os.waitstatus_to_exitcode(status) == 0
+        report = json.loads(data)
+        home = tmp / f"vllm-ascend-{uid}" / "home"
+        assert report["platform"] == CPU_PLATFORM
+        assert report["cache_root"] == str(home / ".cache" / "vllm")
+        assert report["warnings"] == [
+            f"no home directory (HOME is unset and uid {uid} has no passwd entry): using "
+            f"{home} instead (caches and logs go there)"]
+        for folder in (home.parent, home, home / ".cache", home / ".cache" / "vllm"):
+            st = folder.stat()
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, 0o700), folder
+    finally:
+        shutil.rmtree(tmp)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -73,6 +75,54 @@ def test_a_root_owned_by_another_user_is_refused(tmp_path: Path) -> None:
         check_trusted_dir(other)
     os.chown(other, os.geteuid(), os.getegid())
     assert check_trusted_dir(other) == other
+
+
+@pytest.mark.parametrize(("mode", "owner", "problem"), [
+    (0o755, 0, None), (0o700, 0, None),
+    (0o1777, 0, None),  # sticky (as /tmp): others cannot move the root this user owns
+    (0o777, 0, "is writable by group or others without the sticky bit (mode 777)"),
+    (0o775, 0, "is writable by group or others without the sticky bit (mode 775)"),
+    (0o757, 0, "is writable by group or others without the sticky bit (mode 757)"),
+    pytest.param(0o755, OTHER_UID, f"is owned by uid {OTHER_UID}, not by this user",
+                 marks=needs_root),
+    pytest.param(0o1777, OTHER_UID, f"is owned by uid {OTHER_UID}, not by this user",
+                 marks=needs_root),  # sticky does not help: the owner may move anything
+])
+def test_every_directory_above_a_root_is_checked(tmp_path: Path, mode: int, owner: int,
+                                                 problem: str | None) -> None:
+    above = tmp_path / "a" / "b"
+    root = above / "c" / "root"
+    root.mkdir(mode=0o700, parents=True)
+    os.chmod(above / "c", 0o700)
+    os.chmod(above, mode)
+    if owner:
+        os.chown(above, owner, owner)
+    if problem is None:
+        assert check_trusted_dir(root) == root
+        assert make_private_dir(root / "x") == root / "x"
+        return
+    for check in (check_trusted_dir, make_private_dir):
+        with pytest.raises(UntrustedPathError,
+                           match="^" + re.escape(f"{above} (above the root) {problem}")):
+            check(root)
+    with pytest.raises(UntrustedPathError, match="above the root"):
+        make_private_dir(root / "new")
+    assert not (root / "new").exists()
+
+
+@needs_root
+def test_below_a_sticky_directory_the_next_component_must_be_this_users(tmp_path: Path) -> None:
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    theirs = sticky / "theirs"  # another user made the name first: they may swap below it
+    (theirs / "root").mkdir(mode=0o700, parents=True)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    with pytest.raises(UntrustedPathError, match=rf"^{theirs} \(above the root\) is owned "
+                                                 rf"by uid {OTHER_UID}"):
+        check_trusted_dir(theirs / "root")
+    os.chown(theirs, os.geteuid(), os.getegid())
+    assert check_trusted_dir(theirs / "root") == theirs / "root"
 
 
 def test_a_root_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:
@@ -271,16 +321,54 @@ def test_the_platform_plugin_redirects_vllm_cache_root_before_vllm_reads_it(
 ) -> None:
     # Through vLLM's own platform-plugin loading in a fresh process: what vLLM's envs report
     # afterwards is what its compile cache and every other cache use.
+    # The root itself is private; the directory above it is 0777 without the sticky bit, so
+    # another user could swap the root after any check.
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
+    (shared / "root").mkdir(mode=0o700)
     env = {**os.environ, "VLLM_ASCEND_DEVICE": "cpu", "HOME": str(tmp_path / "home"),
-           "VLLM_CACHE_ROOT": str(shared)}
+           "VLLM_CACHE_ROOT": str(shared / "root")}
     code = ("from vllm.platforms import current_platform; current_platform.device_type; "
             "from vllm import envs; print(envs.VLLM_CACHE_ROOT)")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=300, check=True)
     fallback = tmp_path / "home" / ".cache" / "vllm_ascend" / "private" / "VLLM_CACHE_ROOT"
     assert done.stdout.strip().splitlines()[-1] == str(fallback)
-    assert done.stderr.count(f"not using VLLM_CACHE_ROOT {shared}") == 1
-    assert list(shared.iterdir()) == []
+    assert done.stderr.count(f"not using VLLM_CACHE_ROOT {shared / 'root'} ({shared} (above "
+                             "the root) is writable by group or others without the sticky "
+                             "bit (mode 777)") == 1
+    assert list((shared / "root").iterdir()) == []
+
+
+def test_without_a_home_a_private_stand_in_under_the_temp_dir_is_used_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warnings: pytest.LogCaptureFixture,
+) -> None:
+    # HOME unset and no passwd entry for this uid (the subprocess test of register() runs
+    # the real thing as such a uid): `~` must not become a directory named "~" in the
+    # working directory, nor raise as Path.home() does.
+    import pwd
+
+    from vllm_ascend.observability.logging_setup import default_log_dir
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / f"vllm-ascend-{os.geteuid()}" / "home"
+    roots = TrustedRoots()
+    assert default_log_dir({}) == home / "ascend" / "log" / "vllm_ascend"
+    logs = roots.root("~/ascend/log/vllm_ascend", "ascend_log_path", {})
+    assert logs == home / "ascend" / "log" / "vllm_ascend" and _mode(home) == 0o700
+    env: dict[str, str] = {}
+    assert roots.secure_vllm_cache_root(env) == home / ".cache" / "vllm"
+    assert env == {"VLLM_CACHE_ROOT": str(home / ".cache" / "vllm")}
+    assert _warned(warnings) == [f"no home directory (HOME is unset and uid {os.getuid()} has "
+                                 f"no passwd entry): using {home} instead (caches and logs "
+                                 "go there)"]
+    assert not (tmp_path / "~").exists()
+    # With a HOME, `~` is that HOME: the environment given, not this process's.
+    assert roots.root("~/x", "ascend_log_path", {"HOME": str(tmp_path / "h")}) == \
+        tmp_path / "h" / "x"

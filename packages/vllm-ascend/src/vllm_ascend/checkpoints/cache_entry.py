@@ -1,6 +1,7 @@
 """Converted checkpoints in the user's cache: a trusted root, checksummed entries, atomic installs.
 
-Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (``~/.cache/...`` when unset). The cache root
+Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (the user's own cache when unset:
+``~/.cache/...``, or ``<tmp>/vllm-ascend-<uid>/cache/...`` without a home). The cache root
 must pass the root rule of :mod:`vllm_ascend.runtime.trusted_paths` (the package README,
 "Trust and files"), since the cached checkpoint is loaded as trusted input; otherwise one
 warning per process and the private fallback directory is used instead. New directories are 0700.
@@ -55,8 +56,9 @@ def checkpoint_cache_root(environ: Mapping[str, str] | None = None) -> Path:
     from vllm_ascend.runtime.process_setup import current_process_setup
 
     env = os.environ if environ is None else environ
-    wanted = env.get("XDG_CACHE_HOME") or Path(env.get("HOME") or Path.home()) / ".cache"
-    base = current_process_setup().roots.root(wanted, "XDG_CACHE_HOME", env)
+    roots = current_process_setup().roots
+    wanted = env.get("XDG_CACHE_HOME") or roots.own_cache(env)
+    base = roots.root(wanted, "XDG_CACHE_HOME", env)
     try:
         return make_private_dir(base / "vllm_ascend" / "checkpoints")
     except OSError as exc:

@@ -5,10 +5,12 @@ An artifact is one file, ``<cache_dir>/<key>``, holding one fused graph (see
 bytes, then the bytes, written atomically). The handle vLLM stores for it is ``(key, path)``,
 two strings (vLLM's ``CompilerManager`` checks exactly that). On load the file is looked up as
 ``<cache_dir>/<key>`` whenever the cache dir is known, so a moved cache still works. The
-compiler reads entries only from a cache dir that passed the root rule of
-``runtime.trusted_paths`` (only this user writes there), so the checksum guards against damage
-(a truncated write, a bad disk), not against forgery: a damaged entry is one warning and a
-compile again, which writes it anew.
+compiler reads and writes entries only through a :class:`~vllm_ascend.runtime.trusted_paths.
+TrustedDir`: the cache dir checked by the root rule of ``runtime.trusted_paths`` at that very
+use and held open, so what is read comes from the directory that was checked (only this user
+writes there) even if the path is swapped afterwards. The checksum therefore guards against
+damage (a truncated write, a bad disk), not against forgery: a damaged entry is one warning and
+a compile again, which writes it anew.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Final
 
 from vllm_ascend.runtime.trusted_paths import (
     MAX_READ_BYTES,
+    TrustedDir,
     UntrustedPathError,
     read_bounded_file,
     write_atomic,
@@ -35,23 +38,32 @@ class DamagedEntryError(ValueError):
     """A cache entry whose bytes do not match its checksum (or that is not an entry at all)."""
 
 
+def encode_entry(payload: bytes) -> bytes:
+    """``payload`` as the bytes of a cache entry: its sha256 in front."""
+    return ENTRY_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def decode_entry(data: bytes, where: str | os.PathLike[str]) -> bytes:
+    """The payload of the cache entry ``data`` read from ``where``; :class:`DamagedEntryError`
+    when its checksum does not match."""
+    if not data.startswith(ENTRY_MAGIC):
+        raise DamagedEntryError(f"{where} is not a vllm-ascend cache entry")
+    digest, sep, payload = data[len(ENTRY_MAGIC):].partition(b"\n")
+    if not sep or digest != hashlib.sha256(payload).hexdigest().encode():
+        raise DamagedEntryError(f"{where} does not match its sha256 (damaged)")
+    return payload
+
+
 def write_entry(path: str | os.PathLike[str], payload: bytes) -> None:
     """Write ``payload`` to ``path`` as a cache entry: atomically, with its sha256 in front."""
-    digest = hashlib.sha256(payload).hexdigest().encode()
-    write_atomic(path, ENTRY_MAGIC + digest + b"\n" + payload)
+    write_atomic(path, encode_entry(payload))
 
 
 def read_entry(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES) -> bytes:
     """The payload of the cache entry at ``path`` (read with ``limit``, symlinks and special
     files refused: :class:`UntrustedPathError`); :class:`DamagedEntryError` when its checksum
     does not match."""
-    data = read_bounded_file(path, limit)
-    if not data.startswith(ENTRY_MAGIC):
-        raise DamagedEntryError(f"{path} is not a vllm-ascend cache entry")
-    digest, sep, payload = data[len(ENTRY_MAGIC):].partition(b"\n")
-    if not sep or digest != hashlib.sha256(payload).hexdigest().encode():
-        raise DamagedEntryError(f"{path} does not match its sha256 (damaged)")
-    return payload
+    return decode_entry(read_bounded_file(path, limit), path)
 
 
 def check_key(key: Any) -> str:
@@ -84,14 +96,17 @@ def artifact_path(cache_dir: str | None, key: str, fallback: str | None = None) 
     raise ValueError("no compile-cache dir: call AscendCompiler.initialize_cache first")
 
 
-def read_fused(path: Path, *, manager: Any, backend: str, compile_range: Any) -> Any:
-    """The fused graph saved at ``path``, or None after one log line saying why it cannot be
-    used: info for a missing or stale artifact (made with other versions or settings), a
-    warning naming the file for a damaged one or one that is not a regular file."""
+def read_fused(cache: TrustedDir, key: str, *, manager: Any, backend: str,
+               compile_range: Any) -> Any:
+    """The fused graph saved as ``key`` in the verified ``cache``, or None after one log line
+    saying why it cannot be used: info for a missing or stale artifact (made with other
+    versions or settings), a warning naming the file for a damaged one or one that is not a
+    regular file."""
     from ascend_graph import FusedGraphError, loads_fused_graph
 
+    path = cache.path / key
     try:
-        payload = read_entry(path)
+        payload = decode_entry(cache.read(key), path)
     except FileNotFoundError:
         logger.info("AscendCompiler cache miss for %s (no such file); compiling again", path)
         return None
@@ -110,13 +125,14 @@ def read_fused(path: Path, *, manager: Any, backend: str, compile_range: Any) ->
         return None
 
 
-def read_code(path: Path) -> str | None:
-    """npugraph_ex's generated code saved at ``path`` as a cache entry (it is executed when
-    loaded; the compiler reads it only from a trusted cache dir), or None after one log line:
-    a warning naming a damaged entry or one that is not a regular file, info for anything else
-    that makes it unusable; nothing when there is none."""
+def read_code(cache: TrustedDir, name: str) -> str | None:
+    """npugraph_ex's generated code saved as ``name`` in the verified ``cache`` (it is
+    executed when loaded), or None after one log line: a warning naming a damaged entry or one
+    that is not a regular file, info for anything else that makes it unusable; nothing when
+    there is none."""
+    path = cache.path / name
     try:
-        return read_entry(path).decode("utf-8")
+        return decode_entry(cache.read(name), path).decode("utf-8")
     except FileNotFoundError:
         return None
     except (UntrustedPathError, DamagedEntryError) as exc:

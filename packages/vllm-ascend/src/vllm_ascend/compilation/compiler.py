@@ -5,21 +5,23 @@ manager (installed by vLLM under ``pass_key``), then the NPU graph extension whe
 else eager. The cache hash covers everything that changes the output, fusion settings
 included.
 
-Compile cache: with caching on, ``compile`` saves the fused ATen graph of every piecewise
-graph as ``<cache_dir>/<key>`` and returns the handle ``(key, path)``; ``load`` rebuilds it,
-derives the ATen graph of ``graph`` again (cheap; keeps torch's handling of aliased and
-mutated tensors exact) and runs the saved fused graph instead of the passes. A missing or
-stale artifact is one info "cache miss" and a normal compile; a damaged one (its checksum does
-not match, see ``compile_cache``) or one that is not a regular file is one warning naming the
-file, then a normal compile that writes it anew. A cache dir that fails the root rule of
-``runtime.trusted_paths`` turns the cache off with one warning per process: nothing is read
-from or written to it. On npugraph_ex the extension's generated code
-(``_CompiledFxGraph.get_code()``) is also saved, as a checksummed entry like the fused graph,
-as ``<key>.npugraph_ex.py``, unless it calls process-local Triton kernels; a warm start that
-reuses the fused graph loads that code back through the extension's
-``_CompiledFxGraph.load_artifacts`` instead of compiling it again (code that is missing or
-does not load is one info line, a damaged entry one warning, then a normal compile of the
-saved graph). When the code cannot be obtained, one warning per process says why.
+Compile cache: with caching on, ``compile`` saves the fused ATen graph of every piecewise graph
+as ``<cache_dir>/<key>`` and returns the handle ``(key, path)``; ``load`` rebuilds it, derives
+the ATen graph of ``graph`` again (cheap; keeps torch's handling of aliased and mutated tensors
+exact) and runs the saved fused graph instead of the passes. A missing or stale artifact is one
+info "cache miss" and a normal compile; a damaged one (its checksum does not match, see
+``compile_cache``) or one that is not a regular file is one warning naming the file, then a
+normal compile that writes it anew. The cache dir is checked by the root rule of
+``runtime.trusted_paths`` at every use (each load, save and code lookup opens it again through
+``open_trusted_dir`` and works relative to the verified descriptor), so a root swapped after
+``initialize_cache`` is never read; a cache dir that fails the rule, then or at any later use,
+turns the cache off with one warning per process: nothing is read from or written to it. On
+npugraph_ex the extension's generated code (``_CompiledFxGraph.get_code()``) is also saved, as a
+checksummed entry like the fused graph, as ``<key>.npugraph_ex.py``, unless it calls
+process-local Triton kernels; a warm start that reuses the fused graph loads that code back
+through the extension's ``_CompiledFxGraph.load_artifacts`` instead of compiling it again (code
+that is missing or does not load is one info line, a damaged entry one warning, then a normal
+compile of the saved graph). When the code cannot be obtained, one warning per process says why.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
@@ -37,13 +38,13 @@ from vllm.compilation.compiler_interface import CompilerInterface
 from vllm_ascend.compilation.compile_cache import (
     artifact_path,
     check_key,
+    encode_entry,
     parse_handle,
     read_code,
     read_fused,
-    write_entry,
 )
 from vllm_ascend.compilation.warm_start import record_cache_load
-from vllm_ascend.runtime.trusted_paths import make_private_dir
+from vllm_ascend.runtime.trusted_paths import TrustedDir, make_private_dir, open_trusted_dir
 
 logger = logging.getLogger("vllm_ascend.compilation.compiler")
 
@@ -148,8 +149,6 @@ class AscendCompiler(CompilerInterface):
                          prefix: str = "") -> None:
         """Use ``cache_dir`` for artifacts (created 0700); a location that fails the root rule
         turns caching off with one warning per process."""
-        from vllm_ascend.runtime.process_setup import current_process_setup
-
         self.cache_dir, self.disable_cache, self.prefix = cache_dir, disable_cache, prefix
         self.trusted = False
         if disable_cache or not cache_dir:
@@ -157,11 +156,30 @@ class AscendCompiler(CompilerInterface):
         try:
             make_private_dir(cache_dir)
         except OSError as exc:
-            current_process_setup().warn_once(
-                f"AscendCompiler compile cache off: {exc} (nothing is read from or written to "
-                f"{cache_dir})", logger)
+            self._refuse(exc)
             return
         self.trusted = True
+
+    def _refuse(self, exc: OSError) -> None:
+        from vllm_ascend.runtime.process_setup import current_process_setup
+
+        self.trusted = False
+        current_process_setup().warn_once(
+            f"AscendCompiler compile cache off: {exc} (nothing is read from or written to "
+            f"{self.cache_dir})", logger)
+
+    def _open_cache(self) -> TrustedDir | None:
+        """The cache dir checked by the root rule now and held open (every read and write goes
+        through it), or None: caching off, and one warning per process when the check
+        failed."""
+        if not self.caching:
+            return None
+        assert self.cache_dir is not None
+        try:
+            return open_trusted_dir(self.cache_dir)
+        except OSError as exc:
+            self._refuse(exc)
+            return None
 
     @property
     def caching(self) -> bool:
@@ -235,9 +253,11 @@ class AscendCompiler(CompilerInterface):
             )
         path = artifact_path(self.cache_dir, key, saved_path)
         saved = None
-        if self.caching:
-            saved = read_fused(path, manager=fusion, backend=self.backend,
-                               compile_range=compile_range)
+        cache = self._open_cache()
+        if cache is not None:
+            with cache:
+                saved = read_fused(cache, key, manager=fusion, backend=self.backend,
+                                   compile_range=compile_range)
         compiled: Any = None
         fused = None
         if saved is not None:
@@ -272,9 +292,13 @@ class AscendCompiler(CompilerInterface):
 
     def _saved_code(self, key: str) -> str | None:
         """npugraph_ex's code saved with the artifact ``key``, if it checks out."""
-        if self.backend != "npugraph_ex" or not self.caching:
+        if self.backend != "npugraph_ex":
             return None
-        return read_code(artifact_path(self.cache_dir, key + NPU_CODE_SUFFIX))
+        cache = self._open_cache()
+        if cache is None:
+            return None
+        with cache:
+            return read_code(cache, key + NPU_CODE_SUFFIX)
 
     def _compile(self, graph: Any, example_inputs: list[Any], fusion: Any, compile_range: Any,
                  *, key: str | None = None, reuse: Any = None,
@@ -326,12 +350,15 @@ class AscendCompiler(CompilerInterface):
         reasons = [why for code, why in notes.made if code is None and why is not None]
         for code, _ in notes.made:
             if code is not None:
-                self._write(path, code.encode("utf-8"))
+                self._write(key + NPU_CODE_SUFFIX, code.encode("utf-8"))
         if not notes.made:
             reasons = ["the extension never called _NpuFxCompiler._get_compiled_gm"]
         if not reasons:
             return
-        path.unlink(missing_ok=True)  # an old file must not pass for this graph's code
+        cache = self._open_cache()
+        if cache is not None:
+            with cache:  # an old file must not pass for this graph's code
+                cache.unlink(key + NPU_CODE_SUFFIX)
         reason = "; ".join(dict.fromkeys(reasons))
         if "Triton" in reason:
             logger.info("npugraph_ex code for %s not saved: %s; the fused graph is saved and "
@@ -341,14 +368,20 @@ class AscendCompiler(CompilerInterface):
             f"npugraph_ex code not saved in the compile cache: {reason}; the fused graph is "
             "saved and reused", logger)
 
-    def _write(self, path: Path, data: bytes) -> bool:
-        """Write ``data`` as a checksummed entry; False (one warning) when the file system
-        refuses."""
-        try:
-            write_entry(path, data)
-        except OSError as exc:
-            logger.warning("AscendCompiler could not write %s (%s); not cached", path, exc)
+    def _write(self, name: str, data: bytes) -> bool:
+        """Write ``data`` as the checksummed entry ``name`` in the cache dir, checked now;
+        False when the cache dir is refused (one warning per process) or the file system
+        refuses (one warning)."""
+        cache = self._open_cache()
+        if cache is None:
             return False
+        with cache:
+            try:
+                cache.write_atomic(name, encode_entry(data))
+            except OSError as exc:
+                logger.warning("AscendCompiler could not write %s (%s); not cached",
+                               cache.path / name, exc)
+                return False
         return True
 
     def _save(self, fused: Any, fusion: Any, compile_range: Any, key: str) -> Any:
@@ -361,4 +394,4 @@ class AscendCompiler(CompilerInterface):
         except FusedGraphError as exc:
             logger.info("AscendCompiler does not cache %s: %s", path, exc)
             return None
-        return (key, str(path)) if self._write(path, data) else None
+        return (key, str(path)) if self._write(key, data) else None

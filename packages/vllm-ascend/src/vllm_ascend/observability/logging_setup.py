@@ -19,7 +19,7 @@ from vllm_ascend.observability.log_files import (
     DEFAULT_MAX_FILES,
     RotatingAscendFileHandler,
 )
-from vllm_ascend.runtime.trusted_paths import TrustedRoots
+from vllm_ascend.runtime.trusted_paths import TrustedRoots, own_home
 
 LOGGER_NAME = "vllm_ascend"
 FORMAT = "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"
@@ -174,10 +174,10 @@ def configure_file_logging(
 
 
 def default_log_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``~/ascend/log/vllm_ascend`` (used when the resolved config names no directory)."""
+    """``~/ascend/log/vllm_ascend`` (used when the resolved config names no directory; ``~`` is
+    the stand-in home of ``runtime.trusted_paths`` when there is none)."""
     env = os.environ if environ is None else environ
-    home = env.get("HOME") or str(Path.home())
-    return Path(home) / "ascend" / "log" / "vllm_ascend"
+    return own_home(env) / "ascend" / "log" / "vllm_ascend"
 
 
 def remove_file_logging() -> None:

@@ -28,6 +28,7 @@ from vllm_ascend.observability.service_profiling_symbols import (
     VLLM_SYMBOLS,
     ProfilingSymbol,
 )
+from vllm_ascend.runtime.trusted_paths import own_home
 
 __all__ = [
     "OWN_SYMBOLS", "VLLM_SYMBOLS", "ProfilingSymbol", "SourceIndex", "config_dir",
@@ -43,7 +44,7 @@ _GLOB_CHARS = frozenset("*?[")
 def config_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``$XDG_CONFIG_HOME/vllm_ascend`` (``~/.config/vllm_ascend`` when unset)."""
     env = os.environ if environ is None else environ
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    base = env.get("XDG_CONFIG_HOME") or str(own_home(env) / ".config")
     return Path(base) / "vllm_ascend"
 
 

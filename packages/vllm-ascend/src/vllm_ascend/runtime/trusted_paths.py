@@ -1,23 +1,34 @@
 """The plugin's one trust policy for files (the package README, "Trust and files").
 
-Threat: another local user who can write a directory the plugin reads from, or a symlink on the
-way to it, can plant files the plugin (or vLLM, from the same cache root) would load or
-overwrite. So:
+Threat: another local user who can write a directory the plugin reads from (or any directory
+above it), or who owns a symlink on the way to it, can plant or swap files the plugin (or vLLM,
+from the same cache root) would load or overwrite. So:
 
 - A *root* the plugin is given (``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME``, the Ascend log path, a
-  compile-cache dir) is trusted when it is a directory owned by this user, not writable by group
-  or others, and no symlink on the way to it is owned by anyone but this user or root. Every
-  component is inspected with ``lstat``, never followed by the kernel; a symlink that passes is
-  resolved and its target walked by the same rule. Missing components are created 0700.
-- :class:`TrustedRoots` checks each root once per process; a refused root gets one warning and
-  a private directory (0700) in this user's own cache instead (``$HOME/.cache``, or a fresh
-  temporary directory when that is refused too). ``VLLM_CACHE_ROOT`` is redirected the same way
-  before vLLM reads it (:meth:`TrustedRoots.secure_vllm_cache_root`), so vLLM's own artifacts
-  are protected too.
+  compile-cache dir) is trusted when it is a directory owned by this user and not writable by
+  group or others, every directory above it (from ``/`` down) is owned by this user or root and
+  not writable by group or others, and every symlink on the way is owned by this user or root.
+  A directory above it that others may write is accepted only with the sticky bit (``/tmp``):
+  there nobody can rename or remove the entry below it, which the rule requires to be this
+  user's or root's. The walk opens one component at a time relative to the descriptor of the
+  directory above (``O_NOFOLLOW``) and checks what it opened (``fstat``), so a swap during the
+  walk is seen; a symlink that passes is resolved and its target walked by the same rule.
+  Missing components are created 0700.
+- Checked at use: :func:`open_trusted_dir` returns a :class:`TrustedDir`, the verified
+  directory's descriptor; entries are read and written relative to it, so a root swapped after
+  the check is not read. :class:`TrustedRoots` checks a root again each time it is asked for
+  one; a refused root gets one warning and a private directory (0700) in this user's own cache
+  instead (:func:`own_cache_dir`; a fresh temporary directory when that is refused too).
+  ``VLLM_CACHE_ROOT`` is redirected the same way before vLLM reads it
+  (:meth:`TrustedRoots.secure_vllm_cache_root`), so vLLM's own artifacts are protected too.
+- Without a home (``HOME`` unset and a uid with no passwd entry, as in some containers) a
+  stand-in home is used: ``<tmp>/vllm-ascend-<uid>/home`` (its cache ``.../home/.cache``, ``~``
+  in a configured path), checked by the same rule as any root, with one warning.
 - Inside a trusted root only this user writes, so entries need no ownership checks: files are
-  written atomically (:func:`write_atomic`) and read with a size bound, refusing symlinks and
-  special files (:func:`read_bounded_file`). Damage is caught by checksums where the entries
-  are defined (``compilation.compile_cache``, ``checkpoints.cache_entry``).
+  written atomically (:func:`write_atomic`, :meth:`TrustedDir.write_atomic`) and read with a
+  size bound, refusing symlinks and special files (:func:`read_bounded_file`,
+  :meth:`TrustedDir.read`). Damage is caught by checksums where the entries are defined
+  (``compilation.compile_cache``, ``checkpoints.cache_entry``).
 """
 
 from __future__ import annotations
@@ -26,96 +37,220 @@ import contextlib
 import errno
 import logging
 import os
+import pwd
+import secrets
 import stat
 import tempfile
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from types import TracebackType
 
 logger = logging.getLogger("vllm_ascend.runtime.trusted_paths")
 
 MAX_READ_BYTES = 1 << 30
 _MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class UntrustedPathError(OSError):
     """A path or file the policy refuses; the message says which part and why."""
 
 
-def _walk(path: Path, *, create: bool) -> tuple[Path, os.stat_result]:
-    """``lstat`` every component of the absolute ``path`` from ``/`` down without letting the
-    kernel follow a link; a symlink is followed (its target walked the same way) only when this
-    user or root owns it. Missing components are made (0700) when ``create``. Returns the real
-    path reached and its ``lstat``."""
+def _above_problem(where: Path, st: os.stat_result) -> str | None:
+    """Why the directory ``where`` may not lie above a root (None when it may)."""
     euid = os.geteuid()
-    current = Path("/")
-    pending = list(reversed(path.parts[1:]))
-    links = 0
-    while pending:
-        name = pending.pop()
-        candidate = current.parent if name == ".." else current / name
-        try:
-            st = os.lstat(candidate)
-        except FileNotFoundError:
-            if not create:
-                raise
-            with contextlib.suppress(FileExistsError):  # made meanwhile: inspected below
-                os.mkdir(candidate, 0o700)
-            st = os.lstat(candidate)
-        if stat.S_ISLNK(st.st_mode):
-            if st.st_uid not in (euid, 0):
-                raise UntrustedPathError(
-                    f"{candidate} is a symlink owned by uid {st.st_uid}, not by this user "
-                    f"(uid {euid}) or root")
-            links += 1
-            if links > _MAX_LINKS:
-                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
-            target = Path(os.readlink(candidate))
-            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
-            if target.is_absolute():
-                current = Path("/")
-            continue
-        if pending and not stat.S_ISDIR(st.st_mode):
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(candidate))
-        current = candidate
-    return current, os.lstat(current)
+    if st.st_uid not in (euid, 0):
+        return f"{where} (above the root) is owned by uid {st.st_uid}, not by this user " \
+               f"(uid {euid}) or root"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return (f"{where} (above the root) is writable by group or others without the sticky "
+                f"bit (mode {stat.S_IMODE(st.st_mode):o}): they could swap what is below it")
+    return None
 
 
-def _checked(path: Path, *, create: bool) -> Path:
-    _, st = _walk(Path(os.path.abspath(path)), create=create)
+def _root_problem(path: Path, st: os.stat_result) -> str | None:
     euid = os.geteuid()
-    if not stat.S_ISDIR(st.st_mode):
-        raise UntrustedPathError(f"{path} is not a directory")
     if st.st_uid != euid:
-        raise UntrustedPathError(f"{path} is owned by uid {st.st_uid}, not by this user "
-                                 f"(uid {euid})")
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {euid})"
     if st.st_mode & 0o022:
-        raise UntrustedPathError(f"{path} is writable by group or others "
-                                 f"(mode {stat.S_IMODE(st.st_mode):o})")
-    return Path(os.path.abspath(path))
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _open_component(fd: int, name: str, where: Path) -> int | None:
+    """The descriptor of the directory ``name`` in ``fd``, or None when it turned out to be a
+    symlink between the ``lstat`` and the open (the caller looks again)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None
+        if exc.errno == errno.ENOTDIR:
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
+                                     str(where)) from None
+        raise
+
+
+def _walk(path: Path, *, create: bool) -> int:
+    """Open the absolute ``path`` one component at a time from ``/``, each relative to the
+    descriptor of the directory above and checked on what was opened: every directory on the
+    way passes the rule for directories above a root, a symlink is followed (its target walked
+    the same way) only when this user or root owns it. Missing components are made (0700) when
+    ``create``. Returns the descriptor of the directory reached (not yet checked as a root)."""
+    euid = os.geteuid()
+    chain: list[tuple[int, Path]] = []  # the directories opened, "/" first
+    try:
+        top = os.open("/", _DIR_FLAGS)
+        chain.append((top, Path("/")))
+        pending = list(reversed(path.parts[1:]))
+        links = 0
+        while pending:
+            name = pending.pop()
+            fd, where = chain[-1]
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if len(chain) > 1:
+                    os.close(chain.pop()[0])
+                continue
+            problem = _above_problem(where, os.fstat(fd))
+            if problem:
+                raise UntrustedPathError(problem)
+            candidate = where / name
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if not create:
+                    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT),
+                                            str(candidate)) from None
+                with contextlib.suppress(FileExistsError):  # made meanwhile: inspected below
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                if st.st_uid not in (euid, 0):
+                    raise UntrustedPathError(
+                        f"{candidate} is a symlink owned by uid {st.st_uid}, not by this user "
+                        f"(uid {euid}) or root")
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+                target = Path(os.readlink(name, dir_fd=fd))
+                if target.is_absolute():
+                    while len(chain) > 1:
+                        os.close(chain.pop()[0])
+                    pending.extend(reversed(target.parts[1:]))
+                else:
+                    pending.extend(reversed(target.parts))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                if pending:
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
+                                             str(candidate))
+                raise UntrustedPathError(f"{path} is not a directory")
+            opened = _open_component(fd, name, candidate)
+            if opened is None:  # swapped for a link meanwhile: look at it again
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+                pending.append(name)
+                continue
+            chain.append((opened, candidate))
+        return chain.pop()[0]
+    finally:
+        for fd, _ in chain:
+            os.close(fd)
+
+
+class TrustedDir:
+    """A directory that passed the root rule, held open: entries are opened relative to its
+    descriptor, so renaming or replacing ``path`` after the check changes nothing read or
+    written here. Close it (or use it as a context manager) when done."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+
+    def __enter__(self) -> TrustedDir:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def read(self, name: str, limit: int = MAX_READ_BYTES) -> bytes:
+        """The bytes of the regular file ``name`` in this directory (see
+        :func:`read_bounded_file`)."""
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UntrustedPathError(f"{self.path / name} is a symlink") from None
+            raise type(exc)(exc.errno, exc.strerror, str(self.path / name)) from None
+        return _read_fd(fd, self.path / name, limit)
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        """Write ``data`` to ``name`` in this directory (mode 0600) so that readers see the
+        old file or the new one: a fresh temporary file (``O_EXCL | O_NOFOLLOW``), ``fsync``,
+        then a rename, all relative to the descriptor."""
+        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+            raise
+
+    def unlink(self, name: str) -> None:
+        """Remove ``name`` from this directory if it is there."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)
+
+
+def open_trusted_dir(directory: str | os.PathLike[str], *, create: bool = False) -> TrustedDir:
+    """``directory`` held open when it passes the root rule (created 0700, one component at a
+    time, when ``create``); :class:`UntrustedPathError` saying why not (OSError, e.g.
+    FileNotFoundError, when it cannot be inspected)."""
+    path = Path(os.path.abspath(directory))
+    fd = _walk(path, create=create)
+    try:
+        problem = _root_problem(path, os.fstat(fd))
+        if problem:
+            raise UntrustedPathError(problem)
+    except BaseException:
+        os.close(fd)
+        raise
+    return TrustedDir(path, fd)
 
 
 def check_trusted_dir(directory: str | os.PathLike[str]) -> Path:
-    """``directory`` (absolute) when it passes the root rule; :class:`UntrustedPathError`
-    saying why not (OSError, e.g. FileNotFoundError, when it cannot be inspected)."""
-    return _checked(Path(directory), create=False)
+    """``directory`` (absolute) when it passes the root rule now; :class:`UntrustedPathError`
+    saying why not (OSError, e.g. FileNotFoundError, when it cannot be inspected). What is
+    read later must go through :func:`open_trusted_dir` to be covered by the check."""
+    with open_trusted_dir(directory) as trusted:
+        return trusted.path
 
 
 def make_private_dir(directory: str | os.PathLike[str]) -> Path:
     """:func:`check_trusted_dir` after creating what is missing (mode 0700, one component at a
-    time, so nothing is made behind another user's symlink)."""
-    return _checked(Path(directory), create=True)
+    time, so nothing is made behind another user's symlink or in a directory others could
+    swap)."""
+    with open_trusted_dir(directory, create=True) as trusted:
+        return trusted.path
 
 
-def read_bounded_file(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them; a symlink, a special
-    file (opened without blocking, never read) or a longer file is an
-    :class:`UntrustedPathError`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UntrustedPathError(f"{path} is a symlink") from None
-        raise
+def _read_fd(fd: int, path: str | os.PathLike[str], limit: int) -> bytes:
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -126,6 +261,19 @@ def read_bounded_file(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES)
     if len(data) > limit:
         raise UntrustedPathError(f"{path} grew over the {limit}-byte limit while read")
     return data
+
+
+def read_bounded_file(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; a symlink, a special
+    file (opened without blocking, never read) or a longer file is an
+    :class:`UntrustedPathError`."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedPathError(f"{path} is a symlink") from None
+        raise
+    return _read_fd(fd, path, limit)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
@@ -145,57 +293,131 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
+def home_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """This user's home: ``HOME``, else the passwd entry's; None when there is neither (a
+    container running a uid with no passwd entry)."""
+    env = os.environ if environ is None else environ
+    if env.get("HOME"):
+        return env["HOME"]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or None
+    except KeyError:
+        return None
+
+
+def no_home_dir() -> Path:
+    """The stand-in home when there is none: ``<tmp>/vllm-ascend-<uid>/home``."""
+    return Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}" / "home"
+
+
+def own_home(environ: Mapping[str, str] | None = None) -> Path:
+    """:func:`home_dir`, else :func:`no_home_dir`. Not checked here: whoever uses a directory
+    in it checks that as a root."""
+    home = home_dir(environ)
+    return Path(home) if home else no_home_dir()
+
+
+def own_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """This user's own cache: ``.cache`` in :func:`own_home`."""
+    return own_home(environ) / ".cache"
+
+
+def expand_home(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
+    """``path`` with a leading ``~`` or ``~/`` replaced by :func:`own_home` (the stand-in home
+    when there is none, rather than a directory literally called ``~`` in the working
+    directory); ``~user`` forms as :func:`os.path.expanduser` expands them, an error when it
+    cannot."""
+    text = os.fspath(path)
+    if text == "~" or text.startswith("~/"):
+        return Path(str(own_home(environ)) + text[1:])
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        raise UntrustedPathError(f"{text} names a home directory that does not exist")
+    return Path(expanded)
+
+
+def _names_home(path: str | os.PathLike[str]) -> bool:
+    text = os.fspath(path)
+    return text == "~" or text.startswith("~/")
+
+
 class TrustedRoots:
-    """The roots this process was given, each checked once (held by the process setup)."""
+    """The roots this process was given (held by the process setup). A root is checked every
+    time it is asked for; a refused one is warned about once per process and replaced by the
+    same private fallback each time (itself checked again)."""
 
     def __init__(self) -> None:
-        self._chosen: dict[tuple[Path, str], Path] = {}
+        self._fallbacks: dict[tuple[str, str], Path] = {}
+        self._warned_no_home = False
 
     def root(self, wanted: str | os.PathLike[str], what: str,
              environ: Mapping[str, str] | None = None) -> Path:
-        """``wanted`` (created 0700 when missing) when it passes the root rule; otherwise, with
-        one warning naming ``what`` and why, the private fallback for ``what``."""
-        key = (Path(os.path.abspath(os.path.expanduser(wanted))), what)
-        if key not in self._chosen:
-            try:
-                chosen = make_private_dir(key[0])
-            except OSError as exc:
-                chosen = private_fallback(what, environ)
-                logger.warning("not using %s %s (%s); using the private directory %s instead",
-                               what, key[0], exc, chosen)
-            self._chosen[key] = chosen
-        return self._chosen[key]
+        """``wanted`` (created 0700 when missing) when it passes the root rule now; otherwise,
+        with one warning per process naming ``what`` and why, the private fallback for
+        ``what``."""
+        key = (os.fspath(wanted), what)
+        if _names_home(wanted):
+            self.note_no_home(environ)
+        try:
+            return make_private_dir(expand_home(wanted, environ))
+        except OSError as exc:
+            refused = exc
+        chosen = self._fallbacks.get(key)
+        if chosen is not None:
+            with contextlib.suppress(OSError):
+                return make_private_dir(chosen)
+        chosen = self._fallbacks[key] = private_fallback(what, own_cache=self.own_cache(environ))
+        shown = key[0] if key[0].startswith("~") else os.path.abspath(key[0])
+        logger.warning("not using %s %s (%s); using the private directory %s instead",
+                       what, shown, refused, chosen)
+        return chosen
+
+    def own_cache(self, environ: Mapping[str, str] | None = None) -> Path:
+        """:func:`own_cache_dir` (see :meth:`note_no_home`)."""
+        self.note_no_home(environ)
+        return own_cache_dir(environ)
+
+    def note_no_home(self, environ: Mapping[str, str] | None = None) -> None:
+        """One warning per process the first time the stand-in home is needed."""
+        if home_dir(environ) is None and not self._warned_no_home:
+            self._warned_no_home = True
+            logger.warning("no home directory (HOME is unset and uid %d has no passwd entry): "
+                           "using %s instead (caches and logs go there)", os.getuid(),
+                           no_home_dir())
 
     def secure_vllm_cache_root(self, environ: MutableMapping[str, str] | None = None) -> Path:
         """Check vLLM's cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
         ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``) and point ``VLLM_CACHE_ROOT`` at the
-        private fallback when it, or the ``XDG_CACHE_HOME`` it lies in, is refused. Call it
-        before vLLM reads the variable (the platform plugin's ``register``)."""
+        private fallback when it, or the ``XDG_CACHE_HOME`` it lies in, is refused, or when
+        there is no home to find it in. Call it before vLLM reads the variable (the platform
+        plugin's ``register``)."""
         env = os.environ if environ is None else environ
         xdg = env.get("XDG_CACHE_HOME")
+        vllm_reads: Path | None
         if env.get("VLLM_CACHE_ROOT"):
-            wanted = vllm_reads = Path(os.path.expanduser(env["VLLM_CACHE_ROOT"]))
+            wanted: str | Path = env["VLLM_CACHE_ROOT"]
+            vllm_reads = Path(os.path.abspath(os.path.expanduser(env["VLLM_CACHE_ROOT"])))
         else:
-            base = self.root(xdg, "XDG_CACHE_HOME", env) if xdg else _own_cache(env)
+            base = self.root(xdg, "XDG_CACHE_HOME", env) if xdg else self.own_cache(env)
             wanted = base / "vllm"
-            vllm_reads = (Path(os.path.expanduser(xdg)) if xdg else _own_cache(env)) / "vllm"
+            home = home_dir(env)
+            vllm_reads = (Path(os.path.expanduser(xdg)) / "vllm" if xdg
+                          else Path(home) / ".cache" / "vllm" if home else None)
         chosen = self.root(wanted, "VLLM_CACHE_ROOT", env)
-        if chosen != Path(os.path.abspath(vllm_reads)):
+        if vllm_reads is None or chosen != Path(os.path.abspath(vllm_reads)):
             env["VLLM_CACHE_ROOT"] = str(chosen)
         return chosen
 
 
-def _own_cache(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("HOME") or Path.home()) / ".cache"
-
-
-def private_fallback(what: str, environ: Mapping[str, str] | None = None) -> Path:
+def private_fallback(what: str, environ: Mapping[str, str] | None = None, *,
+                     own_cache: Path | None = None) -> Path:
     """The private directory used instead of a refused ``what``:
-    ``$HOME/.cache/vllm_ascend/private/<what>`` (0700) when ``$HOME/.cache`` passes the root
-    rule, else a fresh temporary directory (``mkdtemp``, 0700)."""
-    env = os.environ if environ is None else environ
+    ``<own cache>/vllm_ascend/private/<what>`` (0700; the own cache is :func:`own_cache_dir`
+    unless given) when the own cache passes the root rule, else a fresh temporary directory
+    (``mkdtemp``, 0700) that passes it; :class:`UntrustedPathError` when even that does not."""
+    base = own_cache_dir(environ) if own_cache is None else own_cache
     try:
-        make_private_dir(_own_cache(env))
-        return make_private_dir(_own_cache(env) / "vllm_ascend" / "private" / what)
+        make_private_dir(base)
+        return make_private_dir(base / "vllm_ascend" / "private" / what)
     except OSError:
-        return Path(tempfile.mkdtemp(prefix=f"vllm-ascend-{what}-"))
+        return make_private_dir(tempfile.mkdtemp(prefix=f"vllm-ascend-{what}-"))
