@@ -221,3 +221,38 @@ def test_demo_model_vllm_refuses_is_one_error(cli, tmp_path: Path) -> None:
                                        '"architectures": ["NoSuchForCausalLM"]}')
     run = cli("demo", "--model", str(model), "--max-tokens", "1")
     _assert_one_error(run, "demo", f"vLLM cannot run the model in {model}")
+
+
+def _copy_entry(smollm2_dir: Path, cache: Path) -> Path:
+    checkpoints = cache / "vllm_ascend" / "checkpoints"
+    checkpoints.mkdir(parents=True, mode=0o700)
+    entry = checkpoints / smollm2_dir.name
+    shutil.copytree(smollm2_dir, entry)
+    return entry
+
+
+DAMAGED_ENTRIES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "manifest-nested-100000-deep": (
+        lambda entry: (entry / "manifest.json").write_text("[" * 100_000 + "]" * 100_000),
+        "manifest.json is nested too deeply to be a manifest"),
+    # transformers' tokenizer reads added_tokens.json when present: it changes the vocabulary.
+    "unlisted-added-tokens": (
+        lambda entry: (entry / "added_tokens.json").write_text('{"<planted>": 49152}'),
+        "holds 'added_tokens.json', which its manifest does not list"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(DAMAGED_ENTRIES))
+def test_smollm2_rebuilds_a_damaged_entry_with_one_warning(case: str, cli, smollm2_dir: Path,
+                                                           tmp_path: Path) -> None:
+    damage, reason = DAMAGED_ENTRIES[case]
+    entry = _copy_entry(smollm2_dir, tmp_path / "cache")
+    damage(entry)
+    run = cli("smollm2", cache=tmp_path / "cache")
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert run.returncode == 0 and run.stdout == f"{entry}\n", run.stderr[-3000:]
+    warnings = [line for line in run.stderr.splitlines() if "rebuilding" in line]
+    assert len(warnings) == 1 and reason in warnings[0], run.stderr[-3000:]
+    assert sorted(p.name for p in entry.iterdir()) == sorted(p.name for p in smollm2_dir.iterdir())
+    assert (entry / "manifest.json").read_bytes() == (smollm2_dir / "manifest.json").read_bytes()

@@ -128,7 +128,13 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         tied = bool(model.config.tie_word_embeddings)
         tensors = {key: value.detach().contiguous() for key, value in model.state_dict().items()
                    if not (tied and key == "lm_head.weight")}
-        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        try:
+            save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        except OSError:
+            raise
+        except Exception as exc:  # safetensors reports a failed write as its own error type
+            raise CheckpointError(f"cannot write the converted checkpoint under {out.parent}: "
+                                  f"{_one_line(str(exc))}") from None
         bar.update()
         bar.set_postfix_str(steps[3])
         _write_config(model, out)
