@@ -22,7 +22,7 @@ def warm_up_sampler(model_runner: Any) -> bool:
     for a runner without vLLM's sampler, e.g. a pooling model or a non-last pipeline rank)."""
     import torch
 
-    sampler = getattr(model_runner, "sampler", None)
+    sampler: Any = getattr(model_runner, "sampler", None)
     gather = getattr(sampler, "gather_logprobs", None)
     model_config = getattr(model_runner, "model_config", None)
     if gather is None or model_config is None or getattr(model_config, "runner_type",
