@@ -246,7 +246,7 @@ def _unique_key_loader(base: Any) -> Any:
     """``base`` (a safe YAML loader) refusing a mapping that gives a key twice (merge keys,
     ``<<``, still override as YAML defines)."""
 
-    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+    class UniqueKeyLoader(base):  # type: ignore[misc]
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in getattr(node, "value", ()):

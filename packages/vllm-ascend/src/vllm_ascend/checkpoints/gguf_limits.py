@@ -220,10 +220,11 @@ def check_llama_gguf(header: GgufHeader) -> int:
         raise BadGguf(f"{path} lacks the required metadata key tokenizer.ggml.tokens")
     dims = {"E": embed, "FF": sizes["feed_forward_length"], "KV": embed // heads * kv_heads,
             "V": len(tokens)}
-    expected = {"token_embd.weight": ("E", "V"), "output_norm.weight": ("E",)}
+    expected: dict[str, tuple[str, ...]] = {"token_embd.weight": ("E", "V"),
+                                            "output_norm.weight": ("E",)}
     for block in range(sizes["block_count"]):
         expected.update({f"blk.{block}.{name}": shape for name, shape in _BLOCK_SHAPES.items()})
-    optional = {"output.weight": ("E", "V")}
+    optional: dict[str, tuple[str, ...]] = {"output.weight": ("E", "V")}
     for name in header.tensors:
         if name not in expected and name not in optional:
             found = _BLOCK.match(name)

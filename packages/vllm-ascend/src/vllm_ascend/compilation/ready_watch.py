@@ -52,7 +52,8 @@ def _refusal(message: str) -> Exception:
     Dynamo (``Unsupported``), which runs the frame and the functions it calls uncompiled from
     then on instead of failing the caller (a compile with ``fullgraph=True`` still raises)."""
     from torch._dynamo.exc import Unsupported
-    from torch._dynamo.types import FrameAction, FrameExecStrategy
+    from torch._C._dynamo.eval_frame import _FrameAction as FrameAction
+    from torch._C._dynamo.eval_frame import _FrameExecStrategy as FrameExecStrategy
 
     class CompileRefused(Unsupported, CompileAfterReadyError):
         pass
