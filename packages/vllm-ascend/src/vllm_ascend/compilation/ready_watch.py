@@ -51,9 +51,9 @@ def _refusal(message: str) -> Exception:
     """The exception a Dynamo start callback raises to refuse a compile: a soft failure to
     Dynamo (``Unsupported``), which runs the frame and the functions it calls uncompiled from
     then on instead of failing the caller (a compile with ``fullgraph=True`` still raises)."""
-    from torch._dynamo.exc import Unsupported
     from torch._C._dynamo.eval_frame import _FrameAction as FrameAction
     from torch._C._dynamo.eval_frame import _FrameExecStrategy as FrameExecStrategy
+    from torch._dynamo.exc import Unsupported
 
     class CompileRefused(Unsupported, CompileAfterReadyError):
         pass
