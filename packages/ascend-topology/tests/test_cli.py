@@ -497,9 +497,10 @@ def test_plan_refuses_a_host_json_giving_a_key_twice(run_cli: Run, tmp_path: Pat
     folder = copy_example(tmp_path)
     host = folder / "host.json"
     text = host.read_text()
-    # Two NUMA entries for node 0: json alone keeps the second without a word.
-    host.write_text(text.replace('"0": "0-23",', '"0": "0-23",\n    "0": "24-47",', 1))
+    # Two SoCs: json alone keeps the second without a word and plans an A2.
+    assert '"soc": "A2",' in text
+    host.write_text(text.replace('"soc": "A2",', '"soc": "A3",\n  "soc": "A2",', 1))
     status, out, err = run_cli("plan", "--host", str(folder))
     assert (status, out) == (2, "")
-    assert err == (f"ascend-topology: error: {host}: the key '0' is given twice; "
+    assert err == (f"ascend-topology: error: {host}: the key 'soc' is given twice; "
                    "give each key once\n")
