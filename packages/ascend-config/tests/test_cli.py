@@ -717,3 +717,37 @@ def test_invalid_json_file_message(tmp_path: Path) -> None:
     assert run("check", str(path)) == (2, "", (
         f"error: config file {str(path)!r} is not valid JSON: Expecting value: line 1 column 1 "
         "(char 0)\n"))
+
+
+DUPLICATE_HINT = "give each key once (which value was meant is not for the reader to guess)"
+
+
+@pytest.mark.parametrize(("name", "text", "where"), [
+    ("dup.json", '{"ascend_log_path": "/tmp/a", "ascend_log_path": "/tmp/b"}', ""),
+    ("dup.yaml", "ascend_log_path: /tmp/a\nascend_log_path: /tmp/b\n", " (line 2)"),
+])
+def test_check_refuses_a_key_given_twice_in_a_file(name: str, text: str, where: str,
+                                                   tmp_path: Path) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = cli("check", str(path))
+    assert code == 2 and out == ""
+    assert one_error_line(err) == (f"error: config file {str(path)!r} gives the key "
+                                   f"'ascend_log_path' twice{where}; {DUPLICATE_HINT}")
+
+
+def test_check_refuses_a_nested_key_given_twice_on_stdin() -> None:
+    stdin = b'{"ascend_compilation_config": {"fuse_muls_add": true, "fuse_muls_add": false}}'
+    code, _, err = cli("check", "-", stdin=stdin)
+    assert code == 2
+    assert one_error_line(err) == f"error: stdin gives the key 'fuse_muls_add' twice; " \
+                                  f"{DUPLICATE_HINT}"
+
+
+def test_check_keeps_yaml_merge_keys_overriding(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text("ascend_compilation_config:\n  <<: {fuse_muls_add: true}\n"
+                    "  fuse_muls_add: false\n")
+    code, out, err = cli("check", str(path))
+    assert code == 0, err
+    assert json.loads(out)["ascend_compilation_config"]["fuse_muls_add"] is False

@@ -491,3 +491,16 @@ def test_cli_default_follows_the_soc(tmp_path: Path, run_cli: Run) -> None:
     a2 = _two_npu_host(tmp_path / "a2", "A2")
     status, _, err = run_cli("plan", "--host", a2)
     assert status == 1 and "2 NPUs need at least 10 CPUs (5 per NPU); 6 are allowed" in err
+
+
+def test_plan_refuses_a_host_json_giving_a_key_twice(run_cli: Run, tmp_path: Path) -> None:
+    folder = copy_example(tmp_path)
+    host = folder / "host.json"
+    text = host.read_text()
+    # Two SoCs: json alone keeps the second without a word and plans an A2.
+    assert '"soc": "A2",' in text
+    host.write_text(text.replace('"soc": "A2",', '"soc": "A3",\n  "soc": "A2",', 1))
+    status, out, err = run_cli("plan", "--host", str(folder))
+    assert (status, out) == (2, "")
+    assert err == (f"ascend-topology: error: {host}: the key 'soc' is given twice; "
+                   "give each key once\n")

@@ -92,22 +92,47 @@ def test_a_function_first_compiled_after_ready_is_named_as_such(watch: Any) -> N
     assert watch.causes[0].endswith("a function compiled for the first time")
 
 
-def test_strict_mode_makes_a_compile_after_ready_an_error(watch: Any) -> None:
-    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError
-
+def test_strict_mode_refuses_a_compile_after_ready_and_runs_the_function_uncompiled(
+        watch: Any, logged: Any) -> None:
     fn = torch.compile(lambda x: x.cos(), backend="eager")
     fn(torch.ones(2))
     watch.mark_ready(strict=True)
-    fn(torch.ones(2))  # no compile: no error
+    fn(torch.ones(2))  # no compile: nothing refused
+    assert watch.after_ready["compiles"] == 0
+    frames_ok = _frames_compiled()
+    with logged("vllm_ascend.compilation.ready_watch") as lines:
+        seven = torch.arange(7.0)
+        # The caller gets torch's eager answer instead of an error, and nothing is compiled.
+        assert torch.equal(fn(seven), torch.cos(seven))
+        assert torch.equal(fn(seven + 1), torch.cos(seven + 1))  # skipped now: no new attempt
+    assert _frames_compiled() == frames_ok
+    assert watch.after_ready["compiles"] == 1
+    errors = [line for line in lines if "after the engine was ready" in line]
+    assert len(errors) == 1
+    assert "size mismatch" in errors[0] and "refused" in errors[0]
+    assert "ascend_compilation_config.forbid_compile_after_ready is true" in errors[0]
+
+
+def test_strict_mode_refuses_a_function_first_compiled_after_ready(watch: Any) -> None:
+    watch.mark_ready(strict=True)
+    fn = torch.compile(lambda x: x * 3 - 1, backend="eager")
+    x = torch.arange(5.0)
+    assert torch.equal(fn(x), x * 3 - 1)
+    assert watch.after_ready["compiles"] == 1
+    assert watch.causes[0].endswith("a function compiled for the first time")
+
+
+def test_strict_mode_still_fails_a_fullgraph_compile_with_the_error(watch: Any) -> None:
+    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError
+
+    fn = torch.compile(lambda x: x.tan(), backend="eager", fullgraph=True)
+    watch.mark_ready(strict=True)
     with pytest.raises(Exception) as raised:
-        fn(torch.ones(7))
+        fn(torch.ones(2))
     chain = [raised.value, raised.value.__cause__, raised.value.__context__]
     errors = [e for e in chain if isinstance(e, CompileAfterReadyError)]
     assert errors, f"not a CompileAfterReadyError: {raised.value!r}"
-    message = str(errors[0])
-    assert "ascend_compilation_config.forbid_compile_after_ready" in message
-    assert "size mismatch" in message
-    assert watch.after_ready["compiles"] == 1
+    assert "ascend_compilation_config.forbid_compile_after_ready" in str(errors[0])
 
 
 def test_note_counts_every_event_but_logs_each_cause_once(logged: Any) -> None:

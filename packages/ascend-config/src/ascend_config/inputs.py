@@ -218,9 +218,51 @@ def parse_json_text(text: str, shown: str) -> Any:
     if json_depth(text) > MAX_DEPTH:
         raise InputError(f"{shown} is nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:
+        raise InputError(f"{shown} {exc}") from None
     except ValueError as exc:
         raise InputError(f"{shown} is not valid JSON: {exc}") from None
+
+
+class _DuplicateKey(ValueError):
+    """A mapping gives one key twice: the two values contradict each other."""
+
+    def __init__(self, key: Any, where: str = "") -> None:
+        super().__init__(f"gives the key {key!r} twice{where}; give each key once (which "
+                         "value was meant is not for the reader to guess)")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(key)
+        found[key] = value
+    return found
+
+
+def _unique_key_loader(base: Any) -> Any:
+    """``base`` (a safe YAML loader) refusing a mapping that gives a key twice (merge keys,
+    ``<<``, still override as YAML defines)."""
+
+    class UniqueKeyLoader(base):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in getattr(node, "value", ()):
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: YAML itself refuses it below
+                    continue
+                if repeated:
+                    raise _DuplicateKey(key, f" (line {key_node.start_mark.line + 1})")
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def parse_yaml_text(text: str, shown: str) -> Any:
@@ -241,7 +283,9 @@ def parse_yaml_text(text: str, shown: str) -> Any:
                 aliases += 1
                 if aliases > MAX_YAML_ALIASES:
                     raise InputError(f"{shown} uses more than {MAX_YAML_ALIASES} YAML aliases")
-        return yaml.load(text, Loader=loader)
+        return yaml.load(text, Loader=_unique_key_loader(loader))
+    except _DuplicateKey as exc:
+        raise InputError(f"{shown} {exc}") from None
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())[:200]
         raise InputError(f"{shown} is not valid YAML: {first}") from None

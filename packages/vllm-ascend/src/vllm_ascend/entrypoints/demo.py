@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from vllm_ascend.entrypoints.console import write_stdout
+from vllm_ascend.entrypoints.model_dir import read_model_config
+
 REAL_MODEL: Final = "smollm2"
 # --model choice -> tiny-model factory arch.
 MODELS: Final = {"llama": "llama", "qwen3": "qwen3", "moe": "qwen3_moe"}
@@ -45,13 +48,14 @@ class DemoOptions:
     layers: int = 2
 
     def __post_init__(self) -> None:
-        if (self.model != REAL_MODEL and self.model not in MODELS
-                and not (Path(self.model) / "config.json").is_file()):
-            raise ValueError(
-                f"model={self.model!r} is not allowed; use {REAL_MODEL} (the default), one of "
-                f"the tiny models {', '.join(MODELS)}, or a local Hugging Face checkpoint "
-                "directory (with a config.json)"
-            )
+        if self.model != REAL_MODEL and self.model not in MODELS:
+            if not os.path.lexists(Path(self.model) / "config.json"):
+                raise ValueError(
+                    f"model={self.model!r} is not allowed; use {REAL_MODEL} (the default), one "
+                    f"of the tiny models {', '.join(MODELS)}, or a local Hugging Face checkpoint "
+                    "directory (with a config.json)"
+                )
+            read_model_config(self.model)  # a bad config.json is a usage error, said now
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens={self.max_tokens} must be >= 1")
         if not self.prompts:
@@ -89,6 +93,16 @@ def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
         path = make_tiny_model(MODELS[options.model], workdir / "model", layers=options.layers)
         return DemoModel(options.model, path, real_weights=False)
     return DemoModel(options.model, Path(options.model).resolve(), real_weights=True)
+
+
+class DemoError(RuntimeError):
+    """The demo cannot run; the message says why."""
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first non-empty line of ``exc``'s message, with its type."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
 
 
 def prepare_process(workdir: Path) -> None:
@@ -162,7 +176,7 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm_ascend.entrypoints.local_engine import llm_kwargs
 
     model = resolve_model(options, workdir)
-    config = json.loads((model.path / "config.json").read_text(encoding="utf-8"))
+    config = read_model_config(model.path)
     start = time.perf_counter()
     from vllm import LLM
     from vllm.platforms import current_platform
@@ -172,7 +186,11 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
 
     # The plugin's log files go to the temporary directory: the demo leaves nothing behind.
     kwargs = llm_kwargs(str(model.path), fusion=options.fusion, log_dir=str(workdir / "logs"))
-    llm = LLM(**kwargs)
+    try:
+        llm = LLM(**kwargs)
+    except Exception as exc:  # vLLM refuses the model: its message, not its traceback
+        raise DemoError(f"vLLM cannot run the model in {model.path}: "
+                        f"{_first_line(exc)}") from None
     startup_s = time.perf_counter() - start
     # Random weights rarely pick the end-of-turn token: they answer max_tokens tokens.
     outputs, elapsed = chat(llm, options.prompts, max_tokens=options.max_tokens,
@@ -244,7 +262,10 @@ def format_text(result: dict[str, Any]) -> str:
 
 
 def main(options: DemoOptions, *, as_json: bool = False) -> int:
-    """Run the demo and print its report (text, or one JSON object with `as_json`)."""
+    """Run the demo and print its report (text, or one JSON object with `as_json`); a model
+    that cannot be converted or run is one error line on stderr and exit status 1."""
+    from vllm_ascend.checkpoints import CheckpointError
+
     with tempfile.TemporaryDirectory(prefix="vllm-ascend-demo-") as tmp:
         saved_stdout = os.dup(1)
         try:
@@ -253,12 +274,12 @@ def main(options: DemoOptions, *, as_json: bool = False) -> int:
                 sys.stdout.flush()
                 os.dup2(2, 1)
             result = run_demo(options, Path(tmp))
+        except (CheckpointError, DemoError, ValueError) as exc:
+            print(f"vllm-ascend demo: error: {exc}", file=sys.stderr)
+            return 1
         finally:
             sys.stdout.flush()
             os.dup2(saved_stdout, 1)
             os.close(saved_stdout)
-    if as_json:
-        print(json.dumps(result))
-    else:
-        print(format_text(result))
-    return 0
+    text = json.dumps(result) if as_json else format_text(result)
+    return 0 if write_stdout(text + "\n", "vllm-ascend demo") else 1

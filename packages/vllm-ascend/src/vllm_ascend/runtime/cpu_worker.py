@@ -10,6 +10,7 @@ from typing import Any
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_ascend.compilation.ready_watch import mark_engine_ready, ready_watch_for
+from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.compilation.warm_start import LoadBaseline, log_warm_start
 from vllm_ascend.runtime.cpu_binding import WorkerBinding
 from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
@@ -34,6 +35,8 @@ class AscendCPUWorker(CPUWorker):
 
     def compile_or_warm_up_model(self) -> Any:
         result = super().compile_or_warm_up_model()
+        # What vLLM's sampler compiles on a first logprobs request is compiled now, before ready.
+        warm_up_sampler(self.model_runner)
         log_warm_start(self.vllm_config, self.ascend_load_baseline or LoadBaseline())
         mark_engine_ready(self.vllm_config, lambda: self._report("serving"))
         self._report("warmed_up")

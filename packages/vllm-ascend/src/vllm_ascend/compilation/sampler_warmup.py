@@ -1,0 +1,40 @@
+"""Warm-up of what vLLM's sampler compiles on first use, so no API feature compiles after ready.
+
+vLLM's sampler ranks the sampled (or prompt) token among the logprobs with
+``batched_count_greater_than``, a ``torch.compile`` function first called by the first request
+asking for ``logprobs``, ``prompt_logprobs`` or ``logprob_token_ids``. vLLM's own warm-up never
+asks for logprobs, so without this the first such request compiled while the engine was serving
+(an error with ``forbid_compile_after_ready``). The helper is called here the way the sampler
+calls it: float32 logprobs over the model's vocabulary, a batch dimension vLLM marks unbacked
+(so one compile serves every batch size), in inference mode like the engine's steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger("vllm_ascend.compilation.sampler_warmup")
+
+
+def warm_up_sampler(model_runner: Any) -> bool:
+    """Run the sampler's logprobs path once on random logits (returns False, doing nothing,
+    for a runner without vLLM's sampler, e.g. a pooling model or a non-last pipeline rank)."""
+    import torch
+
+    sampler: Any = getattr(model_runner, "sampler", None)
+    gather = getattr(sampler, "gather_logprobs", None)
+    model_config = getattr(model_runner, "model_config", None)
+    if gather is None or model_config is None or getattr(model_config, "runner_type",
+                                                          "generate") != "generate":
+        return False
+    vocab = int(model_config.get_vocab_size())
+    device = getattr(model_runner, "device", torch.device("cpu"))
+    with torch.inference_mode():
+        for batch in (1, 2):  # the batch dimension is unbacked: both sizes hit one compile
+            logits = torch.randn(batch, vocab, dtype=torch.float32, device=device)
+            logprobs = sampler.compute_logprobs(logits)
+            sampled = torch.zeros(batch, dtype=torch.int64, device=device)
+            gather(logprobs, 1, token_ids=sampled)
+    logger.debug("sampler logprobs path warmed up (vocabulary %d)", vocab)
+    return True
