@@ -185,7 +185,7 @@ def _check_block_ids(
     columns = torch.arange(block_table.shape[1], device=block_table.device)
     used = columns.view(1, -1) < blocks_needed.view(-1, 1)
     bad = used & ((block_table < 0) | (block_table >= num_blocks))
-    if bool(bad.any()):
+    if block_table.device.type != "meta" and bool(bad.any()):  # meta: no values to check
         b, j = (int(i) for i in bad.nonzero()[0].tolist())
         raise ValueError(
             f"block_table[{b}, {j}] = {int(block_table[b, j])} is not a block of the cache;"
