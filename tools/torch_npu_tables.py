@@ -67,6 +67,15 @@ OUTPUTS: dict[str, list[dict[str, Any]]] = {
     "npu_format_cast": [{"name": "y", "dtype": "like:input", "shape": "like:input"}],
     # In place on query and key (schema: Tensor(a!) query, Tensor(b!) key) -> ().
     "_npu_rotary_embedding": [],
+    # Unquantized: attention_out like query (same head size for value); softmax_lse
+    # [T, N, 1] float32 for TND with softmax_lse_flag, else [0] ("flag").
+    "npu_fused_infer_attention_score": [
+        {"name": "attention_out", "dtype": "like:query", "shape": "like:query"},
+        {"name": "softmax_lse", "dtype": "float32", "shape": "lse:query",
+         "flag": "softmax_lse_flag"},
+    ],
+    # In place on key_cache and value_cache -> ().
+    "npu_scatter_pa_kv_cache": [],
 }
 
 # Where each op's meta function is registered (npu_format_cast has none of its own; the
@@ -136,6 +145,32 @@ CONSTRAINTS: dict[str, list[dict[str, Any]]] = {
         _rule("input", "支持1-7维", dims=[1, 7]),
         _rule("input", "当input的数据类型为float32时，block_size必须为32，且量化轴的维度不能小于32",
               min_size={"dim": -1, "size": 32, "dtypes": ["float32"]}),
+    ],
+    "npu_fused_infer_attention_score": [
+        _rule("query", "query: Tensor类型, attention结构的Query输入, "
+              "数据类型支持float16、bfloat16、int8",
+              dtypes=["float16", "bfloat16", "int8"]),
+        _rule("atten_mask", "atten_mask: Tensor类型, 对QK的结果进行mask, "
+              "用于指示是否计算Token间的相关性, 数据类型支持bool、int8和uint8",
+              dtypes=["bool", "int8", "uint8"]),
+        _rule("block_table", "page attention场景下, block_table必须为二维", dims=[2, 2]),
+    ],
+    "npu_scatter_pa_kv_cache": [
+        _rule("key", "支持3维或4维。数据类型支持float16、float、bfloat16、int8、uint8、"
+              "int16、uint16、int32、uint32、hifloat8、float8_e5m2、float8_e4m3fn",
+              dtypes=["float16", "float32", "bfloat16", "int8", "uint8", "int16", "uint16",
+                      "int32", "uint32", "float8_e5m2", "float8_e4m3fn"]),
+        _rule("key", "支持3维或4维", dims=[3, 4]),
+        _rule("value", "key、value、key_cache、value_cache的数据类型必须一致", dtype_like="key"),
+        _rule("key_cache", "key、value、key_cache、value_cache的数据类型必须一致",
+              dtype_like="key"),
+        _rule("value_cache", "key、value、key_cache、value_cache的数据类型必须一致",
+              dtype_like="key"),
+        _rule("key_cache", "当前layer的key cache，只支持4维", dims=[4, 4]),
+        _rule("value_cache", "当前layer的value cache。只支持4维", dims=[4, 4]),
+        _rule("slot_mapping", "slot_mapping（Tensor）：必选参数，"
+              "表示每个token key或value在cache中的存储偏移，数据类型支持int32和int64",
+              dtypes=["int32", "int64"]),
     ],
     "npu_swiglu": [
         _rule("input", "dtype支持FP32、FP16或BF16类型", dtypes=["float32", "float16", "bfloat16"]),

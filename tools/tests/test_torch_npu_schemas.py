@@ -167,6 +167,36 @@ def test_meta_source_and_dtype_enum() -> None:
     assert parsers.dtype_enum(META) == {"1": "int8", "24": "float8_e4m3fn"}
 
 
+HELPED = '''
+def unused(x):
+    return x
+
+def inner(x):
+    return x
+
+def outer(x):
+    return inner(x)
+
+@impl(m, "npu_other")
+def other(x):
+    return x
+
+@impl(m, "npu_helped")
+def helped_meta(x):
+    return outer(x) if other else x
+'''
+
+
+def test_meta_source_brings_the_helpers_it_calls_transitively_and_nothing_else() -> None:
+    # FIA's meta function builds its shapes in module-level helpers; registered functions
+    # (other) and helpers nobody calls (unused) stay out, the meta function comes last.
+    assert parsers.meta_source(HELPED, "npu_helped") == (
+        "def outer(x):\n    return inner(x)\n\n\n"
+        "def inner(x):\n    return x\n\n\n"
+        '@impl(m, "npu_helped")\ndef helped_meta(x):\n    return outer(x) if other else x\n'
+    )
+
+
 def test_op_doc_is_the_ops_own_docstring() -> None:
     docs = ('_add_torch_npu_docstr(\n    "npu_a",\n    """\nA text\n"""\n)\n'
             '_add_torch_npu_docstr(\n    "npu_ab",\n    """\nAB text\n"""\n)\n')

@@ -79,6 +79,9 @@ SPEC: dict[str, tuple[set[str], set[torch.dtype], set[int] | None]] = {
     "muls_add": (ALL_NPUS, {F32, BF16, F16}, None),
     "bgmv_expand": ({"A2", "A3", "310P"}, {BF16, F16}, None),
     "sgmv_expand": ({"A2", "A3", "310P"}, {BF16, F16}, None),
+    # torch-npu docs: FIA and npu_scatter_pa_kv_cache on A2/A3; FIA's query fp16/bf16.
+    "paged_attention": ({"A2", "A3"}, {BF16, F16}, None),
+    "reshape_and_cache": ({"A2", "A3"}, {F32, BF16, F16}, None),
 }
 
 
@@ -98,7 +101,7 @@ def test_npu_matrix_matches_the_documented_table(op: str, soc: str) -> None:
 
 
 def test_every_op_has_a_documented_row() -> None:
-    assert set(SPEC) <= set(OP_NAMES) and len(SPEC) == 14
+    assert set(SPEC) <= set(OP_NAMES) and len(SPEC) == 16
 
 
 def test_bad_query_messages_are_exact() -> None:

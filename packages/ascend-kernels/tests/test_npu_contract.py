@@ -38,11 +38,17 @@ def kernel_arguments(op: str, valid_args: Any) -> dict[str, Any]:
         args.update(qkv=rand(5, 8 * HEAD), q_weight=rand(HEAD), k_weight=rand(HEAD),
                     q_bias=rand(HEAD), k_bias=rand(HEAD), cos_sin_cache=rand(8, HEAD),
                     q_size=4 * HEAD, kv_size=2 * HEAD, head_size=HEAD, rotary_dim=HEAD)
+    if op in ("paged_attention", "reshape_and_cache"):  # FIA: blocks and heads of 16
+        cache = (3, 16, 2, 16)
+        args.update(key_cache=rand(*cache), value_cache=rand(*cache))
+    if op == "paged_attention":
+        args.update(block_table=torch.tensor([[2, 0], [1, 0]], dtype=torch.int32),
+                    seq_lens=[3, 12])
     return args
 
 
 def _flat(out: Any) -> list[torch.Tensor]:
-    return list(out) if isinstance(out, tuple | list) else [out]
+    return list(out) if isinstance(out, tuple | list) else [] if out is None else [out]
 
 
 @pytest.mark.parametrize("op", sorted(op for op, s in SPECS.items() if s.npu is not None))

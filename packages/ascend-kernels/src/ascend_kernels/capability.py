@@ -49,6 +49,10 @@ _NPU_TABLE: dict[str, tuple[frozenset[str], frozenset[torch.dtype], frozenset[in
     # separate 310P MRoPE path there).
     "silu_and_mul": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
     "mrotary_embedding": (frozenset({"A2", "A3", "A5"}), FLOAT_DTYPES, None),
+    # npu_fused_infer_attention_score / npu_scatter_pa_kv_cache: the torch-npu docs list
+    # A2 and A3 (FIA's query float16/bfloat16; float32 runs the reference).
+    "paged_attention": (frozenset({"A2", "A3"}), HALF_DTYPES, None),
+    "reshape_and_cache": (frozenset({"A2", "A3"}), FLOAT_DTYPES, None),
 }
 
 
