@@ -212,3 +212,96 @@ def test_hccl_all_reduce_across_two_processes(tmp_path: Path) -> None:
     assert [o["scatter"] for o in r] == [[0.0, 3.0, 6.0], [9.0, 12.0, 15.0]]
     assert [o["device"] for o in r] == ["npu:0", "npu:1"]
     assert {o["backend"] for o in r} == {"hccl"}
+
+
+@pytest.fixture(scope="module")
+def attention_report() -> dict[str, Any]:
+    return run("""
+        import json, torch, torch_npu
+        torch.manual_seed(0)
+        heads, kv_heads, d, bs, nblocks = 4, 2, 8, 4, 8
+        q_lens, kv_lens = [3, 1, 2], [3, 6, 9]  # prefill, decode, chunked prefill w/ prefix
+        T = sum(q_lens) + 2  # two rows of padding
+        q = torch.randn(T, heads, d)
+        kc = torch.randn(nblocks, bs, kv_heads, d)
+        vc = torch.randn(nblocks, bs, kv_heads, d)
+        table = torch.tensor([[5, 0, 0], [1, 7, 0], [2, 3, 4]], dtype=torch.int32)
+        ends = [3, 4, 6]
+        out, lse = torch_npu.npu_fused_infer_attention_score(
+            q.to("npu"), kc.to("npu").view(nblocks, bs, -1), vc.to("npu").view(nblocks, bs, -1),
+            atten_mask=torch.triu(torch.ones(2048, 2048, dtype=torch.int8), 1).to("npu"),
+            block_table=table.to("npu"), input_layout="TND", block_size=bs,
+            actual_seq_lengths=ends, actual_seq_lengths_kv=kv_lens,
+            num_key_value_heads=kv_heads, num_heads=heads, scale=d ** -0.5, sparse_mode=3)
+        k = torch.arange(6.0).reshape(3, 1, 2)
+        cache = torch.zeros(2, 2, 1, 2, device="npu")
+        vcache = torch.zeros(2, 2, 1, 2, device="npu")
+        torch_npu.npu_scatter_pa_kv_cache(k.to("npu"), (k + 10).to("npu"), cache, vcache,
+                                          torch.tensor([3, -1, 0], device="npu"),
+                                          cache_mode="Norm")
+        accel = {}
+        for name in ("get_memory_info", "memory_stats", "empty_cache"):
+            try:
+                getattr(torch.accelerator, name)()
+                accel[name] = "ok"
+            except RuntimeError as e:
+                accel[name] = str(e)
+        e1, e2 = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+        e1.record(); e2.record(); e2.synchronize()
+        print(json.dumps({
+            "q": q.tolist(), "kc": kc.tolist(), "vc": vc.tolist(), "out": out.cpu().tolist(),
+            "out_device": str(out.device), "cache": cache.cpu().tolist(),
+            "vcache": vcache.cpu().tolist(), "accel": accel,
+            "elapsed": e1.elapsed_time(e2),
+            "pinned": torch.ones(2).pin_memory().is_pinned(),
+        }))
+    """, EMU)
+
+
+def test_fia_is_causal_bottom_right_paged_gqa_attention(attention_report: dict[str, Any]) -> None:
+    import math
+
+    r = attention_report
+    q, kc, vc, out = r["q"], r["kc"], r["vc"], r["out"]
+    heads, kv_heads, d, bs = 4, 2, 8, 4
+    q_lens, kv_lens, tables = [3, 1, 2], [3, 6, 9], [[5, 0, 0], [1, 7, 0], [2, 3, 4]]
+    row = 0
+    for b in range(3):
+        for j in range(q_lens[b]):
+            visible = kv_lens[b] - q_lens[b] + j + 1  # positions 0 .. seq_len - q_len + j
+            for h in range(heads):
+                g = h // (heads // kv_heads)
+                keys = [kc[tables[b][p // bs]][p % bs][g] for p in range(visible)]
+                vals = [vc[tables[b][p // bs]][p % bs][g] for p in range(visible)]
+                s = [sum(a * c for a, c in zip(q[row][h], k, strict=True)) / math.sqrt(d)
+                     for k in keys]
+                m = max(s)
+                w = [math.exp(x - m) for x in s]
+                expect = [sum(wi * v[i] for wi, v in zip(w, vals, strict=True)) / sum(w)
+                          for i in range(d)]
+                assert out[row][h] == pytest.approx(expect, abs=1e-5)
+            row += 1
+    assert out[6] == [[0.0] * d] * heads and out[7] == [[0.0] * d] * heads  # padding rows
+    assert r["out_device"] == "npu:0"
+
+
+def test_scatter_writes_slots_and_skips_negative_ones(attention_report: dict[str, Any]) -> None:
+    # slot 3 = block 1 offset 1 gets row 0; slot -1 is padding; slot 0 gets row 2.
+    assert attention_report["cache"] == [[[[4.0, 5.0]], [[0.0, 0.0]]],
+                                         [[[0.0, 0.0]], [[0.0, 1.0]]]]
+    assert attention_report["vcache"] == [[[[14.0, 15.0]], [[0.0, 0.0]]],
+                                          [[[0.0, 0.0]], [[10.0, 11.0]]]]
+
+
+def test_accelerator_memory_functions_fail_as_with_real_torch_npu(
+    attention_report: dict[str, Any],
+) -> None:
+    # Real torch_npu's allocator is not a c10 DeviceAllocator either; the runtime rebinds
+    # torch.accelerator's memory functions to torch.npu's (as the existing plugin does).
+    for name, message in attention_report["accel"].items():
+        assert "not a DeviceAllocator" in message, name
+
+
+def test_events_time_and_pinned_memory_work(attention_report: dict[str, Any]) -> None:
+    assert attention_report["elapsed"] >= 0.0
+    assert attention_report["pinned"] is True

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import torch
+from torch.utils.backend_registration import (
+    generate_methods_for_privateuse1_backend,
+    rename_privateuse1_backend,
+)
 
 from vllm_ascend_testing.npu_emulation import build, hccl, kernels, npu_api
 from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
@@ -48,9 +52,9 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
     api = npu_api.NpuApi(settings, extension)
     npu = _npu_module(api)
     tnpu = _torch_npu_module(npu)
-    torch.utils.rename_privateuse1_backend("npu")
+    rename_privateuse1_backend("npu")
     torch._register_device_module("npu", npu)
-    torch.utils.generate_methods_for_privateuse1_backend(
+    generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True,
         unsupported_dtype=UNSUPPORTED_DTYPES)
     library = torch.library.Library(kernels.NAMESPACE, "DEF")
@@ -60,7 +64,7 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
     tnpu._emulated_device = device  # type: ignore[attr-defined]
     sys.modules["torch_npu"] = tnpu
     sys.modules["torch_npu.npu"] = npu
-    sys.modules["torch_npu._C"] = tnpu._C  # type: ignore[attr-defined]
+    sys.modules["torch_npu._C"] = tnpu._C
     return device
 
 

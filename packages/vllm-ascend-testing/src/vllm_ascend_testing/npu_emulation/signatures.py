@@ -48,7 +48,8 @@ def _signature_from_text(text: str) -> inspect.Signature:
     defaults += list(args.defaults)
     for i, (arg, node) in enumerate(zip(positional, defaults, strict=True)):
         kind = P.POSITIONAL_ONLY if i < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
-        params.append(P(arg.arg, kind, default=P.empty if node is None else _Default(ast.unparse(node))))
+        default = P.empty if node is None else _Default(ast.unparse(node))
+        params.append(P(arg.arg, kind, default=default))
     if args.vararg is not None:
         params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
     for arg, kw in zip(args.kwonlyargs, args.kw_defaults, strict=True):

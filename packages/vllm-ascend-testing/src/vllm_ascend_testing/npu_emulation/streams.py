@@ -7,6 +7,7 @@ timing), with the real wheel's constructor and method signatures.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -63,6 +64,7 @@ class Event(torch.Event):
     @bound("Event.record")
     def record(self, stream: Any = None) -> None:
         torch.Event.record(self, stream)
+        self._recorded_at = time.perf_counter()
 
     @bound("Event.wait")
     def wait(self, stream: Any = None) -> None:
@@ -74,7 +76,12 @@ class Event(torch.Event):
 
     @bound("Event.elapsed_time")
     def elapsed_time(self, end_event: Any) -> float:
-        return float(torch.Event.elapsed_time(self, end_event))
+        # torch.Event.elapsed_time rejects subclasses; the work is synchronous, so the
+        # wall-clock time between the two records is the elapsed time.
+        start, end = getattr(self, "_recorded_at", None), getattr(end_event, "_recorded_at", None)
+        if start is None or end is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end - start) * 1000.0
 
     @bound("Event.synchronize")
     def synchronize(self) -> None:
