@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from vllm_ascend_testing.npu_emulation import build, settings
 from vllm_ascend_testing.npu_emulation.settings import EmulationSettingsError, from_environ
 
@@ -28,7 +27,8 @@ def test_soc_by_name_or_id_from_the_recorded_enum() -> None:
     ({"VLLM_ASCEND_EMULATED_NPUS": "0"}, r"outside 1\.\.64"),
     ({"VLLM_ASCEND_EMULATED_NPUS": "65"}, r"outside 1\.\.64"),
     ({"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "0"}, "above 0 GiB"),
-    ({"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_SOC": "999"}, "Ascend910B1 \\(220\\)"),
+    ({"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_SOC": "999"},
+     "Ascend910B1 \\(220\\)"),
     ({"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_SOC": "UnsupportedSocVersion"},
      "not a SoC"),
 ])
