@@ -66,3 +66,36 @@ def test_build_dir_is_per_torch_version_and_source(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(build.CACHE_VAR, str(tmp_path))
     path = build.build_dir()
     assert path.parent == tmp_path and path.name.startswith(f"torch-{torch.__version__}-")
+
+
+CONCURRENT_BUILD = """
+import sys, time
+from pathlib import Path
+from vllm_ascend_testing.npu_emulation import build
+
+log = Path(sys.argv[1])
+
+def fake_build(target):
+    with open(log, "a") as f:
+        f.write("build\\n")
+    time.sleep(1.0)  # long enough for the other process to wait on the lock
+
+build._build = fake_build
+build._import = lambda path: path
+print(build.load_extension())
+"""
+
+
+def test_concurrent_first_builds_build_once(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **{build.CACHE_VAR: str(tmp_path / "cache")})
+    log = tmp_path / "builds.log"
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_BUILD, str(log)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert log.read_text().splitlines() == ["build"]
+    assert len({out.strip() for out, _ in outs}) == 1  # all load the same library
