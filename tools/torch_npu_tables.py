@@ -187,6 +187,14 @@ CONSTRAINTS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+# Kernels recorded by schema only (no output rule): the emulated npu device
+# (vllm_ascend_testing.npu_emulation) binds calls to them; the NPU runtime's attention calls them.
+KERNEL_SCHEMAS = [
+    "npu_fused_infer_attention_score", "npu_scatter_pa_kv_cache", "npu_top_k_top_p",
+    # transformers imports it when torch_npu is present (integrations/npu_flash_attention.py).
+    "npu_fusion_attention",
+]
+
 # torch_npu.npu APIs the project calls: public name -> (file under torch_npu/, qualname).
 PYTHON_APIS: dict[str, tuple[str, str]] = {
     "get_soc_version": ("npu/_backends.py", "get_soc_version"),
@@ -209,6 +217,43 @@ PYTHON_APIS: dict[str, tuple[str, str]] = {
     "NPUGraph.capture_begin": ("npu/graphs.py", "NPUGraph.capture_begin"),
     "NPUGraph.capture_end": ("npu/graphs.py", "NPUGraph.capture_end"),
     "graph": ("npu/graphs.py", "graph.__init__"),
+    # The rest of the upstream dense path's torch.npu APIs (npu-runtime-facts 1.2), which the
+    # emulated device (vllm_ascend_testing.npu_emulation) binds every call to.
+    "current_device": ("npu/utils.py", "current_device"),
+    "device": ("npu/utils.py", "device.__init__"),
+    "set_stream": ("npu/utils.py", "set_stream"),
+    "default_stream": ("npu/utils.py", "default_stream"),
+    "is_available": ("npu/__init__.py", "is_available"),
+    "mem_get_info": ("npu/__init__.py", "mem_get_info"),
+    "memory_stats": ("npu/memory.py", "memory_stats"),
+    "memory_allocated": ("npu/memory.py", "memory_allocated"),
+    "memory_reserved": ("npu/memory.py", "memory_reserved"),
+    "max_memory_reserved": ("npu/memory.py", "max_memory_reserved"),
+    "reset_max_memory_allocated": ("npu/memory.py", "reset_max_memory_allocated"),
+    "reset_accumulated_memory_stats": ("npu/memory.py", "reset_accumulated_memory_stats"),
+    "Stream.wait_event": ("npu/streams.py", "Stream.wait_event"),
+    "Stream.wait_stream": ("npu/streams.py", "Stream.wait_stream"),
+    "Stream.record_event": ("npu/streams.py", "Stream.record_event"),
+    "Stream.query": ("npu/streams.py", "Stream.query"),
+    "Event": ("npu/streams.py", "Event.__new__"),
+    "Event.record": ("npu/streams.py", "Event.record"),
+    "Event.wait": ("npu/streams.py", "Event.wait"),
+    "Event.query": ("npu/streams.py", "Event.query"),
+    "Event.elapsed_time": ("npu/streams.py", "Event.elapsed_time"),
+    "Event.synchronize": ("npu/streams.py", "Event.synchronize"),
+    "ExternalEvent": ("npu/streams.py", "ExternalEvent.__new__"),
+    "ExternalEvent.record": ("npu/streams.py", "ExternalEvent.record"),
+    "ExternalEvent.wait": ("npu/streams.py", "ExternalEvent.wait"),
+    "ExternalEvent.reset": ("npu/streams.py", "ExternalEvent.reset"),
+    "is_current_stream_capturing": ("npu/graphs.py", "is_current_stream_capturing"),
+    "graph_task_group_begin": ("npu/graphs.py", "graph_task_group_begin"),
+    "graph_task_group_end": ("npu/graphs.py", "graph_task_group_end"),
+    "graph_task_update_begin": ("npu/graphs.py", "graph_task_update_begin"),
+    "graph_task_update_end": ("npu/graphs.py", "graph_task_update_end"),
+    "NPUGraph.reset": ("npu/graphs.py", "NPUGraph.reset"),
+    "NPUGraph.pool": ("npu/graphs.py", "NPUGraph.pool"),
+    "NPUGraph.update": ("npu/graphs.py", "NPUGraph.update"),
+    "config.__setattr__": ("npu/npu_config.py", "_npuConfig.__setattr__"),
 }
 
 
