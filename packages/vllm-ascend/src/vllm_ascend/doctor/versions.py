@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from vllm_ascend.doctor.findings import FAIL, NPU, OK, Finding
+from vllm_ascend.doctor.supported import TESTED_MAX_EXCLUSIVE, TESTED_MIN, VLLM_DISTRIBUTIONS
 from vllm_ascend.doctor.version_spec import extra_of, parse_requirement, release, satisfies
-from vllm_ascend.platform.version import TESTED_MAX_EXCLUSIVE, TESTED_MIN, VLLM_DISTRIBUTIONS
 
 PLUGIN = "vllm-ascend"
 KERNELS = "ascend-kernels"
