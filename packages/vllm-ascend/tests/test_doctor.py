@@ -525,3 +525,34 @@ def test_failed_import_without_torch_npu_metadata_says_to_install_it(
                        match=r"Cause \(torch-npu\): torch-npu is not installed .* Fix: pip "
                              r"install \"vllm-ascend\[npu\]\""):
         torch_npu()
+
+
+# --- the import probe (a child process on this host) ----------------------------------------
+
+@pytest.mark.parametrize(
+    ("module", "code", "stage", "exit_code"),
+    [
+        # torch imports, torch_npu does not: the NPU platform is out, the host-CPU one works
+        ("torch_npu", 'raise ImportError("libhccl.so: cannot open shared object file")',
+         "torch_npu", 0),
+        # torch itself fails (it loads an installed torch-npu by itself): nothing works
+        ("torch", 'raise RuntimeError("Failed to load the backend extension: torch_npu")',
+         "torch", 1),
+    ],
+)
+def test_import_probe_runs_in_a_child_and_names_the_cause(
+        doctor: Doctor, tmp_path: Path, torch_npu_installed: None, module: str, code: str,
+        stage: str, exit_code: int) -> None:
+    fake = tmp_path / "pythonpath" / module
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(code + "\n")
+    code_, report = doctor(env={"PYTHONPATH": str(fake.parent)})
+    probe = by_check(report)["torch-npu-import"]
+    assert probe["verdict"] == "fail"
+    assert probe["summary"].startswith(f"import {stage} fails: ")
+    assert "cause: no CANN toolkit found" in probe["summary"]
+    assert code_ == exit_code
+    if stage == "torch":
+        assert probe["scope"] == "any" and "pip uninstall torch-npu" in probe["fix"]
+    else:
+        assert probe["scope"] == "npu"
