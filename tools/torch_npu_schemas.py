@@ -22,7 +22,12 @@ installed), unzips it and records:
   methods of ``_CompiledFxGraph`` with its ``load_artifacts`` signature and the fields of
   the ``_CompiledFxArtifacts`` it takes;
 * ``soc_versions``: the ``SocVersion`` enum of ``NpuVariables.h``;
-* ``requires_torch``: the wheel METADATA's ``Requires-Dist: torch`` clause.
+* ``requires_torch``: the wheel METADATA's ``Requires-Dist: torch`` clause;
+* ``aclnn``: the ``aclnn*`` entry points of CANN's operator library behind each kernel the
+  ``ascend`` ops call (the table of ``vllm_ascend.doctor.kernel_entry_points``, each name
+  checked to be among the strings of ``lib/libtorch_npu.so``; a missing one stops the tool);
+* ``libtorch_npu_needed``: the ELF NEEDED entries of ``lib/libtorch_npu.so`` (the libraries
+  ``import torch_npu`` loads; the CANN ones must resolve on the host).
 
 What is recorded per op and API is listed in ``torch_npu_tables.py``; the parsers are in
 ``torch_npu_parsers.py``.
@@ -73,6 +78,8 @@ from torch_npu_tables import (
     OUTPUTS,
     PYTHON_APIS,
 )
+from vllm_ascend.doctor.elf_symbols import read_elf_dynamic
+from vllm_ascend.doctor.kernel_entry_points import ACLNN
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "tools" / "npu_seam"
@@ -119,7 +126,15 @@ def build_record(wheel_dir: Path, version: str, wheel_name: str) -> dict[str, An
     for name, (rel, qualname) in PYTHON_APIS.items():
         apis[name] = {"file": f"{TN}/{rel}", "qualname": qualname,
                       "signature": python_signature(read(rel), qualname)}
+    aclnn: dict[str, list[str]] = {}
+    for kernel, names in sorted(ACLNN.items()):
+        for name in names:
+            if (name.encode() + b"\0") not in so:
+                raise ValueError(f"{kernel}: entry point {name} is not in libtorch_npu.so")
+        aclnn[kernel] = list(names)
     return {
+        "aclnn": aclnn,
+        "libtorch_npu_needed": list(read_elf_dynamic(pkg / "lib" / "libtorch_npu.so").needed),
         "torch_npu_version": version,
         "wheel": wheel_name,
         "requires_torch": requires_torch(

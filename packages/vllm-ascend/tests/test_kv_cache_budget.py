@@ -81,8 +81,11 @@ def test_budget_one_sequence_over_the_free_memory_says_what_to_change() -> None:
     with pytest.raises(ValueError) as info:
         kv_cache_budget(demand(4, blocks_per_seq=100), 100 * MiB, 1)
     message = str(info.value)
-    assert "--max-model-len" in message and "--kv-cache-memory-bytes" in message
-    assert "0.10 GiB" in message  # 101 MiB of one sequence
+    # 100 MiB free, 1 MiB blocks of one token: 99 usable blocks after vLLM's null block
+    assert "one sequence of max_model_len=100 needs 101.00 MiB" in message
+    assert "--max-model-len 99 (one sequence at a time)" in message
+    assert "--max-model-len 24 with --max-num-seqs 4" in message
+    assert "--kv-cache-memory-bytes" in message
 
 
 @pytest.mark.parametrize(("available", "ranks", "needle"),

@@ -15,19 +15,23 @@ class NpuRegistration:
     def __init__(self) -> None:
         self.library: torch.library.Library | None = None
         self.error: str | None = None
+        self.skipped: frozenset[str] = frozenset()
 
     @property
     def loaded(self) -> bool:
         """True when the torch_npu kernels are registered."""
         return self.library is not None
 
-    def load(self, torch_npu: ModuleType, dispatch_key: str = "PrivateUse1") -> None:
-        """Register the NPU kernels of ``torch_npu`` under ``dispatch_key`` (idempotent)."""
+    def load(self, torch_npu: ModuleType, dispatch_key: str = "PrivateUse1",
+             skip: frozenset[str] = frozenset()) -> None:
+        """Register the NPU kernels of ``torch_npu`` under ``dispatch_key`` (idempotent); the
+        ops in ``skip`` keep their reference implementations."""
         if self.library is not None:
             return
         from ascend_kernels.registration import register_npu
 
-        self.library = register_npu(torch_npu, dispatch_key)
+        self.library = register_npu(torch_npu, dispatch_key, skip)
+        self.skipped = skip
 
     def load_if_available(self, dispatch_key: str = "PrivateUse1") -> bool:
         """Import torch_npu if it is installed and usable, then register; never raises."""
@@ -49,6 +53,7 @@ class NpuRegistration:
             self.library._destroy()  # type: ignore[no-untyped-call]
         self.library = None
         self.error = None
+        self.skipped = frozenset()
 
 
 npu_registration = NpuRegistration()

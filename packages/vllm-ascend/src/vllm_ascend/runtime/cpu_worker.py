@@ -13,6 +13,7 @@ from vllm_ascend.compilation.ready_watch import mark_engine_ready, ready_watch_f
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.compilation.warm_start import LoadBaseline, log_warm_start
 from vllm_ascend.runtime.cpu_binding import WorkerBinding
+from vllm_ascend.runtime.cpu_kv_memory import checked_kv_cache_size
 from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
 from vllm_ascend.runtime.worker_setup import prepare_worker
 
@@ -21,7 +22,8 @@ class AscendCPUWorker(CPUWorker):
     """Runs the per-rank setup (endpoints, CPU pool: ``runtime.worker_setup``) before the
     device and the model are set up, watches its compiles (``compilation.ready_watch``: ready
     once warm-up is over), logs what a warm start loaded from the compile cache
-    (``compilation.warm_start``) and writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``)."""
+    (``compilation.warm_start``), writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``) and
+    refuses a KV cache that does not fit with advice (``runtime.cpu_kv_memory``)."""
 
     ascend_binding: WorkerBinding | None = None
     ascend_load_baseline: LoadBaseline | None = None
@@ -32,6 +34,9 @@ class AscendCPUWorker(CPUWorker):
         ready_watch_for(self.vllm_config).install()
         super().init_device()
         self._report("device")
+
+    def determine_available_memory(self) -> int:
+        return checked_kv_cache_size(self, super().determine_available_memory)
 
     def compile_or_warm_up_model(self) -> Any:
         result = super().compile_or_warm_up_model()

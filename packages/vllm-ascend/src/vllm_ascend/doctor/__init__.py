@@ -1,0 +1,1 @@
+"""`vllm-ascend doctor`: can this host serve, and what fixes it when it cannot."""

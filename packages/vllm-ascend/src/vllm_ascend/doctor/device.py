@@ -1,0 +1,141 @@
+"""The device: npu-smi present, the NPUs it shows, the SoC per NPU, the driver and firmware
+versions where npu-smi gives them, ``ASCEND_RT_VISIBLE_DEVICES``.
+
+Live, npu-smi runs in a child with a time limit (ascend-topology's runner); a recorded host is
+ascend-topology's recorded-host folder (``npu-smi-info.txt``, ``npu-smi-info-m.txt``,
+``npu-smi-info-t-topo.txt``, ``host.json``), optionally with ``npu-smi-info-t-board.txt``
+(``npu-smi info -t board -i <npu>``, which holds the firmware version).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllm_ascend.doctor.findings import FAIL, INFO, NPU, OK, WARN, Finding
+from vllm_ascend.doctor.host_paths import HostPaths
+
+INFO_FILE = "npu-smi-info.txt"
+BOARD_FILE = "npu-smi-info-t-board.txt"
+NPU_SMI_TIMEOUT_S = 20.0
+_DRIVER = re.compile(r"npu-smi\s+\S+\s+Version:\s*(\S+)")
+_FIRMWARE = re.compile(r"Firmware\s+Version\s*:\s*(\S+)", re.IGNORECASE)
+_NAME_ROW = re.compile(r"^\|\s*(\d+)\s+([A-Za-z0-9][\w.-]*)\s*\|")
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """What npu-smi showed: the host facts (ascend-topology), the raw status table, the board
+    query (or None), and why npu-smi gave nothing (None when it did)."""
+
+    facts: Any | None
+    info_text: str
+    board_text: str | None
+    problem: str | None
+    source: str
+
+
+def parse_driver_version(info_text: str) -> str | None:
+    found = _DRIVER.search(info_text)
+    return found.group(1) if found else None
+
+
+def parse_firmware_version(board_text: str | None) -> str | None:
+    found = _FIRMWARE.search(board_text or "")
+    return found.group(1) if found else None
+
+
+def parse_npu_names(info_text: str) -> dict[int, str]:
+    """``{npu id: chip name}`` from the status table's first row of each NPU."""
+    names: dict[int, str] = {}
+    for line in info_text.splitlines():
+        found = _NAME_ROW.match(line)
+        if found and not found.group(2).isdigit():
+            names.setdefault(int(found.group(1)), found.group(2))
+    return names
+
+
+def read_recorded(folder: Path) -> DeviceView:
+    import ascend_topology as topo
+
+    try:
+        facts = topo.load_recorded_host(folder)
+    except topo.TopologyError as exc:
+        return DeviceView(None, "", None, str(exc), f"recorded host {folder}")
+    info = (folder / INFO_FILE).read_text(encoding="utf-8", errors="replace")
+    board_path = folder / BOARD_FILE
+    board = board_path.read_text(encoding="utf-8", errors="replace") \
+        if board_path.is_file() else None
+    return DeviceView(facts, info, board, None, f"recorded host {folder}")
+
+
+def read_live(paths: HostPaths) -> DeviceView:
+    import ascend_topology as topo
+    from ascend_topology.system import run_command
+
+    if shutil.which("npu-smi", path=paths.environ.get("PATH")) is None:
+        return DeviceView(None, "", None, "npu-smi is not on PATH (no Ascend driver installed "
+                          "or not mounted into this container)", "this host")
+    try:
+        facts = topo.read_live_host(environ=paths.environ, timeout=NPU_SMI_TIMEOUT_S)
+        info = run_command(["npu-smi", "info"], timeout=NPU_SMI_TIMEOUT_S)
+    except topo.TopologyError as exc:
+        return DeviceView(None, "", None, str(exc), "this host")
+    board = None
+    if facts.chip_map:
+        first = sorted(int(n) for n in facts.chip_map)[0]
+        try:
+            board = run_command(["npu-smi", "info", "-t", "board", "-i", str(first)],
+                                timeout=NPU_SMI_TIMEOUT_S)
+        except topo.TopologyError:
+            board = None
+    return DeviceView(facts, info, board, None, "this host")
+
+
+def _visible(paths: HostPaths, logical: list[int]) -> Finding:
+    value = paths.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    if value is None:
+        return Finding("visible-devices", INFO, f"ASCEND_RT_VISIBLE_DEVICES is unset: all "
+                       f"{len(logical)} NPUs are visible", scope=NPU)
+    try:
+        wanted = [int(p) for p in value.split(",") if p.strip()]
+    except ValueError:
+        wanted = []
+    unknown = sorted(set(wanted) - set(logical))
+    if not wanted or unknown:
+        what = f"names NPUs {unknown} this host does not have" if unknown else "names no NPU"
+        return Finding("visible-devices", FAIL, f"ASCEND_RT_VISIBLE_DEVICES={value!r} {what} "
+                       f"(NPUs: {logical})", scope=NPU,
+                       fix=f"export ASCEND_RT_VISIBLE_DEVICES={','.join(map(str, logical))} "
+                           "(or unset it)")
+    return Finding("visible-devices", OK, f"ASCEND_RT_VISIBLE_DEVICES={value}: NPUs {wanted} "
+                   "visible", scope=NPU)
+
+
+def device_findings(view: DeviceView, paths: HostPaths) -> list[Finding]:
+    if view.facts is None:
+        return [Finding("npu", FAIL, f"no NPU visible: {view.problem}", scope=NPU,
+                        fix="install the Ascend driver and firmware (npu-smi comes with the "
+                            "driver); in a container, mount /dev/davinci*, /dev/davinci_manager, "
+                            "/usr/local/Ascend/driver and npu-smi")]
+    facts = view.facts
+    logical = sorted({int(v) for chips in facts.chip_map.values() for v in chips.values()})
+    names = parse_npu_names(view.info_text)
+    driver = parse_driver_version(view.info_text)
+    firmware = parse_firmware_version(view.board_text)
+    per_npu = ", ".join(f"NPU {n}: {names.get(n, '?')}" for n in sorted(names)) or "no names"
+    findings = [
+        Finding("npu", OK if logical else FAIL,
+                f"{len(logical)} NPUs ({view.source}), SoC {facts.soc}; {per_npu}",
+                scope=NPU, details={"soc": facts.soc, "names": names, "logical": logical},
+                fix=None if logical else "check the driver with npu-smi info"),
+        Finding("driver", OK if driver else WARN,
+                f"driver {driver or 'version not shown by npu-smi'}; firmware "
+                f"{firmware or 'not read (npu-smi info -t board -i 0 shows it)'}", scope=NPU,
+                details={"driver": driver, "firmware": firmware}),
+    ]
+    findings.append(_visible(paths, logical))
+    return findings

@@ -1,0 +1,69 @@
+"""The host-CPU worker's KV-cache memory checks, raised as one advising error.
+
+vLLM's CPU worker refuses a KV cache larger than the free memory of its NUMA node, and its
+engine core refuses one smaller than a single ``max_model_len`` sequence ("-0.87 GiB"-style
+messages without what would fit). The worker runs :func:`checked_kv_cache_size` around vLLM's
+``determine_available_memory``: the same decisions, with
+``platform.kv_cache_advice``'s message (memory measured, the model's needs for the requested
+``max_model_len`` and ``max_num_seqs``, the largest values that fit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vllm_ascend.platform.kv_cache_advice import GiB, format_size, kv_cache_memory_error, need_of
+
+
+def node_memory() -> tuple[int, int, int]:
+    """(NUMA node of the worker's first allowed CPU, its available bytes, its total bytes),
+    as vLLM's CPU worker measures them."""
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+
+    node = get_allowed_cpu_list()[0].numa_node
+    info = get_memory_node_info(node)
+    return node, int(info.available_memory), int(info.total_memory)
+
+
+def vllm_needed_bytes(worker: Any) -> int:
+    """vLLM's own need for one ``max_model_len`` sequence (the engine core's check)."""
+    from vllm.v1.core.kv_cache_utils import max_memory_usage_bytes
+
+    return int(max_memory_usage_bytes(worker.vllm_config, worker.get_kv_cache_spec().values()))
+
+
+def checked_kv_cache_size(worker: Any, determine: Callable[[], int],
+                          memory: Callable[[], tuple[int, int, int]] = node_memory) -> int:
+    """``determine()`` (vLLM's size of the KV cache) after the checks vLLM makes, each failing
+    with the advising :class:`~vllm_ascend.platform.kv_cache_advice.KvCacheMemoryError`."""
+    config = worker.vllm_config
+    node, available, total = memory()
+    explicit = config.cache_config.kv_cache_memory_bytes
+    where = f"{format_size(available)} free of {format_size(total)} on NUMA node {node}"
+    if explicit is not None and explicit > available:
+        raise kv_cache_memory_error(
+            need_of(config), available,
+            measured=f"{where}; the KV cache was asked for {format_size(explicit)}",
+            more_memory="less memory used by other processes (or a smaller "
+                        "--kv-cache-memory-bytes / VLLM_CPU_KVCACHE_SPACE)")
+    try:
+        size = int(determine())
+    except ValueError as exc:
+        if explicit is not None or "Available memory on node" not in str(exc):
+            raise
+        # vLLM's --gpu-memory-utilization share minus what this process holds went <= 0
+        # or beyond the free memory.
+        raise kv_cache_memory_error(
+            need_of(config), 0,
+            measured=f"{where}; --gpu-memory-utilization "
+                     f"{config.cache_config.gpu_memory_utilization} of "
+                     f"{total / GiB:.2f} GiB minus what the worker holds leaves none",
+            more_memory="--kv-cache-memory-bytes") from None
+    needed = vllm_needed_bytes(worker)
+    if size < needed:
+        raise kv_cache_memory_error(
+            need_of(config), size,
+            measured=f"the KV cache was given {format_size(size)}; {where}",
+            more_memory="--kv-cache-memory-bytes")
+    return size

@@ -1,0 +1,60 @@
+"""The README's install matrix is the one the pins give, and the pins agree with each other."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import install_matrix as im
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_readme_table_is_generated_from_the_pins() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert im.replace_table(readme, im.render(REPO)) == readme
+    assert im.main(["--check"]) == 0
+
+
+def test_the_pins_agree_with_each_other() -> None:
+    from check_versions import satisfies
+    from vllm_ascend.doctor.supported import TESTED_MAX_EXCLUSIVE, TESTED_MIN
+
+    table = {name: version for name, version, _ in im.rows(REPO)}
+    (record_path,) = (REPO / "tools" / "npu_seam").glob("torch_npu-*.json")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    torch = table["torch"].removeprefix("==")
+    # the locked torch is the one the recorded torch-npu requires
+    assert satisfies(torch, record["requires_torch"].removeprefix("torch"))
+    # the npu extra's torch-npu covers the recorded wheel
+    assert satisfies(record["torch_npu_version"], table["torch-npu"])
+    # the vLLM the workspace tests is inside the range the plugin supports
+    lo, hi = (".".join(map(str, v)) for v in (TESTED_MIN, TESTED_MAX_EXCLUSIVE))
+    assert satisfies("0.32.0", f">={lo},<{hi}")
+
+
+@pytest.mark.parametrize(("path", "old", "new", "cell"), [
+    ("packages/vllm-ascend/pyproject.toml", 'npu = ["torch-npu==2.13.*"]',
+     'npu = ["torch-npu==2.14.*"]', "`==2.14.*`"),
+    ("pyproject.toml", 'override-dependencies = ["torch==2.13.0"]',
+     'override-dependencies = ["torch==2.14.0"]', "`==2.14.0`"),
+])
+def test_a_moved_pin_makes_the_check_fail(tmp_path: Path, path: str, old: str, new: str,
+                                          cell: str) -> None:
+    root = tmp_path / "repo"
+    for rel in ("pyproject.toml", "README.md", "packages/vllm-ascend/pyproject.toml",
+                "packages/ascend-kernels/pyproject.toml"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, root / rel)
+    shutil.copytree(REPO / "tools" / "npu_seam", root / "tools" / "npu_seam")
+    shutil.copytree(REPO / "packages" / "vllm-ascend" / "src",
+                    root / "packages" / "vllm-ascend" / "src")
+    text = (root / path).read_text(encoding="utf-8")
+    assert old in text
+    (root / path).write_text(text.replace(old, new), encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    rendered = im.render(root)
+    assert cell in rendered
+    assert im.replace_table(readme, rendered) != readme
