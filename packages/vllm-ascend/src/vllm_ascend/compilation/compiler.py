@@ -261,10 +261,15 @@ class AscendCompiler(CompilerInterface):
         return compiled
 
     def _count_load(self) -> None:
-        """Count a reused artifact for the warm-start line of this compiler's engine (the one
-        ``compute_hash`` or ``compile`` saw; none outside an engine: nothing counted)."""
-        if self.engine is not None and self.cache_dir:
-            self.engine.cache_loads.add(self.cache_dir)
+        """Count a reused artifact for the warm-start line of the engine vLLM is compiling (its
+        current config, else the one ``compute_hash`` or ``compile`` saw; none outside an
+        engine: nothing counted)."""
+        from vllm.config import get_current_vllm_config_or_none
+
+        current = get_current_vllm_config_or_none()
+        engine = engine_of(current) if current is not None else self.engine
+        if engine is not None and self.cache_dir:
+            engine.cache_loads.add(self.cache_dir)
 
     def _saved_code(self, key: str) -> str | None:
         """npugraph_ex's code saved with the artifact ``key``, if it checks out."""

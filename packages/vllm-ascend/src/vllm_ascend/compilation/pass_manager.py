@@ -26,6 +26,7 @@ from vllm_ascend.compilation.fusion_manager import (  # noqa: F401 - re-exported
     warn_missed_sites,
 )
 from vllm_ascend.engine import AscendEngine, engine_of
+from vllm_ascend.engine.registry import peek_engine
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -160,10 +161,12 @@ class AscendPassManager(PostGradPassManager):
 
 def fusion_report(vllm_config: VllmConfig) -> dict[str, int]:
     """Sites rewritten per pass name by the engine of ``vllm_config`` (every pass manager and
-    compile backend of the engine shares its one fusion manager); {} before it compiled."""
-    engine = engine_of(vllm_config)
-    return {name: int(count) for name, count in engine.fusion.counts.items()} \
-        if engine.fusion_built else {}
+    compile backend of the engine shares its one fusion manager); {} before it compiled (reading
+    builds nothing)."""
+    engine = peek_engine(vllm_config)
+    if engine is None or not engine.fusion_built:
+        return {}
+    return {name: int(count) for name, count in engine.fusion.counts.items()}
 
 
 def fusion_sites(vllm_config: VllmConfig) -> dict[str, Any]:
@@ -179,10 +182,11 @@ def fusion_sites(vllm_config: VllmConfig) -> dict[str, Any]:
     """
     from vllm.compilation.counter import compilation_counter
 
-    engine = engine_of(vllm_config)
+    engine = peek_engine(vllm_config)
+    built = engine is not None and engine.fusion_built
     passes: dict[str, dict[str, int | None]] = {}
     graphs = 0
-    if engine.fusion_built:
+    if engine is not None and built:
         fusion = engine.fusion
         graphs = int(fusion.graphs_run)
         for name, site in fusion.sites.items():
@@ -192,4 +196,4 @@ def fusion_sites(vllm_config: VllmConfig) -> dict[str, Any]:
     loaded = int(compilation_counter.num_compiled_artifacts_loaded
                  + compilation_counter.num_aot_artifacts_loaded)
     return {"passes": passes, "graphs": graphs, "loaded_artifacts": loaded,
-            "from_cache": loaded > 0 or (engine.fusion_built and graphs == 0)}
+            "from_cache": loaded > 0 or (built and graphs == 0)}

@@ -10,7 +10,6 @@ when its config is freed, and the engine's watch then removes its Dynamo callbac
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -51,13 +50,13 @@ class AscendEngine:
     SoC it was resolved for (``A2``, ``A3``, ``A5``, ``310P`` or ``cpu``); ``facts``: the
     deployment facts it was resolved with. ``ready``, ``captures`` and ``cache_loads`` are the
     engine's stores; ``fusion``, ``graphs`` and ``forward`` are built on first use from the
-    engine's VllmConfig.
+    engine's VllmConfig, which the engine refers to weakly (``vllm_config_ref``).
     """
 
     config: AscendConfig
     soc: str
     facts: DeploymentFacts
-    vllm_config_ref: weakref.ref[VllmConfig] = field(repr=False)
+    vllm_config_ref: Callable[[], VllmConfig | None] = field(repr=False)
     ready: ReadyWatch = field(default_factory=ReadyWatch)
     captures: CaptureTally = field(default_factory=CaptureTally)
     cache_loads: CacheLoads = field(default_factory=CacheLoads)
@@ -110,7 +109,9 @@ class AscendEngine:
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """Work of this engine on this thread (a worker's load, profile, warm-up, execute and
-        sample steps): the Dynamo compiles inside are this engine's (``ready``)."""
+        sample steps): the Dynamo compiles inside are this engine's (``ready``, installed on
+        first use)."""
+        self.ready.install()
         with self.ready.watching():
             yield
 

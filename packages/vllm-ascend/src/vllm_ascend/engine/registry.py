@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.config_pipeline.facts import extract_facts
@@ -75,8 +75,11 @@ def user_capture_store() -> PerConfig[UserCaptureSettings]:
 
 def _new_engine(vllm_config: VllmConfig, config: AscendConfig, soc: str,
                 facts: DeploymentFacts) -> AscendEngine:
-    return _REGISTRY.register(vllm_config, AscendEngine(config, soc, facts,
-                                                        weakref.ref(vllm_config)))
+    try:
+        ref: Callable[[], VllmConfig | None] = weakref.ref(vllm_config)
+    except TypeError:  # a test double that cannot be weakly referenced: held
+        ref = lambda held=vllm_config: held  # noqa: E731
+    return _REGISTRY.register(vllm_config, AscendEngine(config, soc, facts, ref))
 
 
 def build_engine(vllm_config: VllmConfig, soc: str,

@@ -32,7 +32,6 @@ class AscendCPUWorker(CPUWorker):
     def init_device(self) -> None:
         self.ascend_load_baseline = LoadBaseline.now()
         self.ascend_binding = prepare_worker(self.vllm_config, self.local_rank)
-        self.ascend_engine.ready.install()
         super().init_device()
         self._report("device")
 

@@ -32,11 +32,15 @@ def report_name(dp_rank: int, rank: int) -> str:
 def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
                       stage: str) -> dict[str, Any]:
     """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
+    from vllm_ascend.compilation.capture_tally import CaptureTally
     from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
-    from vllm_ascend.engine import engine_of
+    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.registry import peek_engine
     from vllm_ascend.runtime.cpu_binding import host_rank
 
-    engine = engine_of(vllm_config)
+    engine = peek_engine(vllm_config)  # reading stores nothing
+    captures = engine.captures if engine is not None else CaptureTally()
+    watch = engine.ready if engine is not None else ReadyWatch()
 
     par = vllm_config.parallel_config
     # vLLM resets data_parallel_rank to 0 in each engine of a dense model (its DP ranks are
@@ -60,9 +64,9 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
         # Candidate against rewritten sites per pass; from_cache: graphs loaded, not compiled.
         "fusion_sites": fusion_sites(vllm_config),
         # Graphs this rank captured and the seconds it spent capturing (none on vLLM CPU).
-        "captures": engine.captures.as_report(),
+        "captures": captures.as_report(),
         # Dynamo compiles and pass-manager runs, and what ran after the engine was ready.
-        **engine.ready.as_report(),
+        **watch.as_report(),
     }
 
 
