@@ -5,7 +5,6 @@ warning naming them. The user's settings are recorded by the NPU platform's defa
 from __future__ import annotations
 
 import gc
-
 from typing import Any
 
 import pytest

@@ -54,7 +54,6 @@ def _tally(cfg: Any) -> Any:
 
 def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     make_vllm_config: Any, request: Any, logged: Any) -> None:
-    from vllm_ascend.engine import engine_of
     from vllm_ascend.runtime.process_setup import reset_process_setup
     from vllm_ascend.runtime.rank_report import build_rank_report
 
@@ -90,7 +89,6 @@ def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
 
 def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) -> None:
     import pytest
-    from vllm_ascend.engine import engine_of
     from vllm_ascend.runtime.process_setup import reset_process_setup
 
     reset_process_setup()
@@ -112,8 +110,8 @@ def test_a_capture_after_ready_is_counted_in_the_report_and_strict_refuses_it(
     make_vllm_config: Any, request: Any
 ) -> None:
     import pytest
-    from vllm_ascend.engine import engine_of
     from vllm_ascend.compilation.ready_watch import CompileAfterReadyError
+    from vllm_ascend.engine import engine_of
     from vllm_ascend.runtime.rank_report import build_rank_report
 
     cfg, strict_cfg = make_vllm_config(max_num_seqs=4), make_vllm_config(max_num_seqs=4)

@@ -120,8 +120,8 @@ def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, capl
 def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> None:
     import ascend_config
     from vllm_ascend.config_pipeline.facts import extract_facts
-    from vllm_ascend.runtime.batch_invariance import apply_env_changes
     from vllm_ascend.config_pipeline.resolve_step import resolve_published
+    from vllm_ascend.runtime.batch_invariance import apply_env_changes
     from vllm_ascend.runtime.config_channel import publish_worker_inputs
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}

@@ -10,7 +10,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-
 logger = logging.getLogger("vllm_ascend.compilation.capture_tally")
 
 

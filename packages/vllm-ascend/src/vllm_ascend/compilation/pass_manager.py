@@ -192,7 +192,7 @@ def fusion_sites(vllm_config: VllmConfig) -> dict[str, Any]:
         for name, site in fusion.sites.items():
             expected = site["expected"]
             passes[name] = {"expected": None if expected is None else int(expected),
-                            "matched": int(site["matched"])}
+                            "matched": int(site["matched"] or 0)}
     loaded = int(compilation_counter.num_compiled_artifacts_loaded
                  + compilation_counter.num_aot_artifacts_loaded)
     return {"passes": passes, "graphs": graphs, "loaded_artifacts": loaded,

@@ -5,9 +5,9 @@ Where loading happens, loads are counted. vLLM's own counters (``compilation_cou
 the compiled graphs (standalone inductor artifacts) it loads from its compile cache and the
 whole-model AOT artifacts that carry them (the host-CPU platform's path);
 ``AscendCompiler.load`` records each fused graph it reuses in this engine's
-:class:`CacheLoads` (``AscendEngine.cache_loads``; the NPU platform's path, which vLLM does not count). The worker takes a
-:class:`LoadBaseline` before the model is built and, once it is compiled and warmed up, calls
-:func:`log_warm_start`: a start that loaded anything logs ``warm start: loaded N compiled
+:class:`CacheLoads` (``AscendEngine.cache_loads``; the NPU platform's path, which vLLM does not
+count). The worker takes a :class:`LoadBaseline` before the model is built and, once it is
+compiled and warmed up, calls :func:`log_warm_start`: a start that loaded anything logs ``warm start: loaded N compiled
 artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts when they carried none
 that vLLM counted; X: vLLM's torch.compile phase of this engine,
 ``compilation_config.compilation_time``, which on a start served from the cache is the
@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
-
 
 logger = logging.getLogger("vllm_ascend.compilation.warm_start")
 

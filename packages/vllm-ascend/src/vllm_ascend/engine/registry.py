@@ -11,6 +11,7 @@ the engine's Dynamo callbacks are removed then.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Mapping
@@ -21,7 +22,7 @@ from vllm_ascend.config_pipeline.resolve_step import additional_config_of, resol
 from vllm_ascend.engine.ascend_engine import AscendEngine
 from vllm_ascend.engine.capture_settings import UserCaptureSettings
 from vllm_ascend.runtime.config_channel import ascend_environ
-from vllm_ascend.runtime.per_config import PerConfig
+from vllm_ascend.runtime.per_config import Held, PerConfig
 from vllm_ascend.runtime.process_setup import current_process_setup
 
 if TYPE_CHECKING:
@@ -46,10 +47,8 @@ class EngineRegistry:
         if earlier is not None and earlier is not engine:
             earlier.close()
         self.engines.set(vllm_config, engine)
-        try:
+        with contextlib.suppress(TypeError):  # a test double: closed by reset instead
             weakref.finalize(vllm_config, engine.close)
-        except TypeError:  # a test double: closed by reset
-            pass
         return engine
 
     def close(self) -> None:
@@ -78,7 +77,7 @@ def _new_engine(vllm_config: VllmConfig, config: AscendConfig, soc: str,
     try:
         ref: Callable[[], VllmConfig | None] = weakref.ref(vllm_config)
     except TypeError:  # a test double that cannot be weakly referenced: held
-        ref = lambda held=vllm_config: held  # noqa: E731
+        ref = Held(vllm_config)
     return _REGISTRY.register(vllm_config, AscendEngine(config, soc, facts, ref))
 
 

@@ -273,6 +273,6 @@ class NPUPlatform(AscendPlatformMixin, Platform):
         from vllm_ascend.runtime.forward_context import mrv2_additional_context
 
         vllm_config = kwargs.get("vllm_config")
-        if not getattr(vllm_config, "use_v2_model_runner", False):
+        if vllm_config is None or not getattr(vllm_config, "use_v2_model_runner", False):
             return {}  # runner v1 sets the fields itself
         return mrv2_additional_context(engine_of(vllm_config).forward, **kwargs)

@@ -6,8 +6,8 @@ before any env change was applied) in a private file whose path is in one enviro
 that spawned workers inherit (``runtime.worker_inputs``); each child calls ascend-config's pure
 ``resolve`` with the same inputs, so every process holds an equal config and vLLM's
 ``additional_config`` is never written to. This module is a leaf: it knows the variable names
-and the encoding, never the process that reads them (``config_pipeline.resolve_step`` resolves the inputs,
-once per process: ``runtime.process_setup``).
+and the encoding, never the process that reads them (``config_pipeline.resolve_step`` resolves
+the inputs, once per process: ``runtime.process_setup``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,18 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+O = TypeVar("O")
+
+
+class Held(Generic[O]):
+    """A strong reference with ``weakref.ref``'s call interface (for objects that cannot be
+    weakly referenced)."""
+
+    def __init__(self, value: O) -> None:
+        self.value = value
+
+    def __call__(self) -> O:
+        return self.value
 
 
 class PerConfig(Generic[T]):
@@ -38,7 +50,7 @@ class PerConfig(Generic[T]):
         try:
             ref: Callable[[], object] = weakref.ref(vllm_config)
         except TypeError:  # not weakly referenceable: held (test doubles)
-            ref = lambda held=vllm_config: held  # noqa: E731
+            ref = Held(vllm_config)
         else:
             weakref.finalize(vllm_config, self._drop, key, ref)
         self._entries[key] = (ref, value)

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vllm_ascend.config_pipeline.resolve_step import Published, resolve_published
 from vllm_ascend.observability import logging_setup
 from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
 from vllm_ascend.platform.soc import SocDetection, detect_soc, npu_smi_disagreement
 from vllm_ascend.runtime import batch_invariance
-from vllm_ascend.config_pipeline.resolve_step import Published, resolve_published
 from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV
 from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
