@@ -7,9 +7,9 @@ whole-model AOT artifacts that carry them (the host-CPU platform's path);
 ``AscendCompiler.load`` records each fused graph it reuses in this engine's
 :class:`CacheLoads` (``AscendEngine.cache_loads``; the NPU platform's path, which vLLM does not
 count). The worker takes a :class:`LoadBaseline` before the model is built and, once it is
-compiled and warmed up, calls :func:`log_warm_start`: a start that loaded anything logs ``warm start: loaded N compiled
-artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts when they carried none
-that vLLM counted; X: vLLM's torch.compile phase of this engine,
+compiled and warmed up, calls :func:`log_warm_start`: a start that loaded anything logs ``warm
+start: loaded N compiled artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts
+when they carried none that vLLM counted; X: vLLM's torch.compile phase of this engine,
 ``compilation_config.compilation_time``, which on a start served from the cache is the
 loading); a cold start logs nothing.
 """

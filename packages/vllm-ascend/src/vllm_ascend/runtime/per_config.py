@@ -14,17 +14,17 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-O = TypeVar("O")
+V = TypeVar("V")
 
 
-class Held(Generic[O]):
+class Held(Generic[V]):
     """A strong reference with ``weakref.ref``'s call interface (for objects that cannot be
     weakly referenced)."""
 
-    def __init__(self, value: O) -> None:
+    def __init__(self, value: V) -> None:
         self.value = value
 
-    def __call__(self) -> O:
+    def __call__(self) -> V:
         return self.value
 
 
