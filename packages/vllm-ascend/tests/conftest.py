@@ -50,11 +50,14 @@ def _restore_environ() -> Iterator[None]:
 def _fresh_process_setup() -> Iterator[None]:
     """Each test sees the process setup of a fresh process (a worker hook run by one test
     records binding lines the next would otherwise read)."""
+    from vllm_ascend.engine.registry import reset_engines
     from vllm_ascend.runtime.process_setup import reset_process_setup
 
     reset_process_setup()
+    reset_engines()
     yield
-    reset_process_setup()  # closes the ready watches too: their Dynamo callbacks are per process
+    reset_process_setup()
+    reset_engines()  # closes the engines' ready watches: their Dynamo callbacks are per process
 
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -75,7 +75,8 @@ def test_resolved_config_drives_it(kernels_mode) -> None:
 
 def test_worker_overrides_apply_the_published_config(monkeypatch) -> None:
     import ascend_config
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs, resolve_published
+    from vllm_ascend.config_pipeline.resolve_step import resolve_published
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = ascend_config.DeploymentFacts(soc="A2")

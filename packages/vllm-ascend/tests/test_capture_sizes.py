@@ -4,10 +4,12 @@ warning naming them. The user's settings are recorded by the NPU platform's defa
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
 from vllm_ascend.config_pipeline import npu_compilation as nc
+from vllm_ascend.engine.registry import reset_engines, user_capture_store
 from vllm_ascend.runtime.process_setup import reset_process_setup
 
 
@@ -105,5 +107,10 @@ def test_recorded_settings_belong_to_their_config(make_vllm_config: Any) -> None
     assert nc.record_user_capture_settings(a) == nc.UserCaptureSettings(2, (1, 2))
     assert nc.user_capture_settings(a) == nc.UserCaptureSettings(2, (1, 2))
     assert nc.user_capture_settings(b) == nc.UserCaptureSettings()
-    reset_process_setup()
+    reset_engines()  # what a fresh process holds: none of it
     assert nc.user_capture_settings(a) == nc.UserCaptureSettings()
+    a.compilation_config.max_cudagraph_capture_size = 4
+    nc.record_user_capture_settings(a)
+    del a
+    gc.collect()  # a freed config takes its settings with it
+    assert len(user_capture_store()) == 0

@@ -46,9 +46,14 @@ def _step(cfg: Any, dispatcher: Any, wrapper: Any, num_tokens: int) -> Any:
     return descriptor.num_tokens
 
 
+def _tally(cfg: Any) -> Any:
+    from vllm_ascend.engine import engine_of
+
+    return engine_of(cfg).captures
+
+
 def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     make_vllm_config: Any, request: Any, logged: Any) -> None:
-    from vllm_ascend.compilation.capture_tally import capture_tally_for
     from vllm_ascend.runtime.process_setup import reset_process_setup
     from vllm_ascend.runtime.rank_report import build_rank_report
 
@@ -74,17 +79,16 @@ def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     seconds = [float(m[2]) for m in parsed if m]
     assert all(s >= CAPTURE_SECONDS for s in seconds)
 
-    tally = capture_tally_for(cfg)
+    tally = _tally(cfg)
     assert tally.count == 2 and abs(tally.seconds - sum(seconds)) < 0.002
     report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="warmed_up")
     assert report["captures"] == {"count": 2, "seconds": round(tally.seconds, 6)}
-    assert capture_tally_for(other).count == 0  # another engine's config: its own tally
+    assert _tally(other).count == 0  # another engine's config: its own tally
     reset_process_setup()
 
 
 def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) -> None:
     import pytest
-    from vllm_ascend.compilation.capture_tally import capture_tally_for
     from vllm_ascend.runtime.process_setup import reset_process_setup
 
     reset_process_setup()
@@ -98,7 +102,7 @@ def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) ->
     wrapper._wrapper.runnable = broken
     with pytest.raises(RuntimeError, match="capture broke"):
         _step(cfg, dispatcher, wrapper, 2)
-    assert capture_tally_for(cfg).count == 0
+    assert _tally(cfg).count == 0
     reset_process_setup()
 
 
@@ -106,27 +110,27 @@ def test_a_capture_after_ready_is_counted_in_the_report_and_strict_refuses_it(
     make_vllm_config: Any, request: Any
 ) -> None:
     import pytest
-    from vllm_ascend.compilation.capture_tally import capture_tally_for
-    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError, ready_watch_for
+    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError
+    from vllm_ascend.engine import engine_of
     from vllm_ascend.runtime.rank_report import build_rank_report
 
     cfg, strict_cfg = make_vllm_config(max_num_seqs=4), make_vllm_config(max_num_seqs=4)
     fake_torch_npu = request.getfixturevalue("fake_torch_npu")
     dispatcher, wrapper = _wrapper_and_dispatcher(cfg)
     _step(cfg, dispatcher, wrapper, 4)  # warm-up capture: before ready
-    ready_watch_for(cfg).mark_ready()
+    engine_of(cfg).ready.mark_ready()
     _step(cfg, dispatcher, wrapper, 4)  # a replay: nothing new
     _step(cfg, dispatcher, wrapper, 2)  # a size not captured yet: a capture after ready
     report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="serving")
-    assert report["captures"]["count"] == capture_tally_for(cfg).count == 2
+    assert report["captures"]["count"] == _tally(cfg).count == 2
     assert report["after_ready"] == {"compiles": 0, "pass_runs": 0, "captures": 1,
                                      "causes": ["PIECEWISE num_tokens=2 (a new shape)"]}
 
     dispatcher, wrapper = _wrapper_and_dispatcher(strict_cfg)
-    ready_watch_for(strict_cfg).mark_ready(strict=True)
+    engine_of(strict_cfg).ready.mark_ready(strict=True)
     begun = len(fake_torch_npu.npu.called("NPUGraph.capture_begin"))
     with pytest.raises(CompileAfterReadyError, match=r"graph capture after the engine was "
                        r"ready: PIECEWISE num_tokens=1 .*forbid_compile_after_ready is true"):
         _step(strict_cfg, dispatcher, wrapper, 1)
     assert len(fake_torch_npu.npu.called("NPUGraph.capture_begin")) == begun  # none begun
-    assert capture_tally_for(strict_cfg).count == 0
+    assert _tally(strict_cfg).count == 0

@@ -52,7 +52,7 @@ def _compiled(model, tmp_path_factory, additional_config=None):
         else:
             os.environ["VLLM_CACHE_ROOT"] = old_root
     tokens = _greedy(llm)
-    report = fusion_report()
+    report = fusion_report(llm.llm_engine.vllm_config)
     del llm
     gc.collect()
     return {"tokens": tokens, "report": report, "dump": dump}

@@ -71,7 +71,8 @@ def test_extra_context_on_mrv2() -> None:
 
 
 def test_platform_hook_returns_nothing_on_mrv1(make_vllm_config) -> None:
+    from vllm_ascend.engine import engine_of
+
     cfg = make_vllm_config(enforce_eager=True)
-    states = fc.ForwardStates()
-    assert fc.mrv2_additional_context("cpu", states, vllm_config=cfg, num_tokens=4) == {}
-    assert len(states) == 0
+    state = engine_of(cfg).forward
+    assert fc.mrv2_additional_context(state, vllm_config=cfg, num_tokens=4) == {}

@@ -140,9 +140,9 @@ def test_full_replay_without_a_bound_attention_backend_is_one_clear_error(
 
 def test_the_store_holds_every_model_kind_of_the_engine(make_vllm_config: Any) -> None:
     from vllm_ascend.compilation.graph_params import graph_params_for
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.engine.registry import reset_engines
 
-    reset_process_setup()
+    reset_engines()
     cfg = make_vllm_config()
     cfg.compilation_config.cudagraph_capture_sizes = [1, 8]
     store = graph_params_for(cfg)
@@ -151,7 +151,7 @@ def test_the_store_holds_every_model_kind_of_the_engine(make_vllm_config: Any) -
     drafting = types.SimpleNamespace(compilation_config=cfg.compilation_config,
                                      speculative_config=object())
     assert graph_params_for(drafting).kinds() == ["main", "draft", "draft_prefill"]
-    reset_process_setup()
+    reset_engines()  # a fresh process: a new engine for the config, with a new store
     assert graph_params_for(cfg) is not store
 
 
@@ -169,7 +169,7 @@ def test_capture_outside_the_capture_phase_is_refused(graph_setup: Any) -> None:
     assert not any(e[0] == "run" for e in events)
 
 
-def test_graph_wrapper_captures_per_batch_descriptor(ascend_cpu_platform) -> None:
+def test_graph_wrapper_captures_per_batch_descriptor(make_vllm_config) -> None:
     from ascend_graph import RecordingRuntime
     from vllm.config import CUDAGraphMode
     from vllm.forward_context import BatchDescriptor
@@ -184,8 +184,8 @@ def test_graph_wrapper_captures_per_batch_descriptor(ascend_cpu_platform) -> Non
     runnable.tag = "model"
     state = {"key": (BatchDescriptor(num_tokens=4), CUDAGraphMode.PIECEWISE)}
     runtime = RecordingRuntime()
-    wrapper = AscendGraphWrapper(runnable, None, CUDAGraphMode.PIECEWISE, runtime=runtime,
-                                 context=lambda: state["key"])
+    wrapper = AscendGraphWrapper(runnable, make_vllm_config(), CUDAGraphMode.PIECEWISE,
+                                 runtime=runtime, context=lambda: state["key"])
     x = torch.zeros(4)
     wrapper(x)
     wrapper(x)

@@ -18,14 +18,16 @@ def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:
 
     reset_process_setup()
     on, off = AscendPassManager(), AscendPassManager()
-    on.configure(make_vllm_config())
+    on_config = make_vllm_config()
+    on.configure(on_config)
     off.configure(make_vllm_config(additional_config={"ascend_compilation_config": {
         "fuse_qknorm_rope": False, "fuse_norm_quant": False, "fuse_muls_add": False}}))
     assert "qknorm_rope" in on.fusion.enabled and "qknorm_rope" not in off.fusion.enabled
     assert on.fusion.soc == "cpu"
     assert isinstance(on.fix_functionalization, SafeFixFunctionalizationPass)
     assert on.passes[-1].uuid() != off.passes[-1].uuid()  # switches change the cache key
-    assert set(fusion_report()) >= {"qknorm_rope"} and sum(fusion_report().values()) == 0
+    report = fusion_report(on_config)
+    assert set(report) >= {"qknorm_rope"} and sum(report.values()) == 0
     reset_process_setup()
 
 
@@ -162,31 +164,36 @@ def test_fusion_sites_sum_expected_and_matched_and_flag_cache_loads(
         fusion_sites,
     )
 
+    one, two = make_vllm_config(), make_vllm_config()
     # no compile yet
-    assert fusion_sites() == {"passes": {}, "graphs": 0, "loaded_artifacts": 0,
-                              "from_cache": False}
+    assert fusion_sites(one) == {"passes": {}, "graphs": 0, "loaded_artifacts": 0,
+                                 "from_cache": False}
     # vLLM counted a compiled artifact it loaded from its cache (a warm AOT start builds no
     # pass manager at all)
     with monkeypatch.context() as patch:
         patch.setattr(compilation_counter, "num_aot_artifacts_loaded",
                       compilation_counter.num_aot_artifacts_loaded + 1)
-        assert fusion_sites()["from_cache"] is True
-        assert fusion_sites()["loaded_artifacts"] == 1
-    first, second = AscendPassManager(), AscendPassManager()
-    first.configure(make_vllm_config())
-    second.configure(make_vllm_config())
+        assert fusion_sites(one)["from_cache"] is True
+        assert fusion_sites(one)["loaded_artifacts"] == 1
+    first, again, second = AscendPassManager(), AscendPassManager(), AscendPassManager()
+    first.configure(one)
+    again.configure(one)  # another pass manager of the same engine: the engine's one manager
+    second.configure(two)
+    assert again.fusion is first.fusion and second.fusion is not first.fusion
     # Configured but no graph went through the passes: every graph came from a cache.
-    loaded = fusion_sites()
+    loaded = fusion_sites(one)
     assert loaded["from_cache"] is True and loaded["graphs"] == 0
     assert loaded["passes"]["muls_add"] == {"expected": 0, "matched": 0}
     first.fusion(_scaled_adds(broadcast=False))
     second.fusion(_scaled_adds(broadcast=False))
     second.fusion(_scaled_adds(broadcast=True))
-    sites = fusion_sites()
-    assert sites["graphs"] == 3 and sites["from_cache"] is False
-    assert sites["passes"]["muls_add"] == {"expected": 6, "matched": 4}
+    # Each engine's own sites: 2 candidates per graph, the broadcast one not rewritten.
+    sites, other = fusion_sites(one), fusion_sites(two)
+    assert (sites["graphs"], other["graphs"]) == (1, 2) and sites["from_cache"] is False
+    assert sites["passes"]["muls_add"] == {"expected": 2, "matched": 2}
+    assert other["passes"]["muls_add"] == {"expected": 4, "matched": 2}
     assert sites["passes"]["noop_elimination"]["expected"] is None
-    assert fusion_report()["muls_add"] == 4  # the existing report is unchanged
+    assert (fusion_report(one)["muls_add"], fusion_report(two)["muls_add"]) == (2, 2)
 
 
 def test_a_pass_short_of_its_sites_warns_once_per_process(make_vllm_config, caplog) -> None:

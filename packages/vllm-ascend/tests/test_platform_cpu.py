@@ -39,13 +39,13 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
 
 
 def test_engine_side_and_worker_side_configs_are_equal(make_vllm_config) -> None:
-    from vllm_ascend.config_pipeline.resolve_step import resolve_for
-    from vllm_ascend.runtime.config_channel import resolve_published
+    from vllm_ascend.config_pipeline.resolve_step import resolve_published
+    from vllm_ascend.engine import engine_of
 
     extra = {"ascend_compilation_config": {"fuse_qknorm_rope": False}, "weight_nz_mode": 0}
     cfg = make_vllm_config(additional_config=extra)
-    engine_side = resolve_for(cfg, "cpu")
-    soc, worker_side = resolve_published(os.environ)
+    engine_side = engine_of(cfg).config  # the pipeline's own engine
+    soc, worker_side, _ = resolve_published(os.environ)
     assert soc == "cpu" and worker_side == engine_side
     assert worker_side.ascend_compilation_config.fuse_qknorm_rope is False
     assert cfg.additional_config == extra
@@ -120,8 +120,9 @@ def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, capl
 def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> None:
     import ascend_config
     from vllm_ascend.config_pipeline.facts import extract_facts
+    from vllm_ascend.config_pipeline.resolve_step import resolve_published
     from vllm_ascend.runtime.batch_invariance import apply_env_changes
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs, resolve_published
+    from vllm_ascend.runtime.config_channel import publish_worker_inputs
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = extract_facts(make_vllm_config(enforce_eager=True), "cpu")
@@ -131,7 +132,7 @@ def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> 
     assert publish_worker_inputs("cpu", rl, facts, engine_env, environ=child_env)
     apply_env_changes(engine_side.env_changes, child_env)  # what the engine process did
     assert child_env["VLLM_BATCH_INVARIANT"] == "1"
-    assert resolve_published(child_env) == ("cpu", engine_side)
+    assert resolve_published(child_env)[:2] == ("cpu", engine_side)
 
 
 def test_published_inputs_never_embed_the_previous_publication() -> None:

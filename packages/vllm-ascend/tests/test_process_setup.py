@@ -1,4 +1,5 @@
-"""ProcessSetup owns the config published to its process: resolved once per publication."""
+"""ProcessSetup owns what is per process: the config published to it (resolved once per
+publication), log-once keys. What is per engine is on the engine (tests/test_engine_registry.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,9 @@ from typing import Any
 
 import ascend_config
 import pytest
+from vllm_ascend.config_pipeline.resolve_step import resolve_published
 from vllm_ascend.runtime import process_setup
-from vllm_ascend.runtime.config_channel import (
-    WORKER_INPUTS_ENV,
-    publish_worker_inputs,
-    resolve_published,
-)
+from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
 from vllm_ascend.runtime.process_setup import ProcessSetup
 
 
@@ -38,10 +36,10 @@ def test_published_config_is_resolved_once_per_publication(
     env: dict[str, str] = {}
     _publish(env, {"enable_cpu_binding": False})
     setup = ProcessSetup()
-    first = setup.published_config(env)
-    assert first is not None and first[0] == "A2"
-    assert first[1].enable_cpu_binding is False
-    assert setup.published_config(env) is first and setup.published_config(env) is first
+    first = setup.published(env)
+    assert first is not None and first.soc == "A2"
+    assert first.config.enable_cpu_binding is False
+    assert setup.published(env) is first and setup.published_config(env) == first[:2]
     assert len(resolutions) == 1
     _publish(env, {"enable_cpu_binding": True})  # a new publication: resolved again
     second = setup.published_config(env)
@@ -80,22 +78,6 @@ def test_current_ascend_config_reads_the_current_owner(
     assert process_setup.current_ascend_config() == resolved
 
 
-def test_config_for_is_the_engines_own_resolution_then_the_published_one(
-        make_vllm_config: Any) -> None:
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    first = make_vllm_config(enforce_eager=True, additional_config={"enable_cpu_binding": False})
-    second = make_vllm_config(enforce_eager=True)  # publishes over the first
-    process = current_process_setup()
-    own = process.config_for(first)
-    assert own is not None and own.enable_cpu_binding is False  # not the later publication
-    assert process.config_for(second).enable_cpu_binding is True
-    # A copy of the config (what a spawned worker holds) reads the published one.
-    published = resolve_published()
-    assert published is not None
-    assert process.config_for(object()) == published[1] == process.config_for(second)
-
-
 def test_log_once_logs_each_message_once_at_its_level(
         caplog: pytest.LogCaptureFixture) -> None:
     import logging
@@ -112,28 +94,9 @@ def test_log_once_logs_each_message_once_at_its_level(
     assert ProcessSetup().log_once("decided", log) is True  # a fresh process logs again
 
 
-def test_state_is_one_instance_per_kind_until_the_one_reset(make_vllm_config: Any) -> None:
-    from vllm_ascend.compilation.capture_tally import capture_tally_for, record_capture
-    from vllm_ascend.compilation.graph_params import graph_params_for
-    from vllm_ascend.config_pipeline.npu_compilation import (
-        record_user_capture_settings,
-        user_capture_settings,
-    )
-    from vllm_ascend.runtime.forward_context import ForwardStates
+def test_the_owner_holds_nothing_per_engine() -> None:
+    from dataclasses import fields
 
-    setup = process_setup.current_process_setup()
-    assert setup.state(ForwardStates) is setup.state(ForwardStates)
-    cfg = make_vllm_config(max_num_seqs=4)
-    cfg.compilation_config.max_cudagraph_capture_size = 7
-    record_user_capture_settings(cfg)
-    record_capture(cfg, 4, "FULL", 0.5)
-    store = graph_params_for(cfg)
-    states = setup.state(ForwardStates)
-    assert user_capture_settings(cfg).max_size == 7 and capture_tally_for(cfg).count == 1
-
-    process_setup.reset_process_setup()  # what a fresh process holds: none of it
-
-    assert process_setup.current_process_setup().state(ForwardStates) is not states
-    assert user_capture_settings(cfg).max_size is None
-    assert capture_tally_for(cfg).count == 0
-    assert graph_params_for(cfg) is not store
+    names = {f.name for f in fields(ProcessSetup)}
+    assert names == {"adjustments", "log_dir", "batch_invariance", "cpu_binding", "done_for",
+                     "soc_detection", "warned", "roots", "hooks_run", "_published"}

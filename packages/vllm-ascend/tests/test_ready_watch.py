@@ -1,6 +1,8 @@
 """ready_watch: compiles, pass-manager runs and captures are counted before and after the engine
 is ready; after ready each cause is logged once, and strict mode makes it an error. Dynamo
-compiles are real torch.compile recompiles, counted against torch's own frame counter."""
+compiles are real torch.compile recompiles, counted against torch's own frame counter; a watch
+counts only those inside its engine's work on the thread (``watching``), and a freed watch or
+engine leaves no Dynamo callback behind."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ def watch() -> Iterator[Any]:
     torch._dynamo.reset()
     found = ReadyWatch()
     found.install()
-    yield found
+    with found.watching():  # the tests below compile as the engine's work does
+        yield found
     found.uninstall()
     torch._dynamo.reset()
 
@@ -188,7 +191,7 @@ def test_the_pass_manager_counts_its_runs_in_the_engines_watch(make_vllm_config)
     from vllm.compilation.passes.inductor_pass import pass_context
     from vllm.config.utils import Range
     from vllm_ascend.compilation.pass_manager import AscendPassManager
-    from vllm_ascend.compilation.ready_watch import ready_watch_for
+    from vllm_ascend.engine import engine_of
 
     config = make_vllm_config()
     manager = AscendPassManager()
@@ -196,7 +199,7 @@ def test_the_pass_manager_counts_its_runs_in_the_engines_watch(make_vllm_config)
     graph = torch.fx.symbolic_trace(lambda x: x + 1).graph
     with pass_context(Range(start=1, end=16)):
         manager(graph)
-    watch = ready_watch_for(config)
+    watch = engine_of(config).ready
     assert (watch.pass_runs, watch.after_ready["pass_runs"]) == (1, 0)
     watch.mark_ready()
     new_range = Range(start=17, end=17)
@@ -221,16 +224,81 @@ def test_the_report_lists_the_first_causes_and_the_log_has_every_one(logged: Any
         f"num_tokens={size}" for size in range(MAX_REPORTED_CAUSES)]
 
 
-def test_the_process_reset_removes_every_watchs_dynamo_callbacks(make_vllm_config) -> None:
+def _registered() -> int:
     from torch._dynamo.callback import callback_handler
-    from vllm_ascend.compilation.ready_watch import ready_watch_for
-    from vllm_ascend.runtime.process_setup import reset_process_setup
 
-    config = make_vllm_config()
-    watch = ready_watch_for(config)
+    return len(callback_handler.start_callbacks) + len(callback_handler.end_callbacks)
+
+
+def test_compiles_outside_the_engines_work_are_not_its_own() -> None:
+    """Another engine's compile or the user's own torch.compile on this thread, after a strict
+    engine is ready: not counted, no error; inside the engine's work it is an error."""
+    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError, ReadyWatch
+
+    torch._dynamo.reset()
+    watch = ReadyWatch()
     watch.install()
-    assert watch.compile_started in callback_handler.start_callbacks
-    reset_process_setup()
-    assert watch.compile_started not in callback_handler.start_callbacks
-    assert watch.compile_ended not in callback_handler.end_callbacks
-    assert ready_watch_for(config) is not watch  # a fresh process has no watch yet
+    try:
+        with watch.watching():
+            torch.compile(lambda x: x + 3, backend="eager")(torch.ones(2))
+        assert watch.compiles == 1
+        watch.mark_ready(strict=True)
+        frames = _frames_compiled()
+        out = torch.compile(lambda x: x * 2 + 1)(torch.ones(3))  # the user's own
+        assert out.tolist() == [3.0, 3.0, 3.0] and _frames_compiled() - frames == 1
+        assert watch.compiles == 1 and watch.after_ready["compiles"] == 0
+        with watch.watching(), pytest.raises(Exception) as raised:
+            torch.compile(lambda x: x - 5, backend="eager")(torch.ones(2))
+        chain = [raised.value, raised.value.__cause__, raised.value.__context__]
+        assert any(isinstance(e, CompileAfterReadyError) for e in chain)
+        assert watch.after_ready["compiles"] == 1
+    finally:
+        watch.uninstall()
+        torch._dynamo.reset()
+
+
+def test_the_scope_is_per_thread() -> None:
+    import threading
+
+    from vllm_ascend.compilation.ready_watch import ReadyWatch
+
+    watch = ReadyWatch()
+    seen: list[bool] = []
+    with watch.watching():
+        thread = threading.Thread(target=lambda: seen.append(watch.active))
+        thread.start()
+        thread.join()
+        assert watch.active
+    assert seen == [False] and not watch.active
+
+
+def test_a_freed_watch_takes_its_dynamo_callbacks_with_it() -> None:
+    import gc
+    import weakref
+
+    from vllm_ascend.compilation.ready_watch import ReadyWatch
+
+    before = _registered()
+    watch = ReadyWatch()
+    watch.install()
+    watch.install()  # idempotent
+    assert _registered() == before + 2 and watch.installed
+    ref = weakref.ref(watch)
+    del watch
+    gc.collect()
+    assert ref() is None  # Dynamo's handler did not keep it alive
+    assert _registered() == before
+
+
+def test_resetting_the_engines_removes_every_watchs_dynamo_callbacks(make_vllm_config) -> None:
+    from vllm_ascend.engine import engine_of
+    from vllm_ascend.engine.registry import reset_engines
+
+    before = _registered()
+    config = make_vllm_config()
+    watch = engine_of(config).ready
+    watch.install()
+    assert _registered() == before + 2
+    reset_engines()
+    assert _registered() == before and not watch.installed
+    assert engine_of(config).ready is not watch  # a fresh process has a new engine

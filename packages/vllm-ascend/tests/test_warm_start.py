@@ -17,11 +17,12 @@ from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
 from vllm.config.utils import Range
 from vllm_ascend.compilation.compiler import AscendCompiler
 from vllm_ascend.compilation.warm_start import (
+    CacheLoads,
     LoadBaseline,
     log_warm_start,
-    record_cache_load,
     warm_start_of,
 )
+from vllm_ascend.engine import engine_of
 
 A = torch.ops.ascend
 RANGE = Range(start=1, end=16)
@@ -53,7 +54,8 @@ def _config(compile_s: float = 0.0, local_dir: str = "") -> VllmConfig:
 
 
 def test_a_cold_start_logs_nothing(lines: list[str]) -> None:
-    assert log_warm_start(_config(12.0, "/c/rank_0_0/backbone"), LoadBaseline.now()) is None
+    assert log_warm_start(_config(12.0, "/c/rank_0_0/backbone"), CacheLoads(),
+                          LoadBaseline.now()) is None
     assert lines == []
 
 
@@ -63,7 +65,7 @@ def test_vllm_graph_loads_since_the_baseline_are_counted_with_its_cache_dir(
     baseline = LoadBaseline.now()
     compilation_counter.num_aot_artifacts_loaded += 1
     compilation_counter.num_compiled_artifacts_loaded += 3
-    found = log_warm_start(_config(1.234, "/c/rank_0_0/backbone"), baseline)
+    found = log_warm_start(_config(1.234, "/c/rank_0_0/backbone"), CacheLoads(), baseline)
     assert found is not None and found.artifacts == 3
     assert lines == ["warm start: loaded 3 compiled artifacts from /c/rank_0_0/backbone in "
                      "1.23 s"]
@@ -72,17 +74,17 @@ def test_vllm_graph_loads_since_the_baseline_are_counted_with_its_cache_dir(
 def test_an_aot_artifact_carrying_no_counted_graph_counts_itself() -> None:
     baseline = LoadBaseline.now()
     compilation_counter.num_aot_artifacts_loaded += 1
-    found = warm_start_of(_config(0.5, "/c/x"), baseline)
+    found = warm_start_of(_config(0.5, "/c/x"), CacheLoads(), baseline)
     assert found is not None and (found.artifacts, found.dirs) == (1, ("/c/x",))
 
 
 def test_ascend_loads_are_per_engine() -> None:
     one, other = _config(2.0), _config(3.0)
-    record_cache_load(one, "/a")
-    record_cache_load(one, "/a")
-    found = warm_start_of(one, LoadBaseline.now())
+    engine_of(one).cache_loads.add("/a")
+    engine_of(one).cache_loads.add("/a")
+    found = warm_start_of(one, engine_of(one).cache_loads, LoadBaseline.now())
     assert found is not None and (found.artifacts, found.dirs, found.seconds) == (2, ("/a",), 2.0)
-    assert warm_start_of(other, LoadBaseline.now()) is None
+    assert warm_start_of(other, engine_of(other).cache_loads, LoadBaseline.now()) is None
 
 
 def block(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -105,7 +107,7 @@ def test_ascend_compiler_counts_the_fused_graphs_it_reuses(tmp_path: Path) -> No
     cache = tmp_path / "cache"
     cold, warm = _config(), _config(0.25)
     _load(cache, cold)  # a miss: compiles and writes the artifact
-    assert warm_start_of(cold, LoadBaseline.now()) is None
+    assert warm_start_of(cold, engine_of(cold).cache_loads, LoadBaseline.now()) is None
     _load(cache, warm)  # a hit
-    found = warm_start_of(warm, LoadBaseline.now())
+    found = warm_start_of(warm, engine_of(warm).cache_loads, LoadBaseline.now())
     assert found is not None and (found.artifacts, found.dirs) == (1, (str(cache),))

@@ -124,12 +124,29 @@ class EngineHost:
         cls = type(current_platform)
         return {"class": f"{cls.__module__}.{cls.__qualname__}", "device_name": cls.device_name}
 
-    def op_fusion_report(self) -> dict[str, Any]:
-        """Sites rewritten per Ascend pass by the pass managers of this process's engines
-        ("report"), and candidate against rewritten sites per pass ("sites")."""
+    def op_fusion_report(self, name: str | None = None) -> dict[str, Any]:
+        """Sites rewritten per Ascend pass ("report") and candidate against rewritten sites per
+        pass ("sites") of engine ``name``; without a name, summed over this process's engines."""
         from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
 
-        return {"report": fusion_report(), "sites": fusion_sites()}
+        names = [name] if name is not None else list(self.engines)
+        report: dict[str, int] = {}
+        sites: dict[str, Any] = {"passes": {}, "graphs": 0, "loaded_artifacts": 0,
+                                 "from_cache": False}
+        for each in names:
+            config = self.engines[each].llm_engine.vllm_config
+            for key, count in fusion_report(config).items():
+                report[key] = report.get(key, 0) + count
+            found = fusion_sites(config)
+            sites["graphs"] += found["graphs"]
+            sites["loaded_artifacts"] = found["loaded_artifacts"]  # per process
+            sites["from_cache"] = sites["from_cache"] or found["from_cache"]
+            for key, site in found["passes"].items():
+                total = sites["passes"].setdefault(key, {"expected": None, "matched": 0})
+                total["matched"] += site["matched"]
+                if site["expected"] is not None:
+                    total["expected"] = (total["expected"] or 0) + site["expected"]
+        return {"report": report, "sites": sites}
 
     def op_call_counts(self, reset: bool = False) -> dict[str, Any]:
         from ascend_kernels import batch_invariant

@@ -13,16 +13,12 @@ from collections.abc import Callable
 
 logger = logging.getLogger("vllm_ascend.plugin_hooks")
 
-class HooksRun(set[str]):
-    """The hooks that have run in this process (held by the process setup)."""
-
-
 def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
     @functools.wraps(fn)
     def hook() -> None:
         from vllm_ascend.runtime.process_setup import current_process_setup
 
-        done = current_process_setup().state(HooksRun)
+        done = current_process_setup().hooks_run
         if fn.__name__ in done:
             return
         done.add(fn.__name__)

@@ -31,7 +31,7 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
 
@@ -43,8 +43,11 @@ from vllm_ascend.compilation.compile_cache import (
     read_code,
     read_fused,
 )
-from vllm_ascend.compilation.warm_start import record_cache_load
+from vllm_ascend.engine import AscendEngine, engine_of
 from vllm_ascend.runtime.trusted_paths import TrustedDir, make_private_dir, open_trusted_dir
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
 
 logger = logging.getLogger("vllm_ascend.compilation.compiler")
 
@@ -129,8 +132,9 @@ class AscendCompiler(CompilerInterface):
 
     ``fusion_manager`` is the ascend-graph pass manager ``load`` checks artifacts against and
     recompiles with (vLLM calls ``load`` without the compiler config). The constructor,
-    ``compute_hash`` (built from the config, as the platform pass manager is) and every
-    ``compile`` (the one vLLM installed) set it; the latest wins.
+    ``compute_hash`` (the engine's one manager, ``engine_of(vllm_config).fusion``, which the
+    platform pass manager also runs) and every ``compile`` (the one vLLM installed) set it; the
+    latest wins. ``engine`` is the engine whose cache loads ``load`` counts.
     """
 
     name = "AscendCompiler"
@@ -144,6 +148,7 @@ class AscendCompiler(CompilerInterface):
         self.trusted = False
         self.static_kernel = StaticKernelPlan()
         self.pass_manager: Any = None
+        self.engine: AscendEngine | None = None
 
     def initialize_cache(self, cache_dir: str, disable_cache: bool = False,
                          prefix: str = "") -> None:
@@ -185,32 +190,24 @@ class AscendCompiler(CompilerInterface):
     def caching(self) -> bool:
         return bool(self.cache_dir) and not self.disable_cache and self.trusted
 
-    def compute_hash(self, vllm_config: Any) -> str:
-        import ascend_config
+    def compute_hash(self, vllm_config: VllmConfig) -> str:
+        """The cache hash of the engine of ``vllm_config``: its resolved config and fusion
+        manager (``engine_of``), never resolved again, so neither the environment nor another
+        engine changes it after the engine was built."""
         from ascend_graph import compute_hash
-        from vllm.platforms import current_platform
 
-        from vllm_ascend.compilation.pass_manager import build_fusion_manager
-        from vllm_ascend.config_pipeline.facts import extract_facts
-        from vllm_ascend.config_pipeline.resolve_step import additional_config_of
-
-        soc = str(current_platform.soc)  # an Ascend platform: "cpu" or the detected SoC
-        facts = extract_facts(vllm_config, soc)
-        resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts)
-        cc = resolved.ascend_compilation_config
-        self.backend = graph_backend(resolved, vllm_config.compilation_config.cudagraph_mode)
+        engine = engine_of(vllm_config)
+        cc = engine.config.ascend_compilation_config
+        self.backend = graph_backend(engine.config,
+                                     vllm_config.compilation_config.cudagraph_mode)
         self.static_kernel = StaticKernelPlan.from_vllm_config(
             vllm_config, bool(cc.enable_static_kernel) and self.backend == "npugraph_ex"
         )
-        # The same manager AscendPassManager.configure builds; load recompiles with it.
-        from vllm_ascend.compilation.norm_quant_gate import quant_description_of
-
-        sequence_parallel = bool(vllm_config.parallel_config.use_sequence_parallel_moe)
-        manager = build_fusion_manager(cc, soc, facts, sequence_parallel=sequence_parallel,
-                                       quant_description=quant_description_of(vllm_config, facts))
-        self.fusion_manager = manager
+        # The engine's one manager: AscendPassManager.configure takes it too; load uses it.
+        self.engine = engine
+        self.fusion_manager = engine.fusion
         return str(compute_hash(
-            manager, backend=self.backend,
+            engine.fusion, backend=self.backend,
             enable_npugraph_ex=self.backend == "npugraph_ex",
             enable_static_kernel=self.static_kernel.enabled,
             decode_batch_sizes=self.static_kernel.decode_batch_sizes,
@@ -233,6 +230,8 @@ class AscendCompiler(CompilerInterface):
             )
         self.fusion_manager = fusion
         self.pass_manager = manager if hasattr(manager, "note_run") else None
+        if self.pass_manager is not None and self.pass_manager.engine is not None:
+            self.engine = self.pass_manager.engine
         if not self.caching:
             return self._compile(graph, example_inputs, fusion, compile_range)[0], None
         if key is None:  # vLLM always passes one; direct callers may not
@@ -282,13 +281,15 @@ class AscendCompiler(CompilerInterface):
         return compiled
 
     def _count_load(self) -> None:
-        """Count a reused artifact for the warm-start line of the engine vLLM is compiling
-        (its current config; none outside an engine: nothing counted)."""
+        """Count a reused artifact for the warm-start line of the engine vLLM is compiling (its
+        current config, else the one ``compute_hash`` or ``compile`` saw; none outside an
+        engine: nothing counted)."""
         from vllm.config import get_current_vllm_config_or_none
 
-        vllm_config = get_current_vllm_config_or_none()
-        if vllm_config is not None and self.cache_dir:
-            record_cache_load(vllm_config, self.cache_dir)
+        current = get_current_vllm_config_or_none()
+        engine = engine_of(current) if current is not None else self.engine
+        if engine is not None and self.cache_dir:
+            engine.cache_loads.add(self.cache_dir)
 
     def _saved_code(self, key: str) -> str | None:
         """npugraph_ex's code saved with the artifact ``key``, if it checks out."""

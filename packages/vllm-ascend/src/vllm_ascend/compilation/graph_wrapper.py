@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from vllm_ascend.compilation.capture_tally import record_capture
-from vllm_ascend.compilation.graph_params import graph_params_for
-from vllm_ascend.compilation.ready_watch import peek_ready_watch
+from vllm_ascend.engine import engine_of
 
 
 def forward_context_key() -> tuple[Any, Any]:
@@ -80,7 +79,8 @@ class AscendGraphWrapper:
         self.vllm_config = vllm_config
         self.cudagraph_options = cudagraph_options
         self.use_eagle = use_eagle
-        self.params = graph_params_for(vllm_config)
+        self.engine = engine_of(vllm_config)
+        self.params = self.engine.graphs
         pool = None
         if runtime is None:
             from vllm.platforms import current_platform
@@ -129,10 +129,10 @@ class AscendGraphWrapper:
         from vllm.compilation.monitor import validate_cudagraph_capturing_enabled
 
         validate_cudagraph_capturing_enabled()
-        watch = peek_ready_watch(self.vllm_config)
-        if watch is not None:  # after ready: logged once, or an error in strict mode
-            watch.note("captures", f"{getattr(self.runtime_mode, 'name', self.runtime_mode)} "
-                                   f"num_tokens={getattr(key, 'num_tokens', key)} (a new shape)")
+        # After ready: logged once, or an error in strict mode.
+        mode = getattr(self.runtime_mode, "name", self.runtime_mode)
+        self.engine.ready.note(
+            "captures", f"{mode} num_tokens={getattr(key, 'num_tokens', key)} (a new shape)")
         fields = _forward_fields(self.vllm_config)
         before = fields.capturing if fields is not None else None
         if fields is not None:
@@ -143,7 +143,7 @@ class AscendGraphWrapper:
         finally:
             if fields is not None:
                 fields.capturing = before
-        record_capture(self.vllm_config, key, self.runtime_mode, time.perf_counter() - start)
+        record_capture(self.engine.captures, key, self.runtime_mode, time.perf_counter() - start)
 
     @staticmethod
     def _count_capture(key: Any) -> None:
@@ -164,7 +164,7 @@ class AscendGraphWrapper:
             raise RuntimeError(
                 "a FULL graph is about to replay but no attention backend is bound to the "
                 "engine's graph parameters: the NPU model runner must call "
-                "vllm_ascend.compilation.graph_params.graph_params_for(vllm_config)"
+                "vllm_ascend.engine.engine_of(vllm_config).graphs"
                 ".bind_attention(attn_backend, update_stream) before capturing full graphs"
             )
         attn_backend, update_stream = self.params.attention

@@ -1,9 +1,10 @@
 """The platform pass manager: vLLM's post-grad manager plus ascend-graph's fusion passes.
 
 vLLM instantiates :class:`AscendPassManager` (``get_pass_manager_cls``), calls ``configure``
-and installs it under the platform's ``pass_key``. ``configure`` resolves the Ascend config
-with the same pure ``resolve`` as the platform and builds ascend-graph's
-``GraphFusionPassManager`` from ``ascend_compilation_config``. On CPU, vLLM's
+and installs it under the platform's ``pass_key``. ``configure`` takes the engine's fusion
+manager (``engine_of(config).fusion``: ascend-graph's ``GraphFusionPassManager`` built once per
+engine from its resolved ``ascend_compilation_config``, shared with the compile backend), so
+:func:`fusion_report` is the engine's. On CPU, vLLM's
 functionalization fix-up (which names a CUDA-only fused op) is replaced by a safe variant, and
 inductor is given lowerings that inline the ``torch.ops.ascend.*`` ops (see
 :func:`register_cpu_lowerings`).
@@ -12,30 +13,29 @@ inductor is given lowerings that inline the ``torch.ops.ascend.*`` ops (see
 from __future__ import annotations
 
 import logging
-import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from vllm.compilation.passes.pass_manager import PostGradPassManager
 from vllm.compilation.passes.utility.fix_functionalization import FixFunctionalizationPass
 from vllm.compilation.passes.vllm_inductor_pass import VllmInductorPass
 
+from vllm_ascend.compilation.fusion_manager import (  # noqa: F401 - re-exported names
+    build_fusion_manager,
+    sequence_parallel_ops,
+    warn_missed_sites,
+)
+from vllm_ascend.engine import AscendEngine, engine_of
+from vllm_ascend.engine.registry import peek_engine
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
 logger = logging.getLogger("vllm_ascend.compilation.pass_manager")
 
 # Ops vLLM's FixFunctionalizationPass names; the CPU build of vLLM lacks some of them.
 _FIXUP_OPS = ("rotary_embedding", "fused_add_rms_norm", "fused_add_rms_norm_static_fp8_quant",
               "rms_norm_dynamic_per_token_quant", "rms_norm", "rms_norm_static_fp8_quant")
-
-class LivePassManagers(weakref.WeakSet["AscendPassManager"]):
-    """The pass managers alive in this process, for the fusion report (held by the process
-    setup)."""
-
-
-def _live() -> LivePassManagers:
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    return current_process_setup().state(LivePassManagers)
-
 
 def vllm_fixup_ops_available() -> bool:
     """Whether every op vLLM's functionalization fix-up refers to exists in this vLLM build."""
@@ -122,72 +122,6 @@ def register_cpu_lowerings() -> str:
     return str(lowering_fingerprint())
 
 
-def sequence_parallel_ops() -> tuple[Any, Any] | None:
-    """vLLM's all-gather and sequence-parallel chunk op handles, when this build has both."""
-    import vllm.model_executor.models.utils  # noqa: F401  (registers sequence_parallel_chunk_impl)
-
-    ops = getattr(torch.ops, "vllm", None)
-    try:
-        return (ops.all_gather.default, ops.sequence_parallel_chunk_impl.default)  # type: ignore[union-attr]
-    except (AttributeError, RuntimeError):
-        return None
-
-
-def build_fusion_manager(
-    switches: Any, soc: str, facts: Any, *, sequence_parallel: bool = False,
-    quant_description: Any = None, log_decisions: bool = False,
-) -> Any:
-    """ascend-graph's manager for the resolved pass switches and model facts.
-
-    The all-gather/chunk cleanup runs only with sequence parallelism, and only when vLLM
-    provides both op handles it matches (they are passed in: ascend-graph never imports vLLM).
-    norm_quant follows ``norm_quant_gate`` (W4A4 layers, model dtype). kv_cache_attention gets
-    vLLM's attention op handles and the fused op (:mod:`vllm_ascend.ops.attention_kv`),
-    registered here so every process that compiles or loads such a graph has it. A pass that
-    leaves candidate sites alone is one warning per pass per process (:func:`warn_missed_sites`).
-    """
-    from ascend_graph import GraphFusionPassManager
-
-    from vllm_ascend.compilation import norm_quant_gate
-    from vllm_ascend.ops.attention_kv import attention_op_handles
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    norm_quant = norm_quant_gate.decide_norm_quant(
-        bool(switches.fuse_norm_quant), soc, str(facts.dtype), quant_description)
-    if log_decisions:  # one line per distinct decision in this process
-        current_process_setup().log_once(norm_quant.reason, norm_quant_gate.logger, logging.INFO)
-
-    scale = facts.routed_scaling_factor if facts.routed_scaling_factor != 1.0 else None
-    handles = sequence_parallel_ops() if sequence_parallel else None
-    kv_attention = bool(switches.fuse_kv_cache_attention)
-    return GraphFusionPassManager(
-        on_miss=warn_missed_sites,
-        fuse_norm_quant=norm_quant.enabled,
-        w4a4=norm_quant.w4a4,
-        fuse_qknorm_rope=bool(switches.fuse_qknorm_rope),
-        fuse_muls_add=bool(switches.fuse_muls_add),
-        muls_add_scale=scale,
-        soc=soc,
-        sequence_parallel=handles is not None,
-        allgather_op=handles[0] if handles else None,
-        chunk_op=handles[1] if handles else None,
-        fuse_kv_cache_attention=kv_attention,
-        attention_ops=attention_op_handles() if kv_attention else None,
-    )
-
-
-def warn_missed_sites(name: str, message: str) -> None:
-    """The fusion managers' ``on_miss``: one warning per pass per process, naming the pass and
-    the node where matching stopped (every compiled piece would otherwise repeat it)."""
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    setup = current_process_setup()
-    key = f"ascend fusion pass {name} missed sites"
-    if key not in setup.warned:
-        setup.warned.add(key)
-        logger.warning("%s", message)
-
-
 class AscendPassManager(PostGradPassManager):
     """PostGradPassManager running the Ascend fusion passes before vLLM's cleanup/lowering."""
 
@@ -195,8 +129,7 @@ class AscendPassManager(PostGradPassManager):
         super().__init__()
         self.fusion: Any = None
         self.soc = "cpu"
-        self.vllm_config: Any = None
-        _live().add(self)
+        self.engine: AscendEngine | None = None
 
     def __call__(self, graph: Any) -> None:
         from vllm.compilation.passes.inductor_pass import get_pass_context
@@ -207,86 +140,60 @@ class AscendPassManager(PostGradPassManager):
     def note_run(self, compile_range: Any) -> None:
         """Count one run of the passes (one backend compile of a graph for ``compile_range``)
         in the engine's ready watch; after ready it is logged, or an error in strict mode."""
-        if self.vllm_config is None:
-            return
-        from vllm_ascend.compilation.ready_watch import ready_watch_for
+        if self.engine is not None:
+            self.engine.ready.note(
+                "pass_runs", f"passes run for compile range {compile_range} (a new shape)")
 
-        ready_watch_for(self.vllm_config).note(
-            "pass_runs", f"passes run for compile range {compile_range} (a new shape)")
-
-    def configure(self, config: Any) -> None:
-        import ascend_config
-        from vllm.platforms import current_platform
-
-        from vllm_ascend.config_pipeline.facts import extract_facts
-        from vllm_ascend.config_pipeline.resolve_step import additional_config_of
-        from vllm_ascend.runtime.config_channel import ascend_environ
-        from vllm_ascend.runtime.process_setup import current_process_setup
-
+    def configure(self, config: VllmConfig) -> None:
         super().configure(config)
-        self.vllm_config = config
-        self.soc = str(getattr(current_platform, "soc", "cpu"))
-        facts = extract_facts(config, self.soc)
-        # The engine's resolved config (resolved once: by this process's platform hook, or
-        # published to this worker); only a pass manager outside any engine resolves its own.
-        resolved = current_process_setup().config_for(config)
-        if resolved is None:
-            resolved = ascend_config.resolve(additional_config_of(config), facts=facts,
-                                             environ=ascend_environ())
-        sequence_parallel = bool(config.parallel_config.use_sequence_parallel_moe)
-        from vllm_ascend.compilation.norm_quant_gate import quant_description_of
-
-        self.fusion = build_fusion_manager(
-            resolved.ascend_compilation_config, self.soc, facts,
-            sequence_parallel=sequence_parallel,
-            quant_description=quant_description_of(config, facts), log_decisions=True,
-        )
+        self.engine = engine_of(config)
+        self.soc = self.engine.soc
+        self.fusion = self.engine.fusion
         lowering = register_cpu_lowerings() if self.soc == "cpu" else None
         self.add(AscendFusionPass(config, self.fusion, lowering))
         self.fix_functionalization = SafeFixFunctionalizationPass(config)
 
     @property
     def counts(self) -> dict[str, int]:
-        """Sites rewritten per ascend-graph pass by this manager (cumulative)."""
+        """Sites rewritten per ascend-graph pass by this engine's fusion manager (cumulative)."""
         return dict(self.fusion.counts) if self.fusion is not None else {}
 
 
-def fusion_report() -> dict[str, int]:
-    """Sites rewritten per pass name, summed over the pass managers alive in this process."""
-    total: dict[str, int] = {}
-    for manager in list(_live()):
-        for name, count in manager.counts.items():
-            total[name] = total.get(name, 0) + int(count)
-    return total
+def fusion_report(vllm_config: VllmConfig) -> dict[str, int]:
+    """Sites rewritten per pass name by the engine of ``vllm_config`` (every pass manager and
+    compile backend of the engine shares its one fusion manager); {} before it compiled (reading
+    builds nothing)."""
+    engine = peek_engine(vllm_config)
+    if engine is None or not engine.fusion_built:
+        return {}
+    return {name: int(count) for name, count in engine.fusion.counts.items()}
 
 
-def fusion_sites() -> dict[str, Any]:
-    """Candidate ("expected") against rewritten ("matched") sites per pass, summed over the
-    pass managers alive in this process, with the graphs the passes ran on.
+def fusion_sites(vllm_config: VllmConfig) -> dict[str, Any]:
+    """Candidate ("expected") against rewritten ("matched") sites per pass of the engine of
+    ``vllm_config``, with the graphs its passes ran on.
 
     ``from_cache`` is true when compiled graphs were loaded instead of compiled, so the passes
     never saw them (their fusion happened in the process that compiled them) and zero sites
     are not misses: vLLM loaded compiled artifacts (``loaded_artifacts``, its own compilation
-    counter: AOT or standalone-inductor artifacts), or pass managers were configured but ran
-    on no graph (an inductor cache hit). ``expected`` is None for a pass without candidate
-    sites (no-op elimination).
+    counter, per process: AOT or standalone-inductor artifacts), or the engine's fusion manager
+    was built but ran on no graph (an inductor cache hit). ``expected`` is None for a pass
+    without candidate sites (no-op elimination).
     """
     from vllm.compilation.counter import compilation_counter
 
+    engine = peek_engine(vllm_config)
+    built = engine is not None and engine.fusion_built
     passes: dict[str, dict[str, int | None]] = {}
-    graphs = managers = 0
-    for manager in list(_live()):
-        fusion = manager.fusion
-        if fusion is None:
-            continue
-        managers += 1
-        graphs += int(fusion.graphs_run)
+    graphs = 0
+    if engine is not None and built:
+        fusion = engine.fusion
+        graphs = int(fusion.graphs_run)
         for name, site in fusion.sites.items():
-            total = passes.setdefault(name, {"expected": None, "matched": 0})
-            total["matched"] = int(total["matched"] or 0) + int(site["matched"])
-            if site["expected"] is not None:
-                total["expected"] = int(total["expected"] or 0) + int(site["expected"])
+            expected = site["expected"]
+            passes[name] = {"expected": None if expected is None else int(expected),
+                            "matched": int(site["matched"] or 0)}
     loaded = int(compilation_counter.num_compiled_artifacts_loaded
                  + compilation_counter.num_aot_artifacts_loaded)
     return {"passes": passes, "graphs": graphs, "loaded_artifacts": loaded,
-            "from_cache": loaded > 0 or (managers > 0 and graphs == 0)}
+            "from_cache": loaded > 0 or (built and graphs == 0)}

@@ -19,21 +19,24 @@ logprobs compile nothing after ready. The watch's ``on_after_ready`` (the worker
 report writer) runs on each such event, so the report file holds the count while the engine
 serves.
 
-Keyed by the VllmConfig object like the capture tally and held by the process setup; torch's
-compile callbacks are per process, so a watch counts every Dynamo compile of its process (a
-worker process holds one engine). Resetting the process setup closes the watches (removes their
-callbacks).
+Each engine holds its watch (``engine.AscendEngine.ready``). torch's compile callbacks are per
+process, so a watch counts and forbids only the Dynamo compiles that run inside its engine's
+work on the compiling thread (:meth:`ReadyWatch.watching`, entered by the worker around its
+load, profile, warm-up, execute and sample steps): another engine's compiles and the user's
+own ``torch.compile`` in the same process are not its. The callbacks refer to the watch
+weakly, and are removed when the watch is uninstalled or freed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-from vllm_ascend.runtime.per_config import PerConfig
 
 logger = logging.getLogger("vllm_ascend.compilation.ready_watch")
 
@@ -94,6 +97,9 @@ class ReadyWatch:
     causes: list[str] = field(default_factory=list)
     on_after_ready: Callable[[], None] | None = None
     _started: dict[str, float] = field(default_factory=dict, repr=False)
+    _scope: threading.local = field(default_factory=threading.local, repr=False)
+    _callbacks: tuple[Callable[[Any], None], Callable[[Any], None]] | None = field(
+        default=None, repr=False)
     _seen_failures: dict[Any, int] = field(default_factory=dict, repr=False)
     _logged: set[str] = field(default_factory=set, repr=False)
 
@@ -156,32 +162,60 @@ class ReadyWatch:
             "after_ready": {**self.after_ready, "causes": list(self.causes)},
         }
 
+    @property
+    def active(self) -> bool:
+        """Whether this thread is inside the engine's work (:meth:`watching`)."""
+        return bool(getattr(self._scope, "depth", 0))
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """The engine's work on this thread: Dynamo compiles inside it are the engine's."""
+        self._scope.depth = getattr(self._scope, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._scope.depth -= 1
+
     # Dynamo compiles, through torch._dynamo.callback_handler.
     def install(self) -> None:
         """Register the Dynamo compile callbacks (idempotent; again after
-        ``torch._dynamo.reset()``, which drops every callback)."""
+        ``torch._dynamo.reset()``, which drops every callback). They hold the watch weakly and
+        are removed when it is freed."""
         from torch._dynamo.callback import callback_handler
 
         if self.failures is None:
             from torch._dynamo.utils import guard_failures
 
             self.failures = guard_failures
-        if self.compile_started not in callback_handler.start_callbacks:
-            callback_handler.register_start_callback(self.compile_started)
-        if self.compile_ended not in callback_handler.end_callbacks:
-            callback_handler.register_end_callback(self.compile_ended)
+        if self._callbacks is None:
+            self._callbacks = _weak_callbacks(self)
+            weakref.finalize(self, _remove_callbacks, self._callbacks)
+        started, ended = self._callbacks
+        if started not in callback_handler.start_callbacks:
+            callback_handler.register_start_callback(started)
+        if ended not in callback_handler.end_callbacks:
+            callback_handler.register_end_callback(ended)
 
     def uninstall(self) -> None:
         """Remove the Dynamo compile callbacks (idempotent)."""
+        if self._callbacks is not None:
+            _remove_callbacks(self._callbacks)
+
+    @property
+    def installed(self) -> bool:
+        """Whether the watch's callbacks are registered with Dynamo."""
         from torch._dynamo.callback import callback_handler
 
-        if self.compile_started in callback_handler.start_callbacks:
-            callback_handler.remove_start_callback(self.compile_started)
-        if self.compile_ended in callback_handler.end_callbacks:
-            callback_handler.remove_end_callback(self.compile_ended)
+        return self._callbacks is not None and \
+            self._callbacks[0] in callback_handler.start_callbacks
 
     def compile_started(self, args: Any) -> None:
-        """Dynamo's start callback: count the compile and, after ready, note its cause."""
+        """Dynamo's start callback: count the compile and, after ready, note its cause (only
+        inside the engine's work on this thread: another engine's or the user's compile is
+        not this engine's)."""
+        if not self.active:
+            self._new_failures()  # not causes of this engine's later compiles
+            return
         compile_id = str(getattr(args, "compile_id", "?"))
         self._started[compile_id] = time.perf_counter()
         self.compiles += 1
@@ -218,63 +252,29 @@ class ReadyWatch:
         return found
 
 
-class ReadyWatches(PerConfig[ReadyWatch]):
-    """Each engine's watch, held by the process setup."""
+def _weak_callbacks(watch: ReadyWatch) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+    """Dynamo callbacks that reach ``watch`` through a weak reference (a freed watch is not
+    kept alive by Dynamo's process-wide handler; its callbacks then do nothing)."""
+    ref = weakref.ref(watch)
 
-    def close(self) -> None:
-        """Remove every watch's callbacks and forget the watches (the process setup's reset)."""
-        for watch in self.values():
-            watch.uninstall()
-        self.clear()
+    def started(args: Any) -> None:
+        found = ref()
+        if found is not None:
+            found.compile_started(args)
 
+    def ended(args: Any) -> None:
+        found = ref()
+        if found is not None:
+            found.compile_ended(args)
 
-def _watches() -> ReadyWatches:
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    return current_process_setup().state(ReadyWatches)
-
-
-def ready_watch_for(vllm_config: Any) -> ReadyWatch:
-    """The engine's watch (created on first use; not installed until :meth:`install`)."""
-    return _watches().get_or_create(vllm_config, ReadyWatch)
+    return started, ended
 
 
-def peek_ready_watch(vllm_config: Any) -> ReadyWatch | None:
-    """The engine's watch if one exists (reading stores nothing)."""
-    return _watches().get(vllm_config)
+def _remove_callbacks(callbacks: tuple[Callable[[Any], None], Callable[[Any], None]]) -> None:
+    from torch._dynamo.callback import callback_handler
 
-
-def forbid_compile_after_ready(vllm_config: Any) -> bool:
-    """The engine's ``forbid_compile_after_ready`` setting (its resolved Ascend config: the
-    one published to this process, else resolved from the VllmConfig)."""
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    resolved = current_process_setup().config_for(vllm_config)
-    if resolved is None:
-        import ascend_config
-        from vllm.platforms import current_platform
-
-        from vllm_ascend.config_pipeline.facts import extract_facts
-        from vllm_ascend.config_pipeline.resolve_step import additional_config_of
-        from vllm_ascend.runtime.config_channel import ascend_environ
-
-        facts = extract_facts(vllm_config, str(getattr(current_platform, "soc", "cpu")))
-        resolved = ascend_config.resolve(additional_config_of(vllm_config), facts=facts,
-                                         environ=ascend_environ())
-    return bool(resolved.ascend_compilation_config.forbid_compile_after_ready)
-
-
-def mark_engine_ready(vllm_config: Any,
-                      on_after_ready: Callable[[], None] | None = None) -> ReadyWatch:
-    """Mark the engine ready (a worker calls it when ``compile_or_warm_up_model`` is done,
-    on NPU the runtime's worker too), strict as the engine's config says; returns its watch."""
-    from vllm.compilation.counter import compilation_counter
-
-    watch = ready_watch_for(vllm_config)
-    watch.install()
-    aot = int(compilation_counter.num_aot_compiles)
-    # vLLM times the model's compile (AOT or not); only an AOT compile escaped the callbacks.
-    seconds = float(vllm_config.compilation_config.compilation_time) if aot else 0.0
-    watch.mark_ready(strict=forbid_compile_after_ready(vllm_config),
-                     on_after_ready=on_after_ready, aot=(aot, seconds))
-    return watch
+    started, ended = callbacks
+    if started in callback_handler.start_callbacks:
+        callback_handler.remove_start_callback(started)
+    if ended in callback_handler.end_callbacks:
+        callback_handler.remove_end_callback(ended)

@@ -5,11 +5,11 @@ Where loading happens, loads are counted. vLLM's own counters (``compilation_cou
 the compiled graphs (standalone inductor artifacts) it loads from its compile cache and the
 whole-model AOT artifacts that carry them (the host-CPU platform's path);
 ``AscendCompiler.load`` records each fused graph it reuses in this engine's
-:class:`CacheLoads` (the NPU platform's path, which vLLM does not count). The worker takes a
-:class:`LoadBaseline` before the model is built and, once it is compiled and warmed up, calls
-:func:`log_warm_start`: a start that loaded anything logs ``warm start: loaded N compiled
-artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts when they carried none
-that vLLM counted; X: vLLM's torch.compile phase of this engine,
+:class:`CacheLoads` (``AscendEngine.cache_loads``; the NPU platform's path, which vLLM does not
+count). The worker takes a :class:`LoadBaseline` before the model is built and, once it is
+compiled and warmed up, calls :func:`log_warm_start`: a start that loaded anything logs ``warm
+start: loaded N compiled artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts
+when they carried none that vLLM counted; X: vLLM's torch.compile phase of this engine,
 ``compilation_config.compilation_time``, which on a start served from the cache is the
 loading); a cold start logs nothing.
 """
@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
-
-from vllm_ascend.runtime.per_config import PerConfig
 
 logger = logging.getLogger("vllm_ascend.compilation.warm_start")
 
@@ -40,21 +38,6 @@ class CacheLoads:
         self.count += 1
         if directory not in self.dirs:
             self.dirs.append(directory)
-
-
-class EngineCacheLoads(PerConfig[CacheLoads]):
-    """Each engine's :class:`CacheLoads`, held by the process setup."""
-
-
-def _loads() -> EngineCacheLoads:
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    return current_process_setup().state(EngineCacheLoads)
-
-
-def record_cache_load(vllm_config: Any, directory: str) -> None:
-    """Count one artifact loaded from ``directory`` for the engine of ``vllm_config``."""
-    _loads().get_or_create(vllm_config, CacheLoads).add(directory)
 
 
 def vllm_loaded(counter: str) -> int:
@@ -89,10 +72,11 @@ class WarmStart:
                 f"{', '.join(self.dirs) or '(unknown dir)'} in {self.seconds:.2f} s")
 
 
-def warm_start_of(vllm_config: Any, baseline: LoadBaseline) -> WarmStart | None:
-    """The warm start of this engine since ``baseline``; None when nothing was loaded."""
+def warm_start_of(vllm_config: Any, ours: CacheLoads,
+                  baseline: LoadBaseline) -> WarmStart | None:
+    """The warm start of this engine (its config and its ``cache_loads``) since ``baseline``;
+    None when nothing was loaded."""
     cc = vllm_config.compilation_config
-    ours = _loads().get(vllm_config) or CacheLoads()
     graphs = max(0, vllm_loaded(VLLM_GRAPHS_LOADED) - baseline.graphs)
     vllm_count = graphs or max(0, vllm_loaded(VLLM_AOT_LOADED) - baseline.aot)
     total = ours.count + vllm_count
@@ -105,9 +89,10 @@ def warm_start_of(vllm_config: Any, baseline: LoadBaseline) -> WarmStart | None:
     return WarmStart(total, tuple(dirs), float(getattr(cc, "compilation_time", 0.0) or 0.0))
 
 
-def log_warm_start(vllm_config: Any, baseline: LoadBaseline) -> WarmStart | None:
+def log_warm_start(vllm_config: Any, ours: CacheLoads,
+                   baseline: LoadBaseline) -> WarmStart | None:
     """Log this engine's warm start (one info line; nothing on a cold start); returns it."""
-    found = warm_start_of(vllm_config, baseline)
+    found = warm_start_of(vllm_config, ours, baseline)
     if found is not None:
         logger.info("%s", found.line())
     return found

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.runtime.per_config import PerConfig
+from vllm_ascend.engine.capture_settings import UserCaptureSettings
+from vllm_ascend.engine.registry import user_capture_store
 
 logger = logging.getLogger("vllm_ascend.config_pipeline.npu_compilation")
 
@@ -18,39 +18,21 @@ COMPILER_PATH = "vllm_ascend.compilation.compiler.AscendCompiler"
 NPU_SPLITTING_OPS = ("vllm::mla_forward", "vllm::dsa_forward")
 
 
-@dataclass(frozen=True)
-class UserCaptureSettings:
-    """The capture settings the user gave, before vLLM filled in its defaults."""
-
-    max_size: int | None = None
-    sizes: tuple[int, ...] | None = None
-
-
-class UserCaptureSettingsStore(PerConfig[UserCaptureSettings]):
-    """What each VllmConfig's user asked for, recorded by the platform's defaults hook (vLLM
-    calls it before computing its own sizes) and read by check_and_update_config; keyed by the
-    config object, as vLLM passes nothing else to either hook. Held by the process setup."""
-
-
-def _user_settings() -> UserCaptureSettingsStore:
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
-    return current_process_setup().state(UserCaptureSettingsStore)
-
-
 def record_user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
-    """Remember the user's ``max_cudagraph_capture_size`` / ``cudagraph_capture_sizes``."""
+    """Remember the user's ``max_cudagraph_capture_size`` / ``cudagraph_capture_sizes`` (the
+    platform's defaults hook: vLLM calls it before computing its own sizes, and before the
+    engine exists; the pipeline reads them)."""
     cc = vllm_config.compilation_config
     sizes = cc.cudagraph_capture_sizes
     settings = UserCaptureSettings(
         cc.max_cudagraph_capture_size, tuple(sizes) if sizes is not None else None
     )
-    return _user_settings().set(vllm_config, settings)
+    return user_capture_store().set(vllm_config, settings)
 
 
 def user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
     """What :func:`record_user_capture_settings` saw for this config (nothing: defaults)."""
-    found = _user_settings().get(vllm_config)
+    found = user_capture_store().get(vllm_config)
     return found if found is not None else UserCaptureSettings()
 
 
@@ -203,7 +185,7 @@ def _cover_largest_decode_batch(vllm_config: Any, sizes: list[int],
     """``sizes`` with a size for the widest decode step when they stop short of it (vLLM
     truncates an off-grid Ascend default max, e.g. 9, to its grid point 8 below; SP alignment
     drops sizes that are not multiples of TP)."""
-    user = _user_settings().get(vllm_config)
+    user = user_capture_store().get(vllm_config)
     if user is None:  # the defaults hook never saw this config: the sizes may be the user's
         return sizes
     sched, spec = vllm_config.scheduler_config, vllm_config.speculative_config

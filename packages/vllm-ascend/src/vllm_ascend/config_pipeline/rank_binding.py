@@ -44,7 +44,7 @@ def use_ascend_cpu_worker(vllm_config: Any) -> None:
         par.worker_cls = CPU_WORKER_CLS
 
 
-def keep_one_rank_in_engine_core(vllm_config: Any, backend_before: str | None,
+def keep_one_rank_in_engine_core(vllm_config: Any, backend_before: str | type | None,
                                  environ: Mapping[str, str] | None = None) -> str | None:
     """Put vLLM's single-rank executor ``"uni"`` back after the CPU defaults made it ``"mp"``
     (see the module doc); returns the decision line, or None when nothing changed. Kept as it

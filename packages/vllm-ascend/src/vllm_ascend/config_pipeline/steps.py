@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.config_pipeline import (
     cpu_compilation,
@@ -14,29 +14,28 @@ from vllm_ascend.config_pipeline import (
     quant_autodetect,
     rank_binding,
 )
-from vllm_ascend.config_pipeline.facts import extract_facts
 from vllm_ascend.config_pipeline.resolve_step import additional_config_of
+
+if TYPE_CHECKING:
+    from ascend_config import AscendConfig
+    from vllm.config import VllmConfig
+
+    from vllm_ascend.engine import AscendEngine
 
 logger = logging.getLogger("vllm_ascend.config_pipeline.steps")
 
 
-def _resolve(vllm_config: Any, soc: str) -> tuple[Any, Any, dict[str, str]]:
-    """(facts, resolved config, the Ascend env variables it was resolved with)."""
-    import ascend_config
-
+def _build_engine(vllm_config: VllmConfig, soc: str) -> tuple[AscendEngine, dict[str, str]]:
+    """The engine of ``vllm_config`` (its config resolved once, its facts) and the Ascend env
+    variables it was resolved with (published to child processes)."""
+    from vllm_ascend.engine.registry import build_engine
     from vllm_ascend.runtime.config_channel import ascend_environ
 
-    facts = extract_facts(vllm_config, soc)
     environ = ascend_environ()
-    resolved = ascend_config.resolve(
-        additional_config_of(vllm_config), facts=facts, environ=environ
-    )
-    for warning in resolved.warnings:
-        logger.warning("%s", warning)
-    return facts, resolved, environ
+    return build_engine(vllm_config, soc, environ), environ
 
 
-def write_dump_config(resolved: Any, cwd: str | None = None) -> Any:
+def write_dump_config(resolved: AscendConfig, cwd: str | None = None) -> Any:
     """Materialise ``dump_config`` as msprobe's config file under ``cwd`` (default: the working
     directory); returns the file msprobe reads (also ``dump_config_path``), or None.
 
@@ -69,10 +68,12 @@ def write_dump_config(resolved: Any, cwd: str | None = None) -> Any:
     return path
 
 
-def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> Any:
+def run_cpu_pipeline(vllm_config: VllmConfig,
+                     cpu_defaults: Callable[[VllmConfig], None]) -> AscendConfig | None:
     """Host-CPU platform: Ascend config + vLLM's CPU defaults + compilation kept for the passes.
 
-    Returns the resolved AscendConfig (None without a model config).
+    Returns the resolved AscendConfig (None without a model config); the engine it belongs
+    to is registered for ``vllm_config`` (``vllm_ascend.engine.engine_of``).
     """
     from vllm_ascend.observability import logging_setup
     from vllm_ascend.runtime.config_channel import publish_worker_inputs
@@ -85,7 +86,8 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
         gpu_fixes.disable_vllm_gpu_fusions(vllm_config)
         return None
     compile_requested = cpu_compilation.wants_vllm_compile(vllm_config)
-    facts, resolved, environ = _resolve(vllm_config, "cpu")  # AscendConfigError: all problems
+    engine, environ = _build_engine(vllm_config, "cpu")  # AscendConfigError: all problems
+    facts, resolved = engine.facts, engine.config
     write_dump_config(resolved)
     quant_autodetect.detect_ascend_quantization(vllm_config)
     gpu_fixes.fix_gpu_only_settings(vllm_config)
@@ -97,14 +99,15 @@ def run_cpu_pipeline(vllm_config: Any, cpu_defaults: Callable[[Any], None]) -> A
     cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
     rank_binding.hand_rank_plan(vllm_config, resolved)
     publish_worker_inputs("cpu", additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, "cpu", vllm_config)
+    current_process_setup().setup(resolved, "cpu")
     return resolved
 
 
 SPAWN_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 
 
-def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
+def run_npu_pipeline(vllm_config: VllmConfig,
+                     soc: str | Callable[[], str]) -> AscendConfig | None:
     """NPU platform: the steps of the existing plugin's ``check_and_update_config`` in its
     order, each step one call. Returns the config.
 
@@ -137,7 +140,8 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
         if os.environ.setdefault(SPAWN_ENV, "spawn") == "spawn":
             logger.info("%s=spawn: this process initialised the NPU runtime to read its SoC",
                         SPAWN_ENV)
-    facts, resolved, environ = _resolve(vllm_config, soc)  # AscendConfigError: all problems
+    engine, environ = _build_engine(vllm_config, soc)  # AscendConfigError: all problems
+    facts, resolved = engine.facts, engine.config
     write_dump_config(resolved)
     parallel_rules.check_parallel_layout(facts, parallel_rules.layout_of(vllm_config))
     quant_autodetect.detect_ascend_quantization(vllm_config)
@@ -151,7 +155,7 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
     par, sched = vllm_config.parallel_config, vllm_config.scheduler_config
     selection = select_worker_and_scheduler(
         worker_setting=par.worker_cls, soc=soc, xlite=resolved.xlite_graph_config.enabled,
-        ascend_config=resolved, kv_role=facts.kv_role,
+        ascend_config=engine.config, kv_role=facts.kv_role,
         async_scheduling=bool(sched.async_scheduling),
         runtime=extension_points.runtime_class_paths(),
         schedulers=extension_points.scheduler_class_paths(),
@@ -172,5 +176,5 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
         os.environ["PYTORCH_NPU_ALLOC_CONF"] = alloc
     derived_edits.apply_derived_edits(vllm_config, resolved, facts)
     publish_worker_inputs(soc, additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, soc, vllm_config)
+    current_process_setup().setup(resolved, soc)
     return resolved

@@ -96,7 +96,7 @@ def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
     if options.model in MODELS:
         path = make_tiny_model(MODELS[options.model], workdir / "model", layers=options.layers)
         return DemoModel(options.model, path, real_weights=False)
-    return DemoModel(options.model, Path(options.model).resolve(), real_weights=True)
+    return DemoModel(options.model, Path(os.path.realpath(options.model)), real_weights=True)
 
 
 class DemoError(RuntimeError):
@@ -197,7 +197,7 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm.platforms import current_platform
 
     from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
-    from vllm_ascend.config_pipeline.resolve_step import resolve_for
+    from vllm_ascend.engine import engine_of
 
     # The plugin's log files go to a fixed directory in the compile cache root: vLLM's cache
     # key covers additional_config (the log path included), so a per-run directory would
@@ -215,7 +215,8 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
                             ignore_eos=not model.real_weights)
     generated = sum(len(o["token_ids"]) for o in outputs)
     platform = type(current_platform)
-    resolved = resolve_for(llm.llm_engine.vllm_config, str(getattr(current_platform, "soc", "cpu")))
+    vllm_config = llm.llm_engine.vllm_config
+    resolved = engine_of(vllm_config).config  # the engine's own: resolved once, by its pipeline
     return {
         "model": model.name,
         "model_dir": str(model.path) if model.real_weights else None,
@@ -227,8 +228,8 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
         "chat": True,
         "platform": f"{platform.__module__}.{platform.__qualname__}",
         "fusion_enabled": options.fusion,
-        "fusion": fusion_report(),
-        "fusion_sites": fusion_sites(),
+        "fusion": fusion_report(vllm_config),
+        "fusion_sites": fusion_sites(vllm_config),
         "compile_cache": os.environ.get("VLLM_CACHE_ROOT"),
         "ascend_config": resolved.summary(),
         "cpu_binding": binding_plans(resolved.cpu_binding_config),

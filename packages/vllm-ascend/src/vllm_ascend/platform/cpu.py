@@ -55,14 +55,10 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The Ascend forward fields (MoE communication method included) for every forward."""
-        from vllm_ascend.runtime.forward_context import (
-            ForwardStates,
-            host_cpu_additional_context,
-        )
-        from vllm_ascend.runtime.process_setup import current_process_setup
+        from vllm_ascend.engine import engine_of
+        from vllm_ascend.runtime.forward_context import host_cpu_additional_context
 
-        states = current_process_setup().state(ForwardStates)
-        return host_cpu_additional_context(SOC, states, **kwargs)
+        return host_cpu_additional_context(engine_of(kwargs["vllm_config"]).forward, **kwargs)
 
     @classmethod
     def describe(cls) -> dict[str, Any]:

@@ -168,12 +168,19 @@ class NPUPlatform(AscendPlatformMixin, Platform):
                              num_heads: int | None = None) -> str:
         """The runtime package's backend for the variant ``attention_selection`` picks from the
         selector flags, the SoC and the resolved config's FA3 request."""
+        from vllm.config import get_current_vllm_config_or_none
+
+        from vllm_ascend.engine import engine_of
         from vllm_ascend.platform import attention_selection as selection
         from vllm_ascend.platform.extension_points import runtime_attention_backends
         from vllm_ascend.runtime.process_setup import current_ascend_config
 
         use_mla, use_sparse, use_compress = selection.selector_flags(attn_selector_config)
-        resolved = current_ascend_config()  # resolved once per process, not per selection
+        # The engine being built (vLLM selects inside its config context), else the config
+        # published to this process.
+        vllm_config = get_current_vllm_config_or_none()
+        resolved = engine_of(vllm_config).config if vllm_config is not None \
+            else current_ascend_config()
         variant = selection.select_attention_variant(
             use_mla=use_mla, use_sparse=use_sparse, use_compress=use_compress,
             soc=cls.platform_soc(),
@@ -269,10 +276,10 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
-        from vllm_ascend.runtime.forward_context import ForwardStates, mrv2_additional_context
-        from vllm_ascend.runtime.process_setup import current_process_setup
+        from vllm_ascend.engine import engine_of
+        from vllm_ascend.runtime.forward_context import mrv2_additional_context
 
-        if not getattr(kwargs.get("vllm_config"), "use_v2_model_runner", False):
-            return {}  # runner v1 sets the fields itself; no SoC needed
-        states = current_process_setup().state(ForwardStates)
-        return mrv2_additional_context(cls.platform_soc(), states, **kwargs)
+        vllm_config = kwargs.get("vllm_config")
+        if vllm_config is None or not getattr(vllm_config, "use_v2_model_runner", False):
+            return {}  # runner v1 sets the fields itself
+        return mrv2_additional_context(engine_of(vllm_config).forward, **kwargs)

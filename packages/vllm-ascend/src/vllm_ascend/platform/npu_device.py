@@ -19,7 +19,7 @@ from typing import Any
 
 logger = logging.getLogger("vllm_ascend.platform.npu_device")
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(os.path.realpath(__file__)).parent
 CUSTOM_OPP_SUBDIR = Path("_cann_ops_custom") / "vendors" / "custom_transformer"
 HCCL_BUFFER_DEFAULT_MB = 200
 HCCL_BUFFER_MIN_DP_MB = 50

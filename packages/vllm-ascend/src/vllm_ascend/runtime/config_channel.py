@@ -6,8 +6,8 @@ before any env change was applied) in a private file whose path is in one enviro
 that spawned workers inherit (``runtime.worker_inputs``); each child calls ascend-config's pure
 ``resolve`` with the same inputs, so every process holds an equal config and vLLM's
 ``additional_config`` is never written to. This module is a leaf: it knows the variable names
-and the encoding, never the process that reads them (``runtime.process_setup`` resolves once
-per process and owns the result).
+and the encoding, never the process that reads them (``config_pipeline.resolve_step`` resolves
+the inputs, once per process: ``runtime.process_setup``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-import ascend_config
 from ascend_config import envs
 
 from vllm_ascend.runtime import worker_inputs
@@ -90,17 +89,3 @@ def published_soc(environ: Mapping[str, str] | None = None) -> str | None:
     except (OSError, ValueError):
         return None
     return None if inputs is None else inputs["soc"]
-
-
-def resolve_published(environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
-    """(soc, resolved AscendConfig) from the published inputs, or None when none were published.
-
-    This runs the full resolution: read it once per process through
-    ``ProcessSetup.published_config``, not per call."""
-    data = published_inputs(environ)
-    if data is None:
-        return None
-    facts = ascend_config.DeploymentFacts.from_mapping(data["facts"])
-    return data["soc"], ascend_config.resolve(
-        data["additional_config"], facts=facts, environ=data["environ"]
-    )

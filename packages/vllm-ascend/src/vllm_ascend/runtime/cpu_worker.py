@@ -9,9 +9,9 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from vllm_ascend.compilation.ready_watch import mark_engine_ready, ready_watch_for
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.compilation.warm_start import LoadBaseline, log_warm_start
+from vllm_ascend.engine import AscendEngine, engine_of
 from vllm_ascend.runtime.cpu_binding import WorkerBinding
 from vllm_ascend.runtime.cpu_kv_memory import checked_kv_cache_size
 from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
@@ -28,22 +28,46 @@ class AscendCPUWorker(CPUWorker):
     ascend_binding: WorkerBinding | None = None
     ascend_load_baseline: LoadBaseline | None = None
 
+    @property
+    def ascend_engine(self) -> AscendEngine:
+        return engine_of(self.vllm_config)
+
     def init_device(self) -> None:
         self.ascend_load_baseline = LoadBaseline.now()
         self.ascend_binding = prepare_worker(self.vllm_config, self.local_rank)
-        ready_watch_for(self.vllm_config).install()
         super().init_device()
         self._report("device")
 
+    # The engine's work: Dynamo compiles inside these steps are this engine's (ready watch).
+    def load_model(self, *args: Any, **kwargs: Any) -> Any:
+        with self.ascend_engine.running():
+            return super().load_model(*args, **kwargs)
+
     def determine_available_memory(self) -> int:
-        return checked_kv_cache_size(self, super().determine_available_memory)
+        with self.ascend_engine.running():
+            return checked_kv_cache_size(self, super().determine_available_memory)
+
+    def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        with self.ascend_engine.running():
+            return super().execute_model(*args, **kwargs)
+
+    def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        with self.ascend_engine.running():
+            return super().sample_tokens(*args, **kwargs)
+
+    def execute_dummy_batch(self) -> None:
+        with self.ascend_engine.running():
+            super().execute_dummy_batch()
 
     def compile_or_warm_up_model(self) -> Any:
-        result = super().compile_or_warm_up_model()
-        # What vLLM's sampler compiles on a first logprobs request is compiled now, before ready.
-        warm_up_sampler(self.model_runner)
-        log_warm_start(self.vllm_config, self.ascend_load_baseline or LoadBaseline())
-        mark_engine_ready(self.vllm_config, lambda: self._report("serving"))
+        engine = self.ascend_engine
+        with engine.running():
+            result = super().compile_or_warm_up_model()
+            # What vLLM's sampler compiles on a first logprobs request is compiled now.
+            warm_up_sampler(self.model_runner)
+        log_warm_start(self.vllm_config, engine.cache_loads,
+                       self.ascend_load_baseline or LoadBaseline())
+        engine.mark_ready(lambda: self._report("serving"))
         self._report("warmed_up")
         return result
 

@@ -26,7 +26,6 @@ from vllm_ascend.distributed.moe_comm import (
     padded_to_tp,
     select_moe_comm_method,
 )
-from vllm_ascend.runtime.per_config import PerConfig
 
 # The names ExtraForwardContext lets callers read and write (those of the existing
 # plugin's ``_EXTRA_CTX`` proxy).
@@ -226,32 +225,21 @@ class ExtraForwardContext:
             setattr(ctx, name, value)
 
 
-class ForwardStates(PerConfig[AscendForwardState]):
-    """One AscendForwardState per VllmConfig (engine), held by the process setup: vLLM calls
-    the platform hook with the config only, so the owner is looked up by it."""
-
-
-def state_for(states: ForwardStates, vllm_config: Any, soc: str) -> AscendForwardState:
-    """The engine's forward state in ``states`` (created on first use)."""
-    return states.get_or_create(
-        vllm_config, lambda: AscendForwardState.from_vllm_config(vllm_config, soc))
-
-
 def mrv2_additional_context(
-    soc: str, states: ForwardStates, *, vllm_config: Any, num_tokens: int | None = 0,
+    state: AscendForwardState, *, vllm_config: Any, num_tokens: int | None = 0,
     num_tokens_across_dp: Any = None,
     **_unused: Any,
 ) -> dict[str, Any]:
     """``Platform.set_additional_forward_context`` for model runner v2 ({} for v1)."""
     if not getattr(vllm_config, "use_v2_model_runner", False):
         return {}
-    return state_for(states, vllm_config, soc).fields(
+    return state.fields(
         num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True
     )
 
 
 def host_cpu_additional_context(
-    soc: str, states: ForwardStates, *, vllm_config: Any, num_tokens: int | None = 0,
+    state: AscendForwardState, *, vllm_config: Any, num_tokens: int | None = 0,
     num_tokens_across_dp: Any = None,
     **_unused: Any,
 ) -> dict[str, Any]:
@@ -261,7 +249,7 @@ def host_cpu_additional_context(
     field, the MoE communication method chosen for this forward included, goes into
     ``forward_context.additional_kwargs``.
     """
-    return state_for(states, vllm_config, soc).fields(
+    return state.fields(
         num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True
     )
 

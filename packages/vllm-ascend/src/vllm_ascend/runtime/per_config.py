@@ -1,49 +1,78 @@
-"""State kept per VllmConfig (per engine), keyed by the config object's identity.
+"""State kept per VllmConfig (per engine), keyed by the config object's identity, weakly.
 
-vLLM passes platform hooks the config and nothing else, so what an engine's hooks share (its
-forward state, the user's capture sizes, its graph-parameter store) is looked up by the
-config. Identity, not equality: two engines with equal configs still own separate state. The
-entry holds the config itself, so an id reused after the config was freed never matches.
+vLLM passes platform hooks the config and nothing else, so what an engine's hooks share is
+looked up by the config. Identity, not equality: two engines with equal configs still own
+separate state. An entry never keeps its config alive: it is dropped when the config is freed
+(``weakref.finalize``), so a freed engine takes its state with it. Objects that cannot be
+weakly referenced (plain test doubles) are held until :meth:`PerConfig.clear`.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+
+class Held(Generic[V]):
+    """A strong reference with ``weakref.ref``'s call interface (for objects that cannot be
+    weakly referenced)."""
+
+    def __init__(self, value: V) -> None:
+        self.value = value
+
+    def __call__(self) -> V:
+        return self.value
 
 
 class PerConfig(Generic[T]):
     """One value of type ``T`` per VllmConfig object."""
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[Any, T]] = {}
+        # id -> (a reference to the key, value); the reference tells a reused id apart.
+        self._entries: dict[int, tuple[Callable[[], object], T]] = {}
 
-    def get(self, vllm_config: Any) -> T | None:
-        """The value stored for this very config object, or None."""
+    def _entry(self, vllm_config: object) -> tuple[Callable[[], object], T] | None:
         entry = self._entries.get(id(vllm_config))
-        return entry[1] if entry is not None and entry[0] is vllm_config else None
+        return entry if entry is not None and entry[0]() is vllm_config else None
 
-    def set(self, vllm_config: Any, value: T) -> T:
+    def get(self, vllm_config: object) -> T | None:
+        """The value stored for this very config object, or None."""
+        entry = self._entry(vllm_config)
+        return entry[1] if entry is not None else None
+
+    def set(self, vllm_config: object, value: T) -> T:
         """Store ``value`` for this config object (replacing an earlier one); returns it."""
-        self._entries[id(vllm_config)] = (vllm_config, value)
+        key = id(vllm_config)
+        try:
+            ref: Callable[[], object] = weakref.ref(vllm_config)
+        except TypeError:  # not weakly referenceable: held (test doubles)
+            ref = Held(vllm_config)
+        else:
+            weakref.finalize(vllm_config, self._drop, key, ref)
+        self._entries[key] = (ref, value)
         return value
 
-    def get_or_create(self, vllm_config: Any, make: Callable[[], T]) -> T:
+    def _drop(self, key: int, ref: Callable[[], object]) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is ref:
+            del self._entries[key]
+
+    def get_or_create(self, vllm_config: object, make: Callable[[], T]) -> T:
         """The stored value, or ``make()`` stored for this config object."""
-        entry = self._entries.get(id(vllm_config))
-        if entry is not None and entry[0] is vllm_config:
-            return entry[1]
-        return self.set(vllm_config, make())
+        found = self._entry(vllm_config)
+        return found[1] if found is not None else self.set(vllm_config, make())
 
     def values(self) -> list[T]:
-        """Every config's value."""
-        return [value for _, value in self._entries.values()]
+        """Every live config's value."""
+        return [value for ref, value in list(self._entries.values()) if ref() is not None]
 
     def clear(self) -> None:
         """Forget every config's value."""
         self._entries.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.values())

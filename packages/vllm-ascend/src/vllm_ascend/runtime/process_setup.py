@@ -1,5 +1,6 @@
 """The owner of a process's Ascend state: adjustments, file logging, batch invariance, the
-config published to this process (resolved once), the device SoC, log-once keys.
+config published to this process (resolved once), the device SoC, log-once keys. What
+belongs to one engine is on its ``AscendEngine`` (``vllm_ascend.engine``), not here.
 
 It runs in every process (API server, engine core, workers) and knows no rank, so it binds no
 CPU: a worker binds itself where its rank is known (``runtime.worker_setup.prepare_worker``)
@@ -14,19 +15,22 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING
 
+from vllm_ascend.config_pipeline.resolve_step import Published, resolve_published
 from vllm_ascend.observability import logging_setup
 from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
 from vllm_ascend.platform.soc import SocDetection, detect_soc, npu_smi_disagreement
 from vllm_ascend.runtime import batch_invariance
-from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, resolve_published
-from vllm_ascend.runtime.per_config import PerConfig
+from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV
 from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
-logger = logging.getLogger("vllm_ascend.runtime.process_setup")
+if TYPE_CHECKING:
+    from ascend_config import AscendConfig
 
-S = TypeVar("S")
+    from vllm_ascend.runtime.batch_invariance import BatchInvarianceReport
+
+logger = logging.getLogger("vllm_ascend.runtime.process_setup")
 
 @dataclass
 class ProcessSetup:
@@ -35,29 +39,20 @@ class ProcessSetup:
     ``cpu_binding`` holds the report lines of this worker's binding (empty in processes that
     are not workers: they are never bound). ``soc_detection`` is the NPU's SoC, detected from
     the device on first need (:meth:`device_soc`); ``warned`` the log-once keys; ``roots`` the
-    cache and log roots checked in this process (``runtime.trusted_paths``); ``states`` the
-    per-process stores of other modules (:meth:`state`), so that a reset drops them too.
+    cache and log roots checked in this process (``runtime.trusted_paths``); ``hooks_run`` the
+    vLLM plugin hooks that ran. What belongs to one engine lives on its ``AscendEngine``.
     """
 
     adjustments: list[str] = field(default_factory=list)
     log_dir: str | None = None
-    batch_invariance: Any = None
+    batch_invariance: BatchInvarianceReport | None = None
     cpu_binding: list[str] = field(default_factory=list)
     done_for: str | None = None
     soc_detection: SocDetection | None = None
     warned: set[str] = field(default_factory=set)
     roots: TrustedRoots = field(default_factory=TrustedRoots)
-    engine_configs: PerConfig[Any] = field(default_factory=PerConfig, repr=False)
-    states: dict[type, Any] = field(default_factory=dict, repr=False)
-    _published: tuple[str, tuple[str, Any] | None] | None = field(default=None, repr=False)
-
-    def state(self, kind: type[S]) -> S:
-        """This process's one ``kind`` (made by ``kind()`` on first use): the per-engine and
-        once-per-process stores of the modules that need one live here, not at module level."""
-        found = self.states.get(kind)
-        if found is None:
-            found = self.states[kind] = kind()
-        return cast(S, found)
+    hooks_run: set[str] = field(default_factory=set)
+    _published: tuple[str, Published | None] | None = field(default=None, repr=False)
 
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
         """Log ``message`` as a warning (on ``log``, default this module's logger) the first
@@ -101,9 +96,9 @@ class ProcessSetup:
             self.warn_once(message)
         return message
 
-    def published_config(
-            self, environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
-        """(soc, resolved AscendConfig) published to this process, or None when none was.
+    def published(self, environ: Mapping[str, str] | None = None) -> Published | None:
+        """What the config-creating process published to this process, resolved; None when
+        nothing was.
 
         Resolved once per publication (the channel's value names its inputs by content), not
         once per call; a channel that cannot be read raises each time (``WorkerInputsError``,
@@ -116,29 +111,19 @@ class ProcessSetup:
             self._published = (value, resolve_published(env))
         return self._published[1]
 
-    def config_for(self, vllm_config: Any) -> Any:
-        """The resolved AscendConfig of the engine that owns ``vllm_config``: the one this
-        process resolved for that very config object (an engine created here), else the one
-        published to this process (a worker: its VllmConfig is a copy), else None."""
-        resolved = self.engine_configs.get(vllm_config)
-        return resolved if resolved is not None else self.published_ascend_config()
-
-    def published_ascend_config(self) -> Any:
-        """The resolved AscendConfig published to this process (``os.environ``), or None."""
-        published = self.published_config()
-        return None if published is None else published[1]
+    def published_config(
+            self, environ: Mapping[str, str] | None = None) -> tuple[str, AscendConfig] | None:
+        """(soc, resolved AscendConfig) published to this process, or None (:meth:`published`)."""
+        found = self.published(environ)
+        return None if found is None else (found.soc, found.config)
 
     def adjust(self, soc: str) -> list[str]:
         """Apply the compat adjustments for ``soc`` (idempotent); the batch-invariance handover
         reads the config published to whichever ``ProcessSetup`` is current when it runs."""
         return apply_compat_adjustments(soc, config=current_ascend_config)
 
-    def setup(self, ascend_config: Any, soc: str, vllm_config: Any = None) -> ProcessSetup:
-        """Idempotent per resolved config: adjustments, file logging, batch invariance.
-        With ``vllm_config`` (the engine's platform hook), ``ascend_config`` is remembered as
-        that engine's (:meth:`config_for`)."""
-        if vllm_config is not None:
-            self.engine_configs.set(vllm_config, ascend_config)
+    def setup(self, ascend_config: AscendConfig, soc: str) -> ProcessSetup:
+        """Idempotent per resolved config: adjustments, file logging, batch invariance."""
         key = f"{soc}:{ascend_config.to_json()}"
         if self.done_for == key:
             return self
@@ -160,17 +145,13 @@ def current_process_setup() -> ProcessSetup:
     return _PROCESS
 
 
-def current_ascend_config() -> Any:
+def current_ascend_config() -> AscendConfig | None:
     """The resolved AscendConfig published to this process (resolved once), or None."""
-    return _PROCESS.published_ascend_config()
+    published = _PROCESS.published()
+    return None if published is None else published.config
 
 
 def reset_process_setup() -> None:
-    """Forget this process's setup and every store it holds (tests: the one reset); a store
-    with a ``close`` method (one that registered callbacks elsewhere) is closed first."""
+    """Forget this process's setup (tests: a fresh process)."""
     global _PROCESS
-    for store in _PROCESS.states.values():
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
     _PROCESS = ProcessSetup()

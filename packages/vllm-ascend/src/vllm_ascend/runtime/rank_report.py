@@ -32,9 +32,15 @@ def report_name(dp_rank: int, rank: int) -> str:
 def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
                       stage: str) -> dict[str, Any]:
     """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
-    from vllm_ascend.compilation.capture_tally import capture_tally_for
+    from vllm_ascend.compilation.capture_tally import CaptureTally
     from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
+    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.registry import peek_engine
     from vllm_ascend.runtime.cpu_binding import host_rank
+
+    engine = peek_engine(vllm_config)  # reading stores nothing
+    captures = engine.captures if engine is not None else CaptureTally()
+    watch = engine.ready if engine is not None else ReadyWatch()
 
     par = vllm_config.parallel_config
     # vLLM resets data_parallel_rank to 0 in each engine of a dense model (its DP ranks are
@@ -53,21 +59,15 @@ def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: 
         "cpus_allowed": sorted(os.sched_getaffinity(0)),
         "bound_cpus": list(binding.cpus) if binding is not None else [],
         "binding": list(binding.lines) if binding is not None else [],
-        "fusion": fusion_report(),
+        # This engine's fusion (not another engine's of the same process).
+        "fusion": fusion_report(vllm_config),
         # Candidate against rewritten sites per pass; from_cache: graphs loaded, not compiled.
-        "fusion_sites": fusion_sites(),
+        "fusion_sites": fusion_sites(vllm_config),
         # Graphs this rank captured and the seconds it spent capturing (none on vLLM CPU).
-        "captures": capture_tally_for(vllm_config).as_report(),
+        "captures": captures.as_report(),
         # Dynamo compiles and pass-manager runs, and what ran after the engine was ready.
-        **_watch_report(vllm_config),
+        **watch.as_report(),
     }
-
-
-def _watch_report(vllm_config: Any) -> dict[str, Any]:
-    from vllm_ascend.compilation.ready_watch import ReadyWatch, peek_ready_watch
-
-    watch = peek_ready_watch(vllm_config)
-    return (watch if watch is not None else ReadyWatch()).as_report()
 
 
 def write_rank_report(report: Mapping[str, Any],

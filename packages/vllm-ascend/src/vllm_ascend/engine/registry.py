@@ -1,0 +1,119 @@
+"""The engines of this process, one per VllmConfig object, and the one road to them.
+
+vLLM hands the plugin's hooks (platform, pass manager, compile backend, graph wrapper) the
+VllmConfig and nothing else, so an engine is found by its config: :func:`engine_of`. The
+config pipeline builds and registers it (:func:`build_engine`); a process that did not run the
+pipeline for this config builds it once from what the config-creating process published (a
+worker: its VllmConfig is a copy), else resolves once from the VllmConfig itself (a standalone
+compile) and registers it. Entries are weak: a freed VllmConfig takes its engine with it, and
+the engine's Dynamo callbacks are removed then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from vllm_ascend.config_pipeline.facts import extract_facts
+from vllm_ascend.config_pipeline.resolve_step import additional_config_of, resolve_ascend_config
+from vllm_ascend.engine.ascend_engine import AscendEngine
+from vllm_ascend.engine.capture_settings import UserCaptureSettings
+from vllm_ascend.runtime.config_channel import ascend_environ
+from vllm_ascend.runtime.per_config import Held, PerConfig
+from vllm_ascend.runtime.process_setup import current_process_setup
+
+if TYPE_CHECKING:
+    from ascend_config import AscendConfig, DeploymentFacts
+    from vllm.config import VllmConfig
+
+logger = logging.getLogger("vllm_ascend.engine.registry")
+
+
+class EngineRegistry:
+    """This process's engines by VllmConfig object (weakly), and the capture settings users
+    gave before their engine existed (vLLM's defaults hook runs before the pipeline)."""
+
+    def __init__(self) -> None:
+        self.engines: PerConfig[AscendEngine] = PerConfig()
+        self.user_capture: PerConfig[UserCaptureSettings] = PerConfig()
+
+    def register(self, vllm_config: VllmConfig, engine: AscendEngine) -> AscendEngine:
+        """Keep ``engine`` as the engine of ``vllm_config`` (replacing an earlier one, which is
+        closed) until the config is freed, when the engine is closed."""
+        earlier = self.engines.get(vllm_config)
+        if earlier is not None and earlier is not engine:
+            earlier.close()
+        self.engines.set(vllm_config, engine)
+        with contextlib.suppress(TypeError):  # a test double: closed by reset instead
+            weakref.finalize(vllm_config, engine.close)
+        return engine
+
+    def close(self) -> None:
+        """Close and forget every engine (tests: a fresh process)."""
+        for engine in self.engines.values():
+            engine.close()
+        self.engines.clear()
+        self.user_capture.clear()
+
+
+_REGISTRY = EngineRegistry()
+
+
+def reset_engines() -> None:
+    """Close and forget every engine of this process (tests)."""
+    _REGISTRY.close()
+
+
+def user_capture_store() -> PerConfig[UserCaptureSettings]:
+    """The capture settings users gave, per VllmConfig (weakly), until the pipeline reads them."""
+    return _REGISTRY.user_capture
+
+
+def _new_engine(vllm_config: VllmConfig, config: AscendConfig, soc: str,
+                facts: DeploymentFacts) -> AscendEngine:
+    try:
+        ref: Callable[[], VllmConfig | None] = weakref.ref(vllm_config)
+    except TypeError:  # a test double that cannot be weakly referenced: held
+        ref = Held(vllm_config)
+    return _REGISTRY.register(vllm_config, AscendEngine(config, soc, facts, ref))
+
+
+def build_engine(vllm_config: VllmConfig, soc: str,
+                 environ: Mapping[str, str]) -> AscendEngine:
+    """The config pipeline's engine: facts extracted from ``vllm_config`` for ``soc``, the
+    config resolved with the Ascend variables ``environ`` (``AscendConfigError`` lists every
+    problem), registered for ``vllm_config``. Its warnings are logged once, here."""
+    facts = extract_facts(vllm_config, soc)
+    config = resolve_ascend_config(additional_config_of(vllm_config), facts, environ)
+    for warning in config.warnings:
+        logger.warning("%s", warning)
+    return _new_engine(vllm_config, config, soc, facts)
+
+
+def peek_engine(vllm_config: VllmConfig) -> AscendEngine | None:
+    """The engine registered for this very config object, or None (builds nothing)."""
+    return _REGISTRY.engines.get(vllm_config)
+
+
+def engine_of(vllm_config: VllmConfig) -> AscendEngine:
+    """The engine of ``vllm_config``: the one the config pipeline built for it; else, in a
+    process the config-creating process published its inputs to (a worker), one built once
+    from them; else one resolved once from ``vllm_config`` on the current platform's SoC (a
+    standalone compile). The last two are registered, so the next call finds them."""
+    found = _REGISTRY.engines.get(vllm_config)
+    if found is not None:
+        return found
+    published = current_process_setup().published()
+    if published is not None:
+        return _new_engine(vllm_config, published.config, published.soc, published.facts)
+    return build_engine(vllm_config, _platform_soc(), ascend_environ())
+
+
+def _platform_soc() -> str:
+    from vllm.platforms import current_platform
+
+    soc: Any = getattr(current_platform, "soc", "cpu")  # an Ascend platform: "cpu" or the SoC
+    return str(soc)

@@ -1,0 +1,115 @@
+"""vllm_ascend.engine: one AscendEngine per VllmConfig object, built once by the config
+pipeline (or resolved once for a standalone compile), weakly keyed, and the compile hash of an
+engine fixed at its creation."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+import pytest
+from vllm_ascend.config_pipeline import resolve_step
+from vllm_ascend.engine import AscendEngine, engine_of, registry
+from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV
+
+
+@pytest.fixture
+def resolutions(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every resolution the engine registry runs (the additional_config it resolved)."""
+    calls: list[dict[str, Any]] = []
+
+    def counted(additional: Any, facts: Any, environ: Any) -> Any:
+        calls.append(dict(additional))
+        return resolve_step.resolve_ascend_config(additional, facts, environ)
+
+    monkeypatch.setattr(registry, "resolve_ascend_config", counted)
+    return calls
+
+
+def _standalone_config(additional: dict[str, Any] | None = None) -> Any:
+    """A VllmConfig no pipeline ran for (no model), as a standalone compile has."""
+    from vllm.config import VllmConfig
+
+    return VllmConfig(additional_config=additional or {})
+
+
+def test_the_pipeline_builds_the_engine_once(make_vllm_config: Any,
+                                             resolutions: list[dict[str, Any]]) -> None:
+    cfg = make_vllm_config(additional_config={"enable_cpu_binding": False})
+    assert resolutions == [{"enable_cpu_binding": False}]  # the pipeline's one resolution
+    engine = engine_of(cfg)
+    assert isinstance(engine, AscendEngine) and engine_of(cfg) is engine
+    assert engine.soc == "cpu" and engine.config.enable_cpu_binding is False
+    assert engine.facts.model_type == "qwen3" and engine.vllm_config is cfg
+    assert len(resolutions) == 1  # looked up, never resolved again
+
+
+def test_a_standalone_compile_resolves_once_and_registers(
+        monkeypatch: pytest.MonkeyPatch, resolutions: list[dict[str, Any]]) -> None:
+    monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)
+    cfg = _standalone_config({"ascend_compilation_config": {"fuse_muls_add": False}})
+    engine = engine_of(cfg)
+    assert engine_of(cfg) is engine and registry.peek_engine(cfg) is engine
+    assert resolutions == [{"ascend_compilation_config": {"fuse_muls_add": False}}]
+    assert engine.config.ascend_compilation_config.fuse_muls_add is False
+    assert engine.soc == "cpu"  # the current platform's
+
+
+def test_a_config_the_pipeline_never_saw_takes_the_published_inputs(
+        make_vllm_config: Any, resolutions: list[dict[str, Any]]) -> None:
+    import copy
+
+    cfg = make_vllm_config(additional_config={"enable_cpu_binding": False})
+    worker_copy = copy.copy(cfg)  # what a spawned worker holds: another object
+    engine = engine_of(worker_copy)
+    assert engine is not engine_of(cfg) and engine_of(worker_copy) is engine
+    assert engine.config == engine_of(cfg).config and engine.soc == "cpu"
+    assert len(resolutions) == 1  # the published inputs resolve outside the registry once
+
+
+def test_engines_of_equal_configs_are_separate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)
+    one, two = _standalone_config(), _standalone_config()
+    assert engine_of(one) is not engine_of(two)
+    assert engine_of(one).ready is not engine_of(two).ready
+
+
+def test_a_freed_config_takes_its_engine_stores_and_callbacks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._dynamo.callback import callback_handler
+
+    monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)
+    before = len(callback_handler.start_callbacks) + len(callback_handler.end_callbacks)
+    cfg = _standalone_config()
+    engine = engine_of(cfg)
+    engine.ready.install()
+    engine.captures.add(0.5)
+    refs = [weakref.ref(x) for x in (engine, engine.ready, engine.captures, engine.cache_loads)]
+    assert len(callback_handler.start_callbacks) + len(callback_handler.end_callbacks) \
+        == before + 2
+    del cfg, engine
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 4
+    assert len(callback_handler.start_callbacks) + len(callback_handler.end_callbacks) == before
+    assert len(registry._REGISTRY.engines) == 0
+
+
+def test_compute_hash_is_fixed_at_the_engines_creation(
+        make_vllm_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_ascend.compilation.compiler import AscendCompiler
+
+    cfg = make_vllm_config()
+    first = AscendCompiler().compute_hash(cfg)
+    # Another engine (fusion off) and an environment that no longer resolves at all: neither
+    # is an input of the first engine's hash any more.
+    off = make_vllm_config(additional_config={"ascend_compilation_config": {
+        "fuse_qknorm_rope": False, "fuse_norm_quant": False, "fuse_muls_add": False}})
+    assert AscendCompiler().compute_hash(off) != first
+    monkeypatch.setenv("VLLM_ASCEND_ENABLE_NZ", "7")
+    with pytest.raises(ValueError, match="VLLM_ASCEND_ENABLE_NZ"):
+        resolve_step.resolve_ascend_config({}, engine_of(cfg).facts,
+                                           {"VLLM_ASCEND_ENABLE_NZ": "7"})
+    assert AscendCompiler().compute_hash(cfg) == first
+    compiler = AscendCompiler()
+    assert compiler.compute_hash(cfg) == first and compiler.fusion_manager is engine_of(cfg).fusion
