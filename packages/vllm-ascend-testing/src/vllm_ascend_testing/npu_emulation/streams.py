@@ -81,7 +81,7 @@ class Event(torch.Event):
         start, end = getattr(self, "_recorded_at", None), getattr(end_event, "_recorded_at", None)
         if start is None or end is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
-        return (end - start) * 1000.0
+        return float(end - start) * 1000.0
 
     @bound("Event.synchronize")
     def synchronize(self) -> None:
