@@ -41,8 +41,9 @@ def _register_backend_name(path: str) -> None:
     from vllm.utils.import_utils import resolve_obj_by_qualname
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    name = resolve_obj_by_qualname(path).get_name()
-    if name not in AttentionBackendEnum.__members__:
+    get_name = getattr(resolve_obj_by_qualname(path), "get_name", None)
+    name = get_name() if callable(get_name) else None
+    if isinstance(name, str) and name not in AttentionBackendEnum.__members__:
         register_backend(name, path)
 
 
