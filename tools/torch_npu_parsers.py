@@ -208,18 +208,32 @@ def config_tree(classes: dict[str, dict[str, Any]], root: str) -> dict[str, Any]
 
 
 def meta_source(source: str, op: str) -> str:
-    """Source of the function registered with ``@impl(m, "<op>")`` (decorators included)."""
+    """Source of the function registered with ``@impl(m, "<op>")`` (decorators included),
+    preceded by the module-level helper functions it calls, transitively (FIA's meta
+    function builds its shapes in helpers), so the recorded source runs on its own."""
     tree = ast.parse(source)
     lines = source.splitlines()
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+    def text(node: ast.FunctionDef) -> str:
+        start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+        assert node.end_lineno is not None
+        return "\n".join(lines[start - 1 : node.end_lineno]) + "\n"
+
+    def helpers(node: ast.FunctionDef, seen: list[str]) -> list[str]:
+        for name in sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}):
+            helper = functions.get(name)
+            if helper is not None and name not in seen and not helper.decorator_list:
+                seen.append(name)
+                helpers(helper, seen)
+        return seen
+
+    for node in functions.values():
         for deco in node.decorator_list:
             if (isinstance(deco, ast.Call) and len(deco.args) == 2
                     and isinstance(deco.args[1], ast.Constant) and deco.args[1].value == op):
-                start = min(d.lineno for d in node.decorator_list)
-                assert node.end_lineno is not None
-                return "\n".join(lines[start - 1 : node.end_lineno]) + "\n"
+                used = helpers(node, [])
+                return "\n\n".join([*(text(functions[n]) for n in used), text(node)])
     raise ValueError(f"no meta function registered for {op!r}")
 
 

@@ -67,6 +67,15 @@ OUTPUTS: dict[str, list[dict[str, Any]]] = {
     "npu_format_cast": [{"name": "y", "dtype": "like:input", "shape": "like:input"}],
     # In place on query and key (schema: Tensor(a!) query, Tensor(b!) key) -> ().
     "_npu_rotary_embedding": [],
+    # Unquantized: attention_out like query (same head size for value); softmax_lse
+    # [T, N, 1] float32 for TND with softmax_lse_flag, else [0] ("flag").
+    "npu_fused_infer_attention_score": [
+        {"name": "attention_out", "dtype": "like:query", "shape": "like:query"},
+        {"name": "softmax_lse", "dtype": "float32", "shape": "lse:query",
+         "flag": "softmax_lse_flag"},
+    ],
+    # In place on key_cache and value_cache -> ().
+    "npu_scatter_pa_kv_cache": [],
 }
 
 # Where each op's meta function is registered (npu_format_cast has none of its own; the
@@ -137,6 +146,29 @@ CONSTRAINTS: dict[str, list[dict[str, Any]]] = {
         _rule("input", "当input的数据类型为float32时，block_size必须为32，且量化轴的维度不能小于32",
               min_size={"dim": -1, "size": 32, "dtypes": ["float32"]}),
     ],
+    "npu_fused_infer_attention_score": [
+        _rule("query", "query: Tensor类型, attention结构的Query输入, 数据类型支持float16、bfloat16、int8",
+              dtypes=["float16", "bfloat16", "int8"]),
+        _rule("atten_mask", "atten_mask: Tensor类型, 对QK的结果进行mask, 用于指示是否计算Token间的相关性,"
+              " 数据类型支持bool、int8和uint8", dtypes=["bool", "int8", "uint8"]),
+        _rule("block_table", "page attention场景下, block_table必须为二维", dims=[2, 2]),
+    ],
+    "npu_scatter_pa_kv_cache": [
+        _rule("key", "支持3维或4维。数据类型支持float16、float、bfloat16、int8、uint8、int16、uint16、"
+              "int32、uint32、hifloat8、float8_e5m2、float8_e4m3fn",
+              dtypes=["float16", "float32", "bfloat16", "int8", "uint8", "int16", "uint16",
+                      "int32", "uint32", "float8_e5m2", "float8_e4m3fn"]),
+        _rule("key", "支持3维或4维", dims=[3, 4]),
+        _rule("value", "key、value、key_cache、value_cache的数据类型必须一致", dtype_like="key"),
+        _rule("key_cache", "key、value、key_cache、value_cache的数据类型必须一致",
+              dtype_like="key"),
+        _rule("value_cache", "key、value、key_cache、value_cache的数据类型必须一致",
+              dtype_like="key"),
+        _rule("key_cache", "当前layer的key cache，只支持4维", dims=[4, 4]),
+        _rule("value_cache", "当前layer的value cache。只支持4维", dims=[4, 4]),
+        _rule("slot_mapping", "slot_mapping（Tensor）：必选参数，表示每个token key或value在cache中的存储偏移，"
+              "数据类型支持int32和int64", dtypes=["int32", "int64"]),
+    ],
     "npu_swiglu": [
         _rule("input", "dtype支持FP32、FP16或BF16类型", dtypes=["float32", "float16", "bfloat16"]),
         _rule("input", "shape支持1-8维", dims=[1, 8]),
@@ -174,6 +206,43 @@ PYTHON_APIS: dict[str, tuple[str, str]] = {
     "NPUGraph.capture_begin": ("npu/graphs.py", "NPUGraph.capture_begin"),
     "NPUGraph.capture_end": ("npu/graphs.py", "NPUGraph.capture_end"),
     "graph": ("npu/graphs.py", "graph.__init__"),
+    # The rest of the upstream dense path's torch.npu APIs (npu-runtime-facts 1.2), which the
+    # emulated device (vllm_ascend_testing.npu_emulation) binds every call to.
+    "current_device": ("npu/utils.py", "current_device"),
+    "device": ("npu/utils.py", "device.__init__"),
+    "set_stream": ("npu/utils.py", "set_stream"),
+    "default_stream": ("npu/utils.py", "default_stream"),
+    "is_available": ("npu/__init__.py", "is_available"),
+    "mem_get_info": ("npu/__init__.py", "mem_get_info"),
+    "memory_stats": ("npu/memory.py", "memory_stats"),
+    "memory_allocated": ("npu/memory.py", "memory_allocated"),
+    "memory_reserved": ("npu/memory.py", "memory_reserved"),
+    "max_memory_reserved": ("npu/memory.py", "max_memory_reserved"),
+    "reset_max_memory_allocated": ("npu/memory.py", "reset_max_memory_allocated"),
+    "reset_accumulated_memory_stats": ("npu/memory.py", "reset_accumulated_memory_stats"),
+    "Stream.wait_event": ("npu/streams.py", "Stream.wait_event"),
+    "Stream.wait_stream": ("npu/streams.py", "Stream.wait_stream"),
+    "Stream.record_event": ("npu/streams.py", "Stream.record_event"),
+    "Stream.query": ("npu/streams.py", "Stream.query"),
+    "Event": ("npu/streams.py", "Event.__new__"),
+    "Event.record": ("npu/streams.py", "Event.record"),
+    "Event.wait": ("npu/streams.py", "Event.wait"),
+    "Event.query": ("npu/streams.py", "Event.query"),
+    "Event.elapsed_time": ("npu/streams.py", "Event.elapsed_time"),
+    "Event.synchronize": ("npu/streams.py", "Event.synchronize"),
+    "ExternalEvent": ("npu/streams.py", "ExternalEvent.__new__"),
+    "ExternalEvent.record": ("npu/streams.py", "ExternalEvent.record"),
+    "ExternalEvent.wait": ("npu/streams.py", "ExternalEvent.wait"),
+    "ExternalEvent.reset": ("npu/streams.py", "ExternalEvent.reset"),
+    "is_current_stream_capturing": ("npu/graphs.py", "is_current_stream_capturing"),
+    "graph_task_group_begin": ("npu/graphs.py", "graph_task_group_begin"),
+    "graph_task_group_end": ("npu/graphs.py", "graph_task_group_end"),
+    "graph_task_update_begin": ("npu/graphs.py", "graph_task_update_begin"),
+    "graph_task_update_end": ("npu/graphs.py", "graph_task_update_end"),
+    "NPUGraph.reset": ("npu/graphs.py", "NPUGraph.reset"),
+    "NPUGraph.pool": ("npu/graphs.py", "NPUGraph.pool"),
+    "NPUGraph.update": ("npu/graphs.py", "NPUGraph.update"),
+    "config.__setattr__": ("npu/npu_config.py", "_npuConfig.__setattr__"),
 }
 
 

@@ -216,6 +216,8 @@ class FakeKernels:
             blocks = math.ceil(shape[axis] / named.get("block_size", 32))
             shape[axis] = (blocks + 1) // 2
             return [*shape, 2]
+        if kind == "lse":  # [T, N, 1]: FIA's softmax_lse for TND queries
+            return [*shape[:2], 1]
         if kind == "half":
             shape[named[args[1]]] //= 2
             return shape
@@ -237,5 +239,7 @@ class FakeKernels:
                                 and named.get("smooth_scale2") is not None)
                   ) if mask is None else bool(mask[slot])
             shape = shape if on else [0]
+        if "flag" in rule and not named[rule["flag"]]:  # switched off: an empty output
+            shape = [0]
         device = next(v.device for v in named.values() if isinstance(v, torch.Tensor))
         return torch.full(shape, float(self.marker(op, index)), device=device).to(dtype)

@@ -37,9 +37,9 @@ def _meta_function(op: str) -> Any:
     }  # fmt: skip
     source = "\n".join(RECORD["ops"][op]["meta_source"])
     exec(compile(source, f"<meta {op}>", "exec"), scope)
-    name = re.search(r"^def (\w+)", source, re.M)
-    assert name is not None
-    return scope[name.group(1)]
+    names = re.findall(r"^def (\w+)", source, re.M)  # helpers first, the meta function last
+    assert names
+    return scope[names[-1]]
 
 
 def _t(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
@@ -72,6 +72,22 @@ CASES: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {
     "npu_swiglu": [((_t(3, 8),), {}), ((_t(6, 4),), {"dim": 0})],
     "npu_mrope": [((torch.arange(4), _t(4, 64), _t(4, 32), _t(16, 32), 32),
                    {"mrope_section": [0, 0, 0]})],
+    # TND paged attention as ascend::paged_attention calls it; with and without the lse.
+    "npu_fused_infer_attention_score": [
+        ((_t(5, 4, 16), _t(3, 16, 32), _t(3, 16, 32)),
+         {"atten_mask": torch.ones(2048, 2048, dtype=torch.int8).triu(1),
+          "block_table": torch.zeros(2, 2, dtype=torch.int32), "input_layout": "TND",
+          "block_size": 16, "actual_seq_lengths": [3, 5], "actual_seq_lengths_kv": [3, 20],
+          "num_key_value_heads": 2, "num_heads": 4, "scale": 0.25, "sparse_mode": 3}),
+        ((_t(5, 4, 16), _t(3, 16, 32), _t(3, 16, 32)),
+         {"block_table": torch.zeros(2, 2, dtype=torch.int32), "input_layout": "TND",
+          "block_size": 16, "actual_seq_lengths": [3, 5], "actual_seq_lengths_kv": [3, 20],
+          "num_key_value_heads": 2, "num_heads": 4, "softmax_lse_flag": True}),
+    ],
+    "npu_scatter_pa_kv_cache": [
+        ((_t(3, 2, 16), _t(3, 2, 16), _t(4, 16, 2, 16), _t(4, 16, 2, 16),
+          torch.tensor([0, 17, 40], dtype=torch.int32)), {"cache_mode": "Norm"}),
+    ],
 }
 
 
@@ -85,7 +101,7 @@ def test_fake_kernel_outputs_follow_the_wheels_meta_function(
                    for k, v in kwargs.items()}
     want = _meta_function(op)(*meta_args, **meta_kwargs)
     got = getattr(fake_torch_npu, op)(*args, **kwargs)
-    want, got = (w if isinstance(w, tuple) else (w,) for w in (want, got))
+    want, got = (w if isinstance(w, tuple) else () if w is None else (w,) for w in (want, got))
     assert [(g.dtype, tuple(g.shape)) for g in got] == [(w.dtype, tuple(w.shape)) for w in want]
 
 

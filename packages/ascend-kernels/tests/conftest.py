@@ -115,6 +115,18 @@ def valid_arguments(op: str, dtype: torch.dtype = torch.float32) -> dict[str, An
             "seq_len": torch.tensor([2, 3]), "y": rand(5, 40), "slice_offset": 24,
             "slice_size": 16,
         },
+        # Sequence 0: 3 new tokens, no cache (its second block_table entry unused);
+        # sequence 1: decode at KV length 6 (two blocks of 4); row 4 is padding.
+        "paged_attention": {
+            "query": rand(5, 4, 16), "key_cache": rand(6, 4, 2, 16),
+            "value_cache": rand(6, 4, 2, 16),
+            "block_table": torch.tensor([[2, 0], [5, 1]], dtype=torch.int32),
+            "query_ends": [3, 4], "seq_lens": [3, 6], "scale": 0.25,
+        },
+        "reshape_and_cache": {
+            "key": rand(5, 2, 16), "value": rand(5, 2, 16), "key_cache": rand(6, 4, 2, 16),
+            "value_cache": rand(6, 4, 2, 16), "slot_mapping": torch.tensor([3, -1, 20, 7]),
+        },
     }
     return dict(table[op])
 

@@ -49,6 +49,12 @@ CONTRACT = {
     "mrotary_embedding": "ascend::mrotary_embedding(Tensor positions, Tensor q, Tensor k,"
     " Tensor cos_sin_cache, int head_size, int rotary_dim, int[] mrope_section, bool is_neox,"
     " bool interleaved) -> (Tensor q_out, Tensor k_out)",
+    # Added for the NPU runtime's attention backend (README "Schema changes").
+    "paged_attention": "ascend::paged_attention(Tensor query, Tensor key_cache,"
+    " Tensor value_cache, Tensor block_table, int[] query_ends, int[] seq_lens, float scale)"
+    " -> Tensor",
+    "reshape_and_cache": "ascend::reshape_and_cache(Tensor key, Tensor value,"
+    " Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor slot_mapping) -> ()",
 }
 
 
@@ -107,8 +113,8 @@ def test_clean_import_registers_ops_without_vllm_or_torch_npu() -> None:
 def test_out_helpers_fill_one_preallocated_output_per_schema_return() -> None:
     for op in OP_NAMES:
         names = spec(op).out_names
-        if not names:  # the LoRA ops clone y instead
-            assert op in ("bgmv_expand", "sgmv_expand")
+        if not names:  # the LoRA ops clone y instead; reshape_and_cache returns nothing
+            assert op in ("bgmv_expand", "sgmv_expand", "reshape_and_cache")
             continue
         returns = getattr(torch.ops.ascend, op).default._schema.returns
         assert len(names) == len(returns), op
@@ -134,8 +140,8 @@ def test_references_take_keywords_and_carry_their_op_name() -> None:
 
 
 def _results_equal(a: object, b: object) -> bool:
-    a_t = a if isinstance(a, tuple) else (a,)
-    b_t = b if isinstance(b, tuple) else (b,)
+    a_t = a if isinstance(a, tuple) else () if a is None else (a,)
+    b_t = b if isinstance(b, tuple) else () if b is None else (b,)
     return len(a_t) == len(b_t) and all(
         x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.float(), y.float())
         for x, y in zip(a_t, b_t, strict=True)  # type: ignore[union-attr]
@@ -156,11 +162,16 @@ def test_register_all_defines_every_op_in_a_fresh_namespace(
         assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd")
         assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta")
         args = list(valid_args(op).values())  # type: ignore[operator]
-        assert _results_equal(getattr(fresh, op)(*args), getattr(torch.ops.ascend, op)(*args)), op
+        again = list(valid_args(op).values())  # type: ignore[operator]
+        assert _results_equal(getattr(fresh, op)(*args), getattr(torch.ops.ascend, op)(*again)), op
+        # ops that write their arguments (reshape_and_cache) wrote the same values
+        written = [(a, b) for a, b in zip(args, again, strict=True) if isinstance(a, torch.Tensor)]
+        assert all(torch.equal(a, b) for a, b in written), op
         meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
         want = getattr(torch.ops.ascend, op)(*meta)
         got = getattr(fresh, op)(*meta)
-        got_t, want_t = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        got_t, want_t = (got, want) if isinstance(got, tuple) else (
+            ((), ()) if got is None else ((got,), (want,)))
         assert [(t.shape, t.dtype, t.device.type) for t in got_t] == [
             (t.shape, t.dtype, t.device.type) for t in want_t
         ]
@@ -216,7 +227,7 @@ def test_fake_outputs_have_the_references_shapes_dtypes_and_strides(
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     def meta(result: object) -> list[tuple[object, ...]]:
-        items = result if isinstance(result, tuple) else (result,)
+        items = result if isinstance(result, tuple) else () if result is None else (result,)
         return [(t.dtype, tuple(t.shape), t.stride()) for t in items]  # type: ignore[attr-defined]
 
     calls = [tuple(valid_args(op).values())]  # type: ignore[operator]
@@ -300,6 +311,17 @@ def sample_args(op: str, dtype: torch.dtype) -> tuple[Any, ...]:
             [4, 6, 6],
             True,
             False,
+        ),
+        # A prefill of 3 (no cache), a decode at KV length 6, a chunk of 2 after 5 cached
+        # tokens, one padding row.
+        "paged_attention": (
+            rand(7, 4, 16), rand(8, 4, 2, 16), rand(8, 4, 2, 16),
+            torch.tensor([[2, 0], [5, 1], [7, 3]], dtype=torch.int32), [3, 4, 6], [3, 6, 7],
+            0.25,
+        ),
+        "reshape_and_cache": (
+            rand(5, 2, 16), rand(5, 2, 16), rand(6, 4, 2, 16), rand(6, 4, 2, 16),
+            torch.tensor([3, -1, 20, 7]),
         ),
     }
     return table[op]

@@ -10,10 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ascend_kernels.ops import activation, elementwise, lora, mrope, mx, norm, quant, rope
+from ascend_kernels.ops import (
+    activation,
+    attention,
+    elementwise,
+    lora,
+    mrope,
+    mx,
+    norm,
+    quant,
+    rope,
+)
 from ascend_kernels.ops.spec import NAMESPACE, OpSpec
 
-FAMILIES = (norm, quant, mx, rope, elementwise, lora, activation, mrope)
+FAMILIES = (norm, quant, mx, rope, elementwise, lora, activation, mrope, attention)
 
 SPECS: dict[str, OpSpec] = {spec.name: spec for family in FAMILIES for spec in family.SPECS}
 

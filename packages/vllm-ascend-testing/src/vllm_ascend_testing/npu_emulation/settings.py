@@ -1,0 +1,79 @@
+"""What the emulation's environment variables ask for, parsed and checked."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vllm_ascend_testing.npu_emulation.record import load_record
+
+NPUS_VAR = "VLLM_ASCEND_EMULATED_NPUS"
+HBM_VAR = "VLLM_ASCEND_EMULATED_HBM_GIB"
+SOC_VAR = "VLLM_ASCEND_EMULATED_SOC"
+
+DEFAULT_HBM_GIB = 32.0
+#: An Atlas A2 part (Ascend910B1) from the wheel's ``SocVersion`` enum.
+DEFAULT_SOC = "Ascend910B1"
+MAX_NPUS = 64
+
+
+class EmulationSettingsError(ValueError):
+    """An emulation variable holds a value the emulation cannot use."""
+
+
+@dataclass(frozen=True)
+class EmulationSettings:
+    """The emulated host: how many NPUs, their HBM and their SoC."""
+
+    num_npus: int
+    hbm_bytes: int
+    soc_name: str
+    soc_id: int
+
+    @property
+    def hbm_gib(self) -> float:
+        return self.hbm_bytes / 2**30
+
+
+def requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the emulation is switched on (the variable is set and not empty)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get(NPUS_VAR, "").strip())
+
+
+def from_environ(environ: Mapping[str, str] | None = None) -> EmulationSettings:
+    """The settings the variables ask for; ``EmulationSettingsError`` names a bad value."""
+    env = os.environ if environ is None else environ
+    raw_npus = env.get(NPUS_VAR, "").strip()
+    try:
+        num_npus = int(raw_npus)
+    except ValueError:
+        raise EmulationSettingsError(
+            f"{NPUS_VAR}={raw_npus!r} is not a number of NPUs (1..{MAX_NPUS})") from None
+    if not 1 <= num_npus <= MAX_NPUS:
+        raise EmulationSettingsError(f"{NPUS_VAR}={num_npus} is outside 1..{MAX_NPUS}")
+    raw_hbm = env.get(HBM_VAR, "").strip() or str(DEFAULT_HBM_GIB)
+    try:
+        hbm_gib = float(raw_hbm)
+    except ValueError:
+        raise EmulationSettingsError(
+            f"{HBM_VAR}={raw_hbm!r} is not a size in GiB (e.g. 32 or 0.5)") from None
+    if not hbm_gib > 0:
+        raise EmulationSettingsError(f"{HBM_VAR}={raw_hbm} must be above 0 GiB")
+    soc_name, soc_id = _soc(env.get(SOC_VAR, "").strip() or DEFAULT_SOC)
+    return EmulationSettings(num_npus, int(hbm_gib * 2**30), soc_name, soc_id)
+
+
+def _soc(raw: str) -> tuple[str, int]:
+    """A SoC given by name (``Ascend910B1``) or id (``220``), as the wheel's enum has it."""
+    socs: dict[str, int] = {
+        name: sid for name, sid in load_record()["soc_versions"].items() if sid >= 0}
+    if raw in socs:
+        return raw, socs[raw]
+    by_id = {sid: name for name, sid in socs.items()}
+    if raw.lstrip("-").isdigit() and int(raw) in by_id:
+        return by_id[int(raw)], int(raw)
+    raise EmulationSettingsError(
+        f"{SOC_VAR}={raw!r} is not a SoC of torch_npu's SocVersion enum; allowed: "
+        + ", ".join(f"{name} ({sid})" for name, sid in sorted(socs.items(), key=lambda x: x[1])))
