@@ -14,6 +14,7 @@ installed), unzips it and records:
   ``op_plugin/meta/_meta_registrations.py``) and the documented input constraints the
   project relies on (``constraints``, each quoting the ``_op_plugin_docs.py`` text it rests
   on; a quote missing from the wheel is an error);
+* ``kernel_schemas``: the schema alone of the kernels in ``KERNEL_SCHEMAS``;
 * ``dtype_enum``: the meta module's ``int -> torch dtype`` table (torch_npu dtype ids);
 * ``python_apis``: signatures (via ``ast``, no import) of the ``torch_npu.npu`` APIs used;
 * ``graph_extensions``: the bundled npugraph_ex / torchair module names, config option
@@ -64,7 +65,14 @@ from torch_npu_parsers import (
     python_signature,
     requires_torch,
 )
-from torch_npu_tables import ATB_OPS, CONSTRAINTS, META_NAMES, OUTPUTS, PYTHON_APIS
+from torch_npu_tables import (
+    ATB_OPS,
+    CONSTRAINTS,
+    KERNEL_SCHEMAS,
+    META_NAMES,
+    OUTPUTS,
+    PYTHON_APIS,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "tools" / "npu_seam"
@@ -104,6 +112,9 @@ def build_record(wheel_dir: Path, version: str, wheel_name: str) -> dict[str, An
                     raise ValueError(f"{op}: documented text {rule['doc']!r} not in its docs")
         entry["constraints"] = constraints
         ops[op] = entry
+    missing = [op for op in KERNEL_SCHEMAS if op not in all_schemas]
+    if missing:
+        raise ValueError(f"{missing} not in libtorch_npu.so")
     apis: dict[str, Any] = {}
     for name, (rel, qualname) in PYTHON_APIS.items():
         apis[name] = {"file": f"{TN}/{rel}", "qualname": qualname,
@@ -115,6 +126,7 @@ def build_record(wheel_dir: Path, version: str, wheel_name: str) -> dict[str, An
             (wheel_dir / f"torch_npu-{version}.dist-info" / "METADATA").read_text("utf-8")),
         "op_schema_count": len(all_schemas),
         "ops": ops,
+        "kernel_schemas": {op: all_schemas[op] for op in KERNEL_SCHEMAS},
         "dtype_enum": dtype_enum(meta),
         "python_apis": apis,
         "graph_extensions": _graph_extensions(pkg),

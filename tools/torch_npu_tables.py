@@ -184,6 +184,14 @@ CONSTRAINTS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+# Kernels recorded by schema only (no output rule): the emulated npu device
+# (vllm_ascend_testing.npu_emulation) binds calls to them; the NPU runtime's attention calls them.
+KERNEL_SCHEMAS = [
+    "npu_fused_infer_attention_score", "npu_scatter_pa_kv_cache", "npu_top_k_top_p",
+    # transformers imports it when torch_npu is present (integrations/npu_flash_attention.py).
+    "npu_fusion_attention",
+]
+
 # torch_npu.npu APIs the project calls: public name -> (file under torch_npu/, qualname).
 PYTHON_APIS: dict[str, tuple[str, str]] = {
     "get_soc_version": ("npu/_backends.py", "get_soc_version"),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 
-from vllm_ascend_testing.npu_emulation import build, npu_api
+from vllm_ascend_testing.npu_emulation import build, hccl, kernels, npu_api
 from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
 
 #: Dtypes torch_npu leaves out of the generated ``npu`` methods (its backend registration).
@@ -21,6 +22,7 @@ class EmulatedDevice:
 
     settings: EmulationSettings
     api: npu_api.NpuApi
+    library: torch.library.Library
     npu: ModuleType
     torch_npu: ModuleType
 
@@ -51,7 +53,10 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True,
         unsupported_dtype=UNSUPPORTED_DTYPES)
-    device = EmulatedDevice(settings, api, npu, tnpu)
+    library = torch.library.Library(kernels.NAMESPACE, "DEF")
+    kernels.add_to(tnpu, library)
+    hccl.register()
+    device = EmulatedDevice(settings, api, library, npu, tnpu)
     tnpu._emulated_device = device  # type: ignore[attr-defined]
     sys.modules["torch_npu"] = tnpu
     sys.modules["torch_npu.npu"] = npu
@@ -61,6 +66,8 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
 
 def _npu_module(api: npu_api.NpuApi) -> ModuleType:
     npu = ModuleType("torch_npu.npu", "The emulated torch.npu (vllm_ascend_testing).")
+    # importlib.util.find_spec (accelerate, transformers) needs a spec on imported modules.
+    npu.__spec__ = importlib.machinery.ModuleSpec("torch_npu.npu", None, is_package=True)
     for name in npu_api.API_FUNCTIONS:
         setattr(npu, name, getattr(api, name))
     for name, value in npu_api.API_OBJECTS.items():
@@ -74,16 +81,24 @@ def _npu_module(api: npu_api.NpuApi) -> ModuleType:
     npu.get_amp_supported_dtype = (  # type: ignore[attr-defined]
         lambda: [torch.float16, torch.bfloat16, torch.float32])
     npu.is_bf16_supported = lambda including_emulation=False: True  # type: ignore[attr-defined]
-    npu.manual_seed = torch.manual_seed  # type: ignore[attr-defined]
-    npu.manual_seed_all = torch.manual_seed  # type: ignore[attr-defined]
+    # The device draws from torch's CPU default generator, which torch.manual_seed (the
+    # caller of these) has already seeded.
+    npu.manual_seed = _seeded_by_cpu  # type: ignore[attr-defined]
+    npu.manual_seed_all = _seeded_by_cpu  # type: ignore[attr-defined]
     return npu
+
+
+def _seeded_by_cpu(seed: int) -> None:
+    """``torch.npu.manual_seed``: nothing of its own to seed."""
 
 
 def _torch_npu_module(npu: ModuleType) -> ModuleType:
     tnpu = ModuleType("torch_npu", "The emulated torch_npu (vllm_ascend_testing.npu_emulation).")
+    tnpu.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None, is_package=True)
     tnpu.__version__ = "2.13.0"  # type: ignore[attr-defined]
     tnpu.npu = npu  # type: ignore[attr-defined]
     c_module = ModuleType("torch_npu._C")
+    c_module.__spec__ = importlib.machinery.ModuleSpec("torch_npu._C", None)
     c_module._weak_ref_tensor = _weak_ref_tensor  # type: ignore[attr-defined]
     tnpu._C = c_module  # type: ignore[attr-defined]
     return tnpu

@@ -27,6 +27,16 @@ def recorded_signature(name: str) -> inspect.Signature:
     return _signature_from_text(apis[name]["signature"])
 
 
+class _Default:
+    """A recorded default, shown as its source text (the emulation never uses its value)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __repr__(self) -> str:
+        return self.source
+
+
 def _signature_from_text(text: str) -> inspect.Signature:
     fn = ast.parse(f"def f{text}: pass").body[0]
     assert isinstance(fn, ast.FunctionDef)
@@ -38,12 +48,12 @@ def _signature_from_text(text: str) -> inspect.Signature:
     defaults += list(args.defaults)
     for i, (arg, node) in enumerate(zip(positional, defaults, strict=True)):
         kind = P.POSITIONAL_ONLY if i < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
-        params.append(P(arg.arg, kind, default=P.empty if node is None else ast.unparse(node)))
+        params.append(P(arg.arg, kind, default=P.empty if node is None else _Default(ast.unparse(node))))
     if args.vararg is not None:
         params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
     for arg, kw in zip(args.kwonlyargs, args.kw_defaults, strict=True):
         params.append(P(arg.arg, P.KEYWORD_ONLY,
-                        default=P.empty if kw is None else ast.unparse(kw)))
+                        default=P.empty if kw is None else _Default(ast.unparse(kw))))
     if args.kwarg is not None:
         params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
     return inspect.Signature(params)

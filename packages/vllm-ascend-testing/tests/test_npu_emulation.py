@@ -1,0 +1,214 @@
+"""The emulated npu device, checked in fresh processes (its install is process-wide)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GIB = 2**30
+
+
+def run(code: str, env: dict[str, str] | None = None, timeout: float = 600) -> Any:
+    """Run ``code`` in a fresh interpreter; it prints one JSON line last."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}
+    full.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+EMU = {"VLLM_ASCEND_EMULATED_NPUS": "2", "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"}
+
+
+@pytest.fixture(scope="module")
+def device_report() -> dict[str, Any]:
+    return run("""
+        import json, torch, torch_npu
+        out = {}
+        out["count"] = torch.npu.device_count()
+        out["accelerator"] = str(torch.accelerator.current_accelerator())
+        out["soc"] = torch_npu.npu.get_soc_version()
+        x = torch.arange(6.0).reshape(2, 3).to("npu")
+        out["device"] = str(x.device)
+        out["ptr"] = x.data_ptr() != 0
+        out["math"] = (x.t() @ x + 1).cpu().tolist()
+        kv = torch.zeros(2, 4, 3, device="npu")
+        kv[1].index_copy_(0, torch.tensor([2], device="npu"), torch.ones(1, 3, device="npu"))
+        out["kv"] = kv.cpu().sum(dim=(1, 2)).tolist()
+        try:
+            x + torch.ones(2, 3)
+            out["mixed"] = None
+        except RuntimeError as e:
+            out["mixed"] = str(e)
+        out["scalar"] = (x + torch.tensor(1.0)).cpu().tolist()
+        torch.npu.empty_cache()
+        base = torch.npu.memory_allocated()
+        out["base"] = base
+        a = torch.empty(1024, 1024, dtype=torch.uint8, device="npu")
+        out["after_alloc"] = torch.npu.memory_allocated() - base
+        free, total = torch.npu.mem_get_info()
+        out["free_total"] = [free, total]
+        del a
+        out["after_free"] = torch.npu.memory_allocated() - base
+        out["peak"] = torch.npu.max_memory_allocated() - base
+        torch.npu.reset_peak_memory_stats()
+        out["peak_reset"] = torch.npu.max_memory_allocated() - base
+        out["stats_current"] = torch.npu.memory_stats()["allocated_bytes.all.current"] - base
+        free = torch.npu.mem_get_info()[0]
+        b = torch.empty(free, dtype=torch.uint8, device="npu")  # exactly what is free
+        out["full_free"] = torch.npu.mem_get_info()[0]
+        try:
+            torch.empty(1, dtype=torch.uint8, device="npu")
+            out["oom"] = None
+        except torch.OutOfMemoryError as e:
+            out["oom"] = str(e)
+        del b
+        out["dev1"] = torch.npu.memory_allocated(1)
+        try:
+            torch.npu.mem_get_info(devic=0)
+            out["bad_kw"] = None
+        except TypeError as e:
+            out["bad_kw"] = str(e)
+        try:
+            torch.npu.Event(enable_timing=True, foo=1)
+            out["bad_event"] = None
+        except TypeError as e:
+            out["bad_event"] = str(e)
+        g = torch.ones(3, device="npu")
+        try:
+            torch_npu.npu_rms_norm(x, g, eps=1e-5)
+            out["bad_kernel"] = None
+        except RuntimeError as e:
+            out["bad_kernel"] = str(e)
+        try:
+            torch_npu.npu_rms_norm(x.cpu(), g.cpu())
+            out["cpu_kernel"] = None
+        except RuntimeError as e:
+            out["cpu_kernel"] = str(e)
+        y, rstd = torch_npu.npu_rms_norm(x, g, 1e-6)
+        out["rms"] = y.cpu().tolist()
+        print(json.dumps(out))
+    """, EMU)
+
+
+def test_n_devices_and_real_dispatch(device_report: dict[str, Any]) -> None:
+    r = device_report
+    assert r["count"] == 2 and r["accelerator"] == "npu" and r["device"] == "npu:0"
+    assert r["soc"] == 220  # Ascend910B1, the default A2 part
+    assert r["ptr"]
+    x = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    expect = [[sum(x[k][i] * x[k][j] for k in range(2)) + 1 for j in range(3)] for i in range(3)]
+    assert r["math"] == expect
+    assert r["kv"] == [0.0, 3.0]  # the write through a view landed in kv[1]
+    assert r["scalar"] == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]  # 0-dim CPU scalars are allowed
+
+
+def test_cpu_tensor_where_npu_is_needed_raises(device_report: dict[str, Any]) -> None:
+    assert "npu:0 and cpu" in device_report["mixed"]
+    assert "expected all tensors on npu" in device_report["cpu_kernel"]
+
+
+def test_hbm_accounting_and_oom_at_the_boundary(device_report: dict[str, Any]) -> None:
+    r = device_report
+    assert r["after_alloc"] == 2**20 and r["after_free"] == 0
+    assert r["peak"] == 2**20 and r["peak_reset"] == 0 and r["stats_current"] == 0
+    assert r["free_total"][1] == GIB // 4
+    assert r["base"] > 0  # the tensors made before
+    assert r["free_total"][0] == GIB // 4 - r["base"] - 2**20
+    assert r["full_free"] == 0  # the last free byte can be allocated ...
+    assert r["oom"].startswith("NPU out of memory. Tried to allocate")  # ... one more cannot
+    assert r["dev1"] == 0  # accounting is per device
+
+
+def test_signature_binding_rejects_a_wrong_keyword(device_report: dict[str, Any]) -> None:
+    assert "mem_get_info(device=None)" in device_report["bad_kw"]
+    assert "unexpected keyword argument 'devic'" in device_report["bad_kw"]
+    assert "'foo'" in device_report["bad_event"]
+
+
+def test_kernel_schema_rejects_a_wrong_call_and_computes(device_report: dict[str, Any]) -> None:
+    assert "Unknown keyword argument 'eps'" in device_report["bad_kernel"]
+    rows = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    for got, row in zip(device_report["rms"], rows, strict=True):
+        rms = (sum(v * v for v in row) / 3 + 1e-6) ** 0.5
+        assert got == pytest.approx([v / rms for v in row], rel=1e-5)
+
+
+def test_without_the_variable_there_is_no_npu() -> None:
+    r = run("""
+        import json, sys, torch
+        try:
+            torch.device("npu")
+            dev = True
+        except RuntimeError:
+            dev = False
+        print(json.dumps({"npu": hasattr(torch, "npu"), "device": dev,
+                          "torch_npu": "torch_npu" in sys.modules,
+                          "emu": any("npu_emulation.device" in m for m in sys.modules)}))
+    """)
+    assert r == {"npu": False, "device": False, "torch_npu": False, "emu": False}
+
+
+def test_transformers_forward_on_npu_equals_cpu() -> None:
+    r = run("""
+        import json, torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        model = LlamaForCausalLM(cfg).eval()
+        ids = torch.randint(0, 128, (2, 12))
+        with torch.no_grad():
+            ref = model(ids).logits
+            got = model.to("npu")(ids.to("npu")).logits
+        print(json.dumps({"device": str(got.device),
+                          "diff": (got.cpu() - ref).abs().max().item()}))
+    """, EMU)
+    assert r["device"] == "npu:0"
+    assert r["diff"] <= 1e-5
+
+
+HCCL_WORKER = """
+import json, sys, torch, torch.distributed as dist
+rank, rdv = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("hccl", init_method=f"file://{rdv}", rank=rank, world_size=2)
+torch.npu.set_device(rank)
+t = torch.full((3,), float(rank + 1), device=f"npu:{rank}")
+dist.all_reduce(t)
+out = torch.empty(6, device=f"npu:{rank}")
+dist.all_gather_into_tensor(out, t * (rank + 1))
+part = torch.empty(3, device=f"npu:{rank}")
+dist.reduce_scatter_tensor(part, torch.arange(6.0, device=f"npu:{rank}") * (rank + 1))
+print(json.dumps({"sum": t.cpu().tolist(), "gather": out.cpu().tolist(),
+                  "scatter": part.cpu().tolist(),
+                  "backend": dist.get_backend(), "device": str(t.device)}))
+dist.destroy_process_group()
+"""
+
+
+def test_hccl_all_reduce_across_two_processes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}
+    env.update(EMU)
+    procs = [subprocess.Popen([sys.executable, "-c", HCCL_WORKER, str(rank),
+                               str(tmp_path / "rdv")], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    r = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        r.append(json.loads(out.strip().splitlines()[-1]))
+    # rank 0 holds 1s, rank 1 holds 2s: the sum is 3; the gather takes 3*1 and 3*2.
+    assert [o["sum"] for o in r] == [[3.0, 3.0, 3.0]] * 2
+    assert [o["gather"] for o in r] == [[3.0, 3.0, 3.0, 6.0, 6.0, 6.0]] * 2
+    # reduce-scatter of arange(6) * 1 + arange(6) * 2 = 3 * arange(6), split in halves.
+    assert [o["scatter"] for o in r] == [[0.0, 3.0, 6.0], [9.0, 12.0, 15.0]]
+    assert [o["device"] for o in r] == ["npu:0", "npu:1"]
+    assert {o["backend"] for o in r} == {"hccl"}
