@@ -90,3 +90,52 @@ def test_npu_runtime_tokens_equal_the_host_cpu_platform(tiny_runs, arch, case) -
     npu, cpu = tiny_runs[arch]["npu"][case], tiny_runs[arch]["cpu"][case]
     assert all(len(t) == MAX_TOKENS for t in npu)
     assert npu == cpu
+
+
+CHAT_QUESTIONS = (
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "How many legs does a spider have?",
+    "Explain what a compiler does in one sentence.",
+)
+SMOLLM2_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def smollm2_chat_ids(smollm2_dir: Any) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    return [[int(t) for t in tokenizer.apply_chat_template(
+        [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+        return_dict=True)["input_ids"]] for q in CHAT_QUESTIONS]
+
+
+def test_smollm2_float32_on_the_npu_runtime_gives_transformers_greedy_tokens(
+    smollm2_dir: Any, smollm2_chat_ids: list[list[int]], start_worker: Callable[..., LLMWorker]
+) -> None:
+    """The real model (30 layers, 9 query / 3 KV heads: GQA) in float32, batched chat prompts,
+    against transformers' float32 greedy decoding (EOS not special on either side)."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    worker = start_worker("npu-runtime-smollm2", device="npu", **EMULATED)
+    kwargs = _kwargs(str(smollm2_dir), max_num_batched_tokens=512, max_num_seqs=4)
+    worker.request("load", name="smollm2", kwargs=kwargs, timeout=900)
+    answer = worker.request("generate", name="smollm2", prompts=smollm2_chat_ids,
+                            max_tokens=SMOLLM2_TOKENS)
+    worker.close()
+    engine = [o["token_ids"] for o in answer["outputs"]]
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(smollm2_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    model.generation_config = GenerationConfig(
+        do_sample=False, max_new_tokens=SMOLLM2_TOKENS, eos_token_id=None, pad_token_id=0)
+    reference = []
+    with torch.no_grad():
+        for ids in smollm2_chat_ids:
+            out = model.generate(torch.tensor([ids]),
+                                 attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+            reference.append(out[0, len(ids):].tolist())
+    assert all(len(t) == SMOLLM2_TOKENS for t in reference)
+    assert engine == reference

@@ -162,6 +162,9 @@ def run_npu_pipeline(vllm_config: Any, soc: str | Callable[[], str]) -> Any:
     if par.worker_cls == RUNTIME_WORKER:  # this package's runtime: say now what it cannot run
         npu_runner.use_v1_model_runner()
         refuse_unsupported_model(vllm_config.model_config)
+        note = npu_runner.run_eagerly(vllm_config)
+        if note is not None:
+            logger.info("%s", note)
     if selection.scheduler_cls is not None:
         sched.scheduler_cls = selection.scheduler_cls
     logger.info("worker/scheduler: %s", selection.reason)
