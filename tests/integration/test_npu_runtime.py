@@ -4,8 +4,9 @@ The platform is `NPUPlatform`, the worker `vllm_ascend.npu_runtime.worker.NPUWor
 the Ascend backend over `torch.ops.ascend.reshape_and_cache` / `paged_attention` (on the device:
 torch_npu's FIA and scatter kernels as the emulation binds them). Expected tokens come from the
 host-CPU platform (vLLM's CPU worker and CPU attention kernels) on the same checkpoint, each
-prompt generated alone, without chunking or prefix caching: a chunked prefill (a prompt longer than `max_num_batched_tokens`) and a
-prefix-cache hit (two prompts sharing three 128-token blocks) must give the same tokens.
+prompt generated alone, without chunking or prefix caching: a chunked prefill (a prompt longer
+than `max_num_batched_tokens`) and a prefix-cache hit (two prompts sharing three 128-token
+blocks) must give the same tokens.
 
 The emulated torch_npu has no `_npu_rotary_embedding`, so both engines run vLLM's native rotary
 embedding (`-RotaryEmbedding`); every other Ascend custom op is on.
@@ -139,3 +140,43 @@ def test_smollm2_float32_on_the_npu_runtime_gives_transformers_greedy_tokens(
             reference.append(out[0, len(ids):].tolist())
     assert all(len(t) == SMOLLM2_TOKENS for t in reference)
     assert engine == reference
+
+
+def test_tp2_over_two_emulated_npus_gives_tp1_tokens(
+    tiny_models: Any, tiny_runs: dict[str, Any], start_worker: Callable[..., LLMWorker]
+) -> None:
+    """Two workers, one emulated NPU each, the hccl process group between them."""
+    worker = start_worker("npu-runtime-tp2", device="npu", VLLM_ASCEND_EMULATED_NPUS="2")
+    kwargs = _kwargs(str(tiny_models.path("llama")), tensor_parallel_size=2)
+    worker.request("load", name="tp2", kwargs=kwargs, timeout=600)
+    answer = worker.request("generate", name="tp2", prompts=SHORT_PROMPTS, max_tokens=MAX_TOKENS)
+    worker.close()
+    assert [o["token_ids"] for o in answer["outputs"]] == tiny_runs["llama"]["npu"]["short"]
+
+
+def test_serve_with_defaults_answers_the_openai_client(
+    tiny_models: Any, make_env: Callable[..., dict[str, str]], tmp_path: Any
+) -> None:
+    """`vllm-ascend serve MODEL` with no memory or eager flag (the emulated device is 4 GiB;
+    only the rope directive the emulation needs), chat completions streamed and not."""
+    from openai import OpenAI
+    from vllm_ascend_testing.serve_process import VllmServer
+
+    env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
+                   VLLM_ASCEND_EMULATED_HBM_GIB="4")
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    args = ["--served-model-name", "tiny", "--compilation-config",
+            '{"custom_ops": ["-RotaryEmbedding", "-Llama3RotaryEmbedding"]}']
+    with VllmServer(tiny_models.path("qwen3"), args, env, tmp_path / "serve.log") as server:
+        server.wait_healthy(timeout=600)
+        client = OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
+        question = [{"role": "user", "content": "Hello"}]
+        whole = client.chat.completions.create(model="tiny", messages=question,
+                                               temperature=0, max_tokens=8)
+        text = whole.choices[0].message.content
+        assert whole.usage is not None and whole.usage.completion_tokens == 8 and text
+        stream = client.chat.completions.create(model="tiny", messages=question,
+                                                temperature=0, max_tokens=8, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert streamed == text
+        assert "NPUPlatform" in server.log() or "device_config=npu" in server.log()

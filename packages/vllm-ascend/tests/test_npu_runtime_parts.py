@@ -30,7 +30,7 @@ def test_slot_mapping_maps_positions_through_the_block_table_and_pads_the_rest()
 
 
 def test_slot_mapping_refuses_context_parallelism() -> None:
-    with pytest.raises(NotImplementedError, match="context parallelism"):
+    with pytest.raises(NotImplementedError, match=r"context parallelism"):
         compute_slot_mapping(1, 1, torch.tensor([0, 1]), torch.tensor([0]),
                              torch.zeros(1, 1, dtype=torch.int32), 1,
                              torch.zeros(1, dtype=torch.int64), 4, TOTAL_CP_WORLD_SIZE=2)
@@ -51,7 +51,7 @@ def test_kv_view_covers_the_layer_memory_once_keys_then_values() -> None:
 
 def test_kv_view_refuses_a_layout_that_interleaves_layers() -> None:
     raw = torch.zeros(2, 3, 2, 4, 10)  # [B, L, H, N, C]: blocks outermost
-    with pytest.raises(ValueError, match="interleaves layers.*LBNHC"):
+    with pytest.raises(ValueError, match=r"interleaves layers.*LBNHC"):
         split_kv_view(raw[:, 0])
 
 
@@ -79,7 +79,7 @@ def test_dense_decoder_passes_and_each_unsupported_feature_is_named() -> None:
         "hybrid": _model(is_hybrid=True),
     }
     for needle, config in cases.items():
-        with pytest.raises(UnsupportedModelError, match=f"{needle}.*Supported: dense decoder"):
+        with pytest.raises(UnsupportedModelError, match=rf"{needle}.*Supported: dense decoder"):
             refuse_unsupported_model(config)
 
 
@@ -99,15 +99,15 @@ def test_kv_cache_fit_boundary_and_message() -> None:
                  "--gpu-memory-utilization 0.9 allows 28.80 GiB", "Raise --gpu-memory-utilization",
                  "lower --max-model-len"):
         assert part in message, part
-    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match="0.00 GiB is left"):
+    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"0.00 GiB is left"):
         kv_fit.check_kv_cache_fits(_budget(-GIB), 1, 16)  # profiling used more than allowed
 
 
 def test_explicit_kv_cache_bytes_must_fit_and_hold_one_request() -> None:
     kv_fit.check_explicit_kv_cache("npu:0", GIB, GIB, GIB, 4096)
-    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match="more than the 1.00 GiB free"):
+    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"more than the 1.00 GiB free"):
         kv_fit.check_explicit_kv_cache("npu:0", GIB + 1, GIB, 1, 4096)
-    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match="cannot hold one request"):
+    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"cannot hold one request"):
         kv_fit.check_explicit_kv_cache("npu:0", GIB - 1, 2 * GIB, GIB, 4096)
 
 
@@ -119,16 +119,16 @@ def test_torch_npu_missing_or_broken_names_cann_set_env() -> None:
         raise ImportError("libhccl.so: cannot open shared object file")
 
     for importer, why in ((missing, "not installed"), (broken, "cannot be imported")):
-        with pytest.raises(device_check.NpuUnavailableError, match=f"{why}.*set_env.sh"):
+        with pytest.raises(device_check.NpuUnavailableError, match=rf"{why}.*set_env.sh"):
             device_check.import_torch_npu(importer)
 
 
 def test_no_npu_visible_and_too_few_npus() -> None:
     device_check.check_device_index(1, 2, None)
-    with pytest.raises(device_check.NpuUnavailableError, match="no NPU is visible.*set_env.sh"):
+    with pytest.raises(device_check.NpuUnavailableError, match=r"no NPU is visible.*set_env.sh"):
         device_check.check_device_index(0, 0, "")
     with pytest.raises(device_check.NpuUnavailableError,
-                       match="needs NPU 2.*only 2 NPU.*ASCEND_RT_VISIBLE_DEVICES='0,1'"):
+                       match=r"needs NPU 2.*only 2 NPU.*ASCEND_RT_VISIBLE_DEVICES='0,1'"):
         device_check.check_device_index(2, 2, "0,1")
 
 
@@ -139,5 +139,5 @@ def test_the_npu_pipeline_keeps_vllm_on_the_v1_runner() -> None:
     kept = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
     use_v1_model_runner(kept)
     assert kept == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
-    with pytest.raises(ValueError, match="V1 model runner only.*unset VLLM_USE_V2_MODEL_RUNNER"):
+    with pytest.raises(ValueError, match=r"V1 model runner only.*unset VLLM_USE_V2_MODEL_RUNNER"):
         use_v1_model_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"})

@@ -54,7 +54,7 @@ class NPUGraph:
         raise GraphCaptureNotEmulated("update of a graph that was never captured")
 
 
-class graph:  # noqa: N801 - torch_npu's name
+class graph:
     """``torch_npu.npu.graph``, the capture context (capture not emulated yet)."""
 
     @bound("graph")

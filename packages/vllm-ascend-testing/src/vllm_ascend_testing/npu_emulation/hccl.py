@@ -58,7 +58,7 @@ class HcclOverGloo(dist.ProcessGroup):
     def size(self) -> int:
         return self._size
 
-    def getBackendName(self) -> str:  # noqa: N802 - c10d's name
+    def getBackendName(self) -> str:
         return BACKEND
 
     def _run(self, call: Callable[[], Any]) -> None:

@@ -27,7 +27,7 @@ class NPUDeviceProperties:
     total_memory: int
     cube_core_num: int = 24
     vector_core_num: int = 48
-    L2_cache_size: int = 192 * 2**20  # noqa: N815 - torch_npu's name
+    L2_cache_size: int = 192 * 2**20
 
 
 class NpuConfig:

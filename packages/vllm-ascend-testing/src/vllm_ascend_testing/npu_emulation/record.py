@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 
 def repo_root() -> Path:

@@ -28,8 +28,8 @@ def use_v1_model_runner(environ: MutableMapping[str, str] | None = None) -> None
 
 def run_eagerly(vllm_config: Any) -> str | None:
     """The runtime has no graph capture and its compile path is not proven on an NPU yet: run
-    the model eagerly (compilation mode NONE, no graphs, no Triton JIT warm-up). Returns the note to log, None when the
-    user already asked for eager mode."""
+    the model eagerly (compilation mode NONE, no graphs, no Triton JIT warm-up). Returns the
+    note to log, None when the user already asked for eager mode."""
     from vllm.config import CompilationMode, CUDAGraphMode
 
     model, cc = vllm_config.model_config, vllm_config.compilation_config
