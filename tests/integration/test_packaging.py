@@ -141,3 +141,57 @@ def test_wheels_carry_their_data_files(wheels: dict[str, Path]) -> None:
         with zipfile.ZipFile(wheels[dist]) as archive:
             missing = sorted(set(names) - set(archive.namelist()))
         assert not missing, f"{dist} wheel lacks {missing}"
+
+
+# What product code must never reach: the unpublished harness (where the emulated NPU lives),
+# the repository's tools, or the emulation's switches (the same code runs on a real host).
+FORBIDDEN_IMPORTS = ("vllm_ascend_testing", "tools")
+EMULATION_MARKERS = ("VLLM_ASCEND_EMULATED_", "npu_emulation", "_emulated_device")
+
+
+def _imported_roots(source: str) -> set[str]:
+    import ast
+
+    roots = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            roots.add(node.module.split(".")[0])
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)):
+            roots.add(node.args[0].value.split(".")[0])
+    return roots
+
+
+def test_no_published_wheel_imports_the_harness_or_branches_on_emulation(
+    wheels: dict[str, Path]
+) -> None:
+    problems = []
+    scanned = 0
+    for dist, wheel in wheels.items():
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                if not name.endswith(".py"):
+                    continue
+                source = archive.read(name).decode()
+                scanned += 1
+                bad = _imported_roots(source) & set(FORBIDDEN_IMPORTS)
+                if bad:
+                    problems.append(f"{dist}:{name} imports {sorted(bad)}")
+                problems += [f"{dist}:{name} mentions {m!r}" for m in EMULATION_MARKERS
+                             if m in source]
+    assert scanned > 100  # every wheel's modules were read
+    assert not problems, "\n".join(problems)
+
+
+def test_the_scan_sees_a_harness_import_and_an_emulation_switch() -> None:
+    assert _imported_roots("import vllm_ascend_testing.npu_emulation as e") == {
+        "vllm_ascend_testing"}
+    assert _imported_roots("from tools.npu_seam import x") == {"tools"}
+    assert _imported_roots("importlib.import_module('vllm_ascend_testing')") == {
+        "vllm_ascend_testing"}
+    assert _imported_roots("from . import tools") == set()  # a relative sibling is not tools/
+    source = "if os.environ.get('VLLM_ASCEND_EMULATED_NPUS'): pass"
+    assert any(m in source for m in EMULATION_MARKERS)

@@ -29,8 +29,25 @@ def test_each_group_is_provided_once(test_extension, caplog) -> None:
     assert ep.scheduler_class_paths() == {"recompute": "ascend_test_ext.TestScheduler"}
 
 
-def test_nothing_is_found_without_the_package() -> None:
-    assert ep.discover(ep.RUNTIME) == {}
+OWN_RUNTIME = {
+    "worker": "vllm_ascend.npu_runtime.worker.NPUWorker",
+    "attention": "vllm_ascend.npu_runtime.attention.backend.AscendAttentionBackend",
+    "communicator": "vllm_ascend.npu_runtime.communicator.NPUCommunicator",
+}
+
+
+def test_without_another_package_this_package_provides_its_npu_runtime() -> None:
+    found = ep.discover(ep.RUNTIME)
+    assert {name: ext.class_path for name, ext in found.items()} == OWN_RUNTIME
+    assert {ext.distribution for ext in found.values()} == {"vllm-ascend"}
+    for ext in found.values():  # each names a class that exists
+        assert isinstance(ext.load(), type)
+
+
+def test_another_package_replaces_each_default_runtime_key(test_extension) -> None:
+    found = ep.discover(ep.RUNTIME)
+    for name in OWN_RUNTIME:
+        assert found[name].distribution == "ascend-test-ext", name
 
 
 def test_unknown_group_is_an_error() -> None:

@@ -416,10 +416,19 @@ def test_npu_platform_attributes_and_capabilities() -> None:
     assert p.supported_quantization == ["ascend", "compressed-tensors", "fp8",
                                         "deepseek_v4_fp8", "modelopt_mxfp8", "mxfp8"]
     assert p.pass_key == "graph_fusion_manager" and p.is_out_of_tree()
-    assert p.is_sleep_mode_available() and p.is_cumem_allocator_available()
+    # What the NPU runtime of vllm_ascend.npu_runtime provides: no sleep-mode pool, no
+    # pluggable allocator, one full-attention KV group (dense models).
+    assert not p.is_sleep_mode_available() and not p.is_cumem_allocator_available()
+    assert not p.support_hybrid_kv_cache()
     assert all(f() for f in (p.is_pin_memory_available, p.opaque_attention_op,
-                             p.support_hybrid_kv_cache, p.support_static_graph_mode,
-                             p.use_custom_op_collectives))
+                             p.support_static_graph_mode, p.use_custom_op_collectives))
+    import torch
+
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        p.check_if_supports_dtype(dtype)
+    with pytest.raises(ValueError, match=r"torch\.float64 is not supported.*allowed: "
+                                         r"torch\.float16, torch\.bfloat16, torch\.float32"):
+        p.check_if_supports_dtype(torch.float64)
     assert p.get_device_capability() is None
     assert p.get_compile_backend() == "vllm_ascend.compilation.compiler.AscendCompiler"
     assert p.get_static_graph_wrapper_cls() == (

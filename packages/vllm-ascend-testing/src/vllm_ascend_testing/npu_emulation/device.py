@@ -70,6 +70,7 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
 
 def _npu_module(api: npu_api.NpuApi) -> ModuleType:
     npu = ModuleType("torch_npu.npu", "The emulated torch.npu (vllm_ascend_testing).")
+    npu.__spec__ = importlib.machinery.ModuleSpec("torch_npu.npu", None)
     # importlib.util.find_spec (accelerate, transformers) needs a spec on imported modules.
     npu.__spec__ = importlib.machinery.ModuleSpec("torch_npu.npu", None, is_package=True)
     for name in npu_api.API_FUNCTIONS:
@@ -99,6 +100,8 @@ def _seeded_by_cpu(seed: int) -> None:
 def _torch_npu_module(npu: ModuleType) -> ModuleType:
     tnpu = ModuleType("torch_npu", "The emulated torch_npu (vllm_ascend_testing.npu_emulation).")
     tnpu.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None, is_package=True)
+    # find_spec("torch_npu") (accelerate, transformers) raises on a module without a spec.
+    tnpu.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
     tnpu.__version__ = "2.13.0"  # type: ignore[attr-defined]
     tnpu.npu = npu  # type: ignore[attr-defined]
     c_module = ModuleType("torch_npu._C")

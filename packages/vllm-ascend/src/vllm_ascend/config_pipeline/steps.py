@@ -121,9 +121,11 @@ def run_npu_pipeline(vllm_config: VllmConfig,
         derived_edits,
         kv_engine_id,
         npu_compilation,
+        npu_runner,
         parallel_rules,
     )
     from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
+    from vllm_ascend.npu_runtime.model_support import RUNTIME_WORKER, refuse_unsupported_model
     from vllm_ascend.observability import logging_setup
     from vllm_ascend.platform import extension_points, npu_device
     from vllm_ascend.runtime.config_channel import publish_worker_inputs
@@ -161,6 +163,12 @@ def run_npu_pipeline(vllm_config: VllmConfig,
         schedulers=extension_points.scheduler_class_paths(),
     )
     par.worker_cls = selection.worker_cls
+    if par.worker_cls == RUNTIME_WORKER:  # this package's runtime: say now what it cannot run
+        npu_runner.use_v1_model_runner()
+        refuse_unsupported_model(vllm_config.model_config)
+        note = npu_runner.run_eagerly(vllm_config)
+        if note is not None:
+            logger.info("%s", note)
     if selection.scheduler_cls is not None:
         sched.scheduler_cls = selection.scheduler_cls
     logger.info("worker/scheduler: %s", selection.reason)

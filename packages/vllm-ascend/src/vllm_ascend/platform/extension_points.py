@@ -8,6 +8,10 @@
 | ``vllm_ascend.schedulers`` | one of SCHEDULER_KEYS | ``module:Class`` | scheduler decision |
 | ``vllm_ascend.runtime`` | one of RUNTIME_KEYS | ``module:Class`` | NPU platform class paths |
 
+vllm-ascend itself provides the runtime keys ``worker``, ``attention`` and ``communicator``
+(``vllm_ascend.npu_runtime``); an entry point of another distribution with the same name
+replaces this package's.
+
 Discovery reads metadata only; nothing is imported until vLLM needs the class. The runtime
 ``attention`` entry may instead name a mapping variant -> class path (see
 ``attention_selection``); it is imported when vLLM asks for an attention backend.
@@ -28,6 +32,10 @@ MODELS = "vllm_ascend.models"
 SCHEDULERS = "vllm_ascend.schedulers"
 RUNTIME = "vllm_ascend.runtime"
 GROUPS = (CONNECTORS, MODEL_LOADERS, MODELS, SCHEDULERS, RUNTIME)
+
+# This package's own entry points are defaults: an entry of any other distribution with the
+# same group and name replaces them (the NPU runtime of ``vllm_ascend.npu_runtime``).
+OWN_DISTRIBUTION = "vllm-ascend"
 
 RUNTIME_KEYS = (
     "worker", "worker_310p", "worker_xlite", "attention", "communicator", "punica",
@@ -86,9 +94,15 @@ def discover(group: str) -> dict[str, Extension]:
             logger.warning("ignoring entry point %s=%s of %s in %s: %s",
                            ep.name, ep.value, dist, group, problem)
             continue
-        if ext.name in found:
+        kept = found.get(ext.name)
+        if kept is not None:
+            if kept.distribution == OWN_DISTRIBUTION and dist != OWN_DISTRIBUTION:
+                found[ext.name] = ext  # another package replaces this package's default
+                continue
+            if dist == OWN_DISTRIBUTION:
+                continue
             logger.warning("%s: %r provided twice (%s, %s); keeping the first",
-                           group, ext.name, found[ext.name].distribution, dist)
+                           group, ext.name, kept.distribution, dist)
             continue
         found[ext.name] = ext
     return found

@@ -34,6 +34,19 @@ def _runtime_class(key: str) -> str:
     return path
 
 
+def _register_backend_name(path: str) -> None:
+    """vLLM's attention layer looks its backend up by ``get_name()`` in vLLM's backend registry
+    (``AttentionBackendEnum``): register the name of the backend at ``path`` once per
+    process."""
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    get_name = getattr(resolve_obj_by_qualname(path), "get_name", None)
+    name = get_name() if callable(get_name) else None
+    if isinstance(name, str) and name not in AttentionBackendEnum.__members__:
+        register_backend(name, path)
+
+
 class NPUPlatform(AscendPlatformMixin, Platform):
     """vLLM platform for Ascend NPUs."""
 
@@ -63,13 +76,35 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def manual_seed_all(cls, seed: int) -> None:
-        pass
+        from vllm_ascend.platform.npu_device import torch_npu
+
+        torch_npu().npu.manual_seed_all(seed)
 
     def is_sleep_mode_available(self) -> bool:
-        return True
+        return False  # the NPU runtime has no sleep-mode memory pool
 
     def is_cumem_allocator_available(self) -> bool:
-        return True  # the NPU allocator extension provides it; not imported here
+        return False  # no pluggable NPU allocator is provided
+
+    @classmethod
+    def check_if_supports_dtype(cls, dtype: Any) -> None:
+        """The NPU runtime computes in float16, bfloat16 and float32."""
+        import torch
+
+        allowed = (torch.float16, torch.bfloat16, torch.float32)
+        if dtype not in allowed:
+            raise ValueError(f"dtype {dtype} is not supported on Ascend NPUs; allowed: "
+                             f"{', '.join(str(d) for d in allowed)}")
+
+    @classmethod
+    def register_triton_kernel_overrides(cls) -> None:
+        """vLLM's V1 slot-mapping Triton kernel, in plain torch (no Triton on this path)."""
+        from vllm.triton_utils.dispatcher import register_kernels
+
+        from vllm_ascend.npu_runtime.slot_mapping import SLOT_MAPPING_KERNEL, compute_slot_mapping
+
+        register_kernels({SLOT_MAPPING_KERNEL: compute_slot_mapping})
+
 
     @classmethod
     def is_pin_memory_available(cls) -> bool:
@@ -81,7 +116,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def support_hybrid_kv_cache(cls) -> bool:
-        return True
+        return False  # the NPU runtime serves dense models: one full-attention KV group
 
     @classmethod
     def support_static_graph_mode(cls) -> bool:
@@ -190,6 +225,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
             selection.require_fa3_kernels()
         paths, source = runtime_attention_backends()
         path = selection.backend_for(variant, paths, source)
+        _register_backend_name(path)
         logger.info("attention backend: %s (%s variant)", path, variant)
         return path
 
@@ -250,6 +286,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def update_block_size_for_backend(cls, vllm_config: VllmConfig) -> None:
+        super().update_block_size_for_backend(vllm_config)  # the backend's kernel block size
         cache, model = vllm_config.cache_config, vllm_config.model_config
         if (cache.enable_prefix_caching or model is None or not model.is_hybrid
                 or vllm_config.kv_transfer_config is None

@@ -1,0 +1,117 @@
+"""Scoped rebinding of vLLM's CUDA and accelerator calls to ``torch.npu``.
+
+vLLM's V1 runner and worker call ``torch.cuda.Stream/Event/current_stream/stream/...`` and
+``torch.accelerator.get_memory_info/memory_stats/empty_cache/...``. On an NPU the first are
+CUDA's (this torch may be a CUDA build), and the second assert for a PrivateUse1 device whose
+allocator is not a c10 ``DeviceAllocator`` ("Allocator for npu is not a DeviceAllocator"),
+which torch_npu's is not. :func:`npu_bindings` points them at ``torch.npu`` for the duration of
+a ``with`` block and restores what was there on exit; the worker enters it around each call
+vLLM makes into it, so nothing outside the runtime's calls sees the rebinding.
+
+Each callable gets its own ``functools.partial`` (as vLLM's XPU runner does): Dynamo asserts
+on duplicate handler registration when a ``torch.cuda`` name aliases a ``torch.npu`` object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+# torch.cuda name -> torch.npu name (callables wrapped in partial, classes bound as they are).
+CUDA_TO_NPU: dict[str, str] = {
+    "Stream": "Stream",
+    "Event": "Event",
+    "current_stream": "current_stream",
+    "default_stream": "default_stream",
+    "stream": "stream",
+    "set_stream": "set_stream",
+    "synchronize": "synchronize",
+    "mem_get_info": "mem_get_info",
+    "is_current_stream_capturing": "is_current_stream_capturing",
+    "graph_pool_handle": "graph_pool_handle",
+    "graph": "graph",
+    "CUDAGraph": "NPUGraph",
+}
+# torch.accelerator name -> torch.npu name.
+ACCELERATOR_TO_NPU: dict[str, str] = {
+    "empty_cache": "empty_cache",
+    "memory_stats": "memory_stats",
+    "memory_reserved": "memory_reserved",
+    "memory_allocated": "memory_allocated",
+    "max_memory_allocated": "max_memory_allocated",
+    "reset_peak_memory_stats": "reset_peak_memory_stats",
+    "get_memory_info": "mem_get_info",
+    "synchronize": "synchronize",
+}
+_CLASSES = frozenset({"Stream", "Event", "CUDAGraph"})
+
+
+class _Rebinding:
+    """Reference-counted swap of module attributes (nested and re-entrant ``with`` blocks
+    share one swap; the last exit restores the originals)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def _targets(self, npu: Any) -> list[tuple[Any, str, Any]]:
+        targets: list[tuple[Any, str, Any]] = []
+        for module, table in ((torch.cuda, CUDA_TO_NPU), (torch.accelerator, ACCELERATOR_TO_NPU)):
+            for name, npu_name in table.items():
+                target = getattr(npu, npu_name, None)
+                if target is None:
+                    continue  # an API this torch_npu lacks keeps vLLM's own call
+                if name not in _CLASSES or module is not torch.cuda:
+                    target = functools.partial(target)
+                targets.append((module, name, target))
+        return targets
+
+    def enter(self, npu: Any) -> None:
+        with self._lock:
+            if self._depth == 0:
+                targets = self._targets(npu)
+                self._saved = [(m, n, m.__dict__.get(n, _MISSING)) for m, n, _ in targets]
+                for module, name, target in targets:
+                    setattr(module, name, target)
+            self._depth += 1
+
+    def exit(self) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth:
+                return
+            for module, name, original in self._saved:
+                if original is _MISSING:
+                    delattr(module, name)
+                else:
+                    setattr(module, name, original)
+            self._saved = []
+
+
+_MISSING = object()
+
+
+class NpuBindings:
+    """The rebinding of one process: :meth:`scope` is the ``with`` block."""
+
+    def __init__(self) -> None:
+        self._rebinding = _Rebinding()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        npu = torch.npu  # type: ignore[attr-defined]  # registered by torch_npu
+        self._rebinding.enter(npu)
+        try:
+            yield
+        finally:
+            self._rebinding.exit()
+
+    @property
+    def active(self) -> bool:
+        return self._rebinding._depth > 0

@@ -1,0 +1,155 @@
+"""``NPUWorker``: vLLM's GPU ``Worker`` on an Ascend NPU.
+
+What differs from CUDA: the device (``npu:<local rank>``, ``torch.npu.set_device``), the
+``hccl`` process groups, vLLM's V1 runner (``NPUModelRunner``; model runner v2 is Triton-only),
+no sleep-mode memory pool, and the scoped rebinding of vLLM's ``torch.cuda`` /
+``torch.accelerator`` calls to ``torch.npu`` around every call vLLM makes into the worker.
+Memory profiling and KV-cache sizing are vLLM's own (``determine_available_memory``), checked
+afterwards so a cache that cannot hold one request is one clear error.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
+
+import torch
+from vllm.config import VllmConfig
+from vllm.platforms import current_platform
+from vllm.utils.mem_utils import MemorySnapshot
+from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+from vllm.v1.worker.utils import request_memory
+
+from vllm_ascend.npu_runtime import device_check, kv_fit
+from vllm_ascend.npu_runtime.bindings import NpuBindings
+from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
+from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _on_npu(method: F) -> F:
+    """Run the method with vLLM's CUDA/accelerator calls rebound to ``torch.npu``."""
+
+    @functools.wraps(method)
+    def wrapper(self: NPUWorker, *args: Any, **kwargs: Any) -> Any:
+        with self.npu_bindings.scope():
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class NPUWorker(Worker):
+    """One rank of an engine on one NPU."""
+
+    def __init__(self, vllm_config: VllmConfig, local_rank: int, rank: int,
+                 distributed_init_method: str, is_driver_worker: bool = False) -> None:
+        refuse_unsupported_model(vllm_config.model_config)  # before any weight is read
+        self.npu_bindings = NpuBindings()
+        super().__init__(vllm_config, local_rank, rank, distributed_init_method,
+                         is_driver_worker)
+        self.use_v2_model_runner = False  # the V1 runner: model runner v2 needs Triton kernels
+
+    def _dp_shifted_local_rank(self) -> int:
+        """The local rank offset by this engine's data-parallel shard (as vLLM's CUDA worker)."""
+        par = self.parallel_config
+        if (par.distributed_executor_backend in ("ray", "external_launcher")
+                or par.data_parallel_backend == "ray" or par.nnodes_within_dp != 1):
+            return self.local_rank
+        dp_local = par.data_parallel_rank_local
+        if dp_local is None:
+            dp_local = par.data_parallel_index
+        shard = (par.pipeline_parallel_size * par.prefill_context_parallel_size
+                 * par.tensor_parallel_size)
+        return self.local_rank + dp_local * shard
+
+    def init_device(self) -> None:
+        device_check.import_torch_npu()
+        self.local_rank = self._dp_shifted_local_rank()
+        npu: Any = torch.npu  # type: ignore[attr-defined]
+        device_check.check_device_index(self.local_rank, int(npu.device_count()),
+                                        os.environ.get(current_platform.device_control_env_var))
+        self.device = torch.device(f"npu:{self.local_rank}")
+        npu.set_device(self.device)
+        dtype = self.model_config.dtype
+        if isinstance(dtype, torch.dtype):  # ModelConfig resolves the dtype name to a torch.dtype
+            current_platform.check_if_supports_dtype(dtype)
+        with self.npu_bindings.scope():
+            init_worker_distributed_environment(
+                self.vllm_config, self.rank, self.distributed_init_method, self.local_rank,
+                current_platform.dist_backend,
+            )
+            set_random_seed(self.model_config.seed)
+            gc.collect()
+            npu.empty_cache()
+            self.init_snapshot = MemorySnapshot(device=self.device)
+            self.requested_memory = request_memory(self.init_snapshot, self.cache_config)
+            self._init_workspace_and_model_runner()
+
+    def _make_model_runner(self) -> NPUModelRunner:
+        return NPUModelRunner(self.vllm_config, self.device)
+
+    def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager[Any]:
+        return nullcontext()  # no sleep mode on this runtime: the default allocator serves all
+
+    @_on_npu
+    def load_model(self, *, load_dummy_weights: bool = False) -> None:
+        super().load_model(load_dummy_weights=load_dummy_weights)
+
+    @_on_npu
+    def determine_available_memory(self) -> int:
+        """vLLM's profiling and sizing, then one clear error when the cache cannot hold one
+        request of ``--max-model-len``."""
+        available = super().determine_available_memory()
+        needed = sum(spec.max_memory_usage_bytes(self.vllm_config)
+                     for spec in self.model_runner.get_kv_cache_spec().values())
+        max_len = self.model_config.max_model_len
+        device = str(self.device)
+        explicit = self.cache_config.kv_cache_memory_bytes
+        if explicit:
+            free_now = int(torch.npu.mem_get_info(self.device)[0])  # type: ignore[attr-defined]
+            kv_fit.check_explicit_kv_cache(device, int(explicit), free_now, needed, max_len)
+            return available
+        snapshot = self.init_snapshot
+        budget = kv_fit.MemoryBudget(
+            device=device, total=int(snapshot.total_memory),
+            free_at_start=int(snapshot.free_memory),
+            utilization=float(self.cache_config.gpu_memory_utilization),
+            requested=int(self.requested_memory),
+            non_kv=int(self.requested_memory) - int(available), available_for_kv=int(available),
+        )
+        kv_fit.check_kv_cache_fits(budget, needed, max_len)
+        return available
+
+    @_on_npu
+    def initialize_from_config(self, kv_cache_config: Any) -> None:
+        super().initialize_from_config(kv_cache_config)
+
+    @_on_npu
+    def compile_or_warm_up_model(self) -> Any:
+        return super().compile_or_warm_up_model()
+
+    @_on_npu
+    def execute_model(self, scheduler_output: Any) -> Any:
+        return super().execute_model(scheduler_output)
+
+    @_on_npu
+    def sample_tokens(self, grammar_output: Any) -> Any:
+        return super().sample_tokens(grammar_output)
+
+    @_on_npu
+    def execute_dummy_batch(self) -> None:
+        super().execute_dummy_batch()
+
+    @_on_npu
+    def take_draft_token_ids(self) -> Any:
+        return super().take_draft_token_ids()
+
+    @_on_npu
+    def shutdown(self) -> None:
+        super().shutdown()

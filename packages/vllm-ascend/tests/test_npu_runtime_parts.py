@@ -1,0 +1,143 @@
+"""The NPU runtime's pure parts: slot mapping, the per-layer KV view, the model gate, the KV fit
+error, the device errors and the V1-runner rule (the runtime itself runs in
+tests/integration/test_npu_runtime.py on the emulated device)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from vllm_ascend.config_pipeline.npu_runner import use_v1_model_runner
+from vllm_ascend.npu_runtime import device_check, kv_fit
+from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
+from vllm_ascend.npu_runtime.model_support import UnsupportedModelError, refuse_unsupported_model
+from vllm_ascend.npu_runtime.slot_mapping import compute_slot_mapping
+
+GIB = 1 << 30
+
+
+def test_slot_mapping_maps_positions_through_the_block_table_and_pads_the_rest() -> None:
+    block = 4
+    table = torch.tensor([[7, 2, 0], [5, 9, 0]], dtype=torch.int32)
+    # request 0: positions 3..5 (crosses from its block 7 into block 2); request 1: position 4
+    positions = torch.tensor([3, 4, 5, 4], dtype=torch.int64)
+    qsl = torch.tensor([0, 3, 4], dtype=torch.int32)
+    out = torch.full((6,), 123, dtype=torch.int64)
+    compute_slot_mapping(4, 6, qsl, positions, table, 3, out, block)
+    # written out: 7*4+3, 2*4+0, 2*4+1, then request 1's block 9 offset 0; padding -1
+    assert out.tolist() == [31, 8, 9, 36, -1, -1]
+
+
+def test_slot_mapping_refuses_context_parallelism() -> None:
+    with pytest.raises(NotImplementedError, match=r"context parallelism"):
+        compute_slot_mapping(1, 1, torch.tensor([0, 1]), torch.tensor([0]),
+                             torch.zeros(1, 1, dtype=torch.int32), 1,
+                             torch.zeros(1, dtype=torch.int64), 4, TOTAL_CP_WORLD_SIZE=2)
+
+
+def test_kv_view_covers_the_layer_memory_once_keys_then_values() -> None:
+    blocks, heads, size, head = 3, 2, 4, 5
+    raw = torch.zeros(2 * blocks * size * heads * 2 * head)  # two layers, layer outermost
+    layer1 = raw[raw.numel() // 2:].view(blocks, size, heads, 2 * head).permute(0, 2, 1, 3)
+    kv = split_kv_view(layer1)
+    assert kv.shape == (2, blocks, size, heads, head) and kv.is_contiguous()
+    kv[0].fill_(1.0)
+    kv[1].fill_(2.0)
+    assert raw[: raw.numel() // 2].eq(0).all()  # the other layer is untouched
+    half = raw.numel() // 4
+    assert raw[raw.numel() // 2:][:half].eq(1).all() and raw[-half:].eq(2).all()
+
+
+def test_kv_view_refuses_a_layout_that_interleaves_layers() -> None:
+    raw = torch.zeros(2, 3, 2, 4, 10)  # [B, L, H, N, C]: blocks outermost
+    with pytest.raises(ValueError, match=r"interleaves layers.*LBNHC"):
+        split_kv_view(raw[:, 0])
+
+
+def _model(**overrides: object) -> types.SimpleNamespace:
+    hf = types.SimpleNamespace(**{k: v for k, v in overrides.items() if k.startswith("hf_")})
+    hf = types.SimpleNamespace(**{k[3:]: v for k, v in vars(hf).items()})
+    fields = {"runner_type": "generate", "is_encoder_decoder": False, "use_mla": False,
+              "is_hybrid": False, "is_multimodal_model": False, "model": "m",
+              "architectures": ["XForCausalLM"], "hf_text_config": hf}
+    fields.update({k: v for k, v in overrides.items() if not k.startswith("hf_")})
+    window = fields.pop("window", None)
+    return types.SimpleNamespace(**fields, get_sliding_window=lambda: window)
+
+
+def test_dense_decoder_passes_and_each_unsupported_feature_is_named() -> None:
+    refuse_unsupported_model(_model())
+    refuse_unsupported_model(_model(hf_num_experts=1))  # one expert: dense
+    cases = {
+        "mixture-of-experts": _model(hf_num_experts=8),
+        "latent attention": _model(use_mla=True),
+        "encoder-decoder": _model(is_encoder_decoder=True),
+        "pooling": _model(runner_type="pooling"),
+        "sliding-window attention \\(window 4096\\)": _model(window=4096),
+        "sparse attention": _model(hf_index_topk=2048),
+        "hybrid": _model(is_hybrid=True),
+    }
+    for needle, config in cases.items():
+        with pytest.raises(UnsupportedModelError, match=rf"{needle}.*Supported: dense decoder"):
+            refuse_unsupported_model(config)
+
+
+def _budget(available: int) -> kv_fit.MemoryBudget:
+    return kv_fit.MemoryBudget(device="npu:0", total=32 * GIB, free_at_start=30 * GIB,
+                               utilization=0.9, requested=int(28.8 * GIB),
+                               non_kv=int(28.8 * GIB) - available, available_for_kv=available)
+
+
+def test_kv_cache_fit_boundary_and_message() -> None:
+    kv_fit.check_kv_cache_fits(_budget(2 * GIB), 2 * GIB, 8192)  # exactly one request fits
+    with pytest.raises(kv_fit.KVCacheDoesNotFitError) as info:
+        kv_fit.check_kv_cache_fits(_budget(2 * GIB - 1), 2 * GIB, 8192)
+    message = str(info.value)
+    for part in ("npu:0", "--max-model-len 8192 needs 2.00 GiB", "2.00 GiB is left",
+                 "device memory 32.00 GiB", "30.00 GiB free at start",
+                 "--gpu-memory-utilization 0.9 allows 28.80 GiB", "Raise --gpu-memory-utilization",
+                 "lower --max-model-len"):
+        assert part in message, part
+    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"0.00 GiB is left"):
+        kv_fit.check_kv_cache_fits(_budget(-GIB), 1, 16)  # profiling used more than allowed
+
+
+def test_explicit_kv_cache_bytes_must_fit_and_hold_one_request() -> None:
+    kv_fit.check_explicit_kv_cache("npu:0", GIB, GIB, GIB, 4096)
+    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"more than the 1.00 GiB free"):
+        kv_fit.check_explicit_kv_cache("npu:0", GIB + 1, GIB, 1, 4096)
+    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"cannot hold one request"):
+        kv_fit.check_explicit_kv_cache("npu:0", GIB - 1, 2 * GIB, GIB, 4096)
+
+
+def test_torch_npu_missing_or_broken_names_cann_set_env() -> None:
+    def missing(name: str) -> None:
+        raise ModuleNotFoundError("No module named 'torch_npu'")
+
+    def broken(name: str) -> None:
+        raise ImportError("libhccl.so: cannot open shared object file")
+
+    for importer, why in ((missing, "not installed"), (broken, "cannot be imported")):
+        with pytest.raises(device_check.NpuUnavailableError, match=rf"{why}.*set_env.sh"):
+            device_check.import_torch_npu(importer)
+
+
+def test_no_npu_visible_and_too_few_npus() -> None:
+    device_check.check_device_index(1, 2, None)
+    with pytest.raises(device_check.NpuUnavailableError, match=r"no NPU is visible.*set_env.sh"):
+        device_check.check_device_index(0, 0, "")
+    with pytest.raises(device_check.NpuUnavailableError,
+                       match=r"needs NPU 2.*only 2 NPU.*ASCEND_RT_VISIBLE_DEVICES='0,1'"):
+        device_check.check_device_index(2, 2, "0,1")
+
+
+def test_the_npu_pipeline_keeps_vllm_on_the_v1_runner() -> None:
+    env: dict[str, str] = {}
+    use_v1_model_runner(env)
+    assert env == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    kept = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    use_v1_model_runner(kept)
+    assert kept == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    with pytest.raises(ValueError, match=r"V1 model runner only.*unset VLLM_USE_V2_MODEL_RUNNER"):
+        use_v1_model_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"})

@@ -1,0 +1,182 @@
+"""The NPU runtime end to end on the emulated `npu` device (`VLLM_ASCEND_EMULATED_NPUS`).
+
+The platform is `NPUPlatform`, the worker `vllm_ascend.npu_runtime.worker.NPUWorker`, attention
+the Ascend backend over `torch.ops.ascend.reshape_and_cache` / `paged_attention` (on the device:
+torch_npu's FIA and scatter kernels as the emulation binds them). Expected tokens come from the
+host-CPU platform (vLLM's CPU worker and CPU attention kernels) on the same checkpoint, each
+prompt generated alone, without chunking or prefix caching: a chunked prefill (a prompt longer
+than `max_num_batched_tokens`) and a prefix-cache hit (two prompts sharing three 128-token
+blocks) must give the same tokens.
+
+The emulated torch_npu has no `_npu_rotary_embedding`, so both engines run vLLM's native rotary
+embedding (`-RotaryEmbedding`); every other Ascend custom op is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.worker_client import LLMWorker
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+EMULATED = {"VLLM_ASCEND_EMULATED_NPUS": "1"}
+NATIVE_ROPE = ["-RotaryEmbedding", "-Llama3RotaryEmbedding"]
+MAX_BATCHED = 128  # the chunked prompt is longer than this
+SHORT_PROMPTS = ["Hello, my name is", "The capital of France is", "The future of AI is",
+                 "Once upon a time"]
+MAX_TOKENS = 12
+
+
+def _long_prompts() -> dict[str, list[int]]:
+    """Token-id prompts: one of 300 tokens (3 chunks of 128), and two that share their first
+    3 blocks (384 tokens) and then differ."""
+    shared = [(i * 37 + 11) % 240 + 5 for i in range(384)]
+    return {
+        "chunked": [(i * 53 + 7) % 240 + 5 for i in range(300)],
+        "prefix_a": [*shared, 17, 23, 42],
+        "prefix_b": [*shared, 99, 7, 3, 64, 12],
+    }
+
+
+def _kwargs(model: str, **extra: Any) -> dict[str, Any]:
+    kwargs = llm_kwargs(model, compile=False, max_model_len=512, kv_cache_mib=64)
+    kwargs["compilation_config"] = {"custom_ops": NATIVE_ROPE}
+    kwargs["max_num_batched_tokens"] = MAX_BATCHED
+    kwargs["enable_prefix_caching"] = True
+    kwargs.update(extra)
+    return kwargs
+
+
+def _run(worker: LLMWorker, name: str, model: str, **extra: Any) -> dict[str, list[list[int]]]:
+    worker.request("load", name=name, kwargs=_kwargs(model, **extra), timeout=600)
+    runs: dict[str, list[list[int]]] = {}
+    answer = worker.request("generate", name=name, prompts=SHORT_PROMPTS, max_tokens=MAX_TOKENS)
+    runs["short"] = [o["token_ids"] for o in answer["outputs"]]
+    for key, prompt in _long_prompts().items():  # one at a time: prefix_b hits prefix_a's cache
+        answer = worker.request("generate", name=name, prompts=[prompt], max_tokens=MAX_TOKENS)
+        runs[key] = [answer["outputs"][0]["token_ids"]]
+    platform = worker.request("platform")["class"]
+    worker.request("unload", name=name)
+    return {**runs, "_platform": platform}  # type: ignore[dict-item]
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict[str, Any]:
+    """Per architecture: the NPU runtime's tokens and the host-CPU platform's."""
+    npu = start_worker("npu-runtime-tiny", device="npu", **EMULATED)
+    cpu = start_worker("npu-runtime-cpu-reference", device="cpu")
+    found: dict[str, Any] = {}
+    for arch in ("llama", "qwen3"):
+        model = str(tiny_models.path(arch))
+        found[arch] = {"npu": _run(npu, f"npu-{arch}", model),
+                       # the reference: no chunking, no prefix cache
+                       "cpu": _run(cpu, f"cpu-{arch}", model, enable_prefix_caching=False,
+                                   max_num_batched_tokens=512)}
+    return found
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_the_engine_runs_on_the_npu_platform_with_the_npu_runtime(tiny_runs, arch) -> None:
+    assert tiny_runs[arch]["npu"]["_platform"] == "vllm_ascend.platform.npu.NPUPlatform"
+    assert tiny_runs[arch]["cpu"]["_platform"] == "vllm_ascend.platform.cpu.AscendCpuPlatform"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("case", ["short", "chunked", "prefix_a", "prefix_b"])
+def test_npu_runtime_tokens_equal_the_host_cpu_platform(tiny_runs, arch, case) -> None:
+    npu, cpu = tiny_runs[arch]["npu"][case], tiny_runs[arch]["cpu"][case]
+    assert all(len(t) == MAX_TOKENS for t in npu)
+    assert npu == cpu
+
+
+CHAT_QUESTIONS = (
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "How many legs does a spider have?",
+    "Explain what a compiler does in one sentence.",
+)
+SMOLLM2_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def smollm2_chat_ids(smollm2_dir: Any) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    return [[int(t) for t in tokenizer.apply_chat_template(
+        [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+        return_dict=True)["input_ids"]] for q in CHAT_QUESTIONS]
+
+
+def test_smollm2_float32_on_the_npu_runtime_gives_transformers_greedy_tokens(
+    smollm2_dir: Any, smollm2_chat_ids: list[list[int]], start_worker: Callable[..., LLMWorker]
+) -> None:
+    """The real model (30 layers, 9 query / 3 KV heads: GQA) in float32, batched chat prompts,
+    against transformers' float32 greedy decoding (EOS not special on either side)."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    worker = start_worker("npu-runtime-smollm2", device="npu", **EMULATED)
+    kwargs = _kwargs(str(smollm2_dir), max_num_batched_tokens=512, max_num_seqs=4)
+    worker.request("load", name="smollm2", kwargs=kwargs, timeout=900)
+    answer = worker.request("generate", name="smollm2", prompts=smollm2_chat_ids,
+                            max_tokens=SMOLLM2_TOKENS)
+    worker.close()
+    engine = [o["token_ids"] for o in answer["outputs"]]
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(smollm2_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    model.generation_config = GenerationConfig(
+        do_sample=False, max_new_tokens=SMOLLM2_TOKENS, eos_token_id=None, pad_token_id=0)
+    reference = []
+    with torch.no_grad():
+        for ids in smollm2_chat_ids:
+            out = model.generate(torch.tensor([ids]),
+                                 attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+            reference.append(out[0, len(ids):].tolist())
+    assert all(len(t) == SMOLLM2_TOKENS for t in reference)
+    assert engine == reference
+
+
+def test_tp2_over_two_emulated_npus_gives_tp1_tokens(
+    tiny_models: Any, tiny_runs: dict[str, Any], start_worker: Callable[..., LLMWorker]
+) -> None:
+    """Two workers, one emulated NPU each, the hccl process group between them."""
+    worker = start_worker("npu-runtime-tp2", device="npu", VLLM_ASCEND_EMULATED_NPUS="2")
+    kwargs = _kwargs(str(tiny_models.path("llama")), tensor_parallel_size=2)
+    worker.request("load", name="tp2", kwargs=kwargs, timeout=600)
+    answer = worker.request("generate", name="tp2", prompts=SHORT_PROMPTS, max_tokens=MAX_TOKENS)
+    worker.close()
+    assert [o["token_ids"] for o in answer["outputs"]] == tiny_runs["llama"]["npu"]["short"]
+
+
+def test_serve_with_defaults_answers_the_openai_client(
+    tiny_models: Any, make_env: Callable[..., dict[str, str]], tmp_path: Any
+) -> None:
+    """`vllm-ascend serve MODEL` with no memory or eager flag (the emulated device is 4 GiB;
+    only the rope directive the emulation needs), chat completions streamed and not."""
+    from openai import OpenAI
+    from vllm_ascend_testing.serve_process import VllmServer
+
+    env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
+                   VLLM_ASCEND_EMULATED_HBM_GIB="4")
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    args = ["--served-model-name", "tiny", "--compilation-config",
+            '{"custom_ops": ["-RotaryEmbedding", "-Llama3RotaryEmbedding"]}']
+    with VllmServer(tiny_models.path("qwen3"), args, env, tmp_path / "serve.log") as server:
+        server.wait_healthy(timeout=600)
+        client = OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
+        question = [{"role": "user", "content": "Hello"}]
+        whole = client.chat.completions.create(model="tiny", messages=question,
+                                               temperature=0, max_tokens=8)
+        text = whole.choices[0].message.content
+        assert whole.usage is not None and whole.usage.completion_tokens == 8 and text
+        stream = client.chat.completions.create(model="tiny", messages=question,
+                                                temperature=0, max_tokens=8, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert streamed == text
+        assert "NPUPlatform" in server.log() or "device_config=npu" in server.log()
