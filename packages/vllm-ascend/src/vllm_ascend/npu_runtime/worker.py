@@ -3,7 +3,10 @@
 What differs from CUDA: the device (``npu:<local rank>``, ``torch.npu.set_device``), the
 ``hccl`` process groups, vLLM's V1 runner (``NPUModelRunner``; model runner v2 is Triton-only),
 no sleep-mode memory pool, and the scoped rebinding of vLLM's ``torch.cuda`` /
-``torch.accelerator`` calls to ``torch.npu`` around every call vLLM makes into the worker.
+``torch.accelerator`` calls to ``torch.npu`` around every call vLLM makes into the worker,
+each inside its engine's work (``engine_of(...).running()``: the ready watch counts only this
+engine's compiles). The rank is bound to its CPU pool before the device is set up
+(``runtime.worker_setup``).
 Memory profiling and KV-cache sizing are vLLM's own (``determine_available_memory``), checked
 afterwards so a cache that cannot hold one request is one clear error.
 """
@@ -25,20 +28,24 @@ from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.utils import request_memory
 
+from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
+from vllm_ascend.engine import engine_of
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
+from vllm_ascend.runtime.worker_setup import prepare_worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _on_npu(method: F) -> F:
-    """Run the method with vLLM's CUDA/accelerator calls rebound to ``torch.npu``."""
+    """Run the method as this engine's work, with vLLM's CUDA/accelerator calls rebound to
+    ``torch.npu``."""
 
     @functools.wraps(method)
     def wrapper(self: NPUWorker, *args: Any, **kwargs: Any) -> Any:
-        with self.npu_bindings.scope():
+        with engine_of(self.vllm_config).running(), self.npu_bindings.scope():
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -71,6 +78,7 @@ class NPUWorker(Worker):
     def init_device(self) -> None:
         device_check.import_torch_npu()
         self.local_rank = self._dp_shifted_local_rank()
+        prepare_worker(self.vllm_config, self.local_rank)
         npu: Any = torch.npu  # type: ignore[attr-defined]
         device_check.check_device_index(self.local_rank, int(npu.device_count()),
                                         os.environ.get(current_platform.device_control_env_var))
@@ -130,9 +138,14 @@ class NPUWorker(Worker):
     def initialize_from_config(self, kv_cache_config: Any) -> None:
         super().initialize_from_config(kv_cache_config)
 
-    @_on_npu
     def compile_or_warm_up_model(self) -> Any:
-        return super().compile_or_warm_up_model()
+        engine = engine_of(self.vllm_config)
+        with engine.running(), self.npu_bindings.scope():
+            result = super().compile_or_warm_up_model()
+            # What vLLM's sampler compiles on a first logprobs request is compiled now.
+            warm_up_sampler(self.model_runner)
+        engine.mark_ready()
+        return result
 
     @_on_npu
     def execute_model(self, scheduler_output: Any) -> Any:
