@@ -225,6 +225,7 @@ PYTHON_APIS: dict[str, tuple[str, str]] = {
     "default_stream": ("npu/utils.py", "default_stream"),
     "is_available": ("npu/__init__.py", "is_available"),
     "mem_get_info": ("npu/__init__.py", "mem_get_info"),
+    "manual_seed_all": ("npu/random.py", "manual_seed_all"),
     "memory_stats": ("npu/memory.py", "memory_stats"),
     "memory_allocated": ("npu/memory.py", "memory_allocated"),
     "memory_reserved": ("npu/memory.py", "memory_reserved"),

@@ -142,8 +142,11 @@ def _selector(**flags):
 
 def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform, fake_torch_npu,
                                                                monkeypatch) -> None:
-    with pytest.raises(RuntimeError, match=r"group 'vllm_ascend\.runtime' name 'attention'"):
-        npu_platform.get_attn_backend_cls(None, _selector())
+    # Without another package: vllm-ascend's own backend (its default runtime entry point).
+    assert npu_platform.get_attn_backend_cls(None, _selector()) == (
+        "vllm_ascend.npu_runtime.attention.backend.AscendAttentionBackend")
+    with pytest.raises(RuntimeError, match=r"'mla' attention backend is needed"):
+        npu_platform.get_attn_backend_cls(None, _selector(use_mla=True))
     monkeypatch.syspath_prepend(str(EXT_DIR))
     assert npu_platform.get_attn_backend_cls(None, _selector()) == "ascend_test_ext.TestWorker"
     assert npu_platform.get_attn_backend_cls(None, _selector(use_mla=True)) == (

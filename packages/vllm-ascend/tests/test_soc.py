@@ -250,6 +250,7 @@ def test_the_moe_method_follows_the_device(make_vllm_config: Any, tiny_moe: Path
     """EP over 2 ranks, a decode-sized forward: A3 and A5 use MC2; A2 needs EP >= 16 for it
     (ALLGATHER); 310P always gathers (reference table 5.4)."""
     from vllm_ascend.distributed.moe_comm import MoECommType
+    from vllm_ascend.engine.registry import build_engine
     from vllm_ascend.runtime.process_setup import reset_process_setup
 
     cfg = make_vllm_config(model=str(tiny_moe), enforce_eager=True, skip_tokenizer_init=True,
@@ -257,6 +258,9 @@ def test_the_moe_method_follows_the_device(make_vllm_config: Any, tiny_moe: Path
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")  # the NPU hook serves runner v2
     fake = install(monkeypatch, soc_id=soc_id)
     reset_process_setup()
+    # The engine holds the SoC its pipeline saw: this config's engine as the NPU pipeline
+    # builds it on this device (the config itself was made on the host-CPU platform).
+    build_engine(cfg, NPUPlatform.platform_soc(), {})
     try:
         fields = NPUPlatform.set_additional_forward_context(vllm_config=cfg, num_tokens=4)
         assert fields["moe_comm_type"] is MoECommType[method]
