@@ -45,6 +45,28 @@ def test_the_pipeline_builds_the_engine_once(make_vllm_config: Any,
     assert len(resolutions) == 1  # looked up, never resolved again
 
 
+def test_the_pipeline_run_again_on_the_same_config_keeps_the_ready_engine(
+        make_vllm_config: Any, resolutions: list[dict[str, Any]]) -> None:
+    # vLLM's engine core runs VllmConfig.__post_init__ again on its config during its start-up
+    # handshake, after the worker marked the engine ready.
+    cfg = make_vllm_config(additional_config={"enable_cpu_binding": False})
+    engine = engine_of(cfg)
+    engine.mark_ready()
+    cfg.__post_init__()
+    assert engine_of(cfg) is engine and engine.ready.ready
+    assert len(resolutions) == 1
+
+
+def test_the_pipeline_run_again_with_other_inputs_builds_a_new_engine(
+        make_vllm_config: Any, resolutions: list[dict[str, Any]]) -> None:
+    cfg = make_vllm_config(additional_config={"enable_cpu_binding": False})
+    engine = engine_of(cfg)
+    cfg.additional_config = {"enable_cpu_binding": True}
+    cfg.__post_init__()
+    assert engine_of(cfg) is not engine and engine_of(cfg).config.enable_cpu_binding is True
+    assert resolutions == [{"enable_cpu_binding": False}, {"enable_cpu_binding": True}]
+
+
 def test_a_standalone_compile_resolves_once_and_registers(
         monkeypatch: pytest.MonkeyPatch, resolutions: list[dict[str, Any]]) -> None:
     monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)

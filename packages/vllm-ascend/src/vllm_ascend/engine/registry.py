@@ -12,6 +12,7 @@ the engine's Dynamo callbacks are removed then.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import weakref
 from collections.abc import Callable, Mapping
@@ -39,6 +40,8 @@ class EngineRegistry:
     def __init__(self) -> None:
         self.engines: PerConfig[AscendEngine] = PerConfig()
         self.user_capture: PerConfig[UserCaptureSettings] = PerConfig()
+        # The additional_config each pipeline-built engine was resolved from.
+        self.additional: PerConfig[Any] = PerConfig()
 
     def register(self, vllm_config: VllmConfig, engine: AscendEngine) -> AscendEngine:
         """Keep ``engine`` as the engine of ``vllm_config`` (replacing an earlier one, which is
@@ -57,6 +60,7 @@ class EngineRegistry:
             engine.close()
         self.engines.clear()
         self.user_capture.clear()
+        self.additional.clear()
 
 
 _REGISTRY = EngineRegistry()
@@ -86,11 +90,21 @@ def build_engine(vllm_config: VllmConfig, soc: str,
     """The config pipeline's engine: facts extracted from ``vllm_config`` for ``soc``, the
     config resolved with the Ascend variables ``environ`` (``AscendConfigError`` lists every
     problem), registered for ``vllm_config``. Its warnings are logged once, here."""
+    additional = additional_config_of(vllm_config)
+    earlier = _REGISTRY.engines.get(vllm_config)
+    if earlier is not None and _REGISTRY.additional.get(vllm_config) == additional:
+        # vLLM runs __post_init__ again on the same config (the engine core's start-up
+        # handshake, after the worker marked the engine ready): the engine stays, with its
+        # readiness and its stores; the facts and the environment it saw then are the
+        # pipeline's own changes, not new inputs.
+        return earlier
     facts = extract_facts(vllm_config, soc)
-    config = resolve_ascend_config(additional_config_of(vllm_config), facts, environ)
+    config = resolve_ascend_config(additional, facts, environ)
     for warning in config.warnings:
         logger.warning("%s", warning)
-    return _new_engine(vllm_config, config, soc, facts)
+    engine = _new_engine(vllm_config, config, soc, facts)
+    _REGISTRY.additional.set(vllm_config, copy.deepcopy(additional))
+    return engine
 
 
 def peek_engine(vllm_config: VllmConfig) -> AscendEngine | None:
@@ -108,7 +122,10 @@ def engine_of(vllm_config: VllmConfig) -> AscendEngine:
         return found
     published = current_process_setup().published()
     if published is not None:
-        return _new_engine(vllm_config, published.config, published.soc, published.facts)
+        engine = _new_engine(vllm_config, published.config, published.soc, published.facts)
+        # A pipeline run later on this config (vLLM's engine-core handshake) keeps it.
+        _REGISTRY.additional.set(vllm_config, copy.deepcopy(additional_config_of(vllm_config)))
+        return engine
     return build_engine(vllm_config, _platform_soc(), ascend_environ())
 
 
