@@ -9,8 +9,8 @@ import os
 import re
 
 import pytest
+from vllm_ascend.base.trusted_paths import TrustedRoots
 from vllm_ascend.observability import logging_setup as ls
-from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
 
 def _detach_all() -> None:

@@ -23,7 +23,7 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     and logs one clear error if it is missing or outside the tested range; activating the
     host-CPU platform also turns on huge pages for large host tensors
     (:mod:`vllm_ascend.platform.host_huge_pages`). Activating either checks vLLM's cache root
-    once (``runtime.trusted_paths``): here, because vLLM reads ``VLLM_CACHE_ROOT`` only later.
+    once (``base.trusted_paths``): here, because vLLM reads ``VLLM_CACHE_ROOT`` only later.
     """
     from vllm_ascend.platform import device_probe
 
@@ -40,7 +40,7 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
 
         check_vllm_version()
         if environ is None:
-            from vllm_ascend.runtime.process_setup import current_process_setup
+            from vllm_ascend.process.process_setup import current_process_setup
 
             try:
                 current_process_setup().roots.secure_vllm_cache_root()

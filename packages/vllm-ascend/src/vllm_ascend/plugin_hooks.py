@@ -16,7 +16,7 @@ logger = logging.getLogger("vllm_ascend.plugin_hooks")
 def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
     @functools.wraps(fn)
     def hook() -> None:
-        from vllm_ascend.runtime.process_setup import current_process_setup
+        from vllm_ascend.process.process_setup import current_process_setup
 
         done = current_process_setup().hooks_run
         if fn.__name__ in done:
@@ -40,7 +40,7 @@ def active_ascend_soc() -> str | None:
     """
     from vllm import platforms
 
-    from vllm_ascend.runtime.config_channel import published_soc
+    from vllm_ascend.base.config_channel import published_soc
 
     platform = platforms.current_platform
     if not type(platform).__module__.startswith("vllm_ascend."):
@@ -53,9 +53,9 @@ def active_ascend_soc() -> str | None:
 
 def _setup_this_process(soc: str) -> None:
     # No rank is known here (API server, engine core and workers all run it), so nothing is
-    # bound to CPUs: workers bind themselves (runtime.cpu_binding.bind_this_worker).
+    # bound to CPUs: workers bind themselves (base.cpu_binding.bind_this_worker).
     from vllm_ascend.ops.attention_kv import register_attention_op
-    from vllm_ascend.runtime.process_setup import current_process_setup
+    from vllm_ascend.process.process_setup import current_process_setup
 
     process = current_process_setup()
     process.adjust(soc)
@@ -73,7 +73,7 @@ def register_connector() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.platform.extension_points import register_connectors
+    from vllm_ascend.base.extension_points import register_connectors
 
     _setup_this_process(soc)
     register_connectors()
@@ -85,7 +85,7 @@ def register_model_loader() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.platform.extension_points import register_model_loaders
+    from vllm_ascend.base.extension_points import register_model_loaders
 
     _setup_this_process(soc)
 
@@ -98,8 +98,8 @@ def register_service_profiling() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
+    from vllm_ascend.base.extension_points import runtime_class_paths, scheduler_class_paths
     from vllm_ascend.observability.service_profiling import generate_service_profiling_config
-    from vllm_ascend.platform.extension_points import runtime_class_paths, scheduler_class_paths
     from vllm_ascend.platform.version import installed_vllm_version
 
     _setup_this_process(soc)
@@ -117,7 +117,7 @@ def register_model() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.platform.extension_points import register_models
+    from vllm_ascend.base.extension_points import register_models
 
     _setup_this_process(soc)
     register_models()

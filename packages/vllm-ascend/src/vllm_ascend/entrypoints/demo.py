@@ -113,7 +113,7 @@ def compile_cache_root(environ: dict[str, str] | None = None) -> Path:
     """The user's vLLM cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
     ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``), or the private fallback the trust policy
     picks when that root is refused (one warning)."""
-    from vllm_ascend.runtime.trusted_paths import TrustedRoots
+    from vllm_ascend.base.trusted_paths import TrustedRoots
 
     env = dict(os.environ if environ is None else environ)
     return TrustedRoots().secure_vllm_cache_root(env)

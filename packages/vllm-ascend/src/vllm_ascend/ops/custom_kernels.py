@@ -30,7 +30,7 @@ def enable_custom_op(ascend_config: Any, extension: Any = None) -> bool:
     if not allowed:
         return False
     if extension is None:
-        from vllm_ascend.platform.npu_device import CompiledExtension
+        from vllm_ascend.base.npu_device import CompiledExtension
 
         extension = CompiledExtension()
     return bool(extension.load())

@@ -196,7 +196,7 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
     ) -> torch.Tensor:
         """The routed experts of ``x`` with this forward's communication method (op body)."""
-        from vllm_ascend.runtime.forward_context import current_moe_comm
+        from vllm_ascend.base.forward_context import current_moe_comm
 
         comm_type, method = current_moe_comm()
         if self._placement is None:

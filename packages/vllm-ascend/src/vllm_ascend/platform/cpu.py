@@ -55,8 +55,8 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The Ascend forward fields (MoE communication method included) for every forward."""
+        from vllm_ascend.base.forward_context import host_cpu_additional_context
         from vllm_ascend.engine import engine_of
-        from vllm_ascend.runtime.forward_context import host_cpu_additional_context
 
         return host_cpu_additional_context(engine_of(kwargs["vllm_config"]).forward, **kwargs)
 

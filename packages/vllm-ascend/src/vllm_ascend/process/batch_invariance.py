@@ -13,7 +13,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.runtime.batch_invariance")
+logger = logging.getLogger("vllm_ascend.process.batch_invariance")
 
 _TRUE = ("1", "true", "yes", "on")
 

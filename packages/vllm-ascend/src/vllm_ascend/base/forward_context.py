@@ -73,7 +73,7 @@ class AscendForwardState:
         cls, vllm_config: Any, soc: str, ascend_config: Any = None, *, device: Any = "cpu",
         max_num_reqs: int | None = None, uniform_decode_query_len: int = 1,
     ) -> AscendForwardState:
-        from vllm_ascend.config_pipeline.facts import extract_facts
+        from vllm_ascend.base.facts import extract_facts
 
         facts = extract_facts(vllm_config, soc)
         par = vllm_config.parallel_config
