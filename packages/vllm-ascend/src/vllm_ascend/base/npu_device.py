@@ -36,6 +36,8 @@ def torch_npu() -> Any:
     try:
         return importlib.import_module("torch_npu")
     except (ImportError, OSError, RuntimeError) as exc:
+        # Local: register()'s start-up budget (the doctor's CANN readers cost ~10 ms; only a
+        # failed import needs them).
         from vllm_ascend.doctor.import_advice import torch_npu_import_message
 
         raise NpuRuntimeMissingError(torch_npu_import_message(exc)) from exc

@@ -45,6 +45,7 @@ from vllm_ascend.compilation.compile_cache import (
     read_fused,
 )
 from vllm_ascend.engine import AscendEngine, engine_of
+from vllm_ascend.process.process_setup import current_process_setup
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -166,8 +167,6 @@ class AscendCompiler(CompilerInterface):
         self.trusted = True
 
     def _refuse(self, exc: OSError) -> None:
-        from vllm_ascend.process.process_setup import current_process_setup
-
         self.trusted = False
         current_process_setup().warn_once(
             f"AscendCompiler compile cache off: {exc} (nothing is read from or written to "
@@ -338,8 +337,6 @@ class AscendCompiler(CompilerInterface):
         none: process-local Triton kernels are expected (info); any other reason means the code
         cannot be obtained (one warning per process). A load of saved code is one info line
         either way."""
-        from vllm_ascend.process.process_setup import current_process_setup
-
         path = artifact_path(self.cache_dir, key + NPU_CODE_SUFFIX)
         for why in notes.loaded:
             if why is None:

@@ -13,6 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_ascend.base.amx_permission import ensure_amx_permission, reset_amx_permission
+from vllm_ascend.process.batch_invariance import (
+    install_cpu_linear_route,
+    install_vllm_init_handover,
+    remove_cpu_linear_route,
+    remove_vllm_init_handover,
+)
+from vllm_ascend.quantization import register_ascend_quantization
+
 ConfigSource = Callable[[], Any]
 """Returns the resolved AscendConfig published to the process when called (None: none was).
 A callable, not a value: the batch-invariance handover reads it when vLLM's worker runs it."""
@@ -34,20 +43,22 @@ class Adjustment:
 
 
 def _apply_ir(soc: str, config: ConfigSource) -> object:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
     return register_ascend_ir_provider(soc)
 
 
 def _undo_ir() -> None:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.ir_provider import reset_ascend_ir_provider
 
     reset_ascend_ir_provider()
 
 
 def _apply_custom_ops(soc: str, config: ConfigSource) -> object:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.custom_ops import register_ascend_custom_ops
-    from vllm_ascend.quantization import register_ascend_quantization
 
     # The "ascend" quantization method must exist before vLLM builds its ModelConfig.
     register_ascend_quantization()
@@ -55,55 +66,46 @@ def _apply_custom_ops(soc: str, config: ConfigSource) -> object:
 
 
 def _undo_custom_ops() -> None:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.custom_ops import reset_ascend_custom_ops
 
     reset_ascend_custom_ops()
 
 
 def _apply_linear_route(soc: str, config: ConfigSource) -> object:
-    from vllm_ascend.process.batch_invariance import install_cpu_linear_route
-
     return install_cpu_linear_route()
 
 
 def _undo_linear_route() -> None:
-    from vllm_ascend.process.batch_invariance import remove_cpu_linear_route
-
     remove_cpu_linear_route()
 
 
 def _apply_handover(soc: str, config: ConfigSource) -> object:
-    from vllm_ascend.process.batch_invariance import install_vllm_init_handover
-
     return install_vllm_init_handover(config)
 
 
 def _undo_handover() -> None:
-    from vllm_ascend.process.batch_invariance import remove_vllm_init_handover
-
     remove_vllm_init_handover()
 
 
 def _apply_amx(soc: str, config: ConfigSource) -> object:
-    from vllm_ascend.base.amx_permission import ensure_amx_permission
-
     return ensure_amx_permission()
 
 
 def _undo_amx() -> None:
-    from vllm_ascend.base.amx_permission import reset_amx_permission
-
     reset_amx_permission()
 
 
 def _apply_serve_runner(command: str, config: ConfigSource) -> object:
+    # Local: register()'s start-up budget (serve_exit imports asyncio, ~13 ms; only the
+    # `vllm-ascend serve` process applies this row).
     from vllm_ascend.process.serve_exit import install_single_api_server_runner
 
     return install_single_api_server_runner()
 
 
 def _undo_serve_runner() -> None:
-    from vllm_ascend.process.serve_exit import remove_single_api_server_runner
+    from vllm_ascend.process.serve_exit import remove_single_api_server_runner  # as above
 
     remove_single_api_server_runner()
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
+from vllm_ascend.base.npu_device import torch_npu
 from vllm_ascend.base.soc import SocDetection, detect_soc, npu_smi_disagreement
 from vllm_ascend.base.trusted_paths import TrustedRoots
 from vllm_ascend.observability import logging_setup
@@ -76,8 +77,6 @@ class ProcessSetup:
         ``UnsupportedSocError`` when the id names no supported SoC; nothing is cached then.
         """
         if self.soc_detection is None:
-            from vllm_ascend.base.npu_device import torch_npu
-
             detection = detect_soc(lambda: torch_npu().npu.get_soc_version())
             for warning in detection.warnings:
                 self.warn_once(warning)

@@ -19,6 +19,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vllm_ascend.base.cpu_binding import host_rank
+from vllm_ascend.base.trusted_paths import write_atomic
+from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
+from vllm_ascend.engine.capture_tally import CaptureTally
+from vllm_ascend.engine.ready_watch import ReadyWatch
+from vllm_ascend.engine.registry import peek_engine
+
 logger = logging.getLogger("vllm_ascend.runtime.rank_report")
 
 REPORT_DIR_ENV = "VLLM_ASCEND_RANK_REPORT_DIR"
@@ -32,12 +39,6 @@ def report_name(dp_rank: int, rank: int) -> str:
 def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
                       stage: str) -> dict[str, Any]:
     """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
-    from vllm_ascend.base.cpu_binding import host_rank
-    from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
-    from vllm_ascend.engine.capture_tally import CaptureTally
-    from vllm_ascend.engine.ready_watch import ReadyWatch
-    from vllm_ascend.engine.registry import peek_engine
-
     engine = peek_engine(vllm_config)  # reading stores nothing
     captures = engine.captures if engine is not None else CaptureTally()
     watch = engine.ready if engine is not None else ReadyWatch()
@@ -79,7 +80,6 @@ def write_rank_report(report: Mapping[str, Any],
     directory = env.get(REPORT_DIR_ENV)
     if not directory:
         return None
-    from vllm_ascend.base.trusted_paths import write_atomic
 
     target = Path(directory) / report_name(int(report["dp_rank"]), int(report["rank"]))
     try:
