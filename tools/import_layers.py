@@ -24,12 +24,18 @@ reveals it, so it is no way around a layer.
 
 Failures, each import with its file and line: a two-way pair (two units that import each
 other), an import of a higher layer's unit or of a sibling, an undeclared or missing unit.
+
+With ``explain-local-imports = true`` in the table, an import of a module of the package
+inside a function is a failure too unless a ``# Local: <why>`` comment sits on it or directly
+above its run of imports: imports are at module level by default, and a function-local one
+stays only for a reason worth writing down (a start-up budget, an optional dependency).
 Usage: ``python tools/import_layers.py [--root DIR]`` (exit 1 on any failure).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -45,14 +51,18 @@ class LayersError(ValueError):
     """A ``[tool.import-layers]`` table that cannot be read as layers."""
 
 
+LOCAL_REASON = "Local:"
+
+
 @dataclass(frozen=True)
 class Layers:
     """One package's declared layers: ``order[i]`` is the set of units of layer ``i`` (0 is the
-    highest)."""
+    highest); ``explain_local`` asks a reason of each function-local import of the package."""
 
     package: str
     order: tuple[frozenset[str], ...]
     source: Path
+    explain_local: bool = False
 
     def level(self, unit: str) -> int:
         for number, units in enumerate(self.order):
@@ -70,6 +80,10 @@ def read_layers(pyproject: Path) -> Layers | None:
     if table is None:
         return None
     package, layers = table.get("package"), table.get("layers")
+    explain = table.get("explain-local-imports", False)
+    if not isinstance(explain, bool):
+        raise LayersError(f"{pyproject}: [tool.{TABLE}] explain-local-imports must be true or "
+                          "false")
     if not isinstance(package, str) or not package:
         raise LayersError(f"{pyproject}: [tool.{TABLE}] package must be a package name")
     if not isinstance(layers, list) or not all(isinstance(x, str) for x in layers):
@@ -86,7 +100,7 @@ def read_layers(pyproject: Path) -> Layers | None:
                               "layer")
         seen.update(units)
         order.append(frozenset(units))
-    return Layers(package, tuple(order), pyproject)
+    return Layers(package, tuple(order), pyproject, explain)
 
 
 def unit_of(module: str, package: str) -> str | None:
@@ -96,6 +110,34 @@ def unit_of(module: str, package: str) -> str | None:
     if not module.startswith(package + "."):
         return None
     return module[len(package) + 1:].split(".")[0]
+
+
+def explained_imports(path: Path) -> set[int]:
+    """First lines of the import statements of ``path`` that carry a ``# Local:`` reason: on
+    one of their lines, or on the comment lines directly above the run of consecutive import
+    statements they belong to (one reason covers the run)."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    explained: set[int] = set()
+    for node in ast.walk(ast.parse(text, filename=str(path))):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if not isinstance(body, list):
+                continue
+            run: list[ast.stmt] = []
+            for stmt in [*body, None]:
+                if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                    run.append(stmt)
+                    continue
+                if run:
+                    first = run[0].lineno - 1
+                    while first > 0 and lines[first - 1].strip().startswith("#"):
+                        first -= 1
+                    last = run[-1].end_lineno or run[-1].lineno
+                    if any(LOCAL_REASON in line for line in lines[first:last]):
+                        explained.update(s.lineno for s in run)
+                run = []
+    return explained
 
 
 def check(layers: Layers, graph: dict[str, list[Edge]], root: Path) -> list[str]:
@@ -124,6 +166,8 @@ def check(layers: Layers, graph: dict[str, list[Edge]], root: Path) -> list[str]
             lines.append(f"two-way pair {package}.{low} <-> {package}.{high}:")
             lines += [f"    {e.describe(root)}" for e in between[(low, high)]]
             lines += [f"    {e.describe(root)}" for e in between[(high, low)]]
+    if layers.explain_local:
+        lines += _unexplained_local_imports(layers, graph, root)
     for (source, target), edges in sorted(between.items()):
         if source not in declared or target not in declared:
             continue
@@ -134,6 +178,26 @@ def check(layers: Layers, graph: dict[str, list[Edge]], root: Path) -> list[str]
         lines.append(f"{package}.{source} (layer {above + 1}) imports {kind}, "
                      f"{package}.{target} (layer {below + 1}):")
         lines += [f"    {e.describe(root)}" for e in edges]
+    return lines
+
+
+def _unexplained_local_imports(layers: Layers, graph: dict[str, list[Edge]],
+                               root: Path) -> list[str]:
+    lines: list[str] = []
+    explained: dict[Path, set[int]] = {}
+    for module, edges in graph.items():
+        if unit_of(module, layers.package) is None:
+            continue
+        for edge in edges:
+            if not edge.function_local or edge.type_checking \
+                    or unit_of(edge.target, layers.package) is None:
+                continue
+            if edge.path not in explained:
+                explained[edge.path] = explained_imports(edge.path)
+            if edge.line not in explained[edge.path]:
+                lines.append(f"function-local import with no '# {LOCAL_REASON} <why>' comment "
+                             f"(import it at module level, or say why not): "
+                             f"{edge.describe(root)}")
     return lines
 
 
@@ -165,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
             failed = True
             continue
         units = len(layers.units())
+        explained = ", every function-local import explained" if layers.explain_local else ""
         print(f"import layers of {layers.package}: hold ({units} units in {len(layers.order)} "
-              "layers, no two-way pair, no import of a higher layer or a sibling)")
+              f"layers, no two-way pair, no import of a higher layer or a sibling{explained})")
     return 1 if failed else 0
 
 

@@ -10,9 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tree(root: Path, layers: list[str] | None, files: dict[str, str]) -> Path:
+def _tree(root: Path, layers: list[str] | None, files: dict[str, str],
+          extra: str = "") -> Path:
     """Package ``pkg`` under ``root/packages/pkg`` with ``files`` ({"a/x.py": source}) and, when
-    ``layers`` is given, its ``[tool.import-layers]`` table."""
+    ``layers`` is given, its ``[tool.import-layers]`` table (``extra``: more lines of it)."""
     member = root / "packages" / "pkg"
     for relative, source in {"__init__.py": "", **files}.items():
         path = member / "src" / "pkg" / relative
@@ -20,7 +21,7 @@ def _tree(root: Path, layers: list[str] | None, files: dict[str, str]) -> Path:
         path.write_text(source)
     table = "" if layers is None else (
         '[tool.import-layers]\npackage = "pkg"\nlayers = [' +
-        ", ".join(f'"{layer}"' for layer in layers) + "]\n")
+        ", ".join(f'"{layer}"' for layer in layers) + "]\n" + extra)
     (member / "pyproject.toml").write_text('[project]\nname = "pkg"\nversion = "0"\n\n' + table)
     return root
 
@@ -150,3 +151,51 @@ def test_the_repository_declares_every_folder_of_vllm_ascend() -> None:
     folders = {p.parent.name for p in package.glob("*/__init__.py")}
     modules = {p.stem for p in package.glob("*.py")}
     assert layers.units() == folders | modules
+
+
+EXPLAIN = "explain-local-imports = true\n"
+
+
+def test_a_function_local_import_needs_a_reason_when_asked(tmp_path: Path) -> None:
+    _tree(tmp_path, ["__init__", "top", "mid", "side", "low"], LAYERED, EXPLAIN)
+    mid = Path("packages/pkg/src/pkg/mid/engine.py")
+    assert _check(tmp_path) == [
+        "function-local import with no '# Local: <why>' comment (import it at module level, "
+        f"or say why not): pkg.mid.engine -> pkg.side.x  ({mid}:4) [function-local]",
+    ]
+    _tree(tmp_path, ["__init__", "top", "mid", "side", "low"], LAYERED)  # not asked: holds
+    assert _check(tmp_path) == []
+
+
+@pytest.mark.parametrize("body", [
+    "    # Local: torch (optional here).\n    from pkg.side import x\n",
+    "    from pkg.side import x  # Local: torch (optional here).\n",
+    # One reason covers the run of imports below it, blank lines and other comments included.
+    "    # Local: vLLM.\n    import os\n\n    # the side\n    from pkg.side import x\n",
+    "    # Local: torch and\n    # vLLM, said over two lines.\n    from pkg.side import x\n",
+])
+def test_a_local_reason_on_the_import_or_above_its_run(tmp_path: Path, body: str) -> None:
+    files = {**LAYERED, "mid/engine.py": "from pkg.low import paths\n\ndef run():\n" + body}
+    _tree(tmp_path, ["__init__", "top", "mid", "side", "low"], files, EXPLAIN)
+    assert _check(tmp_path) == []
+
+
+@pytest.mark.parametrize("body", [
+    # A reason above other code does not reach an import after that code.
+    "    # Local: torch.\n    y = 1\n    from pkg.side import x\n",
+    # Nor does one in another function.
+    "    pass\n\ndef other():\n    # Local: torch.\n    import os\n\n"
+    "def third():\n    from pkg.side import x\n",
+])
+def test_a_reason_elsewhere_does_not_count(tmp_path: Path, body: str) -> None:
+    files = {**LAYERED, "mid/engine.py": "from pkg.low import paths\n\ndef run():\n" + body}
+    _tree(tmp_path, ["__init__", "top", "mid", "side", "low"], files, EXPLAIN)
+    assert len(_check(tmp_path)) == 1
+
+
+def test_explain_local_imports_must_be_a_boolean(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    _tree(tmp_path, ["__init__", "top", "mid", "side", "low"], LAYERED,
+          'explain-local-imports = "yes"\n')
+    assert il.main(["--root", str(tmp_path)]) == 1
+    assert "explain-local-imports must be true or false" in capsys.readouterr().err

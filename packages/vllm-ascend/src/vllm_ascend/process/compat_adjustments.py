@@ -105,7 +105,7 @@ def _apply_serve_runner(command: str, config: ConfigSource) -> object:
 
 
 def _undo_serve_runner() -> None:
-    from vllm_ascend.process.serve_exit import remove_single_api_server_runner  # as above
+    from vllm_ascend.process.serve_exit import remove_single_api_server_runner  # Local: as above
 
     remove_single_api_server_runner()
 
