@@ -4,8 +4,8 @@ belongs to one engine is on its ``AscendEngine`` (``vllm_ascend.engine``), not h
 
 It runs in every process (API server, engine core, workers) and knows no rank, so it binds no
 CPU: a worker binds itself where its rank is known (``process.worker_setup.prepare_worker``)
-and records the result in ``ProcessSetup.cpu_binding``. It is the top of ``runtime``: the
-modules below it (``config_channel``, ``cpu_binding``, ``batch_invariance``,
+and records the result in ``ProcessSetup.cpu_binding``. The modules it uses
+(``base.config_channel``, ``base.cpu_binding``, ``process.batch_invariance``,
 ``process.compat_adjustments``) get what they need from it as arguments and never import it.
 """
 
