@@ -11,7 +11,7 @@ detokenization.
 
 No compile after ready: the worker's rank report (``VLLM_ASCEND_RANK_REPORT_DIR``) counts the
 compiles, pass-manager runs and graph captures after the engine was ready
-(``vllm_ascend.compilation.ready_watch``); a second table gives them, the warm-up load
+(``vllm_ascend.engine.ready_watch``); a second table gives them, the warm-up load
 included, with the verdict (the target is 0).
 """
 

@@ -3,7 +3,7 @@ checked against its pinned sha256, kept in the user's cache (never installed) an
 afresh for every run.
 
 Trust (the vllm-ascend README, "Trust and files"): the cache is a root checked by
-``vllm_ascend.runtime.trusted_paths`` (it and every directory above it only this user's or
+``vllm_ascend.base.trusted_paths`` (it and every directory above it only this user's or
 root's, not writable by others); a refused cache is one warning and a private fallback. The
 pin covers the archive, so the tree that runs is never one left in the cache: the archive is
 opened through the verified cache's descriptor (``O_NOFOLLOW``), hashed and extracted from that
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_ascend.runtime.trusted_paths import (
+from vllm_ascend.base.trusted_paths import (
     TrustedDir,
     open_trusted_dir,
     own_cache_dir,

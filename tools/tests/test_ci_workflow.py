@@ -96,6 +96,7 @@ def test_ci_run_type_checks_every_member() -> None:
 def test_ci_run_checks_import_cycles_and_runs_the_readme_command() -> None:
     commands = _ci_run_commands()
     assert any("tools/import_cycles.py" in c for c in commands)
+    assert "uv run --no-sync python tools/import_layers.py" in commands
     readme = (ROOT / "README.md").read_text()
     test_command = next(c for c in commands if "python tools/run_tests.py" in c)
     assert test_command in readme

@@ -51,7 +51,7 @@ def _fresh_process_setup() -> Iterator[None]:
     """Each test sees the process setup of a fresh process (a worker hook run by one test
     records binding lines the next would otherwise read)."""
     from vllm_ascend.engine.registry import reset_engines
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     reset_process_setup()
     reset_engines()

@@ -1,4 +1,4 @@
-"""The AMX permission (runtime.amx_permission): asked at most once per process, and before the
+"""The AMX permission (base.amx_permission): asked at most once per process, and before the
 first vLLM CPU kernel call of every path that calls one: the host-CPU platform's process setup,
 the fused attention op on its own, and the testing helpers (tests, benchmarks).
 
@@ -47,7 +47,7 @@ for name in KERNELS:
 
 from vllm.forward_context import override_forward_context
 from vllm.plugins import load_general_plugins
-from vllm_ascend.runtime.amx_permission import reset_amx_permission
+from vllm_ascend.base.amx_permission import reset_amx_permission
 from vllm_ascend_testing import cpu_attention as ca
 
 phases = {}
@@ -144,7 +144,7 @@ def test_amx_testing_helpers_ask_before_vllms_kernels(amx_order: dict[str, list[
 def init_amx_seam(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """``torch._C._cpu._init_amx`` answering ``seam["answer"]`` and counting its calls."""
     import torch
-    from vllm_ascend.runtime.amx_permission import reset_amx_permission
+    from vllm_ascend.base.amx_permission import reset_amx_permission
 
     seam: dict[str, Any] = {"calls": 0, "answer": True}
 
@@ -161,7 +161,7 @@ def init_amx_seam(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 @pytest.mark.parametrize("answer", [True, False])
 def test_amx_ensure_asks_once_and_keeps_the_answer(init_amx_seam: dict[str, Any],
                                                    answer: bool) -> None:
-    from vllm_ascend.runtime.amx_permission import ensure_amx_permission
+    from vllm_ascend.base.amx_permission import ensure_amx_permission
 
     init_amx_seam["answer"] = answer
     assert [ensure_amx_permission() for _ in range(3)] == [answer] * 3
@@ -169,7 +169,7 @@ def test_amx_ensure_asks_once_and_keeps_the_answer(init_amx_seam: dict[str, Any]
 
 
 def test_amx_reset_asks_again(init_amx_seam: dict[str, Any]) -> None:
-    from vllm_ascend.runtime.amx_permission import ensure_amx_permission, reset_amx_permission
+    from vllm_ascend.base.amx_permission import ensure_amx_permission, reset_amx_permission
 
     ensure_amx_permission()
     reset_amx_permission()
@@ -181,11 +181,11 @@ def test_amx_refused_on_an_amx_cpu_is_one_warning(init_amx_seam: dict[str, Any],
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     import torch
-    from vllm_ascend.runtime.amx_permission import ensure_amx_permission
+    from vllm_ascend.base.amx_permission import ensure_amx_permission
 
     init_amx_seam["answer"] = False
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
-    with caplog.at_level("WARNING", logger="vllm_ascend.runtime.amx_permission"):
+    with caplog.at_level("WARNING", logger="vllm_ascend.base.amx_permission"):
         ensure_amx_permission()
         ensure_amx_permission()
     assert [r.getMessage() for r in caplog.records if "AMX" in r.getMessage()] == [

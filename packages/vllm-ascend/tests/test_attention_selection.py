@@ -8,7 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
-from vllm_ascend.platform import attention_selection as sel
+from vllm_ascend.base import attention_selection as sel
 
 EXT_DIR = Path(__file__).resolve().parent / "ext_pkg"
 FLAG_ROWS = list(itertools.product((False, True), repeat=3))
@@ -125,8 +125,8 @@ def test_backend_paths_from_a_class_or_a_mapping() -> None:
 @pytest.fixture
 def npu_platform(monkeypatch, fake_torch_npu):
     """The NPU platform on an A2 device (the seam's default SoC id, 223)."""
+    from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
     from vllm_ascend.platform.npu import NPUPlatform
-    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV
 
     monkeypatch.delenv(WORKER_INPUTS_ENV, raising=False)
     return NPUPlatform
@@ -155,7 +155,7 @@ def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform, fak
                                            r"'attention = ascend_test_ext:ATTENTION_BACKENDS' "
                                            r"of ascend-test-ext provides only: mla, standard"):
         npu_platform.get_attn_backend_cls(None, _selector(use_mla=True, use_sparse=True))
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     fake_torch_npu.npu.soc_id = 202  # a 310P device, read by a fresh process
     reset_process_setup()
@@ -165,7 +165,7 @@ def test_platform_picks_the_variant_from_the_extension_mapping(npu_platform, fak
 
 def test_platform_fa3_path_follows_the_published_config(npu_platform, monkeypatch) -> None:
     import ascend_config
-    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
+    from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
 
     monkeypatch.syspath_prepend(str(EXT_DIR))
     published: dict[str, str] = {}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from vllm_ascend.config_pipeline import npu_compilation as nc
 from vllm_ascend.engine.registry import reset_engines, user_capture_store
-from vllm_ascend.runtime.process_setup import reset_process_setup
+from vllm_ascend.process.process_setup import reset_process_setup
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ def _tally(cfg: Any) -> Any:
 
 def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     make_vllm_config: Any, request: Any, logged: Any) -> None:
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.process.process_setup import reset_process_setup
     from vllm_ascend.runtime.rank_report import build_rank_report
 
     reset_process_setup()
@@ -65,7 +65,7 @@ def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     report = build_rank_report(cfg, rank=0, local_rank=0, binding=None, stage="device")
     assert report["captures"] == {"count": 0, "seconds": 0.0}  # nothing captured yet
 
-    with logged("vllm_ascend.compilation.capture_tally") as lines:
+    with logged("vllm_ascend.engine.capture_tally") as lines:
         padded = [_step(cfg, dispatcher, wrapper, n) for n in (3, 1, 3)]  # 3 pads to 4
     assert padded == [4, 1, 4]
     # Two captures on the device (4 then 1); the second batch of 3 replays the graph of 4.
@@ -89,7 +89,7 @@ def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
 
 def test_a_failed_capture_is_not_counted(make_vllm_config: Any, request: Any) -> None:
     import pytest
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     reset_process_setup()
     cfg = make_vllm_config(max_num_seqs=4)
@@ -110,8 +110,8 @@ def test_a_capture_after_ready_is_counted_in_the_report_and_strict_refuses_it(
     make_vllm_config: Any, request: Any
 ) -> None:
     import pytest
-    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError
     from vllm_ascend.engine import engine_of
+    from vllm_ascend.engine.ready_watch import CompileAfterReadyError
     from vllm_ascend.runtime.rank_report import build_rank_report
 
     cfg, strict_cfg = make_vllm_config(max_num_seqs=4), make_vllm_config(max_num_seqs=4)

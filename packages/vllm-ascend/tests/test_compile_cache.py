@@ -20,6 +20,7 @@ import pytest
 import torch
 from ascend_graph import GraphFusionPassManager
 from vllm.config.utils import Range
+from vllm_ascend.base.trusted_paths import UntrustedPathError
 from vllm_ascend.compilation.compile_cache import (
     ENTRY_MAGIC,
     DamagedEntryError,
@@ -27,7 +28,6 @@ from vllm_ascend.compilation.compile_cache import (
     write_entry,
 )
 from vllm_ascend.compilation.compiler import PASS_KEY, AscendCompiler
-from vllm_ascend.runtime.trusted_paths import UntrustedPathError
 
 A = torch.ops.ascend
 RANGE = Range(start=1, end=16)
@@ -315,8 +315,8 @@ def test_a_cache_dir_swapped_after_the_check_is_never_read(tmp_path, log):
 def test_entries_are_read_from_the_directory_that_was_checked(tmp_path):
     """A swap between the check and the read changes nothing: the read goes through the
     descriptor of the directory that passed, not through its path again."""
+    from vllm_ascend.base.trusted_paths import open_trusted_dir
     from vllm_ascend.compilation.compile_cache import decode_entry
-    from vllm_ascend.runtime.trusted_paths import open_trusted_dir
 
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)

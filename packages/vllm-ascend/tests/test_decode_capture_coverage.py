@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.config_pipeline import npu_compilation as nc
-from vllm_ascend.runtime.process_setup import reset_process_setup
+from vllm_ascend.process.process_setup import reset_process_setup
 
 GRID_BOUND = 3 + len(range(8, 256, 8)) + len(range(256, 513, 16)) + 2
 

@@ -495,8 +495,8 @@ def test_failed_torch_npu_import_is_the_doctors_finding_with_its_fix(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_npu_installed: None) -> None:
     import sys
 
+    from vllm_ascend.base.npu_device import NpuRuntimeMissingError
     from vllm_ascend.platform.npu import NPUPlatform
-    from vllm_ascend.platform.npu_device import NpuRuntimeMissingError
 
     toolkit = tmp_path / "toolkit"
     (toolkit / "lib64").mkdir(parents=True)  # installed, not sourced: only the home is set
@@ -518,7 +518,7 @@ def test_failed_import_without_torch_npu_metadata_says_to_install_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from vllm_ascend.platform.npu_device import NpuRuntimeMissingError, torch_npu
+    from vllm_ascend.base.npu_device import NpuRuntimeMissingError, torch_npu
 
     monkeypatch.setitem(sys.modules, "torch_npu", None)
     with pytest.raises(NpuRuntimeMissingError,

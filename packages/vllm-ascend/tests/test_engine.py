@@ -35,7 +35,7 @@ def _compiled(model, tmp_path_factory, additional_config=None):
     import os
 
     from vllm_ascend.compilation.pass_manager import fusion_report
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     reset_process_setup()
     dump = tmp_path_factory.mktemp("dump")

@@ -9,9 +9,9 @@ import weakref
 from typing import Any
 
 import pytest
-from vllm_ascend.config_pipeline import resolve_step
+from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
 from vllm_ascend.engine import AscendEngine, engine_of, registry
-from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV
+from vllm_ascend.process import resolve_step
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from vllm_ascend.platform import extension_points as ep
+from vllm_ascend.base import extension_points as ep
 
 EXT_DIR = Path(__file__).resolve().parent / "ext_pkg"
 
@@ -18,7 +18,7 @@ def test_extension(monkeypatch):
 
 
 def test_each_group_is_provided_once(test_extension, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.platform.extension_points"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.base.extension_points"):
         found = {group: ep.discover(group) for group in ep.GROUPS}
     assert found[ep.CONNECTORS]["AscendTestConnector"].value == "ascend_test_ext:TestConnector"
     assert found[ep.MODELS]["AscendTestForCausalLM"].distribution == "ascend-test-ext"

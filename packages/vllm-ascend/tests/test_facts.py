@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from vllm_ascend.config_pipeline.facts import extract_facts, is_moe_config
+from vllm_ascend.base.facts import extract_facts, is_moe_config
 
 
 def test_is_moe_config() -> None:
@@ -35,8 +35,8 @@ def test_dense_facts(make_vllm_config) -> None:
 
 
 def test_moe_facts_and_forward_state(make_vllm_config, tiny_moe) -> None:
+    from vllm_ascend.base.forward_context import AscendForwardState
     from vllm_ascend.distributed.moe_comm import MoECommType
-    from vllm_ascend.runtime.forward_context import AscendForwardState
 
     cfg = make_vllm_config(model=str(tiny_moe), enforce_eager=True, skip_tokenizer_init=True)
     facts = extract_facts(cfg, "cpu")

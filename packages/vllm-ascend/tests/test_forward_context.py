@@ -6,8 +6,8 @@ import types
 
 import pytest
 import torch
+from vllm_ascend.base import forward_context as fc
 from vllm_ascend.distributed.moe_comm import Mc2Budget, MoECommInputs, MoECommType
-from vllm_ascend.runtime import forward_context as fc
 
 
 def _state(tp=4, dp=1, moe=True, soc="A3") -> fc.AscendForwardState:

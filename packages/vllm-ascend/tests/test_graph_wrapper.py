@@ -44,7 +44,7 @@ def graph_setup(make_vllm_config: Callable[..., Any]) -> Callable[..., Any]:
     from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
     from vllm_ascend.compilation.graph_params import graph_params_for
     from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     reset_process_setup()
 
@@ -62,7 +62,7 @@ def graph_setup(make_vllm_config: Callable[..., Any]) -> Callable[..., Any]:
         seen_capturing: list[bool] = []
 
         def runnable(x: torch.Tensor) -> torch.Tensor:
-            from vllm_ascend.runtime.forward_context import ExtraForwardContext
+            from vllm_ascend.base.forward_context import ExtraForwardContext
 
             seen_capturing.append(bool(ExtraForwardContext(False).capturing))
             events.append(("run", x.shape[0]))

@@ -9,8 +9,8 @@ import os
 import re
 
 import pytest
+from vllm_ascend.base.trusted_paths import TrustedRoots
 from vllm_ascend.observability import logging_setup as ls
-from vllm_ascend.runtime.trusted_paths import TrustedRoots
 
 
 def _detach_all() -> None:
@@ -163,7 +163,7 @@ def test_an_unusable_dir_is_replaced_by_the_private_fallback_with_one_warning(
     assert ls.configure_file_logging(blocker / "logs", environ=env, roots=roots) is handler
     err = capsys.readouterr().err
     assert err.count("not using ascend_log_path") == 1 and "Not a directory" in err
-    assert "[vllm-ascend] [runtime] - not using ascend_log_path" in err
+    assert "[vllm-ascend] [base] - not using ascend_log_path" in err
 
 
 def test_default_dir_is_under_home() -> None:

@@ -17,7 +17,7 @@ from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, AllToAllDispatch
 from vllm_ascend.distributed.moe_experts import ExpertWeights, expert_outputs
-from vllm_ascend.runtime.process_setup import reset_process_setup
+from vllm_ascend.process.process_setup import reset_process_setup
 
 HIDDEN, INTER, EXPERTS = 16, 8, 4
 
@@ -253,8 +253,8 @@ def test_each_forward_carries_the_method_chosen_for_it(
     ascend_cpu_platform, tiny_moe, kwargs, tokens, expected
 ) -> None:
     from vllm.forward_context import set_forward_context
-    from vllm_ascend.runtime.forward_context import current_moe_comm
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.base.forward_context import current_moe_comm
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     cfg = _moe_config(tiny_moe, **kwargs)  # max_num_seqs 4: the decode budget
     try:
@@ -270,8 +270,8 @@ def test_each_forward_carries_the_method_chosen_for_it(
 
 def test_dense_models_carry_no_moe_method(ascend_cpu_platform, make_vllm_config) -> None:
     from vllm.forward_context import set_forward_context
-    from vllm_ascend.runtime.forward_context import current_moe_comm
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.base.forward_context import current_moe_comm
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     with set_forward_context(None, make_vllm_config(enforce_eager=True), num_tokens=9):
         assert current_moe_comm() == (None, None)
@@ -279,7 +279,7 @@ def test_dense_models_carry_no_moe_method(ascend_cpu_platform, make_vllm_config)
 
 
 def test_model_runner_v1_fields_are_read_as_attributes(ascend_cpu_platform, tiny_moe) -> None:
-    from vllm_ascend.runtime import forward_context as fc
+    from vllm_ascend.base import forward_context as fc
 
     cfg = _moe_config(tiny_moe, tensor_parallel_size=2, enable_expert_parallel=True)
     state = fc.AscendForwardState.from_vllm_config(cfg, "cpu")
@@ -291,7 +291,7 @@ def test_model_runner_v1_fields_are_read_as_attributes(ascend_cpu_platform, tiny
 
 
 def test_decode_budget_counts_draft_tokens(ascend_cpu_platform, tiny_moe) -> None:
-    from vllm_ascend.runtime import forward_context as fc
+    from vllm_ascend.base import forward_context as fc
 
     spec = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2,
             "prompt_lookup_min": 1}
@@ -317,8 +317,8 @@ from vllm.forward_context import set_forward_context
 from vllm.model_executor.models.qwen3_moe import Qwen3MoeSparseMoeBlock
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_experts import ExpertPlacement
-from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
-from vllm_ascend.runtime.process_setup import current_ascend_config
+from vllm_ascend.process.compat_adjustments import apply_compat_adjustments
+from vllm_ascend.process.process_setup import current_ascend_config
 
 apply_compat_adjustments("cpu", config=current_ascend_config)
 cfg = EngineArgs(model={model!r}, load_format="dummy", dtype="float32", max_model_len=128,

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.compilation import norm_quant_gate as gate
-from vllm_ascend.runtime.process_setup import reset_process_setup
+from vllm_ascend.engine import norm_quant_gate as gate
+from vllm_ascend.process.process_setup import reset_process_setup
 
 
 @pytest.fixture
 def gate_log(logged: Any) -> Any:
     """Messages of the gate's logger."""
-    with logged("vllm_ascend.compilation.norm_quant_gate") as found:
+    with logged("vllm_ascend.engine.norm_quant_gate") as found:
         yield found
 
 
@@ -87,8 +87,8 @@ def _config(model: Path, dtype: str) -> Any:
 def test_pass_manager_drops_norm_quant_for_w4a4_and_logs_once(
     bf16_model: Path, ascend_cpu_platform: Any, gate_log: list[str]
 ) -> None:
+    from vllm_ascend.base.facts import extract_facts
     from vllm_ascend.compilation.pass_manager import AscendPassManager, build_fusion_manager
-    from vllm_ascend.config_pipeline.facts import extract_facts
 
     reset_process_setup()  # the process's log-once keys
     # Engines whose fusion manager is built (first compile) after the description appears.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from vllm_ascend.platform import npu_device as nd
+from vllm_ascend.base import npu_device as nd
 
 
 def test_streams_are_created_lazily_and_cached(fake_torch_npu) -> None:

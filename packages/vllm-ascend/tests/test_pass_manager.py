@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from vllm_ascend.runtime.process_setup import reset_process_setup
+from vllm_ascend.process.process_setup import reset_process_setup
 
 
 def test_pass_manager_follows_the_resolved_switches(make_vllm_config) -> None:

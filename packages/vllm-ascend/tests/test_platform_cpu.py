@@ -30,7 +30,7 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     # vLLM's CPU worker with the per-rank binding hook
     assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
     assert cfg.additional_config == {}  # never used as a scratchpad
-    from vllm_ascend.runtime.config_channel import published_inputs
+    from vllm_ascend.base.config_channel import published_inputs
 
     inputs = published_inputs()
     assert inputs is not None
@@ -39,8 +39,8 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
 
 
 def test_engine_side_and_worker_side_configs_are_equal(make_vllm_config) -> None:
-    from vllm_ascend.config_pipeline.resolve_step import resolve_published
     from vllm_ascend.engine import engine_of
+    from vllm_ascend.process.resolve_step import resolve_published
 
     extra = {"ascend_compilation_config": {"fuse_qknorm_rope": False}, "weight_nz_mode": 0}
     cfg = make_vllm_config(additional_config=extra)
@@ -119,10 +119,10 @@ def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, capl
 
 def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> None:
     import ascend_config
-    from vllm_ascend.config_pipeline.facts import extract_facts
-    from vllm_ascend.config_pipeline.resolve_step import resolve_published
-    from vllm_ascend.runtime.batch_invariance import apply_env_changes
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs
+    from vllm_ascend.base.config_channel import publish_worker_inputs
+    from vllm_ascend.base.facts import extract_facts
+    from vllm_ascend.process.batch_invariance import apply_env_changes
+    from vllm_ascend.process.resolve_step import resolve_published
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = extract_facts(make_vllm_config(enforce_eager=True), "cpu")
@@ -140,7 +140,7 @@ def test_published_inputs_never_embed_the_previous_publication() -> None:
     each publication would hash in the previous one, so equal inputs would never share a file."""
     import types
 
-    from vllm_ascend.runtime.config_channel import (
+    from vllm_ascend.base.config_channel import (
         WORKER_INPUTS_ENV,
         ascend_environ,
         publish_worker_inputs,
@@ -160,7 +160,7 @@ def test_published_inputs_never_embed_the_previous_publication() -> None:
 
 
 def test_building_configs_repeatedly_keeps_the_published_inputs_stable(make_vllm_config) -> None:
-    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, published_inputs
+    from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV, published_inputs
 
     sizes = []
     for _ in range(3):

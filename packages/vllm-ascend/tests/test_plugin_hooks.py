@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from vllm_ascend import plugin_hooks
-from vllm_ascend.runtime.process_setup import reset_process_setup
+from vllm_ascend.process.process_setup import reset_process_setup
 
 
 def test_a_failing_hook_only_warns_and_runs_once(caplog) -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import ascend_config
 import pytest
-from vllm_ascend.config_pipeline.resolve_step import resolve_published
-from vllm_ascend.runtime import process_setup
-from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
-from vllm_ascend.runtime.process_setup import ProcessSetup
+from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
+from vllm_ascend.process import process_setup
+from vllm_ascend.process.process_setup import ProcessSetup
+from vllm_ascend.process.resolve_step import resolve_published
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_published_config_is_none_without_a_publication(
 
 
 def test_a_damaged_channel_raises_every_time(resolutions: list[dict[str, str]]) -> None:
-    from vllm_ascend.runtime.worker_inputs import WorkerInputsError
+    from vllm_ascend.base.worker_inputs import WorkerInputsError
 
     env = {WORKER_INPUTS_ENV: "{not json"}
     setup = ProcessSetup()

@@ -7,10 +7,10 @@ import os
 from types import SimpleNamespace
 
 import pytest
+from vllm_ascend.base import cpu_binding
+from vllm_ascend.base.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
 from vllm_ascend.config_pipeline import rank_binding
-from vllm_ascend.runtime import cpu_binding
-from vllm_ascend.runtime.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
-from vllm_ascend.runtime.process_setup import ProcessSetup
+from vllm_ascend.process.process_setup import ProcessSetup
 
 
 def parallel(tp: int = 2, pp: int = 1, dp_local: int = 1, dp_rank_local: int | None = None,
@@ -147,8 +147,8 @@ def test_host_cpu_worker_binds_its_pool_and_threads(py_runner, make_env, tmp_pat
         import json, os, torch
         from ascend_topology.rank_hosts import plan_rank_pools
         from vllm_ascend.config_pipeline.rank_binding import omp_lists
-        from vllm_ascend.runtime.config_channel import RANK_PLAN_ENV
-        from vllm_ascend.runtime.cpu_binding import bind_host_cpu_worker
+        from vllm_ascend.base.config_channel import RANK_PLAN_ENV
+        from vllm_ascend.base.cpu_binding import bind_host_cpu_worker
         plan = plan_rank_pools(2, {allowed!r}, {{0: {allowed!r}}})
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_lists(plan)
         os.environ[RANK_PLAN_ENV] = json.dumps({{"omp": omp_lists(plan), "plan": plan.to_dict()}})
@@ -194,7 +194,7 @@ def test_npu_worker_without_npu_smi_keeps_its_affinity(monkeypatch) -> None:
 
 def _publish(monkeypatch, soc: str, additional: dict) -> None:
     import ascend_config
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs
+    from vllm_ascend.base.config_channel import publish_worker_inputs
 
     monkeypatch.delenv(RANK_PLAN_ENV, raising=False)
     facts = ascend_config.DeploymentFacts()
@@ -202,8 +202,8 @@ def _publish(monkeypatch, soc: str, additional: dict) -> None:
 
 
 def test_hook_honours_enable_cpu_binding_false(monkeypatch) -> None:
-    from vllm_ascend.runtime.process_setup import current_process_setup
-    from vllm_ascend.runtime.worker_setup import prepare_worker
+    from vllm_ascend.process.process_setup import current_process_setup
+    from vllm_ascend.process.worker_setup import prepare_worker
 
     _publish(monkeypatch, "A2", {"enable_cpu_binding": False})
     binding = prepare_worker(config(), 0)

@@ -15,7 +15,7 @@ import torch
 
 @pytest.fixture
 def watch() -> Iterator[Any]:
-    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.ready_watch import ReadyWatch
 
     torch._dynamo.reset()
     found = ReadyWatch()
@@ -50,7 +50,7 @@ def test_a_new_shape_after_ready_is_one_compile_logged_with_its_guard_failure(
     events: list[int] = []
     watch.mark_ready(on_after_ready=lambda: events.append(watch.after_ready["compiles"]))
     frames = _frames_compiled()
-    with logged("vllm_ascend.compilation.ready_watch") as lines:
+    with logged("vllm_ascend.engine.ready_watch") as lines:
         fn(torch.ones(2))  # the shape seen before ready: no compile
         assert watch.after_ready["compiles"] == 0
         fn(torch.ones(3))  # size mismatch: Dynamo recompiles (now with a dynamic size)
@@ -103,7 +103,7 @@ def test_strict_mode_refuses_a_compile_after_ready_and_runs_the_function_uncompi
     fn(torch.ones(2))  # no compile: nothing refused
     assert watch.after_ready["compiles"] == 0
     frames_ok = _frames_compiled()
-    with logged("vllm_ascend.compilation.ready_watch") as lines:
+    with logged("vllm_ascend.engine.ready_watch") as lines:
         seven = torch.arange(7.0)
         # The caller gets torch's eager answer instead of an error, and nothing is compiled.
         assert torch.equal(fn(seven), torch.cos(seven))
@@ -126,7 +126,7 @@ def test_strict_mode_refuses_a_function_first_compiled_after_ready(watch: Any) -
 
 
 def test_strict_mode_still_fails_a_fullgraph_compile_with_the_error(watch: Any) -> None:
-    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError
+    from vllm_ascend.engine.ready_watch import CompileAfterReadyError
 
     fn = torch.compile(lambda x: x.tan(), backend="eager", fullgraph=True)
     watch.mark_ready(strict=True)
@@ -139,13 +139,13 @@ def test_strict_mode_still_fails_a_fullgraph_compile_with_the_error(watch: Any) 
 
 
 def test_note_counts_every_event_but_logs_each_cause_once(logged: Any) -> None:
-    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.ready_watch import ReadyWatch
 
     watch = ReadyWatch()
     watch.note("pass_runs", "range [1, 8]")  # before ready: a total only
     assert (watch.pass_runs, watch.after_ready["pass_runs"]) == (1, 0)
     watch.mark_ready()
-    with logged("vllm_ascend.compilation.ready_watch") as lines:
+    with logged("vllm_ascend.engine.ready_watch") as lines:
         for cause in ("range [9, 9]", "range [9, 9]", "range [10, 10]"):
             watch.note("pass_runs", cause)
         watch.note("captures", "FULL num_tokens=3")
@@ -159,7 +159,7 @@ def test_note_counts_every_event_but_logs_each_cause_once(logged: Any) -> None:
 
 
 def test_strict_note_counts_then_raises_naming_the_key() -> None:
-    from vllm_ascend.compilation.ready_watch import CompileAfterReadyError, ReadyWatch
+    from vllm_ascend.engine.ready_watch import CompileAfterReadyError, ReadyWatch
 
     watch = ReadyWatch()
     watch.mark_ready(strict=True)
@@ -171,7 +171,7 @@ def test_strict_note_counts_then_raises_naming_the_key() -> None:
 
 
 def test_an_unknown_kind_is_refused_naming_the_allowed_ones() -> None:
-    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.ready_watch import ReadyWatch
 
     with pytest.raises(ValueError, match="kind='compile' is not allowed; allowed: compiles, "
                                          "pass_runs, captures"):
@@ -179,7 +179,7 @@ def test_an_unknown_kind_is_refused_naming_the_allowed_ones() -> None:
 
 
 def test_guard_failure_reasons_lose_only_a_leading_compile_id() -> None:
-    from vllm_ascend.compilation.ready_watch import _strip_compile_id
+    from vllm_ascend.engine.ready_watch import _strip_compile_id
 
     assert _strip_compile_id("0/1: tensor 'x' size mismatch") == "tensor 'x' size mismatch"
     assert _strip_compile_id("[0/1]: x") == "x"
@@ -210,11 +210,11 @@ def test_the_pass_manager_counts_its_runs_in_the_engines_watch(make_vllm_config)
 
 
 def test_the_report_lists_the_first_causes_and_the_log_has_every_one(logged: Any) -> None:
-    from vllm_ascend.compilation.ready_watch import MAX_REPORTED_CAUSES, ReadyWatch
+    from vllm_ascend.engine.ready_watch import MAX_REPORTED_CAUSES, ReadyWatch
 
     watch = ReadyWatch()
     watch.mark_ready()
-    with logged("vllm_ascend.compilation.ready_watch") as lines:
+    with logged("vllm_ascend.engine.ready_watch") as lines:
         for size in range(MAX_REPORTED_CAUSES + 1):
             watch.note("captures", f"num_tokens={size}")
             watch.note("captures", f"num_tokens={size}")
@@ -233,7 +233,7 @@ def _registered() -> int:
 def test_compiles_outside_the_engines_work_are_not_its_own() -> None:
     """Another engine's compile or the user's own torch.compile on this thread, after a strict
     engine is ready: not counted, no error; inside the engine's work it is refused."""
-    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.ready_watch import ReadyWatch
 
     torch._dynamo.reset()
     watch = ReadyWatch()
@@ -260,7 +260,7 @@ def test_compiles_outside_the_engines_work_are_not_its_own() -> None:
 def test_the_scope_is_per_thread() -> None:
     import threading
 
-    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.ready_watch import ReadyWatch
 
     watch = ReadyWatch()
     seen: list[bool] = []
@@ -276,7 +276,7 @@ def test_a_freed_watch_takes_its_dynamo_callbacks_with_it() -> None:
     import gc
     import weakref
 
-    from vllm_ascend.compilation.ready_watch import ReadyWatch
+    from vllm_ascend.engine.ready_watch import ReadyWatch
 
     before = _registered()
     watch = ReadyWatch()

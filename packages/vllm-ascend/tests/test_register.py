@@ -16,7 +16,7 @@ import pytest
 import vllm_ascend
 from vllm_ascend.platform import device_probe, version
 from vllm_ascend.platform.device_probe import CPU_PLATFORM, NPU_PLATFORM, NpuProbe, choose_platform
-from vllm_ascend.runtime.process_setup import reset_process_setup
+from vllm_ascend.process.process_setup import reset_process_setup
 
 FULL = NpuProbe(("/dev/davinci0",), "/usr/local/Ascend/driver", True)
 
@@ -134,7 +134,7 @@ def test_bad_device_mode_is_logged_before_vllm_swallows_it(caplog) -> None:
 def test_register_keeps_the_platform_when_vllm_cache_root_cannot_be_secured(
     monkeypatch, caplog
 ) -> None:
-    from vllm_ascend.runtime.trusted_paths import TrustedRoots
+    from vllm_ascend.base.trusted_paths import TrustedRoots
 
     def no_private_dir(self, environ=None):
         raise PermissionError(13, "Permission denied", "/nowhere")

@@ -12,9 +12,9 @@ from vllm_ascend.quantization import (
 def test_registration_is_idempotent_resettable_and_guarded(ascend_cpu_platform) -> None:
     from vllm.model_executor.layers import quantization
     from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED
-    from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
+    from vllm_ascend.process.compat_adjustments import apply_compat_adjustments
+    from vllm_ascend.process.process_setup import current_ascend_config
     from vllm_ascend.quantization.config import AscendQuantConfig
-    from vllm_ascend.runtime.process_setup import current_ascend_config
 
     # The plugin's path registers the method.
     apply_compat_adjustments("cpu", config=current_ascend_config)

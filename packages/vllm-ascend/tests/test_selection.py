@@ -79,7 +79,7 @@ def test_pipeline_selects_the_310p_and_xlite_workers(npu_pipeline: Any) -> None:
 
 def test_pipeline_reports_a_missing_310p_extension(npu_pipeline: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_ascend.platform import extension_points
+    from vllm_ascend.base import extension_points
 
     provided = extension_points.runtime_class_paths
     monkeypatch.setattr(extension_points, "runtime_class_paths", lambda: {

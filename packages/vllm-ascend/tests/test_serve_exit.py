@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from vllm_ascend.entrypoints import serve_exit
-from vllm_ascend.entrypoints.serve_exit import EngineWatch, abort_open_requests
+from vllm_ascend.process import serve_exit
+from vllm_ascend.process.serve_exit import EngineWatch, abort_open_requests
 
 
 class FakeEngine:

@@ -133,7 +133,7 @@ def test_attributes_and_handlers_are_written(tmp_path) -> None:
 
 
 def test_runtime_extension_symbols_are_listed(tmp_path, monkeypatch) -> None:
-    from vllm_ascend.platform import extension_points
+    from vllm_ascend.base import extension_points
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
     entries = _written(tmp_path, "9.9.9", runtime_classes=extension_points.runtime_class_paths(),

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.platform import soc as soc_table
+from vllm_ascend.base import soc as soc_table
+from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV, published_inputs
 from vllm_ascend.platform.npu import NPUPlatform
-from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, published_inputs
-from vllm_ascend.runtime.process_setup import current_process_setup, reset_process_setup
+from vllm_ascend.process.process_setup import current_process_setup, reset_process_setup
 
 from tools.npu_seam import install, load_record
 
@@ -195,7 +195,7 @@ def test_a_missing_runtime_is_reported_before_any_soc_read(make_vllm_config: Any
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from vllm_ascend.platform.npu_device import NpuRuntimeMissingError
+    from vllm_ascend.base.npu_device import NpuRuntimeMissingError
 
     monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
     cfg = make_vllm_config(enforce_eager=True)
@@ -251,7 +251,7 @@ def test_the_moe_method_follows_the_device(make_vllm_config: Any, tiny_moe: Path
     (ALLGATHER); 310P always gathers (reference table 5.4)."""
     from vllm_ascend.distributed.moe_comm import MoECommType
     from vllm_ascend.engine.registry import build_engine
-    from vllm_ascend.runtime.process_setup import reset_process_setup
+    from vllm_ascend.process.process_setup import reset_process_setup
 
     cfg = make_vllm_config(model=str(tiny_moe), enforce_eager=True, skip_tokenizer_init=True,
                            tensor_parallel_size=2, enable_expert_parallel=True)
@@ -275,9 +275,9 @@ def test_the_worker_hook_and_rank_report_carry_the_device_soc(
     A3 (id 256); the binding and the rank report use the worker's reading. No npu-smi here:
     nothing is bound."""
     import ascend_config
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs
+    from vllm_ascend.base.config_channel import publish_worker_inputs
+    from vllm_ascend.process.worker_setup import prepare_worker
     from vllm_ascend.runtime.rank_report import build_rank_report
-    from vllm_ascend.runtime.worker_setup import prepare_worker
 
     monkeypatch.setenv("PATH", "/nonexistent")
     cfg = make_vllm_config(enforce_eager=True)  # the host-CPU platform publishes its own
@@ -298,8 +298,8 @@ def test_a_worker_whose_device_cannot_be_read_keeps_its_affinity(
     import os
 
     import ascend_config
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs
-    from vllm_ascend.runtime.cpu_binding import bind_this_worker
+    from vllm_ascend.base.config_channel import publish_worker_inputs
+    from vllm_ascend.base.cpu_binding import bind_this_worker
 
     cfg = make_vllm_config(enforce_eager=True)
     publish_worker_inputs("A2", {}, ascend_config.DeploymentFacts(soc="A2"), {})

@@ -378,7 +378,7 @@ def test_sequence_parallel_capture_sizes_on_real_configs(make_vllm_config) -> No
 
 def test_index_topk_models_cache_in_the_model_dtype(make_vllm_config) -> None:
     import ascend_config
-    from vllm_ascend.config_pipeline.facts import extract_facts
+    from vllm_ascend.base.facts import extract_facts
 
     cfg = make_vllm_config(enforce_eager=True)
     resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
@@ -397,7 +397,7 @@ def test_index_topk_models_cache_in_the_model_dtype(make_vllm_config) -> None:
 
 def test_derived_edits_on_a_real_config(make_vllm_config) -> None:
     import ascend_config
-    from vllm_ascend.config_pipeline.facts import extract_facts
+    from vllm_ascend.base.facts import extract_facts
 
     cfg = make_vllm_config(block_size=32, enable_prefix_caching=True)
     resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
@@ -516,7 +516,7 @@ def test_whole_npu_pipeline_on_a_real_config(make_vllm_config, fake_torch_npu,
     assert cfg.cache_config.block_size == 128
     assert os.environ["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
     assert os.environ["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
-    from vllm_ascend.runtime.process_setup import current_process_setup
+    from vllm_ascend.process.process_setup import current_process_setup
 
     # The engine side knows no worker rank: it binds nothing (workers bind themselves).
     assert current_process_setup().cpu_binding == []

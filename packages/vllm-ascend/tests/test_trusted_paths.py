@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from vllm_ascend.runtime.trusted_paths import (
+from vllm_ascend.base.trusted_paths import (
     TrustedRoots,
     UntrustedPathError,
     check_trusted_dir,
@@ -242,7 +242,7 @@ def test_writes_are_atomic_and_private(tmp_path: Path, monkeypatch: pytest.Monke
 
 @pytest.fixture
 def warnings(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    logger = logging.getLogger("vllm_ascend.runtime.trusted_paths")
+    logger = logging.getLogger("vllm_ascend.base.trusted_paths")
     logger.addHandler(caplog.handler)
     caplog.set_level(logging.WARNING, logger=logger.name)
     yield caplog

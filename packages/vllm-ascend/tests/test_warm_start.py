@@ -16,13 +16,13 @@ from vllm.compilation.counter import compilation_counter
 from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
 from vllm.config.utils import Range
 from vllm_ascend.compilation.compiler import AscendCompiler
-from vllm_ascend.compilation.warm_start import (
+from vllm_ascend.engine import engine_of
+from vllm_ascend.engine.warm_start import (
     CacheLoads,
     LoadBaseline,
     log_warm_start,
     warm_start_of,
 )
-from vllm_ascend.engine import engine_of
 
 A = torch.ops.ascend
 RANGE = Range(start=1, end=16)
@@ -32,7 +32,7 @@ KEY = "artifact_compile_range_1_16_subgraph_0"
 @pytest.fixture
 def lines(logged: Any) -> Iterator[list[str]]:
     """Messages of the warm-start logger."""
-    with logged("vllm_ascend.compilation.warm_start") as found:
+    with logged("vllm_ascend.engine.warm_start") as found:
         yield found
 
 

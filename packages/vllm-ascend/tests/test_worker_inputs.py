@@ -30,7 +30,7 @@ def test_an_80_layer_w8a8_publication_keeps_exec_working_and_reaches_spawned_chi
     ascend_cpu_platform, quant_llama_80: Path
 ) -> None:
     from vllm.engine.arg_utils import EngineArgs
-    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, published_inputs
+    from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV, published_inputs
 
     description = json.loads((quant_llama_80 / "quant_model_description.json").read_text())
     assert len(json.dumps(description)) > ARG_STRLEN_LIMIT  # the case that broke exec
@@ -49,7 +49,7 @@ def test_an_80_layer_w8a8_publication_keeps_exec_working_and_reaches_spawned_chi
 
 
 def test_published_file_is_private_atomic_and_shared_by_equal_inputs(tmp_path: Path) -> None:
-    from vllm_ascend.runtime.worker_inputs import encode_inputs, inputs_dir, write_inputs
+    from vllm_ascend.base.worker_inputs import encode_inputs, inputs_dir, write_inputs
 
     inputs = {"soc": "cpu", "additional_config": {"a": 1}, "facts": {}, "environ": {}}
     data = encode_inputs(inputs)
@@ -69,13 +69,13 @@ def test_published_file_is_private_atomic_and_shared_by_equal_inputs(tmp_path: P
 def test_a_group_writable_inputs_root_is_replaced_by_a_private_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from vllm_ascend.runtime.worker_inputs import inputs_dir
+    from vllm_ascend.base.worker_inputs import inputs_dir
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     shared = tmp_path / f"vllm-ascend-{os.geteuid()}"
     shared.mkdir()
     shared.chmod(0o777)
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.runtime.worker_inputs"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.base.worker_inputs"):
         chosen = inputs_dir()
     assert chosen.parent == tmp_path and chosen.name.startswith("vllm-ascend-worker-inputs-")
     assert stat.S_IMODE(chosen.stat().st_mode) == 0o700 and not list(shared.iterdir())
@@ -103,7 +103,7 @@ def _published(tmp_path: Path, data: bytes) -> Path:
 def test_read_inputs_rejects_bad_content_naming_the_problem(
     tmp_path: Path, content: bytes, problem: str
 ) -> None:
-    from vllm_ascend.runtime.worker_inputs import WorkerInputsError, read_inputs
+    from vllm_ascend.base.worker_inputs import WorkerInputsError, read_inputs
 
     with pytest.raises(WorkerInputsError, match=problem):
         read_inputs(_published(tmp_path, content))
@@ -112,8 +112,8 @@ def test_read_inputs_rejects_bad_content_naming_the_problem(
 def test_read_inputs_checks_name_hash_and_size_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_ascend.runtime import worker_inputs
-    from vllm_ascend.runtime.trusted_paths import UntrustedPathError
+    from vllm_ascend.base import worker_inputs
+    from vllm_ascend.base.trusted_paths import UntrustedPathError
 
     data = worker_inputs.encode_inputs(
         {"soc": "cpu", "additional_config": {}, "facts": {}, "environ": {}})
@@ -141,8 +141,8 @@ def test_read_inputs_checks_name_hash_and_size_bound(
 def test_a_failed_publication_removes_the_earlier_path(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from vllm_ascend.runtime import worker_inputs
-    from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
+    from vllm_ascend.base import worker_inputs
+    from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV, publish_worker_inputs
 
     facts = types.SimpleNamespace(to_dict=lambda: {"soc": "cpu"})
     env: dict[str, str] = {}
@@ -161,7 +161,7 @@ def test_a_failed_publication_removes_the_earlier_path(monkeypatch: pytest.Monke
 
 
 def _inputs_of_size(size: int) -> tuple[dict[str, object], bytes]:
-    from vllm_ascend.runtime.worker_inputs import encode_inputs
+    from vllm_ascend.base.worker_inputs import encode_inputs
 
     inputs: dict[str, object] = {"soc": "cpu", "additional_config": {"k": ""}, "facts": {},
                                  "environ": {}}
@@ -174,7 +174,7 @@ def _inputs_of_size(size: int) -> tuple[dict[str, object], bytes]:
 
 @pytest.mark.parametrize("extra", [0, 1])
 def test_small_inputs_stay_inline_so_workers_on_other_hosts_read_them(extra: int) -> None:
-    from vllm_ascend.runtime.worker_inputs import INLINE_LIMIT, env_value, inputs_from_env
+    from vllm_ascend.base.worker_inputs import INLINE_LIMIT, env_value, inputs_from_env
 
     inputs, data = _inputs_of_size(INLINE_LIMIT + extra)
     value = env_value(data)
@@ -191,7 +191,7 @@ def test_small_inputs_stay_inline_so_workers_on_other_hosts_read_them(extra: int
     ("{" + " " * (32 << 10) + "}", "over the 32768-character limit"),
 ])
 def test_inline_inputs_are_checked_like_files(value: str, why: str) -> None:
-    from vllm_ascend.runtime.worker_inputs import WorkerInputsError, inputs_from_env
+    from vllm_ascend.base.worker_inputs import WorkerInputsError, inputs_from_env
 
     with pytest.raises(WorkerInputsError, match=why):
         inputs_from_env(value)

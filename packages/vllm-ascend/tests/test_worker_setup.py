@@ -9,9 +9,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from vllm_ascend.platform import npu_device
+from vllm_ascend.base import npu_device
+from vllm_ascend.process.worker_setup import prepare_worker
 from vllm_ascend.runtime import cpu_worker
-from vllm_ascend.runtime.worker_setup import prepare_worker
 
 
 def _config(extra: dict[str, Any] | None) -> Any:

@@ -31,8 +31,8 @@ def worker(local_rank: int, soc_id: int, conn: Any) -> None:
     its device), then wait."""
     import ascend_topology as topo
     import pytest
-    from vllm_ascend.runtime.cpu_binding import bind_npu_worker
-    from vllm_ascend.runtime.process_setup import current_process_setup
+    from vllm_ascend.base.cpu_binding import bind_npu_worker
+    from vllm_ascend.process.process_setup import current_process_setup
 
     from tools.npu_seam import install
 
@@ -46,7 +46,7 @@ def worker(local_rank: int, soc_id: int, conn: Any) -> None:
 
 def main(log_dir: str, soc_id: int) -> dict[str, Any]:
     import ascend_config
-    from vllm_ascend.runtime.process_setup import ProcessSetup
+    from vllm_ascend.process.process_setup import ProcessSetup
 
     before = cpus_allowed(os.getpid())
     config = ascend_config.resolve({"ascend_log_path": log_dir})

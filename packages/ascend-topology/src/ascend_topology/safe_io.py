@@ -1,7 +1,7 @@
 """Bounded, symlink-free file access for recorded hosts, sysfs/procfs and ``capture``.
 
 Reads refuse symbolic links and special files (FIFOs, devices, sockets) before reading a byte
-(the trust policy stated in vllm-ascend's ``runtime/trusted_paths`` and its README, "Trust
+(the trust policy stated in vllm-ascend's ``base/trusted_paths`` and its README, "Trust
 and files"): the path is opened with ``O_NOFOLLOW | O_NONBLOCK`` (so a FIFO cannot block the open)
 and the open file is ``fstat``-ed; what is read is what was checked. Every read stops at a
 stated limit. Writes go into a fresh

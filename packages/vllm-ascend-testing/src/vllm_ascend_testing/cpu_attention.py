@@ -34,10 +34,10 @@ def cpu_attention_layer(vllm_config: Any, shape: AttentionShape, impl_cls: type 
                         **impl_kw: Any) -> Any:
     """A bf16 layer of vLLM's CPU attention backend (or ``impl_cls``) with a zeroed KV cache,
     as the attention ops see it through the forward context; the process has asked for AMX
-    (``runtime.amx_permission``) before any of the layer's kernels runs."""
+    (``base.amx_permission``) before any of the layer's kernels runs."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl, _get_attn_isa
-    from vllm_ascend.runtime.amx_permission import ensure_amx_permission
+    from vllm_ascend.base.amx_permission import ensure_amx_permission
 
     ensure_amx_permission()  # the layer's kernels run AMX where the CPU has it
     with set_current_vllm_config(vllm_config):

@@ -162,7 +162,7 @@ class EngineHost:
         import os
 
         import torch
-        from vllm_ascend.runtime.process_setup import current_process_setup
+        from vllm_ascend.process.process_setup import current_process_setup
 
         report = current_process_setup().batch_invariance
         return {

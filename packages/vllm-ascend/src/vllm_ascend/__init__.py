@@ -23,8 +23,9 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     and logs one clear error if it is missing or outside the tested range; activating the
     host-CPU platform also turns on huge pages for large host tensors
     (:mod:`vllm_ascend.platform.host_huge_pages`). Activating either checks vLLM's cache root
-    once (``runtime.trusted_paths``): here, because vLLM reads ``VLLM_CACHE_ROOT`` only later.
+    once (``base.trusted_paths``): here, because vLLM reads ``VLLM_CACHE_ROOT`` only later.
     """
+    # Local: register()'s start-up budget: nothing is imported before it is needed.
     from vllm_ascend.platform import device_probe
 
     try:
@@ -36,17 +37,20 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     probe = device_probe.probe_npu() if mode == "auto" else device_probe.NpuProbe()
     platform = device_probe.choose_platform(mode, probe)
     if platform is not None:
+        # Local: register()'s start-up budget (only an activated platform checks).
         from vllm_ascend.platform.version import check_vllm_version
 
         check_vllm_version()
         if environ is None:
-            from vllm_ascend.runtime.process_setup import current_process_setup
+            # Local: register()'s start-up budget (ascend-config, logging).
+            from vllm_ascend.process.process_setup import current_process_setup
 
             try:
                 current_process_setup().roots.secure_vllm_cache_root()
             except OSError as exc:  # no private directory at all: vLLM's own errors follow
                 logger.warning("vllm-ascend: cannot check VLLM_CACHE_ROOT (%s)", exc)
     if platform == device_probe.CPU_PLATFORM and environ is None:
+        # Local: register()'s start-up budget (host-CPU platform only).
         from vllm_ascend.platform.host_huge_pages import apply_host_huge_pages
 
         # Here, not in check_and_update_config: torch has allocated by then (it reads the

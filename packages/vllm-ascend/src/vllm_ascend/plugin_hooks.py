@@ -11,13 +11,23 @@ import functools
 import logging
 from collections.abc import Callable
 
+from vllm_ascend.base.config_channel import published_soc
+from vllm_ascend.base.extension_points import (
+    register_connectors,
+    register_model_loaders,
+    register_models,
+    runtime_class_paths,
+    scheduler_class_paths,
+)
+from vllm_ascend.observability.service_profiling import generate_service_profiling_config
+from vllm_ascend.platform.version import installed_vllm_version
+from vllm_ascend.process.process_setup import current_process_setup
+
 logger = logging.getLogger("vllm_ascend.plugin_hooks")
 
 def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
     @functools.wraps(fn)
     def hook() -> None:
-        from vllm_ascend.runtime.process_setup import current_process_setup
-
         done = current_process_setup().hooks_run
         if fn.__name__ in done:
             return
@@ -40,8 +50,6 @@ def active_ascend_soc() -> str | None:
     """
     from vllm import platforms
 
-    from vllm_ascend.runtime.config_channel import published_soc
-
     platform = platforms.current_platform
     if not type(platform).__module__.startswith("vllm_ascend."):
         return None
@@ -53,9 +61,9 @@ def active_ascend_soc() -> str | None:
 
 def _setup_this_process(soc: str) -> None:
     # No rank is known here (API server, engine core and workers all run it), so nothing is
-    # bound to CPUs: workers bind themselves (runtime.cpu_binding.bind_this_worker).
+    # bound to CPUs: workers bind themselves (base.cpu_binding.bind_this_worker).
+    # Local: torch and vLLM's attention (only when an Ascend platform is active).
     from vllm_ascend.ops.attention_kv import register_attention_op
-    from vllm_ascend.runtime.process_setup import current_process_setup
 
     process = current_process_setup()
     process.adjust(soc)
@@ -73,7 +81,6 @@ def register_connector() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.platform.extension_points import register_connectors
 
     _setup_this_process(soc)
     register_connectors()
@@ -85,7 +92,6 @@ def register_model_loader() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.platform.extension_points import register_model_loaders
 
     _setup_this_process(soc)
 
@@ -98,10 +104,6 @@ def register_service_profiling() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.observability.service_profiling import generate_service_profiling_config
-    from vllm_ascend.platform.extension_points import runtime_class_paths, scheduler_class_paths
-    from vllm_ascend.platform.version import installed_vllm_version
-
     _setup_this_process(soc)
     found = installed_vllm_version()
     if found is not None:
@@ -117,7 +119,6 @@ def register_model() -> None:
     soc = active_ascend_soc()
     if soc is None:
         return
-    from vllm_ascend.platform.extension_points import register_models
 
     _setup_this_process(soc)
     register_models()

@@ -2,7 +2,7 @@
 
 Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (the user's own cache when unset:
 ``~/.cache/...``, or ``<tmp>/vllm-ascend-<uid>/cache/...`` without a home). The cache root
-must pass the root rule of :mod:`vllm_ascend.runtime.trusted_paths` (the package README,
+must pass the root rule of :mod:`vllm_ascend.base.trusted_paths` (the package README,
 "Trust and files"), since the cached checkpoint is loaded as trusted input; otherwise one
 warning per process and the private fallback directory is used instead. New directories are 0700.
 
@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.runtime.trusted_paths import make_private_dir, read_bounded_file
+from vllm_ascend.base.trusted_paths import make_private_dir, read_bounded_file
+from vllm_ascend.process.process_setup import current_process_setup
 
 logger = logging.getLogger("vllm_ascend.checkpoints")
 
@@ -54,8 +55,6 @@ def checkpoint_cache_root(environ: Mapping[str, str] | None = None) -> Path:
     """The directory converted checkpoints live in (created 0700 when missing), under the
     cache root ``XDG_CACHE_HOME`` (default ``~/.cache``) once that passed the root rule, else
     under its private fallback (one warning per process)."""
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
     env = os.environ if environ is None else environ
     roots = current_process_setup().roots
     wanted = env.get("XDG_CACHE_HOME") or roots.own_cache(env)

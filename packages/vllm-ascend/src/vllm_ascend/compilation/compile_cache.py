@@ -5,8 +5,8 @@ An artifact is one file, ``<cache_dir>/<key>``, holding one fused graph (see
 bytes, then the bytes, written atomically). The handle vLLM stores for it is ``(key, path)``,
 two strings (vLLM's ``CompilerManager`` checks exactly that). On load the file is looked up as
 ``<cache_dir>/<key>`` whenever the cache dir is known, so a moved cache still works. The
-compiler reads and writes entries only through a :class:`~vllm_ascend.runtime.trusted_paths.
-TrustedDir`: the cache dir checked by the root rule of ``runtime.trusted_paths`` at that very
+compiler reads and writes entries only through a :class:`~vllm_ascend.base.trusted_paths.
+TrustedDir`: the cache dir checked by the root rule of ``base.trusted_paths`` at that very
 use and held open, so what is read comes from the directory that was checked (only this user
 writes there) even if the path is swapped afterwards. The checksum therefore guards against
 damage (a truncated write, a bad disk), not against forgery: a damaged entry is one warning and
@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.runtime.trusted_paths import (
+from vllm_ascend.base.trusted_paths import (
     MAX_READ_BYTES,
     TrustedDir,
     UntrustedPathError,

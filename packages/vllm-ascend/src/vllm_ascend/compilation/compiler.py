@@ -12,7 +12,7 @@ exact) and runs the saved fused graph instead of the passes. A missing or stale 
 info "cache miss" and a normal compile; a damaged one (its checksum does not match, see
 ``compile_cache``) or one that is not a regular file is one warning naming the file, then a
 normal compile that writes it anew. The cache dir is checked by the root rule of
-``runtime.trusted_paths`` at every use (each load, save and code lookup opens it again through
+``base.trusted_paths`` at every use (each load, save and code lookup opens it again through
 ``open_trusted_dir`` and works relative to the verified descriptor), so a root swapped after
 ``initialize_cache`` is never read; a cache dir that fails the rule, then or at any later use,
 turns the cache off with one warning per process: nothing is read from or written to it. On
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.compilation.compiler_interface import CompilerInterface
 
+from vllm_ascend.base.trusted_paths import TrustedDir, make_private_dir, open_trusted_dir
 from vllm_ascend.compilation.compile_cache import (
     artifact_path,
     check_key,
@@ -44,7 +45,7 @@ from vllm_ascend.compilation.compile_cache import (
     read_fused,
 )
 from vllm_ascend.engine import AscendEngine, engine_of
-from vllm_ascend.runtime.trusted_paths import TrustedDir, make_private_dir, open_trusted_dir
+from vllm_ascend.process.process_setup import current_process_setup
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -166,8 +167,6 @@ class AscendCompiler(CompilerInterface):
         self.trusted = True
 
     def _refuse(self, exc: OSError) -> None:
-        from vllm_ascend.runtime.process_setup import current_process_setup
-
         self.trusted = False
         current_process_setup().warn_once(
             f"AscendCompiler compile cache off: {exc} (nothing is read from or written to "
@@ -338,8 +337,6 @@ class AscendCompiler(CompilerInterface):
         none: process-local Triton kernels are expected (info); any other reason means the code
         cannot be obtained (one warning per process). A load of saved code is one info line
         either way."""
-        from vllm_ascend.runtime.process_setup import current_process_setup
-
         path = artifact_path(self.cache_dir, key + NPU_CODE_SUFFIX)
         for why in notes.loaded:
             if why is None:

@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from vllm_ascend.compilation.capture_tally import record_capture
+from vllm_ascend.base.forward_context import ExtraForwardContext
 from vllm_ascend.engine import engine_of
+from vllm_ascend.engine.capture_tally import record_capture
 
 
 def forward_context_key() -> tuple[Any, Any]:
@@ -48,8 +49,6 @@ def npu_weak_ref_tensors(value: Any) -> Any:
 def _forward_fields(vllm_config: Any) -> Any:
     """The Ascend fields of the current forward context (None outside one)."""
     from vllm.forward_context import is_forward_context_available
-
-    from vllm_ascend.runtime.forward_context import ExtraForwardContext
 
     if not is_forward_context_available():
         return None

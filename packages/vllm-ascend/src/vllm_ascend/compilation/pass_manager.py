@@ -20,12 +20,12 @@ from vllm.compilation.passes.pass_manager import PostGradPassManager
 from vllm.compilation.passes.utility.fix_functionalization import FixFunctionalizationPass
 from vllm.compilation.passes.vllm_inductor_pass import VllmInductorPass
 
-from vllm_ascend.compilation.fusion_manager import (  # noqa: F401 - re-exported names
+from vllm_ascend.engine import AscendEngine, engine_of
+from vllm_ascend.engine.fusion_manager import (  # noqa: F401 - re-exported names
     build_fusion_manager,
     sequence_parallel_ops,
     warn_missed_sites,
 )
-from vllm_ascend.engine import AscendEngine, engine_of
 from vllm_ascend.engine.registry import peek_engine
 
 if TYPE_CHECKING:

@@ -19,6 +19,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from vllm_ascend.config_pipeline.gpu_fixes import disable_vllm_gpu_fusions
+from vllm_ascend.ops.custom_ops import all_custom_ops
+
 logger = logging.getLogger("vllm_ascend.config_pipeline.cpu_compilation")
 
 
@@ -38,9 +41,6 @@ def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str
     """Apply the host-CPU compilation settings; returns what was decided (for the log)."""
     from ascend_kernels.inductor_lowering import inductor_settings
     from vllm.config import CompilationMode
-
-    from vllm_ascend.config_pipeline.gpu_fixes import disable_vllm_gpu_fusions
-    from vllm_ascend.ops.custom_ops import all_custom_ops
 
     cc = vllm_config.compilation_config
     cc.custom_ops = all_custom_ops(cc.custom_ops)  # every op on; the user's +x/-x kept

@@ -26,8 +26,8 @@ import os
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from vllm_ascend.runtime.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
-from vllm_ascend.runtime.cpu_binding import handed_rank_plan, local_rank_count
+from vllm_ascend.base.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
+from vllm_ascend.base.cpu_binding import handed_rank_plan, local_rank_count
 
 logger = logging.getLogger("vllm_ascend.config_pipeline.rank_binding")
 

@@ -7,14 +7,29 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from vllm_ascend.base import extension_points, npu_device
+from vllm_ascend.base.config_channel import ascend_environ, publish_worker_inputs
+from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
 from vllm_ascend.config_pipeline import (
+    allocator_env,
     cpu_compilation,
+    derived_edits,
     gpu_fixes,
     kv_cache_budget,
+    kv_engine_id,
+    npu_compilation,
+    npu_runner,
+    parallel_rules,
     quant_autodetect,
     rank_binding,
 )
-from vllm_ascend.config_pipeline.resolve_step import additional_config_of
+from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
+from vllm_ascend.engine.registry import build_engine
+from vllm_ascend.npu_runtime.model_support import RUNTIME_WORKER, refuse_unsupported_model
+from vllm_ascend.observability import logging_setup
+from vllm_ascend.ops.custom_ops import all_custom_ops
+from vllm_ascend.process.process_setup import current_process_setup
+from vllm_ascend.process.resolve_step import additional_config_of
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig
@@ -28,9 +43,6 @@ logger = logging.getLogger("vllm_ascend.config_pipeline.steps")
 def _build_engine(vllm_config: VllmConfig, soc: str) -> tuple[AscendEngine, dict[str, str]]:
     """The engine of ``vllm_config`` (its config resolved once, its facts) and the Ascend env
     variables it was resolved with (published to child processes)."""
-    from vllm_ascend.engine.registry import build_engine
-    from vllm_ascend.runtime.config_channel import ascend_environ
-
     environ = ascend_environ()
     return build_engine(vllm_config, soc, environ), environ
 
@@ -40,13 +52,11 @@ def write_dump_config(resolved: AscendConfig, cwd: str | None = None) -> Any:
     directory); returns the file msprobe reads (also ``dump_config_path``), or None.
 
     The file's directory (``<cwd>/.vllm_ascend/msprobe``) is made private (0700) and must be
-    trusted (:func:`~vllm_ascend.runtime.trusted_paths.make_private_dir`): one another user
+    trusted (:func:`~vllm_ascend.base.trusted_paths.make_private_dir`): one another user
     owns, can write, or reaches through their symlink could swap msprobe's config, so it is
     refused with one warning and nothing is written (None is returned).
     """
     import ascend_config
-
-    from vllm_ascend.runtime.trusted_paths import UntrustedPathError, make_private_dir
 
     where = os.getcwd() if cwd is None else cwd
     target = ascend_config.dump_config_file(where)
@@ -75,10 +85,6 @@ def run_cpu_pipeline(vllm_config: VllmConfig,
     Returns the resolved AscendConfig (None without a model config); the engine it belongs
     to is registered for ``vllm_config`` (``vllm_ascend.engine.engine_of``).
     """
-    from vllm_ascend.observability import logging_setup
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
@@ -116,21 +122,6 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     child cannot use again, so workers are spawned (``VLLM_WORKER_MULTIPROC_METHOD=spawn``
     unless the user chose otherwise).
     """
-    from vllm_ascend.config_pipeline import (
-        allocator_env,
-        derived_edits,
-        kv_engine_id,
-        npu_compilation,
-        npu_runner,
-        parallel_rules,
-    )
-    from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
-    from vllm_ascend.npu_runtime.model_support import RUNTIME_WORKER, refuse_unsupported_model
-    from vllm_ascend.observability import logging_setup
-    from vllm_ascend.platform import extension_points, npu_device
-    from vllm_ascend.runtime.config_channel import publish_worker_inputs
-    from vllm_ascend.runtime.process_setup import current_process_setup
-
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
@@ -173,8 +164,6 @@ def run_npu_pipeline(vllm_config: VllmConfig,
         sched.scheduler_cls = selection.scheduler_cls
     logger.info("worker/scheduler: %s", selection.reason)
     if soc != "310P":
-        from vllm_ascend.ops.custom_ops import all_custom_ops
-
         cc = vllm_config.compilation_config
         cc.custom_ops = all_custom_ops(cc.custom_ops)
     alloc = allocator_env.npu_alloc_conf(

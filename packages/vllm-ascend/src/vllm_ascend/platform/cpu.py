@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.platforms.cpu import CpuPlatform
 
+from vllm_ascend.base.forward_context import host_cpu_additional_context
 from vllm_ascend.platform.shared import AscendPlatformMixin
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
 
     @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
+        # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.config_pipeline.steps import run_cpu_pipeline
 
         run_cpu_pipeline(vllm_config, super().check_and_update_config)
@@ -55,8 +57,8 @@ class AscendCpuPlatform(AscendPlatformMixin, CpuPlatform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The Ascend forward fields (MoE communication method included) for every forward."""
+        # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.engine import engine_of
-        from vllm_ascend.runtime.forward_context import host_cpu_additional_context
 
         return host_cpu_additional_context(engine_of(kwargs["vllm_config"]).forward, **kwargs)
 

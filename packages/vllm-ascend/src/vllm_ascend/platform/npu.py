@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.platforms.interface import Platform, PlatformEnum
 
+from vllm_ascend.base import attention_selection as selection
+from vllm_ascend.base.extension_points import runtime_attention_backends, runtime_class_paths
+from vllm_ascend.base.forward_context import mrv2_additional_context
+from vllm_ascend.base.npu_device import bootstrap_custom_op_env, require_npu_runtime, torch_npu
+from vllm_ascend.npu_runtime.slot_mapping import SLOT_MAPPING_KERNEL, compute_slot_mapping
+from vllm_ascend.platform.kernel_routing import route_missing_kernels
 from vllm_ascend.platform.shared import AscendPlatformMixin
+from vllm_ascend.process.process_setup import current_ascend_config, current_process_setup
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -23,8 +30,6 @@ PASS_KEY = "graph_fusion_manager"
 
 
 def _runtime_class(key: str) -> str:
-    from vllm_ascend.platform.extension_points import runtime_class_paths
-
     path = runtime_class_paths().get(key)
     if path is None:
         raise RuntimeError(
@@ -65,9 +70,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def platform_soc(cls) -> str:
-        """The NPU's SoC, detected once per process from the device (``platform.soc``)."""
-        from vllm_ascend.runtime.process_setup import current_process_setup
-
+        """The NPU's SoC, detected once per process from the device (``base.soc``)."""
         return current_process_setup().device_soc()
 
     @property
@@ -76,8 +79,6 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def manual_seed_all(cls, seed: int) -> None:
-        from vllm_ascend.platform.npu_device import torch_npu
-
         torch_npu().npu.manual_seed_all(seed)
 
     def is_sleep_mode_available(self) -> bool:
@@ -100,8 +101,6 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     def register_triton_kernel_overrides(cls) -> None:
         """vLLM's V1 slot-mapping Triton kernel, in plain torch (no Triton on this path)."""
         from vllm.triton_utils.dispatcher import register_kernels
-
-        from vllm_ascend.npu_runtime.slot_mapping import SLOT_MAPPING_KERNEL, compute_slot_mapping
 
         register_kernels({SLOT_MAPPING_KERNEL: compute_slot_mapping})
 
@@ -132,14 +131,10 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
-        from vllm_ascend.platform.npu_device import torch_npu
-
         return str(torch_npu().npu.get_device_name(device_id))
 
     @classmethod
     def get_device_uuid(cls, device_id: int = 0) -> str:
-        from vllm_ascend.platform.npu_device import torch_npu
-
         uuid = getattr(torch_npu().npu.get_device_properties(device_id), "uuid", None)
         if uuid is None:
             raise RuntimeError(f"NPU {device_id} reports no uuid")
@@ -158,22 +153,16 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def set_device(cls, device: Any) -> None:
-        from vllm_ascend.platform.npu_device import torch_npu
-
         torch_npu().npu.set_device(device)
 
     @classmethod
     def get_current_memory_usage(cls, device: Any = None) -> float:
-        from vllm_ascend.platform.npu_device import torch_npu
-
         npu = torch_npu().npu
         npu.reset_peak_memory_stats(device)
         return float(npu.max_memory_allocated(device))
 
     @classmethod
     def num_compute_units(cls, device_id: int = 0) -> int:
-        from vllm_ascend.platform.npu_device import torch_npu
-
         props = torch_npu().npu.get_device_properties(device_id)
         return int(getattr(props, "cube_core_num", 0) or getattr(props, "vector_core_num", 0)
                    or 24)
@@ -205,10 +194,8 @@ class NPUPlatform(AscendPlatformMixin, Platform):
         selector flags, the SoC and the resolved config's FA3 request."""
         from vllm.config import get_current_vllm_config_or_none
 
+        # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.engine import engine_of
-        from vllm_ascend.platform import attention_selection as selection
-        from vllm_ascend.platform.extension_points import runtime_attention_backends
-        from vllm_ascend.runtime.process_setup import current_ascend_config
 
         use_mla, use_sparse, use_compress = selection.selector_flags(attn_selector_config)
         # The engine being built (vLLM selects inside its config context), else the config
@@ -233,31 +220,22 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     def register_custom_kv_cache_specs(cls, vllm_config: VllmConfig) -> None:
         from vllm.utils.import_utils import resolve_obj_by_qualname
 
-        from vllm_ascend.platform.extension_points import runtime_class_paths
-
         path = runtime_class_paths().get("kv_cache_specs")
         if path is not None:
             resolve_obj_by_qualname(path)(vllm_config)
 
     @classmethod
     def import_kernels(cls) -> None:
-        from vllm_ascend.platform.npu_device import bootstrap_custom_op_env
-
         bootstrap_custom_op_env()  # the compiled extension itself is loaded lazily
         from ascend_kernels.npu_loader import npu_registration
 
         if npu_registration.loaded:  # ops whose aclnn entry point is missing: the reference
-            from vllm_ascend.platform.kernel_routing import route_missing_kernels
-            from vllm_ascend.platform.npu_device import torch_npu
-
             route_missing_kernels(torch_npu(), npu_registration)
 
     @classmethod
     def pre_register_and_update(cls, parser: Any = None) -> None:
         """Report a missing NPU runtime before any config is built; offer ``--quantization
         ascend``."""
-        from vllm_ascend.platform.npu_device import require_npu_runtime
-
         require_npu_runtime()
         if parser is None:
             return
@@ -269,6 +247,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def apply_config_platform_defaults(cls, vllm_config: VllmConfig) -> None:
+        # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.config_pipeline.npu_compilation import (
             default_max_capture_size,
             record_user_capture_settings,
@@ -302,6 +281,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
+        # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.config_pipeline.steps import run_npu_pipeline
 
         if vllm_config.device_config is not None and (
@@ -313,8 +293,8 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
+        # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.engine import engine_of
-        from vllm_ascend.runtime.forward_context import mrv2_additional_context
 
         vllm_config = kwargs.get("vllm_config")
         if vllm_config is None or not getattr(vllm_config, "use_v2_model_runner", False):

@@ -6,6 +6,8 @@ import logging
 import os
 from typing import Any
 
+from vllm_ascend.ops.ir_provider import ascend_ir_priority, register_ascend_ir_provider
+
 logger = logging.getLogger("vllm_ascend.platform.shared")
 
 
@@ -27,15 +29,11 @@ class AscendPlatformMixin:
 
     @classmethod
     def get_default_ir_op_priority(cls, vllm_config: Any) -> Any:
-        from vllm_ascend.ops.ir_provider import ascend_ir_priority
-
         return ascend_ir_priority(vllm_config)
 
     @classmethod
     def import_ir_kernels(cls) -> None:
         import vllm.kernels  # noqa: F401 - vLLM's own providers (native, ...)
-
-        from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
         register_ascend_ir_provider()  # the same kernels for every SoC
 

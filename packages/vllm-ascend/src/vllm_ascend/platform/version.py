@@ -71,7 +71,8 @@ def check_vllm_version(found: tuple[str, str] | None = None) -> bool:
     """Log one clear error when the installed vLLM is missing or outside the tested range."""
     problem = version_problem(found if found is not None else installed_vllm_version())
     if problem is not None:
-        from vllm_ascend.runtime.process_setup import current_process_setup
+        # Local: register()'s start-up budget (only a version problem needs the process owner).
+        from vllm_ascend.process.process_setup import current_process_setup
 
         # Logged once: vLLM calls the platform hook twice per process.
         current_process_setup().log_once(f"vllm-ascend: {problem}", logger, logging.ERROR)

@@ -29,6 +29,7 @@ def register_ascend_quantization() -> bool:
     """
     from vllm.model_executor.layers import linear, quantization
 
+    # Local: torch and vLLM (this module loads with register()'s adjustments).
     from vllm_ascend.quantization.config import AscendQuantConfig
     from vllm_ascend.quantization.linear_methods import LINEAR_METHODS
 
@@ -53,6 +54,7 @@ def reset_ascend_quantization() -> None:
     with "ascend" keeps it (harmless: the name is no longer a known method)."""
     from vllm.model_executor.layers import linear, quantization
 
+    # Local: torch and vLLM (this module loads with register()'s adjustments).
     from vllm_ascend.quantization.config import AscendQuantConfig
     from vllm_ascend.quantization.linear_methods import LINEAR_METHODS
 

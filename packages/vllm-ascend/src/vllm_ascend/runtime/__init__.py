@@ -1,1 +1,1 @@
-"""Per-process runtime: process setup, CPU binding, the forward context and batch invariance."""
+"""The CPU worker and what it reports: the host-CPU runtime above the engine and the compiler."""

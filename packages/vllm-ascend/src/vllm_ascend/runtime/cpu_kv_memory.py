@@ -4,7 +4,7 @@ vLLM's CPU worker refuses a KV cache larger than the free memory of its NUMA nod
 engine core refuses one smaller than a single ``max_model_len`` sequence ("-0.87 GiB"-style
 messages without what would fit). The worker runs :func:`checked_kv_cache_size` around vLLM's
 ``determine_available_memory``: the same decisions, with
-``platform.kv_cache_advice``'s message (memory measured, the model's needs for the requested
+``base.kv_cache_advice``'s message (memory measured, the model's needs for the requested
 ``max_model_len`` and ``max_num_seqs``, the largest values that fit).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_ascend.platform.kv_cache_advice import GiB, format_size, kv_cache_memory_error, need_of
+from vllm_ascend.base.kv_cache_advice import GiB, format_size, kv_cache_memory_error, need_of
 
 
 def node_memory() -> tuple[int, int, int]:
@@ -36,7 +36,7 @@ def vllm_needed_bytes(worker: Any) -> int:
 def checked_kv_cache_size(worker: Any, determine: Callable[[], int],
                           memory: Callable[[], tuple[int, int, int]] = node_memory) -> int:
     """``determine()`` (vLLM's size of the KV cache) after the checks vLLM makes, each failing
-    with the advising :class:`~vllm_ascend.platform.kv_cache_advice.KvCacheMemoryError`."""
+    with the advising :class:`~vllm_ascend.base.kv_cache_advice.KvCacheMemoryError`."""
     config = worker.vllm_config
     node, available, total = memory()
     explicit = config.cache_config.kv_cache_memory_bytes

@@ -9,20 +9,20 @@ from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
+from vllm_ascend.base.cpu_binding import WorkerBinding
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
-from vllm_ascend.compilation.warm_start import LoadBaseline, log_warm_start
 from vllm_ascend.engine import AscendEngine, engine_of
-from vllm_ascend.runtime.cpu_binding import WorkerBinding
+from vllm_ascend.engine.warm_start import LoadBaseline, log_warm_start
+from vllm_ascend.process.worker_setup import prepare_worker
 from vllm_ascend.runtime.cpu_kv_memory import checked_kv_cache_size
 from vllm_ascend.runtime.rank_report import build_rank_report, write_rank_report
-from vllm_ascend.runtime.worker_setup import prepare_worker
 
 
 class AscendCPUWorker(CPUWorker):
-    """Runs the per-rank setup (endpoints, CPU pool: ``runtime.worker_setup``) before the
-    device and the model are set up, watches its compiles (``compilation.ready_watch``: ready
+    """Runs the per-rank setup (endpoints, CPU pool: ``process.worker_setup``) before the
+    device and the model are set up, watches its compiles (``engine.ready_watch``: ready
     once warm-up is over), logs what a warm start loaded from the compile cache
-    (``compilation.warm_start``), writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``) and
+    (``engine.warm_start``), writes its rank report (``VLLM_ASCEND_RANK_REPORT_DIR``) and
     refuses a KV cache that does not fit with advice (``runtime.cpu_kv_memory``)."""
 
     ascend_binding: WorkerBinding | None = None

@@ -5,7 +5,7 @@ data-parallel rank, R: rank in its engine's TP x PP world) after its device is s
 again once the model is compiled and warmed up (then with the graphs it captured and the
 seconds they took, its compiles and pass-manager runs), and again at every compile,
 pass-manager run or capture after the engine is ready (``stage`` "serving", with
-``after_ready`` counting them: ``compilation.ready_watch``), so a deployment's ranks can be
+``after_ready`` counting them: ``engine.ready_watch``), so a deployment's ranks can be
 checked from outside the worker processes (the fusion and capture counts of a worker exist only
 in that worker).
 """
@@ -18,6 +18,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from vllm_ascend.base.cpu_binding import host_rank
+from vllm_ascend.base.trusted_paths import write_atomic
+from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
+from vllm_ascend.engine.capture_tally import CaptureTally
+from vllm_ascend.engine.ready_watch import ReadyWatch
+from vllm_ascend.engine.registry import peek_engine
 
 logger = logging.getLogger("vllm_ascend.runtime.rank_report")
 
@@ -32,12 +39,6 @@ def report_name(dp_rank: int, rank: int) -> str:
 def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
                       stage: str) -> dict[str, Any]:
     """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
-    from vllm_ascend.compilation.capture_tally import CaptureTally
-    from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
-    from vllm_ascend.compilation.ready_watch import ReadyWatch
-    from vllm_ascend.engine.registry import peek_engine
-    from vllm_ascend.runtime.cpu_binding import host_rank
-
     engine = peek_engine(vllm_config)  # reading stores nothing
     captures = engine.captures if engine is not None else CaptureTally()
     watch = engine.ready if engine is not None else ReadyWatch()
@@ -79,7 +80,6 @@ def write_rank_report(report: Mapping[str, Any],
     directory = env.get(REPORT_DIR_ENV)
     if not directory:
         return None
-    from vllm_ascend.runtime.trusted_paths import write_atomic
 
     target = Path(directory) / report_name(int(report["dp_rank"]), int(report["rank"]))
     try:

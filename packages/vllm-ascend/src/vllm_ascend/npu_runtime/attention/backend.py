@@ -8,7 +8,9 @@ import torch
 from vllm.v1.attention.backend import AttentionBackend, AttentionType
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
+from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import BLOCK_SIZE, kv_cache_shape
+from vllm_ascend.npu_runtime.attention.metadata import AscendMetadataBuilder
 
 if TYPE_CHECKING:
     from vllm.config.cache import CacheDType
@@ -33,14 +35,10 @@ class AscendAttentionBackend(AttentionBackend):
 
     @staticmethod
     def get_impl_cls() -> type[AscendAttentionImpl]:
-        from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
-
         return AscendAttentionImpl
 
     @staticmethod
     def get_builder_cls() -> type[AscendMetadataBuilder]:
-        from vllm_ascend.npu_runtime.attention.metadata import AscendMetadataBuilder
-
         return AscendMetadataBuilder
 
     @staticmethod

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-logger = logging.getLogger("vllm_ascend.runtime.amx_permission")
+logger = logging.getLogger("vllm_ascend.base.amx_permission")
 
 _granted: bool | None = None
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from ascend_graph import GraphFusionPassManager
 
-from vllm_ascend.compilation import norm_quant_gate
+from vllm_ascend.engine import norm_quant_gate
 from vllm_ascend.ops.attention_kv import attention_op_handles
-from vllm_ascend.runtime.process_setup import current_process_setup
+from vllm_ascend.process.process_setup import current_process_setup
 
 if TYPE_CHECKING:
     from ascend_config import DeploymentFacts

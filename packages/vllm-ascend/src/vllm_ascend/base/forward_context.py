@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_ascend.base.facts import extract_facts
 from vllm_ascend.distributed.moe_comm import (
     Mc2Budget,
     MoECommInputs,
@@ -26,6 +27,7 @@ from vllm_ascend.distributed.moe_comm import (
     padded_to_tp,
     select_moe_comm_method,
 )
+from vllm_ascend.distributed.moe_dispatch import host_cpu_comm_methods
 
 # The names ExtraForwardContext lets callers read and write (those of the existing
 # plugin's ``_EXTRA_CTX`` proxy).
@@ -73,8 +75,6 @@ class AscendForwardState:
         cls, vllm_config: Any, soc: str, ascend_config: Any = None, *, device: Any = "cpu",
         max_num_reqs: int | None = None, uniform_decode_query_len: int = 1,
     ) -> AscendForwardState:
-        from vllm_ascend.config_pipeline.facts import extract_facts
-
         facts = extract_facts(vllm_config, soc)
         par = vllm_config.parallel_config
         fused = int(getattr(ascend_config, "enable_fused_mc2", 0) or 0)
@@ -102,8 +102,6 @@ class AscendForwardState:
         mask_len = facts.max_num_batched_tokens if facts.is_moe else None
         methods: Mapping[MoECommType, Any] = {}
         if soc == "cpu" and facts.is_moe:
-            from vllm_ascend.distributed.moe_dispatch import host_cpu_comm_methods
-
             methods = host_cpu_comm_methods()
         return cls(inputs, Mc2Budget(capacity, mask_len, device),
                    facts.tensor_parallel_size, facts.data_parallel_size, methods)

@@ -3,10 +3,10 @@ config published to this process (resolved once), the device SoC, log-once keys.
 belongs to one engine is on its ``AscendEngine`` (``vllm_ascend.engine``), not here.
 
 It runs in every process (API server, engine core, workers) and knows no rank, so it binds no
-CPU: a worker binds itself where its rank is known (``runtime.worker_setup.prepare_worker``)
-and records the result in ``ProcessSetup.cpu_binding``. It is the top of ``runtime``: the
-modules below it (``config_channel``, ``cpu_binding``, ``batch_invariance``,
-``platform.compat_adjustments``) get what they need from it as arguments and never import it.
+CPU: a worker binds itself where its rank is known (``process.worker_setup.prepare_worker``)
+and records the result in ``ProcessSetup.cpu_binding``. The modules it uses
+(``base.config_channel``, ``base.cpu_binding``, ``process.batch_invariance``,
+``process.compat_adjustments``) get what they need from it as arguments and never import it.
 """
 
 from __future__ import annotations
@@ -17,20 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vllm_ascend.config_pipeline.resolve_step import Published, resolve_published
+from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
+from vllm_ascend.base.npu_device import torch_npu
+from vllm_ascend.base.soc import SocDetection, detect_soc, npu_smi_disagreement
+from vllm_ascend.base.trusted_paths import TrustedRoots
 from vllm_ascend.observability import logging_setup
-from vllm_ascend.platform.compat_adjustments import apply_compat_adjustments
-from vllm_ascend.platform.soc import SocDetection, detect_soc, npu_smi_disagreement
-from vllm_ascend.runtime import batch_invariance
-from vllm_ascend.runtime.config_channel import WORKER_INPUTS_ENV
-from vllm_ascend.runtime.trusted_paths import TrustedRoots
+from vllm_ascend.process import batch_invariance
+from vllm_ascend.process.compat_adjustments import apply_compat_adjustments
+from vllm_ascend.process.resolve_step import Published, resolve_published
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig
 
-    from vllm_ascend.runtime.batch_invariance import BatchInvarianceReport
+    from vllm_ascend.process.batch_invariance import BatchInvarianceReport
 
-logger = logging.getLogger("vllm_ascend.runtime.process_setup")
+logger = logging.getLogger("vllm_ascend.process.process_setup")
 
 @dataclass
 class ProcessSetup:
@@ -39,7 +40,7 @@ class ProcessSetup:
     ``cpu_binding`` holds the report lines of this worker's binding (empty in processes that
     are not workers: they are never bound). ``soc_detection`` is the NPU's SoC, detected from
     the device on first need (:meth:`device_soc`); ``warned`` the log-once keys; ``roots`` the
-    cache and log roots checked in this process (``runtime.trusted_paths``); ``hooks_run`` the
+    cache and log roots checked in this process (``base.trusted_paths``); ``hooks_run`` the
     vLLM plugin hooks that ran. What belongs to one engine lives on its ``AscendEngine``.
     """
 
@@ -71,13 +72,11 @@ class ProcessSetup:
 
     def device_soc(self) -> str:
         """The SoC family of this process's NPU, detected once from
-        ``torch_npu.npu.get_soc_version()`` (``platform.soc`` says what each id means).
+        ``torch_npu.npu.get_soc_version()`` (``base.soc`` says what each id means).
 
         ``UnsupportedSocError`` when the id names no supported SoC; nothing is cached then.
         """
         if self.soc_detection is None:
-            from vllm_ascend.platform.npu_device import torch_npu
-
             detection = detect_soc(lambda: torch_npu().npu.get_soc_version())
             for warning in detection.warnings:
                 self.warn_once(warning)

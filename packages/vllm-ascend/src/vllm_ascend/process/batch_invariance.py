@@ -13,7 +13,9 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.runtime.batch_invariance")
+from vllm_ascend.ops.custom_kernels import custom_kernels_allowed
+
+logger = logging.getLogger("vllm_ascend.process.batch_invariance")
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -108,8 +110,6 @@ def init_batch_invariance(
     ascend_config: Any, environ: MutableMapping[str, str] | None = None
 ) -> BatchInvarianceReport:
     """Apply the config's env changes, then enable ascend-kernels' mode if vLLM asks for it."""
-    from vllm_ascend.ops.custom_kernels import custom_kernels_allowed
-
     report = apply_env_changes(ascend_config.env_changes, environ)
     report.custom_kernels, report.custom_kernels_reason = custom_kernels_allowed(ascend_config)
     if not report.custom_kernels:
@@ -159,6 +159,7 @@ def install_cpu_linear_route() -> bool:
             import torch
             from ascend_kernels import batch_invariant
 
+            # Local: torch (this module loads with register()'s adjustments).
             from vllm_ascend.ops.invariant_linear import register_invariant_linear_op
 
             weight = layer.weight

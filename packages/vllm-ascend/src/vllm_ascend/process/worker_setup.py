@@ -10,10 +10,11 @@ import logging
 from collections.abc import MutableMapping
 from typing import Any
 
-from vllm_ascend.runtime.cpu_binding import WorkerBinding, bind_this_worker
-from vllm_ascend.runtime.process_setup import current_process_setup
+from vllm_ascend.base.cpu_binding import WorkerBinding, bind_this_worker
+from vllm_ascend.base.npu_device import setup_local_comm_res
+from vllm_ascend.process.process_setup import current_process_setup
 
-logger = logging.getLogger("vllm_ascend.runtime.worker_setup")
+logger = logging.getLogger("vllm_ascend.process.worker_setup")
 
 
 def prepare_worker(vllm_config: Any, local_rank: int,
@@ -26,8 +27,6 @@ def prepare_worker(vllm_config: Any, local_rank: int,
     A bad endpoint file is a ``ValueError`` naming it: the worker cannot join its KV transfer
     group without it, so it stops at start-up rather than at the first transfer.
     """
-    from vllm_ascend.platform.npu_device import setup_local_comm_res
-
     kv = getattr(vllm_config, "kv_transfer_config", None)
     extra = dict(getattr(kv, "kv_connector_extra_config", None) or {})
     if setup_local_comm_res(local_rank, extra, environ) is not None:

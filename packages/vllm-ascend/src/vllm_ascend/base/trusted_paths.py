@@ -45,7 +45,7 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from types import TracebackType
 
-logger = logging.getLogger("vllm_ascend.runtime.trusted_paths")
+logger = logging.getLogger("vllm_ascend.base.trusted_paths")
 
 MAX_READ_BYTES = 1 << 30
 _MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup

@@ -3,11 +3,11 @@
 The engine-side platform resolves the Ascend config and publishes the *inputs* of that
 resolution (additional_config, deployment facts, the Ascend environment variables as they were
 before any env change was applied) in a private file whose path is in one environment variable
-that spawned workers inherit (``runtime.worker_inputs``); each child calls ascend-config's pure
+that spawned workers inherit (``base.worker_inputs``); each child calls ascend-config's pure
 ``resolve`` with the same inputs, so every process holds an equal config and vLLM's
 ``additional_config`` is never written to. This module is a leaf: it knows the variable names
-and the encoding, never the process that reads them (``config_pipeline.resolve_step`` resolves
-the inputs, once per process: ``runtime.process_setup``).
+and the encoding, never the process that reads them (``process.resolve_step`` resolves
+the inputs, once per process: ``process.process_setup``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from ascend_config import envs
 
-from vllm_ascend.runtime import worker_inputs
+from vllm_ascend.base import worker_inputs
 
-logger = logging.getLogger("vllm_ascend.runtime.config_channel")
+logger = logging.getLogger("vllm_ascend.base.config_channel")
 
 WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
 """The published resolution inputs (inline JSON, or the path of their private file)."""
@@ -52,7 +52,7 @@ def publish_worker_inputs(
 ) -> bool:
     """Store the resolution inputs (additional_config, facts, the Ascend env variables) for
     child processes: in a private file whose path goes into ``environ`` (not the inputs
-    themselves, see ``runtime.worker_inputs``). False, with one warning, when additional_config
+    themselves, see ``base.worker_inputs``). False, with one warning, when additional_config
     is not JSON-serialisable or the file cannot be written; the variable is then removed, so
     children never read an earlier publication."""
     env = os.environ if environ is None else environ

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vllm_ascend.runtime.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
+from vllm_ascend.base.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
 
-logger = logging.getLogger("vllm_ascend.runtime.cpu_binding")
+logger = logging.getLogger("vllm_ascend.base.cpu_binding")
 
 VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
@@ -60,7 +60,7 @@ def worker_npu(parallel_config: Any, local_rank: int,
 
 
 class WorkerProcess(Protocol):
-    """What binding needs of the process it runs in (``runtime.process_setup.ProcessSetup``)."""
+    """What binding needs of the process it runs in (``process.process_setup.ProcessSetup``)."""
 
     def published_config(
             self, environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None: ...
@@ -203,7 +203,7 @@ def bind_host_cpu_worker(rank: int, environ: Mapping[str, str] | None = None) ->
 def bind_this_worker(vllm_config: Any, local_rank: int, process: WorkerProcess,
                      environ: Mapping[str, str] | None = None) -> WorkerBinding:
     """Bind this worker process by its rank (see the module docstring); the caller records
-    the result (``runtime.worker_setup.prepare_worker``).
+    the result (``process.worker_setup.prepare_worker``).
 
     Reads the resolved Ascend config the engine published (``process.published_config``);
     honours ``enable_cpu_binding``. Never raises.

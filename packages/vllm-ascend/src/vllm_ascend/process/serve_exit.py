@@ -24,7 +24,7 @@ stop. On an "abort" shutdown of a live engine the watch first aborts every open 
 server's event loop, so each ends with finish reason "abort" before the engine core is killed.
 
 `install_single_api_server_runner` points the ``run_server`` of vLLM's serve command at it
-(row ``serve_single_api_server`` of `vllm_ascend.platform.compat_adjustments`, applied only by
+(row ``serve_single_api_server`` of `vllm_ascend.process.compat_adjustments`, applied only by
 `vllm-ascend serve`); the runner raises `EngineDiedError` once the server stopped after an
 engine failure.
 """

@@ -3,8 +3,8 @@ inputs of an engine: the VllmConfig's ``additional_config`` (read-only, never wr
 the deployment facts and the Ascend environment variables.
 
 The config pipeline resolves here when it builds an engine (``vllm_ascend.engine``), a child
-process from the inputs its parent published (``runtime.config_channel``, once per process:
-``runtime.process_setup``), and a standalone compile once for its VllmConfig (``engine_of``).
+process from the inputs its parent published (``base.config_channel``, once per process:
+``process.process_setup``), and a standalone compile once for its VllmConfig (``engine_of``).
 Nothing else calls ``resolve``. ``AscendConfigError`` lists every problem at once.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ascend_config
 
-from vllm_ascend.runtime.config_channel import published_inputs
+from vllm_ascend.base.config_channel import published_inputs
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig, DeploymentFacts

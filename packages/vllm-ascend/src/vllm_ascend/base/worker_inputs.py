@@ -31,9 +31,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.runtime.trusted_paths import make_private_dir, read_bounded_file, write_atomic
+from vllm_ascend.base.trusted_paths import make_private_dir, read_bounded_file, write_atomic
 
-logger = logging.getLogger("vllm_ascend.runtime.worker_inputs")
+logger = logging.getLogger("vllm_ascend.base.worker_inputs")
 
 # Far above the inputs of any checkpoint seen (an 80-layer W8A8 description is ~0.2 MB).
 MAX_INPUTS_BYTES: Final = 64 << 20
@@ -51,7 +51,7 @@ def inputs_dir() -> Path:
     """The private directory of this user's worker-input files (created 0700 when missing).
 
     ``<tmp>/vllm-ascend-<uid>/worker-inputs``; when ``<tmp>/vllm-ascend-<uid>`` (the root,
-    in a directory everyone can write) fails the root rule of ``runtime.trusted_paths``, one
+    in a directory everyone can write) fails the root rule of ``base.trusted_paths``, one
     warning and a fresh private directory (``mkdtemp``) instead."""
     root = Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}"
     wanted = root / "worker-inputs"

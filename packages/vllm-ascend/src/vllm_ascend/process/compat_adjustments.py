@@ -13,6 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_ascend.base.amx_permission import ensure_amx_permission, reset_amx_permission
+from vllm_ascend.process.batch_invariance import (
+    install_cpu_linear_route,
+    install_vllm_init_handover,
+    remove_cpu_linear_route,
+    remove_vllm_init_handover,
+)
+from vllm_ascend.quantization import register_ascend_quantization
+
 ConfigSource = Callable[[], Any]
 """Returns the resolved AscendConfig published to the process when called (None: none was).
 A callable, not a value: the batch-invariance handover reads it when vLLM's worker runs it."""
@@ -34,20 +43,22 @@ class Adjustment:
 
 
 def _apply_ir(soc: str, config: ConfigSource) -> object:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.ir_provider import register_ascend_ir_provider
 
     return register_ascend_ir_provider(soc)
 
 
 def _undo_ir() -> None:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.ir_provider import reset_ascend_ir_provider
 
     reset_ascend_ir_provider()
 
 
 def _apply_custom_ops(soc: str, config: ConfigSource) -> object:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.custom_ops import register_ascend_custom_ops
-    from vllm_ascend.quantization import register_ascend_quantization
 
     # The "ascend" quantization method must exist before vLLM builds its ModelConfig.
     register_ascend_quantization()
@@ -55,55 +66,46 @@ def _apply_custom_ops(soc: str, config: ConfigSource) -> object:
 
 
 def _undo_custom_ops() -> None:
+    # Local: register()'s start-up budget (ops import torch and vLLM).
     from vllm_ascend.ops.custom_ops import reset_ascend_custom_ops
 
     reset_ascend_custom_ops()
 
 
 def _apply_linear_route(soc: str, config: ConfigSource) -> object:
-    from vllm_ascend.runtime.batch_invariance import install_cpu_linear_route
-
     return install_cpu_linear_route()
 
 
 def _undo_linear_route() -> None:
-    from vllm_ascend.runtime.batch_invariance import remove_cpu_linear_route
-
     remove_cpu_linear_route()
 
 
 def _apply_handover(soc: str, config: ConfigSource) -> object:
-    from vllm_ascend.runtime.batch_invariance import install_vllm_init_handover
-
     return install_vllm_init_handover(config)
 
 
 def _undo_handover() -> None:
-    from vllm_ascend.runtime.batch_invariance import remove_vllm_init_handover
-
     remove_vllm_init_handover()
 
 
 def _apply_amx(soc: str, config: ConfigSource) -> object:
-    from vllm_ascend.runtime.amx_permission import ensure_amx_permission
-
     return ensure_amx_permission()
 
 
 def _undo_amx() -> None:
-    from vllm_ascend.runtime.amx_permission import reset_amx_permission
-
     reset_amx_permission()
 
 
 def _apply_serve_runner(command: str, config: ConfigSource) -> object:
-    from vllm_ascend.entrypoints.serve_exit import install_single_api_server_runner
+    # Local: register()'s start-up budget (serve_exit imports asyncio, ~13 ms; only the
+    # `vllm-ascend serve` process applies this row).
+    from vllm_ascend.process.serve_exit import install_single_api_server_runner
 
     return install_single_api_server_runner()
 
 
 def _undo_serve_runner() -> None:
-    from vllm_ascend.entrypoints.serve_exit import remove_single_api_server_runner
+    from vllm_ascend.process.serve_exit import remove_single_api_server_runner  # Local: as above
 
     remove_single_api_server_runner()
 
@@ -114,7 +116,7 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
         "vLLM's CPU kernels choose AMX from the CPU's feature bits, but Linux lets a process "
         "use the AMX tiles only after it asked (stock vLLM gets that from oneDNN's first "
         "GEMM); every process of the host-CPU platform asks first, so no kernel dies with "
-        "SIGILL (runtime.amx_permission)",
+        "SIGILL (base.amx_permission)",
         _apply_amx, _undo_amx, socs=("cpu",),
     ),
     Adjustment(
@@ -151,7 +153,7 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
         "vLLM 0.32's single API server exits 0 when the engine died while serving "
         "and, after a shutdown signal, waits without limit for open "
         "connections; `vllm-ascend serve` points the run_server of vLLM's serve command at "
-        "entrypoints.serve_exit's runner (vLLM's own building blocks; engine-death exit "
+        "process.serve_exit's runner (vLLM's own building blocks; engine-death exit "
         "status, bounded HTTP shutdown, open requests aborted before the engine stops). Only "
         "in the `vllm-ascend serve` process: `vllm serve` is unchanged",
         _apply_serve_runner, _undo_serve_runner, command="serve",
@@ -163,7 +165,7 @@ def apply_compat_adjustments(soc: str, *, config: ConfigSource) -> list[str]:
     """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied.
 
     ``config`` gives the process's resolved config to the adjustments that need it at run
-    time (``runtime.process_setup.ProcessSetup.adjust`` passes its own)."""
+    time (``process.process_setup.ProcessSetup.adjust`` passes its own)."""
     applied = []
     for adjustment in ADJUSTMENTS:
         if adjustment.command is None and soc in adjustment.socs:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.platform.npu_device")
+logger = logging.getLogger("vllm_ascend.base.npu_device")
 
 PACKAGE_DIR = Path(os.path.realpath(__file__)).parent
 CUSTOM_OPP_SUBDIR = Path("_cann_ops_custom") / "vendors" / "custom_transformer"
@@ -36,6 +36,8 @@ def torch_npu() -> Any:
     try:
         return importlib.import_module("torch_npu")
     except (ImportError, OSError, RuntimeError) as exc:
+        # Local: register()'s start-up budget (the doctor's CANN readers cost ~10 ms; only a
+        # failed import needs them).
         from vllm_ascend.doctor.import_advice import torch_npu_import_message
 
         raise NpuRuntimeMissingError(torch_npu_import_message(exc)) from exc

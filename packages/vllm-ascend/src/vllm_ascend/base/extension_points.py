@@ -24,7 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 
-logger = logging.getLogger("vllm_ascend.platform.extension_points")
+from vllm_ascend.base.attention_selection import backend_paths
+
+logger = logging.getLogger("vllm_ascend.base.extension_points")
 
 CONNECTORS = "vllm_ascend.connectors"
 MODEL_LOADERS = "vllm_ascend.model_loaders"
@@ -129,8 +131,6 @@ def runtime_attention_backends() -> tuple[dict[str, str], str]:
     Raises RuntimeError when no installed package provides it or it cannot be loaded, and
     ValueError when what it names is neither a class nor a valid mapping.
     """
-    from vllm_ascend.platform.attention_selection import backend_paths
-
     ext = discover(RUNTIME).get("attention")
     if ext is None:
         raise RuntimeError(
