@@ -102,7 +102,7 @@ class _AddNormQuantBase(FusionPattern[AddNormQuantSite]):
     @classmethod
     def extract(cls, anchor: fx.Node) -> AddNormQuantSite | None:
         y = anchor.args[0]
-        if sole_user(y) is not anchor:
+        if not isinstance(y, fx.Node) or sole_user(y) is not anchor:
             return None
         found = _add_norm(y, cls.allow_bias)
         if found is None:
@@ -125,9 +125,11 @@ class _AddNormQuantBase(FusionPattern[AddNormQuantSite]):
         nodes = (norm, y, anchor, *residual_items)
         if cls.quant_outputs == 2:
             nodes += quant_items
-        common: dict[str, Any] = {"x": x, "residual": residual, "weight": weight, "eps": arg(norm, 3, "eps"),
-                  "bias": bias, "norm": norm, "quant": anchor, "residual_items": residual_items,
-                  "point": point}
+        common: dict[str, Any] = {
+            "x": x, "residual": residual, "weight": weight, "eps": arg(norm, 3, "eps"),
+            "bias": bias, "norm": norm, "quant": anchor, "residual_items": residual_items,
+            "point": point,
+        }  # fmt: skip
         if static:
             scale, offset = extra
             return AddNormStaticQuantSite(nodes, **common, scale=scale, offset=offset)

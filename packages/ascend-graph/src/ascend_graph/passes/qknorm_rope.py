@@ -136,7 +136,7 @@ def _split_signature(split: Any) -> SplitSignature | None:
     # The fused kernel takes a [T, q_size + 2 * kv_size] qkv: a batched (3-D) qkv flattened
     # by the head views would reach it with the wrong rank.
     qkv_val = tensor_meta(qkv)
-    if qkv_val is None or qkv_val.dim() != 2 or dim not in (-1, 1):
+    if not isinstance(qkv, fx.Node) or qkv_val is None or qkv_val.dim() != 2 or dim not in (-1, 1):
         return None
     return (qkv, (q_size, kv_size, v_size))
 
@@ -185,7 +185,7 @@ def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> NormedSide | 
         return why_not(heads, f"a per-head reshape used only by the {side} norm")
     item = heads.args[0]
     split = getitem_of(item, index)
-    if split is None or sole_user(item) is not heads:
+    if split is None or not isinstance(item, fx.Node) or sole_user(item) is not heads:
         return why_not(item, f"getitem {index} of a split, used only by the {side} reshape")
     signature = _split_signature(split)
     if signature is None:

@@ -332,7 +332,7 @@ def npu_paged_attention(npu: ModuleType, a: Arguments) -> torch.Tensor:
     )[0]
     if rows == query.shape[0]:
         return out
-    padded = query.new_zeros(query.shape)
+    padded: torch.Tensor = query.new_zeros(query.shape)
     padded[:rows] = out
     return padded
 
