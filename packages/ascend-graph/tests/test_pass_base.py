@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -99,7 +100,7 @@ def _add2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a + b
 
 
-class _AddChain(FusionPattern):
+class _AddChain(FusionPattern[Match]):
     """`(a + b) + c` -> `_add3(a, b, c)`; a lone add -> `_add2`. The chain's second add is
     also an anchor, erased by the rewrite of the first one."""
 
@@ -113,8 +114,8 @@ class _AddChain(FusionPattern):
     def extract(cls, anchor: fx.Node) -> Match | None:
         user = sole_user(anchor)
         if is_call(user, aten.add.Tensor) and user.args[0] is anchor:
-            return Match(nodes=[anchor, user], attrs={})
-        return Match(nodes=[anchor], attrs={})
+            return Match((anchor, user))
+        return Match((anchor,))
 
     def rewrite(self, graph: fx.Graph, match: Match) -> None:
         self.rewritten.append(len(match.nodes))
@@ -157,3 +158,65 @@ def test_anchors_erased_by_an_earlier_rewrite_are_skipped_and_the_rest_still_run
     assert targets == [_add3, aten.mul.Tensor, _add3]
     gm.recompile()
     torch.testing.assert_close(gm(*inputs), _two_chains(*inputs), rtol=0, atol=0)
+
+
+def _muls_add_graph(scale: float = 2.5) -> tuple[fx.GraphModule, fx.Node]:
+    gm = make_fx(lambda x, y: x * scale + y, tracing_mode="fake")(torch.randn(4, 8),
+                                                                   torch.randn(4, 8))
+    (add,) = gm.graph.find_nodes(op="call_function", target=aten.add.Tensor)
+    return gm, add
+
+
+def test_a_site_is_typed_and_frozen() -> None:
+    from ascend_graph.passes.muls_add import MulsAddPattern, MulsAddSite
+
+    _, add = _muls_add_graph()
+    site = MulsAddPattern.extract(add)
+    assert isinstance(site, MulsAddSite)
+    mul, _ = site.nodes
+    assert (site.x, site.y, site.scale) == (mul.args[0], add.args[1], 2.5)
+    assert site.attrs == {"scale": 2.5, "dtype": torch.float32}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        site.scale = 3.0  # type: ignore[misc]
+
+
+def test_a_site_gives_the_fused_op_its_arguments_in_schema_order_by_name() -> None:
+    from ascend_graph.passes.muls_add import MulsAddSite
+
+    @dataclass(frozen=True)
+    class Reordered(Match):  # fields in another order than the schema's (x, y, scale)
+        scale: float
+        y: str
+        x: str
+
+    site = Reordered((), scale=0.5, y="y", x="x")
+    assert site.arguments(ascend_op("muls_add")) == ("x", "y", 0.5)
+    short = MulsAddSite((), x="x", y="y", scale=0.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"MulsAddSite does not name .*rms_norm.* \['weight', "
+                                        r"'eps'\]"):
+        short.arguments(ascend_op("rms_norm"))
+
+
+def test_the_qk_norm_site_names_every_argument_of_the_fused_op() -> None:
+    from ascend_graph.passes.qknorm_rope import FUSED_OP, QKNormRopePattern
+
+    hd, q_size, kv_size = 32, 128, 64
+
+    def fn(qkv, qw, kw, positions, cache, qb, kb):  # type: ignore[no-untyped-def]
+        q, k, v = qkv.split([q_size, kv_size, kv_size], -1)
+        t = qkv.shape[0]
+        qn = torch.ops.ascend.rms_norm(q.view(t, q_size // hd, hd), qw, 1e-6) + qb
+        kn = torch.ops.ascend.rms_norm(k.view(t, kv_size // hd, hd), kw, 1e-6) + kb
+        return (*torch.ops.ascend.rotary_embedding(
+            positions, qn.view(t, q_size), kn.view(t, kv_size), cache, hd, 16, False), v)
+
+    inputs = (torch.randn(5, q_size + 2 * kv_size), torch.rand(hd), torch.rand(hd),
+              torch.arange(5), torch.randn(8, 16), torch.randn(hd), torch.randn(hd))
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    (rope,) = gm.graph.find_nodes(op="call_function",
+                                  target=torch.ops.ascend.rotary_embedding.default)
+    site = QKNormRopePattern.extract(rope)
+    assert site is not None
+    qkv, qw, kw, positions, cache, qb, kb = gm.graph.find_nodes(op="placeholder")
+    assert site.arguments(ascend_op(FUSED_OP)) == (
+        qkv, qw, kw, positions, cache, q_size, kv_size, hd, 16, False, 1e-6, qb, kb)

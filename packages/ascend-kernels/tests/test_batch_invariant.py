@@ -13,6 +13,7 @@ from ascend_kernels import batch_invariant as bi
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SIZES = (1, 3, 17, 256)
+A = torch.ops.ascend
 
 
 @pytest.fixture(autouse=True)
@@ -44,8 +45,18 @@ KERNELS: dict[str, Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tenso
     "bmm": lambda x, v: bi.bmm(x.view(-1, 1, 160), v["w"].t().expand(x.shape[0], 160, 96)),
     "softmax": lambda x, v: bi.softmax(x, -1),
     "log_softmax": lambda x, v: bi.log_softmax(x, -1),
-    "add_rms_norm": lambda x, v: torch.cat(bi.add_rms_norm(x, x * 0.5, v["gamma"], 1e-6), -1),
+    "add_rms_norm": lambda x, v: torch.cat(_in_mode(A.add_rms_norm, x, x * 0.5, v["gamma"], 1e-6),
+                                           -1),
 }
+
+
+def _in_mode(op: Callable[..., Any], *args: Any) -> Any:
+    """``op(*args)`` with batch-invariant mode on for CPU tensors."""
+    bi.enable_batch_invariant_mode("CPU")
+    try:
+        return op(*args)
+    finally:
+        bi.disable_batch_invariant_mode()
 
 
 def _assert_rows_invariant(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> None:
@@ -243,15 +254,41 @@ def test_matmul_linear_and_addmm_every_operand_rank_against_torch() -> None:
     torch.testing.assert_close(bi.addmm(c, a, b), plain)
 
 
-def test_batch_invariant_add_rms_norm_is_the_sum_then_rms_norm() -> None:
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_mode_runs_add_rms_norm_as_the_sum_then_rms_norm(bias: bool) -> None:
     g = torch.Generator().manual_seed(9)
     x, res, w = torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g), torch.rand(8) + 1
-    out, summed = bi.add_rms_norm(x, res, w, 1e-6)
+    b = torch.randn(8, generator=g) if bias else None
+    out, summed = _in_mode(A.add_rms_norm, x, res, w, 1e-6, b)
     s = _np(x) + _np(res)
     want = s / (((s**2).mean(-1, keepdims=True) + 1e-6) ** 0.5) * _np(w)
+    if b is not None:
+        want = want + _np(b)
     assert torch.equal(summed, x + res)
     torch.testing.assert_close(out, torch.from_numpy(want).float())
     assert bi.call_counts()["add_rms_norm"] == 1
+    A.add_rms_norm(x, res, w, 1e-6, b)  # mode off: the op's own kernel, not counted
+    assert bi.call_counts()["add_rms_norm"] == 1
+
+
+def test_in_bfloat16_the_mode_normalises_the_stored_sum_not_the_float32_one() -> None:
+    # The fused op normalises the float32 sum; the batch-invariant variant the sum rounded to
+    # bfloat16, i.e. exactly rms_norm(x + residual). Inputs chosen so the two differ.
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 32, generator=g).bfloat16()
+    res = (torch.randn(64, 32, generator=g) * 1e-3).bfloat16()
+    w = torch.ones(32, dtype=torch.bfloat16)
+    out, summed = _in_mode(A.add_rms_norm, x, res, w, 1e-6)
+    assert torch.equal(out, A.rms_norm(x + res, w, 1e-6))
+    assert torch.equal(summed, x + res)
+    assert not torch.equal(out, A.add_rms_norm(x, res, w, 1e-6)[0])
+
+
+def test_the_mode_checks_add_rms_norm_arguments_like_the_op() -> None:
+    x = torch.ones(2, 4)
+    with pytest.raises(ValueError, match="residual must match x"):
+        _in_mode(A.add_rms_norm, x, torch.ones(2, 5), torch.ones(4), 1e-6)
+    assert "add_rms_norm" not in bi.call_counts()
 
 
 def test_reduce_sum_of_a_vector_by_negative_and_positive_dim() -> None:

@@ -5,21 +5,26 @@
   copied into one zero-padded buffer, so the library always sees the same shapes and strides
   and picks the same kernel and reduction order whatever the batch size.
 - ``softmax``/``log_softmax`` use ``reduce_sum`` for the normaliser.
-- ``add_rms_norm`` is the plain add followed by ``ascend::rms_norm`` (no fused kernel).
+- ``ascend::`` ops whose ``OpSpec`` has a ``batch_invariant`` variant run it instead
+  (``add_rms_norm``: the plain add followed by ``ascend::rms_norm``, no fused kernel).
 
-``enable_batch_invariant_mode()`` registers these for the aten ops on the active device's
-dispatch key (``PrivateUse1`` with torch_npu, else ``CPU``); ``disable_batch_invariant_mode()``
-destroys that library, which restores the previous kernels exactly. ``linear``/``matmul`` are
+``enable_batch_invariant_mode()`` registers these for the aten and ``ascend`` ops on the active
+device's dispatch key (``PrivateUse1`` with torch_npu, else ``CPU``);
+``disable_batch_invariant_mode()`` destroys those libraries, which restores the previous kernels
+exactly. ``linear``/``matmul`` are
 also plain functions for callers that bypass aten (vLLM's CPU linear uses ``_C.onednn_mm``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
+from ascend_kernels.ops import NAMESPACE, SPECS, OpSpec
+from ascend_kernels.ops.spec import Arguments
 from ascend_kernels.validation import check
 
 TILE_M = 16
@@ -27,10 +32,11 @@ _REDUCED = (torch.bfloat16, torch.float16)
 
 
 class BatchInvariantState:
-    """The mode's state: the aten override library (when enabled) and per-kernel call counts."""
+    """The mode's state: the override libraries (aten's and the ``ascend`` ops', when enabled)
+    and per-kernel call counts."""
 
     def __init__(self) -> None:
-        self.library: torch.library.Library | None = None
+        self.libraries: list[torch.library.Library] = []
         self.counts: dict[str, int] = {}
 
     def count(self, name: str) -> None:
@@ -219,15 +225,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return out.reshape(*lead, weight.shape[0])
 
 
-def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Add then RMSNorm as two ops (no fused kernel) -> ``(out, x + residual)``."""
-    _state.count("add_rms_norm")
-    summed = x + residual
-    return torch.ops.ascend.rms_norm(summed, weight, eps), summed
-
-
 # ---------------------------------------------------------------- aten overrides
 def _sum_all(x: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     return reduce_sum(x, None, False, dtype=dtype)
@@ -268,27 +265,43 @@ def _active_dispatch_key() -> str:
     return "PrivateUse1" if npu_registration.loaded else "CPU"
 
 
+def _counted(spec: OpSpec, variant: Callable[[Arguments], Any]) -> Callable[..., Any]:
+    """``spec``'s batch-invariant ``variant`` as its op (checks first), counted by op name."""
+
+    def run(a: Arguments) -> Any:
+        _state.count(spec.name)
+        return variant(a)
+
+    return spec.checked_bound(run)
+
+
 def enable_batch_invariant_mode(dispatch_key: str | None = None) -> None:
-    """Route the aten matmul family, softmax and sum to the batch-invariant kernels.
+    """Route the aten matmul family, softmax and sum to the batch-invariant kernels, and every
+    ``ascend`` op with a ``batch_invariant`` variant in its ``OpSpec`` to that variant.
 
     ``dispatch_key`` defaults to the active device's key. Enabling twice is a no-op.
     """
-    if _state.library is not None:
+    if _state.libraries:
         return
     key = dispatch_key or _active_dispatch_key()
-    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
+    aten = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     for name, fn in ATEN_OVERRIDES.items():
-        lib.impl(name, fn, key)  # type: ignore[no-untyped-call]
-    _state.library = lib
+        aten.impl(name, fn, key)  # type: ignore[no-untyped-call]
+    ops = torch.library.Library(NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
+    for spec in SPECS.values():
+        variant = spec.batch_invariant
+        if variant is not None:
+            ops.impl(spec.name, _counted(spec, variant), key)  # type: ignore[no-untyped-call]
+    _state.libraries = [aten, ops]
 
 
 def disable_batch_invariant_mode() -> None:
-    """Remove the overrides; aten's previous kernels are back exactly. Also the reset."""
-    if _state.library is not None:
-        _state.library._destroy()  # type: ignore[no-untyped-call]
-    _state.library = None
+    """Remove the overrides; the previous kernels are back exactly. Also the reset."""
+    for library in _state.libraries:
+        library._destroy()  # type: ignore[no-untyped-call]
+    _state.libraries = []
 
 
 def is_batch_invariant_mode_enabled() -> bool:
     """True between ``enable_batch_invariant_mode()`` and ``disable_...()``."""
-    return _state.library is not None
+    return bool(_state.libraries)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable
 from types import ModuleType
@@ -77,6 +76,5 @@ def register_npu(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1",
     lib = torch.library.Library(NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
     for op, op_spec in SPECS.items():
         if op_spec.npu is not None and op not in skip:
-            kernel = op_spec.checked(functools.partial(op_spec.npu, torch_npu))
-            lib.impl(op, kernel, dispatch_key)  # type: ignore[no-untyped-call]
+            lib.impl(op, op_spec.checked_npu(torch_npu), dispatch_key)  # type: ignore[no-untyped-call]
     return lib

@@ -1,7 +1,8 @@
 """Pass and pattern base classes.
 
 A pattern declares its example inputs, the search function (the unfused idiom, eager), the
-replacement (the fused op, eager), a structural FX matcher (`extract`) and extra checks. It is
+replacement (the fused op, eager), a structural FX matcher (`extract`, giving the pattern's own
+typed, frozen `Match` subclass: the site) and extra checks. It is
 keyed by every setting that changes what it matches or produces; registrations live on the
 pass instance (so on the manager that owns it), never in a process-global set. The same-stream
 check runs for every match before any pattern-specific check.
@@ -12,8 +13,8 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import fx
@@ -22,18 +23,35 @@ from ascend_graph.passes.fx_nodes import same_stream
 from ascend_graph.passes.sites import Miss, SiteResult
 
 
-@dataclass
+@dataclass(frozen=True)
 class Match:
-    """One site found by a pattern's structural matcher.
+    """One site found by a pattern's structural matcher; each pattern has its own frozen
+    subclass whose fields are the graph values the rewrite consumes or replaces.
 
     `nodes`: every node the rewrite replaces (stream check; erased when dead afterwards).
     `attrs`: what the site is (eps, dtype, head sizes, scale, bias...), compared with the
-    pattern's settings. `values`: graph values the rewrite consumes or replaces.
+    pattern's settings. A subclass names what the fused op takes after the op's schema
+    arguments, so the rewrite calls the op by name (`arguments`).
     """
 
-    nodes: list[fx.Node]
-    attrs: dict[str, Any]
-    values: dict[str, Any] = field(default_factory=dict)
+    nodes: tuple[fx.Node, ...]
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """What the site is, by setting name (none by default)."""
+        return {}
+
+    def arguments(self, op: Any) -> tuple[Any, ...]:
+        """`op`'s positional arguments, each read from this site's field (or property) named
+        like the schema argument; a schema argument the site does not name is a `TypeError`."""
+        schema = op._schema.arguments
+        missing = [a.name for a in schema if not hasattr(self, a.name)]
+        if missing:
+            raise TypeError(f"{type(self).__name__} does not name {op}'s arguments {missing}")
+        return tuple(getattr(self, a.name) for a in schema)
+
+
+SiteT = TypeVar("SiteT", bound=Match)
 
 
 def _setting_equal(found: Any, wanted: Any) -> bool:
@@ -42,8 +60,9 @@ def _setting_equal(found: Any, wanted: Any) -> bool:
     return bool(found == wanted)
 
 
-class FusionPattern(ABC):
-    """A keyed rewrite rule. Settings left as None match any value found in the graph."""
+class FusionPattern(ABC, Generic[SiteT]):
+    """A keyed rewrite rule over sites of type `SiteT`. Settings left as None match any value
+    found in the graph."""
 
     #: Call targets whose nodes start a match (the last op of the idiom); a string names a
     #: `torch.ops.ascend` op, resolved when the pass runs (after ascend_kernels registered it).
@@ -68,7 +87,7 @@ class FusionPattern(ABC):
 
     @classmethod
     @abstractmethod
-    def extract(cls, anchor: fx.Node) -> Match | None:
+    def extract(cls, anchor: fx.Node) -> SiteT | None:
         """Structural match of the idiom ending at `anchor`, or None."""
 
     @classmethod
@@ -82,19 +101,20 @@ class FusionPattern(ABC):
         """Where and why `extract` found no match at a candidate `anchor`."""
         return Miss.at(anchor, f"{cls.__name__}: the idiom ending here did not match")
 
-    def accepts(self, match: Match) -> bool:
+    def accepts(self, site: SiteT) -> bool:
         """True when every non-None setting equals what the site holds."""
+        attrs = site.attrs
         return all(
-            wanted is None or _setting_equal(match.attrs.get(name), wanted)
+            wanted is None or _setting_equal(attrs.get(name), wanted)
             for name, wanted in self.settings.items()
         )
 
-    def extra_check(self, match: Match) -> bool:
+    def extra_check(self, site: SiteT) -> bool:
         """Pattern-specific checks beyond structure and settings (kernel capability...)."""
         return True
 
     @abstractmethod
-    def rewrite(self, graph: fx.Graph, match: Match) -> None:
+    def rewrite(self, graph: fx.Graph, site: SiteT) -> None:
         """Replace the matched site with the fused op (nodes left dead are erased)."""
 
     @abstractmethod
@@ -185,9 +205,9 @@ class PatternPass(GraphPass):
     counts_candidates = True
 
     def __init__(self) -> None:
-        self._patterns: dict[tuple[Any, ...], FusionPattern] = {}
+        self._patterns: dict[tuple[Any, ...], FusionPattern[Any]] = {}
 
-    def register(self, pattern: FusionPattern) -> bool:
+    def register(self, pattern: FusionPattern[Any]) -> bool:
         """Add `pattern` unless one with the same key is already registered here."""
         if pattern.key in self._patterns:
             return False
@@ -195,7 +215,7 @@ class PatternPass(GraphPass):
         return True
 
     @property
-    def patterns(self) -> tuple[FusionPattern, ...]:
+    def patterns(self) -> tuple[FusionPattern[Any], ...]:
         return tuple(self._patterns.values())
 
     def settings(self) -> dict[str, Any]:
@@ -207,7 +227,7 @@ class PatternPass(GraphPass):
         return self.sites(graph).matched
 
     def sites(self, graph: fx.Graph) -> SiteResult:
-        by_class: dict[type[FusionPattern], list[FusionPattern]] = {}
+        by_class: dict[type[FusionPattern[Any]], list[FusionPattern[Any]]] = {}
         for pattern in self._patterns.values():
             by_class.setdefault(type(pattern), []).append(pattern)
         # Candidate anchors -> None once rewritten, else the first reason matching stopped (a
@@ -229,23 +249,23 @@ class PatternPass(GraphPass):
     def _try(
         graph: fx.Graph,
         node: fx.Node,
-        cls: type[FusionPattern],
-        patterns: Sequence[FusionPattern],
+        cls: type[FusionPattern[Any]],
+        patterns: Sequence[FusionPattern[Any]],
         explain: bool = True,
     ) -> Miss | None:
         """Rewrite the site at `node` (None) or say why not (`explain`: diagnose where the
         idiom stopped, which walks the graph again)."""
-        match = cls.extract(node)
-        if match is None:
+        site = cls.extract(node)
+        if site is None:
             return cls.diagnose(node) if explain else Miss.at(node, "no match")
-        if not same_stream(match.nodes):
+        if not same_stream(site.nodes):
             return Miss.at(node, "the site's nodes run on different streams")
         refused = []
         for pattern in patterns:
-            if pattern.accepts(match) and pattern.extra_check(match):
-                pattern.rewrite(graph, match)
+            if pattern.accepts(site) and pattern.extra_check(site):
+                pattern.rewrite(graph, site)
                 return None
             refused.append(pattern)
-        found = ", ".join(f"{k}={_key_value(v)!r}" for k, v in sorted(match.attrs.items()))
+        found = ", ".join(f"{k}={_key_value(v)!r}" for k, v in sorted(site.attrs.items()))
         return Miss.at(node, f"no registered pattern (of {len(refused)}) accepts the site "
                              f"({found}): a setting differs or the kernel does not support it")

@@ -59,7 +59,7 @@ class _PerEpsDtypePass(PatternPass):
                     self.register(pattern)
 
     @abstractmethod
-    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern]:
+    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern[Any]]:
         """The patterns for one eps and dtype that the kernels support on `self.soc`."""
 
 
@@ -69,7 +69,7 @@ class NormQuantPass(_PerEpsDtypePass):
 
     name = "norm_quant"
 
-    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern]:
+    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern[Any]]:
         soc = self.soc
         if supports("add_rms_norm_quant", dtype=dtype, soc=soc):
             for bias in (False, True):
@@ -102,7 +102,7 @@ class QKNormRopePass(_PerEpsDtypePass):
         )
         super().__init__(eps_values=eps_values, dtypes=dtypes, soc=soc)
 
-    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern]:
+    def patterns_for(self, eps: float, dtype: torch.dtype) -> Iterator[FusionPattern[Any]]:
         for head_dim, q_size, kv_size in self.geometries:
             if not supports(FUSED_OP, dtype=dtype, head_dim=head_dim, soc=self.soc):
                 continue

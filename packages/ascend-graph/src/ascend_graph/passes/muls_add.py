@@ -7,6 +7,7 @@ when the graph records them (the fused kernel does not broadcast).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,7 +51,20 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-class MulsAddPattern(FusionPattern):
+@dataclass(frozen=True)
+class MulsAddSite(Match):
+    """`x * scale + y`, by `muls_add`'s argument names; `nodes` are (mul, add)."""
+
+    x: fx.Node
+    y: fx.Node
+    scale: float
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return {"scale": self.scale, "dtype": node_dtype(self.x)}
+
+
+class MulsAddPattern(FusionPattern[MulsAddSite]):
     """Keyed by scale (None = any constant) and dtype."""
 
     anchors = (aten.add.Tensor,)
@@ -79,7 +93,7 @@ class MulsAddPattern(FusionPattern):
                                "values (the fused kernel does not broadcast)")
 
     @classmethod
-    def extract(cls, anchor: fx.Node) -> Match | None:
+    def extract(cls, anchor: fx.Node) -> MulsAddSite | None:
         if len(anchor.args) != 2 or arg(anchor, 2, "alpha", 1) != 1:
             return None
         for mul, y in (anchor.args, anchor.args[::-1]):
@@ -92,20 +106,17 @@ class MulsAddPattern(FusionPattern):
                 return None
             if xv.dtype != yv.dtype or not same_shape(xv, yv) or not same_shape(xv, ov):
                 return None
-            attrs = {"scale": scale, "dtype": node_dtype(x)}
-            return Match([mul, anchor], attrs, {"x": x, "y": y})
+            return MulsAddSite((mul, anchor), x=x, y=y, scale=scale)
         return None
 
-    def rewrite(self, graph: fx.Graph, match: Match) -> None:
-        mul, add = match.nodes
-        v = match.values
+    def rewrite(self, graph: fx.Graph, site: MulsAddSite) -> None:
+        mul, add = site.nodes
+        op = ascend_op("muls_add")
         with graph.inserting_before(add):
-            fused = graph.call_function(
-                ascend_op("muls_add"), (v["x"], v["y"], match.attrs["scale"])
-            )
+            fused = graph.call_function(op, site.arguments(op))
         # extract() required the add's example value: the fused node produces exactly it
         fused.meta["val"] = add.meta["val"]
-        label = stream_label(match.nodes)
+        label = stream_label(site.nodes)
         if label is not None:
             fused.meta["stream_label"] = label
         add.replace_all_uses_with(fused)

@@ -14,6 +14,7 @@ quantisation; getitem 1, the new residual, may have any users):
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -39,8 +40,39 @@ ascend = torch.ops.ascend
 _WIDTH = 64  # example hidden size: a multiple of the MX block (32)
 
 
-def _add_norm_site(y: Any, allow_bias: bool) -> dict[str, Any] | None:
-    """Decompose `y` = add_rms_norm(...)[0] used once; None when `y` is anything else."""
+@dataclass(frozen=True)
+class AddNormQuantSite(Match):
+    """A quantisation of `add_rms_norm(...)[0]`, by the fused op's argument names.
+
+    `norm` is the add_rms_norm, `quant` the quantisation (anchor), `residual_items` the users
+    of the norm's new residual (getitem 1), `point` where the fused op goes."""
+
+    x: Any
+    residual: Any
+    weight: Any
+    eps: Any
+    bias: Any
+    norm: fx.Node
+    quant: fx.Node
+    residual_items: tuple[fx.Node, ...]
+    point: fx.Node
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return {"eps": self.eps, "dtype": node_dtype(self.x), "bias": self.bias is not None}
+
+
+@dataclass(frozen=True)
+class AddNormStaticQuantSite(AddNormQuantSite):
+    """An `AddNormQuantSite` whose quantisation is static: its scale and offset."""
+
+    scale: Any
+    offset: Any
+
+
+def _add_norm(y: Any, allow_bias: bool) -> tuple[fx.Node, tuple[fx.Node, ...]] | None:
+    """(add_rms_norm, users of its residual) when `y` = add_rms_norm(...)[0] is used once and
+    the norm has the bias `allow_bias` permits; None when `y` is anything else."""
     norm = getitem_of(y, 0)
     if norm is None or not is_call(norm, ascend.add_rms_norm.default):
         return None
@@ -49,30 +81,17 @@ def _add_norm_site(y: Any, allow_bias: bool) -> dict[str, Any] | None:
         return None
     if any(not is_call(u, operator.getitem) for u in norm.users):
         return None
-    bias = arg(norm, 4, "bias")
-    if bias is not None and not allow_bias:
+    if arg(norm, 4, "bias") is not None and not allow_bias:
         return None
-    return {
-        "norm": norm,
-        "x": norm.args[0],
-        "residual": norm.args[1],
-        "weight": norm.args[2],
-        "eps": arg(norm, 3, "eps"),
-        "bias": bias,
-        "residual_items": items.get(1, []),
-    }
+    return norm, tuple(items.get(1, []))
 
 
-class _AddNormQuantBase(FusionPattern):
+class _AddNormQuantBase(FusionPattern[AddNormQuantSite]):
     """Shared matching/rewriting of the add_rms_norm-then-quantise idioms."""
 
     fused: ClassVar[str] = ""
     quant_outputs: ClassVar[int] = 1  # outputs of the quantisation op (1 or 2)
     allow_bias: ClassVar[bool] = True
-
-    @classmethod
-    def _quant_extra_args(cls, quant: fx.Node) -> list[Any]:
-        return []
 
     @classmethod
     def is_candidate(cls, anchor: fx.Node) -> bool:
@@ -81,59 +100,62 @@ class _AddNormQuantBase(FusionPattern):
             getitem_of(anchor.args[0], 0), ascend.add_rms_norm.default)
 
     @classmethod
-    def extract(cls, anchor: fx.Node) -> Match | None:
+    def extract(cls, anchor: fx.Node) -> AddNormQuantSite | None:
         y = anchor.args[0]
-        if sole_user(y) is not anchor:
+        if not isinstance(y, fx.Node) or sole_user(y) is not anchor:
             return None
-        site = _add_norm_site(y, cls.allow_bias)
-        if site is None:
+        found = _add_norm(y, cls.allow_bias)
+        if found is None:
             return None
+        norm, residual_items = found
         if cls.quant_outputs == 1:
-            quant_items: list[fx.Node] = [anchor]
+            quant_items: tuple[fx.Node, ...] = (anchor,)
         else:
             if any(not is_call(u, operator.getitem) for u in anchor.users):
                 return None
-            quant_items = [u for u in anchor.users]
-        extra = cls._quant_extra_args(anchor)
-        inputs = [site["x"], site["residual"], site["weight"], site["bias"], *extra]
-        point = insertion_point([*quant_items, *site["residual_items"]], inputs)
+            quant_items = tuple(anchor.users)
+        x, residual, weight = norm.args[:3]
+        bias = arg(norm, 4, "bias")
+        static = cls.quant_outputs == 1  # quantize(y, scale, offset)
+        extra = [arg(anchor, 1, "scale"), arg(anchor, 2, "offset")] if static else []
+        point = insertion_point([*quant_items, *residual_items],
+                                [x, residual, weight, bias, *extra])
         if point is None:
             return None
-        nodes = [site["norm"], y, anchor, *site["residual_items"]]
+        nodes = (norm, y, anchor, *residual_items)
         if cls.quant_outputs == 2:
             nodes += quant_items
-        attrs = {
-            "eps": site["eps"],
-            "dtype": node_dtype(site["x"]),
-            "bias": site["bias"] is not None,
-        }
-        return Match(nodes, attrs, {**site, "quant": anchor, "extra": extra, "point": point})
+        common: dict[str, Any] = {
+            "x": x, "residual": residual, "weight": weight, "eps": arg(norm, 3, "eps"),
+            "bias": bias, "norm": norm, "quant": anchor, "residual_items": residual_items,
+            "point": point,
+        }  # fmt: skip
+        if static:
+            scale, offset = extra
+            return AddNormStaticQuantSite(nodes, **common, scale=scale, offset=offset)
+        return AddNormQuantSite(nodes, **common)
 
-    def _fused_args(self, v: dict[str, Any]) -> tuple[Any, ...]:
-        raise NotImplementedError
-
-    def rewrite(self, graph: fx.Graph, match: Match) -> None:
-        v = match.values
-        quant = v["quant"]
+    def rewrite(self, graph: fx.Graph, site: AddNormQuantSite) -> None:
+        quant, op = site.quant, ascend_op(self.fused)
         if self.quant_outputs == 1:
             vals = [quant.meta.get("val")]
         else:
             vals = [meta_item(quant, 0), meta_item(quant, 1)]
         outs = insert_fused(
             graph,
-            v["point"],
-            ascend_op(self.fused),
-            self._fused_args(v),
-            [*vals, meta_item(v["norm"], 1)],
-            stream_label(match.nodes),
+            site.point,
+            op,
+            site.arguments(op),
+            [*vals, meta_item(site.norm, 1)],
+            stream_label(site.nodes),
         )
         if self.quant_outputs == 1:
             quant.replace_all_uses_with(outs[0])
         else:
             redirect_getitems(quant, outs)
-        for item in v["residual_items"]:
+        for item in site.residual_items:
             item.replace_all_uses_with(outs[-1])
-        erase_dead(match.nodes)
+        erase_dead(site.nodes)
 
 
 def _norm_inputs(bias: bool) -> tuple[torch.Tensor, ...]:
@@ -157,14 +179,6 @@ class AddRmsNormQuantPattern(_AddNormQuantBase):
 
     def __init__(self, *, eps: float, dtype: torch.dtype, bias: bool) -> None:
         super().__init__(eps=eps, dtype=dtype, bias=bias)
-
-    @classmethod
-    def _quant_extra_args(cls, quant: fx.Node) -> list[Any]:
-        return [quant.args[1], quant.args[2]]
-
-    def _fused_args(self, v: dict[str, Any]) -> tuple[Any, ...]:
-        scale, offset = v["extra"]
-        return (v["x"], v["residual"], v["weight"], scale, offset, v["eps"], v["bias"])
 
     def example_inputs(self) -> tuple[Any, ...]:
         base = _norm_inputs(self.settings["bias"])
@@ -198,9 +212,6 @@ class AddRmsNormDynamicQuantPattern(_AddNormQuantBase):
     def __init__(self, *, eps: float, dtype: torch.dtype, bias: bool) -> None:
         super().__init__(eps=eps, dtype=dtype, bias=bias)
 
-    def _fused_args(self, v: dict[str, Any]) -> tuple[Any, ...]:
-        return (v["x"], v["residual"], v["weight"], v["eps"], v["bias"])
-
     def example_inputs(self) -> tuple[Any, ...]:
         return _cast(_norm_inputs(self.settings["bias"]), self.settings["dtype"])
 
@@ -226,9 +237,6 @@ class AddRmsNormDynamicMxQuantPattern(_AddNormQuantBase):
     def __init__(self, *, eps: float, dtype: torch.dtype) -> None:
         super().__init__(eps=eps, dtype=dtype)
 
-    def _fused_args(self, v: dict[str, Any]) -> tuple[Any, ...]:
-        return (v["x"], v["residual"], v["weight"], v["eps"])
-
     def example_inputs(self) -> tuple[Any, ...]:
         return _cast(_norm_inputs(False), self.settings["dtype"])
 
@@ -243,7 +251,23 @@ class AddRmsNormDynamicMxQuantPattern(_AddNormQuantBase):
         return ascend.add_rms_norm_dynamic_mx_quant(x, r, w, self.settings["eps"])
 
 
-class RmsNormDynamicMxQuantPattern(FusionPattern):
+@dataclass(frozen=True)
+class RmsNormMxQuantSite(Match):
+    """`dynamic_mx_quant(rms_norm(x, weight, eps))`, by the fused op's argument names; `quant`
+    is the quantisation (anchor), `point` where the fused op goes."""
+
+    x: Any
+    weight: Any
+    eps: Any
+    quant: fx.Node
+    point: fx.Node
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return {"eps": self.eps, "dtype": node_dtype(self.x)}
+
+
+class RmsNormDynamicMxQuantPattern(FusionPattern[RmsNormMxQuantSite]):
     """MX fp8: rms_norm (no residual) then dynamic_mx_quant."""
 
     anchors = ("dynamic_mx_quant",)
@@ -257,7 +281,7 @@ class RmsNormDynamicMxQuantPattern(FusionPattern):
         return bool(anchor.args) and is_call(anchor.args[0], ascend.rms_norm.default)
 
     @classmethod
-    def extract(cls, anchor: fx.Node) -> Match | None:
+    def extract(cls, anchor: fx.Node) -> RmsNormMxQuantSite | None:
         norm = anchor.args[0]
         if not is_call(norm, ascend.rms_norm.default) or sole_user(norm) is not anchor:
             return None
@@ -268,22 +292,21 @@ class RmsNormDynamicMxQuantPattern(FusionPattern):
         point = insertion_point(outputs or [anchor], [x, weight])
         if point is None:
             return None
-        attrs = {"eps": arg(norm, 2, "eps"), "dtype": node_dtype(x)}
-        values = {"x": x, "weight": weight, "eps": attrs["eps"], "point": point}
-        return Match([norm, anchor, *outputs], attrs, values)
+        return RmsNormMxQuantSite((norm, anchor, *outputs), x=x, weight=weight,
+                                  eps=arg(norm, 2, "eps"), quant=anchor, point=point)
 
-    def rewrite(self, graph: fx.Graph, match: Match) -> None:
-        v, anchor = match.values, match.nodes[1]
+    def rewrite(self, graph: fx.Graph, site: RmsNormMxQuantSite) -> None:
+        op, quant = ascend_op("rms_norm_dynamic_mx_quant"), site.quant
         outs = insert_fused(
             graph,
-            v["point"],
-            ascend.rms_norm_dynamic_mx_quant.default,
-            (v["x"], v["weight"], v["eps"]),
-            [meta_item(anchor, 0), meta_item(anchor, 1)],
-            stream_label(match.nodes),
+            site.point,
+            op,
+            site.arguments(op),
+            [meta_item(quant, 0), meta_item(quant, 1)],
+            stream_label(site.nodes),
         )
-        redirect_getitems(anchor, outs)
-        erase_dead(match.nodes)
+        redirect_getitems(quant, outs)
+        erase_dead(site.nodes)
 
     def example_inputs(self) -> tuple[Any, ...]:
         x, _, w = _norm_inputs(False)

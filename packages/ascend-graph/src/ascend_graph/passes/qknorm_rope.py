@@ -16,6 +16,7 @@ only by the next step, both norms must share eps, and both sides must agree on t
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,8 +49,80 @@ ascend = torch.ops.ascend
 FUSED_OP = "split_qkv_rmsnorm_rope"
 
 
-def _split_signature(split: Any) -> tuple[Any, ...] | None:
-    """(qkv, sizes, dim) of a 3-way last-dim split_with_sizes, else None."""
+SplitSignature = tuple[fx.Node, tuple[int, int, int]]
+
+
+@dataclass(frozen=True)
+class NormedSide:
+    """q or k of a site: split getitem -> per-head view -> rms_norm (+ bias) -> flat view."""
+
+    signature: SplitSignature
+    split: fx.Node
+    weight: Any
+    eps: Any
+    bias: Any
+    nodes: tuple[fx.Node, ...]
+
+
+@dataclass(frozen=True)
+class QKNormRopeSite(Match):
+    """A q/k norm + rope site, by the fused op's argument names where it has them."""
+
+    qkv: fx.Node
+    q: NormedSide
+    k: NormedSide
+    positions: Any
+    cos_sin_cache: Any
+    head_size: int
+    rotary_dim: Any
+    is_neox: Any
+    dtype: torch.dtype | None
+    rope: fx.Node
+    v_items: tuple[fx.Node, ...]
+    point: fx.Node
+
+    @property
+    def q_size(self) -> int:
+        return self.q.signature[1][0]
+
+    @property
+    def kv_size(self) -> int:
+        return self.q.signature[1][1]
+
+    @property
+    def q_weight(self) -> Any:
+        return self.q.weight
+
+    @property
+    def k_weight(self) -> Any:
+        return self.k.weight
+
+    @property
+    def q_bias(self) -> Any:
+        return self.q.bias
+
+    @property
+    def k_bias(self) -> Any:
+        return self.k.bias
+
+    @property
+    def eps(self) -> Any:
+        return self.q.eps  # the same as k's (checked by the matcher)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "eps": self.eps,
+            "dtype": self.dtype,
+            "bias": self.q.bias is not None,
+            "head_dim": self.head_size,
+            "q_size": self.q_size,
+            "kv_size": self.kv_size,
+        }
+
+
+def _split_signature(split: Any) -> SplitSignature | None:
+    """(qkv, sizes) of a 3-way last-dim split_with_sizes, else None."""
     if not is_call(split, aten.split_with_sizes.default):
         return None
     qkv, sizes = split.args[0], split.args[1]
@@ -59,12 +132,13 @@ def _split_signature(split: Any) -> tuple[Any, ...] | None:
     sizes_t = tuple(static_int(s) for s in sizes)
     if len(sizes_t) != 3 or None in sizes_t or sizes_t[1] != sizes_t[2]:
         return None
+    q_size, kv_size, v_size = (s for s in sizes_t if s is not None)
     # The fused kernel takes a [T, q_size + 2 * kv_size] qkv: a batched (3-D) qkv flattened
     # by the head views would reach it with the wrong rank.
     qkv_val = tensor_meta(qkv)
-    if qkv_val is None or qkv_val.dim() != 2 or dim not in (-1, 1):
+    if not isinstance(qkv, fx.Node) or qkv_val is None or qkv_val.dim() != 2 or dim not in (-1, 1):
         return None
-    return (qkv, sizes_t)
+    return (qkv, (q_size, kv_size, v_size))
 
 
 def _last_dims(node: fx.Node, count: int) -> tuple[int | None, ...] | None:
@@ -87,7 +161,7 @@ def _head_bias(bias: Any, normed: Any, head_size: int) -> bool:
     return tuple(static_int(d) for d in bias_val.shape) == (head_size,)
 
 
-def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any] | Miss:
+def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> NormedSide | Miss:
     """Walk back from rope input `flat` to the split getitem; the first deviation as a Miss."""
     side = "qk"[index]
     if not is_call(flat, RESHAPE_TARGETS):
@@ -111,7 +185,7 @@ def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any
         return why_not(heads, f"a per-head reshape used only by the {side} norm")
     item = heads.args[0]
     split = getitem_of(item, index)
-    if split is None or sole_user(item) is not heads:
+    if split is None or not isinstance(item, fx.Node) or sole_user(item) is not heads:
         return why_not(item, f"getitem {index} of a split, used only by the {side} reshape")
     signature = _split_signature(split)
     if signature is None:
@@ -123,15 +197,8 @@ def _side(flat: Any, rope: fx.Node, index: int, head_size: int) -> dict[str, Any
         return Miss.at(heads, f"the {side} head view is not [T, heads, {head_size}]")
     if head_dims[0] * head_size != size or flat_dims != (size,):
         return Miss.at(heads, f"the {side} views do not cover the split's {size} columns")
-    nodes = [item, heads, normed, flat] + ([add] if add is not None else [])
-    return {
-        "signature": signature,
-        "split": split,
-        "weight": normed.args[1],
-        "eps": arg(normed, 2, "eps"),
-        "bias": bias,
-        "nodes": nodes,
-    }
+    nodes = (item, heads, normed, flat) + ((add,) if add is not None else ())
+    return NormedSide(signature, split, normed.args[1], arg(normed, 2, "eps"), bias, nodes)
 
 
 def _feeds_from_norm(value: Any) -> bool:
@@ -146,7 +213,7 @@ def _feeds_from_norm(value: Any) -> bool:
     return is_call(value, ascend.rms_norm.default)
 
 
-class QKNormRopePattern(FusionPattern):
+class QKNormRopePattern(FusionPattern[QKNormRopeSite]):
     """Keyed by eps, dtype, head size, q/kv sizes (None = any) and bias; SoC in the context."""
 
     anchors = ("rotary_embedding",)
@@ -186,7 +253,7 @@ class QKNormRopePattern(FusionPattern):
                                "does not (v split differs, or an input is defined too late)")
 
     @classmethod
-    def _sides(cls, anchor: fx.Node) -> tuple[dict[str, Any], dict[str, Any]] | Miss:
+    def _sides(cls, anchor: fx.Node) -> tuple[NormedSide, NormedSide] | Miss:
         """Both matched sides of the rope at `anchor`, or where matching stopped."""
         head_size = static_int(arg(anchor, 4, "head_size"))
         if head_size is None:
@@ -199,78 +266,59 @@ class QKNormRopePattern(FusionPattern):
         k = _side(anchor.args[2], anchor, 1, head_size)
         if isinstance(k, Miss):
             return k
-        if q["signature"] != k["signature"] or q["eps"] != k["eps"]:
+        if q.signature != k.signature or q.eps != k.eps:
             return Miss.at(anchor, "q and k come from different splits or norm eps values")
-        if (q["bias"] is None) != (k["bias"] is None):
+        if (q.bias is None) != (k.bias is None):
             return Miss.at(anchor, "only one of q and k has a bias")
         return q, k
 
     @classmethod
-    def extract(cls, anchor: fx.Node) -> Match | None:
+    def extract(cls, anchor: fx.Node) -> QKNormRopeSite | None:
         positions, _, _, cache = anchor.args[:4]
         sides = cls._sides(anchor)
-        if isinstance(sides, Miss):
+        head_size = static_int(arg(anchor, 4, "head_size"))
+        if isinstance(sides, Miss) or head_size is None:
             return None
         q, k = sides
-        head_size = static_int(arg(anchor, 4, "head_size"))
-        qkv, sizes = q["signature"]
-        v_items = [
+        qkv = q.signature[0]
+        v_items = tuple(
             item
             for split in qkv.users
-            if _split_signature(split) == q["signature"]
+            if _split_signature(split) == q.signature
             for item in getitems(split).get(2, [])
-        ]
-        splits = {q["split"], k["split"], *(getitem_of(i) for i in v_items)}
-        rope_items = list(anchor.users)
-        inputs = [qkv, q["weight"], k["weight"], positions, cache, q["bias"], k["bias"]]
+        )
+        splits = {q.split, k.split}
+        splits.update(split for split in map(getitem_of, v_items) if split is not None)
+        rope_items = tuple(anchor.users)
+        inputs = [qkv, q.weight, k.weight, positions, cache, q.bias, k.bias]
         point = insertion_point([*rope_items, *v_items], inputs)
         if point is None:
             return None
-        attrs = {
-            "eps": q["eps"],
-            "dtype": node_dtype(qkv),
-            "bias": q["bias"] is not None,
-            "head_dim": head_size,
-            "q_size": sizes[0],
-            "kv_size": sizes[1],
-        }
-        nodes = [*q["nodes"], *k["nodes"], *splits, anchor, *rope_items, *v_items]
-        values = {
-            "qkv": qkv,
-            "positions": positions,
-            "cache": cache,
-            "rotary_dim": arg(anchor, 5, "rotary_dim"),
-            "is_neox": arg(anchor, 6, "is_neox"),
-            "q": q,
-            "k": k,
-            "v_items": v_items,
-            "rope": anchor,
-            "point": point,
-        }
-        return Match(nodes, attrs, values)
+        nodes = (*q.nodes, *k.nodes, *splits, anchor, *rope_items, *v_items)
+        return QKNormRopeSite(
+            nodes, qkv=qkv, q=q, k=k, positions=positions, cos_sin_cache=cache,
+            head_size=head_size, rotary_dim=arg(anchor, 5, "rotary_dim"),
+            is_neox=arg(anchor, 6, "is_neox"), dtype=node_dtype(qkv), rope=anchor,
+            v_items=v_items, point=point,
+        )
 
-    def extra_check(self, match: Match) -> bool:
-        a = match.attrs
-        return supports(FUSED_OP, dtype=a["dtype"], head_dim=a["head_dim"], soc=self.context["soc"])
+    def extra_check(self, site: QKNormRopeSite) -> bool:
+        return supports(FUSED_OP, dtype=site.dtype, head_dim=site.head_size,
+                        soc=self.context["soc"])
 
-    def rewrite(self, graph: fx.Graph, match: Match) -> None:
-        v, a = match.values, match.attrs
-        fused_args = (
-            v["qkv"], v["q"]["weight"], v["k"]["weight"], v["positions"], v["cache"],
-            a["q_size"], a["kv_size"], a["head_dim"], v["rotary_dim"], v["is_neox"], a["eps"],
-            v["q"]["bias"], v["k"]["bias"],
-        )  # fmt: skip
-        rope = v["rope"]
+    def rewrite(self, graph: fx.Graph, site: QKNormRopeSite) -> None:
+        op = ascend_op(FUSED_OP)
+        rope = site.rope
         # The op's v is a fresh copy of qkv's v columns; v's consumers keep reading qkv's view
         # (the unfused graph's v), so no copy of v is made where the op is inlined (host CPU)
         # and the attention input is what it is without fusion.
-        fresh_v = fresh_like(meta_item(v["q"]["split"], 2))
+        fresh_v = fresh_like(meta_item(site.q.split, 2))
         vals = [meta_item(rope, 0), meta_item(rope, 1), fresh_v]
-        label = stream_label(match.nodes)
-        outs = insert_fused(graph, v["point"], ascend_op(FUSED_OP), fused_args, vals, label)
+        label = stream_label(site.nodes)
+        outs = insert_fused(graph, site.point, op, site.arguments(op), vals, label)
         redirect_getitems(rope, outs)
         graph.erase_node(outs[2])
-        erase_dead(match.nodes)
+        erase_dead(site.nodes)
 
     # --- reference functions (eager) -------------------------------------------------------
 

@@ -42,9 +42,9 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return (gate * x32[..., d:]).to(x.dtype)
 
 
-def npu_silu_and_mul(npu: ModuleType, x: torch.Tensor) -> torch.Tensor:
+def npu_silu_and_mul(npu: ModuleType, a: Arguments) -> torch.Tensor:
     """NPU: ``npu_swiglu`` over the last dim (gate first, like vLLM)."""
-    out: torch.Tensor = npu.npu_swiglu(x, dim=-1)
+    out: torch.Tensor = npu.npu_swiglu(a["x"], dim=-1)
     return out
 
 

@@ -305,22 +305,14 @@ def fia_supported(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
             and num_kv_heads * head_size <= FIA_MAX_KV_WIDTH)
 
 
-def npu_paged_attention(
-    npu: ModuleType,
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    query_ends: Sequence[int],
-    seq_lens: Sequence[int],
-    scale: float,
-) -> torch.Tensor:
+def npu_paged_attention(npu: ModuleType, a: Arguments) -> torch.Tensor:
     """NPU: ``npu_fused_infer_attention_score`` over the paged cache (TND, sparse_mode 3);
     padding rows are not passed to the kernel and come back as zeros."""
+    query, key_cache, value_cache = a["query"], a["key_cache"], a["value_cache"]
+    query_ends = a["query_ends"]
     rows = query_ends[-1] if len(query_ends) else 0
     if not fia_supported(query, key_cache) or rows == 0:
-        return paged_attention(query, key_cache, value_cache, block_table, query_ends,
-                               seq_lens, scale)
+        return paged_attention(**a)
     num_blocks, block_size, num_kv_heads, head_size = key_cache.shape
     width = num_kv_heads * head_size
     out: torch.Tensor = npu.npu_fused_infer_attention_score(
@@ -328,37 +320,31 @@ def npu_paged_attention(
         key_cache.view(num_blocks, block_size, width),
         value_cache.view(num_blocks, block_size, width),
         atten_mask=causal_mask(query.device),
-        block_table=block_table,
+        block_table=a["block_table"],
         input_layout="TND",
         block_size=block_size,
         actual_seq_lengths=list(query_ends),
-        actual_seq_lengths_kv=list(seq_lens),
+        actual_seq_lengths_kv=list(a["seq_lens"]),
         num_key_value_heads=num_kv_heads,
         num_heads=query.shape[1],
-        scale=scale,
+        scale=a["scale"],
         sparse_mode=3,
     )[0]
     if rows == query.shape[0]:
         return out
-    padded = query.new_zeros(query.shape)
+    padded: torch.Tensor = query.new_zeros(query.shape)
     padded[:rows] = out
     return padded
 
 
-def npu_reshape_and_cache(
-    npu: ModuleType,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> None:
+def npu_reshape_and_cache(npu: ModuleType, a: Arguments) -> None:
     """NPU: ``npu_scatter_pa_kv_cache`` (ND caches, ``cache_mode="Norm"``) of the first N
     rows. The kernel documents slots in ``[0, num_blocks * block_size)``: callers pass the
     real tokens' slots (skipping negative ones would need a device sync)."""
+    slot_mapping = a["slot_mapping"]
     count = slot_mapping.shape[0]
-    npu.npu_scatter_pa_kv_cache(key[:count], value[:count], key_cache, value_cache,
-                                slot_mapping, cache_mode="Norm")
+    npu.npu_scatter_pa_kv_cache(a["key"][:count], a["value"][:count], a["key_cache"],
+                                a["value_cache"], slot_mapping, cache_mode="Norm")
 
 
 SPECS = (

@@ -31,9 +31,9 @@ def muls_add(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
     return (x.to(F32) * scale + y.to(F32)).to(x.dtype)
 
 
-def npu_muls_add(npu: ModuleType, x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+def npu_muls_add(npu: ModuleType, a: Arguments) -> torch.Tensor:
     """NPU: one aclnnAdd with alpha, ``y + scale * x``."""
-    return torch.add(y, x, alpha=scale)
+    return torch.add(a["y"], a["x"], alpha=a["scale"])
 
 
 SPECS = (

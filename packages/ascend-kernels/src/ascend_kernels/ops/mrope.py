@@ -124,38 +124,25 @@ def mrotary_embedding(
     return outs[0], outs[1]
 
 
-def npu_mrotary_embedding(
-    npu: ModuleType,
-    positions: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    mrope_section: Sequence[int],
-    is_neox: bool,
-    interleaved: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def npu_mrotary_embedding(npu: ModuleType, a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU: ``npu_mrope`` on 2-D copies (section ``[0, 0, 0]`` for text positions)."""
+    positions, q, k, head_size = a["positions"], a["q"], a["k"], a["head_size"]
     if (
-        rotary_dim != head_size
-        or (interleaved and positions.dim() == 2)
-        or not mrope_rotary_supported(q.dtype, rotary_dim)
+        a["rotary_dim"] != head_size
+        or (a["interleaved"] and positions.dim() == 2)
+        or not mrope_rotary_supported(q.dtype, a["rotary_dim"])
     ):
-        return mrotary_embedding(
-            positions, q, k, cos_sin_cache, head_size, rotary_dim, mrope_section, is_neox,
-            interleaved,
-        )
+        return mrotary_embedding(**a)
     tokens = positions.shape[-1]
-    section = [0, 0, 0] if positions.dim() == 1 else [int(s) for s in mrope_section]
+    section = [0, 0, 0] if positions.dim() == 1 else [int(s) for s in a["mrope_section"]]
     q_rot, k_rot = npu.npu_mrope(
         positions.contiguous(),
         q.reshape(tokens, -1).contiguous(),
         k.reshape(tokens, -1).contiguous(),
-        cos_sin_cache.contiguous(),
+        a["cos_sin_cache"].contiguous(),
         head_size,
         mrope_section=section,
-        rotary_mode="half" if is_neox else "interleave",
+        rotary_mode="half" if a["is_neox"] else "interleave",
     )
     return q_rot.reshape(q.shape), k_rot.reshape(k.shape)
 

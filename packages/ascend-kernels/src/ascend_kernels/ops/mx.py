@@ -80,9 +80,10 @@ def _trim_mx_scale(scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return flat[..., :num_blocks(x.shape[-1])].contiguous().view(E8M0)
 
 
-def npu_dynamic_mx_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def npu_dynamic_mx_quant(npu: ModuleType, a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU: ``npu_dynamic_mx_quant -> (y, mxscale)``; 1-7 dims, and float32 only with at
     least one whole block (H >= 32)."""
+    x = a["x"]
     if x.dtype == torch.float32 and x.shape[-1] < BLOCK:
         return dynamic_mx_quant(x)
     rows = x if x.dim() <= MX_MAX_DIMS else x.reshape(-1, x.shape[-1])
@@ -91,19 +92,21 @@ def npu_dynamic_mx_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor
 
 
 def npu_add_rms_norm_dynamic_mx_quant(
-    npu: ModuleType, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    npu: ModuleType, a: Arguments
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """NPU: ``npu_add_rms_norm_dynamic_mx_quant -> (y, x1 + x2, mxscale)``."""
-    out = npu.npu_add_rms_norm_dynamic_mx_quant(x, residual, weight, epsilon=eps, dst_type=E4M3)
-    return out[0], _trim_mx_scale(out[2], x), out[1]
+    out = npu.npu_add_rms_norm_dynamic_mx_quant(
+        a["x"], a["residual"], a["weight"], epsilon=a["eps"], dst_type=E4M3
+    )
+    return out[0], _trim_mx_scale(out[2], a["x"]), out[1]
 
 
 def npu_rms_norm_dynamic_mx_quant(
-    npu: ModuleType, x: torch.Tensor, weight: torch.Tensor, eps: float
+    npu: ModuleType, a: Arguments
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU: ``npu_rms_norm_dynamic_mx_quant -> (y, mxscale)``."""
-    out = npu.npu_rms_norm_dynamic_mx_quant(x, weight, epsilon=eps, dst_type=E4M3)
-    return out[0], _trim_mx_scale(out[1], x)
+    out = npu.npu_rms_norm_dynamic_mx_quant(a["x"], a["weight"], epsilon=a["eps"], dst_type=E4M3)
+    return out[0], _trim_mx_scale(out[1], a["x"])
 
 
 def _q_scale(a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:

@@ -105,34 +105,37 @@ def add_rms_norm(
     return y32.to(x.dtype), summed
 
 
-def npu_rms_norm(
-    npu: ModuleType, x: torch.Tensor, weight: torch.Tensor, eps: float
-) -> torch.Tensor:
+def npu_rms_norm(npu: ModuleType, a: Arguments) -> torch.Tensor:
     """NPU: ``npu_rms_norm -> (y, rstd)``; gamma must have x's dtype."""
+    x, weight = a["x"], a["weight"]
     if not same_dtype(x, weight):
-        return rms_norm(x, weight, eps)
-    out: torch.Tensor = npu.npu_rms_norm(kernel_rows(x), weight, epsilon=eps)[0]
+        return rms_norm(**a)
+    out: torch.Tensor = npu.npu_rms_norm(kernel_rows(x), weight, epsilon=a["eps"])[0]
     return out.reshape(x.shape)
 
 
-def npu_add_rms_norm(
-    npu: ModuleType,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def npu_add_rms_norm(npu: ModuleType, a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU: ``npu_add_rms_norm -> (y, rstd, x1 + x2)``; no bias input, so it is added after."""
+    x, weight, bias = a["x"], a["weight"], a["bias"]
     if not same_dtype(x, weight):
-        return add_rms_norm(x, residual, weight, eps, bias)
+        return add_rms_norm(**a)
     y, _, residual_out = npu.npu_add_rms_norm(
-        kernel_rows(x), kernel_rows(residual), weight, epsilon=eps
+        kernel_rows(x), kernel_rows(a["residual"]), weight, epsilon=a["eps"]
     )
     y, residual_out = y.reshape(x.shape), residual_out.reshape(x.shape)
     if bias is not None:
         y = y + bias
     return y, residual_out
+
+
+def batch_invariant_add_rms_norm(a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batch-invariant ``add_rms_norm``: the sum stored in the input dtype, then
+    ``ascend::rms_norm`` of it (bias added after), as two ops: no fused kernel whose
+    reduction may depend on the batch. ``out`` reads the rounded sum (module docstring)."""
+    summed = a["x"] + a["residual"]
+    out = torch.ops.ascend.rms_norm(summed, a["weight"], a["eps"])
+    bias = a["bias"]
+    return (out if bias is None else out + bias), summed
 
 
 SPECS = (
@@ -146,7 +149,7 @@ SPECS = (
         "(Tensor x, Tensor residual, Tensor weight, float eps, Tensor? bias=None)"
         " -> (Tensor out, Tensor residual_out)",
         check_norm, add_rms_norm, fake=lambda a: (like(a["x"]), like(a["x"])),
-        npu=npu_add_rms_norm, decompose=True,
+        npu=npu_add_rms_norm, batch_invariant=batch_invariant_add_rms_norm, decompose=True,
         out_names=("out", "residual_out"),
     ),
 )

@@ -118,74 +118,62 @@ def add_rms_norm_dynamic_quant(
     return q, scale, summed
 
 
-def npu_quantize(
-    npu: ModuleType, x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
-) -> torch.Tensor:
+def npu_quantize(npu: ModuleType, a: Arguments) -> torch.Tensor:
     """NPU: ``npu_quantize`` with div_mode=True, ``round(x / scale + offset)``; axis -1
     covers per-tensor and per-channel."""
-    zero_points = offset_for_kernel(offset, QUANTIZE_OFFSET_DTYPES)
+    zero_points = offset_for_kernel(a["offset"], QUANTIZE_OFFSET_DTYPES)
     if zero_points is None:
-        return quantize(x, scale, offset)
+        return quantize(**a)
     out: torch.Tensor = npu.npu_quantize(
-        x, scale_for_kernel(scale).reshape(-1), zero_points.reshape(-1), torch.qint8, -1, True
+        a["x"], scale_for_kernel(a["scale"]).reshape(-1), zero_points.reshape(-1), torch.qint8,
+        -1, True,
     )
     return out
 
 
-def npu_dynamic_quant(npu: ModuleType, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def npu_dynamic_quant(npu: ModuleType, a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU: ``npu_dynamic_quant -> (int8 y, float32 per-token scale)``; fp16/bf16 only."""
+    x = a["x"]
     if x.dtype not in HALF:
         return dynamic_quant(x)
     q, scale = npu.npu_dynamic_quant(kernel_rows(x))
     return q.reshape(x.shape), scale.reshape(x.shape[:-1])
 
 
-def _norm_kwargs(eps: float, bias: torch.Tensor | None, **extra: Any) -> dict[str, Any]:
+def _norm_kwargs(a: Arguments, **extra: Any) -> dict[str, Any]:
     # The fused norm+quant kernels take eps as `epsilon` and the optional bias as `beta`.
-    kwargs: dict[str, Any] = {"epsilon": eps, **extra}
-    if bias is not None:
-        kwargs["beta"] = bias
+    kwargs: dict[str, Any] = {"epsilon": a["eps"], **extra}
+    if a["bias"] is not None:
+        kwargs["beta"] = a["bias"]
     return kwargs
 
 
-def npu_add_rms_norm_quant(
-    npu: ModuleType,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    scale: torch.Tensor,
-    offset: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def npu_add_rms_norm_quant(npu: ModuleType, a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU: ``npu_add_rms_norm_quant -> (y1, y2, x1 + x2)``; fp16/bf16 x, gamma-shaped
     scales1 (float32 or bf16) and zero_points1 (int32 or bf16)."""
-    zero_points = offset_for_kernel(offset, NORM_QUANT_OFFSET_DTYPES)
-    if x.dtype not in HALF or zero_points is None or not same_dtype(x, weight, bias):
-        return add_rms_norm_quant(x, residual, weight, scale, offset, eps, bias)
+    x, weight = a["x"], a["weight"]
+    zero_points = offset_for_kernel(a["offset"], NORM_QUANT_OFFSET_DTYPES)
+    if x.dtype not in HALF or zero_points is None or not same_dtype(x, weight, a["bias"]):
+        return add_rms_norm_quant(**a)
     out = npu.npu_add_rms_norm_quant(
-        kernel_rows(x), kernel_rows(residual), weight,
-        per_gamma(scale_for_kernel(scale), weight), per_gamma(zero_points, weight),
-        **_norm_kwargs(eps, bias),
+        kernel_rows(x), kernel_rows(a["residual"]), weight,
+        per_gamma(scale_for_kernel(a["scale"]), weight), per_gamma(zero_points, weight),
+        **_norm_kwargs(a),
     )  # fmt: skip
     return out[0].reshape(x.shape), out[2].reshape(x.shape)
 
 
 def npu_add_rms_norm_dynamic_quant(
-    npu: ModuleType,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
+    npu: ModuleType, a: Arguments
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """NPU: ``-> (y1, y2, x1 + x2, scale1, scale2)``; output_mask asks for the first
     quantization only. fp16/bf16 x with 2-8 dims, gamma and beta in x's dtype."""
-    if x.dtype not in HALF or not same_dtype(x, weight, bias):
-        return add_rms_norm_dynamic_quant(x, residual, weight, eps, bias)
-    kwargs = _norm_kwargs(eps, bias, output_mask=[True, False])
+    x, weight = a["x"], a["weight"]
+    if x.dtype not in HALF or not same_dtype(x, weight, a["bias"]):
+        return add_rms_norm_dynamic_quant(**a)
+    kwargs = _norm_kwargs(a, output_mask=[True, False])
     out = npu.npu_add_rms_norm_dynamic_quant(
-        kernel_rows(x), kernel_rows(residual), weight, **kwargs
+        kernel_rows(x), kernel_rows(a["residual"]), weight, **kwargs
     )
     return out[0].reshape(x.shape), out[3].reshape(x.shape[:-1]), out[2].reshape(x.shape)
 

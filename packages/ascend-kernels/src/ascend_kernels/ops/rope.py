@@ -218,59 +218,45 @@ def split_qkv_rmsnorm_rope(
     return outs[0], outs[1], v.clone(memory_format=torch.contiguous_format)
 
 
-def npu_rotary_embedding(
-    npu: ModuleType,
-    positions: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    is_neox: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def npu_rotary_embedding(npu: ModuleType, a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
     """NPU: ``_npu_rotary_embedding`` (an ATB op) on fresh 2-D copies of q and k."""
-    if rotary_dim != head_size or atb_load_error(npu) is not None:
+    positions, q, k, head_size = a["positions"], a["q"], a["k"], a["head_size"]
+    if a["rotary_dim"] != head_size or atb_load_error(npu) is not None:
         # The kernel rotates whole heads; partial rotary stays on the reference (any device),
         # and so does everything without NNAL's ATB library (the kernel is an ATB op).
-        return rotary_embedding(positions, q, k, cos_sin_cache, head_size, rotary_dim, is_neox)
+        return rotary_embedding(**a)
     # _npu_rotary_embedding rotates 2-D [T, heads * head_size] query/key in place: give it
     # fresh copies so the op stays functional.
     tokens = positions.numel()
     q_out = q.reshape(tokens, -1).clone(memory_format=torch.contiguous_format)
     k_out = k.reshape(tokens, -1).clone(memory_format=torch.contiguous_format)
-    npu._npu_rotary_embedding(positions, q_out, k_out, head_size, cos_sin_cache, is_neox)
+    npu._npu_rotary_embedding(positions, q_out, k_out, head_size, a["cos_sin_cache"],
+                              a["is_neox"])
     return q_out.view(q.shape), k_out.view(k.shape)
 
 
+#: The arguments ``split_qkv_rmsnorm_rope`` passes on to ``rotary_embedding`` as they are.
+ROPE_ARGUMENTS = ("positions", "cos_sin_cache", "head_size", "rotary_dim", "is_neox")
+
+
 def npu_split_qkv_rmsnorm_rope(
-    npu: ModuleType,
-    qkv: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
-    positions: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    q_size: int,
-    kv_size: int,
-    head_size: int,
-    rotary_dim: int,
-    is_neox: bool,
-    eps: float,
-    q_bias: torch.Tensor | None = None,
-    k_bias: torch.Tensor | None = None,
+    npu: ModuleType, a: Arguments
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """NPU: torch_npu has no single kernel: per-head ``npu_rms_norm`` (+ bias), then the rope
     kernel."""
+    qkv, head_size, eps = a["qkv"], a["head_size"], a["eps"]
+    q_size, kv_size = a["q_size"], a["kv_size"]
     tokens = qkv.shape[0]
-    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)  # type: ignore[no-untyped-call]
-    q_n = npu.npu_rms_norm(q.reshape(tokens, -1, head_size), q_weight, epsilon=eps)[0]
-    k_n = npu.npu_rms_norm(k.reshape(tokens, -1, head_size), k_weight, epsilon=eps)[0]
-    if q_bias is not None:
-        q_n = q_n + q_bias
-    if k_bias is not None:
-        k_n = k_n + k_bias
+    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+    q_n = npu.npu_rms_norm(q.reshape(tokens, -1, head_size), a["q_weight"], epsilon=eps)[0]
+    k_n = npu.npu_rms_norm(k.reshape(tokens, -1, head_size), a["k_weight"], epsilon=eps)[0]
+    if a["q_bias"] is not None:
+        q_n = q_n + a["q_bias"]
+    if a["k_bias"] is not None:
+        k_n = k_n + a["k_bias"]
+    rope = {name: a[name] for name in ROPE_ARGUMENTS}
     q_rot, k_rot = npu_rotary_embedding(
-        npu, positions, q_n.reshape(tokens, q_size), k_n.reshape(tokens, kv_size),
-        cos_sin_cache, head_size, rotary_dim, is_neox,
+        npu, {**rope, "q": q_n.reshape(tokens, q_size), "k": k_n.reshape(tokens, kv_size)}
     )
     return q_rot, k_rot, v.contiguous()
 

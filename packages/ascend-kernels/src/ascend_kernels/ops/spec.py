@@ -3,8 +3,11 @@
 An op family module (``ops/norm.py``, ``ops/rope.py``, ...) declares one spec per op: the
 schema (the op's signature, written once), the argument checks, the whole-tensor reference
 (which is also the inductor decomposition when ``decompose`` is set), an optional fake (the
-default runs the reference on fake tensors) and the NPU adapter. ``ascend_kernels.registration``
-turns the specs into ``torch.library`` registrations; nothing is looked up by name.
+default runs the reference on fake tensors), the NPU adapter and an optional batch-invariant
+variant. The Python signature is the schema's: the reference takes the schema's arguments in
+order (a test holds each reference to its schema) and everything else gets them by schema name
+(:data:`Arguments`). ``ascend_kernels.registration`` turns the specs into ``torch.library``
+registrations; nothing is looked up by name.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -20,13 +24,17 @@ from ascend_kernels.validation import check_no_partial_overlap, check_out, overl
 
 NAMESPACE = "ascend"
 
-#: The checks get the call's arguments by schema name (defaults filled in).
+#: A call's arguments by schema name (defaults filled in): what the checks, the fake, the NPU
+#: adapter and the batch-invariant variant get.
 Arguments = Mapping[str, Any]
+#: An NPU adapter: ``npu(torch_npu, arguments)``.
+NpuAdapter = Callable[[ModuleType, Arguments], Any]
 
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One op: schema, checks, reference, fake, NPU adapter, and its ``_out`` helper's outputs.
+    """One op: schema, checks, reference, fake, NPU adapter, batch-invariant variant, and its
+    ``_out`` helper's outputs.
 
     - ``schema``: the public contract ``"(Tensor x, ...) -> ..."`` (README "Schema changes").
     - ``check``: argument checks on :data:`Arguments`, shared by the reference, the fake and
@@ -37,8 +45,12 @@ class OpSpec:
     - ``fake``: output allocation for torch.compile, from :data:`Arguments` (the outputs'
       shapes, dtypes and layouts as the reference makes them); ``None`` runs ``reference``
       on the fake tensors, which costs a trace of its whole arithmetic per call.
-    - ``npu``: the adapter onto torch_npu, called as ``npu(torch_npu, *args)``; ``None``
-      keeps the reference on the NPU.
+    - ``npu``: the adapter onto torch_npu, called as ``npu(torch_npu, arguments)`` with
+      :data:`Arguments`; ``None`` keeps the reference on the NPU.
+    - ``batch_invariant``: a kernel on :data:`Arguments` whose rows do not depend on the batch
+      they come in, where the op's own kernel gives no such promise; it replaces the op's
+      kernels while batch-invariant mode is on
+      (``ascend_kernels.batch_invariant.enable_batch_invariant_mode()``).
     - ``out_names``: keyword names of the ``<op>_out`` helper's preallocated outputs;
       ``out_may_be_input``: an elementwise op whose output may be one of its inputs itself.
     """
@@ -48,7 +60,8 @@ class OpSpec:
     check: Callable[[Arguments], None]
     reference: Callable[..., Any]
     fake: Callable[[Arguments], Any] | None = None
-    npu: Callable[..., Any] | None = None
+    npu: NpuAdapter | None = None
+    batch_invariant: Callable[[Arguments], Any] | None = None
     decompose: bool = False
     out_names: tuple[str, ...] = ("out",)
     out_may_be_input: bool = False
@@ -101,20 +114,30 @@ class OpSpec:
         """The reference op: checks, then :attr:`reference` (fresh outputs)."""
         return self.checked(self.reference)
 
-    @functools.cached_property
-    def checked_fake(self) -> Callable[..., Any]:
-        """The fake op: checks, then :attr:`fake` (or the reference on fake tensors)."""
-        fake = self.fake
-        if fake is None:
-            return self.checked(self.reference)
+    def checked_bound(self, kernel: Callable[[Arguments], Any]) -> Callable[..., Any]:
+        """``kernel`` (taking :data:`Arguments`) as the op, running the op's checks first."""
 
         def run(*args: Any, **kwargs: Any) -> Any:
             bound = self.arguments(args, kwargs)
             self.check(bound)
-            return fake(bound)
+            return kernel(bound)
 
         run.__name__ = run.__qualname__ = self.name
         return run
+
+    @functools.cached_property
+    def checked_fake(self) -> Callable[..., Any]:
+        """The fake op: checks, then :attr:`fake` (or the reference on fake tensors)."""
+        if self.fake is None:
+            return self.checked(self.reference)
+        return self.checked_bound(self.fake)
+
+    def checked_npu(self, torch_npu: ModuleType) -> Callable[..., Any]:
+        """The NPU op bound to ``torch_npu``: checks, then :attr:`npu`."""
+        adapter = self.npu
+        if adapter is None:
+            raise TypeError(f"{self.qualname} has no NPU adapter")
+        return self.checked_bound(functools.partial(adapter, torch_npu))
 
     def out(self, *args: Any, **kwargs: Any) -> Any:
         """``<op>_out``: the op into preallocated contiguous outputs named :attr:`out_names`.

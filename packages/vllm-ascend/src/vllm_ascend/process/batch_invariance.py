@@ -31,55 +31,18 @@ class BatchInvarianceReport:
     custom_kernels_reason: str = ""
 
 
-class AddRmsNormOverride:
-    """Owns the ``ascend::add_rms_norm`` registration of batch-invariant mode."""
-
-    def __init__(self) -> None:
-        self.library: Any = None
-        self.dispatch_key: str | None = None
-
-    def enable(self) -> bool:
-        """Register the add-then-rms_norm kernel on the active key; False when already on."""
-        if self.library is not None:
-            return False
-        import torch
-        from ascend_kernels import batch_invariant
-        from ascend_kernels.npu_loader import npu_registration
-
-        def add_rms_norm(x: Any, residual: Any, weight: Any, eps: float,
-                         bias: Any = None) -> tuple[Any, Any]:
-            out, summed = batch_invariant.add_rms_norm(x, residual, weight, eps)
-            return (out if bias is None else out + bias), summed
-
-        key = "PrivateUse1" if npu_registration.loaded else "CPU"
-        lib = torch.library.Library("ascend", "IMPL")
-        lib.impl("add_rms_norm", add_rms_norm, key)
-        self.library, self.dispatch_key = lib, key
-        return True
-
-    def disable(self) -> None:
-        """Remove the registration; the previous kernel (fused NPU or reference) is back."""
-        if self.library is not None:
-            self.library._destroy()
-        self.library, self.dispatch_key = None, None
-
-
-_ADD_RMS_NORM = AddRmsNormOverride()
-
-
 def enable_ascend_batch_invariance() -> None:
-    """ascend-kernels' batch-invariant mode plus the ``ascend::add_rms_norm`` override."""
+    """ascend-kernels' batch-invariant mode (the aten overrides and the ``ascend`` ops'
+    batch-invariant variants, ``add_rms_norm``'s among them)."""
     from ascend_kernels import batch_invariant
 
     batch_invariant.enable_batch_invariant_mode()
-    _ADD_RMS_NORM.enable()
 
 
 def disable_ascend_batch_invariance() -> None:
     """Undo :func:`enable_ascend_batch_invariance` (tests)."""
     from ascend_kernels import batch_invariant
 
-    _ADD_RMS_NORM.disable()
     batch_invariant.disable_batch_invariant_mode()
 
 
