@@ -504,3 +504,45 @@ def test_plan_refuses_a_host_json_giving_a_key_twice(run_cli: Run, tmp_path: Pat
     assert (status, out) == (2, "")
     assert err == (f"ascend-topology: error: {host}: the key 'soc' is given twice; "
                    "give each key once\n")
+
+
+def _noise(length: int) -> bytes:
+    # Bytes that are not UTF-8 (0x80 alone is a continuation byte with no lead), then random.
+    import random
+
+    return b"\x80" + random.Random(37).randbytes(length - 1)
+
+
+RECORDED_DAMAGE: dict[str, tuple[str, bytes, str]] = {
+    # npu-smi info printed nothing: not "no process is running".
+    "empty npu-smi info": ("npu-smi-info.txt", b"",
+                           "npu-smi info: the output is empty (npu-smi printed nothing)"),
+    "text noise as npu-smi info": (
+        "npu-smi-info.txt", b"Segmentation fault (core dumped)\n",
+        "npu-smi info: not npu-smi's tables (no '| NPU ...' header row of the NPU or process "
+        "table; first line 'Segmentation fault (core dumped)')"),
+    "binary noise as npu-smi info": (
+        "npu-smi-info.txt", _noise(3000),
+        "npu-smi-info.txt is not UTF-8 text (byte 0x80 at offset 0); a recorded file is UTF-8 "
+        "text"),
+    "binary noise as the topology": (
+        "npu-smi-info-t-topo.txt", _noise(3000),
+        "npu-smi-info-t-topo.txt is not UTF-8 text (byte 0x80 at offset 0)"),
+    # '{"arch": "aarch64", "soc": "A2' is 30 bytes: the Latin-1 e-acute is at offset 30.
+    "host.json with a Latin-1 string": (
+        "host.json", b'{"arch": "aarch64", "soc": "A2\xe9", "allowed_cpus": "0-191"}',
+        "host.json is not UTF-8 text (byte 0xe9 at offset 30)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED_DAMAGE))
+@pytest.mark.parametrize("command", ["show", "plan"])
+def test_a_damaged_recorded_host_is_one_error(run_cli: Run, tmp_path: Path, case: str,
+                                              command: str) -> None:
+    name, data, message = RECORDED_DAMAGE[case]
+    folder = copy_example(tmp_path, "a2-8npu")
+    (folder / name).write_bytes(data)
+    status, out, err = run_cli(command, "--host", folder)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"ascend-topology: error: recorded host {folder}: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err

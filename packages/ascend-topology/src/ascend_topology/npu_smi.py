@@ -104,6 +104,21 @@ def logic_npus(chip_map: ChipMap) -> list[int]:
     return sorted({logic for chips in chip_map.values() for logic in chips.values()})
 
 
+def check_info_text(text: str) -> None:
+    """``npu-smi info`` output is its tables: a ``ParseError`` when it holds no row of them
+    (a ``|`` row whose first cell starts with ``NPU``: the NPU table's or the process table's
+    header), e.g. an empty output or noise, rather than "no process is running"."""
+    if not text.strip():
+        raise ParseError("npu-smi info: the output is empty (npu-smi printed nothing)")
+    lines = [line.strip() for line in _lines(text) if line.strip()]
+    for stripped in lines:
+        if stripped.startswith("|") and _norm(stripped.split("|")[1]).startswith("npu"):
+            return
+    first = lines[0]
+    raise ParseError("npu-smi info: not npu-smi's tables (no '| NPU ...' header row of the NPU "
+                     f"or process table; first line {first!r:.60})")
+
+
 def parse_running_npus(text: str, chip_map: ChipMap) -> list[int]:
     """Logical ids of NPUs with a running process in ``npu-smi info``'s process section.
 

@@ -87,7 +87,7 @@ def _read(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str:
 
 def _read_optional(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str | None:
     try:
-        return read_limited(folder / name, limit)
+        return read_limited(folder / name, limit, strict=True)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -143,7 +143,7 @@ def load_recorded_host(path: str | Path) -> HostFacts:
     try:
         facts = build_host_facts(
             chip_map_text=_read(folder, CHIP_MAP_FILE),
-            info_text=_read_optional(folder, INFO_FILE) or "",
+            info_text=_read_optional(folder, INFO_FILE),
             topo_text=_read_optional(folder, TOPO_FILE) or "",
             numa=numa,
             allowed_cpus=allowed_cpus,
