@@ -469,9 +469,14 @@ def test_every_problem_is_one_cli_line_and_exit_2(tmp_path: Path, run_cli: Run) 
 
 
 def _two_npu_host(folder: Path, soc: str) -> Path:
+    """Two NPUs of the 950 recording (A5), or with their chip names removed (the A2 default),
+    so that the chips never contradict host.json's soc."""
     folder.mkdir()
     chip_map = (example_host_dir("950-4numa") / "npu-smi-info-m.txt").read_text()
-    (folder / "npu-smi-info-m.txt").write_text("\n".join(chip_map.splitlines()[:3]) + "\n")
+    lines = chip_map.splitlines()[:3]
+    if soc != "A5":
+        lines = [re.sub(r"Ascend\s*950\S*", "", line) for line in lines]
+    (folder / "npu-smi-info-m.txt").write_text("\n".join(lines) + "\n")
     (folder / "host.json").write_text(json.dumps(
         {"arch": "aarch64", "soc": soc, "allowed_cpus": "0-5", "numa": {"0": "0-5"}}))
     return folder
@@ -546,3 +551,27 @@ def test_a_damaged_recorded_host_is_one_error(run_cli: Run, tmp_path: Path, case
     assert (status, out) == (2, "")
     assert err.startswith(f"ascend-topology: error: recorded host {folder}: ") and message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    # The chips are Ascend 910B3 (A2): a recording saying A3 contradicts them.
+    ({"soc": "A3"}, "host.json says soc 'A3' but npu-smi's chip names say 'A2'; record the soc "
+                    "the chips have (override with --soc)"),
+    ({"visible_devices": "0,0,1"}, "visible devices '0,0,1': device 0 is listed twice; list "
+                                   "each device once"),
+    ({"visible_devices": [3, 1, 3]}, "device 3 is listed twice"),
+])
+def test_a_recorded_host_contradicting_itself_is_one_error(
+    run_cli: Run, tmp_path: Path, change: dict[str, object], message: str,
+) -> None:
+    folder = copy_example(tmp_path, "a2-8npu")
+    edit_meta(folder, **change)
+    status, out, err = run_cli("plan", "--host", folder)
+    assert (status, out) == (2, "")
+    assert err.startswith("ascend-topology: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_soc_override_of_a_recording_is_the_command_option(run_cli: Run) -> None:
+    status, out, _ = run_cli("show", "--host", "a2-8npu", "--soc", "A3", "--json")
+    assert status == 0 and json.loads(out)["soc"] == "A3"

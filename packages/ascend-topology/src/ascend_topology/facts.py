@@ -149,6 +149,10 @@ def parse_visible_devices(text: str | None) -> tuple[int, ...] | None:
                 f"visible devices {text!r:.60}: {part!r:.20} is not a device id; "
                 "expected comma-separated integers like '0,1'"
             )
+        if int(part) in ids:
+            # "0,0" names one device twice: which rank was meant to get what is unclear.
+            raise ParseError(f"visible devices {text!r:.60}: device {int(part)} is listed "
+                             "twice; list each device once")
         ids.append(int(part))
     return tuple(ids)
 

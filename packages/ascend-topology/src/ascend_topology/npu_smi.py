@@ -258,8 +258,9 @@ def parse_npu_irqs(text: str) -> dict[int, str]:
     return irqs
 
 
-def detect_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str:
-    """Guess the SoC string ("A2", "A3", "A5", "310P") from npu-smi outputs."""
+def named_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str | None:
+    """The SoC the npu-smi outputs name ("A5" for an Ascend 950, "310P", "A3" for a 910_93 or
+    NPUs of several chips, "A2" for a 910B), None when they name none of them."""
     names = f"{chip_map_text}\n{info_text}".lower()
     if _ASCEND_950.search(names):
         return "A5"
@@ -267,4 +268,12 @@ def detect_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str:
         return "310P"
     if "910_93" in names or any(len(chips) > 1 for chips in chip_map.values()):
         return "A3"
-    return "A2"
+    if "910b" in names:
+        return "A2"
+    return None
+
+
+def detect_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str:
+    """Guess the SoC string ("A2", "A3", "A5", "310P") from npu-smi outputs (A2 when they
+    name none)."""
+    return named_soc(chip_map_text, info_text, chip_map) or "A2"
