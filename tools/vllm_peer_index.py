@@ -275,7 +275,7 @@ def locate(indexes: Indexes, project: str, filename: str, sha256: str) -> tuple[
     """The URL of ``filename`` in the first place that holds it, and the reasons the places
     before it did not; RuntimeError naming every place tried when none does."""
     tried: list[str] = []
-    for link in indexes.find_links:
+    for link in dict.fromkeys(indexes.find_links):
         folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(link).path)) \
             if link.startswith("file:") else Path(link)
         if "://" in link and not link.startswith("file:"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import json
 import os
 import socket
 import subprocess
@@ -55,9 +56,17 @@ class _SimpleIndex(http.server.BaseHTTPRequestHandler):
 
     archive = b""
     stated_sha256 = ""
+    json_api = False  # answer PEP 691 JSON to a client that accepts it
 
     def do_GET(self) -> None:
-        if self.path == "/simple/vllm/":
+        accepts_json = "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
+        if self.path == "/simple/vllm/" and self.json_api and accepts_json:
+            hashes = {"sha256": self.stated_sha256} if self.stated_sha256 else {}
+            body = json.dumps({"meta": {"api-version": "1.0"}, "name": "vllm", "files": [
+                {"filename": "vllm-9.9.9.tar.gz", "url": "/files/vllm-9.9.9.tar.gz",
+                 "hashes": hashes}]}).encode()
+            kind = "application/vnd.pypi.simple.v1+json"
+        elif self.path == "/simple/vllm/":
             stated = f"#sha256={self.stated_sha256}" if self.stated_sha256 else ""
             body = (f'<html><body><a href="../../files/vllm-9.9.9.tar.gz{stated}">'
                     'vllm-9.9.9.tar.gz</a></body></html>').encode()
@@ -101,6 +110,21 @@ def test_the_archive_comes_from_a_configured_http_simple_index(
                                  _isolated_env(tmp_path, UV_DEFAULT_INDEX=url))
     assert (root / "tests" / "conftest.py").read_bytes() == b"# root conftest\n"
     assert sdist.sha256_of(tmp_path / "cache" / "vllm-9.9.9.tar.gz") == pinned.sha256
+
+
+def test_the_archive_comes_from_a_pep691_json_index(
+    tmp_path: Path, http_index: tuple[str, type[_SimpleIndex]],
+) -> None:
+    url, handler = http_index
+    handler.archive = _tarball(MEMBERS)
+    handler.stated_sha256 = hashlib.sha256(handler.archive).hexdigest()
+    handler.json_api = True
+    found = index.configured_indexes(_isolated_env(tmp_path, UV_INDEX_URL=url))
+    located, tried = index.locate(found, "vllm", "vllm-9.9.9.tar.gz", handler.stated_sha256)
+    assert (located, tried) == (url.replace("/simple", "/files/vllm-9.9.9.tar.gz"), [])
+    root = sdist.extracted_tests(sdist.Sdist("9.9.9", handler.stated_sha256), tmp_path / "c",
+                                 _isolated_env(tmp_path, UV_INDEX_URL=url))
+    assert (root / "pyproject.toml").read_bytes() == b"[tool.pytest.ini_options]\n"
 
 
 def test_an_index_stating_another_sha256_is_not_used(
