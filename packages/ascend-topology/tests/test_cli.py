@@ -575,3 +575,16 @@ def test_a_recorded_host_contradicting_itself_is_one_error(
 def test_soc_override_of_a_recording_is_the_command_option(run_cli: Run) -> None:
     status, out, _ = run_cli("show", "--host", "a2-8npu", "--soc", "A3", "--json")
     assert status == 0 and json.loads(out)["soc"] == "A3"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("argv", [["plan", "--host", "a2-8npu"], ["examples"],
+                                  ["show", "--host", "a2-8npu", "--json"]])
+def test_a_stdout_that_refuses_the_output_is_one_error(argv: list[str]) -> None:
+    script = Path(sys.executable).parent / "ascend-topology"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([str(script), *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr == (
+        "ascend-topology: error: cannot write to stdout: No space left on device\n")
