@@ -560,6 +560,9 @@ def test_a_damaged_recorded_host_is_one_error(run_cli: Run, tmp_path: Path, case
     ({"visible_devices": "0,0,1"}, "visible devices '0,0,1': device 0 is listed twice; list "
                                    "each device once"),
     ({"visible_devices": [3, 1, 3]}, "device 3 is listed twice"),
+    ({"pcie": {"0": "0000:c1:00.0", "1": "0000:c1:00.0"}},
+     "pcie: NPUs 0 and 1 are both given the address 0000:c1:00.0"),
+    ({"visable_devices": "0"}, "unknown key 'visable_devices'; known: arch, soc, "),
 ])
 def test_a_recorded_host_contradicting_itself_is_one_error(
     run_cli: Run, tmp_path: Path, change: dict[str, object], message: str,
