@@ -1,6 +1,7 @@
-"""The ``tests/`` folder of vLLM's released source distribution, fetched from PyPI once,
-checked against its pinned sha256, kept in the user's cache (never installed) and extracted
-afresh for every run.
+"""The ``tests/`` folder of vLLM's released source distribution, fetched once from the package
+index the environment is configured with (``vllm_peer_index``: pip's and uv's settings, no
+address written here), checked against its pinned sha256, kept in the user's cache (never
+installed) and extracted afresh for every run.
 
 Trust (the vllm-ascend README, "Trust and files"): the cache is a root checked by
 ``vllm_ascend.base.trusted_paths`` (it and every directory above it only this user's or
@@ -23,10 +24,12 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import vllm_peer_index as index
 from vllm_ascend.base.trusted_paths import (
     TrustedDir,
     open_trusted_dir,
@@ -37,23 +40,26 @@ from vllm_ascend.base.trusted_paths import (
 
 @dataclass(frozen=True)
 class Sdist:
-    """One pinned source distribution on PyPI."""
+    """One pinned source distribution of vLLM, found by name in the configured index."""
 
     version: str
-    url: str
     sha256: str
+    project: str = "vllm"
 
     @property
     def prefix(self) -> str:
         """The folder every member of the archive lies in."""
         return f"vllm-{self.version}"
 
+    @property
+    def filename(self) -> str:
+        """The archive's file name in the index."""
+        return f"{self.prefix}.tar.gz"
 
-# From PyPI's simple index for vllm (the one sdist of 0.32.0).
+
+# The one sdist of vllm 0.32.0 (its sha256 as the public index states it).
 VLLM_0_32_0 = Sdist(
     version="0.32.0",
-    url="https://files.pythonhosted.org/packages/d5/df/"
-    "5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz",
     sha256="d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad",
 )
 # What is extracted: the test suite and the pytest settings (markers) it runs under.
@@ -83,23 +89,26 @@ def sha256_of(path: Path) -> str:
 _PART_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _download(sdist: Sdist, cache: TrustedDir, name: str) -> None:
-    """Fetch the archive as ``name`` in ``cache``: into ``<name>.<pid>.part`` made afresh
-    (whatever was at that name is removed, never followed), checked, then renamed."""
+def _download(sdist: Sdist, cache: TrustedDir, name: str, env: Mapping[str, str]) -> None:
+    """Fetch the archive from the index configured in ``env`` as ``name`` in ``cache``: into
+    ``<name>.<pid>.part`` made afresh (whatever was at that name is removed, never followed),
+    checked, then renamed."""
+    url, _ = index.locate(index.configured_indexes(env), sdist.project, sdist.filename,
+                          sdist.sha256)
     partial = f"{name}.{os.getpid()}.part"
     cache.unlink(partial)  # a leftover or a planted link: the link is removed, not followed
     fd = os.open(partial, _PART_FLAGS, 0o600, dir_fd=cache.fd)
     try:
         with os.fdopen(fd, "w+b") as out:
             try:
-                with urllib.request.urlopen(sdist.url, timeout=120) as answer:
+                with urllib.request.urlopen(url, timeout=120) as answer:
                     shutil.copyfileobj(answer, out)
             except OSError as exc:
-                raise RuntimeError(f"cannot download {sdist.url}: {exc}") from exc
+                raise RuntimeError(f"cannot download {url}: {exc}") from exc
             out.seek(0)
             got = _sha256_of_file(out)
         if got != sdist.sha256:
-            raise RuntimeError(f"{sdist.url}: sha256 {got}, pinned {sdist.sha256}; not used")
+            raise RuntimeError(f"{url}: sha256 {got}, pinned {sdist.sha256}; not used")
         os.replace(partial, name, src_dir_fd=cache.fd, dst_dir_fd=cache.fd)
     except BaseException:
         cache.unlink(partial)
@@ -146,15 +155,17 @@ def _open_pinned(cache: TrustedDir, name: str, sha256: str) -> BinaryIO | None:
     return handle
 
 
-def extracted_tests(sdist: Sdist = VLLM_0_32_0, cache: Path | None = None) -> Path:
+def extracted_tests(sdist: Sdist = VLLM_0_32_0, cache: Path | None = None,
+                    env: Mapping[str, str] | None = None) -> Path:
     """A fresh private folder holding the sdist's ``tests/`` and ``pyproject.toml``,
-    extracted from the archive in the cache (fetched and verified on first use) as it was
-    verified; the caller removes it with :func:`remove_tests`."""
+    extracted from the archive in the cache (fetched from the index ``env`` configures, the
+    process's by default, and verified on first use) as it was verified; the caller removes
+    it with :func:`remove_tests`. RuntimeError when the archive cannot be had."""
     with _open_cache(default_cache() if cache is None else cache) as trusted:
-        name = f"{sdist.prefix}.tar.gz"
+        name = sdist.filename
         archive_file = _open_pinned(trusted, name, sdist.sha256)
         if archive_file is None:
-            _download(sdist, trusted, name)
+            _download(sdist, trusted, name, os.environ if env is None else env)
             archive_file = _open_pinned(trusted, name, sdist.sha256)
             if archive_file is None:
                 raise RuntimeError(f"{trusted.path / name} changed after it was verified")

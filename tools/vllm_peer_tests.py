@@ -26,6 +26,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -211,6 +212,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                          f"allowed: {', '.join(ALL)}")
     if args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    for option, folder in (("--cache", args.cache), ("--keep", args.keep)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            parser.error(f"{option} {folder} is not a folder; give a folder (made when missing)")
     return args
 
 
@@ -224,7 +228,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: the installed vLLM is {installed}, the pinned tests are vLLM "
               f"{pinned.version}'s", file=sys.stderr)
         return 2
-    root = sdist.extracted_tests(pinned, args.cache)
+    try:
+        root = sdist.extracted_tests(pinned, args.cache)
+    except (RuntimeError, OSError, tarfile.TarError) as exc:
+        cache = args.cache or sdist.default_cache()
+        print(f"error: vLLM {pinned.version}'s tests are not available: {exc}. Configure a "
+              f"package index holding {pinned.filename} (PIP_INDEX_URL, UV_DEFAULT_INDEX, "
+              f"pip.conf or uv.toml) or put the archive (sha256 {pinned.sha256}) in {cache}",
+              file=sys.stderr)
+        return 2
     try:
         return _compare(args, entries, files, pinned, root)
     finally:
@@ -241,7 +253,11 @@ def _compare(args: argparse.Namespace, entries: Sequence[str], files: Sequence[s
         return 2
     with tempfile.TemporaryDirectory(prefix="vllm-peer-") as scratch:
         work = args.keep or Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: cannot use --keep {work}: {exc}", file=sys.stderr)
+            return 2
         start = time.perf_counter()
         runs = run_sides(entries, root, work, args.timeout, parallel=not args.serial)
         try:

@@ -15,7 +15,23 @@ import vllm_peer_sdist as sdist
 import vllm_peer_tests as peer
 
 
-def _archive(path: Path, members: dict[str, bytes], link: str | None = None) -> sdist.Sdist:
+@pytest.fixture(autouse=True)
+def _local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The only package index the tool sees: ``tmp_path/index``, a file-based simple index
+    (pip's and uv's other settings and configuration files switched off)."""
+    for name in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_INDEX", "UV_EXTRA_INDEX_URL",
+                 "UV_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("UV_NO_CONFIG", "1")
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index").as_uri())
+    (tmp_path / "index" / "vllm").mkdir(parents=True)
+    return tmp_path / "index"
+
+
+def _archive(path: Path, members: dict[str, bytes], link: str | None = None,
+             publish: bool = True) -> sdist.Sdist:
+    """An sdist at ``path``; with ``publish`` the local index lists it (a link to ``path``)."""
     with tarfile.open(path, "w:gz") as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
@@ -27,7 +43,11 @@ def _archive(path: Path, members: dict[str, bytes], link: str | None = None) -> 
             info.linkname = "/etc/passwd"
             tar.addfile(info)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return sdist.Sdist("9.9.9", path.as_uri(), digest)
+    if publish:
+        listed = path.parent / "index" / "vllm" / "vllm-9.9.9.tar.gz"
+        listed.unlink(missing_ok=True)
+        listed.symlink_to(path)
+    return sdist.Sdist("9.9.9", digest)
 
 
 MEMBERS = {
@@ -66,7 +86,7 @@ def test_extracted_tests_reuses_the_archive_without_fetching(tmp_path: Path) -> 
 
 def test_extracted_tests_refuses_an_archive_with_another_sha256(tmp_path: Path) -> None:
     pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
-    wrong = sdist.Sdist(pinned.version, pinned.url, "0" * 64)
+    wrong = sdist.Sdist(pinned.version, "0" * 64)
     with pytest.raises(RuntimeError, match="pinned 0000"):
         sdist.extracted_tests(wrong, tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []
@@ -106,9 +126,9 @@ def test_a_tampered_archive_in_the_cache_is_fetched_again(tmp_path: Path) -> Non
     pinned = _archive(tmp_path / "src.tar.gz", MEMBERS)
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    forged = _archive(tmp_path / "forged.tar.gz",
-                      {**MEMBERS, "vllm-9.9.9/tests/conftest.py": PLANTED})
-    (cache / "vllm-9.9.9.tar.gz").write_bytes(Path(forged.url[len("file://"):]).read_bytes())
+    _archive(tmp_path / "forged.tar.gz", {**MEMBERS, "vllm-9.9.9/tests/conftest.py": PLANTED},
+             publish=False)
+    (cache / "vllm-9.9.9.tar.gz").write_bytes((tmp_path / "forged.tar.gz").read_bytes())
     root = sdist.extracted_tests(pinned, cache)
     assert (root / "tests" / "conftest.py").read_bytes() == b"# root conftest\n"
     assert sdist.sha256_of(cache / "vllm-9.9.9.tar.gz") == pinned.sha256
@@ -163,15 +183,18 @@ def test_the_partial_download_never_writes_through_a_planted_link(tmp_path: Path
     assert not os.path.lexists(cache / f"vllm-9.9.9.tar.gz.{os.getpid()}.part")
 
 
-def test_a_download_that_fails_names_the_url(tmp_path: Path) -> None:
-    missing = sdist.Sdist("9.9.9", (tmp_path / "nowhere.tar.gz").as_uri(), "0" * 64)
-    with pytest.raises(RuntimeError, match="cannot download file://"):
+def test_an_index_that_lists_no_archive_is_named(tmp_path: Path) -> None:
+    missing = sdist.Sdist("9.9.9", "0" * 64)
+    index_uri = (tmp_path / "index").as_uri()
+    with pytest.raises(RuntimeError, match=(
+            rf"cannot find vllm-9\.9\.9\.tar\.gz in any configured package index "
+            rf"\({index_uri}: lists no vllm-9\.9\.9\.tar\.gz\)")):
         sdist.extracted_tests(missing, tmp_path / "cache")
 
 
 def test_the_pinned_sdist_is_the_installed_vllm_release() -> None:
     assert peer.installed_vllm() == sdist.VLLM_0_32_0.version
-    assert sdist.VLLM_0_32_0.url.endswith(f"/vllm-{sdist.VLLM_0_32_0.version}.tar.gz")
+    assert sdist.VLLM_0_32_0.filename == f"vllm-{sdist.VLLM_0_32_0.version}.tar.gz"
 
 
 def test_side_env_loads_no_plugin_for_stock_and_the_host_cpu_platform_for_the_plugin(

@@ -751,3 +751,13 @@ def test_check_keeps_yaml_merge_keys_overriding(tmp_path: Path) -> None:
     code, out, err = cli("check", str(path))
     assert code == 0, err
     assert json.loads(out)["ascend_compilation_config"]["fuse_muls_add"] is False
+
+
+def test_env_option_giving_one_variable_two_values_is_refused() -> None:
+    assert run("check", "{}", "--env", "VLLM_ASCEND_ENABLE_NZ=1", "--env",
+               "VLLM_ASCEND_ENABLE_NZ=2") == (
+        2, "", "error: --env gives VLLM_ASCEND_ENABLE_NZ twice ('1' and '2'); give each "
+               "variable once\n")
+    # The same value twice says one thing: accepted.
+    assert run("check", "{}", "--env", "VLLM_ASCEND_ENABLE_NZ=1", "--env",
+               "VLLM_ASCEND_ENABLE_NZ=1", "--summary")[0] == 0

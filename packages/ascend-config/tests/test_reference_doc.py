@@ -65,3 +65,11 @@ def test_table_cell_text() -> None:
     from ascend_config.reference_doc import _cell
 
     assert _cell("a|b\nc") == "a\\|b c"
+
+
+def test_forbid_compile_after_ready_row_says_the_request_is_answered() -> None:
+    # The strict mode refuses softly (vllm_ascend's ready watch): the reference must not call a
+    # compile after ready an error of the request.
+    row = next(line for line in render_markdown().splitlines()
+               if line.startswith("| `forbid_compile_after_ready` |"))
+    assert "not run" in row and "runs uncompiled" in row and "request is answered" in row

@@ -469,9 +469,14 @@ def test_every_problem_is_one_cli_line_and_exit_2(tmp_path: Path, run_cli: Run) 
 
 
 def _two_npu_host(folder: Path, soc: str) -> Path:
+    """Two NPUs of the 950 recording (A5), or with their chip names removed (the A2 default),
+    so that the chips never contradict host.json's soc."""
     folder.mkdir()
     chip_map = (example_host_dir("950-4numa") / "npu-smi-info-m.txt").read_text()
-    (folder / "npu-smi-info-m.txt").write_text("\n".join(chip_map.splitlines()[:3]) + "\n")
+    lines = chip_map.splitlines()[:3]
+    if soc != "A5":
+        lines = [re.sub(r"Ascend\s*950\S*", "", line) for line in lines]
+    (folder / "npu-smi-info-m.txt").write_text("\n".join(lines) + "\n")
     (folder / "host.json").write_text(json.dumps(
         {"arch": "aarch64", "soc": soc, "allowed_cpus": "0-5", "numa": {"0": "0-5"}}))
     return folder
@@ -504,3 +509,85 @@ def test_plan_refuses_a_host_json_giving_a_key_twice(run_cli: Run, tmp_path: Pat
     assert (status, out) == (2, "")
     assert err == (f"ascend-topology: error: {host}: the key 'soc' is given twice; "
                    "give each key once\n")
+
+
+def _noise(length: int) -> bytes:
+    # Bytes that are not UTF-8 (0x80 alone is a continuation byte with no lead), then random.
+    import random
+
+    return b"\x80" + random.Random(37).randbytes(length - 1)
+
+
+RECORDED_DAMAGE: dict[str, tuple[str, bytes, str]] = {
+    # npu-smi info printed nothing: not "no process is running".
+    "empty npu-smi info": ("npu-smi-info.txt", b"",
+                           "npu-smi info: the output is empty (npu-smi printed nothing)"),
+    "text noise as npu-smi info": (
+        "npu-smi-info.txt", b"Segmentation fault (core dumped)\n",
+        "npu-smi info: not npu-smi's tables (no '| NPU ...' header row of the NPU or process "
+        "table; first line 'Segmentation fault (core dumped)')"),
+    "binary noise as npu-smi info": (
+        "npu-smi-info.txt", _noise(3000),
+        "npu-smi-info.txt is not UTF-8 text (byte 0x80 at offset 0); a recorded file is UTF-8 "
+        "text"),
+    "binary noise as the topology": (
+        "npu-smi-info-t-topo.txt", _noise(3000),
+        "npu-smi-info-t-topo.txt is not UTF-8 text (byte 0x80 at offset 0)"),
+    # '{"arch": "aarch64", "soc": "A2' is 30 bytes: the Latin-1 e-acute is at offset 30.
+    "host.json with a Latin-1 string": (
+        "host.json", b'{"arch": "aarch64", "soc": "A2\xe9", "allowed_cpus": "0-191"}',
+        "host.json is not UTF-8 text (byte 0xe9 at offset 30)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED_DAMAGE))
+@pytest.mark.parametrize("command", ["show", "plan"])
+def test_a_damaged_recorded_host_is_one_error(run_cli: Run, tmp_path: Path, case: str,
+                                              command: str) -> None:
+    name, data, message = RECORDED_DAMAGE[case]
+    folder = copy_example(tmp_path, "a2-8npu")
+    (folder / name).write_bytes(data)
+    status, out, err = run_cli(command, "--host", folder)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"ascend-topology: error: recorded host {folder}: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    # The chips are Ascend 910B3 (A2): a recording saying A3 contradicts them.
+    ({"soc": "A3"}, "host.json says soc 'A3' but npu-smi's chip names say 'A2'; record the soc "
+                    "the chips have (override with --soc)"),
+    ({"visible_devices": "0,0,1"}, "visible devices '0,0,1': device 0 is listed twice; list "
+                                   "each device once"),
+    ({"visible_devices": [3, 1, 3]}, "device 3 is listed twice"),
+    ({"pcie": {"0": "0000:c1:00.0", "1": "0000:c1:00.0"}},
+     "pcie: NPUs 0 and 1 are both given the address 0000:c1:00.0"),
+    ({"visable_devices": "0"}, "unknown key 'visable_devices'; known: arch, soc, "),
+])
+def test_a_recorded_host_contradicting_itself_is_one_error(
+    run_cli: Run, tmp_path: Path, change: dict[str, object], message: str,
+) -> None:
+    folder = copy_example(tmp_path, "a2-8npu")
+    edit_meta(folder, **change)
+    status, out, err = run_cli("plan", "--host", folder)
+    assert (status, out) == (2, "")
+    assert err.startswith("ascend-topology: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_soc_override_of_a_recording_is_the_command_option(run_cli: Run) -> None:
+    status, out, _ = run_cli("show", "--host", "a2-8npu", "--soc", "A3", "--json")
+    assert status == 0 and json.loads(out)["soc"] == "A3"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("argv", [["plan", "--host", "a2-8npu"], ["examples"],
+                                  ["show", "--host", "a2-8npu", "--json"]])
+def test_a_stdout_that_refuses_the_output_is_one_error(argv: list[str]) -> None:
+    script = Path(sys.executable).parent / "ascend-topology"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([str(script), *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr == (
+        "ascend-topology: error: cannot write to stdout: No space left on device\n")

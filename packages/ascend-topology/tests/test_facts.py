@@ -32,7 +32,7 @@ def _message(error: type[Exception], call: Callable[[], object]) -> str:
 
 def test_host_facts_need_an_npu() -> None:
     assert _message(ParseError, lambda: build_host_facts(
-        chip_map_text="NPU ID  Chip ID\n-  0\n", info_text="", topo_text="",
+        chip_map_text="NPU ID  Chip ID\n-  0\n", info_text=None, topo_text="",
         numa={0: [0]}, allowed_cpus=[0])) == (
         "npu-smi info -m lists no NPU (no row with numeric ids)")
 
@@ -78,7 +78,7 @@ def test_logic_npus_fall_back_to_topology_then_running() -> None:
 
 def test_build_host_facts_drops_empty_nodes_and_sorts() -> None:
     chip = (example_host_dir("a2-8npu") / "npu-smi-info-m.txt").read_text()
-    facts = build_host_facts(chip_map_text=chip, info_text="", topo_text="",
+    facts = build_host_facts(chip_map_text=chip, info_text=None, topo_text="",
                              numa={2: [5, 4], 0: [], 1: [1]}, allowed_cpus=[5, 1, 1])
     assert dict(facts.numa) == {1: (1,), 2: (5, 4)} and list(facts.numa) == [1, 2]
     assert facts.allowed_cpus == (1, 5)

@@ -49,10 +49,28 @@ def test_defaults_for_absent_and_null_keys() -> None:
 def test_every_value_read() -> None:
     meta = _meta(arch="x86_64", soc="310P", threads_per_core=8, allowed_cpus="0-3,8",
                  numa={"0": "0-3", "99999": [8, 8]}, visible_devices=[1, 0],
-                 pcie={"3": "0000:C1:00.0"}, extra="ignored")
+                 pcie={"3": "0000:C1:00.0"})
     assert meta == HostMeta(arch="x86_64", soc="310P", threads_per_core=8,
                             allowed_cpus=[0, 1, 2, 3, 8], numa={0: [0, 1, 2, 3], 99999: [8]},
                             visible_devices=(1, 0), pcie={3: "0000:c1:00.0"})
+
+
+def test_an_unknown_key_is_named_not_ignored() -> None:
+    # A misspelt key would otherwise leave its value unread without a word.
+    assert _problems('{"soc": "A2", "visable_devices": "0", "numa": {"0": "0-3"}}') == (
+        f"{W}: unknown key 'visable_devices'; known: arch, soc, threads_per_core, "
+        "allowed_cpus, numa, visible_devices, pcie",)
+
+
+def test_one_pcie_address_for_two_npus_is_refused() -> None:
+    assert _problems('{"pcie": {"0": "0000:c1:00.0", "1": "0000:C1:00.0"}}') == (
+        f"{W}: pcie: NPUs 0 and 1 are both given the address 0000:c1:00.0; each NPU has "
+        "its own",)
+
+
+def test_an_arch_that_cannot_be_printed_is_refused() -> None:
+    assert _problems('{"arch": "\\ud800"}') == (
+        f"{W}: arch: must be a short string like 'aarch64'; got '\\ud800'",)
 
 
 @pytest.mark.parametrize("text", ["[1]", '"x"', "1", "null"])

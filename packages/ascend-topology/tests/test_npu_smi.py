@@ -343,11 +343,12 @@ def test_detect_soc_cases(chip_map_text: str, info: str, chips: dict[int, dict[i
 
 
 @pytest.mark.parametrize(("chip_map_text", "info_text", "soc"), [
-    ("NPU ID  Chip ID\n0  0  Ascend310P3\n", "", "310P"),
-    ("NPU ID  Chip ID\n0  0\n", "| 0  310P3 | OK |", "310P"),
-    ("NPU ID  Chip ID\n0  0\n", "", "A2"),
+    ("NPU ID  Chip ID\n0  0  Ascend310P3\n", None, "310P"),
+    ("NPU ID  Chip ID\n0  0\n", "| NPU  Name | Health |\n| 0  310P3 | OK |", "310P"),
+    ("NPU ID  Chip ID\n0  0\n", None, "A2"),
 ])
-def test_soc_detected_from_both_outputs(chip_map_text: str, info_text: str, soc: str) -> None:
+def test_soc_detected_from_both_outputs(chip_map_text: str, info_text: str | None,
+                                        soc: str) -> None:
     facts = build_host_facts(chip_map_text=chip_map_text, info_text=info_text, topo_text="",
                              numa={0: [0]}, allowed_cpus=[0])
     assert facts.soc == soc

@@ -161,6 +161,12 @@ def test_cached_entry_build_failure_leaves_nothing(tmp_path: Path) -> None:
         (lambda e: (e / "config.json").unlink(), "missing"),
         (lambda e: (e / MANIFEST).write_text("{"), "Expecting"),
         (lambda e: (e / MANIFEST).unlink(), "manifest.json is missing"),
+        # Files transformers/vLLM read when present change behaviour though nothing listed
+        # changed: the chat template, the generation defaults.
+        (lambda e: (e / "chat_template.jinja").write_text("{{ 'planted' }}"),
+         "holds 'chat_template.jinja', which its manifest does not list"),
+        (lambda e: (e / "generation_config.json").write_text('{"temperature": 9.0}'),
+         "holds 'generation_config.json', which its manifest does not list"),
     ],
 )
 def test_cached_entry_rebuilds_damage_with_one_warning(

@@ -556,3 +556,19 @@ def test_import_probe_runs_in_a_child_and_names_the_cause(
         assert probe["scope"] == "any" and "pip uninstall torch-npu" in probe["fix"]
     else:
         assert probe["scope"] == "npu"
+
+
+def test_a_stdout_that_refuses_the_report_is_one_error() -> None:
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "vllm_ascend", "doctor", "--host", "a2-8npu"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                              check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "vllm-ascend doctor: error: cannot write to stdout: No space left on device")

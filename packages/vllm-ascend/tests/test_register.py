@@ -200,6 +200,16 @@ def test_register_works_without_a_home(tmp_path) -> None:
             logging.getLogger("vllm_ascend").addHandler(handler)
             report = {"platform": resolve_current_platform_cls_qualname(),
                       "cache_root": os.environ.get("VLLM_CACHE_ROOT"), "warnings": seen}
+            # What every engine process runs next: the process setup with the default config
+            # (file logging at ``~/ascend/log/vllm_ascend``), and the demo's engine environment.
+            import ascend_config
+            from vllm_ascend.entrypoints.local_engine import engine_env
+            from vllm_ascend.process.process_setup import current_process_setup
+
+            config = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts(soc="cpu"),
+                                           environ={})
+            report["log_dir"] = current_process_setup().setup(config, "cpu").log_dir
+            report["pycache"] = engine_env(base=os.environ)["PYTHONPYCACHEPREFIX"]
             os.write(write, json.dumps(report).encode())
             status = 0
         finally:
@@ -214,6 +224,8 @@ def test_register_works_without_a_home(tmp_path) -> None:
         home = tmp / f"vllm-ascend-{uid}" / "home"
         assert report["platform"] == CPU_PLATFORM
         assert report["cache_root"] == str(home / ".cache" / "vllm")
+        assert report["log_dir"] == str(home / "ascend" / "log" / "vllm_ascend")
+        assert report["pycache"] == str(home / ".cache" / "vllm-ascend-pycache")
         assert report["warnings"] == [
             f"no home directory (HOME is unset and uid {uid} has no passwd entry): using "
             f"{home} instead (caches and logs go there)"]

@@ -54,11 +54,16 @@ def _load_source(source: str) -> Any:
 
 def _environ(pairs: Sequence[str]) -> dict[str, str]:
     env = dict(os.environ)
+    given: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise InputError(f"--env expects NAME=VALUE, got {short_repr(pair)}")
-        env[name] = value
+        if name in given and given[name] != value:
+            # Which of the two was meant is not for the reader to guess.
+            raise InputError(f"--env gives {name} twice ({short_repr(given[name])} and "
+                             f"{short_repr(value)}); give each variable once")
+        given[name] = env[name] = value
     return env
 
 

@@ -28,6 +28,20 @@ class _UsageError(Exception):
     """A user-facing error about how the CLI was called (one line)."""
 
 
+class _OutputError(Exception):
+    """stdout refused the output (a full disk, ``/dev/full``)."""
+
+
+def _print(text: str) -> None:
+    """``print`` to stdout, flushed, so that a stdout that cannot take it is named as such."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(exc.strerror or str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -92,7 +106,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     result = _plan(args)
     if args.rank is not None:
         result.for_rank(args.rank)
-    print(result.to_json() if args.json else result.explain(args.rank))
+    _print(result.to_json() if args.json else result.explain(args.rank))
     if not result.ok:
         print(f"{PROG}: plan not applicable: {result.reason}", file=sys.stderr)
         return EXIT_FAILED
@@ -109,10 +123,10 @@ def _cmd_bind(args: argparse.Namespace) -> int:
     result = _plan(args)
     pool = result.for_rank(args.rank)
     if args.dry_run:
-        print(result.explain(args.rank))
+        _print(result.explain(args.rank))
         target = args.pid if args.pid is not None else "this process"
         verdict = "would bind" if result.ok else "would NOT bind"
-        print(f"\ndry run: {verdict} {target} (rank {args.rank}) to NPU {pool.npu}; "
+        _print(f"\ndry run: {verdict} {target} (rank {args.rank}) to NPU {pool.npu}; "
               "nothing was changed")
         return 0 if result.ok else EXIT_FAILED
     if not result.ok:
@@ -120,7 +134,7 @@ def _cmd_bind(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     report = apply(result, args.rank, pid=args.pid, stop_irqbalance=args.stop_irqbalance)
     for line in report.lines():
-        print(line)
+        _print(line)
     if not report.bound:
         return EXIT_FAILED
     if command:
@@ -135,15 +149,15 @@ def _cmd_bind(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "examples":
-        print("\n".join(example_hosts()))
+        _print("\n".join(example_hosts()))
         return 0
     if args.command == "capture":
         for path in capture_live_host(args.dir, soc=args.soc, force=args.force):
-            print(f"wrote {path}")
+            _print(f"wrote {path}")
         return 0
     if args.command == "show":
         facts = _facts(args)
-        print(json.dumps(facts.to_dict(), indent=2) if args.json else facts.describe())
+        _print(json.dumps(facts.to_dict(), indent=2) if args.json else facts.describe())
         return 0
     if args.command == "plan":
         return _cmd_plan(args)
@@ -173,6 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except _UsageError as exc:
         return _error([str(exc)], EXIT_BAD_INPUT)
+    except _OutputError as exc:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the exit's own flush must not fail again
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _error([f"cannot write to stdout: {exc}"], EXIT_FAILED)
     except (RecordedHostError, PlanError) as exc:
         return _error(exc.problems, EXIT_BAD_INPUT)
     except TopologyError as exc:

@@ -12,6 +12,7 @@ from ascend_topology.errors import ParseError, TopologyError
 from ascend_topology.npu_smi import (
     MAX_NPUS,
     ChipMap,
+    check_info_text,
     detect_soc,
     logic_npus,
     parse_chip_map,
@@ -148,6 +149,10 @@ def parse_visible_devices(text: str | None) -> tuple[int, ...] | None:
                 f"visible devices {text!r:.60}: {part!r:.20} is not a device id; "
                 "expected comma-separated integers like '0,1'"
             )
+        if int(part) in ids:
+            # "0,0" names one device twice: which rank was meant to get what is unclear.
+            raise ParseError(f"visible devices {text!r:.60}: device {int(part)} is listed "
+                             "twice; list each device once")
         ids.append(int(part))
     return tuple(ids)
 
@@ -155,7 +160,7 @@ def parse_visible_devices(text: str | None) -> tuple[int, ...] | None:
 def build_host_facts(
     *,
     chip_map_text: str,
-    info_text: str,
+    info_text: str | None,
     topo_text: str,
     numa: Mapping[int, list[int]] | Mapping[int, tuple[int, ...]],
     allowed_cpus: list[int] | tuple[int, ...],
@@ -166,10 +171,15 @@ def build_host_facts(
     pcie: Mapping[int, str] | None = None,
     source: str = "live",
 ) -> HostFacts:
-    """Parse the three npu-smi outputs and combine them with the OS facts."""
+    """Parse the three npu-smi outputs and combine them with the OS facts (``info_text`` None:
+    ``npu-smi info`` was not recorded, so no NPU is known to be running)."""
     chip_map = parse_chip_map(chip_map_text)
     if not chip_map:
         raise ParseError("npu-smi info -m lists no NPU (no row with numeric ids)")
+    if info_text is not None:
+        check_info_text(info_text)
+    else:
+        info_text = ""
     return HostFacts(
         soc=soc or detect_soc(chip_map_text, info_text, chip_map),
         numa={node: tuple(cpus) for node, cpus in sorted(numa.items()) if cpus},

@@ -85,6 +85,10 @@ def _pcie(raw: Any) -> dict[int, str]:
         if npu is None or not isinstance(address, str) or not is_pci_address(address.lower()):
             raise TopologyError(f"must be like {{\"0\": \"0000:c1:00.0\"}}; got {key!r:.20}: "
                                 f"{address!r:.40}")
+        if address.lower() in pcie.values():
+            other = next(n for n, a in pcie.items() if a == address.lower())
+            raise TopologyError(f"NPUs {other} and {npu} are both given the address "
+                                f"{address.lower()}; each NPU has its own")
         pcie[npu] = address.lower()
     return pcie
 
@@ -102,7 +106,7 @@ def _threads(raw: Any) -> int:
 
 
 def _arch(raw: Any) -> str:
-    if not isinstance(raw, str) or "\0" in raw or len(raw) > 64:
+    if not isinstance(raw, str) or "\0" in raw or len(raw) > 64 or not raw.isprintable():
         raise TopologyError(f"must be a short string like 'aarch64'; got {raw!r:.40}")
     return raw
 
@@ -144,7 +148,10 @@ def parse_host_json(text: str, where: str) -> HostMeta:
         ("pcie", _pcie, {}),
     ]
     values: dict[str, Any] = {}
-    problems: list[str] = []
+    known = [key for key, _, _ in checks]
+    # A misspelt key ("visable_devices") would otherwise be ignored without a word.
+    problems = [f"{where}: unknown key {key!r:.40}; known: {', '.join(known)}"
+                for key in meta if key not in known]
     for key, check, default in checks:
         raw = meta.get(key)
         if raw is None:

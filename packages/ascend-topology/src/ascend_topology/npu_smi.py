@@ -104,6 +104,21 @@ def logic_npus(chip_map: ChipMap) -> list[int]:
     return sorted({logic for chips in chip_map.values() for logic in chips.values()})
 
 
+def check_info_text(text: str) -> None:
+    """``npu-smi info`` output is its tables: a ``ParseError`` when it holds no row of them
+    (a ``|`` row whose first cell starts with ``NPU``: the NPU table's or the process table's
+    header), e.g. an empty output or noise, rather than "no process is running"."""
+    if not text.strip():
+        raise ParseError("npu-smi info: the output is empty (npu-smi printed nothing)")
+    lines = [line.strip() for line in _lines(text) if line.strip()]
+    for stripped in lines:
+        if stripped.startswith("|") and _norm(stripped.split("|")[1]).startswith("npu"):
+            return
+    first = lines[0]
+    raise ParseError("npu-smi info: not npu-smi's tables (no '| NPU ...' header row of the NPU "
+                     f"or process table; first line {first!r:.60})")
+
+
 def parse_running_npus(text: str, chip_map: ChipMap) -> list[int]:
     """Logical ids of NPUs with a running process in ``npu-smi info``'s process section.
 
@@ -243,8 +258,9 @@ def parse_npu_irqs(text: str) -> dict[int, str]:
     return irqs
 
 
-def detect_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str:
-    """Guess the SoC string ("A2", "A3", "A5", "310P") from npu-smi outputs."""
+def named_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str | None:
+    """The SoC the npu-smi outputs name ("A5" for an Ascend 950, "310P", "A3" for a 910_93 or
+    NPUs of several chips, "A2" for a 910B), None when they name none of them."""
     names = f"{chip_map_text}\n{info_text}".lower()
     if _ASCEND_950.search(names):
         return "A5"
@@ -252,4 +268,12 @@ def detect_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str:
         return "310P"
     if "910_93" in names or any(len(chips) > 1 for chips in chip_map.values()):
         return "A3"
-    return "A2"
+    if "910b" in names:
+        return "A2"
+    return None
+
+
+def detect_soc(chip_map_text: str, info_text: str, chip_map: ChipMap) -> str:
+    """Guess the SoC string ("A2", "A3", "A5", "310P") from npu-smi outputs (A2 when they
+    name none)."""
+    return named_soc(chip_map_text, info_text, chip_map) or "A2"

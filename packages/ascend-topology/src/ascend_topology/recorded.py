@@ -23,6 +23,7 @@ from ascend_topology.cpulist import format_cpu_list
 from ascend_topology.errors import RecordedHostError, TopologyError
 from ascend_topology.facts import HostFacts, build_host_facts
 from ascend_topology.host_json import HostMeta, parse_host_json
+from ascend_topology.npu_smi import named_soc
 from ascend_topology.rc_mode import rc_mode
 from ascend_topology.safe_io import (
     HOST_JSON_LIMIT,
@@ -87,7 +88,7 @@ def _read(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str:
 
 def _read_optional(folder: Path, name: str, limit: int = RECORDED_FILE_LIMIT) -> str | None:
     try:
-        return read_limited(folder / name, limit)
+        return read_limited(folder / name, limit, strict=True)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -140,10 +141,12 @@ def load_recorded_host(path: str | Path) -> HostFacts:
             f"NUMA node (the nodes hold CPUs "
             f"{format_cpu_list(c for cpus in numa.values() for c in cpus):.60})")
     lspci = _read_optional(folder, LSPCI_FILE)
+    chip_map_text = _read(folder, CHIP_MAP_FILE)
+    info_text = _read_optional(folder, INFO_FILE)
     try:
         facts = build_host_facts(
-            chip_map_text=_read(folder, CHIP_MAP_FILE),
-            info_text=_read_optional(folder, INFO_FILE) or "",
+            chip_map_text=chip_map_text,
+            info_text=info_text,
             topo_text=_read_optional(folder, TOPO_FILE) or "",
             numa=numa,
             allowed_cpus=allowed_cpus,
@@ -158,6 +161,12 @@ def load_recorded_host(path: str | Path) -> HostFacts:
         raise
     except TopologyError as exc:
         raise RecordedHostError(f"recorded host {folder}: {exc}") from None
+    named = named_soc(chip_map_text, info_text or "", facts.chip_map)
+    if meta.soc is not None and named is not None and meta.soc != named:
+        # A recording states what the host was; an override is the command's --soc.
+        raise RecordedHostError(
+            f"recorded host {folder}: host.json says soc {meta.soc!r} but npu-smi's chip "
+            f"names say {named!r}; record the soc the chips have (override with --soc)")
     rc_device, rc_source = rc_mode(facts.soc, lspci, LSPCI_FILE)
     return replace(facts, rc_device=rc_device, rc_source=rc_source)
 

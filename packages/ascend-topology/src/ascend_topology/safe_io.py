@@ -53,12 +53,13 @@ def _refuse(path: Path, mode: int) -> TopologyError:
     return TopologyError(f"{path} is a {_kind(mode)}, not a regular file; refused")
 
 
-def read_limited(path: Path, limit: int) -> str:
-    """Read a regular file of at most ``limit`` bytes as UTF-8 (bad bytes replaced, a
-    leading byte-order mark dropped).
+def read_limited(path: Path, limit: int, *, strict: bool = False) -> str:
+    """Read a regular file of at most ``limit`` bytes as UTF-8 (a leading byte-order mark
+    dropped; bad bytes replaced, or with ``strict`` refused: a recorded file is text).
 
-    Raises ``TopologyError`` for symbolic links, special files and files over the limit;
-    ``OSError`` (e.g. ``FileNotFoundError``) passes through for the caller to word.
+    Raises ``TopologyError`` for symbolic links, special files, files over the limit and, with
+    ``strict``, bytes that are not UTF-8; ``OSError`` (e.g. ``FileNotFoundError``) passes
+    through for the caller to word.
     """
     check_path_text(str(path), "file name")
     try:
@@ -84,7 +85,12 @@ def read_limited(path: Path, limit: int) -> str:
     finally:
         os.close(fd)
     # A leading byte-order mark (Windows editors write one) is not part of the content.
-    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    try:
+        return data.decode("utf-8", errors="strict" if strict else "replace").removeprefix(
+            "\ufeff")
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                            f"offset {exc.start}); a recorded file is UTF-8 text") from None
 
 
 def _size(limit: int) -> str:

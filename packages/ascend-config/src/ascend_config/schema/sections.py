@@ -37,8 +37,10 @@ class AscendCompilationConfig(Section):
     fuse_kv_cache_attention: Bool = opt(
         True, "fusion pass: an attention layer's KV-cache write and attention in one op call")
     forbid_compile_after_ready: Bool = opt(
-        False, "make a compile, pass-manager run or graph capture after the engine is ready an "
-        "error (off: each is counted in the rank report and logged once per cause)")
+        False, "refuse a compile after the engine is ready: the Dynamo compile is not run, the "
+        "function runs uncompiled from then on and the request is answered (one error line per "
+        "cause); a pass-manager run or graph capture after ready is an error (off: each is "
+        "counted in the rank report and logged once per cause)")
 
     def pass_switches(self) -> dict[str, bool]:
         """The fusion-pass switches as keyword arguments for the pass manager."""

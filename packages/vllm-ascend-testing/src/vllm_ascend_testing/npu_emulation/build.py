@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+from vllm_ascend.base.trusted_paths import own_cache_dir
 
 CACHE_VAR = "VLLM_ASCEND_EMULATION_CACHE"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
@@ -33,7 +34,8 @@ def cache_root() -> Path:
     override = os.environ.get(CACHE_VAR)
     if override:
         return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    # own_cache_dir: the stand-in home's cache when there is no home (Path.home() would raise).
+    base = os.environ.get("XDG_CACHE_HOME") or str(own_cache_dir())
     return Path(base) / "vllm-ascend-testing" / "npu-emulation"
 
 

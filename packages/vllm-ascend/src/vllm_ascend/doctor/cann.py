@@ -60,7 +60,9 @@ def _candidates(paths: HostPaths, env_names: tuple[str, ...], dirs: tuple[str, .
                 user_dirs: tuple[str, ...]) -> list[tuple[str, str]]:
     found = [(paths.environ[n], n) for n in env_names if paths.environ.get(n)]
     found += [(d, "default location") for d in dirs]
-    found += [(f"{paths.home()}/{d}", "per-user location") for d in user_dirs]
+    home = paths.home()
+    if home:
+        found += [(f"{home}/{d}", "per-user location") for d in user_dirs]
     return found
 
 

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_ascend.base.trusted_paths import home_dir
+
 READ_LIMIT = 1 << 20  # version files and /proc tables are a few KiB
 
 
@@ -29,8 +31,12 @@ class HostPaths:
         """The non-empty entries of a ``:``-separated variable, as written."""
         return [p for p in self.environ.get(name, "").split(":") if p]
 
-    def home(self) -> str:
-        return self.environ.get("HOME") or str(Path.home())
+    def home(self) -> str | None:
+        """The user's home: ``HOME``, else (this host only) the passwd entry's; None when there
+        is neither (a uid without a passwd entry)."""
+        if self.environ.get("HOME"):
+            return self.environ["HOME"]
+        return home_dir(self.environ) if self.root == Path("/") else None
 
     def read_text(self, path: str | os.PathLike[str], limit: int = READ_LIMIT) -> str | None:
         """A regular file's text (at most ``limit`` bytes), None when missing or special."""

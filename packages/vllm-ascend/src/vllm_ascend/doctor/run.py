@@ -21,6 +21,7 @@ from vllm_ascend.doctor.host import host_findings
 from vllm_ascend.doctor.host_paths import HostPaths
 from vllm_ascend.doctor.probe import probe_torch_npu
 from vllm_ascend.doctor.versions import Installed, version_findings
+from vllm_ascend.entrypoints.console import write_stdout
 
 DEVICE_MODES = ("auto", "npu", "cpu")
 
@@ -125,5 +126,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"vllm-ascend doctor: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report.to_dict()) if args.json else format_text(report))
+    text = json.dumps(report.to_dict()) if args.json else format_text(report)
+    if not write_stdout(f"{text}\n", "vllm-ascend doctor"):
+        return 1
     return report.exit_code

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from vllm_ascend.base.trusted_paths import own_cache_dir
+
 # Variables that make vLLM start faster or behave reproducibly in tests, demo and benchmarks.
 _FIXED: Final[dict[str, str]] = {
     # The engine core runs in the calling process: fusion counts and kernel call counters
@@ -53,7 +55,8 @@ def engine_env(
     env = dict(os.environ if base is None else base)
     for name in _DROPPED:
         env.pop(name, None)
-    env.setdefault("PYTHONPYCACHEPREFIX", str(Path.home() / ".cache" / "vllm-ascend-pycache"))
+    # The user's cache (the stand-in home's when there is no home: Path.home() would raise).
+    env.setdefault("PYTHONPYCACHEPREFIX", str(own_cache_dir(env) / "vllm-ascend-pycache"))
     env.update(_FIXED)
     env["VLLM_ASCEND_DEVICE"] = device
     if cache_root is not None:

@@ -149,7 +149,8 @@ def configure_file_logging(
     existing = [h for h in targets[1].handlers if isinstance(h, RotatingAscendFileHandler)]
     if log_dir is None:
         log_dir = default_log_dir(env)
-    wanted = roots.root(Path(log_dir).expanduser(), "ascend_log_path", env)
+    # ``~`` is expanded by the root rule (the stand-in home when there is none).
+    wanted = roots.root(os.fspath(log_dir), "ascend_log_path", env)
     if existing and existing[0].log_dir == wanted:
         return existing[0]
     for handler in existing:

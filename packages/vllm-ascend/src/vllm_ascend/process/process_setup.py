@@ -129,7 +129,7 @@ class ProcessSetup:
         self.done_for = key
         self.adjustments = self.adjust(soc)
         logging_setup.configure_console_logging()
-        log_dir = os.path.expanduser(str(ascend_config.ascend_log_path))
+        log_dir = str(ascend_config.ascend_log_path)  # ``~`` expanded by the root rule
         handler = logging_setup.configure_file_logging(log_dir, roots=self.roots)
         self.log_dir = str(handler.log_dir) if handler is not None else None
         self.batch_invariance = batch_invariance.init_batch_invariance(ascend_config)
