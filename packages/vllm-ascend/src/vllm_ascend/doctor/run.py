@@ -19,6 +19,7 @@ from vllm_ascend.doctor.device import DeviceView, device_findings, read_live, re
 from vllm_ascend.doctor.findings import ANY, FAIL, INFO, NPU, OK, Finding, Report, format_text
 from vllm_ascend.doctor.host import host_findings
 from vllm_ascend.doctor.host_paths import HostPaths
+from vllm_ascend.doctor.install_set import check_install_set
 from vllm_ascend.doctor.probe import probe_torch_npu
 from vllm_ascend.doctor.versions import Installed, version_findings
 
@@ -74,7 +75,7 @@ def diagnose(paths: HostPaths, host_dir: Path | None = None,
     dists = dists or Installed()
     view: DeviceView = read_recorded(host_dir) if host_dir is not None else read_live(paths)
     platform = target_platform(dict(paths.environ), view.facts is not None)
-    findings = version_findings(dists)
+    findings = [*version_findings(dists), check_install_set(dists)]
     cann = cann_findings(paths)
     findings += cann
     probe = probe_finding(paths, dists, cann)

@@ -188,7 +188,12 @@ def chat(llm: Any, questions: tuple[str, ...], *, max_tokens: int,
 def run_demo(options: DemoOptions, workdir: Path) -> dict[str, Any]:
     """Run the demo in `workdir` (tiny model and compile cache) and return its result."""
     prepare_process(workdir)
+    from vllm_ascend.doctor.import_advice import torch_import_problem
     from vllm_ascend.entrypoints.local_engine import llm_kwargs
+
+    problem = torch_import_problem()  # a torch-npu that does not load breaks `import torch`
+    if problem is not None:
+        raise DemoError(problem)
 
     model = resolve_model(options, workdir)
     config = read_model_config(model.path)
