@@ -143,6 +143,10 @@ def test_cpu_mode_on_an_npu_host_serves_on_the_host_cpu(doctor: Doctor, tmp_path
         (["--host", "/nonexistent/host"], {}, "not a folder and not an example host"),
         (["--root", "/nonexistent/root"], {}, "is not a directory"),
         ([], {"VLLM_ASCEND_DEVICE": "gpu"}, "VLLM_ASCEND_DEVICE='gpu' is not valid"),
+        (["--probe-timeout", "0"], {}, "--probe-timeout 0: allowed: more than 0, at most 3600"),
+        (["--probe-timeout", "3600.5"], {}, "--probe-timeout 3600.5: allowed: more than 0"),
+        (["--probe-timeout", "nan"], {}, "--probe-timeout nan: allowed: more than 0"),
+        (["--probe-timeout", "soon"], {}, "argument --probe-timeout: invalid float value"),
     ],
 )
 def test_bad_usage_exits_2_with_one_clear_line(argv: list[str], env: dict[str, str],

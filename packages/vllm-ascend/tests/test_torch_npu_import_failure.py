@@ -122,3 +122,79 @@ def test_torch_npu_built_for_another_torch_is_the_cause_named_first(
     assert ("Cause (torch-npu): torch-npu 2.13.0 is built for torch==2.14.0.*, but torch 2.13.0 "
             'is installed: import torch fails while torch-npu is installed. Fix: pip install '
             '"torch==2.13.*" "torch-npu==2.13.*".') in proc.stderr
+
+
+# --- the doctor: torch-npu is imported only in its probe's child, which has a time limit ----
+
+def doctor_with(site: Path, home: Path, package_code: str,
+                *argv: str) -> tuple[int, dict[str, object], int, float]:
+    """Run ``vllm-ascend doctor --json`` with a torch-npu whose package runs
+    ``package_code``; (exit status, report, the doctor's pid, seconds it took)."""
+    import time
+
+    package = site / "torch_npu"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(package_code)
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    env.update({"PYTHONPATH": str(site), "HOME": str(home)})
+    start = time.monotonic()
+    with subprocess.Popen([sys.executable, "-m", "vllm_ascend.entrypoints.cli", "doctor",
+                           "--json", *argv], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=600)
+    assert out, err
+    return proc.returncode, json.loads(out), proc.pid, time.monotonic() - start
+
+
+def installed_fake(tmp_path: Path, broken_torch_npu: Path) -> Path:
+    """A copy of the fake torch-npu's metadata (its package is written per test)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "torch_npu-2.13.0.dist-info").symlink_to(broken_torch_npu /
+                                                     "torch_npu-2.13.0.dist-info")
+    return site
+
+
+def probe_of(report: dict[str, object]) -> dict[str, str]:
+    findings = report["findings"]
+    assert isinstance(findings, list)
+    return next(f for f in findings if f["check"] == "torch-npu-import")
+
+
+def test_doctor_imports_torch_npu_only_in_its_probe_child(broken_torch_npu: Path,
+                                                          tmp_path: Path) -> None:
+    log = tmp_path / "imported-by"
+    site = installed_fake(tmp_path, broken_torch_npu)
+    code, report, pid, _ = doctor_with(
+        site, tmp_path, f"import os\nwith open({str(log)!r}, 'a') as f:\n"
+        f"    f.write(f'{{os.getpid()}}\\n')\nraise ImportError({LOADER_ERROR!r})\n")
+    importers = {int(line) for line in log.read_text().split()}
+    assert importers and pid not in importers  # imported, by the probe's child only
+    probe = probe_of(report)
+    assert probe["verdict"] == "fail"
+    assert probe["summary"].startswith("import torch fails: RuntimeError: Failed to load the "
+                                       "backend extension: torch_npu")
+    assert code == 1  # torch itself does not import here: no platform can serve
+
+
+def test_a_probe_that_hangs_is_killed_at_its_time_limit(broken_torch_npu: Path,
+                                                        tmp_path: Path) -> None:
+    site = installed_fake(tmp_path, broken_torch_npu)
+    code, report, _, took = doctor_with(site, tmp_path, "import time\ntime.sleep(600)\n",
+                                        "--probe-timeout", "20")
+    probe = probe_of(report)
+    assert probe["verdict"] == "fail"
+    assert probe["summary"].startswith("import torch_npu fails: the import did not finish in "
+                                       "20 s")
+    assert took < 300  # not the 600 s the import would take
+    assert code == 0  # on this host without NPUs the host-CPU verdict stands
+
+
+def test_a_probe_that_crashes_is_a_finding_not_a_crash(broken_torch_npu: Path,
+                                                       tmp_path: Path) -> None:
+    site = installed_fake(tmp_path, broken_torch_npu)
+    code, report, _, _ = doctor_with(site, tmp_path, "import os\nos.abort()\n")
+    probe = probe_of(report)
+    assert probe["verdict"] == "fail"
+    assert probe["summary"].startswith("import torch_npu fails: the child exited with -6")
+    assert code == 0  # the doctor itself finished its report
