@@ -1,7 +1,11 @@
-"""Where users fail: ``import torch_npu`` failing when the NPU platform activates. The error
-becomes the doctor's finding for that cause (the missing toolkit, the unsourced environment,
-the library that does not resolve, the torch-npu built for another torch) with its fix, not
-torch's "Failed to load the backend extension"."""
+"""Where users fail: ``import torch_npu`` failing when the NPU platform activates, and
+``import torch`` failing because torch loads an installed torch-npu by itself (its
+``torch.backends`` entry point) before any plugin code runs. The error becomes the doctor's
+finding for that cause (the missing toolkit, the unsourced environment, the library that does
+not resolve, the torch-npu built for another torch) with its fix, not torch's "Failed to load
+the backend extension". `vllm-ascend serve` and `vllm-ascend demo` import torch through
+:func:`torch_import_problem` first; the platform reaches torch_npu through
+``platform.npu_device.torch_npu``."""
 
 from __future__ import annotations
 
