@@ -57,7 +57,8 @@ def check_install_set(dists: Installed) -> Finding:
     conflicts = [name for name, spec in needs.items() if spec and not satisfies(torch, spec)]
     said = [f"{name} {dists.version(name)} (torch{spec})" for name, spec in needs.items() if spec]
     if not conflicts:
-        held = f": {', '.join(said)} all accept it" if said else ""
+        verb = "accepts" if len(said) == 1 else "all accept"
+        held = f": {', '.join(said)} {verb} it" if said else ""
         return Finding("install-set", OK, f"torch {torch} is the one installed{held}")
     lo, hi = (".".join(map(str, v)) for v in (TESTED_MIN, TESTED_MAX_EXCLUSIVE))
     wanted = release_torch(dists)
