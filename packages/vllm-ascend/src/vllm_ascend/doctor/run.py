@@ -19,7 +19,8 @@ from vllm_ascend.doctor.device import DeviceView, device_findings, read_live, re
 from vllm_ascend.doctor.findings import ANY, FAIL, INFO, NPU, OK, Finding, Report, format_text
 from vllm_ascend.doctor.host import host_findings
 from vllm_ascend.doctor.host_paths import HostPaths
-from vllm_ascend.doctor.probe import probe_torch_npu
+from vllm_ascend.doctor.install_set import check_install_set
+from vllm_ascend.doctor.probe import PROBE_TIMEOUT_S, probe_torch_npu
 from vllm_ascend.doctor.versions import Installed, version_findings
 from vllm_ascend.entrypoints.console import write_stdout
 
@@ -37,12 +38,13 @@ def target_platform(environ: dict[str, str] | os._Environ[str], npus_visible: bo
     return mode
 
 
-def probe_finding(paths: HostPaths, dists: Installed, cann: list[Finding]) -> Finding | None:
-    """The import probe, when torch-npu is installed on this host; its failure is reported
-    with the CANN finding that explains it."""
+def probe_finding(paths: HostPaths, dists: Installed, cann: list[Finding],
+                  timeout: float = PROBE_TIMEOUT_S) -> Finding | None:
+    """The import probe (a child process, at most ``timeout`` seconds), when torch-npu is
+    installed on this host; its failure is reported with the CANN finding that explains it."""
     if dists.version("torch-npu") is None or paths.root != Path("/"):
         return None
-    result = probe_torch_npu(paths.environ)
+    result = probe_torch_npu(paths.environ, timeout=timeout)
     if result.ok:
         return Finding("torch-npu-import", OK, f"import torch_npu works: {result.devices} NPUs, "
                        f"CANN {result.cann}", scope=NPU)
@@ -70,15 +72,15 @@ def platform_finding(platform: str, findings: list[Finding]) -> Finding:
 
 
 def diagnose(paths: HostPaths, host_dir: Path | None = None,
-             dists: Installed | None = None) -> Report:
+             dists: Installed | None = None, probe_timeout: float = PROBE_TIMEOUT_S) -> Report:
     """Run every check against ``paths`` (and the recorded host ``host_dir``)."""
     dists = dists or Installed()
     view: DeviceView = read_recorded(host_dir) if host_dir is not None else read_live(paths)
     platform = target_platform(dict(paths.environ), view.facts is not None)
-    findings = version_findings(dists)
+    findings = [*version_findings(dists), check_install_set(dists)]
     cann = cann_findings(paths)
     findings += cann
-    probe = probe_finding(paths, dists, cann)
+    probe = probe_finding(paths, dists, cann, probe_timeout)
     if probe is not None:
         findings.append(probe)
     findings += device_findings(view, paths)
@@ -99,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "name) instead of running npu-smi")
     parser.add_argument("--root", metavar="DIR",
                         help="look for CANN, NNAL and /proc/meminfo under DIR instead of /")
+    parser.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT_S, metavar="S",
+                        help="seconds the child process that imports torch and torch_npu may "
+                        f"take before it is killed and reported (default: {PROBE_TIMEOUT_S:g})")
     return parser
 
 
@@ -118,11 +123,15 @@ def main(argv: list[str]) -> int:
         if not host_dir.is_dir():
             parser.error(f"--host {args.host!r}: not a folder and not an example host "
                          f"({', '.join(topo.example_hosts())})")
+    if not 0 < args.probe_timeout <= 3600:
+        parser.error(f"--probe-timeout {args.probe_timeout:g}: allowed: more than 0, at most "
+                     "3600 seconds")
     root = Path(args.root) if args.root else Path("/")
     if not root.is_dir():
         parser.error(f"--root {args.root!r} is not a directory")
     try:
-        report = diagnose(HostPaths(root=root, environ=dict(os.environ)), host_dir)
+        report = diagnose(HostPaths(root=root, environ=dict(os.environ)), host_dir,
+                          probe_timeout=args.probe_timeout)
     except ValueError as exc:
         print(f"vllm-ascend doctor: error: {exc}", file=sys.stderr)
         return 2

@@ -107,13 +107,15 @@ def llm_kwargs(
     seed: int = 0,
     kv_cache_mib: int | None = 64,
     log_dir: str | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` on the host-CPU platform.
 
     `compile=False` runs eagerly (fast start-up; the fusion passes do not run).
     `kv_cache_mib` is the KV cache size (the tiny models need a few MiB; None: the host-CPU
     platform's default, what the run needs bounded by the free memory); `log_dir` is where the
-    plugin writes its log files.
+    plugin writes its log files; `max_num_batched_tokens` bounds a step's tokens (None: vLLM's
+    default, 4096 on the CPU), and with it the warm-up's dummy batch.
     """
     kwargs: dict[str, Any] = {
         "model": model,
@@ -128,4 +130,6 @@ def llm_kwargs(
     }
     if kv_cache_mib is not None:
         kwargs["kv_cache_memory_bytes"] = kv_cache_mib * 1024 * 1024
+    if max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = max_num_batched_tokens
     return kwargs

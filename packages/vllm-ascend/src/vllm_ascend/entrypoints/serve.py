@@ -21,6 +21,7 @@ the replacement of vLLM's ``run_server`` is the row ``serve_single_api_server`` 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,6 +59,14 @@ def build_serve_parser() -> tuple[Any, Any]:
 def main(argv: Sequence[str]) -> int:
     """Run `serve` with `argv` (the arguments after `serve`); returns the exit status: 0 after
     a requested shutdown, `ENGINE_DIED_STATUS` when the engine died while serving."""
+    from vllm_ascend.doctor.import_advice import torch_import_problem
+
+    # vLLM imports torch first thing, and torch loads an installed torch-npu by itself: when
+    # that fails (CANN not sourced), say the doctor's cause and fix instead of torch's wrapper.
+    problem = torch_import_problem()
+    if problem is not None:
+        print(f"{PROG} serve: error: {problem}", file=sys.stderr)
+        return 1
     from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
     from vllm.logger import configure_logging_from_args
 
