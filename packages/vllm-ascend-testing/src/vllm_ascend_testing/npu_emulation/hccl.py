@@ -55,6 +55,20 @@ class HcclOverGloo(dist.ProcessGroup):
         self._size = size
         # c10d's stubs do not list the collectives ProcessGroupGloo has at run time.
         self._gloo: Any = ProcessGroupGloo(store, rank, size, timeout)
+        self._name = ""
+
+    # c10d names a group through ``_set_group_name`` and reads ``group_name`` back (destroying
+    # it); the C++ getter reads the name from a registered backend, which a Python process
+    # group does not have ("ProcessGroup name not set"), so the name is kept here.
+    def _set_group_name(self, name: str) -> None:
+        super()._set_group_name(name)
+        self._name = name
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        if not self._name:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._name
 
     def size(self) -> int:
         return self._size
