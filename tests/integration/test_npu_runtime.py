@@ -29,6 +29,10 @@ MAX_BATCHED = 128  # the chunked prompt is longer than this
 SHORT_PROMPTS = ["Hello, my name is", "The capital of France is", "The future of AI is",
                  "Once upon a time"]
 MAX_TOKENS = 12
+# An emulated NPU on which the tiny llama's weights and profile run fit but a 2048-token KV
+# cache (4.25 MiB) does not.
+KV_FIT_HBM_MIB = 16
+KV_FIT_UTIL = 0.672
 
 
 def _long_prompts() -> dict[str, list[int]]:
@@ -153,20 +157,24 @@ def test_tp2_over_two_emulated_npus_gives_tp1_tokens(
     assert [o["token_ids"] for o in answer["outputs"]] == tiny_runs["llama"]["npu"]["short"]
 
 
-def test_serve_with_defaults_answers_the_openai_client(
-    tiny_models: Any, make_env: Callable[..., dict[str, str]], tmp_path: Any
+@pytest.mark.parametrize(("arch", "npus"), [("qwen3", 1), ("llama", 2)])
+def test_serve_with_defaults_answers_the_openai_client_and_exits_cleanly(
+    arch: str, npus: int, tiny_models: Any, make_env: Callable[..., dict[str, str]],
+    tmp_path: Any
 ) -> None:
-    """`vllm-ascend serve MODEL` with no memory or eager flag (the emulated device is 4 GiB;
-    only the rope directive the emulation needs), chat completions streamed and not."""
+    """`vllm-ascend serve MODEL` with no memory, eager or custom-op flag (the emulated NPUs
+    have the default 32 GiB; vLLM sizes the KV cache to it), alone and with `-tp 2` over two
+    NPUs: chat completions streamed and not, then a SIGINT stop with status 0 and no
+    traceback in any process's output."""
     from openai import OpenAI
     from vllm_ascend_testing.serve_process import VllmServer
 
-    env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
-                   VLLM_ASCEND_EMULATED_HBM_GIB="4")
+    env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS=str(npus))
+    env.pop("VLLM_ASCEND_EMULATED_HBM_GIB", None)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    args = ["--served-model-name", "tiny", "--compilation-config",
-            '{"custom_ops": ["-RotaryEmbedding", "-Llama3RotaryEmbedding"]}']
-    with VllmServer(tiny_models.path("qwen3"), args, env, tmp_path / "serve.log") as server:
+    args = ["--served-model-name", "tiny"] + (["-tp", str(npus)] if npus > 1 else [])
+    server = VllmServer(tiny_models.path(arch), args, env, tmp_path / "serve.log")
+    with server:
         server.wait_healthy(timeout=600)
         client = OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
         question = [{"role": "user", "content": "Hello"}]
@@ -179,3 +187,50 @@ def test_serve_with_defaults_answers_the_openai_client(
         streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert streamed == text
         assert "NPUPlatform" in server.log() or "device_config=npu" in server.log()
+        # vLLM sized the KV cache from the emulated 32 GiB (0.92 of it, less the model).
+        assert "Free memory on device (32.0/32.0 GiB) on startup" in server.log()
+    assert server.proc.returncode == 0, server.log_tail()
+    assert "Traceback" not in server.log(), server.log_tail(120)
+
+
+def test_a_kv_cache_that_does_not_fit_is_one_error_with_the_advice_at_its_boundary(
+    tiny_models: Any, start_worker: Callable[..., LLMWorker]
+) -> None:
+    """On an emulated NPU of 16 MiB (about 2/3 of it for the engine) the tiny llama's KV cache
+    for --max-model-len 2048 does not fit: one error with the memory measured, needed and free
+    and the flag to change. The largest --max-model-len it advises then loads and generates;
+    one block more does not."""
+    import re
+
+    from vllm_ascend_testing.worker_client import WorkerError
+
+    worker = start_worker("npu-runtime-kv-fit", device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
+                          VLLM_ASCEND_EMULATED_HBM_GIB=str(KV_FIT_HBM_MIB / 1024))
+    model = str(tiny_models.path("llama"))
+
+    def load(max_model_len: int) -> None:
+        kwargs = llm_kwargs(model, compile=False, max_model_len=max_model_len,
+                            kv_cache_mib=None, max_num_seqs=1)
+        kwargs.update(max_num_batched_tokens=MAX_BATCHED, gpu_memory_utilization=KV_FIT_UTIL)
+        worker.request("load", name="kv", kwargs=kwargs, timeout=600)
+
+    with pytest.raises(WorkerError) as info:
+        load(2048)
+    message = str(info.value)
+    for part in ("the KV cache does not fit", "measured on npu:0",
+                 f"device memory {KV_FIT_HBM_MIB:.2f} MiB", "free at start",
+                 f"--gpu-memory-utilization {KV_FIT_UTIL} allows",
+                 "max_model_len=2048 needs 4.25 MiB",  # 16 blocks + vLLM's null block, each
+                 # 2 layers x (K, V) x 2 KV heads x 64 x 4 bytes x 128 tokens = 256 KiB
+                 "give the KV cache more with --gpu-memory-utilization"):
+        assert part in message, part
+    largest = int(re.search(r"--max-model-len (\d+) \(one sequence at a time\)",
+                            message).group(1))
+    assert 0 < largest < 2048 and largest % 128 == 0
+    load(largest)
+    answer = worker.request("generate", name="kv", prompts=SHORT_PROMPTS[:1], max_tokens=4)
+    assert len(answer["outputs"][0]["token_ids"]) == 4
+    worker.request("unload", name="kv")
+    with pytest.raises(WorkerError, match="the KV cache does not fit"):
+        load(largest + 128)
+    worker.close()

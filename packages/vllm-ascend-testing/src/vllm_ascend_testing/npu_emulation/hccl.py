@@ -18,6 +18,7 @@ from torch._C._distributed_c10d import (
     BroadcastOptions,
     ProcessGroupGloo,
 )
+from torch.distributed.distributed_c10d import GroupName
 
 BACKEND = "hccl"
 
@@ -60,9 +61,9 @@ class HcclOverGloo(dist.ProcessGroup):
     # c10d names a group through ``_set_group_name`` and reads ``group_name`` back (destroying
     # it); the C++ getter reads the name from a registered backend, which a Python process
     # group does not have ("ProcessGroup name not set"), so the name is kept here.
-    def _set_group_name(self, name: str) -> None:
+    def _set_group_name(self, name: GroupName) -> None:
         super()._set_group_name(name)
-        self._name = name
+        self._name = str(name)
 
     @property
     def group_name(self) -> str:  # type: ignore[override]
