@@ -204,8 +204,13 @@ def test_a_kv_cache_that_does_not_fit_is_one_error_with_the_advice_at_its_bounda
 
     from vllm_ascend_testing.worker_client import WorkerError
 
-    worker = start_worker("npu-runtime-kv-fit", device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
-                          VLLM_ASCEND_EMULATED_HBM_GIB=str(KV_FIT_HBM_MIB / 1024))
+    def small_npu(name: str) -> LLMWorker:
+        return start_worker(name, device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
+                            VLLM_ASCEND_EMULATED_HBM_GIB=str(KV_FIT_HBM_MIB / 1024))
+
+    # A failed engine start leaves its weights on the device, as a process that goes on after
+    # it would: the refusal gets a process of its own.
+    worker = small_npu("npu-runtime-kv-refused")
     model = str(tiny_models.path("llama"))
 
     def load(max_model_len: int) -> None:
@@ -227,6 +232,8 @@ def test_a_kv_cache_that_does_not_fit_is_one_error_with_the_advice_at_its_bounda
     largest = int(re.search(r"--max-model-len (\d+) \(one sequence at a time\)",
                             message).group(1))
     assert 0 < largest < 2048 and largest % 128 == 0
+    worker.close()
+    worker = small_npu("npu-runtime-kv-fits")
     load(largest)
     answer = worker.request("generate", name="kv", prompts=SHORT_PROMPTS[:1], max_tokens=4)
     assert len(answer["outputs"][0]["token_ids"]) == 4
