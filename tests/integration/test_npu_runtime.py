@@ -130,6 +130,9 @@ def test_smollm2_float32_on_the_npu_runtime_gives_transformers_greedy_tokens(
                             max_tokens=SMOLLM2_TOKENS)
     worker.close()
     engine = [o["token_ids"] for o in answer["outputs"]]
+    # The engine's exit (process groups destroyed, the device cache emptied) is clean.
+    assert worker.proc.returncode == 0 and "Traceback" not in worker.log_path.read_text(), \
+        worker.log_tail()
 
     model = AutoModelForCausalLM.from_pretrained(
         str(smollm2_dir), dtype=torch.float32, attn_implementation="eager").eval()
