@@ -8,8 +8,9 @@ prompt generated alone, without chunking or prefix caching: a chunked prefill (a
 than `max_num_batched_tokens`) and a prefix-cache hit (two prompts sharing three 128-token
 blocks) must give the same tokens.
 
-The emulated torch_npu has no `_npu_rotary_embedding`, so both engines run vLLM's native rotary
-embedding (`-RotaryEmbedding`); every other Ascend custom op is on.
+Both engines run with vLLM's default custom ops: on the device the rope is ATB's
+`_npu_rotary_embedding`, the norms torch_npu's `npu_rms_norm`/`npu_add_rms_norm`, the MLP
+activation `npu_swiglu` (each validated against its recorded schema by the emulation).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from vllm_ascend_testing.worker_client import LLMWorker
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 EMULATED = {"VLLM_ASCEND_EMULATED_NPUS": "1"}
-NATIVE_ROPE = ["-RotaryEmbedding", "-Llama3RotaryEmbedding"]
 MAX_BATCHED = 128  # the chunked prompt is longer than this
 SHORT_PROMPTS = ["Hello, my name is", "The capital of France is", "The future of AI is",
                  "Once upon a time"]
 MAX_TOKENS = 12
+# An emulated NPU on which the tiny llama's weights and profile run fit but a 2048-token KV
+# cache (4.25 MiB) does not.
+KV_FIT_HBM_MIB = 16
+KV_FIT_UTIL = 0.672
 
 
 def _long_prompts() -> dict[str, list[int]]:
@@ -44,7 +48,6 @@ def _long_prompts() -> dict[str, list[int]]:
 
 def _kwargs(model: str, **extra: Any) -> dict[str, Any]:
     kwargs = llm_kwargs(model, compile=False, max_model_len=512, kv_cache_mib=64)
-    kwargs["compilation_config"] = {"custom_ops": NATIVE_ROPE}
     kwargs["max_num_batched_tokens"] = MAX_BATCHED
     kwargs["enable_prefix_caching"] = True
     kwargs.update(extra)
@@ -127,6 +130,9 @@ def test_smollm2_float32_on_the_npu_runtime_gives_transformers_greedy_tokens(
                             max_tokens=SMOLLM2_TOKENS)
     worker.close()
     engine = [o["token_ids"] for o in answer["outputs"]]
+    # The engine's exit (process groups destroyed, the device cache emptied) is clean.
+    assert worker.proc.returncode == 0 and "Traceback" not in worker.log_path.read_text(), \
+        worker.log_tail()
 
     model = AutoModelForCausalLM.from_pretrained(
         str(smollm2_dir), dtype=torch.float32, attn_implementation="eager").eval()
@@ -154,20 +160,24 @@ def test_tp2_over_two_emulated_npus_gives_tp1_tokens(
     assert [o["token_ids"] for o in answer["outputs"]] == tiny_runs["llama"]["npu"]["short"]
 
 
-def test_serve_with_defaults_answers_the_openai_client(
-    tiny_models: Any, make_env: Callable[..., dict[str, str]], tmp_path: Any
+@pytest.mark.parametrize(("arch", "npus"), [("qwen3", 1), ("llama", 2)])
+def test_serve_with_defaults_answers_the_openai_client_and_exits_cleanly(
+    arch: str, npus: int, tiny_models: Any, make_env: Callable[..., dict[str, str]],
+    tmp_path: Any
 ) -> None:
-    """`vllm-ascend serve MODEL` with no memory or eager flag (the emulated device is 4 GiB;
-    only the rope directive the emulation needs), chat completions streamed and not."""
+    """`vllm-ascend serve MODEL` with no memory, eager or custom-op flag (the emulated NPUs
+    have the default 32 GiB; vLLM sizes the KV cache to it), alone and with `-tp 2` over two
+    NPUs: chat completions streamed and not, then a SIGINT stop with status 0 and no
+    traceback in any process's output."""
     from openai import OpenAI
     from vllm_ascend_testing.serve_process import VllmServer
 
-    env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
-                   VLLM_ASCEND_EMULATED_HBM_GIB="4")
+    env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS=str(npus))
+    env.pop("VLLM_ASCEND_EMULATED_HBM_GIB", None)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    args = ["--served-model-name", "tiny", "--compilation-config",
-            '{"custom_ops": ["-RotaryEmbedding", "-Llama3RotaryEmbedding"]}']
-    with VllmServer(tiny_models.path("qwen3"), args, env, tmp_path / "serve.log") as server:
+    args = ["--served-model-name", "tiny"] + (["-tp", str(npus)] if npus > 1 else [])
+    server = VllmServer(tiny_models.path(arch), args, env, tmp_path / "serve.log")
+    with server:
         server.wait_healthy(timeout=600)
         client = OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
         question = [{"role": "user", "content": "Hello"}]
@@ -180,3 +190,57 @@ def test_serve_with_defaults_answers_the_openai_client(
         streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert streamed == text
         assert "NPUPlatform" in server.log() or "device_config=npu" in server.log()
+        # vLLM sized the KV cache from the emulated 32 GiB (0.92 of it, less the model).
+        assert "Free memory on device (32.0/32.0 GiB) on startup" in server.log()
+    assert server.proc.returncode == 0, server.log_tail()
+    assert "Traceback" not in server.log(), server.log_tail(120)
+
+
+def test_a_kv_cache_that_does_not_fit_is_one_error_with_the_advice_at_its_boundary(
+    tiny_models: Any, start_worker: Callable[..., LLMWorker]
+) -> None:
+    """On an emulated NPU of 16 MiB (about 2/3 of it for the engine) the tiny llama's KV cache
+    for --max-model-len 2048 does not fit: one error with the memory measured, needed and free
+    and the flag to change. The largest --max-model-len it advises then loads and generates;
+    one block more does not."""
+    import re
+
+    from vllm_ascend_testing.worker_client import WorkerError
+
+    def small_npu(name: str) -> LLMWorker:
+        return start_worker(name, device="npu", VLLM_ASCEND_EMULATED_NPUS="1",
+                            VLLM_ASCEND_EMULATED_HBM_GIB=str(KV_FIT_HBM_MIB / 1024))
+
+    # A failed engine start leaves its weights on the device, as a process that goes on after
+    # it would: the refusal gets a process of its own.
+    worker = small_npu("npu-runtime-kv-refused")
+    model = str(tiny_models.path("llama"))
+
+    def load(max_model_len: int) -> None:
+        kwargs = llm_kwargs(model, compile=False, max_model_len=max_model_len,
+                            kv_cache_mib=None, max_num_seqs=1)
+        kwargs.update(max_num_batched_tokens=MAX_BATCHED, gpu_memory_utilization=KV_FIT_UTIL)
+        worker.request("load", name="kv", kwargs=kwargs, timeout=600)
+
+    with pytest.raises(WorkerError) as info:
+        load(2048)
+    message = str(info.value)
+    for part in ("the KV cache does not fit", "measured on npu:0",
+                 f"device memory {KV_FIT_HBM_MIB:.2f} MiB", "free at start",
+                 f"--gpu-memory-utilization {KV_FIT_UTIL} allows",
+                 "max_model_len=2048 needs 4.25 MiB",  # 16 blocks + vLLM's null block, each
+                 # 2 layers x (K, V) x 2 KV heads x 64 x 4 bytes x 128 tokens = 256 KiB
+                 "give the KV cache more with --gpu-memory-utilization"):
+        assert part in message, part
+    largest = int(re.search(r"--max-model-len (\d+) \(one sequence at a time\)",
+                            message).group(1))
+    assert 0 < largest < 2048 and largest % 128 == 0
+    worker.close()
+    worker = small_npu("npu-runtime-kv-fits")
+    load(largest)
+    answer = worker.request("generate", name="kv", prompts=SHORT_PROMPTS[:1], max_tokens=4)
+    assert len(answer["outputs"][0]["token_ids"]) == 4
+    worker.request("unload", name="kv")
+    with pytest.raises(WorkerError, match="the KV cache does not fit"):
+        load(largest + 128)
+    worker.close()

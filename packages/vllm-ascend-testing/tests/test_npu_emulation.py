@@ -305,3 +305,94 @@ def test_accelerator_memory_functions_fail_as_with_real_torch_npu(
 def test_events_time_and_pinned_memory_work(attention_report: dict[str, Any]) -> None:
     assert attention_report["elapsed"] >= 0.0
     assert attention_report["pinned"] is True
+
+
+def test_atb_rotary_embedding_rotates_in_place_by_the_written_out_rope() -> None:
+    """``torch_npu._npu_rotary_embedding`` (ATB schema): neox rope of whole heads, in place on
+    2-D query/key, against cos/sin written out here; a CPU tensor raises as on hardware."""
+    r = run("""
+        import json, math, torch, torch_npu
+        torch.manual_seed(0)
+        T, H, KH, D = 3, 2, 1, 4
+        pos = [0, 1, 5]
+        cache = torch.tensor([[math.cos(p / 10000 ** (2 * i / D)) for i in range(D // 2)]
+                              + [math.sin(p / 10000 ** (2 * i / D)) for i in range(D // 2)]
+                              for p in range(8)])
+        q, k = torch.randn(T, H * D), torch.randn(T, KH * D)
+        qn, kn = q.to("npu"), k.to("npu")
+        got = torch_npu._npu_rotary_embedding(torch.tensor(pos).to("npu"), qn, kn, D,
+                                              cache.to("npu"), True)
+        try:
+            torch_npu._npu_rotary_embedding(torch.tensor(pos), q, k, D, cache, True)
+            cpu = None
+        except RuntimeError as e:
+            cpu = str(e)
+        print(json.dumps({"q": q.tolist(), "k": k.tolist(), "qo": qn.cpu().tolist(),
+                          "ko": kn.cpu().tolist(), "ret": got, "cpu": cpu}))
+    """, {"VLLM_ASCEND_EMULATED_NPUS": "1"})
+    import math
+
+    D = 4
+    for src, out in ((r["q"], r["qo"]), (r["k"], r["ko"])):
+        for t, p in enumerate([0, 1, 5]):
+            for h in range(len(src[t]) // D):
+                x = src[t][h * D:(h + 1) * D]
+                expect = [0.0] * D
+                for i in range(D // 2):
+                    theta = p / 10000 ** (2 * i / D)
+                    x1, x2 = x[i], x[i + D // 2]
+                    expect[i] = x1 * math.cos(theta) - x2 * math.sin(theta)
+                    expect[i + D // 2] = x2 * math.cos(theta) + x1 * math.sin(theta)
+                assert out[t][h * D:(h + 1) * D] == pytest.approx(expect, abs=1e-5)
+    assert r["ret"] is None
+    assert "expected all tensors on npu" in r["cpu"]
+
+
+def test_zeroed_hbm_reads_zero_and_costs_no_host_memory() -> None:
+    """A 16 GiB zero-filled tensor on a 32 GiB NPU: accounted in full, zeros where read, and
+    the host's resident memory grows by far less than its size (lazily backed pages)."""
+    r = run("""
+        import json, resource, torch, torch_npu
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        x = torch.zeros(16 * 2**30, dtype=torch.int8, device="npu")
+        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+        part = x[3: 3 * 2**20 + 5]
+        part.fill_(7)
+        filled = int(part.sum().cpu())
+        part.zero_()
+        print(json.dumps({"grown": grown, "free": torch.npu.mem_get_info()[0],
+                          "filled": filled, "after": int(x[: 4 * 2**20].sum().cpu())}))
+    """, {"VLLM_ASCEND_EMULATED_NPUS": "1"})
+    assert r["grown"] < 2**30
+    assert r["free"] <= 16 * GIB
+    assert r["filled"] == 7 * (3 * 2**20 + 2)
+    assert r["after"] == 0
+
+
+def test_the_npu_runtime_binds_accelerator_memory_to_torch_npu_for_the_process() -> None:
+    """vllm_ascend's binding: the accelerator memory calls that assert for torch_npu's
+    allocator answer with torch.npu's numbers afterwards (and binding twice changes nothing)."""
+    r = run("""
+        import json, torch, torch_npu
+        from vllm_ascend.npu_runtime.bindings import bind_accelerator_memory
+        try:
+            torch.accelerator.empty_cache()
+            before = None
+        except RuntimeError as e:
+            before = str(e)
+        bound = bind_accelerator_memory()
+        first = torch.accelerator.get_memory_info
+        bind_accelerator_memory()
+        x = torch.empty(2**20, dtype=torch.uint8, device="npu")
+        torch.accelerator.empty_cache()
+        print(json.dumps({"before": before, "bound": bound,
+                          "same": torch.accelerator.get_memory_info is first,
+                          "info": list(torch.accelerator.get_memory_info()),
+                          "npu_info": list(torch.npu.mem_get_info()),
+                          "allocated": torch.accelerator.memory_allocated(),
+                          "npu_allocated": torch.npu.memory_allocated()}))
+    """, EMU)
+    assert "not a DeviceAllocator" in r["before"]
+    assert r["bound"] is True and r["same"] is True
+    assert r["info"] == r["npu_info"] and r["info"][1] == GIB // 4
+    assert r["allocated"] == r["npu_allocated"] >= 2**20

@@ -13,8 +13,10 @@ from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
 from vllm_ascend.npu_runtime.model_support import UnsupportedModelError, refuse_unsupported_model
 from vllm_ascend.npu_runtime.slot_mapping import compute_slot_mapping
+from vllm_ascend.base.kv_cache_advice import KvCacheMemoryError, KvCacheNeed
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 
 def test_slot_mapping_maps_positions_through_the_block_table_and_pads_the_rest() -> None:
@@ -83,6 +85,11 @@ def test_dense_decoder_passes_and_each_unsupported_feature_is_named() -> None:
             refuse_unsupported_model(config)
 
 
+# 128 tokens a block, 8 MiB a block (with the null block): one sequence of 1024 tokens needs
+# 8 + 1 blocks = 72 MiB.
+NEED = KvCacheNeed(block_bytes=8 * MIB, block_size=128, max_model_len=1024, max_num_seqs=4)
+
+
 def _budget(available: int) -> kv_fit.MemoryBudget:
     return kv_fit.MemoryBudget(device="npu:0", total=32 * GIB, free_at_start=30 * GIB,
                                utilization=0.9, requested=int(28.8 * GIB),
@@ -90,25 +97,26 @@ def _budget(available: int) -> kv_fit.MemoryBudget:
 
 
 def test_kv_cache_fit_boundary_and_message() -> None:
-    kv_fit.check_kv_cache_fits(_budget(2 * GIB), 2 * GIB, 8192)  # exactly one request fits
-    with pytest.raises(kv_fit.KVCacheDoesNotFitError) as info:
-        kv_fit.check_kv_cache_fits(_budget(2 * GIB - 1), 2 * GIB, 8192)
+    kv_fit.check_kv_cache_fits(_budget(72 * MIB), NEED)  # exactly one sequence fits
+    with pytest.raises(KvCacheMemoryError) as info:
+        kv_fit.check_kv_cache_fits(_budget(72 * MIB - 1), NEED)
     message = str(info.value)
-    for part in ("npu:0", "--max-model-len 8192 needs 2.00 GiB", "2.00 GiB is left",
-                 "device memory 32.00 GiB", "30.00 GiB free at start",
-                 "--gpu-memory-utilization 0.9 allows 28.80 GiB", "Raise --gpu-memory-utilization",
-                 "lower --max-model-len"):
+    for part in ("is available for it (measured on npu:0", "device memory 32.00 GiB",
+                 "30.00 GiB free at start", "--gpu-memory-utilization 0.9 allows 28.80 GiB",
+                 "max_model_len=1024 needs 72.00 MiB", "--max-model-len 896 (one sequence",
+                 "give the KV cache more with --gpu-memory-utilization"):
         assert part in message, part
-    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"0.00 GiB is left"):
-        kv_fit.check_kv_cache_fits(_budget(-GIB), 1, 16)  # profiling used more than allowed
+    with pytest.raises(KvCacheMemoryError, match=r"0.0 KiB is available"):
+        kv_fit.check_kv_cache_fits(_budget(-GIB), NEED)  # profiling used more than allowed
 
 
-def test_explicit_kv_cache_bytes_must_fit_and_hold_one_request() -> None:
-    kv_fit.check_explicit_kv_cache("npu:0", GIB, GIB, GIB, 4096)
-    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"more than the 1.00 GiB free"):
-        kv_fit.check_explicit_kv_cache("npu:0", GIB + 1, GIB, 1, 4096)
-    with pytest.raises(kv_fit.KVCacheDoesNotFitError, match=r"cannot hold one request"):
-        kv_fit.check_explicit_kv_cache("npu:0", GIB - 1, 2 * GIB, GIB, 4096)
+def test_explicit_kv_cache_bytes_must_fit_and_hold_one_sequence() -> None:
+    kv_fit.check_explicit_kv_cache("npu:0", 72 * MIB, 72 * MIB, NEED)
+    with pytest.raises(KvCacheMemoryError, match=r"more than the 72.00 MiB free on npu:0"):
+        kv_fit.check_explicit_kv_cache("npu:0", 72 * MIB + 1, 72 * MIB, NEED)
+    with pytest.raises(KvCacheMemoryError,
+                       match=r"--kv-cache-memory-bytes 75497471 on npu:0.*--max-model-len 896"):
+        kv_fit.check_explicit_kv_cache("npu:0", 72 * MIB - 1, GIB, NEED)
 
 
 def test_torch_npu_missing_or_broken_names_cann_set_env() -> None:

@@ -59,6 +59,13 @@ def active_ascend_soc() -> str | None:
     return str(platform.soc)
 
 
+def platforms_device_type() -> str:
+    """The active platform's device type."""
+    from vllm import platforms
+
+    return str(platforms.current_platform.device_type)
+
+
 def _setup_this_process(soc: str) -> None:
     # No rank is known here (API server, engine core and workers all run it), so nothing is
     # bound to CPUs: workers bind themselves (base.cpu_binding.bind_this_worker).
@@ -67,6 +74,10 @@ def _setup_this_process(soc: str) -> None:
 
     process = current_process_setup()
     process.adjust(soc)
+    if platforms_device_type() == "npu":
+        from vllm_ascend.npu_runtime.bindings import bind_accelerator_memory
+
+        bind_accelerator_memory()  # vLLM empties the cache outside the worker (shutdown)
     # A compiled graph loaded from the compile cache calls the fused attention op without
     # the pass manager (which also registers it) ever running in this process.
     register_attention_op()

@@ -18,6 +18,7 @@ from torch._C._distributed_c10d import (
     BroadcastOptions,
     ProcessGroupGloo,
 )
+from torch.distributed.distributed_c10d import GroupName
 
 BACKEND = "hccl"
 
@@ -55,6 +56,20 @@ class HcclOverGloo(dist.ProcessGroup):
         self._size = size
         # c10d's stubs do not list the collectives ProcessGroupGloo has at run time.
         self._gloo: Any = ProcessGroupGloo(store, rank, size, timeout)
+        self._name = ""
+
+    # c10d names a group through ``_set_group_name`` and reads ``group_name`` back (destroying
+    # it); the C++ getter reads the name from a registered backend, which a Python process
+    # group does not have ("ProcessGroup name not set"), so the name is kept here.
+    def _set_group_name(self, name: GroupName) -> None:
+        super()._set_group_name(name)
+        self._name = str(name)
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        if not self._name:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._name
 
     def size(self) -> int:
         return self._size

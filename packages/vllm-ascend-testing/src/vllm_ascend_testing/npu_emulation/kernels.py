@@ -1,10 +1,14 @@
-"""``torch_npu`` kernels on the emulated device: the real schemas, computed in torch.
+"""``torch_npu`` kernels on the emulated device: the real schemas, computed by the ``ascend``
+references.
 
-Each kernel is ``define``d from the schema recorded from the wheel's ``libtorch_npu.so`` in a
-scratch ``torch.library`` namespace, so the dispatcher rejects a call the real library would
-(arity, keyword-only arguments, keyword names, types). The ``PrivateUse1`` implementation
-computes the result; a CPU tensor where the kernel needs ``npu`` ones raises, as on hardware.
-Kernels whose math is not emulated yet raise ``NotImplementedError`` after binding.
+Each kernel is ``define``d from the schema recorded from the wheel (``libtorch_npu.so``, and
+the ATB ops torch_npu registers from ``op_plugin.atb``) in a scratch ``torch.library``
+namespace, so the dispatcher rejects a call the real library would (arity, keyword-only
+arguments, keyword names, types). The ``PrivateUse1`` implementation maps the kernel's
+arguments back onto the matching ``ascend_kernels`` reference (the whole-tensor definition
+the ``ascend`` op's NPU adapter is checked against) and computes with it; a CPU tensor where
+the kernel needs ``npu`` ones raises, as on hardware. Kernels whose math is not emulated yet
+raise ``NotImplementedError`` after binding.
 """
 
 from __future__ import annotations
@@ -15,38 +19,63 @@ from types import ModuleType
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from ascend_kernels.ops import activation, attention, norm, rope
 
 from vllm_ascend_testing.npu_emulation.record import load_record
 
 NAMESPACE = "torch_npu_emulated"
 
 
-def _rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+def _rstd(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """The kernels' second output: ``1 / sqrt(mean(x^2) + eps)`` over gamma's dims, float32."""
     dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
     xf = x.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + eps)
-    return (xf * rstd * gamma.float()).to(x.dtype), rstd
+    return torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + eps)
+
+
+def _flat_norm(x: torch.Tensor, gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` and ``gamma`` with gamma's dims flattened into one (the reference's last dim)."""
+    width = gamma.numel()
+    return x.reshape(*x.shape[: x.dim() - gamma.dim()], width), gamma.reshape(width)
 
 
 def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor,
                  epsilon: float = 1e-6) -> tuple[torch.Tensor, ...]:
-    """y = x / sqrt(mean(x^2) + eps) * gamma over gamma's dims; and rstd (float32)."""
-    return _rms_norm(input, gamma, epsilon)
+    """``ascend::rms_norm`` over gamma's dims; and rstd (float32)."""
+    x, g = _flat_norm(input, gamma)
+    return norm.rms_norm(x, g, epsilon).reshape(input.shape), _rstd(input, gamma, epsilon)
 
 
 def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
                      epsilon: float = 1e-6) -> tuple[torch.Tensor, ...]:
-    """rms_norm(x1 + x2), its rstd and x1 + x2."""
-    x = x1 + x2
-    y, rstd = _rms_norm(x, gamma, epsilon)
-    return y, rstd, x
+    """``ascend::add_rms_norm``: rms_norm(x1 + x2), its rstd and x1 + x2."""
+    a, g = _flat_norm(x1, gamma)
+    b, _ = _flat_norm(x2, gamma)
+    y, summed = norm.add_rms_norm(a, b, g, epsilon)
+    return (y.reshape(x1.shape), _rstd(summed.reshape(x1.shape), gamma, epsilon),
+            summed.reshape(x1.shape))
 
 
 def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """silu(first half) * second half along ``dim``."""
-    a, b = input.chunk(2, dim=dim)
-    return (F.silu(a.float()) * b.float()).to(input.dtype)
+    """``ascend::silu_and_mul`` along ``dim``: silu(first half) * second half."""
+    moved = input.movedim(dim, -1)
+    return activation.silu_and_mul(moved).movedim(-1, dim).contiguous()
+
+
+def _npu_rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                          head_size: int, cos_sin_cache: torch.Tensor,
+                          is_neox_style: bool) -> None:
+    """ATB's rope, in place on 2-D ``[T, heads * head_size]`` query/key: ``ascend::
+    rotary_embedding`` over whole heads (``rotary_dim`` is the cache's width)."""
+    rotary_dim = cos_sin_cache.shape[-1]
+    if rotary_dim != head_size:
+        raise NotImplementedError(
+            "the emulated _npu_rotary_embedding rotates whole heads only (cos_sin_cache "
+            f"width {rotary_dim}, head_size {head_size})")
+    q, k = rope.rotary_embedding(positions, query, key, cos_sin_cache, head_size, rotary_dim,
+                                 is_neox_style)
+    query.copy_(q)
+    key.copy_(k)
 
 
 def npu_scatter_pa_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -55,68 +84,36 @@ def npu_scatter_pa_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: t
                             compress_seq_offsets: torch.Tensor | None = None,
                             seq_lens: torch.Tensor | None = None,
                             cache_mode: str | None = "PA_NZ") -> None:
-    """Row i of key/value goes to block ``slot // block_size``, offset ``slot % block_size``
+    """``ascend::reshape_and_cache`` of the first ``len(slot_mapping)`` rows
     (``cache_mode="Norm"``: caches ``[num_blocks, block_size, kv_heads, head_size]``)."""
     if cache_mode != "Norm" or compress_lens is not None or seq_lens is not None:
         raise NotImplementedError(
             "the emulated npu_scatter_pa_kv_cache runs cache_mode='Norm' without compression "
             f"only (got cache_mode={cache_mode!r})")
-    block_size = key_cache.shape[1]
-    slots = slot_mapping.long()
-    n = slots.shape[0]
-    keep = slots >= 0
-    rows = torch.arange(n, device=slots.device)[keep]
-    slots = slots[keep]
-    kc = key_cache.view(-1, *key_cache.shape[2:])
-    vc = value_cache.view(-1, *value_cache.shape[2:])
-    del block_size
-    kc.index_copy_(0, slots, key[:n][rows].to(kc.dtype))
-    vc.index_copy_(0, slots, value[:n][rows].to(vc.dtype))
+    n = slot_mapping.shape[0]
+    attention.reshape_and_cache(key[:n], value[:n], key_cache, value_cache, slot_mapping)
 
 
 def npu_fused_infer_attention_score(query: torch.Tensor, key: torch.Tensor,
                                     value: torch.Tensor, **kw: Any) -> tuple[torch.Tensor, ...]:
-    """Paged TND attention, causal bottom-right aligned (``sparse_mode=3``), GQA, in float32.
-
-    Query token j of sequence b (``q_len_b`` tokens) sees KV positions
-    ``0 .. seq_lens[b] - q_len_b + j``; rows at or past the last query end are zeros.
-    """
+    """Paged TND attention, causal bottom-right aligned (``sparse_mode=3``), GQA:
+    ``ascend::paged_attention`` with ``actual_seq_lengths`` as the query ends and
+    ``actual_seq_lengths_kv`` as the sequence lengths; rows past the last end are zeros."""
     layout = kw["input_layout"]
     if layout != "TND" or kw.get("block_table") is None or kw["sparse_mode"] != 3:
         raise NotImplementedError(
             "the emulated npu_fused_infer_attention_score runs input_layout='TND' with a "
             f"block_table and sparse_mode=3 only (got {layout!r}, sparse_mode="
             f"{kw['sparse_mode']})")
-    block_table: torch.Tensor = kw["block_table"]
-    q_ends = list(kw["actual_seq_lengths"])
-    kv_lens = list(kw["actual_seq_lengths_kv"])
     heads, kv_heads = kw["num_heads"], kw["num_key_value_heads"] or kw["num_heads"]
-    block_size, scale = kw["block_size"], kw["scale"]
-    head_size = query.shape[-1]
+    block_size, head_size = kw["block_size"], query.shape[-1]
     k_cache = key.view(key.shape[0], block_size, kv_heads, head_size)
     v_cache = value.view(value.shape[0], block_size, kv_heads, head_size)
-    out = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
-    group = heads // kv_heads
-    start = 0
-    for b, end in enumerate(q_ends):
-        q_len, kv_len = end - start, kv_lens[b]
-        if q_len <= 0:
-            start = end
-            continue
-        blocks = block_table[b, : (kv_len + block_size - 1) // block_size].long()
-        k = k_cache[blocks].reshape(-1, kv_heads, head_size)[:kv_len].float()
-        v = v_cache[blocks].reshape(-1, kv_heads, head_size)[:kv_len].float()
-        k = k.repeat_interleave(group, dim=1).transpose(0, 1)
-        v = v.repeat_interleave(group, dim=1).transpose(0, 1)
-        q = query[start:end].float().transpose(0, 1)
-        scores = torch.matmul(q, k.transpose(1, 2)) * scale
-        q_pos = torch.arange(q_len, device=query.device).unsqueeze(1) + (kv_len - q_len)
-        kv_pos = torch.arange(kv_len, device=query.device).unsqueeze(0)
-        scores = scores.masked_fill(kv_pos > q_pos, float("-inf"))
-        out[start:end] = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(0, 1)
-        start = end
+    out = attention.paged_attention(
+        query.view(query.shape[0], heads, head_size), k_cache, v_cache, kw["block_table"],
+        list(kw["actual_seq_lengths"]), list(kw["actual_seq_lengths_kv"]), kw["scale"])
     lse = torch.zeros(1, dtype=torch.float32, device=query.device)
-    return out.to(query.dtype), lse
+    return out.view(query.shape), lse
 
 
 #: The kernels with emulated math, by torch_npu name.
@@ -124,16 +121,18 @@ IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
     "npu_rms_norm": npu_rms_norm,
     "npu_add_rms_norm": npu_add_rms_norm,
     "npu_swiglu": npu_swiglu,
+    "_npu_rotary_embedding": _npu_rotary_embedding,
     "npu_scatter_pa_kv_cache": npu_scatter_pa_kv_cache,
     "npu_fused_infer_attention_score": npu_fused_infer_attention_score,
 }
 
 
 def recorded_schemas() -> dict[str, str]:
-    """Every torch_npu kernel schema in the record (ATB ops excluded: they need NNAL)."""
+    """Every kernel schema in the record: torch_npu's and the ATB ops' (the emulated host has
+    NNAL, so ``torch_npu.op_plugin.atb`` would load them)."""
     record = load_record()
     schemas = {op: entry["schema"] for op, entry in record["ops"].items()
-               if entry["library"] == "torch_npu"}
+               if entry["library"] in ("torch_npu", "atb")}
     return schemas | dict(record["kernel_schemas"])
 
 

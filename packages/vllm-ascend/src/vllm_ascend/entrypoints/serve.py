@@ -56,9 +56,17 @@ def build_serve_parser() -> tuple[Any, Any]:
     return parser, command
 
 
+def config_error(exc: Any) -> str:
+    """The first reason a pydantic ``ValidationError`` of vLLM's config gives, one line."""
+    errors = exc.errors()
+    message = str(errors[0]["msg"]) if errors else str(exc)
+    return message.removeprefix("Value error, ").replace("\n", " ")
+
+
 def main(argv: Sequence[str]) -> int:
     """Run `serve` with `argv` (the arguments after `serve`); returns the exit status: 0 after
     a requested shutdown, `ENGINE_DIED_STATUS` when the engine died while serving."""
+    from pydantic import ValidationError
     from vllm_ascend.doctor.import_advice import torch_import_problem
 
     # vLLM imports torch first thing, and torch loads an installed torch-npu by itself: when
@@ -79,6 +87,9 @@ def main(argv: Sequence[str]) -> int:
     apply_command_adjustments("serve")
     try:
         args.dispatch_function(args)
+    except ValidationError as exc:  # vLLM's config refused the options (before any serving)
+        print(f"{PROG} serve: error: {config_error(exc)}", file=sys.stderr)
+        return 2
     except EngineDiedError:
         logger.error("the engine died while serving (its error is logged above); "
                      "exiting with status %d", ENGINE_DIED_STATUS)

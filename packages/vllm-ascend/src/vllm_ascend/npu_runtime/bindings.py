@@ -10,6 +10,13 @@ vLLM makes into it, so nothing outside the runtime's calls sees the rebinding.
 
 Each callable gets its own ``functools.partial`` (as vLLM's XPU runner does): Dynamo asserts
 on duplicate handler registration when a ``torch.cuda`` name aliases a ``torch.npu`` object.
+
+vLLM also calls the accelerator memory functions outside any worker call: the engine core's
+shutdown (``cleanup_dist_env_and_memory`` empties the cache after the process groups are
+destroyed). In a process whose accelerator is ``npu`` those functions can only assert, so
+:func:`bind_accelerator_memory` points them at ``torch.npu`` for the whole process (the NPU
+platform does it in every vLLM process, as the existing plugin does); nothing that worked
+before changes. The CUDA names stay scoped: on a CUDA build of torch they work.
 """
 
 from __future__ import annotations
@@ -49,6 +56,25 @@ ACCELERATOR_TO_NPU: dict[str, str] = {
     "synchronize": "synchronize",
 }
 _CLASSES = frozenset({"Stream", "Event", "CUDAGraph"})
+# The accelerator memory functions that assert for a PrivateUse1 allocator that is not a c10
+# DeviceAllocator (torch_npu's): rebound for the whole process.
+ACCELERATOR_MEMORY = ("empty_cache", "memory_stats", "memory_reserved", "memory_allocated",
+                      "max_memory_allocated", "reset_peak_memory_stats", "get_memory_info")
+
+
+def bind_accelerator_memory() -> bool:
+    """Point ``torch.accelerator``'s memory functions at ``torch.npu``'s in this process when
+    its accelerator is ``npu`` (idempotent); True when they are bound."""
+    accelerator = torch.accelerator.current_accelerator()
+    npu = getattr(torch, "npu", None)
+    if accelerator is None or accelerator.type != "npu" or npu is None:
+        return False
+    for name in ACCELERATOR_MEMORY:
+        target = getattr(npu, ACCELERATOR_TO_NPU[name], None)
+        current = getattr(torch.accelerator, name, None)
+        if target is not None and getattr(current, "func", None) is not target:
+            setattr(torch.accelerator, name, functools.partial(target))
+    return True
 
 
 class _Rebinding:

@@ -1,15 +1,21 @@
-"""One clear error when the KV cache does not fit: memory measured, needed and free, and the
-flags that change it."""
+"""The NPU worker's KV-cache checks: what it measured on the device, put into
+``platform.kv_cache_advice``'s one message (memory measured, what the model needs, the largest
+settings that fit, and the flag that gives the cache more memory)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 1 << 30
+from vllm_ascend.base.kv_cache_advice import (
+    KvCacheMemoryError,
+    KvCacheNeed,
+    format_size,
+    kv_cache_memory_error,
+)
 
-
-class KVCacheDoesNotFitError(ValueError):
-    """The memory left for the KV cache cannot hold one request of ``--max-model-len``."""
+#: How to give the KV cache more memory on an NPU when vLLM sizes it.
+MORE_MEMORY = ("--gpu-memory-utilization (or spread the model over more NPUs with "
+               "--tensor-parallel-size)")
 
 
 @dataclass(frozen=True)
@@ -24,41 +30,33 @@ class MemoryBudget:
     non_kv: int  # weights, non-torch memory and peak activations of the profile run
     available_for_kv: int
 
+    def measured(self) -> str:
+        """Where ``available_for_kv`` came from, for the advice's message."""
+        return (f"measured on {self.device}: device memory {format_size(self.total)}, "
+                f"{format_size(self.free_at_start)} free at start; --gpu-memory-utilization "
+                f"{self.utilization} allows {format_size(self.requested)}, of which the model's "
+                f"weights and activations take {format_size(self.non_kv)}")
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB"
 
-
-def check_kv_cache_fits(budget: MemoryBudget, needed_per_request: int,
-                        max_model_len: int) -> None:
-    """KVCacheDoesNotFitError unless ``available_for_kv`` holds ``needed_per_request`` (the KV
-    cache of one ``max_model_len`` request on this rank)."""
-    if budget.available_for_kv >= needed_per_request > 0:
+def check_kv_cache_fits(budget: MemoryBudget, need: KvCacheNeed) -> None:
+    """The advising ``KvCacheMemoryError`` unless ``available_for_kv`` holds one sequence of
+    ``max_model_len`` (with vLLM's null block)."""
+    if budget.available_for_kv >= need.sequence_bytes:
         return
-    left = max(budget.available_for_kv, 0)
-    raise KVCacheDoesNotFitError(
-        f"the KV cache does not fit on {budget.device}: one request of --max-model-len "
-        f"{max_model_len} needs {_gib(needed_per_request)} of KV cache, and "
-        f"{_gib(left)} is left for it (device memory {_gib(budget.total)}, "
-        f"{_gib(budget.free_at_start)} free at start; --gpu-memory-utilization "
-        f"{budget.utilization} allows {_gib(budget.requested)}, of which the model's weights and "
-        f"activations take {_gib(budget.non_kv)}). Raise --gpu-memory-utilization, lower "
-        "--max-model-len, or spread the model over more NPUs (--tensor-parallel-size)"
-    )
+    raise kv_cache_memory_error(need, budget.available_for_kv, measured=budget.measured(),
+                                more_memory=MORE_MEMORY)
 
 
 def check_explicit_kv_cache(device: str, kv_cache_bytes: int, free_now: int,
-                            needed_per_request: int, max_model_len: int) -> None:
+                            need: KvCacheNeed) -> None:
     """The user's ``--kv-cache-memory-bytes``: it must fit in the free memory and hold one
-    request of ``max_model_len``."""
+    sequence of ``max_model_len``."""
     if kv_cache_bytes > free_now:
-        raise KVCacheDoesNotFitError(
-            f"--kv-cache-memory-bytes {kv_cache_bytes} ({_gib(kv_cache_bytes)}) is more than "
-            f"the {_gib(free_now)} free on {device} after loading the model; lower it"
-        )
-    if kv_cache_bytes < needed_per_request:
-        raise KVCacheDoesNotFitError(
-            f"--kv-cache-memory-bytes {kv_cache_bytes} ({_gib(kv_cache_bytes)}) cannot hold one "
-            f"request of --max-model-len {max_model_len}, which needs "
-            f"{_gib(needed_per_request)} on {device}; raise it or lower --max-model-len"
-        )
+        raise KvCacheMemoryError(
+            f"--kv-cache-memory-bytes {kv_cache_bytes} ({format_size(kv_cache_bytes)}) is more "
+            f"than the {format_size(free_now)} free on {device} after loading the model; "
+            "lower it")
+    if kv_cache_bytes < need.sequence_bytes:
+        raise kv_cache_memory_error(
+            need, kv_cache_bytes, measured=f"--kv-cache-memory-bytes {kv_cache_bytes} on {device}",
+            more_memory="--kv-cache-memory-bytes")

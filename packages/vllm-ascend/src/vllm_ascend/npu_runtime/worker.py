@@ -34,6 +34,7 @@ from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
+from vllm_ascend.base.kv_cache_advice import need_of
 from vllm_ascend.process.worker_setup import prepare_worker
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,17 +112,15 @@ class NPUWorker(Worker):
 
     @_on_npu
     def determine_available_memory(self) -> int:
-        """vLLM's profiling and sizing, then one clear error when the cache cannot hold one
-        request of ``--max-model-len``."""
+        """vLLM's profiling and sizing, then one clear error (``platform.kv_cache_advice``'s)
+        when the cache cannot hold one sequence of ``--max-model-len``."""
         available = super().determine_available_memory()
-        needed = sum(spec.max_memory_usage_bytes(self.vllm_config)
-                     for spec in self.model_runner.get_kv_cache_spec().values())
-        max_len = self.model_config.max_model_len
+        need = need_of(self.vllm_config)
         device = str(self.device)
         explicit = self.cache_config.kv_cache_memory_bytes
         if explicit:
             free_now = int(torch.npu.mem_get_info(self.device)[0])  # type: ignore[attr-defined]
-            kv_fit.check_explicit_kv_cache(device, int(explicit), free_now, needed, max_len)
+            kv_fit.check_explicit_kv_cache(device, int(explicit), free_now, need)
             return available
         snapshot = self.init_snapshot
         budget = kv_fit.MemoryBudget(
@@ -131,7 +130,7 @@ class NPUWorker(Worker):
             requested=int(self.requested_memory),
             non_kv=int(self.requested_memory) - int(available), available_for_kv=int(available),
         )
-        kv_fit.check_kv_cache_fits(budget, needed, max_len)
+        kv_fit.check_kv_cache_fits(budget, need)
         return available
 
     @_on_npu

@@ -6,6 +6,11 @@
 // op reaches a boxed fallback that runs the CPU kernel on CPU tensors aliasing the same memory
 // and wraps the results back onto `npu`. A kernel registered for PrivateUse1 elsewhere (the
 // `ascend` ops' adapters) wins over the fallback, as it does with real torch_npu.
+//
+// Large allocations are anonymous mappings the host backs page by page on first write, and
+// `zero_` of one releases its whole pages: vLLM sizes its KV cache to the emulated HBM (32 GiB
+// by default) and zero-fills it, which host RAM could not back; only the blocks a run writes
+// cost host memory. The accounting is unchanged: every byte counts against the emulated HBM.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/InferSize.h>
@@ -19,6 +24,9 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/extension.h>
 #include <torch/library.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -67,10 +75,16 @@ std::string gib(int64_t bytes) {
   return out.str();
 }
 
+constexpr size_t kHeader = 64;  // keeps the data 64-byte aligned after the header
+
 struct Allocation {
   int64_t size;
   c10::DeviceIndex device;
+  bool mapped;  // an anonymous mapping of kHeader + size bytes (else c10::alloc_cpu)
 };
+
+// From this size up, an allocation is a lazily backed mapping (see the file comment).
+constexpr size_t kMappedFrom = size_t(1) << 20;
 
 void free_allocation(void* ctx) {
   auto* alloc = static_cast<Allocation*>(ctx);
@@ -79,10 +93,13 @@ void free_allocation(void* ctx) {
   mem.allocated -= alloc->size;
   mem.num_frees += 1;
   mem.current_blocks -= 1;
-  c10::free_cpu(alloc);
+  if (alloc->mapped) {
+    munmap(alloc, kHeader + static_cast<size_t>(alloc->size));
+  } else {
+    c10::free_cpu(alloc);
+  }
 }
 
-constexpr size_t kHeader = 64;  // keeps the data 64-byte aligned after the header
 
 struct NpuAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
@@ -107,8 +124,22 @@ struct NpuAllocator final : c10::Allocator {
     }
     mem.num_allocs += 1;
     mem.current_blocks += 1;
-    void* raw = c10::alloc_cpu(kHeader + nbytes);
-    auto* header = new (raw) Allocation{size, device};
+    bool mapped = nbytes >= kMappedFrom;
+    void* raw = nullptr;
+    if (mapped) {
+      raw = mmap(nullptr, kHeader + nbytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (raw == MAP_FAILED) {
+        mem.allocated -= size;
+        mem.num_allocs -= 1;
+        mem.current_blocks -= 1;
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory: the host could not map ",
+                         gib(size), " for the emulated NPU ", int(device));
+      }
+    } else {
+      raw = c10::alloc_cpu(kHeader + nbytes);
+    }
+    auto* header = new (raw) Allocation{size, device, mapped};
     void* data = static_cast<char*>(raw) + kHeader;
     return {data, header, &free_allocation, c10::Device(kNpu, device)};
   }
@@ -604,9 +635,35 @@ void reset_peak(int64_t index) {
   g_memory[index].peak = g_memory[index].allocated.load();
 }
 
+// `zero_`: the whole pages of a contiguous tensor in a mapped allocation are handed back to
+// the host (they read as zeros again), the ragged ends are cleared; anything else is filled.
+at::Tensor& zero_(at::Tensor& self) {
+  const c10::DataPtr& base = self.storage().data_ptr();
+  auto* alloc = base.get_deleter() == &free_allocation
+                    ? static_cast<Allocation*>(base.get_context()) : nullptr;
+  if (alloc == nullptr || !alloc->mapped || !self.is_contiguous() || self.numel() == 0) {
+    return self.fill_(0);
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(self.data_ptr());
+  const uintptr_t end = begin + static_cast<uintptr_t>(self.nbytes());
+  const uintptr_t first = (begin + page - 1) & ~(page - 1);
+  const uintptr_t last = end & ~(page - 1);
+  if (last <= first) {
+    std::memset(reinterpret_cast<void*>(begin), 0, end - begin);
+    return self;
+  }
+  std::memset(reinterpret_cast<void*>(begin), 0, first - begin);
+  TORCH_CHECK(madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) == 0,
+              "madvise(MADV_DONTNEED) failed on the emulated NPU's memory");
+  std::memset(reinterpret_cast<void*>(last), 0, end - last);
+  return self;
+}
+
 }  // namespace npu_emu
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("zero_", &npu_emu::zero_);
   m.impl("empty.memory_format", &npu_emu::empty_memory_format);
   m.impl("empty_strided", &npu_emu::empty_strided);
   m.impl("_copy_from", &npu_emu::copy_from);
