@@ -236,7 +236,7 @@ class NPUGraph:
             raise RuntimeError("capture_begin: another NPU graph is capturing on this thread")
         if self._captured:
             raise RuntimeError("capture_begin on an NPUGraph that holds a capture; reset() it")
-        self._pool = tuple(pool) if pool is not None else (0, next(_POOL_IDS))  # type: ignore[assignment]
+        self._pool = (int(pool[0]), int(pool[1])) if pool is not None else (0, next(_POOL_IDS))
         self._ops = []
         self._allocated_at_begin = _allocated()
         state.graph, state.mode = self, _Capture(self)

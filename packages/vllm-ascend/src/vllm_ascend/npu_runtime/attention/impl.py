@@ -141,7 +141,10 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
 
         from vllm_ascend.compilation.graph_params import graph_params_for
 
-        num_tokens = get_forward_context().batch_descriptor.num_tokens
+        descriptor = get_forward_context().batch_descriptor
+        if descriptor is None:
+            raise RuntimeError("a FULL graph capture without vLLM's batch descriptor")
+        num_tokens = descriptor.num_tokens
         params = graph_params_for(self._vllm_config).get("main")
         if params is None or num_tokens not in params.handles:
             raise RuntimeError(
