@@ -1,5 +1,10 @@
-"""NPU graph mode on the emulated `npu` device: FULL decode graphs give eager's greedy tokens,
-and the emulated graph catches the two classic runtime bugs.
+"""NPU graph mode on the emulated `npu` device: graphs give eager's greedy tokens, and the
+emulated graph catches the two classic runtime bugs.
+
+The tiny llama runs FULL_DECODE_ONLY without compilation; the tiny qwen3 runs the NPU runtime's
+default (no graph setting at all: vLLM's compile through the Ascend compiler,
+FULL_AND_PIECEWISE: full graphs for decode batches, piecewise graphs around attention for
+mixed ones).
 
 The emulated `NPUGraph` records the device operations a capture dispatches and replays exactly
 those on the captured memory (no model Python runs in a replay). The reference is the same
@@ -45,14 +50,19 @@ def _long_prompts() -> dict[str, list[int]]:
     }
 
 
-def _kwargs(model: str, graphs: bool) -> dict[str, Any]:
-    kwargs = llm_kwargs(model, compile=False, max_model_len=512, max_num_seqs=MAX_SEQS,
-                        kv_cache_mib=64)
+#: The graph engine of each architecture: its compilation settings and the mode it must run.
+GRAPH_SETUPS = {
+    "llama": ({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}, "FULL_DECODE_ONLY"),
+    "qwen3": ({}, "FULL_AND_PIECEWISE"),  # the default
+}
+
+
+def _kwargs(model: str, graphs: dict[str, Any] | None) -> dict[str, Any]:
+    kwargs = llm_kwargs(model, compile=graphs is not None, max_model_len=512,
+                        max_num_seqs=MAX_SEQS, kv_cache_mib=64)
     compilation: dict[str, Any] = {"custom_ops": NATIVE_ROPE}
-    if graphs:
-        kwargs["enforce_eager"] = False
-        compilation.update(mode=0, cudagraph_mode="FULL_DECODE_ONLY",
-                           cudagraph_capture_sizes=CAPTURE_SIZES)
+    if graphs is not None:
+        compilation.update(graphs, cudagraph_capture_sizes=CAPTURE_SIZES)
     kwargs["compilation_config"] = compilation
     kwargs["max_num_batched_tokens"] = 128
     kwargs["enable_prefix_caching"] = True
@@ -80,12 +90,13 @@ def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict
     each fault injected and after clearing it."""
     worker = start_worker("npu-graphs", device="npu", **EMULATED)
     found: dict[str, Any] = {}
-    for arch in ("llama", "qwen3"):
+    for arch, (graph_settings, _) in GRAPH_SETUPS.items():
         model = str(tiny_models.path(arch))
-        worker.request("load", name="eager", kwargs=_kwargs(model, graphs=False), timeout=600)
+        worker.request("load", name="eager", kwargs=_kwargs(model, None), timeout=600)
         eager = _cases(worker, "eager")
         worker.request("unload", name="eager")
-        worker.request("load", name="graphs", kwargs=_kwargs(model, graphs=True), timeout=600)
+        worker.request("load", name="graphs", kwargs=_kwargs(model, graph_settings),
+                       timeout=600)
         graphs = _cases(worker, "graphs")
         report = worker.request("graph_report", name="graphs")["workers"][0]
         faults: dict[str, Any] = {}
@@ -109,11 +120,16 @@ def test_full_decode_graphs_give_eager_tokens(graph_runs, arch, case) -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_decode_steps_replay_the_padded_capture_size(graph_runs, arch) -> None:
-    """Every capture size was captured; batches of 1, 3 (-> 4), 5 and 8 (-> 8) replayed."""
-    replays = {int(k): v for k, v in graph_runs[arch]["report"]["replays"].items()}
+    """Every capture size was captured as a FULL graph; batches of 1, 3 (-> 4), 5 and 8
+    (-> 8) replayed; FULL_AND_PIECEWISE also captured 3 pieces (2 layers) per size."""
+    report = graph_runs[arch]["report"]
+    assert report["mode"] == GRAPH_SETUPS[arch][1]
+    replays = {int(k): v for k, v in report["replays"].items()}
     assert sorted(replays) == CAPTURE_SIZES
     for size in (1, 4, 8):
         assert replays[size] >= MAX_TOKENS - 1, replays
+    pieces = 3 if report["mode"] == "FULL_AND_PIECEWISE" else 0
+    assert report["captures"] == len(CAPTURE_SIZES) * (1 + pieces)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+
 def run(code: str, env: dict[str, str]) -> Any:
     """``code`` in a fresh interpreter with ``env`` added; the JSON line it prints last."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}

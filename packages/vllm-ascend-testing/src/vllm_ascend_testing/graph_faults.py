@@ -54,8 +54,15 @@ def set_fault(worker: Any, fault: str | None) -> str:
 
 
 def graph_report(worker: Any) -> dict[str, Any]:
-    """On one worker: the captured FULL graphs (token count -> replays)."""
-    wrapper = worker.model_runner.model
-    entries = getattr(wrapper, "entries", None) or {}
-    return {"replays": {str(getattr(key, "num_tokens", key)): entry.replays
-                        for key, entry in entries.items() if entry.graph is not None}}
+    """On one worker: the graph mode, the captured FULL graphs (token count -> replays) and
+    the engine's capture count (FULL and PIECEWISE)."""
+    from vllm_ascend.engine import engine_of
+
+    runner = worker.model_runner
+    entries = getattr(runner.model, "entries", None) or {}
+    return {
+        "mode": runner.compilation_config.cudagraph_mode.name,
+        "replays": {str(getattr(key, "num_tokens", key)): entry.replays
+                    for key, entry in entries.items() if entry.graph is not None},
+        "captures": engine_of(runner.vllm_config).captures.count,
+    }

@@ -59,6 +59,24 @@ class NPUModelRunner(GPUModelRunner):
                         "eagerly", cc.cudagraph_mode.name, sizes)
         return int(super().capture_model())
 
+    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        """vLLM's step; the first batch wider than every captured graph is logged (it and
+        every later one of its kind run eagerly)."""
+        self._note_eager_batch(int(scheduler_output.total_num_scheduled_tokens))
+        return super().execute_model(scheduler_output, *args, **kwargs)
+
+    def _note_eager_batch(self, num_tokens: int) -> None:
+        from vllm.config import CUDAGraphMode
+
+        cc = self.compilation_config
+        largest = int(cc.max_cudagraph_capture_size or 0)
+        if (cc.cudagraph_mode == CUDAGraphMode.NONE or num_tokens <= largest
+                or getattr(self, "_eager_batch_noted", False)):
+            return
+        self._eager_batch_noted = True
+        logger.info("NPU graphs: a batch of %d tokens is above the largest captured size %d and "
+                    "runs eagerly (so does every such batch; logged once)", num_tokens, largest)
+
     def initialize_kv_cache_tensors(
         self, kv_cache_config: KVCacheConfig, kernel_block_sizes: list[int],
         kv_cache_allocation_context: AbstractContextManager[Any] | None = None,
