@@ -168,6 +168,20 @@ def test_injected_capture_failures_raise_the_runtime_text(report) -> None:
     assert "207008" in report["failures"]["streams"]
 
 
+def test_every_injected_capture_failure_is_classified_with_a_remedy(report) -> None:
+    from ascend_graph import GraphCaptureError, translate_capture_error
+
+    remedies = {"streams": "Capture fewer", "old_driver": "Upgrade the HDK",
+                "not_allowed": "enforce_eager=True"}
+    assert sorted(report["failures"]) == sorted(remedies)
+    for kind, text in report["failures"].items():
+        result = translate_capture_error(RuntimeError(text))
+        assert isinstance(result, GraphCaptureError), kind
+        assert remedies[kind] in str(result)
+    # the emulation's own refusal of a host read is classified the same way
+    assert "enforce_eager=True" in str(translate_capture_error(RuntimeError(report["host_read"])))
+
+
 def test_capture_memory_stays_with_the_graph_and_replay_adds_none(report) -> None:
     mib4 = 4 * 2**20  # the 1024x1024 float32 result (the graph also holds its input)
     assert report["capture_bytes"] == report["held_after_capture"]
