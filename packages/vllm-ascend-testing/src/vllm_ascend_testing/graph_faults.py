@@ -65,4 +65,5 @@ def graph_report(worker: Any) -> dict[str, Any]:
         "replays": {str(getattr(key, "num_tokens", key)): entry.replays
                     for key, entry in entries.items() if entry.graph is not None},
         "captures": engine_of(runner.vllm_config).captures.count,
+        "capture_s": engine_of(runner.vllm_config).captures.seconds,
     }

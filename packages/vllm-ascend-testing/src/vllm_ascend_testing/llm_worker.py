@@ -162,6 +162,18 @@ class EngineHost:
 
         return {"workers": self.engines[name].collective_rpc(graph_report)}
 
+    def op_host_ops(self, name: str, prompts: list[str | list[int]],
+                    max_tokens: int) -> dict[str, Any]:
+        """`op_generate` counting the device ops dispatched from the host outside graph
+        replays (emulated NPU only), and the replays."""
+        from vllm_ascend_testing.npu_emulation.graphs import HostOpCounter
+
+        counter = HostOpCounter()
+        with counter:
+            outputs, elapsed = generate(self.engines[name], prompts, max_tokens=max_tokens)
+        return {"ops": counter.ops, "replays": counter.replays, "elapsed_s": elapsed,
+                "outputs": outputs}
+
     def op_call_counts(self, reset: bool = False) -> dict[str, Any]:
         from ascend_kernels import batch_invariant
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -198,7 +198,8 @@ class _CaptureState:
     mode: _Capture | None = None
     group_start: int | None = None
     update: _Update | None = None
-    updates: list[TaskGroupHandle] = field(default_factory=list)
+    replaying: bool = False
+    replays: int = 0
 
 
 class _ThreadState(threading.local):
@@ -279,9 +280,15 @@ class NPUGraph:
         if _THREAD.state.graph is not None:
             raise GraphReplayError("replay while an NPU graph is capturing")
         before = _allocated()
-        with torch.inference_mode():
-            for op in self._ops:
-                op.run()
+        state = _THREAD.state
+        state.replaying = True
+        try:
+            with torch.inference_mode():
+                for op in self._ops:
+                    op.run()
+        finally:
+            state.replaying = False
+        state.replays += 1
         left = _allocated() - before
         if left:
             raise GraphReplayError(
@@ -395,3 +402,34 @@ def graph_task_update_end(stream: Any) -> None:
             f"graph task update re-issued {len(update.ops)} calls for a task group of "
             f"{group.end - group.start}: an update must re-issue every captured call")
     group.graph._ops[group.start:group.end] = update.ops
+
+
+class HostOpCounter(TorchDispatchMode):
+    """Counts the device operations the host dispatches (ops on ``npu`` tensors) outside
+    graph replays, and the replays: what a decode step costs the host. vLLM's attention and
+    KV-cache entry points count as the device ops they issue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self._replays_at_start = 0
+
+    def __enter__(self) -> HostOpCounter:
+        self._replays_at_start = _THREAD.state.replays
+        super().__enter__()
+        return self
+
+    @property
+    def replays(self) -> int:
+        return _THREAD.state.replays - self._replays_at_start
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func.namespace in _HOST_WRAPPER_NAMESPACES:
+            with self:
+                return func.redispatch(_BACKEND_KEYS, *args, **kwargs)
+        out = func(*args, **kwargs)
+        if not _THREAD.state.replaying and (_npu_tensors((args, kwargs)) or _npu_tensors(out)):
+            self.ops += 1
+        return out

@@ -46,11 +46,19 @@ class NPUModelRunner(GPUModelRunner):
         from vllm.config import CUDAGraphMode
 
         from vllm_ascend.compilation.graph_params import graph_params_for
+        from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
         from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
+        from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 
         cc = self.compilation_config
         if cc.cudagraph_mode != CUDAGraphMode.NONE:
-            store = graph_params_for(self.vllm_config)
+            # The store the FULL wrapper replays with: captures record into it too.
+            wrapper = self.model if isinstance(self.model, AscendGraphWrapper) else None
+            store = wrapper.params if wrapper is not None else graph_params_for(self.vllm_config)
+            for layer in self.compilation_config.static_forward_context.values():
+                impl = getattr(layer, "impl", None)
+                if isinstance(impl, AscendAttentionImpl):
+                    impl.graph_params = store
             if store.get("main") is None:
                 store.set("main", cc.cudagraph_capture_sizes or [])
             store.bind_attention(AscendAttentionBackend, torch.npu.Stream())  # type: ignore[attr-defined]

@@ -107,6 +107,9 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self._vllm_config = get_current_vllm_config()
+        #: The graph-parameter store FULL captures record into (set by the model runner to
+        #: the one its graph wrapper replays with; default: the engine's).
+        self.graph_params: Any = None
 
     def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -145,7 +148,8 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         if descriptor is None:
             raise RuntimeError("a FULL graph capture without vLLM's batch descriptor")
         num_tokens = descriptor.num_tokens
-        params = graph_params_for(self._vllm_config).get("main")
+        store = self.graph_params or graph_params_for(self._vllm_config)
+        params = store.get("main")
         if params is None or num_tokens not in params.handles:
             raise RuntimeError(
                 f"capturing a FULL graph of {num_tokens} tokens, but the engine's graph "
@@ -162,14 +166,17 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
     @classmethod
     def update_graph_params(cls, update_stream: Any, forward_context: Any, num_tokens: int,
                             vllm_config: Any, speculative_config: Any = None, *,
-                            draft_attn_metadatas: Any = None) -> None:
+                            draft_attn_metadatas: Any = None,
+                            graph_params: Any = None) -> None:
         """Re-issue every captured attention call of the ``num_tokens`` graph with this
-        step's query ends and sequence lengths (its task groups), before the replay."""
+        step's query ends and sequence lengths (its task groups), before the replay.
+        ``graph_params``: the store the replaying wrapper holds (default: the engine's)."""
         from vllm_ascend.compilation.graph_params import graph_params_for
 
         if draft_attn_metadatas is not None:
             raise NotImplementedError("the Ascend attention backend has no draft-model graphs")
-        params = graph_params_for(vllm_config).get("main")
+        store = graph_params if graph_params is not None else graph_params_for(vllm_config)
+        params = store.get("main")
         calls = [] if params is None else params.attn_params.get(num_tokens, [])
         if params is None or not calls:
             raise RuntimeError(f"no captured attention calls for a FULL graph of {num_tokens} "
