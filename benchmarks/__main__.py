@@ -28,6 +28,7 @@ BENCHMARKS = {
     "config": "benchmarks.bench_config",
     "ranks": "benchmarks.bench_ranks",
     "serve": "benchmarks.bench_serve",
+    "graphs": "benchmarks.bench_graphs",
 }
 
 

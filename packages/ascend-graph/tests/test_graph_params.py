@@ -42,7 +42,8 @@ def test_graph_params_store_and_full_graph_update() -> None:
 
     store.update_full_graph_params(_Backend, "stream", "ctx", 8, "cfg", "spec",
                                    draft_attn_metadatas=["m"])  # fmt: skip
-    assert calls == [(("stream", "ctx", 8, "cfg", "spec"), {"draft_attn_metadatas": ["m"]})]
+    assert calls == [(("stream", "ctx", 8, "cfg", "spec"),
+                      {"draft_attn_metadatas": ["m"], "graph_params": store})]
 
 
 def test_decode_batch_sizes() -> None:

@@ -26,7 +26,8 @@ class RecordingAttention:
             @staticmethod
             def update_graph_params(stream: Any, forward_context: Any, num_tokens: int,
                                     vllm_config: Any, speculative_config: Any = None, *,
-                                    draft_attn_metadatas: Any = None) -> None:
+                                    draft_attn_metadatas: Any = None,
+                                    graph_params: Any = None) -> None:
                 outer.seen.append((stream, forward_context, vllm_config, draft_attn_metadatas))
                 events.append(("update", num_tokens))
 

@@ -102,6 +102,7 @@ def compile_graph_fused(
         raise ValueError(
             f"backend {backend!r} has no fused-graph artifact; allowed: {', '.join(FUSED_BACKENDS)}"
         )
+    import torch._functorch.config as functorch_config
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
@@ -119,7 +120,10 @@ def compile_graph_fused(
         return cast(Callable[..., Any], make_boxed_func(
             backend_callable(target, inputs, backend, _code_options(npu_options, fused))))
 
-    compiled = aot_autograd(fw_compiler=fw_compiler)(gm, list(example_inputs))
+    # AOTAutograd's cache stores only inductor's OutputCode; this forward is a boxed callable
+    # of another backend, so caching it fails ("expected OutputCode"): compile uncached.
+    with functorch_config.patch(enable_autograd_cache=False):
+        compiled = aot_autograd(fw_compiler=fw_compiler)(gm, list(example_inputs))
     return compiled, forwards[0]  # aot_autograd compiles the forward before returning
 
 

@@ -148,6 +148,32 @@ class EngineHost:
                     total["expected"] = (total["expected"] or 0) + site["expected"]
         return {"report": report, "sites": sites}
 
+    def op_graph_fault(self, name: str, fault: str | None) -> dict[str, Any]:
+        """Inject a graph-runtime bug into engine ``name``'s workers (``graph_faults``), or
+        clear it (``fault`` None)."""
+        from vllm_ascend_testing.graph_faults import set_fault
+
+        return {"results": self.engines[name].collective_rpc(set_fault, args=(fault,))}
+
+    def op_graph_report(self, name: str) -> dict[str, Any]:
+        """Per worker: the graphs its NPU graph wrapper captured (token counts) and how often
+        each replayed."""
+        from vllm_ascend_testing.graph_faults import graph_report
+
+        return {"workers": self.engines[name].collective_rpc(graph_report)}
+
+    def op_host_ops(self, name: str, prompts: list[str | list[int]],
+                    max_tokens: int) -> dict[str, Any]:
+        """`op_generate` counting the device ops dispatched from the host outside graph
+        replays (emulated NPU only), and the replays."""
+        from vllm_ascend_testing.npu_emulation.graphs import HostOpCounter
+
+        counter = HostOpCounter()
+        with counter:
+            outputs, elapsed = generate(self.engines[name], prompts, max_tokens=max_tokens)
+        return {"ops": counter.ops, "replays": counter.replays, "elapsed_s": elapsed,
+                "outputs": outputs}
+
     def op_call_counts(self, reset: bool = False) -> dict[str, Any]:
         from ascend_kernels import batch_invariant
 

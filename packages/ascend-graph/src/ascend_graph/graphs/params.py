@@ -92,7 +92,8 @@ class GraphParamsStore:
         speculative_config: Any = None,
         draft_attn_metadatas: Any = None,
     ) -> None:
-        """Hand the attention backend the per-replay parameters before a full graph replays."""
+        """Hand the attention backend the per-replay parameters before a full graph replays
+        (with this store, which holds what its captures recorded)."""
         attn_backend.get_impl_cls().update_graph_params(
             update_stream,
             forward_context,
@@ -100,6 +101,7 @@ class GraphParamsStore:
             vllm_config,
             speculative_config,
             draft_attn_metadatas=draft_attn_metadatas,
+            graph_params=self,
         )
 
     def reset(self) -> None:

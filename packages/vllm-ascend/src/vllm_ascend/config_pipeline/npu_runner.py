@@ -1,6 +1,6 @@
 """NPU platform, when this package's NPU runtime is the worker: vLLM's V1 model runner (model
 runner v2 is built from Triton kernels the NPU path does not have; vLLM would pick it wherever
-Triton imports), run eagerly."""
+Triton imports), with NPU graphs unless the user asks for eager mode."""
 
 from __future__ import annotations
 
@@ -26,21 +26,22 @@ def use_v1_model_runner(environ: MutableMapping[str, str] | None = None) -> None
         )
 
 
-def run_eagerly(vllm_config: Any) -> str | None:
-    """The runtime has no graph capture and its compile path is not proven on an NPU yet: run
-    the model eagerly (compilation mode NONE, no graphs, no Triton JIT warm-up). Returns the
-    note to log, None when the user already asked for eager mode."""
+def choose_graph_mode(vllm_config: Any) -> str | None:
+    """The NPU runtime's graph mode: the user's choice where the runtime can run it, else the
+    nearest it can. FULL graphs need no compilation; PIECEWISE ones are cut by vLLM's compile,
+    so without compilation (mode NONE) a piecewise mode becomes FULL_DECODE_ONLY. vLLM's
+    Triton JIT warm-up is off (its kernels are Triton's). Returns the note to log (once, in the
+    process that builds the config), None when nothing was changed."""
     from vllm.config import CompilationMode, CUDAGraphMode
 
     model, cc = vllm_config.model_config, vllm_config.compilation_config
-    vllm_config.kernel_config.enable_jit_warmup = False  # its kernels are Triton's
-    if model.enforce_eager and cc.mode == CompilationMode.NONE:
+    vllm_config.kernel_config.enable_jit_warmup = False
+    mode = cc.cudagraph_mode
+    if model.enforce_eager or mode is None or mode == CUDAGraphMode.NONE:
         return None
-    was = f"compilation mode {cc.mode}, cudagraph_mode {cc.cudagraph_mode.name}"
-    model.enforce_eager = True
-    cc.mode = CompilationMode.NONE
-    cc.cudagraph_mode = CUDAGraphMode.NONE
-    cc.cudagraph_capture_sizes = []
-    cc.max_cudagraph_capture_size = 0
-    return (f"the NPU runtime runs eagerly (no graph capture yet): {was} -> eager "
-            "(as --enforce-eager)")
+    if mode.requires_piecewise_compilation() and cc.mode != CompilationMode.VLLM_COMPILE:
+        cc.cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY
+        cc.splitting_ops = []
+        return (f"NPU graphs: cudagraph_mode {mode.name} needs compilation (mode {cc.mode}); "
+                "using FULL_DECODE_ONLY (full graphs of decode batches)")
+    return f"NPU graphs: cudagraph_mode {mode.name}, compilation mode {cc.mode}"

@@ -157,7 +157,7 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     if par.worker_cls == RUNTIME_WORKER:  # this package's runtime: say now what it cannot run
         npu_runner.use_v1_model_runner()
         refuse_unsupported_model(vllm_config.model_config)
-        note = npu_runner.run_eagerly(vllm_config)
+        note = npu_runner.choose_graph_mode(vllm_config)
         if note is not None:
             logger.info("%s", note)
     if selection.scheduler_cls is not None:

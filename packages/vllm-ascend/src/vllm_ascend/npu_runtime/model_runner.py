@@ -3,11 +3,15 @@
 The parent's CUDA calls (streams, events) and ``torch.accelerator`` memory calls reach
 ``torch.npu`` through the worker's scoped rebinding (``bindings``), which is active whenever
 vLLM calls into the worker. What differs from the GPU runner is here: the Ascend backend's
-per-layer KV cache view, and zeroing newly allocated KV blocks without Triton.
+per-layer KV cache view, zeroing newly allocated KV blocks without Triton, and graphs: FULL
+graphs are captured through the platform's static-graph wrapper (``AscendGraphWrapper``, as
+PIECEWISE ones already are by vLLM's compile backend), with the engine's graph parameters set
+for every capture size and the Ascend attention backend bound to refresh them before replays.
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -17,9 +21,69 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
 
+logger = logging.getLogger("vllm_ascend.npu_runtime.model_runner")
+
 
 class NPUModelRunner(GPUModelRunner):
     """vLLM's V1 model runner with the Ascend KV cache layout."""
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """vLLM's loading; a FULL-graph wrapper it put around the model becomes the platform's
+        static-graph wrapper (vLLM's own wraps CUDA graphs)."""
+        from vllm.compilation.cuda_graph import CUDAGraphWrapper
+        from vllm.config import CUDAGraphMode
+
+        from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
+
+        super().load_model(*args, **kwargs)
+        if isinstance(self.model, CUDAGraphWrapper):
+            self.model = AscendGraphWrapper(self.model.unwrap(), self.vllm_config,
+                                            CUDAGraphMode.FULL)
+
+    def capture_model(self) -> int:
+        """Bind the attention backend and set the graph parameters of every capture size,
+        then vLLM's capture (its dispatcher picks each graph's mode and batch descriptor)."""
+        from vllm.config import CUDAGraphMode
+
+        from vllm_ascend.compilation.graph_params import graph_params_for
+        from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
+        from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
+        from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
+
+        cc = self.compilation_config
+        if cc.cudagraph_mode != CUDAGraphMode.NONE:
+            # The store the FULL wrapper replays with: captures record into it too.
+            wrapper = self.model if isinstance(self.model, AscendGraphWrapper) else None
+            store = wrapper.params if wrapper is not None else graph_params_for(self.vllm_config)
+            for layer in self.compilation_config.static_forward_context.values():
+                impl = getattr(layer, "impl", None)
+                if isinstance(impl, AscendAttentionImpl):
+                    impl.graph_params = store
+            if store.get("main") is None:
+                store.set("main", cc.cudagraph_capture_sizes or [])
+            store.bind_attention(AscendAttentionBackend, torch.npu.Stream())  # type: ignore[attr-defined]
+            sizes = cc.cudagraph_capture_sizes or []
+            logger.info("NPU graphs: cudagraph_mode %s, capture sizes %s; larger batches run "
+                        "eagerly", cc.cudagraph_mode.name, sizes)
+        return int(super().capture_model())
+
+    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        """vLLM's step; the first batch wider than every captured graph is logged (it and
+        every later one of its kind run eagerly)."""
+        self._note_eager_batch(int(scheduler_output.total_num_scheduled_tokens))
+        return super().execute_model(scheduler_output, *args, **kwargs)
+
+    def _note_eager_batch(self, num_tokens: int) -> None:
+        from vllm.config import CUDAGraphMode
+
+        cc = self.compilation_config
+        largest = int(cc.max_cudagraph_capture_size or 0)
+        if (cc.cudagraph_mode == CUDAGraphMode.NONE or num_tokens <= largest
+                or getattr(self, "_eager_batch_noted", False)):
+            return
+        self._eager_batch_noted = True
+        logger.info("NPU graphs: a batch of %d tokens is above the largest captured size %d and "
+                    "runs eagerly (so does every such batch; logged once)", num_tokens, largest)
 
     def initialize_kv_cache_tensors(
         self, kv_cache_config: KVCacheConfig, kernel_block_sizes: list[int],

@@ -40,10 +40,27 @@ def host_seq_lens(common: CommonAttentionMetadata, exact_host_copy: bool) -> lis
     return [int(x) for x in common.seq_lens[:n].tolist()]
 
 
-class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
-    """Builds :class:`AscendMetadata` from vLLM's common metadata (eager only: no graphs)."""
+def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[int]:
+    """``query_ends`` with the trailing padding requests of a padded graph batch (KV length 0:
+    vLLM's rows past the real requests) given no query tokens, so their tokens are padding
+    rows the kernel leaves at zero."""
+    ends = list(query_ends)
+    last_real = max((i for i, s in enumerate(seq_lens) if s > 0), default=-1)
+    real_end = ends[last_real] if last_real >= 0 else 0
+    for i in range(last_real + 1, len(ends)):
+        ends[i] = real_end
+    return ends
 
-    _cudagraph_support = AttentionCGSupport.NEVER
+
+class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
+    """Builds :class:`AscendMetadata` from vLLM's common metadata.
+
+    Full graphs hold uniform single-token decode batches: the attention call is captured in a
+    task group and its host parameters (query ends, sequence lengths) are refreshed before each
+    replay (``AscendAttentionImpl.update_graph_params``).
+    """
+
+    _cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any,
                  device: torch.device) -> None:
@@ -55,10 +72,11 @@ class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
         common = common_attn_metadata
         n = common.num_reqs
         query_ends = [int(x) for x in common.query_start_loc_cpu[1:n + 1].tolist()]
+        seq_lens = host_seq_lens(common, self._exact_host_seq_lens)
         return AscendMetadata(
             num_actual_tokens=common.num_actual_tokens,
-            query_ends=query_ends,
-            seq_lens=host_seq_lens(common, self._exact_host_seq_lens),
+            query_ends=without_padding_queries(query_ends, seq_lens),
+            seq_lens=seq_lens,
             block_table=common.block_table_tensor[:n],
             slot_mapping=common.slot_mapping,
         )

@@ -1,0 +1,189 @@
+"""The emulated NPUGraph: capture records device ops, replay re-executes them on the captured
+memory, task-group updates replace only the calls the runtime re-issued. One fresh process
+(the device install is process-wide) answers every check."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+
+def run(code: str, env: dict[str, str]) -> Any:
+    """``code`` in a fresh interpreter with ``env`` added; the JSON line it prints last."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}
+    full.update(env)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"}
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return run("""
+        import json, torch, torch_npu
+        from vllm_ascend_testing.npu_emulation.graphs import CAPTURE_FAILURES, NPUGraph
+        out = {}
+        npu = torch.npu
+        x = torch.zeros(4, device="npu")
+        w = torch.full((4,), 2.0, device="npu")
+        calls = []
+        def model(inp):
+            calls.append(1)  # host code: must run at capture only
+            return (inp * w + 1).view(2, 2).sum(0)
+        g = npu.NPUGraph()
+        with npu.graph(g):
+            z = model(x)
+        out["at_capture"] = z.cpu().tolist()
+        x.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        g.replay()
+        out["after_copy_in"] = z.cpu().tolist()
+        fresh = torch.tensor([10.0, 10.0, 10.0, 10.0], device="npu")
+        g.replay()  # a new tensor elsewhere is not what the graph reads
+        out["fresh_ignored"] = z.cpu().tolist()
+        out["python_calls"] = len(calls)
+        out["replays"] = g.replays
+
+        # a dtype conversion may alias by schema but copies: the replay must redo it
+        ids = torch.zeros(2, dtype=torch.int32, device="npu")
+        g2 = npu.NPUGraph()
+        with npu.graph(g2):
+            as_long = ids.to(torch.int64) + 0
+        ids.copy_(torch.tensor([5, 7], dtype=torch.int32))
+        g2.replay()
+        out["converted"] = as_long.cpu().tolist()
+
+        # host reads are refused during capture, and the capture is abandoned
+        g3 = npu.NPUGraph()
+        try:
+            with npu.graph(g3):
+                (x + 1).sum().item()
+            out["host_read"] = None
+        except RuntimeError as e:
+            out["host_read"] = str(e)
+        out["capturing_after"] = npu.is_current_stream_capturing()
+        try:
+            g3.replay()
+            out["replay_uncaptured"] = None
+        except RuntimeError as e:
+            out["replay_uncaptured"] = str(e)
+
+        # task groups: only the re-issued call changes; the rest keeps its captured value
+        q = torch.ones(3, device="npu")
+        s = npu.current_stream()
+        g4 = npu.NPUGraph()
+        with npu.graph(g4):
+            npu.graph_task_group_begin(s)
+            r = torch.mul(q, 5.0)
+            handle = npu.graph_task_group_end(s)
+            r2 = r + torch.mul(q, 100.0)
+        g4.replay()
+        out["group_captured"] = r2.cpu().tolist()
+        npu.graph_task_update_begin(s, handle)
+        torch.mul(q, 7.0)
+        npu.graph_task_update_end(s)
+        out["update_runs_nothing"] = r2.cpu().tolist()
+        g4.replay()
+        out["group_updated"] = r2.cpu().tolist()
+        q.fill_(2.0)
+        g4.replay()
+        out["group_updated_new_input"] = r2.cpu().tolist()
+        npu.graph_task_update_begin(s, handle)
+        try:
+            torch.add(q, 7.0)
+            out["wrong_update"] = None
+        except RuntimeError as e:
+            out["wrong_update"] = str(e)
+        try:
+            npu.graph_task_update_end(s)
+        except RuntimeError as e:
+            out["short_update"] = str(e)
+
+        # injected capture failures carry the real runtime's text
+        failures = {}
+        for kind in sorted(CAPTURE_FAILURES):
+            NPUGraph.fail_next_capture = kind
+            try:
+                with npu.graph(npu.NPUGraph()):
+                    pass
+                failures[kind] = None
+            except RuntimeError as e:
+                failures[kind] = str(e)
+        out["failures"] = failures
+        out["expected_failures"] = CAPTURE_FAILURES
+
+        # memory the capture allocated stays with the graph
+        before = npu.memory_allocated()
+        g5 = npu.NPUGraph()
+        with npu.graph(g5):
+            big = torch.ones(1024, 1024, device="npu") * 2
+        out["capture_bytes"] = g5.allocated_during_capture
+        out["held_after_capture"] = npu.memory_allocated() - before
+        g5.replay()
+        out["held_after_replay"] = npu.memory_allocated() - before
+        print(json.dumps(out))
+    """, EMU)
+
+
+def test_replay_reads_the_captured_input_and_runs_no_python(report) -> None:
+    assert report["at_capture"] == [2.0, 2.0]  # (0*2+1) summed over rows of [[1,1],[1,1]]
+    # [1,2,3,4]*2+1 = [3,5,7,9] -> rows [3,5],[7,9] summed: [10, 14]
+    assert report["after_copy_in"] == [10.0, 14.0]
+    assert report["fresh_ignored"] == [10.0, 14.0]
+    assert report["python_calls"] == 1
+    assert report["replays"] == 2
+
+
+def test_a_converting_copy_is_replayed(report) -> None:
+    assert report["converted"] == [5, 7]
+
+
+def test_host_read_during_capture_is_refused(report) -> None:
+    assert "not allowed in capture" in report["host_read"]
+    assert "_local_scalar_dense" in report["host_read"]
+    assert report["capturing_after"] is False
+    assert "never captured" in report["replay_uncaptured"]
+
+
+def test_task_group_update_replaces_only_the_reissued_call(report) -> None:
+    assert report["group_captured"] == [105.0] * 3
+    assert report["update_runs_nothing"] == [105.0] * 3
+    assert report["group_updated"] == [107.0] * 3  # 1*7 + 1*100
+    assert report["group_updated_new_input"] == [214.0] * 3  # 2*7 + 2*100
+    assert "captured aten.mul.Tensor there" in report["wrong_update"]
+    assert "re-issued 0 calls for a task group of 1" in report["short_update"]
+
+
+def test_injected_capture_failures_raise_the_runtime_text(report) -> None:
+    assert report["failures"] == report["expected_failures"]
+    assert "207008" in report["failures"]["streams"]
+
+
+def test_every_injected_capture_failure_is_classified_with_a_remedy(report) -> None:
+    from ascend_graph import GraphCaptureError, translate_capture_error
+
+    remedies = {"streams": "Capture fewer", "old_driver": "Upgrade the HDK",
+                "not_allowed": "enforce_eager=True"}
+    assert sorted(report["failures"]) == sorted(remedies)
+    for kind, text in report["failures"].items():
+        result = translate_capture_error(RuntimeError(text))
+        assert isinstance(result, GraphCaptureError), kind
+        assert remedies[kind] in str(result)
+    # the emulation's own refusal of a host read is classified the same way
+    assert "enforce_eager=True" in str(translate_capture_error(RuntimeError(report["host_read"])))
+
+
+def test_capture_memory_stays_with_the_graph_and_replay_adds_none(report) -> None:
+    mib4 = 4 * 2**20  # the 1024x1024 float32 result (the graph also holds its input)
+    assert report["capture_bytes"] == report["held_after_capture"]
+    assert report["capture_bytes"] >= mib4
+    assert report["held_after_replay"] == report["held_after_capture"]

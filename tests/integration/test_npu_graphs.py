@@ -1,0 +1,161 @@
+"""NPU graph mode on the emulated `npu` device: graphs give eager's greedy tokens, and the
+emulated graph catches the two classic runtime bugs.
+
+The tiny llama runs FULL_DECODE_ONLY without compilation; the tiny qwen3 runs the NPU runtime's
+default (no graph setting at all: vLLM's compile through the Ascend compiler,
+FULL_AND_PIECEWISE: full graphs for decode batches, piecewise graphs around attention for
+mixed ones).
+
+The emulated `NPUGraph` records the device operations a capture dispatches and replays exactly
+those on the captured memory (no model Python runs in a replay). The reference is the same
+runtime run eagerly (`enforce_eager`), which `test_npu_runtime.py` checks against the host-CPU
+platform. Batches of 3 and 5 decode sequences lie between capture sizes (padded to 4 and 8);
+the mixed case puts a chunked prefill (300 tokens, 128 per step) and a prefix-cache hit next to
+running decodes.
+
+The faults (`vllm_ascend_testing.graph_faults`) are injected into the graph engine's runner: a
+replay without `update_full_graph_params`, and a fresh token-id tensor each step instead of the
+captured one. Each must change the tokens, and clearing it must restore them (the fault, not
+the run order, made the difference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from vllm_ascend.entrypoints.local_engine import llm_kwargs
+from vllm_ascend_testing.worker_client import LLMWorker
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+EMULATED = {"VLLM_ASCEND_EMULATED_NPUS": "1"}
+NATIVE_ROPE = ["-RotaryEmbedding", "-Llama3RotaryEmbedding"]
+CAPTURE_SIZES = [1, 2, 4, 8]
+MAX_SEQS = 8
+BATCHES = (1, 3, 5, 8)  # 3 -> graph of 4, 5 -> graph of 8
+MAX_TOKENS = 10
+PROMPTS = ["Hello, my name is", "The capital of France is", "The future of AI is",
+           "Once upon a time", "In the beginning", "My favourite food is",
+           "The quick brown fox", "Water boils at"]
+
+
+def _long_prompts() -> dict[str, list[int]]:
+    shared = [(i * 37 + 11) % 240 + 5 for i in range(384)]
+    return {
+        "chunked": [(i * 53 + 7) % 240 + 5 for i in range(300)],
+        "prefix_a": [*shared, 17, 23, 42],
+        "prefix_b": [*shared, 99, 7, 3, 64, 12],
+    }
+
+
+#: The graph engine of each architecture: its compilation settings and the mode it must run.
+GRAPH_SETUPS = {
+    "llama": ({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}, "FULL_DECODE_ONLY"),
+    "qwen3": ({}, "FULL_AND_PIECEWISE"),  # the default
+}
+
+
+def _kwargs(model: str, graphs: dict[str, Any] | None) -> dict[str, Any]:
+    kwargs = llm_kwargs(model, compile=graphs is not None, max_model_len=512,
+                        max_num_seqs=MAX_SEQS, kv_cache_mib=64)
+    compilation: dict[str, Any] = {"custom_ops": NATIVE_ROPE}
+    if graphs is not None:
+        compilation.update(graphs, cudagraph_capture_sizes=CAPTURE_SIZES)
+    kwargs["compilation_config"] = compilation
+    kwargs["max_num_batched_tokens"] = 128
+    kwargs["enable_prefix_caching"] = True
+    return kwargs
+
+
+def _tokens(worker: LLMWorker, name: str, prompts: list[Any]) -> list[list[int]]:
+    answer = worker.request("generate", name=name, prompts=prompts, max_tokens=MAX_TOKENS)
+    return [o["token_ids"] for o in answer["outputs"]]
+
+
+def _cases(worker: LLMWorker, name: str) -> dict[str, list[list[int]]]:
+    runs = {f"batch_{n}": _tokens(worker, name, PROMPTS[:n]) for n in BATCHES}
+    long = _long_prompts()
+    runs["prefix_a"] = _tokens(worker, name, [long["prefix_a"]])
+    # prefix_b hits prefix_a's three cached blocks; "chunked" prefills in 3 steps while the
+    # short prompts decode.
+    runs["mixed"] = _tokens(worker, name, [long["prefix_b"], long["chunked"], *PROMPTS[:3]])
+    return runs
+
+
+@pytest.fixture(scope="module")
+def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict[str, Any]:
+    """Per architecture: eager tokens, graph tokens, the graph report, and the tokens with
+    each fault injected and after clearing it."""
+    worker = start_worker("npu-graphs", device="npu", **EMULATED)
+    found: dict[str, Any] = {}
+    for arch, (graph_settings, _) in GRAPH_SETUPS.items():
+        model = str(tiny_models.path(arch))
+        worker.request("load", name="eager", kwargs=_kwargs(model, None), timeout=600)
+        eager = _cases(worker, "eager")
+        worker.request("unload", name="eager")
+        worker.request("load", name="graphs", kwargs=_kwargs(model, graph_settings),
+                       timeout=600)
+        graphs = _cases(worker, "graphs")
+        report = worker.request("graph_report", name="graphs")["workers"][0]
+        faults: dict[str, Any] = {}
+        for fault in ("skip_update", "fresh_input"):
+            worker.request("graph_fault", name="graphs", fault=fault)
+            broken = _tokens(worker, "graphs", PROMPTS[:3])
+            worker.request("graph_fault", name="graphs", fault=None)
+            faults[fault] = {"broken": broken, "cleared": _tokens(worker, "graphs", PROMPTS[:3])}
+        worker.request("unload", name="graphs")
+        found[arch] = {"eager": eager, "graphs": graphs, "report": report, "faults": faults}
+    return found
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("case", [*(f"batch_{n}" for n in BATCHES), "prefix_a", "mixed"])
+def test_full_decode_graphs_give_eager_tokens(graph_runs, arch, case) -> None:
+    eager, graphs = graph_runs[arch]["eager"][case], graph_runs[arch]["graphs"][case]
+    assert all(len(t) == MAX_TOKENS for t in graphs)
+    assert graphs == eager
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_decode_steps_replay_the_padded_capture_size(graph_runs, arch) -> None:
+    """Every capture size was captured as a FULL graph; batches of 1, 3 (-> 4), 5 and 8
+    (-> 8) replayed; FULL_AND_PIECEWISE also captured 3 pieces (2 layers) per size."""
+    report = graph_runs[arch]["report"]
+    assert report["mode"] == GRAPH_SETUPS[arch][1]
+    replays = {int(k): v for k, v in report["replays"].items()}
+    assert sorted(replays) == CAPTURE_SIZES
+    for size in (1, 4, 8):
+        assert replays[size] >= MAX_TOKENS - 1, replays
+    pieces = 3 if report["mode"] == "FULL_AND_PIECEWISE" else 0
+    assert report["captures"] == len(CAPTURE_SIZES) * (1 + pieces)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("fault", ["skip_update", "fresh_input"])
+def test_the_emulated_graph_catches_the_classic_runtime_bugs(graph_runs, arch, fault) -> None:
+    run = graph_runs[arch]
+    expected = run["eager"]["batch_3"]
+    assert run["faults"][fault]["broken"] != expected
+    assert run["faults"][fault]["cleared"] == expected
+
+
+def test_smollm2_float32_full_decode_graphs_give_eager_tokens(
+    smollm2_dir: Any, start_worker: Callable[..., LLMWorker]
+) -> None:
+    """The real model (30 layers, GQA 9/3 heads) in float32: 4 prompts decoded in a graph of 4
+    (off-grid 3 is covered by the tiny models), against the same runtime run eagerly."""
+    worker = start_worker("npu-graphs-smollm2", device="npu", **EMULATED)
+    model = str(smollm2_dir)
+    found = {}
+    for label, graphs in (("eager", None), ("graphs", GRAPH_SETUPS["llama"][0])):
+        kwargs = _kwargs(model, graphs)
+        if graphs is not None:
+            kwargs["compilation_config"]["cudagraph_capture_sizes"] = [1, 4]  # 2 captures
+        worker.request("load", name=label, kwargs=kwargs, timeout=900)
+        found[label] = _tokens(worker, label, PROMPTS[:4])
+        worker.request("unload", name=label)
+    worker.close()
+    assert all(len(t) == MAX_TOKENS for t in found["graphs"])
+    assert found["graphs"] == found["eager"]
