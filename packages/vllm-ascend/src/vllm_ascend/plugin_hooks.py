@@ -75,6 +75,7 @@ def _setup_this_process(soc: str) -> None:
     process = current_process_setup()
     process.adjust(soc)
     if platforms_device_type() == "npu":
+        # Local: torch (the NPU runtime's bindings import it; only an NPU process needs them).
         from vllm_ascend.npu_runtime.bindings import bind_accelerator_memory
 
         bind_accelerator_memory()  # vLLM empties the cache outside the worker (shutdown)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from vllm_ascend.base.trusted_paths import make_private_dir, read_bounded_file
-from vllm_ascend.process.process_setup import current_process_setup
 from vllm_ascend.checkpoints.verified_files import VerifiedFiles
+from vllm_ascend.process.process_setup import current_process_setup
 
 logger = logging.getLogger("vllm_ascend.checkpoints")
 

@@ -5,12 +5,11 @@ under it). Files are read with a size bound; special files are refused."""
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from vllm_ascend.base.trusted_paths import home_dir
 
 READ_LIMIT = 1 << 20  # version files and /proc tables are a few KiB
 
@@ -36,7 +35,12 @@ class HostPaths:
         is neither (a uid without a passwd entry)."""
         if self.environ.get("HOME"):
             return self.environ["HOME"]
-        return home_dir(self.environ) if self.root == Path("/") else None
+        if self.root != Path("/"):
+            return None
+        try:  # the passwd entry's home (doctor sits below the trusted-paths helpers)
+            return pwd.getpwuid(os.getuid()).pw_dir or None
+        except KeyError:
+            return None
 
     def read_text(self, path: str | os.PathLike[str], limit: int = READ_LIMIT) -> str | None:
         """A regular file's text (at most ``limit`` bytes), None when missing or special."""

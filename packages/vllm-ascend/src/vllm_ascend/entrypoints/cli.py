@@ -8,10 +8,10 @@ import argparse
 import sys
 
 from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint
-from vllm_ascend.doctor.run import main as doctor_main
 from vllm_ascend.entrypoints import demo, serve
 from vllm_ascend.entrypoints.console import write_stdout
 from vllm_ascend.entrypoints.demo import DEFAULT_PROMPTS, MODELS, REAL_MODEL, DemoOptions
+from vllm_ascend.entrypoints.doctor_command import main as doctor_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-tokens", type=int, default=48, metavar="N",
                       help="most tokens per answer (default: 48)")
     demo.add_argument("--json", action="store_true", help="print one JSON object")
-    # Listed here for --help; its arguments are parsed by vllm_ascend.doctor.run.
+    # Listed here for --help; its arguments are parsed by vllm_ascend.entrypoints.doctor_command.
     commands.add_parser(
         "doctor",
         add_help=False,

@@ -28,9 +28,9 @@ from typing import Any, Final
 from vllm_ascend.base.trusted_paths import TrustedRoots
 from vllm_ascend.checkpoints import CheckpointError, ModelPackageMissing, smollm2_checkpoint
 from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+from vllm_ascend.doctor.import_advice import torch_import_problem
 from vllm_ascend.entrypoints.console import write_stdout
 from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
-from vllm_ascend.doctor.import_advice import torch_import_problem
 from vllm_ascend.entrypoints.model_dir import read_model_config
 
 REAL_MODEL: Final = "smollm2"

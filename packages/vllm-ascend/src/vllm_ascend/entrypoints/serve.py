@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from vllm_ascend.doctor.import_advice import torch_import_problem
 from vllm_ascend.process.compat_adjustments import apply_command_adjustments
 from vllm_ascend.process.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineDiedError
 
@@ -67,7 +68,7 @@ def main(argv: Sequence[str]) -> int:
     """Run `serve` with `argv` (the arguments after `serve`); returns the exit status: 0 after
     a requested shutdown, `ENGINE_DIED_STATUS` when the engine died while serving."""
     from pydantic import ValidationError
-    from vllm_ascend.doctor.import_advice import torch_import_problem
+
 
     # vLLM imports torch first thing, and torch loads an installed torch-npu by itself: when
     # that fails (CANN not sourced), say the doctor's cause and fix instead of torch's wrapper.

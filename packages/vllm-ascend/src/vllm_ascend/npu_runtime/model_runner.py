@@ -19,6 +19,10 @@ import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+from vllm_ascend.compilation.graph_params import graph_params_for
+from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
+from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
+from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
 
 logger = logging.getLogger("vllm_ascend.npu_runtime.model_runner")
@@ -33,7 +37,6 @@ class NPUModelRunner(GPUModelRunner):
         from vllm.compilation.cuda_graph import CUDAGraphWrapper
         from vllm.config import CUDAGraphMode
 
-        from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
 
         super().load_model(*args, **kwargs)
         if isinstance(self.model, CUDAGraphWrapper):
@@ -45,10 +48,6 @@ class NPUModelRunner(GPUModelRunner):
         then vLLM's capture (its dispatcher picks each graph's mode and batch descriptor)."""
         from vllm.config import CUDAGraphMode
 
-        from vllm_ascend.compilation.graph_params import graph_params_for
-        from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
-        from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
-        from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 
         cc = self.compilation_config
         if cc.cudagraph_mode != CUDAGraphMode.NONE:

@@ -28,13 +28,13 @@ from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.utils import request_memory
 
+from vllm_ascend.base.kv_cache_advice import need_of
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.engine import engine_of
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
-from vllm_ascend.base.kv_cache_advice import need_of
 from vllm_ascend.process.worker_setup import prepare_worker
 
 F = TypeVar("F", bound=Callable[..., Any])

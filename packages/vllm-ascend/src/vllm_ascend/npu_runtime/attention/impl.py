@@ -17,6 +17,7 @@ import torch
 from vllm.config import get_current_vllm_config
 from vllm.v1.attention.backend import AttentionImpl, AttentionType
 
+from vllm_ascend.compilation.graph_params import graph_params_for
 from vllm_ascend.npu_runtime.attention.metadata import AscendMetadata
 
 
@@ -142,7 +143,6 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         its handle) in the engine's graph parameters for this capture size."""
         from vllm.forward_context import get_forward_context
 
-        from vllm_ascend.compilation.graph_params import graph_params_for
 
         descriptor = get_forward_context().batch_descriptor
         if descriptor is None:
@@ -171,7 +171,6 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         """Re-issue every captured attention call of the ``num_tokens`` graph with this
         step's query ends and sequence lengths (its task groups), before the replay.
         ``graph_params``: the store the replaying wrapper holds (default: the engine's)."""
-        from vllm_ascend.compilation.graph_params import graph_params_for
 
         if draft_attn_metadatas is not None:
             raise NotImplementedError("the Ascend attention backend has no draft-model graphs")
