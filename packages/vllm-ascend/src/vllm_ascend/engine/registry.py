@@ -92,9 +92,11 @@ def build_engine(vllm_config: VllmConfig, soc: str,
     problem), registered for ``vllm_config``. Its warnings are logged once, here."""
     additional = additional_config_of(vllm_config)
     earlier = _REGISTRY.engines.get(vllm_config)
-    if earlier is not None and _REGISTRY.additional.get(vllm_config) == additional:
-        # vLLM runs __post_init__ again on the same config (the engine core's start-up
-        # handshake, after the worker marked the engine ready): the engine stays, with its
+    if earlier is not None and earlier.soc == soc \
+            and _REGISTRY.additional.get(vllm_config) == additional:
+        # vLLM runs __post_init__ again on the same config on the same SoC (the engine
+        # core's start-up handshake, after the worker marked the engine ready): the engine
+        # stays, with its
         # readiness and its stores; the facts and the environment it saw then are the
         # pipeline's own changes, not new inputs.
         return earlier
