@@ -13,9 +13,10 @@ from vllm_ascend.npu_runtime.attention.metadata import without_padding_queries
 
 
 def _config(mode: CUDAGraphMode | None, compile_mode: CompilationMode,
-            eager: bool = False) -> Any:
+            eager: bool = False, ranks: int = 1) -> Any:
     return types.SimpleNamespace(
         model_config=types.SimpleNamespace(enforce_eager=eager),
+        parallel_config=types.SimpleNamespace(world_size=ranks),
         compilation_config=types.SimpleNamespace(cudagraph_mode=mode, mode=compile_mode,
                                                  splitting_ops=["vllm::x"]),
         kernel_config=types.SimpleNamespace(enable_jit_warmup=True),
@@ -60,3 +61,12 @@ def test_trailing_padding_requests_get_no_query_tokens() -> None:
     assert without_padding_queries([1, 2, 3, 4], [7, 9, 5, 0]) == [1, 2, 3, 3]
     assert without_padding_queries([1, 2, 3, 4], [7, 9, 5, 1]) == [1, 2, 3, 4]  # all real
     assert without_padding_queries([1, 2], [0, 0]) == [0, 0]  # nothing real
+
+
+@pytest.mark.parametrize(("ranks", "expected"), [(1, CUDAGraphMode.FULL_DECODE_ONLY),
+                                                 (2, CUDAGraphMode.NONE)])
+def test_graphs_are_captured_for_one_rank_only(ranks, expected) -> None:
+    config = _config(CUDAGraphMode.FULL_DECODE_ONLY, CompilationMode.NONE, ranks=ranks)
+    note = choose_graph_mode(config)
+    assert config.compilation_config.cudagraph_mode == expected
+    assert note is not None and ("runs eagerly" in note) == (ranks > 1)

@@ -39,6 +39,14 @@ def choose_graph_mode(vllm_config: Any) -> str | None:
     mode = cc.cudagraph_mode
     if model.enforce_eager or mode is None or mode == CUDAGraphMode.NONE:
         return None
+    parallel = getattr(vllm_config, "parallel_config", None)
+    ranks = int(getattr(parallel, "world_size", 1) or 1)
+    if ranks > 1:
+        # vLLM's graph_capture accepts only CUDA/XPU communicators, and this runtime does not
+        # yet capture collectives into its graphs: a multi-rank engine runs eagerly.
+        cc.cudagraph_mode = CUDAGraphMode.NONE
+        return (f"NPU graphs: cudagraph_mode {mode.name} asked with {ranks} ranks; the NPU "
+                "runtime captures graphs of one rank only, so this engine runs eagerly")
     if mode.requires_piecewise_compilation() and cc.mode != CompilationMode.VLLM_COMPILE:
         cc.cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY
         cc.splitting_ops = []
