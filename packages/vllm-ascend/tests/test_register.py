@@ -209,7 +209,9 @@ def test_register_works_without_a_home(tmp_path) -> None:
             config = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts(soc="cpu"),
                                            environ={})
             report["log_dir"] = current_process_setup().setup(config, "cpu").log_dir
-            report["pycache"] = engine_env(base=os.environ)["PYTHONPYCACHEPREFIX"]
+            # The child's own prefix unset (.ci/run sets one): the stand-in home's is used.
+            base = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+            report["pycache"] = engine_env(base=base)["PYTHONPYCACHEPREFIX"]
             os.write(write, json.dumps(report).encode())
             status = 0
         finally:
