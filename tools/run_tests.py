@@ -2,8 +2,12 @@
 """Run every test suite of the workspace, each in its own pytest process, and sum the results.
 
 One process per suite keeps memory bounded (in-process vLLM engines and large tensors of one
-suite are freed with its process) and mirrors the per-package CI jobs. Extra arguments are
-passed to every pytest run, e.g. ``python tools/run_tests.py -x`` or ``-k fusion``.
+suite are freed with its process) and mirrors the per-package CI jobs. The end-to-end suite is
+split into shards (files sharing a session engine stay together), and ``--jobs N`` processes
+run at once (default: two, one per core of the CI machine; most of an engine's start-up, the
+imports, Dynamo and Inductor, is single-threaded, so one suite alone leaves a core idle). Each
+process's output is printed whole when it ends. Other arguments are passed to every pytest
+run, e.g. ``python tools/run_tests.py -x`` or ``--jobs 1 -k fusion``.
 Exit status is non-zero when any suite fails or collects no test; the closing line then never
 says "0 failed": a suite whose process crashed (killed by a signal, or a non-zero exit without
 pytest's summary) counts as one failure there and is named.
@@ -11,12 +15,19 @@ pytest's summary) counts as one failure there and is named.
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +43,56 @@ SUITES = (
     "benchmarks/tests",
     "tests/integration",
 )
+INTEGRATION = "tests/integration"
+# Shards of the end-to-end suite, the longest first; each is one pytest process. Files that
+# share a session engine (``compiled_runs``: fusion, HF reference, parallel) are one shard so
+# the engine is built once. Files listed nowhere form the last shard.
+INTEGRATION_SHARDS: tuple[tuple[str, ...], ...] = (
+    ("test_fusion_e2e.py", "test_hf_reference.py", "test_parallel.py"),
+    ("test_npu_runtime.py", "test_npu_graphs.py", "test_serve_strict.py"),
+    ("test_serve.py", "test_serve_load.py", "test_serve_real_model.py",
+     "test_serve_worker_death.py"),
+    ("test_numerics_smollm2.py", "test_tp_real_model.py", "test_demo.py",
+     "test_smollm2_checkpoint.py"),
+)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One pytest process: the suite it counts toward, a label and the paths it runs."""
+
+    suite: str
+    label: str
+    paths: tuple[str, ...]
+
+
+def integration_shards(folder: Path, shards: Sequence[Sequence[str]] = INTEGRATION_SHARDS
+                       ) -> list[tuple[str, ...]]:
+    """The end-to-end suite's test files in shards: the listed ones that exist, then one
+    shard of every file listed nowhere (a new file always runs)."""
+    present = sorted(p.name for p in folder.glob("test_*.py"))
+    listed = {name for shard in shards for name in shard}
+    result = [tuple(n for n in shard if n in present) for shard in shards]
+    result.append(tuple(n for n in present if n not in listed))
+    return [shard for shard in result if shard]
+
+
+def units(suites: Sequence[str], cwd: Path) -> list[Unit]:
+    """The pytest processes of ``suites``, the integration shards first (the longest ones:
+    with two at once, a long one started last would run alone at the end)."""
+    shards: list[Unit] = []
+    others: list[Unit] = []
+    for suite in suites:
+        if suite == INTEGRATION and (cwd / suite).is_dir():
+            found = integration_shards(cwd / suite)
+            shards += [Unit(suite, f"{suite} [{i}/{len(found)}]",
+                            tuple(f"{suite}/{name}" for name in shard))
+                       for i, shard in enumerate(found, 1)]
+        else:
+            others.append(Unit(suite, suite, (suite,)))
+    return shards + others
+
+
 _SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b")
 _KINDS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected")
 
@@ -50,23 +111,20 @@ def summary_counts(output: str) -> Counter[str]:
     return Counter()
 
 
-def run_suite(suite: str, extra: list[str], cwd: Path = ROOT) -> tuple[int, Counter[str], float]:
-    """Run one suite, echoing its output; (exit status, counts, seconds)."""
+def run_suite(paths: Sequence[str], extra: list[str], cwd: Path = ROOT
+              ) -> tuple[int, Counter[str], float, str]:
+    """Run one pytest process over ``paths``; (exit status, counts, seconds, its output)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", suite, "--durations=10", *extra],
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *paths, "--durations=10", *extra],
         cwd=cwd,
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        check=False,
     )
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        lines.append(line)
-    status = proc.wait()
-    return status, summary_counts("".join(lines)), time.perf_counter() - start
+    output = proc.stdout
+    return proc.returncode, summary_counts(output), time.perf_counter() - start, output
 
 
 @dataclass(frozen=True)
@@ -136,20 +194,56 @@ def closing_line(results: list[SuiteResult]) -> str:
     return line
 
 
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1 is needed")
+    return int(text)
+
+
+def parse_args(argv: list[str]) -> tuple[int, list[str]]:
+    """``--jobs N`` (processes at once; default two, or one on a one-core host) and the
+    arguments for pytest."""
+    parser = argparse.ArgumentParser(
+        prog="run_tests.py", allow_abbrev=False, add_help=False,
+        description="Run every test suite; arguments other than --jobs go to pytest.")
+    parser.add_argument("--jobs", type=_jobs, default=min(2, os.cpu_count() or 1))
+    known, extra = parser.parse_known_args(argv)
+    return known.jobs, extra
+
+
 def main(argv: list[str] | None = None, suites: tuple[str, ...] = SUITES,
          cwd: Path = ROOT) -> int:
-    extra = list(sys.argv[1:] if argv is None else argv)
-    results = []
-    for suite in suites:
-        print(f"\n==> {suite}", flush=True)
-        status, counts, seconds = run_suite(suite, extra, cwd)
-        results.append(SuiteResult(suite, status, counts, seconds))
+    jobs, extra = parse_args(list(sys.argv[1:] if argv is None else argv))
+    todo = units(suites, cwd)
+    # Each process gets its own pytest base temp: pytest prunes old numbered temp folders of
+    # the same user, and two processes at once would remove each other's.
+    own_temp = not any(arg.startswith("--basetemp") for arg in extra)
+    temp_root = Path(tempfile.mkdtemp(prefix="run-tests-"))
+    lock = threading.Lock()
+    print(f"{len(todo)} pytest processes, {jobs} at once", flush=True)
+
+    def run(index: int, unit: Unit) -> SuiteResult:
+        temp = [f"--basetemp={temp_root / str(index)}"] if own_temp else []
+        with lock:
+            print(f"--> started: {unit.label}", flush=True)
+        status, counts, seconds, output = run_suite(unit.paths, [*temp, *extra], cwd)
+        with lock:
+            print(f"\n==> {unit.label}\n{output}", end="", flush=True)
+        return SuiteResult(unit.label, status, counts, seconds)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(run, range(len(todo)), todo))
+    ok = all(r.ok for r in results)
+    if ok:
+        shutil.rmtree(temp_root, ignore_errors=True)
+    elif own_temp:
+        print(f"\npytest temp folders (numbered as started) kept in {temp_root}")
     print("\nsuite results:")
     for r in results:
         print(f"  {r.suite:<34} {r.verdict():<18} {format_totals(r.counts):<40} "
               f"{r.seconds:6.1f} s")
     print(closing_line(results))
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

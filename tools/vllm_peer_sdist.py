@@ -30,12 +30,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import vllm_peer_index as index
-from vllm_ascend.base.trusted_paths import (
-    TrustedDir,
-    open_trusted_dir,
-    own_cache_dir,
-    private_fallback,
-)
+from vllm_ascend.base.trusted_paths import TrustedDir, open_trusted_dir
+from vllm_ascend.base.trusted_roots import own_cache_dir, private_fallback
 
 
 @dataclass(frozen=True)

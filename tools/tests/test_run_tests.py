@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import run_tests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +110,85 @@ def test_signal_after_counted_failures_adds_one() -> None:
     late = run_tests.SuiteResult("x", -11, Counter(passed=4, failed=2))
     assert late.failures() == 3
     assert late.verdict() == "CRASHED (killed by SIGSEGV, exit -11)"
+
+
+# --- processes at once, shards of the end-to-end suite --------------------------------------
+
+# Each of the two suites waits for the other's marker file: they pass only when run at once.
+_MEETS = (
+    "import pathlib, time\n\n\n"
+    "def test_meets_the_other():\n"
+    "    here, there = pathlib.Path({here!r}), pathlib.Path({there!r})\n"
+    "    here.touch()\n"
+    "    deadline = time.monotonic() + {wait}\n"
+    "    while not there.exists() and time.monotonic() < deadline:\n"
+    "        time.sleep(0.05)\n"
+    "    assert there.exists()\n"
+)
+
+
+def _meeting(tmp_path: Path, wait: float) -> dict[str, str]:
+    a, b = str(tmp_path / "a.marker"), str(tmp_path / "b.marker")
+    return {"first": _MEETS.format(here=a, there=b, wait=wait),
+            "second": _MEETS.format(here=b, there=a, wait=wait)}
+
+
+def test_two_jobs_run_two_suites_at_once(tmp_path, capsys) -> None:
+    suites = _suites(tmp_path, **_meeting(tmp_path, wait=60))
+    status = run_tests.main(["--jobs", "2", "-q", "-p", "no:cacheprovider"], suites=suites,
+                            cwd=tmp_path)
+    assert (status, capsys.readouterr().out.strip().splitlines()[-1]) == (0, "2 passed, 0 failed")
+
+
+def test_one_job_runs_the_suites_one_after_the_other(tmp_path, capsys) -> None:
+    suites = _suites(tmp_path, **_meeting(tmp_path, wait=1))
+    status = run_tests.main(["--jobs=1", "-q", "-p", "no:cacheprovider"], suites=suites,
+                            cwd=tmp_path)
+    # The first waits alone and fails; the second then finds its marker.
+    assert (status, capsys.readouterr().out.strip().splitlines()[-1]) == (1, "1 passed, 1 failed")
+
+
+def test_each_process_gets_its_own_pytest_temp_folder(tmp_path, capsys) -> None:
+    body = ("def test_temp(tmp_path_factory):\n"
+            "    print('BASE', tmp_path_factory.getbasetemp())\n")
+    suites = _suites(tmp_path, one=body, two=body)
+    assert run_tests.main(["-q", "-s", "-p", "no:cacheprovider"], suites=suites,
+                          cwd=tmp_path) == 0
+    bases = [line.split()[1] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("BASE ")]
+    assert len(bases) == 2 and bases[0] != bases[1]
+    assert not any(Path(base).exists() for base in bases)  # removed after a passing run
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two"])
+def test_jobs_must_be_a_whole_number_of_at_least_one(text: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        run_tests.parse_args(["--jobs", text])
+    assert "a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_other_arguments_go_to_pytest() -> None:
+    parsed = run_tests.parse_args(["-x", "--jobs", "3", "-k", "fusion"])
+    assert parsed == (3, ["-x", "-k", "fusion"])
+    assert run_tests.parse_args(["--job", "3"])[1] == ["--job", "3"]  # no abbreviations
+
+
+def test_integration_shards_keep_listed_files_together_and_run_every_other_file(
+        tmp_path: Path) -> None:
+    for name in ("test_a.py", "test_b.py", "test_c.py", "test_new.py", "conftest.py"):
+        (tmp_path / name).write_text("")
+    shards = run_tests.integration_shards(
+        tmp_path, [("test_b.py", "test_a.py"), ("test_gone.py",), ("test_c.py",)])
+    assert shards == [("test_b.py", "test_a.py"), ("test_c.py",), ("test_new.py",)]
+
+
+def test_the_integration_suite_is_split_into_shards_run_first() -> None:
+    found = run_tests.units(run_tests.SUITES, ROOT)
+    shards = [u for u in found if u.suite == run_tests.INTEGRATION]
+    assert found[:len(shards)] == shards and len(shards) > 1
+    files = [path for u in shards for path in u.paths]
+    expected = sorted(str(p.relative_to(ROOT))
+                      for p in (ROOT / "tests/integration").glob("test_*.py"))
+    assert sorted(files) == expected  # each file in exactly one shard
+    assert [u.paths for u in found[len(shards):]] == [
+        (s,) for s in run_tests.SUITES if s != run_tests.INTEGRATION]

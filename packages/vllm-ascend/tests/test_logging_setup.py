@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from vllm_ascend.base.trusted_paths import TrustedRoots
+from vllm_ascend.base.trusted_roots import TrustedRoots
 from vllm_ascend.observability import logging_setup as ls
 
 

@@ -134,7 +134,7 @@ def test_bad_device_mode_is_logged_before_vllm_swallows_it(caplog) -> None:
 def test_register_keeps_the_platform_when_vllm_cache_root_cannot_be_secured(
     monkeypatch, caplog
 ) -> None:
-    from vllm_ascend.base.trusted_paths import TrustedRoots
+    from vllm_ascend.base.trusted_roots import TrustedRoots
 
     def no_private_dir(self, environ=None):
         raise PermissionError(13, "Permission denied", "/nowhere")

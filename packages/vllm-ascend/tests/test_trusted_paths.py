@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 from vllm_ascend.base.trusted_paths import (
-    TrustedRoots,
     UntrustedPathError,
     check_trusted_dir,
     make_private_dir,
-    private_fallback,
     read_bounded_file,
     write_atomic,
 )
+from vllm_ascend.base.trusted_roots import TrustedRoots, private_fallback
 
 OTHER_UID = 12345
 needs_root = pytest.mark.skipif(os.geteuid() != 0,
@@ -242,7 +241,7 @@ def test_writes_are_atomic_and_private(tmp_path: Path, monkeypatch: pytest.Monke
 
 @pytest.fixture
 def warnings(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    logger = logging.getLogger("vllm_ascend.base.trusted_paths")
+    logger = logging.getLogger("vllm_ascend.base.trusted_roots")
     logger.addHandler(caplog.handler)
     caplog.set_level(logging.WARNING, logger=logger.name)
     yield caplog

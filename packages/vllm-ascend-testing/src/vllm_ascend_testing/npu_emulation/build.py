@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-from vllm_ascend.base.trusted_paths import own_cache_dir
+from vllm_ascend.base.trusted_roots import own_cache_dir
 
 CACHE_VAR = "VLLM_ASCEND_EMULATION_CACHE"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.base.trusted_paths import TrustedRoots
+from vllm_ascend.base.trusted_roots import TrustedRoots
 from vllm_ascend.checkpoints import CheckpointError, ModelPackageMissing, smollm2_checkpoint
 from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 from vllm_ascend.doctor.import_advice import torch_import_problem

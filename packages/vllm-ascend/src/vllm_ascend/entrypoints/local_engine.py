@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.base.trusted_paths import own_cache_dir
+from vllm_ascend.base.trusted_roots import own_cache_dir
 
 # Variables that make vLLM start faster or behave reproducibly in tests, demo and benchmarks.
 _FIXED: Final[dict[str, str]] = {

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from vllm_ascend.base.trusted_paths import TrustedRoots, own_home
+from vllm_ascend.base.trusted_roots import TrustedRoots, own_home
 from vllm_ascend.observability.log_files import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_FILES,

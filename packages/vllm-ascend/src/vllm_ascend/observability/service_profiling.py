@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from vllm_ascend.base.trusted_paths import own_home
+from vllm_ascend.base.trusted_roots import own_home
 from vllm_ascend.observability.service_profiling_symbols import (
     GROUPS,
     OWN_SYMBOLS,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
 from vllm_ascend.base.npu_device import torch_npu
 from vllm_ascend.base.soc import SocDetection, detect_soc, npu_smi_disagreement
-from vllm_ascend.base.trusted_paths import TrustedRoots
+from vllm_ascend.base.trusted_roots import TrustedRoots
 from vllm_ascend.observability import logging_setup
 from vllm_ascend.process import batch_invariance
 from vllm_ascend.process.compat_adjustments import apply_compat_adjustments

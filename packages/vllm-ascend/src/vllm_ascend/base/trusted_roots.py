@@ -1,0 +1,151 @@
+"""The roots a process is given, the home they may lie in, and the private fallback used
+instead of a refused one (the rule itself: :mod:`vllm_ascend.base.trusted_paths`).
+
+Without a home (``HOME`` unset and a uid with no passwd entry, as in some containers) a
+stand-in home is used: ``<tmp>/vllm-ascend-<uid>/home``, checked by the same rule as any root,
+with one warning per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pwd
+import tempfile
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+
+from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
+
+logger = logging.getLogger("vllm_ascend.base.trusted_roots")
+
+
+def home_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """This user's home: ``HOME``, else the passwd entry's; None when there is neither (a
+    container running a uid with no passwd entry)."""
+    env = os.environ if environ is None else environ
+    if env.get("HOME"):
+        return env["HOME"]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or None
+    except KeyError:
+        return None
+
+
+def no_home_dir() -> Path:
+    """The stand-in home when there is none: ``<tmp>/vllm-ascend-<uid>/home``."""
+    return Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}" / "home"
+
+
+def own_home(environ: Mapping[str, str] | None = None) -> Path:
+    """:func:`home_dir`, else :func:`no_home_dir`. Not checked here: whoever uses a directory
+    in it checks that as a root."""
+    home = home_dir(environ)
+    return Path(home) if home else no_home_dir()
+
+
+def own_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """This user's own cache: ``.cache`` in :func:`own_home`."""
+    return own_home(environ) / ".cache"
+
+
+def expand_home(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
+    """``path`` with a leading ``~`` or ``~/`` replaced by :func:`own_home` (the stand-in home
+    when there is none, rather than a directory literally called ``~`` in the working
+    directory); ``~user`` forms as :func:`os.path.expanduser` expands them, an error when it
+    cannot."""
+    text = os.fspath(path)
+    if text == "~" or text.startswith("~/"):
+        return Path(str(own_home(environ)) + text[1:])
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        raise UntrustedPathError(f"{text} names a home directory that does not exist")
+    return Path(expanded)
+
+
+def _names_home(path: str | os.PathLike[str]) -> bool:
+    text = os.fspath(path)
+    return text == "~" or text.startswith("~/")
+
+
+class TrustedRoots:
+    """The roots this process was given (held by the process setup). A root is checked every
+    time it is asked for; a refused one is warned about once per process and replaced by the
+    same private fallback each time (itself checked again)."""
+
+    def __init__(self) -> None:
+        self._fallbacks: dict[tuple[str, str], Path] = {}
+        self._warned_no_home = False
+
+    def root(self, wanted: str | os.PathLike[str], what: str,
+             environ: Mapping[str, str] | None = None) -> Path:
+        """``wanted`` (created 0700 when missing) when it passes the root rule now; otherwise,
+        with one warning per process naming ``what`` and why, the private fallback for
+        ``what``."""
+        key = (os.fspath(wanted), what)
+        if _names_home(wanted):
+            self.note_no_home(environ)
+        try:
+            return make_private_dir(expand_home(wanted, environ))
+        except OSError as exc:
+            refused = exc
+        chosen = self._fallbacks.get(key)
+        if chosen is not None:
+            with contextlib.suppress(OSError):
+                return make_private_dir(chosen)
+        chosen = self._fallbacks[key] = private_fallback(what, own_cache=self.own_cache(environ))
+        shown = key[0] if key[0].startswith("~") else os.path.abspath(key[0])
+        logger.warning("not using %s %s (%s); using the private directory %s instead",
+                       what, shown, refused, chosen)
+        return chosen
+
+    def own_cache(self, environ: Mapping[str, str] | None = None) -> Path:
+        """:func:`own_cache_dir` (see :meth:`note_no_home`)."""
+        self.note_no_home(environ)
+        return own_cache_dir(environ)
+
+    def note_no_home(self, environ: Mapping[str, str] | None = None) -> None:
+        """One warning per process the first time the stand-in home is needed."""
+        if home_dir(environ) is None and not self._warned_no_home:
+            self._warned_no_home = True
+            logger.warning("no home directory (HOME is unset and uid %d has no passwd entry): "
+                           "using %s instead (caches and logs go there)", os.getuid(),
+                           no_home_dir())
+
+    def secure_vllm_cache_root(self, environ: MutableMapping[str, str] | None = None) -> Path:
+        """Check vLLM's cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
+        ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``) and point ``VLLM_CACHE_ROOT`` at the
+        private fallback when it, or the ``XDG_CACHE_HOME`` it lies in, is refused, or when
+        there is no home to find it in. Call it before vLLM reads the variable (the platform
+        plugin's ``register``)."""
+        env = os.environ if environ is None else environ
+        xdg = env.get("XDG_CACHE_HOME")
+        vllm_reads: Path | None
+        if env.get("VLLM_CACHE_ROOT"):
+            wanted: str | Path = env["VLLM_CACHE_ROOT"]
+            vllm_reads = Path(os.path.abspath(os.path.expanduser(env["VLLM_CACHE_ROOT"])))
+        else:
+            base = self.root(xdg, "XDG_CACHE_HOME", env) if xdg else self.own_cache(env)
+            wanted = base / "vllm"
+            home = home_dir(env)
+            vllm_reads = (Path(os.path.expanduser(xdg)) / "vllm" if xdg
+                          else Path(home) / ".cache" / "vllm" if home else None)
+        chosen = self.root(wanted, "VLLM_CACHE_ROOT", env)
+        if vllm_reads is None or chosen != Path(os.path.abspath(vllm_reads)):
+            env["VLLM_CACHE_ROOT"] = str(chosen)
+        return chosen
+
+
+def private_fallback(what: str, environ: Mapping[str, str] | None = None, *,
+                     own_cache: Path | None = None) -> Path:
+    """The private directory used instead of a refused ``what``:
+    ``<own cache>/vllm_ascend/private/<what>`` (0700; the own cache is :func:`own_cache_dir`
+    unless given) when the own cache passes the root rule, else a fresh temporary directory
+    (``mkdtemp``, 0700) that passes it; :class:`UntrustedPathError` when even that does not."""
+    base = own_cache_dir(environ) if own_cache is None else own_cache
+    try:
+        make_private_dir(base)
+        return make_private_dir(base / "vllm_ascend" / "private" / what)
+    except OSError:
+        return make_private_dir(tempfile.mkdtemp(prefix=f"vllm-ascend-{what}-"))
