@@ -176,3 +176,63 @@ def test_abort_open_requests_counts_what_it_aborted() -> None:
     assert asyncio.run(abort_open_requests(engine)) == 2
     assert asyncio.run(abort_open_requests(engine)) == 0
     assert [e[:3] for e in engine.events] == [("abort", ["x", "y"], True)]
+
+
+class HandlerEngine(FakeEngine):
+    """A FakeEngine with vLLM's output handler task: it logs an error, as vLLM's does, when
+    the engine core's output queue yields one (the closed socket of a stopped engine)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(["a"])
+        self.loop = loop
+        self.queue: asyncio.Queue[Exception] = asyncio.Queue()
+        self.logged: list[str] = []
+
+        async def output_handler() -> None:
+            error = await self.queue.get()
+            self.logged.append(f"output_handler failed: {error!r}")
+
+        async def start() -> asyncio.Task[None]:
+            return asyncio.create_task(output_handler())
+
+        self.output_handler = asyncio.run_coroutine_threadsafe(start(), loop).result(5)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        super().shutdown(timeout)
+        # vLLM's order: the engine core's resources first (its queue gets the dead error),
+        # then the handler's cancellation, here late enough for the handler to run first.
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, RuntimeError("engine dead"))
+        self.loop.call_soon_threadsafe(self.loop.call_later, 0.05, self.output_handler.cancel)
+
+
+def test_abort_shutdown_ends_the_output_handler_before_the_engine_stops(
+    loop_thread: tuple[asyncio.AbstractEventLoop, int],
+) -> None:
+    loop, _ = loop_thread
+    engine = HandlerEngine(loop)
+    EngineWatch().watch(engine, loop)
+    engine.shutdown(timeout=0)
+    time.sleep(0.2)  # let the loop run what shutdown scheduled
+    assert engine.output_handler.cancelled()
+    assert engine.logged == []  # without the watch: ["output_handler failed: ..."]
+
+
+def test_without_the_watch_the_handler_reports_the_stopped_engine(
+    loop_thread: tuple[asyncio.AbstractEventLoop, int],
+) -> None:
+    loop, _ = loop_thread
+    engine = HandlerEngine(loop)
+    engine.shutdown(timeout=0)
+    time.sleep(0.2)
+    assert engine.logged == ["output_handler failed: RuntimeError('engine dead')"]
+
+
+def test_a_drain_shutdown_keeps_the_output_handler_running(
+    loop_thread: tuple[asyncio.AbstractEventLoop, int],
+) -> None:
+    loop, _ = loop_thread
+    engine = HandlerEngine(loop)
+    EngineWatch().watch(engine, loop)
+    before = engine.output_handler.done()
+    engine.shutdown(timeout=30)  # drain: the handler delivers the remaining outputs
+    assert before is False and engine.events[0] == ("shutdown", 30, {"a": None})

@@ -84,6 +84,18 @@ class VllmServer:
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
 
+    def failure_report(self, lines: int = 40) -> str:
+        """The log's first error (from its first ``ERROR`` or traceback line on: the root
+        cause, which the API server's own traceback at the end only refers to), then its
+        tail."""
+        log = self.log().splitlines()
+        first = next((i for i, line in enumerate(log)
+                      if " ERROR " in line or "Traceback (most recent call last)" in line), None)
+        tail = "\n".join(log[-lines:])
+        if first is None or first >= len(log) - lines:
+            return tail
+        return "\n".join(["first error:", *log[first:first + lines], "...", "log tail:", tail])
+
     def wait_healthy(self, timeout: float = 240.0, interval: float = 0.5) -> float:
         """Poll `/health` until it answers 200; return the seconds it took."""
         import httpx
@@ -92,7 +104,8 @@ class VllmServer:
         while time.monotonic() - start < timeout:
             if self.proc.poll() is not None:
                 raise ServerError(
-                    f"vllm-ascend serve exited with {self.proc.returncode}\n{self.log_tail()}"
+                    f"vllm-ascend serve exited with {self.proc.returncode}\n"
+                    f"{self.failure_report()}"
                 )
             try:
                 if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:

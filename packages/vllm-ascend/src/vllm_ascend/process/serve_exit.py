@@ -21,7 +21,9 @@ Two behaviours of vLLM 0.32's single API server, both seen with real processes:
 uvicorn server to close connections still open `HTTP_SHUTDOWN_GRACE_S` after the shutdown
 began, and records in an `EngineWatch` whether the engine failed before anybody asked it to
 stop. On an "abort" shutdown of a live engine the watch first aborts every open request on the
-server's event loop, so each ends with finish reason "abort" before the engine core is killed.
+server's event loop, so each ends with finish reason "abort" before the engine core is killed,
+then ends the output handler (run before vLLM cancels it, it would report the killed engine
+core's closed socket as an engine failure, with a traceback).
 
 `install_single_api_server_runner` points the ``run_server`` of vLLM's serve command at it
 (row ``serve_single_api_server`` of `vllm_ascend.process.compat_adjustments`, applied only by
@@ -32,6 +34,7 @@ engine failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -51,6 +54,20 @@ HTTP_SHUTDOWN_GRACE_S = 5
 
 # Seconds the abort of the open requests may take before the shutdown goes on without it.
 ABORT_WAIT_S = 5.0
+
+
+async def stop_output_handler(engine: Any) -> bool:
+    """Cancel `engine`'s output handler task (vLLM's AsyncLLM) and wait for it to end; whether
+    there was one still running. vLLM's own ``shutdown`` cancels it only after stopping the
+    engine core, whose closed output socket the handler may first report as an
+    ``EngineDeadError`` traceback, although nothing failed."""
+    handler = getattr(engine, "output_handler", None)
+    if not isinstance(handler, asyncio.Task) or handler.done():
+        return False
+    handler.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await handler
+    return True
 
 
 async def abort_open_requests(engine: Any) -> int:
@@ -121,6 +138,14 @@ class EngineWatch:
             return
         if count:
             logger.info("shutdown: aborted %d open request(s)", count)
+        # Nothing is left to deliver: end the output handler before the engine core goes.
+        stopped = asyncio.run_coroutine_threadsafe(stop_output_handler(engine), loop)
+        try:
+            stopped.result(timeout=ABORT_WAIT_S)
+        except Exception as exc:
+            stopped.cancel()
+            logger.warning("the output handler did not stop before the engine (%s: %s)",
+                           type(exc).__name__, exc)
 
     def serving_ended(self, engine: Any) -> None:
         """The HTTP server stopped; without a stop request only a failed engine stops it."""
