@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm.config import CompilationMode
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_ascend.base.cpu_binding import WorkerBinding
@@ -63,6 +64,7 @@ class AscendCPUWorker(CPUWorker):
         engine = self.ascend_engine
         with engine.running():
             result = super().compile_or_warm_up_model()
+            self._warm_up_eager()
             # What vLLM's sampler compiles on a first logprobs request is compiled now.
             warm_up_sampler(self.model_runner)
         log_warm_start(self.vllm_config, engine.cache_loads,
@@ -70,6 +72,19 @@ class AscendCPUWorker(CPUWorker):
         engine.mark_ready(lambda: self._report("serving"))
         self._report("warmed_up")
         return result
+
+    def _warm_up_eager(self) -> None:
+        """One dummy step of 1 token and one of 2 before ready when the model is not
+        compiled. vLLM's CPU worker runs no forward pass then (its warm-up returns at
+        compilation mode NONE), so a pipeline stage after the first had no buffer for the
+        activations it receives (its first step failed), and vLLM's own small compiled helpers
+        (the vocabulary-parallel embedding's mask with TP > 1) compiled on the first request,
+        in every rank. Two sizes: Dynamo compiles a size of 1 apart from the others."""
+        if (self.compilation_config.mode != CompilationMode.NONE
+                or not self.model_runner.kv_caches):
+            return
+        for num_tokens in (1, 2):
+            self.model_runner._dummy_run(num_tokens)
 
     def _report(self, stage: str) -> None:
         write_rank_report(build_rank_report(
