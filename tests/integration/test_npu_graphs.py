@@ -17,6 +17,11 @@ The faults (`vllm_ascend_testing.graph_faults`) are injected into the graph engi
 replay without `update_full_graph_params`, and a fresh token-id tensor each step instead of the
 captured one. Each must change the tokens, and clearing it must restore them (the fault, not
 the run order, made the difference).
+
+Graph memory before the KV cache: on a small emulated NPU, a graph engine whose KV cache is
+sized from --gpu-memory-utilization starts only because the graphs' profiled memory was taken
+from the KV cache's share, and a --max-model-len that fits only without that share fails before
+any capture with one error naming it.
 """
 
 from __future__ import annotations
@@ -159,3 +164,105 @@ def test_smollm2_float32_full_decode_graphs_give_eager_tokens(
     worker.close()
     assert all(len(t) == MAX_TOKENS for t in found["graphs"])
     assert found["graphs"] == found["eager"]
+
+
+# Graph memory before the KV cache. A tiny llama of 12 layers (the graphs hold every layer's
+# intermediates, the profile run's activations only one layer's at a time), 16 sequences,
+# FULL graphs of 1..16 tokens, on an emulated NPU of 80 MiB with --gpu-memory-utilization 0.9.
+# Measured on the emulation: weights 28.5 MiB, profile-run activations 1.5 MiB, the graphs'
+# estimate 13.5 MiB, and the capture itself needs 13 MiB on top of the KV cache (warm-ups and
+# the 9 MiB the graphs keep). Without the estimate the KV cache leaves 8 + 1.5 MiB free, so the
+# capture runs out of memory; with it, 23 MiB stay free for the capture. (The profile itself
+# needs the weights, a KV cache of 16 blocks and two graphs: about 64 MiB.)
+GMEM_LAYERS = 12
+GMEM_HBM_GIB = str(80 / 1024)
+GMEM_UTIL = 0.9
+GMEM_SEQS = 16
+GMEM_SIZES = [1, 2, 4, 8, 16]
+# The boundary: --max-model-len 2048 needs 16 blocks + vLLM's null block of 1.5 MiB each
+# (12 layers x (K, V) x 2 KV heads x 64 x 4 bytes x 128 tokens): 25.5 MiB. At
+# --gpu-memory-utilization 0.78 (62.4 MiB) the KV cache gets about 19 MiB with the graphs'
+# estimate and would get about 32 MiB without it.
+GMEM_LONG = 2048
+GMEM_LONG_MIB = 25.5
+GMEM_LONG_UTIL = 0.78
+
+
+def _gmem_kwargs(model: str, *, graphs: bool, max_model_len: int = 512,
+                 util: float = GMEM_UTIL) -> dict[str, Any]:
+    # Eager gets a fixed KV cache of 16 MiB; graph mode sizes it from the utilisation.
+    kwargs = llm_kwargs(model, compile=graphs, max_model_len=max_model_len,
+                        max_num_seqs=GMEM_SEQS, kv_cache_mib=None if graphs else 16)
+    compilation: dict[str, Any] = {"custom_ops": NATIVE_ROPE}
+    if graphs:
+        compilation.update(GRAPH_SETUPS["llama"][0], cudagraph_capture_sizes=GMEM_SIZES)
+    kwargs.update(compilation_config=compilation, max_num_batched_tokens=128,
+                  gpu_memory_utilization=util)
+    return kwargs
+
+
+def test_graph_memory_is_taken_from_the_kv_cache_before_it_is_sized(
+    tmp_path_factory: Any, start_worker: Callable[..., LLMWorker]
+) -> None:
+    """With vLLM's graph-memory estimate (on by default) the graph engine starts on the small
+    NPU and gives eager's tokens; with it off (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0) the
+    same engine's KV cache leaves too little for the capture, which runs out of memory. At the
+    boundary (a --max-model-len whose one sequence fits the KV cache's share only without the
+    graphs) the start fails before any capture, with one error naming the graphs' memory."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+    from vllm_ascend_testing.worker_client import WorkerError
+
+    model = str(make_tiny_model("llama", tmp_path_factory.mktemp("gmem") / "llama",
+                                layers=GMEM_LAYERS))
+    small = {**EMULATED, "VLLM_ASCEND_EMULATED_HBM_GIB": GMEM_HBM_GIB}
+    worker = start_worker("npu-graph-memory", device="npu", **small)
+    unprofiled = start_worker("npu-graph-memory-off", device="npu",
+                              VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="0", **small)
+
+    def without_estimate() -> str:
+        with pytest.raises(WorkerError) as info:
+            unprofiled.request("load", name="g", kwargs=_gmem_kwargs(model, graphs=True),
+                               timeout=600)
+        unprofiled.close()
+        return str(info.value)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the two processes start side by side
+        refused = pool.submit(without_estimate)
+        found: dict[str, list[list[int]]] = {}
+        for label in ("graphs", "eager"):
+            worker.request("load", name=label, kwargs=_gmem_kwargs(model, graphs=label == "graphs"),
+                           timeout=600)
+            found[label] = _tokens(worker, label, PROMPTS)
+            if label == "graphs":
+                report = worker.request("graph_report", name=label)["workers"][0]
+            worker.request("unload", name=label)
+        off_message = refused.result()
+
+    assert report["mode"] == "FULL_DECODE_ONLY"
+    assert sorted(int(k) for k in report["replays"]) == GMEM_SIZES
+    assert report["replays"]["8"] >= MAX_TOKENS - 1  # the 8 prompts decoded in graphs
+    assert report["captures"] == len(GMEM_SIZES)  # the profile's captures are not the engine's
+    assert all(len(t) == MAX_TOKENS for t in found["graphs"])
+    assert found["graphs"] == found["eager"]
+    log = worker.log_path.read_text(errors="replace")
+    assert len(re.findall(r"NPU graphs: [\d.]+ MiB of device memory for the captured graphs",
+                          log)) == 1
+    assert "NPU out of memory" in off_message
+    assert "capture_model" in off_message  # it failed in the capture, after sizing
+
+    # The boundary: one sequence fits the KV cache's share without the graphs, not with them.
+    with pytest.raises(WorkerError) as info:
+        worker.request("load", name="long", timeout=600, kwargs=_gmem_kwargs(
+            model, graphs=True, max_model_len=GMEM_LONG, util=GMEM_LONG_UTIL))
+    message = str(info.value)
+    assert f"max_model_len={GMEM_LONG} needs {GMEM_LONG_MIB:.2f} MiB" in message
+    available = re.search(r"the KV cache does not fit: ([\d.]+) MiB is available", message)
+    graphs = re.search(r"the graphs it captures ([\d.]+) MiB \(profiled", message)
+    assert available is not None and graphs is not None, message
+    kv_share, graph_mib = float(available.group(1)), float(graphs.group(1))
+    assert kv_share < GMEM_LONG_MIB <= kv_share + graph_mib
+    assert "capture fewer graphs" in message
+    assert "determine_available_memory" in message and "capture_model" not in message

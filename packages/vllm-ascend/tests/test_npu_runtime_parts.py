@@ -5,6 +5,7 @@ tests/integration/test_npu_runtime.py on the emulated device)."""
 from __future__ import annotations
 
 import types
+from dataclasses import replace
 
 import pytest
 import torch
@@ -108,6 +109,78 @@ def test_kv_cache_fit_boundary_and_message() -> None:
         assert part in message, part
     with pytest.raises(KvCacheMemoryError, match=r"0.0 KiB is available"):
         kv_fit.check_kv_cache_fits(_budget(-GIB), NEED)  # profiling used more than allowed
+
+
+def test_kv_cache_fit_names_the_graphs_memory_taken_before_sizing() -> None:
+    """The graphs' 8 MiB were taken from the share: 64 MiB are left where one sequence needs
+    72 MiB, and the message says what the graphs took and how to capture fewer."""
+    budget = replace(_budget(72 * MIB), available_for_kv=64 * MIB, graphs=8 * MIB)
+    with pytest.raises(KvCacheMemoryError) as info:
+        kv_fit.check_kv_cache_fits(budget, NEED)
+    message = str(info.value)
+    for part in ("64.00 MiB is available for it",
+                 "weights and activations take 28.73 GiB and the graphs it captures 8.00 MiB "
+                 "(profiled before the KV cache is sized)",
+                 "max_model_len=1024 needs 72.00 MiB",
+                 "or capture fewer graphs: fewer compilation_config cudagraph_capture_sizes, "
+                 "or --enforce-eager"):
+        assert part in message, part
+    assert "graphs it captures" not in str(_raises(_budget(64 * MIB)))
+
+
+def _raises(budget: kv_fit.MemoryBudget) -> KvCacheMemoryError:
+    with pytest.raises(KvCacheMemoryError) as info:
+        kv_fit.check_kv_cache_fits(budget, NEED)
+    return info.value
+
+
+class _Runner:
+    """A model runner whose graph-memory profile answers ``estimate`` (or runs out of memory)."""
+
+    def __init__(self, estimate: int | None) -> None:
+        self.estimate = estimate
+        self.profiles = 0
+
+    def profile_cudagraph_memory(self) -> int:
+        self.profiles += 1
+        if self.estimate is None:
+            raise torch.OutOfMemoryError("NPU out of memory. Tried to allocate 4.00 MiB")
+        return self.estimate
+
+
+def _graph_memory(mode: str, runner: _Runner) -> tuple[int, types.SimpleNamespace]:
+    from vllm.config import CUDAGraphMode
+    from vllm_ascend.npu_runtime.worker import NPUWorker
+
+    worker = types.SimpleNamespace(
+        compilation_config=types.SimpleNamespace(cudagraph_mode=CUDAGraphMode[mode]),
+        model_runner=runner, peak_activation_memory=3 * MIB)
+    return NPUWorker._graph_memory(worker), worker  # type: ignore[arg-type]
+
+
+def test_graph_memory_is_profiled_and_applied_as_vllm_applies_it(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = _Runner(5 * MIB)
+    assert _graph_memory("NONE", runner)[0] == 0 and runner.profiles == 0  # eager: no profile
+    taken, worker = _graph_memory("FULL_DECODE_ONLY", runner)
+    assert (taken, worker.cudagraph_memory_estimate) == (5 * MIB, 5 * MIB)
+    assert worker.peak_activation_memory == 8 * MIB  # vLLM counts the graphs as a peak too
+    monkeypatch.setenv("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0")
+    taken, worker = _graph_memory("FULL_AND_PIECEWISE", runner)
+    # Measured (vLLM logs it against the capture) but not taken from the KV cache.
+    assert (taken, worker.cudagraph_memory_estimate) == (0, 5 * MIB)
+    assert worker.peak_activation_memory == 3 * MIB and runner.profiles == 2
+
+
+def test_a_device_too_small_for_the_graph_profile_says_what_to_change() -> None:
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        _graph_memory("FULL_DECODE_ONLY", _Runner(None))
+    message = str(info.value)
+    assert message.startswith("NPU out of memory. Tried to allocate 4.00 MiB")
+    for part in ("while profiling what its graphs need (before the KV cache is sized)",
+                 "cudagraph_capture_sizes", "--max-num-seqs", "--enforce-eager"):
+        assert part in message, part
 
 
 def test_explicit_kv_cache_bytes_must_fit_and_hold_one_sequence() -> None:

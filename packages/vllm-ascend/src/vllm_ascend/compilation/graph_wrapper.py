@@ -6,7 +6,9 @@ checks that vLLM allows capturing, marks the forward context as capturing, logs 
 size and seconds (totals per engine in ``capture_tally``, carried by the rank report), counts
 the graph in vLLM's compilation counter and turns the attention workspaces of the engine's graph
 parameters into weak references. A capture after the engine is ready is counted by the
-engine's ready watch (``ready_watch``). Before a FULL graph replays it waits for the previous replay
+engine's ready watch (``ready_watch``). Each wrapper is listed in its engine's
+``graph_wrappers``, so the runner can point every capture at another pool and drop the graphs
+(the graph-memory profile). Before a FULL graph replays it waits for the previous replay
 (except for an EAGLE drafter) and has the attention backend refresh this step's parameters
 (``update_full_graph_params``); PIECEWISE graphs contain no attention and replay directly.
 """
@@ -97,6 +99,16 @@ class AscendGraphWrapper:
             params=self.params, on_capture=self._count_capture,
             capture_scope=self._capturing, before_full_replay=self._before_full_replay,
         )
+        self.engine.graph_wrappers.add(self)
+
+    @property
+    def graph_pool(self) -> Any:
+        """The memory pool captures allocate from (vLLM's name for it)."""
+        return self._wrapper.pool
+
+    @graph_pool.setter
+    def graph_pool(self, pool: Any) -> None:
+        self._wrapper.pool = pool
 
     @property
     def runnable(self) -> Callable[..., Any]:

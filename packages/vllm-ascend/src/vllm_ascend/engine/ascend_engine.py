@@ -10,9 +10,10 @@ when its config is freed, and the engine's watch then removes its Dynamo callbac
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.base.forward_context import AscendForwardState
 from vllm_ascend.engine.capture_tally import CaptureTally
@@ -49,8 +50,10 @@ class AscendEngine:
     ``config``: the resolved Ascend config (never resolved again for this engine); ``soc``: the
     SoC it was resolved for (``A2``, ``A3``, ``A5``, ``310P`` or ``cpu``); ``facts``: the
     deployment facts it was resolved with. ``ready``, ``captures`` and ``cache_loads`` are the
-    engine's stores; ``fusion``, ``graphs`` and ``forward`` are built on first use from the
-    engine's VllmConfig, which the engine refers to weakly (``vllm_config_ref``).
+    engine's stores; ``graph_wrappers`` holds (weakly) the static-graph wrappers built for it,
+    which the NPU runner's graph-memory profile points at a pool of its own; ``fusion``,
+    ``graphs`` and ``forward`` are built on first use from the engine's VllmConfig, which the
+    engine refers to weakly (``vllm_config_ref``).
     """
 
     config: AscendConfig
@@ -60,6 +63,7 @@ class AscendEngine:
     ready: ReadyWatch = field(default_factory=ReadyWatch)
     captures: CaptureTally = field(default_factory=CaptureTally)
     cache_loads: CacheLoads = field(default_factory=CacheLoads)
+    graph_wrappers: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet, repr=False)
     _fusion: GraphFusionPassManager | None = field(default=None, repr=False)
     _graphs: GraphParamsStore | None = field(default=None, repr=False)
     _forward: AscendForwardState | None = field(default=None, repr=False)

@@ -16,6 +16,10 @@ from vllm_ascend.base.kv_cache_advice import (
 #: How to give the KV cache more memory on an NPU when vLLM sizes it.
 MORE_MEMORY = ("--gpu-memory-utilization (or spread the model over more NPUs with "
                "--tensor-parallel-size)")
+#: ... and when captured graphs took part of its share.
+MORE_MEMORY_WITH_GRAPHS = ("--gpu-memory-utilization (or spread the model over more NPUs with "
+                           "--tensor-parallel-size, or capture fewer graphs: fewer "
+                           "compilation_config cudagraph_capture_sizes, or --enforce-eager)")
 
 
 @dataclass(frozen=True)
@@ -29,13 +33,16 @@ class MemoryBudget:
     requested: int  # total * utilization
     non_kv: int  # weights, non-torch memory and peak activations of the profile run
     available_for_kv: int
+    graphs: int = 0  # the captured graphs' estimate, taken from the KV cache's share
 
     def measured(self) -> str:
         """Where ``available_for_kv`` came from, for the advice's message."""
+        graphs = (f" and the graphs it captures {format_size(self.graphs)} (profiled before "
+                  "the KV cache is sized)") if self.graphs else ""
         return (f"measured on {self.device}: device memory {format_size(self.total)}, "
                 f"{format_size(self.free_at_start)} free at start; --gpu-memory-utilization "
                 f"{self.utilization} allows {format_size(self.requested)}, of which the model's "
-                f"weights and activations take {format_size(self.non_kv)}")
+                f"weights and activations take {format_size(self.non_kv)}{graphs}")
 
 
 def check_kv_cache_fits(budget: MemoryBudget, need: KvCacheNeed) -> None:
@@ -44,7 +51,8 @@ def check_kv_cache_fits(budget: MemoryBudget, need: KvCacheNeed) -> None:
     if budget.available_for_kv >= need.sequence_bytes:
         return
     raise kv_cache_memory_error(need, budget.available_for_kv, measured=budget.measured(),
-                                more_memory=MORE_MEMORY)
+                                more_memory=MORE_MEMORY_WITH_GRAPHS if budget.graphs
+                                else MORE_MEMORY)
 
 
 def check_explicit_kv_cache(device: str, kv_cache_bytes: int, free_now: int,

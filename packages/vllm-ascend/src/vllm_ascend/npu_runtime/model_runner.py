@@ -11,16 +11,19 @@ for every capture size and the Ascend attention backend bound to refresh them be
 
 from __future__ import annotations
 
+import gc
 import logging
 from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from ascend_graph import GraphParamsStore
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from vllm_ascend.compilation.graph_params import graph_params_for
 from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
+from vllm_ascend.engine import engine_of
 from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
 from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
@@ -51,20 +54,52 @@ class NPUModelRunner(GPUModelRunner):
 
         cc = self.compilation_config
         if cc.cudagraph_mode != CUDAGraphMode.NONE:
-            # The store the FULL wrapper replays with: captures record into it too.
-            wrapper = self.model if isinstance(self.model, AscendGraphWrapper) else None
-            store = wrapper.params if wrapper is not None else graph_params_for(self.vllm_config)
-            for layer in self.compilation_config.static_forward_context.values():
-                impl = getattr(layer, "impl", None)
-                if isinstance(impl, AscendAttentionImpl):
-                    impl.graph_params = store
-            if store.get("main") is None:
-                store.set("main", cc.cudagraph_capture_sizes or [])
-            store.bind_attention(AscendAttentionBackend, torch.npu.Stream())  # type: ignore[attr-defined]
-            sizes = cc.cudagraph_capture_sizes or []
+            self._prepare_graph_params()
             logger.info("NPU graphs: cudagraph_mode %s, capture sizes %s; larger batches run "
-                        "eagerly", cc.cudagraph_mode.name, sizes)
+                        "eagerly", cc.cudagraph_mode.name, cc.cudagraph_capture_sizes or [])
         return int(super().capture_model())
+
+    def profile_cudagraph_memory(self) -> int:
+        """vLLM's estimate of the graphs' memory (it captures the first two graphs of each
+        mode, measures the free memory and drops them), with the platform's wrappers: vLLM
+        points only its own CUDA wrappers at the profiling pool and clears only their graphs.
+        The profile's captures are not the engine's: its tally and graph parameters are put
+        back as they were."""
+        engine = engine_of(self.vllm_config)
+        wrappers = list(engine.graph_wrappers)
+        pools = [wrapper.graph_pool for wrapper in wrappers]
+        tally = (engine.captures.count, engine.captures.seconds)
+        store = self._prepare_graph_params()
+        # A pool of its own, as vLLM's: the profile's blocks do not fragment the runtime pool.
+        profiling_pool = torch.npu.graph_pool_handle()  # type: ignore[attr-defined]
+        for wrapper in wrappers:
+            wrapper.graph_pool = profiling_pool
+        try:
+            return int(super().profile_cudagraph_memory())
+        finally:
+            for wrapper, pool in zip(wrappers, pools, strict=True):
+                wrapper.clear()
+                wrapper.graph_pool = pool
+            engine.captures.count, engine.captures.seconds = tally
+            _forget_captures(store)
+            gc.collect()
+            torch.npu.empty_cache()  # type: ignore[attr-defined]
+
+    def _prepare_graph_params(self) -> GraphParamsStore:
+        """The store the FULL wrapper replays with (captures record into it too), bound to
+        every Ascend attention layer and to the attention backend, with ``main`` set for the
+        capture sizes."""
+        cc = self.compilation_config
+        wrapper = self.model if isinstance(self.model, AscendGraphWrapper) else None
+        store = wrapper.params if wrapper is not None else graph_params_for(self.vllm_config)
+        for layer in cc.static_forward_context.values():
+            impl = getattr(layer, "impl", None)
+            if isinstance(impl, AscendAttentionImpl):
+                impl.graph_params = store
+        if store.get("main") is None:
+            store.set("main", cc.cudagraph_capture_sizes or [])
+        store.bind_attention(AscendAttentionBackend, torch.npu.Stream())  # type: ignore[attr-defined]
+        return store
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         """vLLM's step; the first batch wider than every captured graph is logged (it and
@@ -120,3 +155,18 @@ class NPUModelRunner(GPUModelRunner):
                     continue
                 seen.add(id(kv))
                 kv.index_fill_(1, index, 0)
+
+
+def _forget_captures(store: GraphParamsStore) -> None:
+    """Drop what captures recorded in ``store`` (task handles, attention calls, workspaces of
+    graphs that no longer exist); every kind keeps its capture sizes and the attention binding
+    stays."""
+    sizes = {}
+    for kind in store.kinds():
+        params = store.get(kind)
+        sizes[kind] = list(params.handles) if params is not None else []
+    attention = store.attention
+    store.reset()
+    for kind, kind_sizes in sizes.items():
+        store.set(kind, kind_sizes)
+    store.attention = attention

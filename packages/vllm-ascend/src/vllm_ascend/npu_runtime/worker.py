@@ -7,28 +7,32 @@ no sleep-mode memory pool, and the scoped rebinding of vLLM's ``torch.cuda`` /
 each inside its engine's work (``engine_of(...).running()``: the ready watch counts only this
 engine's compiles). The rank is bound to its CPU pool before the device is set up
 (``process.worker_setup``).
-Memory profiling and KV-cache sizing are vLLM's own (``determine_available_memory``), checked
-afterwards so a cache that cannot hold one request is one clear error.
+Memory profiling and KV-cache sizing are vLLM's own (``determine_available_memory``); the
+memory the captured graphs will hold is profiled too (vLLM does it only on CUDA and XPU) and
+taken from the KV cache's share, and the result is checked so a cache that cannot hold one
+request is one clear error naming what took the memory.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import logging
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import torch
-from vllm.config import VllmConfig
+from vllm import envs
+from vllm.config import CUDAGraphMode, VllmConfig
 from vllm.platforms import current_platform
 from vllm.utils.mem_utils import MemorySnapshot
 from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.utils import request_memory
 
-from vllm_ascend.base.kv_cache_advice import need_of
+from vllm_ascend.base.kv_cache_advice import format_size, need_of
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.engine import engine_of
 from vllm_ascend.npu_runtime import device_check, kv_fit
@@ -38,6 +42,8 @@ from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
 from vllm_ascend.process.worker_setup import prepare_worker
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("vllm_ascend.npu_runtime.worker")
 
 
 def _on_npu(method: F) -> F:
@@ -112,8 +118,9 @@ class NPUWorker(Worker):
 
     @_on_npu
     def determine_available_memory(self) -> int:
-        """vLLM's profiling and sizing, then one clear error (``platform.kv_cache_advice``'s)
-        when the cache cannot hold one sequence of ``--max-model-len``."""
+        """vLLM's profiling and sizing, less the graphs' memory (profiled here: vLLM does it
+        only on CUDA and XPU), then one clear error (``platform.kv_cache_advice``'s) when the
+        cache cannot hold one sequence of ``--max-model-len``."""
         available = super().determine_available_memory()
         need = need_of(self.vllm_config)
         device = str(self.device)
@@ -122,16 +129,47 @@ class NPUWorker(Worker):
             free_now = int(torch.npu.mem_get_info(self.device)[0])  # type: ignore[attr-defined]
             kv_fit.check_explicit_kv_cache(device, int(explicit), free_now, need)
             return available
+        non_kv = int(self.requested_memory) - int(available)
+        graphs = self._graph_memory()
+        available -= graphs
+        self.available_kv_cache_memory_bytes = available
         snapshot = self.init_snapshot
         budget = kv_fit.MemoryBudget(
             device=device, total=int(snapshot.total_memory),
             free_at_start=int(snapshot.free_memory),
             utilization=float(self.cache_config.gpu_memory_utilization),
-            requested=int(self.requested_memory),
-            non_kv=int(self.requested_memory) - int(available), available_for_kv=int(available),
+            requested=int(self.requested_memory), non_kv=non_kv,
+            available_for_kv=int(available), graphs=graphs,
         )
         kv_fit.check_kv_cache_fits(budget, need)
         return available
+
+    def _graph_memory(self) -> int:
+        """The captured graphs' memory the KV cache must leave free: vLLM's profile of it (the
+        graphs captured later hold their pool's memory), applied as vLLM applies it, only with
+        ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` on; 0 without graphs. A device too small
+        for the profile's own captures is an error saying what to change."""
+        if self.compilation_config.cudagraph_mode == CUDAGraphMode.NONE:
+            return 0
+        try:
+            estimate = int(self.model_runner.profile_cudagraph_memory())
+        except torch.OutOfMemoryError as exc:
+            raise torch.OutOfMemoryError(
+                f"{exc}\nThe NPU ran out of memory while profiling what its graphs need (before "
+                "the KV cache is sized): capture fewer graphs (fewer compilation_config "
+                "cudagraph_capture_sizes, a lower --max-num-seqs) or run eagerly with "
+                "--enforce-eager") from exc
+        self.cudagraph_memory_estimate = estimate
+        if not envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS:
+            logger.warning(
+                "NPU graphs: their memory (%s, profiled) is not taken from the KV cache's "
+                "share because VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0; the capture after "
+                "the KV cache is allocated may run out of device memory", format_size(estimate))
+            return 0
+        self.peak_activation_memory += estimate
+        logger.info("NPU graphs: %s of device memory for the captured graphs (profiled), "
+                    "taken from the KV cache's share", format_size(estimate))
+        return estimate
 
     @_on_npu
     def initialize_from_config(self, kv_cache_config: Any) -> None:
