@@ -44,26 +44,49 @@ SUITES = (
     "tests/integration",
 )
 INTEGRATION = "tests/integration"
-# Shards of the end-to-end suite, the longest first; each is one pytest process. Files that
-# share a session engine (``compiled_runs``: fusion, HF reference, parallel) are one shard so
-# the engine is built once. Files listed nowhere form the last shard.
+# Shards of the end-to-end suite; each is one pytest process. Files that share a session
+# engine (``compiled_runs``: fusion, HF reference, parallel) are one shard so the engine is
+# built once. Files listed nowhere form one more shard (a new file always runs).
 INTEGRATION_SHARDS: tuple[tuple[str, ...], ...] = (
     ("test_fusion_e2e.py", "test_hf_reference.py", "test_parallel.py"),
-    ("test_npu_runtime.py", "test_npu_graphs.py", "test_serve_strict.py"),
-    ("test_serve.py", "test_serve_load.py", "test_serve_real_model.py",
-     "test_serve_worker_death.py"),
-    ("test_numerics_smollm2.py", "test_tp_real_model.py", "test_demo.py",
-     "test_smollm2_checkpoint.py"),
+    ("test_npu_runtime.py", "test_npu_graphs.py"),
+    ("test_expert_parallel.py", "test_tp_real_model.py"),
+    ("test_demo.py", "test_serve.py", "test_serve_strict.py"),
+    ("test_numerics_smollm2.py", "test_serve_real_model.py"),
+    ("test_custom_ops_e2e.py", "test_batch_invariance.py", "test_quant_fusion.py"),
+    ("test_cli_errors.py", "test_smollm2_checkpoint.py", "test_compile_after_ready.py",
+     "test_warm_start.py", "test_plugin_discovery.py"),
 )
+# Rough seconds of each suite and end-to-end file (`--durations`, 2026-12-06). Only the order
+# of the processes depends on them: the longest start first, so that no long one is left to
+# run alone at the end. Anything not listed counts as DEFAULT_SECONDS.
+SECONDS = {
+    "packages/vllm-ascend/tests": 290, "packages/ascend-kernels/tests": 66,
+    "packages/vllm-ascend-testing/tests": 41, "tools/tests": 30,
+    "packages/ascend-graph/tests": 28, "packages/ascend-config/tests": 20,
+    "packages/ascend-topology/tests": 13, "benchmarks/tests": 200,
+    "test_parallel.py": 320, "test_fusion_e2e.py": 150, "test_npu_runtime.py": 285,
+    "test_npu_graphs.py": 140, "test_numerics_smollm2.py": 260, "test_expert_parallel.py": 190,
+    "test_tp_real_model.py": 180, "test_demo.py": 150, "test_serve.py": 150,
+    "test_custom_ops_e2e.py": 135, "test_batch_invariance.py": 95, "test_cli_errors.py": 90,
+    "test_quant_fusion.py": 80, "test_compile_after_ready.py": 75, "test_warm_start.py": 70,
+    "test_plugin_discovery.py": 70, "test_serve_worker_death.py": 55,
+    "test_data_parallel.py": 55, "test_serve_real_model.py": 50, "test_serve_load.py": 50,
+    "test_serve_strict.py": 45, "test_smollm2_checkpoint.py": 45, "test_seed_wiring.py": 35,
+    "test_npu_binding.py": 25, "test_kv_cache_advice_e2e.py": 20,
+}
+DEFAULT_SECONDS = 5
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One pytest process: the suite it counts toward, a label and the paths it runs."""
+    """One pytest process: the suite it counts toward, a label, the paths it runs and its
+    rough seconds (for the order only)."""
 
     suite: str
     label: str
     paths: tuple[str, ...]
+    seconds: float = DEFAULT_SECONDS
 
 
 def integration_shards(folder: Path, shards: Sequence[Sequence[str]] = INTEGRATION_SHARDS
@@ -78,19 +101,19 @@ def integration_shards(folder: Path, shards: Sequence[Sequence[str]] = INTEGRATI
 
 
 def units(suites: Sequence[str], cwd: Path) -> list[Unit]:
-    """The pytest processes of ``suites``, the integration shards first (the longest ones:
-    with two at once, a long one started last would run alone at the end)."""
-    shards: list[Unit] = []
-    others: list[Unit] = []
+    """The pytest processes of ``suites``, the longest first (the end-to-end suite's shards
+    among them)."""
+    found: list[Unit] = []
     for suite in suites:
         if suite == INTEGRATION and (cwd / suite).is_dir():
-            found = integration_shards(cwd / suite)
-            shards += [Unit(suite, f"{suite} [{i}/{len(found)}]",
-                            tuple(f"{suite}/{name}" for name in shard))
-                       for i, shard in enumerate(found, 1)]
+            shards = integration_shards(cwd / suite)
+            found += [Unit(suite, f"{suite} [{i}/{len(shards)}]",
+                           tuple(f"{suite}/{name}" for name in shard),
+                           sum(SECONDS.get(name, DEFAULT_SECONDS) for name in shard))
+                      for i, shard in enumerate(shards, 1)]
         else:
-            others.append(Unit(suite, suite, (suite,)))
-    return shards + others
+            found.append(Unit(suite, suite, (suite,), SECONDS.get(suite, DEFAULT_SECONDS)))
+    return sorted(found, key=lambda unit: -unit.seconds)  # stable: ties keep their order
 
 
 _SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b")

@@ -8,7 +8,8 @@ as the plugin with fusion off (mean |delta logprob| no larger, top-1 agreement n
 fusion makes numerics no worse; it need not give the unfused graph's bf16 bits.
 
 float32: 16 chat prompts x 32 greedy tokens from the plugin's compiled engine with fusion on
-and off equal, token for token, transformers' float32 greedy tokens.
+equal, token for token, transformers' float32 greedy tokens (fusion on and off giving the same
+tokens is test_fusion_e2e's, on the tiny models).
 
 Each engine runs in its own worker process with a fresh compile cache, two at a time (one
 inductor compile thread each on the 2-core host), started once per module.
@@ -115,8 +116,7 @@ def engine_results(
         (label, "bfloat16"): (label, env_kw, fusion, "bfloat16", scores)
         for label, (env_kw, fusion) in BF16_ENGINES.items()
     }
-    for label, fusion in (("fusion on", True), ("fusion off", False)):
-        jobs[(label, "float32")] = (label, {"device": "cpu"}, fusion, "float32", greedy)
+    jobs[("fusion on", "float32")] = ("fusion on", {"device": "cpu"}, True, "float32", greedy)
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {key: pool.submit(_run_engine, start_worker, smollm2_dir, ascend_log_dir,
                                     *job) for key, job in jobs.items()}
@@ -154,7 +154,7 @@ def test_bf16_fusion_on_is_at_least_as_close_to_float32_as_fusion_off(closeness)
     assert on.top1_agreement >= off.top1_agreement, _report(closeness)
 
 
-def test_float32_fusion_on_and_off_give_transformers_greedy_tokens(
+def test_float32_fusion_on_gives_transformers_greedy_tokens(
     engine_results, smollm2_dir: Path, chat_ids: list[list[int]]
 ) -> None:
     import torch
@@ -172,6 +172,4 @@ def test_float32_fusion_on_and_off_give_transformers_greedy_tokens(
             reference.append(out[0, len(ids):].tolist())
     assert len(reference) >= 16 and all(len(t) == GREEDY_TOKENS for t in reference)
     on = [o["token_ids"] for o in engine_results[("fusion on", "float32")]["outputs"]]
-    off = [o["token_ids"] for o in engine_results[("fusion off", "float32")]["outputs"]]
-    assert on == off
     assert on == reference

@@ -182,13 +182,32 @@ def test_integration_shards_keep_listed_files_together_and_run_every_other_file(
     assert shards == [("test_b.py", "test_a.py"), ("test_c.py",), ("test_new.py",)]
 
 
-def test_the_integration_suite_is_split_into_shards_run_first() -> None:
+def test_the_processes_start_longest_first_and_run_every_integration_file_once() -> None:
     found = run_tests.units(run_tests.SUITES, ROOT)
+    assert [u.seconds for u in found] == sorted((u.seconds for u in found), reverse=True)
     shards = [u for u in found if u.suite == run_tests.INTEGRATION]
-    assert found[:len(shards)] == shards and len(shards) > 1
+    assert len(shards) > 1
     files = [path for u in shards for path in u.paths]
     expected = sorted(str(p.relative_to(ROOT))
                       for p in (ROOT / "tests/integration").glob("test_*.py"))
     assert sorted(files) == expected  # each file in exactly one shard
-    assert [u.paths for u in found[len(shards):]] == [
-        (s,) for s in run_tests.SUITES if s != run_tests.INTEGRATION]
+    assert sorted(u.paths for u in found if u.suite != run_tests.INTEGRATION) == sorted(
+        (s,) for s in run_tests.SUITES if s != run_tests.INTEGRATION)
+    listed = {name for shard in run_tests.INTEGRATION_SHARDS for name in shard}
+    assert listed <= {Path(f).name for f in files}  # no shard names a file that is gone
+
+
+def test_a_shard_s_seconds_are_its_files_sum(tmp_path: Path) -> None:
+    folder = tmp_path / "tests" / "integration"
+    folder.mkdir(parents=True)
+    for name in ("test_parallel.py", "test_fusion_e2e.py", "test_hf_reference.py",
+                 "test_brand_new.py"):
+        (folder / name).write_text("")
+    found = run_tests.units(("tests/integration", "tools/tests"), tmp_path)
+    seconds = run_tests.SECONDS
+    assert [(u.label, u.seconds) for u in found] == [
+        ("tests/integration [1/2]", seconds["test_fusion_e2e.py"] + seconds["test_parallel.py"]
+         + run_tests.DEFAULT_SECONDS),
+        ("tools/tests", seconds["tools/tests"]),
+        ("tests/integration [2/2]", run_tests.DEFAULT_SECONDS),
+    ]
