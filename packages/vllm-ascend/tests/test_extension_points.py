@@ -81,3 +81,26 @@ def test_registration_with_vllm_factories(test_extension) -> None:
         assert loader.__name__ == "TestLoader"
     finally:
         forget()
+
+
+def test_npu_all_reduce_is_out_of_place(monkeypatch) -> None:
+    """vLLM's `vllm::all_reduce` op may not return its input (torch's aliasing check)."""
+    import torch
+    import torch.distributed as dist
+    from vllm_ascend.npu_runtime.communicator import NPUCommunicator
+
+    group = object()
+    seen = []
+
+    def all_reduce(tensor, group=None):  # a group of two ranks holding the same values
+        seen.append(group)
+        tensor.mul_(2)
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    communicator = object.__new__(NPUCommunicator)  # no process group: the method alone
+    communicator.device_group = group
+    given = torch.tensor([1.0, 2.0, 3.0])
+    out = communicator.all_reduce(given)
+    assert out.tolist() == [2.0, 4.0, 6.0] and given.tolist() == [1.0, 2.0, 3.0]
+    assert out.untyped_storage().data_ptr() != given.untyped_storage().data_ptr()
+    assert seen == [group]

@@ -1,14 +1,15 @@
 """``NPUCommunicator``: vLLM's collectives for NPU ranks, on the ``hccl`` process group.
 
-All-reduce, all-gather, reduce-scatter, gather, broadcast and send/recv are vLLM's base
-implementations over ``torch.distributed`` with the device group, which the worker created with
-the ``hccl`` backend (``NPUPlatform.dist_backend``). No all-to-all manager: the runtime serves
-dense models only.
+All-gather, reduce-scatter, gather, broadcast and send/recv are vLLM's base implementations
+over ``torch.distributed`` with the device group, which the worker created with the ``hccl``
+backend (``NPUPlatform.dist_backend``); all-reduce is out of place (below). No all-to-all
+manager: the runtime serves dense models only.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch.distributed import ProcessGroup
 from vllm.distributed.device_communicators.base_device_communicator import (
     DeviceCommunicatorBase,
@@ -30,3 +31,12 @@ class NPUCommunicator(DeviceCommunicatorBase):
         if device_group is None:
             raise ValueError(f"NPUCommunicator of group {unique_name!r} needs the hccl device "
                              "process group")
+
+    def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
+        """The sum over the group, in a new tensor. The NPU platform calls collectives through
+        vLLM's ``vllm::all_reduce`` op, whose output may not alias its input (torch's check of
+        compiled custom ops raises for that with ``CI`` set, and warns otherwise); the base
+        class reduces in place and returns its input."""
+        out = input_.clone()
+        dist.all_reduce(out, group=self.device_group)
+        return out
