@@ -1,7 +1,7 @@
 """Each benchmark runs at its smallest size and produces a non-empty table (timings unchecked).
 
 The engine measurements (``ENGINE_BENCHMARKS``) run with ``--engine-benchmarks`` only (see
-``conftest.py``): together they took 570 of this suite's 730 s on the 2-core host.
+``conftest.py``): together they took 640 of this suite's 730 s on the 2-core host.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from benchmarks.__main__ import BENCHMARKS, run_benchmark
 from benchmarks.table import Table
 
-# e2e 283 s, startup 121 s, numerics 84 s, profile 81 s with --quick (2026-12-06).
-ENGINE_BENCHMARKS = ("e2e", "startup", "numerics", "profile")
+# e2e 283 s, startup 121 s, numerics 84 s, profile 81 s, ranks 72 s with --quick (2026-12-06).
+ENGINE_BENCHMARKS = ("e2e", "startup", "numerics", "profile", "ranks")
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The Ascend CustomOps in compiled tiny models on the host-CPU platform.
 
-For each model (llama with Llama 3 rope scaling, llama with YaRN, Qwen3 with YaRN), one engine
+For each model (llama with Llama 3 rope scaling, Qwen3 with YaRN), one engine
 runs with the Ascend CustomOps (the default) and one with every Ascend CustomOp switched off by
 vLLM's own ``custom_ops`` directives (vLLM's native rope and SwiGLU). The two engines of a
 comparison compile at once, each in its own worker with a fresh compile cache and its own graph
@@ -36,7 +36,6 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 # name -> (arch, rope_scaling, rope nodes, fused q/k-norm + rope nodes) of the Ascend engine.
 MODELS: dict[str, tuple[str, dict[str, Any], int, int]] = {
     "llama-llama3": ("llama", LLAMA3, NUM_LAYERS, 0),  # llama has no q/k norm
-    "llama-yarn": ("llama", YARN, NUM_LAYERS, 0),
     "qwen3-yarn": ("qwen3", YARN, 0, NUM_LAYERS),  # every rope follows a q/k norm
 }
 

@@ -1,6 +1,6 @@
 """Expert parallelism on the host-CPU platform: tiny Qwen3-MoE, greedy, float32.
 
-TP=2 with ``enable_expert_parallel=True`` (compiled and eager) and TP=2 without it must give
+TP=2 with ``enable_expert_parallel=True`` (compiled) and TP=2 without it (eager) must give
 the tokens of TP=1, which must give the tokens of Hugging Face transformers. Each engine runs
 in its own interpreter; the MoE layers' counts of (communication method, tokens) per forward
 come back from the worker processes through ``LLM.collective_rpc``. The host-CPU decision
@@ -110,11 +110,11 @@ def test_tp1_gives_the_tokens_of_transformers(tp1: dict[str, Any], moe_model: st
     assert tp1["counts"] == [{"rank": 0, "layers": 2, "calls": []}]
 
 
-@pytest.mark.parametrize("compile", [True, False], ids=["compiled", "eager"])
 def test_expert_parallel_tp2_gives_tp1_tokens_with_both_methods(
-    run_python: Callable[..., Any], moe_model: str, tp1: dict[str, Any], compile: bool
+    run_python: Callable[..., Any], moe_model: str, tp1: dict[str, Any]
 ) -> None:
-    result = _run(run_python, moe_model, tp=2, ep=True, compile=compile, timeout=1200)
+    # Compiled: the MoE op runs inside vLLM's graphs (eager TP=2 MoE is the test below's).
+    result = _run(run_python, moe_model, tp=2, ep=True, compile=True, timeout=1200)
     assert result["tokens"] == tp1["tokens"]
     calls = _expected_calls(moe_model)
     # prefill forwards ran ALLTOALL, decode forwards (4 and 1 tokens) ALLGATHER, on both ranks

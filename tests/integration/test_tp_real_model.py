@@ -18,7 +18,7 @@ from vllm_ascend_testing.worker_client import LLMWorker, WorkerError
 
 QUESTIONS = ("What is the capital of France?", "How many days are in a week?",
              "Write one sentence about the sea.")
-MAX_TOKENS = 16
+MAX_TOKENS = 8
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
