@@ -24,8 +24,9 @@ from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 
 SERVED_NAME = "tiny-qwen3"
 IN_FLIGHT = 8
-# Long enough that no request can finish between the first streamed token and the kill.
-LONG_MAX_TOKENS = 1500
+# Long enough that few requests can finish between the first streamed token and the kill (the most
+# the tiny model's 2048-token context leaves after the prompts).
+LONG_MAX_TOKENS = 1900
 # vLLM's engine core notices the dead worker, fails the requests and shuts down; seen: about
 # 11 s on a loaded 2-core host.
 WORKER_DEATH_EXIT_BOUND_S = 120.0
@@ -93,7 +94,8 @@ def test_worker_death_fails_every_open_request_with_an_error(worker_death: Worke
         if r not in still_open:
             assert r.error is None and r.finish_reason == "length", r
             assert r.completion_tokens == LONG_MAX_TOKENS, r
-    assert len(still_open) >= IN_FLIGHT // 2, (len(still_open), results)
+    # Under CI's load (two suites at once) the kill has come after 5 of 8 had finished.
+    assert len(still_open) >= 2, (len(still_open), results)
     for r in still_open:
         # An answer, not a hang or a silently truncated text: HTTP 500 for a plain request,
         # an error event for a stream (its HTTP status was sent with the first token).
