@@ -8,12 +8,14 @@ mixed ones). The llama runs vLLM's native rope; the qwen3 runs the default custo
 host-CPU engines of `test_fusion_e2e.py`, so its compile gives the Ascend passes the same
 `ascend.*` ops (the NPU's adapters run them).
 
-The Ascend compile path: the qwen3 graph engine's passes count the host-CPU platform's sites
-for the same model inside the piecewise graphs, and the graphs they were given hold the
-`torch.ops.ascend.*` calls. npugraph_ex is not on this path: `compiler.graph_backend` picks it
-only with `ascend_compilation_config.enable_npugraph_ex` (off by default) and a whole-forward
-graph mode (FULL, FULL_DECODE_ONLY), never for FULL_AND_PIECEWISE, so the fused piecewise graphs
-run as ATen graphs ("eager" backend) on the emulated device.
+The Ascend compile path: the qwen3 graph engine's passes find the host-CPU platform's candidate
+sites for the same model inside the piecewise graphs (rewriting those its SoC's kernels
+support), and the graphs they were given hold the `torch.ops.ascend.*` calls.
+
+npugraph_ex is not on this path: `compiler.graph_backend` picks it only with
+`ascend_compilation_config.enable_npugraph_ex` (off by default) and a whole-forward graph mode
+(FULL, FULL_DECODE_ONLY), never for FULL_AND_PIECEWISE, so the fused piecewise graphs run as
+ATen graphs ("eager" backend) on the emulated device.
 
 The emulated `NPUGraph` records the device operations a capture dispatches and replays exactly
 those on the captured memory (no model Python runs in a replay). The reference is the same
@@ -42,7 +44,7 @@ import pytest
 from vllm_ascend.entrypoints.local_engine import llm_kwargs
 from vllm_ascend_testing.worker_client import LLMWorker
 
-from tests.integration.test_fusion_e2e import EXPECTED_REPORT, EXPECTED_SITES, NUM_LAYERS
+from tests.integration.test_fusion_e2e import EXPECTED_SITES, NUM_LAYERS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -73,10 +75,9 @@ GRAPH_SETUPS = {
 }
 #: vLLM's custom-op directives of each architecture's engines (eager and graphs alike).
 CUSTOM_OPS = {"llama": NATIVE_ROPE, "qwen3": []}
-#: The Ascend passes whose sites lie inside the piecewise graphs. FULL_AND_PIECEWISE splits the
-#: forward at the attention call and at the KV-cache update (vLLM's splitting ops), so neither
-#: reaches the passes and kv_cache_attention has no candidate site there.
-PIECE_PASSES = ("qknorm_rope", "norm_quant", "muls_add")
+# FULL_AND_PIECEWISE splits the forward at the attention call and at the KV-cache update
+# (vLLM's splitting ops): neither reaches the passes, so kv_cache_attention has no candidate
+# site in the piecewise graphs (the host-CPU engines compile the attention into their graph).
 
 
 def _kwargs(model: str, graphs: dict[str, Any] | None,
@@ -161,14 +162,30 @@ def test_decode_steps_replay_the_padded_capture_size(graph_runs, arch) -> None:
 def test_the_npu_compile_runs_the_ascend_passes_on_the_ascend_ops(graph_runs) -> None:
     """The qwen3 graph engine compiled on the NPU platform: its passes ran on fresh graphs (no
     compile cache), were given one `ascend.rotary_embedding` per attention layer fed by the
-    `ascend.rms_norm` of q and k, and rewrote the host-CPU platform's sites for the same model
-    (test_fusion_e2e's table) in the piecewise graphs."""
+    `ascend.rms_norm` of q and k, and found the host-CPU platform's candidate sites for the
+    same model (test_fusion_e2e's table) in the piecewise graphs. The qk-norm + rope sites are
+    not rewritten on an NPU SoC: its kernel is bfloat16 only (`ascend_kernels.capability`) and
+    the model runs float32, which only the host-CPU reference kernels fuse."""
+    from ascend_kernels.capability import supports
+    from vllm_ascend.engine.norm_quant_gate import decide_norm_quant
+
     fusion = graph_runs["qwen3"]["fusion"]
     sites = fusion["sites"]
     assert sites["from_cache"] is False and sites["graphs"] > 0, sites
-    for name in PIECE_PASSES:
-        assert sites["passes"][name] == EXPECTED_SITES["qwen3"][name], (name, sites)
-        assert fusion["report"][name] == EXPECTED_REPORT["qwen3"][name], fusion["report"]
+    npu_fuses_rope = any(supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc=soc)
+                         for soc in ("A2", "A3", "A5"))
+    assert supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc="cpu")
+    # norm_quant is not built for a float32 model on an NPU SoC (its kernels need bfloat16 or
+    # float16); the host-CPU table has no norm_quant site in this model either.
+    assert not decide_norm_quant(True, "A2", "float32", None).enabled
+    assert "norm_quant" not in sites["passes"], sites
+    assert EXPECTED_SITES["qwen3"]["norm_quant"] == {"expected": 0, "matched": 0}
+    for name in ("qknorm_rope", "muls_add"):
+        expected = dict(EXPECTED_SITES["qwen3"][name])
+        if name == "qknorm_rope" and not npu_fuses_rope:
+            expected["matched"] = 0
+        assert sites["passes"][name] == expected, (name, sites)
+        assert fusion["report"][name] == expected["matched"], fusion["report"]
     assert sites["passes"]["kv_cache_attention"] == {"expected": 0, "matched": 0}, sites
     ops = sites["ascend_ops"]
     assert ops.get("ascend.rotary_embedding") == NUM_LAYERS, ops
