@@ -4,7 +4,18 @@ emulated graph catches the two classic runtime bugs.
 The tiny llama runs FULL_DECODE_ONLY without compilation; the tiny qwen3 runs the NPU runtime's
 default (no graph setting at all: vLLM's compile through the Ascend compiler,
 FULL_AND_PIECEWISE: full graphs for decode batches, piecewise graphs around attention for
-mixed ones).
+mixed ones). The llama runs vLLM's native rope; the qwen3 runs the default custom ops, like the
+host-CPU engines of `test_fusion_e2e.py`, so its compile gives the Ascend passes the same
+`ascend.*` ops (the NPU's adapters run them).
+
+The Ascend compile path: the qwen3 graph engine's passes find the host-CPU platform's candidate
+sites for the same model inside the piecewise graphs (rewriting those its SoC's kernels
+support), and the graphs they were given hold the `torch.ops.ascend.*` calls.
+
+npugraph_ex is not on this path: `compiler.graph_backend` picks it only with
+`ascend_compilation_config.enable_npugraph_ex` (off by default) and a whole-forward graph mode
+(FULL, FULL_DECODE_ONLY), never for FULL_AND_PIECEWISE, so the fused piecewise graphs run as
+ATen graphs ("eager" backend) on the emulated device.
 
 The emulated `NPUGraph` records the device operations a capture dispatches and replays exactly
 those on the captured memory (no model Python runs in a replay). The reference is the same
@@ -33,6 +44,8 @@ import pytest
 from vllm_ascend.entrypoints.local_engine import llm_kwargs
 from vllm_ascend_testing.worker_client import LLMWorker
 
+from tests.integration.test_fusion_e2e import EXPECTED_SITES, NUM_LAYERS
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 EMULATED = {"VLLM_ASCEND_EMULATED_NPUS": "1"}
@@ -60,12 +73,18 @@ GRAPH_SETUPS = {
     "llama": ({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}, "FULL_DECODE_ONLY"),
     "qwen3": ({}, "FULL_AND_PIECEWISE"),  # the default
 }
+#: vLLM's custom-op directives of each architecture's engines (eager and graphs alike).
+CUSTOM_OPS = {"llama": NATIVE_ROPE, "qwen3": []}
+# FULL_AND_PIECEWISE splits the forward at the attention call and at the KV-cache update
+# (vLLM's splitting ops): neither reaches the passes, so kv_cache_attention has no candidate
+# site in the piecewise graphs (the host-CPU engines compile the attention into their graph).
 
 
-def _kwargs(model: str, graphs: dict[str, Any] | None) -> dict[str, Any]:
+def _kwargs(model: str, graphs: dict[str, Any] | None,
+            custom_ops: list[str] = NATIVE_ROPE) -> dict[str, Any]:
     kwargs = llm_kwargs(model, compile=graphs is not None, max_model_len=512,
                         max_num_seqs=MAX_SEQS, kv_cache_mib=64)
-    compilation: dict[str, Any] = {"custom_ops": NATIVE_ROPE}
+    compilation: dict[str, Any] = {"custom_ops": list(custom_ops)}
     if graphs is not None:
         compilation.update(graphs, cudagraph_capture_sizes=CAPTURE_SIZES)
     kwargs["compilation_config"] = compilation
@@ -91,19 +110,21 @@ def _cases(worker: LLMWorker, name: str) -> dict[str, list[list[int]]]:
 
 @pytest.fixture(scope="module")
 def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict[str, Any]:
-    """Per architecture: eager tokens, graph tokens, the graph report, and the tokens with
-    each fault injected and after clearing it."""
+    """Per architecture: eager tokens, graph tokens, the graph report, the graph engine's
+    fusion report, and the tokens with each fault injected and after clearing it."""
     worker = start_worker("npu-graphs", device="npu", **EMULATED)
     found: dict[str, Any] = {}
     for arch, (graph_settings, _) in GRAPH_SETUPS.items():
         model = str(tiny_models.path(arch))
-        worker.request("load", name="eager", kwargs=_kwargs(model, None), timeout=600)
+        ops = CUSTOM_OPS[arch]
+        worker.request("load", name="eager", kwargs=_kwargs(model, None, ops), timeout=600)
         eager = _cases(worker, "eager")
         worker.request("unload", name="eager")
-        worker.request("load", name="graphs", kwargs=_kwargs(model, graph_settings),
+        worker.request("load", name="graphs", kwargs=_kwargs(model, graph_settings, ops),
                        timeout=600)
         graphs = _cases(worker, "graphs")
         report = worker.request("graph_report", name="graphs")["workers"][0]
+        fusion = worker.request("fusion_report", name="graphs")
         faults: dict[str, Any] = {}
         for fault in ("skip_update", "fresh_input"):
             worker.request("graph_fault", name="graphs", fault=fault)
@@ -111,7 +132,8 @@ def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict
             worker.request("graph_fault", name="graphs", fault=None)
             faults[fault] = {"broken": broken, "cleared": _tokens(worker, "graphs", PROMPTS[:3])}
         worker.request("unload", name="graphs")
-        found[arch] = {"eager": eager, "graphs": graphs, "report": report, "faults": faults}
+        found[arch] = {"eager": eager, "graphs": graphs, "report": report, "fusion": fusion,
+                       "faults": faults}
     return found
 
 
@@ -135,6 +157,39 @@ def test_decode_steps_replay_the_padded_capture_size(graph_runs, arch) -> None:
         assert replays[size] >= MAX_TOKENS - 1, replays
     pieces = 3 if report["mode"] == "FULL_AND_PIECEWISE" else 0
     assert report["captures"] == len(CAPTURE_SIZES) * (1 + pieces)
+
+
+def test_the_npu_compile_runs_the_ascend_passes_on_the_ascend_ops(graph_runs) -> None:
+    """The qwen3 graph engine compiled on the NPU platform: its passes ran on fresh graphs (no
+    compile cache), were given one `ascend.rotary_embedding` per attention layer fed by the
+    `ascend.rms_norm` of q and k, and found the host-CPU platform's candidate sites for the
+    same model (test_fusion_e2e's table) in the piecewise graphs. The qk-norm + rope sites are
+    not rewritten on an NPU SoC: its kernel is bfloat16 only (`ascend_kernels.capability`) and
+    the model runs float32, which only the host-CPU reference kernels fuse."""
+    from ascend_kernels.capability import supports
+    from vllm_ascend.engine.norm_quant_gate import decide_norm_quant
+
+    fusion = graph_runs["qwen3"]["fusion"]
+    sites = fusion["sites"]
+    assert sites["from_cache"] is False and sites["graphs"] > 0, sites
+    npu_fuses_rope = any(supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc=soc)
+                         for soc in ("A2", "A3", "A5"))
+    assert supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc="cpu")
+    # norm_quant is not built for a float32 model on an NPU SoC (its kernels need bfloat16 or
+    # float16); the host-CPU table has no norm_quant site in this model either.
+    assert not decide_norm_quant(True, "A2", "float32", None).enabled
+    assert "norm_quant" not in sites["passes"], sites
+    assert EXPECTED_SITES["qwen3"]["norm_quant"] == {"expected": 0, "matched": 0}
+    for name in ("qknorm_rope", "muls_add"):
+        expected = dict(EXPECTED_SITES["qwen3"][name])
+        if name == "qknorm_rope" and not npu_fuses_rope:
+            expected["matched"] = 0
+        assert sites["passes"][name] == expected, (name, sites)
+        assert fusion["report"][name] == expected["matched"], fusion["report"]
+    assert sites["passes"]["kv_cache_attention"] == {"expected": 0, "matched": 0}, sites
+    ops = sites["ascend_ops"]
+    assert ops.get("ascend.rotary_embedding") == NUM_LAYERS, ops
+    assert ops.get("ascend.rms_norm", 0) >= 2 * NUM_LAYERS, ops  # at least q and k norms
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])

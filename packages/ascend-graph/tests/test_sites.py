@@ -175,3 +175,14 @@ def test_passes_with_candidates_start_at_zero_expected_sites() -> None:
                              "norm_quant": {"expected": 0, "matched": 0},
                              "qknorm_rope": {"expected": 0, "matched": 0},
                              "muls_add": {"expected": 0, "matched": 0}}
+
+
+def test_ascend_ops_count_the_calls_the_passes_were_given() -> None:
+    # Per layer one q and one k norm and one rope (see `_layers`): counted before the fusion
+    # replaced them, and summed over runs.
+    manager = GraphFusionPassManager(dtypes=["float32"])
+    assert manager.ascend_ops == {}
+    manager.run(_layers(3).graph)
+    assert manager.ascend_ops == {"ascend.rms_norm": 6, "ascend.rotary_embedding": 3}
+    manager.run(_layers(1, norms=False).graph)
+    assert manager.ascend_ops == {"ascend.rms_norm": 6, "ascend.rotary_embedding": 4}

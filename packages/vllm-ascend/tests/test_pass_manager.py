@@ -166,8 +166,8 @@ def test_fusion_sites_sum_expected_and_matched_and_flag_cache_loads(
 
     one, two = make_vllm_config(), make_vllm_config()
     # no compile yet
-    assert fusion_sites(one) == {"passes": {}, "graphs": 0, "loaded_artifacts": 0,
-                                 "from_cache": False}
+    assert fusion_sites(one) == {"passes": {}, "graphs": 0, "ascend_ops": {},
+                                 "loaded_artifacts": 0, "from_cache": False}
     # vLLM counted a compiled artifact it loaded from its cache (a warm AOT start builds no
     # pass manager at all)
     with monkeypatch.context() as patch:

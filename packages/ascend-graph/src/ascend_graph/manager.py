@@ -12,8 +12,10 @@ Fixed order (each pass sees the result of the previous ones):
 6. `kv_cache_attention` - `fuse_kv_cache_attention`, when the attention op handles are given
    (`attention_ops`); it touches only the attention calls, which no other pass matches.
 
-Every run also counts, per pass, the candidate sites (the anchor nodes that look like the
-pass's idiom) against the sites rewritten (`sites`). When a pass leaves candidates alone, one
+Every run counts the `ascend.*` op calls of the graph before the first pass (`ascend_ops`: what
+the passes were given, e.g. whether a platform's graphs hold the Ascend ops at all), and, per
+pass, the candidate sites (the anchor nodes that look like the pass's idiom) against the sites
+rewritten (`sites`). When a pass leaves candidates alone, one
 warning per pass (through `on_miss`, by default this module's logger, once per manager) names
 the pass and the first node where matching stopped, so a fusion never stops silently.
 """
@@ -135,6 +137,9 @@ class GraphFusionPassManager:
         self.last_sites: dict[str, SiteResult] = {}
         #: Graphs this manager ran on (0 after a start that loaded every graph from a cache).
         self.graphs_run = 0
+        #: Calls per `ascend` op (e.g. "ascend.rms_norm", any overload) in the graphs the
+        #: passes ran on, counted before the first pass, summed over every run.
+        self.ascend_ops: dict[str, int] = {}
         self._on_miss = on_miss or self._warn_once
         self._warned: set[str] = set()
         self._source: bytes | None = None
@@ -171,6 +176,8 @@ class GraphFusionPassManager:
             graph = graph.graph
         if not isinstance(graph, fx.Graph):
             raise TypeError(f"expected a torch.fx.Graph, got {type(graph).__name__}")
+        for name in ascend_op_calls(graph):
+            self.ascend_ops[name] = self.ascend_ops.get(name, 0) + 1
         last = dict.fromkeys(PASS_NAMES, 0)
         last_sites: dict[str, SiteResult] = {}
         for p in self.passes:
@@ -214,6 +221,15 @@ class GraphFusionPassManager:
 
     def __repr__(self) -> str:
         return f"GraphFusionPassManager(passes={list(self.enabled)}, soc={self.soc!r})"
+
+
+def ascend_op_calls(graph: fx.Graph) -> list[str]:
+    """The `ascend` op of every call in `graph`, as its packet name ("ascend.rms_norm")."""
+    names = []
+    for node in graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "namespace", None) == "ascend":
+            names.append(str(node.target.overloadpacket))
+    return names
 
 
 def _miss_message(name: str, result: SiteResult, compile_range: CompileRange) -> str:

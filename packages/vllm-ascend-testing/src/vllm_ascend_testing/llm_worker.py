@@ -126,19 +126,22 @@ class EngineHost:
 
     def op_fusion_report(self, name: str | None = None) -> dict[str, Any]:
         """Sites rewritten per Ascend pass ("report") and candidate against rewritten sites per
-        pass ("sites") of engine ``name``; without a name, summed over this process's engines."""
+        pass, with the ``ascend.*`` op calls the passes were given ("sites"), of engine
+        ``name``; without a name, summed over this process's engines."""
         from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
 
         names = [name] if name is not None else list(self.engines)
         report: dict[str, int] = {}
-        sites: dict[str, Any] = {"passes": {}, "graphs": 0, "loaded_artifacts": 0,
-                                 "from_cache": False}
+        sites: dict[str, Any] = {"passes": {}, "graphs": 0, "ascend_ops": {},
+                                 "loaded_artifacts": 0, "from_cache": False}
         for each in names:
             config = self.engines[each].llm_engine.vllm_config
             for key, count in fusion_report(config).items():
                 report[key] = report.get(key, 0) + count
             found = fusion_sites(config)
             sites["graphs"] += found["graphs"]
+            for op, count in found["ascend_ops"].items():
+                sites["ascend_ops"][op] = sites["ascend_ops"].get(op, 0) + count
             sites["loaded_artifacts"] = found["loaded_artifacts"]  # per process
             sites["from_cache"] = sites["from_cache"] or found["from_cache"]
             for key, site in found["passes"].items():

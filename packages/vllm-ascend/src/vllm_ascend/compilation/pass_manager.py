@@ -173,27 +173,31 @@ def fusion_sites(vllm_config: VllmConfig) -> dict[str, Any]:
     """Candidate ("expected") against rewritten ("matched") sites per pass of the engine of
     ``vllm_config``, with the graphs its passes ran on.
 
-    ``from_cache`` is true when compiled graphs were loaded instead of compiled, so the passes
-    never saw them (their fusion happened in the process that compiled them) and zero sites
-    are not misses: vLLM loaded compiled artifacts (``loaded_artifacts``, its own compilation
-    counter, per process: AOT or standalone-inductor artifacts), or the engine's fusion manager
-    was built but ran on no graph (an inductor cache hit). ``expected`` is None for a pass
-    without candidate sites (no-op elimination).
+    ``ascend_ops`` counts the ``ascend.*`` op calls in those graphs before the first pass (what
+    the passes were given). ``from_cache`` is true when compiled graphs were loaded instead of
+    compiled, so the passes never saw them (their fusion happened in the process that compiled
+    them) and zero sites are not misses: vLLM loaded compiled artifacts (``loaded_artifacts``,
+    its own compilation counter, per process: AOT or standalone-inductor artifacts), or the
+    engine's fusion manager was built but ran on no graph (an inductor cache hit).
+    ``expected`` is None for a pass without candidate sites (no-op elimination).
     """
     from vllm.compilation.counter import compilation_counter
 
     engine = peek_engine(vllm_config)
     built = engine is not None and engine.fusion_built
     passes: dict[str, dict[str, int | None]] = {}
+    ascend_ops: dict[str, int] = {}
     graphs = 0
     if engine is not None and built:
         fusion = engine.fusion
         graphs = int(fusion.graphs_run)
+        ascend_ops = {name: int(count) for name, count in fusion.ascend_ops.items()}
         for name, site in fusion.sites.items():
             expected = site["expected"]
             passes[name] = {"expected": None if expected is None else int(expected),
                             "matched": int(site["matched"] or 0)}
     loaded = int(compilation_counter.num_compiled_artifacts_loaded
                  + compilation_counter.num_aot_artifacts_loaded)
-    return {"passes": passes, "graphs": graphs, "loaded_artifacts": loaded,
+    return {"passes": passes, "graphs": graphs, "ascend_ops": ascend_ops,
+            "loaded_artifacts": loaded,
             "from_cache": loaded > 0 or (built and graphs == 0)}
