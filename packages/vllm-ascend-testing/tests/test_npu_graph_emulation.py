@@ -31,7 +31,8 @@ EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"}
 def report() -> dict[str, Any]:
     return run("""
         import json, torch, torch_npu
-        from vllm_ascend_testing.npu_emulation.graphs import CAPTURE_FAILURES, NPUGraph
+        from vllm_ascend_testing.npu_emulation.graph_errors import CAPTURE_FAILURES
+        from vllm_ascend_testing.npu_emulation.graphs import NPUGraph
         out = {}
         npu = torch.npu
         x = torch.zeros(4, device="npu")

@@ -169,7 +169,7 @@ class EngineHost:
                     max_tokens: int) -> dict[str, Any]:
         """`op_generate` counting the device ops dispatched from the host outside graph
         replays (emulated NPU only), and the replays."""
-        from vllm_ascend_testing.npu_emulation.graphs import HostOpCounter
+        from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
 
         counter = HostOpCounter()
         with counter:

@@ -2,9 +2,9 @@
 
 Capture records every operation dispatched on ``npu`` tensors (a dispatch mode over the whole
 capture: the model's Python runs once), with the tensors it read and wrote. Replay re-executes
-that list on the same tensors, without running any Python of the caller: a runtime that hands
-a replay a new input tensor instead of copying into the captured one, or forgets to refresh an
-attention parameter, gets the stale answer it would get on hardware.
+that list on the same tensors, without running any Python of the caller: a runtime that feeds
+a replay a new input tensor or forgets to refresh an attention parameter gets the stale answer
+it would get on hardware. Host-op counting: ``host_ops``.
 
 What the emulation enforces, as the device does:
 
@@ -15,8 +15,8 @@ What the emulation enforces, as the device does:
 - ``graph_task_group_begin``/``end`` during capture delimit a task group (the attention call of
   one layer) and return its handle; ``graph_task_update_begin(stream, handle)``/``end`` record
   the same calls again with new host parameters and replace the group's recorded calls with
-  them (their outputs stay the captured tensors). Nothing else of the graph changes: a
-  parameter the runtime did not update replays with its captured value.
+  them (their outputs stay the captured tensors); a parameter the runtime did not update
+  replays with its captured value.
 
 Capture failures can be injected (``fail_next_capture``) to test how the runtime reports them.
 """
@@ -32,6 +32,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from vllm_ascend_testing.npu_emulation.graph_errors import (
+    CAPTURE_FAILURES,
+    GraphCaptureNotAllowed,
+    GraphReplayError,
+)
 from vllm_ascend_testing.npu_emulation.signatures import bound
 
 _POOL_IDS = itertools.count(1)
@@ -42,32 +47,16 @@ _HOST_READS = {_aten._local_scalar_dense.default, _aten.nonzero.default,
                _aten.masked_select.default, _aten.unique_consecutive.default,
                _aten._unique2.default}
 
-#: What the real runtime reports for each injectable capture failure (``fail_next_capture``).
-CAPTURE_FAILURES = {
-    "streams": ("EZ9999: Inner Error! rtStreamCreate failed, error code 207008: stream "
-                "resources are insufficient. [ERROR] no space left on device"),
-    "old_driver": "EE9999: Inner Error! capture_begin: alloc sq cq fail",
-    "not_allowed": ("ACL graph capture failed: operation not allowed in capture "
-                    "(aclmdlRICaptureBegin status 107027)"),
-}
 
 
 #: Namespaces of ops that are host functions around device ops (vLLM's attention and KV-cache
 #: entry points read the forward context in Python): capture records the device ops they
 #: issue, never the wrapper, so a replay runs no host code.
-_HOST_WRAPPER_NAMESPACES = frozenset({"vllm"})
-_BACKEND_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+HOST_WRAPPER_NAMESPACES = frozenset({"vllm"})
+BACKEND_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 
 
-class GraphCaptureNotAllowed(RuntimeError):
-    """An operation the device cannot put into a graph ran during capture."""
-
-
-class GraphReplayError(RuntimeError):
-    """A replay or task update the device would reject (or that would corrupt memory)."""
-
-
-def _npu_tensors(tree: Any) -> list[torch.Tensor]:
+def npu_tensors(tree: Any) -> list[torch.Tensor]:
     leaves, _ = tree_flatten(tree)
     return [t for t in leaves if isinstance(t, torch.Tensor) and t.device.type == "npu"]
 
@@ -128,16 +117,16 @@ class _Capture(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if func.namespace in _HOST_WRAPPER_NAMESPACES:
+        if func.namespace in HOST_WRAPPER_NAMESPACES:
             with self:  # record what the wrapper dispatches
-                return func.redispatch(_BACKEND_KEYS, *args, **kwargs)
-        inputs = _npu_tensors((args, kwargs))
+                return func.redispatch(BACKEND_KEYS, *args, **kwargs)
+        inputs = npu_tensors((args, kwargs))
         if inputs and _reads_host(func, args, kwargs):
             raise GraphCaptureNotAllowed(
                 f"{func} reads npu memory on the host during NPU graph capture: operation not "
                 "allowed in capture (a graph cannot wait for the host)")
         out = func(*args, **kwargs)
-        if inputs or _npu_tensors(out):
+        if inputs or npu_tensors(out):
             self.graph._ops.append(_record(func, args, kwargs, out))
         return out
 
@@ -207,7 +196,7 @@ class _ThreadState(threading.local):
         self.state = _CaptureState()
 
 
-_THREAD = _ThreadState()
+THREAD = _ThreadState()
 
 
 class NPUGraph:
@@ -231,7 +220,7 @@ class NPUGraph:
         failure, NPUGraph.fail_next_capture = NPUGraph.fail_next_capture, None
         if failure is not None:
             raise RuntimeError(CAPTURE_FAILURES[failure])
-        state = _THREAD.state
+        state = THREAD.state
         if state.graph is not None:
             raise RuntimeError("capture_begin: another NPU graph is capturing on this thread")
         if self._captured:
@@ -244,7 +233,7 @@ class NPUGraph:
 
     @bound("NPUGraph.capture_end")
     def capture_end(self) -> None:
-        state = _THREAD.state
+        state = THREAD.state
         if state.graph is not self or state.mode is None:
             raise RuntimeError("capture_end without capture_begin on this graph")
         state.mode.__exit__(None, None, None)
@@ -257,7 +246,7 @@ class NPUGraph:
         self.allocated_during_capture = _allocated() - self._allocated_at_begin
 
     def _abort_capture(self) -> None:
-        state = _THREAD.state
+        state = THREAD.state
         if state.graph is self and state.mode is not None:
             state.mode.__exit__(None, None, None)
         state.graph = state.mode = None
@@ -277,10 +266,10 @@ class NPUGraph:
     def replay(self) -> None:
         if not self._captured:
             raise GraphReplayError("replay of an NPUGraph that was never captured")
-        if _THREAD.state.graph is not None:
+        if THREAD.state.graph is not None:
             raise GraphReplayError("replay while an NPU graph is capturing")
         before = _allocated()
-        state = _THREAD.state
+        state = THREAD.state
         state.replaying = True
         try:
             with torch.inference_mode():
@@ -351,12 +340,12 @@ def graph_pool_handle() -> tuple[int, int]:
 
 @bound("is_current_stream_capturing")
 def is_current_stream_capturing() -> bool:
-    return _THREAD.state.graph is not None
+    return THREAD.state.graph is not None
 
 
 @bound("graph_task_group_begin")
 def graph_task_group_begin(stream: Any) -> None:
-    state = _THREAD.state
+    state = THREAD.state
     if state.graph is None:
         raise RuntimeError("graph_task_group_begin outside an NPU graph capture")
     if state.group_start is not None:
@@ -366,7 +355,7 @@ def graph_task_group_begin(stream: Any) -> None:
 
 @bound("graph_task_group_end")
 def graph_task_group_end(stream: Any) -> TaskGroupHandle:
-    state = _THREAD.state
+    state = THREAD.state
     if state.graph is None or state.group_start is None:
         raise RuntimeError("graph_task_group_end without graph_task_group_begin in a capture")
     handle = TaskGroupHandle(state.graph, state.group_start, len(state.graph._ops))
@@ -376,7 +365,7 @@ def graph_task_group_end(stream: Any) -> TaskGroupHandle:
 
 @bound("graph_task_update_begin")
 def graph_task_update_begin(stream: Any, handle: Any) -> None:
-    state = _THREAD.state
+    state = THREAD.state
     if not isinstance(handle, TaskGroupHandle):
         raise TypeError(f"graph_task_update_begin: expected a task group handle from "
                         f"graph_task_group_end, got {type(handle).__name__}")
@@ -390,7 +379,7 @@ def graph_task_update_begin(stream: Any, handle: Any) -> None:
 
 @bound("graph_task_update_end")
 def graph_task_update_end(stream: Any) -> None:
-    state = _THREAD.state
+    state = THREAD.state
     update = state.update
     if update is None:
         raise RuntimeError("graph_task_update_end without graph_task_update_begin")
@@ -402,34 +391,3 @@ def graph_task_update_end(stream: Any) -> None:
             f"graph task update re-issued {len(update.ops)} calls for a task group of "
             f"{group.end - group.start}: an update must re-issue every captured call")
     group.graph._ops[group.start:group.end] = update.ops
-
-
-class HostOpCounter(TorchDispatchMode):
-    """Counts the device operations the host dispatches (ops on ``npu`` tensors) outside
-    graph replays, and the replays: what a decode step costs the host. vLLM's attention and
-    KV-cache entry points count as the device ops they issue."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-        self._replays_at_start = 0
-
-    def __enter__(self) -> HostOpCounter:
-        self._replays_at_start = _THREAD.state.replays
-        super().__enter__()
-        return self
-
-    @property
-    def replays(self) -> int:
-        return _THREAD.state.replays - self._replays_at_start
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        if func.namespace in _HOST_WRAPPER_NAMESPACES:
-            with self:
-                return func.redispatch(_BACKEND_KEYS, *args, **kwargs)
-        out = func(*args, **kwargs)
-        if not _THREAD.state.replaying and (_npu_tensors((args, kwargs)) or _npu_tensors(out)):
-            self.ops += 1
-        return out

@@ -1,0 +1,43 @@
+"""Counting what a decode step costs the host on the emulated device: the device operations
+dispatched from Python outside graph replays, and the replays (``benchmarks`` bench_graphs and
+the harness worker's ``op_host_ops``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from vllm_ascend_testing.npu_emulation import graphs
+
+
+class HostOpCounter(TorchDispatchMode):
+    """Counts the device operations the host dispatches (ops on ``npu`` tensors) outside
+    graph replays, and the replays: what a decode step costs the host. vLLM's attention and
+    KV-cache entry points count as the device ops they issue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self._replays_at_start = 0
+
+    def __enter__(self) -> HostOpCounter:
+        self._replays_at_start = graphs.THREAD.state.replays
+        super().__enter__()
+        return self
+
+    @property
+    def replays(self) -> int:
+        return graphs.THREAD.state.replays - self._replays_at_start
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func.namespace in graphs.HOST_WRAPPER_NAMESPACES:
+            with self:
+                return func.redispatch(graphs.BACKEND_KEYS, *args, **kwargs)
+        out = func(*args, **kwargs)
+        if not graphs.THREAD.state.replaying and (
+                graphs.npu_tensors((args, kwargs)) or graphs.npu_tensors(out)):
+            self.ops += 1
+        return out
