@@ -136,6 +136,20 @@ def report() -> dict[str, Any]:
         del big
         g5.reset()
         out["held_after_reset"] = npu.memory_allocated() - before
+
+        # host ops: replays and the ops outside them, across host-wrapper ops (vLLM's
+        # attention entry points run between PIECEWISE pieces)
+        from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
+        lib = torch.library.Library("vllm", "FRAGMENT")
+        lib.define("emulation_test_wrapper(Tensor x) -> Tensor")
+        lib.impl("emulation_test_wrapper", lambda t: t * 3.0, "PrivateUse1")
+        counter = HostOpCounter()
+        with counter:
+            g.replay()
+            torch.ops.vllm.emulation_test_wrapper(x)
+            g.replay()
+            x + 1
+        out["counted"] = {"ops": counter.ops, "replays": counter.replays}
         print(json.dumps(out))
     """, EMU)
 
@@ -196,3 +210,10 @@ def test_capture_memory_stays_with_the_graph_and_replay_adds_none(report) -> Non
     # the input of ones, an intermediate a caller never sees, is held too: 2 x 4 MiB
     assert report["capture_bytes"] == 2 * mib4
     assert report["held_after_reset"] == 0
+
+
+def test_host_op_counter_counts_replays_across_host_wrapper_ops(report) -> None:
+    """Two replays around a vLLM-namespace wrapper op: both are counted (the wrapper's entry
+    once restarted the count), and the ops outside replays are the wrapper's multiply and the
+    add (the wrapper itself issues no device op of its own)."""
+    assert report["counted"] == {"ops": 2, "replays": 2}

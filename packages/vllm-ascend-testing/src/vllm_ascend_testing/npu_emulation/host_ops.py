@@ -20,11 +20,20 @@ class HostOpCounter(TorchDispatchMode):
         super().__init__()
         self.ops = 0
         self._replays_at_start = 0
+        self._depth = 0
 
     def __enter__(self) -> HostOpCounter:
-        self._replays_at_start = graphs.THREAD.state.replays
+        # Re-entered around each host-wrapper op (below): only the outermost entry starts the
+        # replay count, or every attention call between PIECEWISE pieces would restart it.
+        if self._depth == 0:
+            self._replays_at_start = graphs.THREAD.state.replays
+        self._depth += 1
         super().__enter__()
         return self
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self._depth -= 1
 
     @property
     def replays(self) -> int:
