@@ -7,7 +7,7 @@ start-up compiles from scratch. An engine runs in-process in its worker (the pro
 steps), or with ``engine_process=True`` as a user's ``vllm.LLM`` runs it: the engine core in a
 process of its own, where each platform picks its executor (stock vLLM CPU: a worker process
 beside the engine core; the host-CPU platform with one rank: the worker in the engine core,
-``config_pipeline.rank_binding``). CPU time and peak RSS cover the worker and its descendants.
+``config_pipeline.parallel_layout``). CPU time and peak RSS cover the worker and its descendants.
 """
 
 from __future__ import annotations

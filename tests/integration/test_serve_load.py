@@ -143,7 +143,7 @@ def test_sigterm_leaves_no_process_behind(load_run: LoadRun) -> None:
     outcome = load_run.sigterm
     names = sorted(p.name for p in outcome.tree)
     # The API server and its engine core were there to be checked; with one rank the worker
-    # runs inside the engine core (config_pipeline.rank_binding), not in a process of its own.
+    # runs inside the engine core (config_pipeline.parallel_layout), not in a process of its own.
     assert any(name.startswith("VLLM::EngineCor") for name in names), names
     assert not any(name.startswith("VLLM::Worker") for name in names), names
     assert "the worker runs in the engine core process" in load_run.log, load_run.log_tail

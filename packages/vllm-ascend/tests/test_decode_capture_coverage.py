@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from vllm_ascend.config_pipeline import npu_compilation as nc
+from vllm_ascend.config_pipeline import compile_settings as cs
 from vllm_ascend.process.process_setup import reset_process_setup
 
 GRID_BOUND = 3 + len(range(8, 256, 8)) + len(range(256, 513, 16)) + 2
@@ -84,7 +84,7 @@ def _configure(seqs: int, spec: int, soc: str, tp: int, sp: bool, resolved: Any,
     cfg = _Config(cc, _Sched(seqs, budget), _Par(tp, sp), _Spec(spec) if spec else None)
     NPUPlatform.apply_config_platform_defaults(cfg)  # type: ignore[arg-type]
     cfg._set_cudagraph_sizes()  # VllmConfig.__post_init__
-    nc.setup_compile_backend(cfg, resolved, soc, environ={})  # check_and_update_config
+    cs.setup_compile_backend(cfg, resolved, soc, environ={})  # check_and_update_config
     return cc
 
 
@@ -104,7 +104,7 @@ def test_the_largest_decode_batch_is_captured_for_every_max_num_seqs(
 ) -> None:
     # Quiet vLLM's "Truncating max_cudagraph_capture_size" and the plugin's notes per case.
     caplog.set_level(logging.ERROR, logger="vllm.config.vllm")
-    caplog.set_level(logging.ERROR, logger="vllm_ascend.config_pipeline.npu_compilation")
+    caplog.set_level(logging.ERROR, logger="vllm_ascend.config_pipeline.compile_settings")
     failures = []
     for spec in range(4):
         for seqs in range(1, 513):
@@ -143,22 +143,22 @@ def test_an_off_grid_default_max_gains_a_covering_size(resolved: Any) -> None:
     cc = _configure(9, 0, "A2", 1, False, resolved)
     assert cc.cudagraph_capture_sizes == [1, 2, 4, 8, 9]
     assert cc.max_cudagraph_capture_size == 9
-    assert nc.update_cudagraph_capture_sizes(cc, [1, 2, 4, 8, 9, 16], reason="why") == [
+    assert cs.update_cudagraph_capture_sizes(cc, [1, 2, 4, 8, 9, 16], reason="why") == [
         "capture sizes [16] added (why); max_cudagraph_capture_size 9 -> 16"]
 
 
 def test_covering_capture_sizes_at_its_boundaries() -> None:
-    assert nc.covering_capture_sizes([1, 2, 4, 8], 8, 8192) == [1, 2, 4, 8]
-    assert nc.covering_capture_sizes([1, 2, 4, 8], 9, 8192) == [1, 2, 4, 8, 9]
-    assert nc.covering_capture_sizes([2, 4, 8], 9, 8192, multiple_of=4) == [2, 4, 8, 12]
-    assert nc.covering_capture_sizes([2, 4, 8], 9, 11, multiple_of=4) == [2, 4, 8]  # > budget
-    assert nc.covering_capture_sizes([2, 4, 8], 9, 12, multiple_of=4) == [2, 4, 8, 12]
+    assert cs.covering_capture_sizes([1, 2, 4, 8], 8, 8192) == [1, 2, 4, 8]
+    assert cs.covering_capture_sizes([1, 2, 4, 8], 9, 8192) == [1, 2, 4, 8, 9]
+    assert cs.covering_capture_sizes([2, 4, 8], 9, 8192, multiple_of=4) == [2, 4, 8, 12]
+    assert cs.covering_capture_sizes([2, 4, 8], 9, 11, multiple_of=4) == [2, 4, 8]  # > budget
+    assert cs.covering_capture_sizes([2, 4, 8], 9, 12, multiple_of=4) == [2, 4, 8, 12]
 
 
 def test_largest_decode_batch_is_none_when_the_user_chose() -> None:
-    none = nc.UserCaptureSettings()
-    assert nc.largest_decode_batch(3, 1, 8192, none) == 6
-    assert nc.largest_decode_batch(300, 1, 8192, none) == 512
-    assert nc.largest_decode_batch(300, 1, 100, none) == 100
-    assert nc.largest_decode_batch(3, 1, 8192, nc.UserCaptureSettings(max_size=4)) is None
-    assert nc.largest_decode_batch(3, 1, 8192, nc.UserCaptureSettings(sizes=(1, 2))) is None
+    none = cs.UserCaptureSettings()
+    assert cs.largest_decode_batch(3, 1, 8192, none) == 6
+    assert cs.largest_decode_batch(300, 1, 8192, none) == 512
+    assert cs.largest_decode_batch(300, 1, 100, none) == 100
+    assert cs.largest_decode_batch(3, 1, 8192, cs.UserCaptureSettings(max_size=4)) is None
+    assert cs.largest_decode_batch(3, 1, 8192, cs.UserCaptureSettings(sizes=(1, 2))) is None

@@ -86,7 +86,7 @@ def test_dyntra_lb_needs_one_node_per_replica_on_a_real_config(make_vllm_config)
 
 def test_sequence_parallel_with_pcp_rounds_the_token_budget(make_vllm_config, tiny_moe) -> None:
     import ascend_config
-    from vllm_ascend.config_pipeline.derived_edits import apply_derived_edits
+    from vllm_ascend.config_pipeline.memory import apply_derived_edits
 
     cfg = make_vllm_config(model=str(tiny_moe), enforce_eager=True, skip_tokenizer_init=True,
                            tensor_parallel_size=2, data_parallel_size=2,

@@ -1,4 +1,4 @@
-"""The host-CPU platform's default KV-cache reservation (config_pipeline.kv_cache_budget): the
+"""The host-CPU platform's default KV-cache reservation (config_pipeline.memory): the
 rule at its boundaries, the demand of a real VllmConfig against vLLM's own KV-cache spec, what
 counts as the user's choice, and the rule inside the platform's config pipeline."""
 
@@ -8,7 +8,7 @@ import inspect
 import pickle
 
 import pytest
-from vllm_ascend.config_pipeline.kv_cache_budget import (
+from vllm_ascend.config_pipeline.memory import (
     AVAILABLE_SHARE,
     FLOOR_BYTES,
     GiB,
@@ -101,7 +101,7 @@ def test_budget_rejects_impossible_inputs(available: int, ranks: int, needle: st
 def test_demand_matches_vllms_attention_page_size(make_vllm_config, dtype: str, tp: int) -> None:
     import torch
     from vllm.v1.kv_cache_interface import FullAttentionSpec
-    from vllm_ascend.config_pipeline.kv_cache_budget import demand_of
+    from vllm_ascend.config_pipeline.memory import demand_of
 
     cfg = make_vllm_config(dtype=dtype, tensor_parallel_size=tp, max_model_len=200,
                            max_num_seqs=3, distributed_executor_backend="mp")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from vllm.config import CompilationMode, CUDAGraphMode
-from vllm_ascend.config_pipeline.npu_runner import choose_graph_mode
+from vllm_ascend.config_pipeline.workers import choose_graph_mode
 from vllm_ascend.npu_runtime.attention.metadata import without_padding_queries
 
 

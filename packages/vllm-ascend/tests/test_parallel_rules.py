@@ -7,14 +7,12 @@ from dataclasses import replace
 
 import pytest
 from ascend_config import DeploymentFacts
-from vllm_ascend.config_pipeline.draft_rules import (
+from vllm_ascend.config_pipeline.parallel_layout import (
     DraftFacts,
-    draft_problems,
-    draft_tensor_parallel_size,
-)
-from vllm_ascend.config_pipeline.parallel_rules import (
     LayoutFacts,
     check_parallel_layout,
+    draft_problems,
+    draft_tensor_parallel_size,
     layout_of,
     parallel_problems,
 )

@@ -17,7 +17,7 @@ def test_current_platform_is_the_ascend_host_cpu_platform(ascend_cpu_platform) -
 
 def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     from vllm.config import CompilationMode
-    from vllm_ascend.config_pipeline.gpu_fixes import VLLM_GPU_FUSION_FLAGS
+    from vllm_ascend.config_pipeline.compile_settings import VLLM_GPU_FUSION_FLAGS
 
     cfg = make_vllm_config()
     cc = cfg.compilation_config
@@ -69,36 +69,6 @@ def test_bad_additional_config_lists_every_problem(make_vllm_config) -> None:
     text = str(info.value)
     for needle in ("weight_nz_mode", "fuse_qknorm_rop", "no_such_key"):
         assert needle in text
-
-
-def test_gpu_only_settings_are_reset_with_one_warning_each(make_vllm_config, caplog) -> None:
-    from vllm_ascend.config_pipeline.gpu_fixes import fix_gpu_only_settings
-
-    cfg = make_vllm_config(enforce_eager=True)
-    cfg.model_config.disable_cascade_attn = False
-    cfg.parallel_config.ray_workers_use_nsight = True
-    cfg.parallel_config.numa_bind_nodes = [0]
-    cfg.attention_config.flash_attn_version = 3
-    cfg.attention_config.use_trtllm_attention = True
-    cfg.kv_transfer_config = None
-    with caplog.at_level(logging.WARNING):
-        warnings = fix_gpu_only_settings(cfg)
-    assert len(warnings) == 5
-    assert cfg.model_config.disable_cascade_attn is True
-    assert cfg.parallel_config.ray_workers_use_nsight is False
-    assert cfg.parallel_config.numa_bind_nodes is None
-    assert cfg.attention_config.flash_attn_version is None
-    assert cfg.attention_config.use_trtllm_attention is False
-    assert fix_gpu_only_settings(cfg) == []  # idempotent
-
-
-def test_execute_model_timeout_rule() -> None:
-    from vllm_ascend.config_pipeline.gpu_fixes import fix_execute_model_timeout
-
-    env = {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "300"}
-    assert fix_execute_model_timeout(env) is not None
-    assert env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
-    assert fix_execute_model_timeout({"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1836"}) is None
 
 
 def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, caplog,
@@ -230,7 +200,7 @@ def test_a_config_without_a_model_builds_vllms_pass_manager_as_stock_vllm_does(
     assert plugin["repr"] and stock["repr"]
 
 
-# --- the executor of one rank (config_pipeline.rank_binding.keep_one_rank_in_engine_core) ----
+# --- the executor of one rank (config_pipeline.parallel_layout.keep_one_rank_in_engine_core) -
 
 def _backend(make_vllm_config, monkeypatch, multiprocessing: str, **kwargs) -> str:
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", multiprocessing)
@@ -241,7 +211,7 @@ def test_one_rank_runs_its_worker_in_the_engine_core_process(make_vllm_config, m
                                                              logged) -> None:
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     # Stock vLLM CPU makes this "mp" (a worker process beside a polling engine core).
-    with logged("vllm_ascend.config_pipeline.rank_binding") as lines:
+    with logged("vllm_ascend.config_pipeline.parallel_layout") as lines:
         assert _backend(make_vllm_config, monkeypatch, "1") == "uni"
     assert any("the worker runs in the engine core process" in line for line in lines)
     assert _backend(make_vllm_config, monkeypatch, "0") == "uni"  # in-process: vLLM's own

@@ -1,4 +1,5 @@
-"""Per-rank CPU binding: the host-CPU rank plan handed to vLLM, the worker hook, rank reports."""
+"""Per-rank CPU binding: the host-CPU rank plan handed to vLLM
+(``config_pipeline.parallel_layout``), the worker hook, rank reports."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from vllm_ascend.base import cpu_binding
 from vllm_ascend.base.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
-from vllm_ascend.config_pipeline import rank_binding
+from vllm_ascend.config_pipeline import parallel_layout
 from vllm_ascend.process.process_setup import ProcessSetup
 
 
@@ -81,7 +82,7 @@ def test_worker_npu_prefers_vllms_assignment_then_visible_devices() -> None:
 ])
 def test_plan_is_handed_to_vllm_as_omp_lists(host, kw: dict, expected: str) -> None:
     env: dict[str, str] = {}
-    line = rank_binding.hand_rank_plan(config(**kw), ON, env)
+    line = parallel_layout.hand_rank_plan(config(**kw), ON, env)
     assert env[OMP_BIND_ENV] == expected, line
     assert json.loads(env[RANK_PLAN_ENV])["omp"] == expected
     assert cpu_binding.handed_rank_plan(env) is not None
@@ -89,15 +90,15 @@ def test_plan_is_handed_to_vllm_as_omp_lists(host, kw: dict, expected: str) -> N
 
 def test_more_ranks_than_cpus_keeps_vllms_behaviour_with_a_warning(host, caplog) -> None:
     env: dict[str, str] = {}
-    line = rank_binding.hand_rank_plan(config(tp=5), ON, env)  # just above the limit
+    line = parallel_layout.hand_rank_plan(config(tp=5), ON, env)  # just above the limit
     assert line.startswith("CPU binding skipped: 5 local ranks cannot get a CPU pool each")
     assert env == {}
 
 
 def test_user_setting_wins_with_one_info_line(host, caplog) -> None:
     env = {OMP_BIND_ENV: "3|2"}
-    with caplog.at_level("INFO", logger="vllm_ascend.config_pipeline.rank_binding"):
-        line = rank_binding.hand_rank_plan(config(tp=2), ON, env)
+    with caplog.at_level("INFO", logger="vllm_ascend.config_pipeline.parallel_layout"):
+        line = parallel_layout.hand_rank_plan(config(tp=2), ON, env)
     assert env == {OMP_BIND_ENV: "3|2"}
     assert line == f"CPU binding: {OMP_BIND_ENV}='3|2' set by the user is used as given"
     assert [r.getMessage() for r in caplog.records] == [line]
@@ -105,38 +106,28 @@ def test_user_setting_wins_with_one_info_line(host, caplog) -> None:
 
 def test_own_plan_is_replanned_not_mistaken_for_the_users(host) -> None:
     env: dict[str, str] = {}
-    rank_binding.hand_rank_plan(config(tp=2), ON, env)
-    rank_binding.hand_rank_plan(config(tp=4), ON, env)  # a second engine in the process
+    parallel_layout.hand_rank_plan(config(tp=2), ON, env)
+    parallel_layout.hand_rank_plan(config(tp=4), ON, env)  # a second engine in the process
     assert env[OMP_BIND_ENV] == "0|1|2|3"
 
 
 @pytest.mark.parametrize(("resolved", "kw"), [(OFF, {"tp": 2}), (ON, {"tp": 1, "backend": "uni"})])
 def test_disabled_or_in_process_worker_removes_only_the_plugins_plan(host, resolved, kw) -> None:
     env: dict[str, str] = {}
-    rank_binding.hand_rank_plan(config(tp=2), ON, env)
-    rank_binding.hand_rank_plan(config(**kw), resolved, env)
+    parallel_layout.hand_rank_plan(config(tp=2), ON, env)
+    parallel_layout.hand_rank_plan(config(**kw), resolved, env)
     assert env == {}
     user = {OMP_BIND_ENV: "0|1"}
-    rank_binding.hand_rank_plan(config(**kw), resolved, user)
+    parallel_layout.hand_rank_plan(config(**kw), resolved, user)
     assert user == {OMP_BIND_ENV: "0|1"}
 
 
 def test_a_changed_omp_value_means_the_plan_is_no_longer_handed(host) -> None:
     env: dict[str, str] = {}
-    rank_binding.hand_rank_plan(config(tp=2), ON, env)
+    parallel_layout.hand_rank_plan(config(tp=2), ON, env)
     env[OMP_BIND_ENV] = "0|1"
     assert cpu_binding.handed_rank_plan(env) is None
     assert cpu_binding.handed_rank_plan({RANK_PLAN_ENV: "not json", OMP_BIND_ENV: "x"}) is None
-
-
-def test_ascend_cpu_worker_only_replaces_the_default_worker() -> None:
-    cfg = config()
-    cfg.parallel_config.worker_cls = "auto"
-    rank_binding.use_ascend_cpu_worker(cfg)
-    assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
-    cfg.parallel_config.worker_cls = "my.Worker"
-    rank_binding.use_ascend_cpu_worker(cfg)
-    assert cfg.parallel_config.worker_cls == "my.Worker"
 
 
 # --- the worker hook --------------------------------------------------------------------------
@@ -146,7 +137,7 @@ def test_host_cpu_worker_binds_its_pool_and_threads(py_runner, make_env, tmp_pat
     code = f"""
         import json, os, torch
         from ascend_topology.rank_hosts import plan_rank_pools
-        from vllm_ascend.config_pipeline.rank_binding import omp_lists
+        from vllm_ascend.config_pipeline.parallel_layout import omp_lists
         from vllm_ascend.base.config_channel import RANK_PLAN_ENV
         from vllm_ascend.base.cpu_binding import bind_host_cpu_worker
         plan = plan_rank_pools(2, {allowed!r}, {{0: {allowed!r}}})
@@ -175,7 +166,7 @@ def test_host_cpu_worker_without_a_handed_plan_changes_nothing() -> None:
 
 def test_host_rank_outside_the_plan_is_skipped(host) -> None:
     env: dict[str, str] = {}
-    rank_binding.hand_rank_plan(config(tp=2), ON, env)
+    parallel_layout.hand_rank_plan(config(tp=2), ON, env)
     binding = cpu_binding.bind_host_cpu_worker(2, env)  # ranks 0 and 1 only
     assert binding.lines == ["CPU binding skipped: host rank 2 is outside the plan of 2 ranks"]
 

@@ -10,7 +10,7 @@ affinity they were started with.
 - NPU platform: ascend-topology reads the live host (npu-smi, NUMA, allowed CPUs), plans with
   ``cpu_binding_config`` and binds this process to the pool of the NPU this worker drives.
 - Host-CPU platform: the engine side planned one pool per local rank and handed it to vLLM's
-  CPU workers (``config_pipeline.rank_binding``); the worker binds to its rank's pool, the
+  CPU workers (``config_pipeline.parallel_layout``); the worker binds to its rank's pool, the
   same CPUs its OpenMP threads were given.
 """
 

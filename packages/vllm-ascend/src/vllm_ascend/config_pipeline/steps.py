@@ -1,4 +1,12 @@
-"""The two ``check_and_update_config`` pipelines, each a readable list of small steps."""
+"""The two ``check_and_update_config`` pipelines, each a readable list of steps.
+
+Each pipeline hands ``vllm_config`` to the phase modules in one order and never back to one it
+has left (the module names are the phases):
+
+- NPU: parallel_layout (check) -> vllm_settings -> compile_settings -> workers -> memory;
+- host CPU: vllm_settings -> workers -> compile_settings (vLLM's CPU defaults run between its
+  read of the user's request and its settings) -> memory -> parallel_layout (rank placement).
+"""
 
 from __future__ import annotations
 
@@ -11,19 +19,12 @@ from vllm_ascend.base import extension_points, npu_device
 from vllm_ascend.base.config_channel import ascend_environ, publish_worker_inputs
 from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
 from vllm_ascend.config_pipeline import (
-    allocator_env,
-    cpu_compilation,
-    derived_edits,
-    gpu_fixes,
-    kv_cache_budget,
-    kv_engine_id,
-    npu_compilation,
-    npu_runner,
-    parallel_rules,
-    quant_autodetect,
-    rank_binding,
+    compile_settings,
+    memory,
+    parallel_layout,
+    vllm_settings,
+    workers,
 )
-from vllm_ascend.config_pipeline.selection import select_worker_and_scheduler
 from vllm_ascend.engine.registry import build_engine
 from vllm_ascend.npu_runtime.model_support import RUNTIME_WORKER, refuse_unsupported_model
 from vllm_ascend.observability import logging_setup
@@ -89,21 +90,22 @@ def run_cpu_pipeline(vllm_config: VllmConfig,
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
         cpu_defaults(vllm_config)
-        gpu_fixes.disable_vllm_gpu_fusions(vllm_config)
+        compile_settings.disable_vllm_gpu_fusions(vllm_config)
         return None
-    compile_requested = cpu_compilation.wants_vllm_compile(vllm_config)
     engine, environ = _build_engine(vllm_config, "cpu")  # AscendConfigError: all problems
     facts, resolved = engine.facts, engine.config
     write_dump_config(resolved)
-    quant_autodetect.detect_ascend_quantization(vllm_config)
-    gpu_fixes.fix_gpu_only_settings(vllm_config)
-    rank_binding.use_ascend_cpu_worker(vllm_config)
+    vllm_settings.detect_ascend_quantization(vllm_config)
+    vllm_settings.fix_gpu_only_settings(vllm_config)
+    workers.use_ascend_cpu_worker(vllm_config)
+    # The user's compile request and executor, read before vLLM's CPU defaults change them.
+    compile_requested = compile_settings.wants_vllm_compile(vllm_config)
     backend_before = vllm_config.parallel_config.distributed_executor_backend
     cpu_defaults(vllm_config)  # reads VLLM_CPU_KVCACHE_SPACE into kv_cache_memory_bytes
-    rank_binding.keep_one_rank_in_engine_core(vllm_config, backend_before)
-    kv_cache_budget.default_kv_cache_reservation(vllm_config)
-    cpu_compilation.apply_cpu_compilation(vllm_config, compile_requested)
-    rank_binding.hand_rank_plan(vllm_config, resolved)
+    compile_settings.apply_cpu_compilation(vllm_config, compile_requested)
+    memory.default_kv_cache_reservation(vllm_config)
+    parallel_layout.keep_one_rank_in_engine_core(vllm_config, backend_before)
+    parallel_layout.hand_rank_plan(vllm_config, resolved)
     publish_worker_inputs("cpu", additional_config_of(vllm_config), facts, environ)
     current_process_setup().setup(resolved, "cpu")
     return resolved
@@ -125,7 +127,7 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
-        gpu_fixes.disable_vllm_gpu_fusions(vllm_config)
+        compile_settings.disable_vllm_gpu_fusions(vllm_config)
         return None
     npu_device.require_npu_runtime()
     if callable(soc):
@@ -136,17 +138,17 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     engine, environ = _build_engine(vllm_config, soc)  # AscendConfigError: all problems
     facts, resolved = engine.facts, engine.config
     write_dump_config(resolved)
-    parallel_rules.check_parallel_layout(facts, parallel_rules.layout_of(vllm_config))
-    quant_autodetect.detect_ascend_quantization(vllm_config)
-    gpu_fixes.fix_gpu_only_settings(vllm_config)
-    gpu_fixes.disable_vllm_gpu_fusions(vllm_config)
-    gpu_fixes.use_hccl_eplb_communicator(vllm_config)
-    kv_engine_id.make_engine_id_unique(vllm_config)
-    gpu_fixes.fix_execute_model_timeout()
-    npu_compilation.update_compilation_mode(vllm_config, resolved)
-    npu_compilation.setup_compile_backend(vllm_config, resolved, soc)
+    parallel_layout.check_parallel_layout(facts, parallel_layout.layout_of(vllm_config))
+    vllm_settings.detect_ascend_quantization(vllm_config)
+    vllm_settings.fix_gpu_only_settings(vllm_config)
+    vllm_settings.use_hccl_eplb_communicator(vllm_config)
+    vllm_settings.make_engine_id_unique(vllm_config)
+    vllm_settings.fix_execute_model_timeout()
+    compile_settings.disable_vllm_gpu_fusions(vllm_config)
+    compile_settings.update_compilation_mode(vllm_config, resolved)
+    compile_settings.setup_compile_backend(vllm_config, resolved, soc)
     par, sched = vllm_config.parallel_config, vllm_config.scheduler_config
-    selection = select_worker_and_scheduler(
+    selection = workers.select_worker_and_scheduler(
         worker_setting=par.worker_cls, soc=soc, xlite=resolved.xlite_graph_config.enabled,
         ascend_config=engine.config, kv_role=facts.kv_role,
         async_scheduling=bool(sched.async_scheduling),
@@ -155,9 +157,9 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     )
     par.worker_cls = selection.worker_cls
     if par.worker_cls == RUNTIME_WORKER:  # this package's runtime: say now what it cannot run
-        npu_runner.use_v1_model_runner()
+        workers.use_v1_model_runner()
         refuse_unsupported_model(vllm_config.model_config)
-        note = npu_runner.choose_graph_mode(vllm_config)
+        note = workers.choose_graph_mode(vllm_config)
         if note is not None:
             logger.info("%s", note)
     if selection.scheduler_cls is not None:
@@ -166,12 +168,12 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     if soc != "310P":
         cc = vllm_config.compilation_config
         cc.custom_ops = all_custom_ops(cc.custom_ops)
-    alloc = allocator_env.npu_alloc_conf(
+    alloc = memory.npu_alloc_conf(
         os.environ.get("PYTORCH_NPU_ALLOC_CONF"), vllm_config.model_config.enable_sleep_mode
     )
     if alloc is not None:
         os.environ["PYTORCH_NPU_ALLOC_CONF"] = alloc
-    derived_edits.apply_derived_edits(vllm_config, resolved, facts)
+    memory.apply_derived_edits(vllm_config, resolved, facts)
     publish_worker_inputs(soc, additional_config_of(vllm_config), facts, environ)
     current_process_setup().setup(resolved, soc)
     return resolved

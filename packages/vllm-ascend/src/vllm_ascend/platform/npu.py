@@ -248,7 +248,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     @classmethod
     def apply_config_platform_defaults(cls, vllm_config: VllmConfig) -> None:
         # Local: vLLM: this class loads while vLLM resolves current_platform.
-        from vllm_ascend.config_pipeline.npu_compilation import (
+        from vllm_ascend.config_pipeline.compile_settings import (
             default_max_capture_size,
             record_user_capture_settings,
         )

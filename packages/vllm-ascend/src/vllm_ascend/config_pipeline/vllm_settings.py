@@ -1,23 +1,61 @@
-"""Step 3: reset settings that only work on CUDA GPUs, with one warning per changed setting.
+"""The vLLM settings Ascend corrects before anything is built on them (both pipelines, right
+after the engine is resolved; the NPU pipeline after its layout check).
 
-Fields absent from the installed vLLM are skipped, so the table can name settings of
-neighbouring vLLM releases.
+- quantization: a ModelSlim checkpoint selects the "ascend" method by itself;
+- GPU-only settings: reset to what works on Ascend, one warning per changed setting;
+- NPU only: vLLM's EPLB moves expert weights over HCCL, the kv-transfer engine id is made
+  unique per engine, and vLLM's execute-model timeout is raised above HCCL's op timeout.
+
+vLLM's GPU-only fusion flags are compilation settings: ``compile_settings`` switches them off.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import uuid
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.gpu_fixes")
+from vllm_ascend.quantization.description import DESCRIPTION_FILE
 
-# HCCL's op timeout is 1836 s; vLLM's execute-model timeout must exceed it on NPU.
-HCCL_OP_TIMEOUT_S = 1836
-NPU_EXECUTE_MODEL_TIMEOUT_S = 3000
+logger = logging.getLogger("vllm_ascend.config_pipeline.vllm_settings")
 
+# --- quantization: ModelSlim checkpoints ----------------------------------------------------------
+#
+# A ModelSlim export ships ``quant_model_description.json`` beside its weights but often no
+# ``quantization_config`` in ``config.json``, so vLLM would load its int8 weights as a float
+# model. When no method was chosen and a local model directory holds that file, the method
+# becomes "ascend" and vLLM's quantization config is rebuilt (VllmConfig derived it before the
+# platform hook ran).
+
+ASCEND_QUANT_METHOD = "ascend"
+
+
+def detect_ascend_quantization(vllm_config: Any) -> bool:
+    """Select "ascend" for a local ModelSlim checkpoint; True when it changed the config."""
+    from vllm.config import VllmConfig
+
+    model_config = vllm_config.model_config
+    if model_config is None or model_config.quantization is not None:
+        return False
+    description = Path(str(model_config.model)) / DESCRIPTION_FILE
+    if not description.is_file():
+        return False
+    model_config.quantization = ASCEND_QUANT_METHOD
+    vllm_config.quant_config = VllmConfig._get_quantization_config(
+        model_config, vllm_config.load_config
+    )
+    logger.info("quantization: %s found, using the %r method", description, ASCEND_QUANT_METHOD)
+    return True
+
+
+# --- settings that only work on CUDA GPUs ---------------------------------------------------------
+#
+# Fields absent from the installed vLLM are skipped, so the table can name settings of
+# neighbouring vLLM releases.
 
 @dataclass(frozen=True)
 class GpuOnlySetting:
@@ -71,32 +109,6 @@ GPU_ONLY_SETTINGS: tuple[GpuOnlySetting, ...] = (
 )
 
 
-# PassConfig switches whose passes exist only on CUDA/ROCm/XPU builds of vLLM: its
-# PostGradPassManager names their classes only there, so one left on is a NameError on CPU
-# and NPU. vLLM switches fuse_norm_quant on by itself whenever rms_norm's first IR provider
-# is not "native", which the Ascend IR priority makes true, with or without a model.
-VLLM_GPU_FUSION_FLAGS = (
-    "fuse_norm_quant", "fuse_act_quant", "fuse_attn_quant", "fuse_allreduce_rms",
-    "enable_qk_norm_rope_fusion", "fuse_rope_kvcache_cat_mla", "fuse_act_padding",
-    "fuse_mla_dual_rms_norm", "fuse_rope_kvcache", "fuse_qk_norm_rope_kvcache",
-)
-
-
-def disable_vllm_gpu_fusions(vllm_config: Any) -> list[str]:
-    """Switch vLLM's own GPU-only fusion flags off; returns the names that were on.
-
-    Both pipelines run it, also for a config without a model (the Ascend fusion passes are
-    switched by ``ascend_compilation_config`` instead)."""
-    pass_config = vllm_config.compilation_config.pass_config
-    turned_off = []
-    for flag in VLLM_GPU_FUSION_FLAGS:
-        if getattr(pass_config, flag, False):
-            turned_off.append(flag)
-        if hasattr(pass_config, flag):
-            setattr(pass_config, flag, False)
-    return turned_off
-
-
 def _section(vllm_config: Any, path: str) -> Any:
     obj = vllm_config
     for part in path.split("."):
@@ -126,6 +138,60 @@ def fix_gpu_only_settings(
     return warnings
 
 
+def use_hccl_eplb_communicator(vllm_config: Any) -> str | None:
+    """With vLLM's EPLB on, move expert weights over the device group ("torch_nccl", which
+    is HCCL on Ascend); returns the warning when the setting changed (NPU only)."""
+    par = vllm_config.parallel_config
+    eplb = getattr(par, "eplb_config", None)
+    if not getattr(par, "enable_eplb", False) or eplb is None:
+        return None
+    if eplb.communicator == "torch_nccl":
+        return None
+    msg = (f"parallel_config.eplb_config.communicator={eplb.communicator!r} -> 'torch_nccl' "
+           "(HCCL moves the expert weights on Ascend)")
+    eplb.communicator = "torch_nccl"
+    logger.warning("%s", msg)
+    return msg
+
+
+# --- the kv-transfer engine id (NPU only) ---------------------------------------------------------
+#
+# PD deployments often start every instance from the same ``--kv-transfer-config`` JSON, so a
+# user-given ``engine_id`` would be shared; the Ascend connectors need one id per engine. A
+# ``-<uuid4 hex>`` suffix is appended once per KVTransferConfig object: the id it produced is
+# recorded on that object, so running the pipeline again on the same (or a copied) config never
+# appends a second suffix.
+
+_MARK = "_ascend_suffixed_engine_id"
+
+
+def suffixed_engine_id(engine_id: str, suffix: str | None = None) -> str:
+    """``engine_id`` + ``-`` + 32 lowercase hex digits (a fresh uuid4 unless given)."""
+    return f"{engine_id}-{suffix or uuid.uuid4().hex}"
+
+
+def make_engine_id_unique(vllm_config: Any) -> str | None:
+    """Append the suffix to ``kv_transfer_config.engine_id`` once; returns the new id, or None
+    when there is no kv transfer or the id was already made unique."""
+    kv = vllm_config.kv_transfer_config
+    if kv is None or kv.engine_id is None:
+        return None
+    if getattr(kv, _MARK, None) == kv.engine_id:
+        return None
+    new_id = suffixed_engine_id(str(kv.engine_id))
+    logger.info("kv_transfer_config.engine_id %r -> %r (unique per engine)", kv.engine_id, new_id)
+    kv.engine_id = new_id
+    setattr(kv, _MARK, new_id)
+    return new_id
+
+
+# --- vLLM's execute-model timeout (NPU only) ------------------------------------------------------
+
+# HCCL's op timeout is 1836 s; vLLM's execute-model timeout must exceed it on NPU.
+HCCL_OP_TIMEOUT_S = 1836
+NPU_EXECUTE_MODEL_TIMEOUT_S = 3000
+
+
 def fix_execute_model_timeout(environ: MutableMapping[str, str] | None = None) -> str | None:
     """Raise vLLM's execute-model timeout above HCCL's op timeout (NPU only)."""
     env = os.environ if environ is None else environ
@@ -138,21 +204,5 @@ def fix_execute_model_timeout(environ: MutableMapping[str, str] | None = None) -
     env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = str(NPU_EXECUTE_MODEL_TIMEOUT_S)
     msg = (f"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={current} is below HCCL's op timeout "
            f"({HCCL_OP_TIMEOUT_S} s); using {NPU_EXECUTE_MODEL_TIMEOUT_S}")
-    logger.warning("%s", msg)
-    return msg
-
-
-def use_hccl_eplb_communicator(vllm_config: Any) -> str | None:
-    """With vLLM's EPLB on, move expert weights over the device group ("torch_nccl", which
-    is HCCL on Ascend); returns the warning when the setting changed."""
-    par = vllm_config.parallel_config
-    eplb = getattr(par, "eplb_config", None)
-    if not getattr(par, "enable_eplb", False) or eplb is None:
-        return None
-    if eplb.communicator == "torch_nccl":
-        return None
-    msg = (f"parallel_config.eplb_config.communicator={eplb.communicator!r} -> 'torch_nccl' "
-           "(HCCL moves the expert weights on Ascend)")
-    eplb.communicator = "torch_nccl"
     logger.warning("%s", msg)
     return msg

@@ -1,13 +1,18 @@
-"""Host-CPU platform: the KV-cache reservation defaults to what the run needs, bounded by what
-is free, instead of vLLM CPU's share of the whole NUMA node.
+"""Memory and the KV cache's shape, the pipelines' last edits: the NPU caching allocator's
+options and the VllmConfig edits derived from the deployment (block size, cache dtype, context
+parallel interleave, token budget) on the NPU platform; the KV-cache reservation on the host-CPU
+platform.
+
+Host CPU: the KV-cache reservation defaults to what the run needs, bounded by what is free,
+instead of vLLM CPU's share of the whole NUMA node.
 
 vLLM's CPU worker reserves ``gpu_memory_utilization`` (default 0.92) of the node's total
 memory and refuses to start when that much is not free (``vllm/v1/worker/cpu_worker.py``),
 even for a model whose KV cache needs a few MiB; the API server and the engine core already
 hold part of the node, so with the defaults it can fail on an idle machine. When the user gave
 none of ``--gpu-memory-utilization``, ``--kv-cache-memory-bytes`` and ``VLLM_CPU_KVCACHE_SPACE``,
-this step sets ``cache_config.kv_cache_memory_bytes``, which the worker takes as the KV-cache
-size of each rank (and skips its node-share check):
+:func:`default_kv_cache_reservation` sets ``cache_config.kv_cache_memory_bytes``, which the
+worker takes as the KV-cache size of each rank (and skips its node-share check):
 
 - need: ``max_num_seqs`` sequences of ``max_model_len`` tokens, in whole blocks, plus vLLM's
   null block, for every attention layer of one rank;
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +35,121 @@ from typing import Any, Final
 
 from vllm_ascend.base.kv_cache_advice import KvCacheNeed, kv_cache_memory_error, need_of
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.kv_cache_budget")
+logger = logging.getLogger("vllm_ascend.config_pipeline.memory")
+
+
+# --- NPU platform: the caching allocator's options (PYTORCH_NPU_ALLOC_CONF) -----------------------
+
+DEFAULT_ALLOC_CONF = "expandable_segments:True"
+_USER_TUNED = ("expandable_segments", "max_split_size_mb", "garbage_collection_threshold")
+
+
+def npu_alloc_conf(current: str | None, enable_sleep_mode: bool) -> str | None:
+    """The allocator options to use: expandable segments unless the user tuned the allocator
+    (or sleep mode is on, which needs the default segments); None = leave unset."""
+    if enable_sleep_mode:
+        return current
+    value = current or DEFAULT_ALLOC_CONF
+    if any(key in value for key in _USER_TUNED):
+        return value
+    return f"{value},{DEFAULT_ALLOC_CONF}"
+
+
+def drop_expandable_segments(current: str | None) -> str | None:
+    """Remove ``expandable_segments:...`` entries (exact prefix); unset stays unset."""
+    if current is None:
+        return None
+    kept = [p for p in current.split(",") if p and not p.startswith("expandable_segments:")]
+    return ",".join(kept)
+
+
+# --- NPU platform: edits derived from the deployment ----------------------------------------------
+
+DEFAULT_BLOCK_SIZE = 128
+DSV4_BLOCK_SIZES = (32, 64, 128)
+
+
+def refreshed_block_size(
+    block_size: int | None, *, model_type: str, is_hybrid: bool, prefix_caching: bool,
+    chunked_prefill: bool, xlite: bool,
+) -> tuple[int, str | None]:
+    """(block size, reason when changed) per the Ascend attention kernels' needs."""
+    size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
+    if model_type == "deepseek_v4":
+        if size not in DSV4_BLOCK_SIZES:
+            return 32, f"DeepSeek-V4 needs a block size in {DSV4_BLOCK_SIZES}; using 32"
+        return size, None
+    if is_hybrid:
+        return size, None
+    if size != DEFAULT_BLOCK_SIZE and (prefix_caching or chunked_prefill):
+        return DEFAULT_BLOCK_SIZE, "prefix caching / chunked prefill need block size 128"
+    if xlite and size > DEFAULT_BLOCK_SIZE:
+        return DEFAULT_BLOCK_SIZE, "xlite supports block sizes up to 128"
+    return size, None
+
+
+def rounded_batched_tokens(max_num_batched_tokens: int, tp: int, pcp: int,
+                           sequence_parallel: bool) -> int:
+    """Round the token budget up to a multiple of TP x PCP when prefill context parallel
+    (PCP > 1) and sequence parallelism both split a batch's tokens; else unchanged."""
+    if not sequence_parallel or pcp <= 1:
+        return max_num_batched_tokens
+    unit = max(tp, 1) * pcp
+    return math.ceil(max_num_batched_tokens / unit) * unit
+
+
+def sfa_interleave_size(interleave: int, block_size: int, *, uses_sfa: bool, pcp: int,
+                        dcp: int) -> int:
+    """The CP KV-cache interleave size for SFA models: one whole block per rank under context
+    parallel, except with the replicated indexer (DCP > 1), whose layout DCP fixes."""
+    if uses_sfa and pcp * dcp > 1 and dcp == 1 and interleave != block_size:
+        return block_size
+    return interleave
+
+
+def apply_derived_edits(vllm_config: Any, ascend_config: Any, facts: Any) -> list[str]:
+    """Block size, cache dtype for index_topk models, SFA interleave size, token rounding;
+    returns the notes (each logged as a warning: the user's value was changed)."""
+    notes = []
+    cache, sched, model = (vllm_config.cache_config, vllm_config.scheduler_config,
+                           vllm_config.model_config)
+    if cache is not None and model is not None:
+        size, why = refreshed_block_size(
+            cache.block_size, model_type=facts.model_type, is_hybrid=bool(model.is_hybrid),
+            prefix_caching=bool(cache.enable_prefix_caching),
+            chunked_prefill=bool(sched.enable_chunked_prefill),
+            xlite=bool(ascend_config.xlite_graph_config.enabled),
+        )
+        if size != cache.block_size:
+            cache.block_size = size
+            notes.append(f"block_size={size}: {why}")
+    if facts.index_topk is not None and cache is not None:
+        cache.cache_dtype = facts.dtype
+        notes.append(f"cache_dtype={facts.dtype} (model has index_topk)")
+    par = vllm_config.parallel_config
+    if cache is not None and hasattr(par, "cp_kv_cache_interleave_size"):
+        interleave = sfa_interleave_size(
+            par.cp_kv_cache_interleave_size, cache.block_size, uses_sfa=facts.uses_sfa,
+            pcp=facts.prefill_context_parallel_size, dcp=facts.decode_context_parallel_size,
+        )
+        if interleave != par.cp_kv_cache_interleave_size:
+            notes.append(f"cp_kv_cache_interleave_size={interleave}: SFA with prefill context "
+                         f"parallel keeps whole blocks (was {par.cp_kv_cache_interleave_size})")
+            par.cp_kv_cache_interleave_size = interleave
+    tp = facts.tensor_parallel_size
+    tokens = rounded_batched_tokens(sched.max_num_batched_tokens, tp,
+                                    facts.prefill_context_parallel_size, facts.sequence_parallel)
+    if tokens != sched.max_num_batched_tokens:
+        notes.append(f"max_num_batched_tokens={tokens} (was {sched.max_num_batched_tokens}): "
+                     f"sequence parallel with prefill context parallel needs a multiple of "
+                     f"TP x PCP = {tp * facts.prefill_context_parallel_size}")
+        sched.max_num_batched_tokens = tokens
+    for note in notes:
+        logger.warning(note)
+    return notes
+
+
+# --- host-CPU platform: the KV-cache reservation --------------------------------------------------
 
 MiB: Final = 1 << 20
 GiB: Final = 1 << 30

@@ -1,5 +1,8 @@
-"""Worker selection per SoC (upstream's ``_setup_worker_and_scheduler``): 310P and Xlite have
-their own runtime entry points; a missing one is an error naming the extension to install."""
+"""Which worker runs the engine (``config_pipeline.workers``): the scheduling policies and
+their scheduler, worker selection per SoC (upstream's ``_setup_worker_and_scheduler``: 310P and
+Xlite have their own runtime entry points; a missing one is an error naming the extension to
+install) and the host-CPU worker class. The NPU runtime's graph-mode choice and V1-runner rule
+are tested with the runtime (test_npu_graph_mode.py, test_npu_runtime_parts.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.config_pipeline import selection
+from vllm_ascend.config_pipeline import workers
 
 ALL = {"worker": "rt.NPUWorker", "worker_310p": "rt.NPUWorker310",
        "worker_xlite": "rt.XliteWorker"}
@@ -20,7 +23,7 @@ NO_POLICY = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(
 
 
 def _decide(soc: str, xlite: bool, runtime: dict[str, str], setting: str = "auto") -> Any:
-    return selection.select_worker_and_scheduler(
+    return workers.select_worker_and_scheduler(
         worker_setting=setting, soc=soc, xlite=xlite, ascend_config=NO_POLICY, kv_role=None,
         async_scheduling=False, runtime=runtime, schedulers={})
 
@@ -86,3 +89,65 @@ def test_pipeline_reports_a_missing_310p_extension(npu_pipeline: Any,
         k: v for k, v in provided().items() if k != "worker_310p"})
     with pytest.raises(RuntimeError, match="no installed package provides the 310P worker"):
         npu_pipeline("310P")
+
+
+def _cfg(**sched):
+    base = {"recompute_scheduler_enable": False}
+    section = types.SimpleNamespace(enabled=False)
+    return types.SimpleNamespace(scheduler_config=types.SimpleNamespace(**{
+        **base, "dyntra_lb_config": section, "profiling_chunk_config": section,
+        "batch_job_sched_config": section, "short_request_first_config": section, **sched}))
+
+
+ON = types.SimpleNamespace(enabled=True)
+
+
+@pytest.mark.parametrize(
+    ("sched", "role", "is_async", "key"),
+    [({}, None, False, None),
+     ({"recompute_scheduler_enable": True}, "kv_consumer", False, "recompute"),
+     ({"recompute_scheduler_enable": True}, "kv_consumer", True, "async_recompute"),
+     ({"recompute_scheduler_enable": True}, "kv_producer", False, None),
+     ({"recompute_scheduler_enable": True, "dyntra_lb_config": ON}, "kv_consumer", True,
+      "async_dyntra_lb_recompute"),
+     ({"dyntra_lb_config": ON}, "kv_consumer", False, "dyntra_lb"),
+     ({"profiling_chunk_config": ON}, None, True, "profiling_chunk"),
+     ({"batch_job_sched_config": ON}, None, True, "async_batch_job"),
+     ({"short_request_first_config": ON}, None, False, "short_request_first")],
+)
+def test_scheduler_key(sched, role, is_async, key) -> None:
+    policies = workers.scheduler_policy(_cfg(**sched), role)
+    assert workers.scheduler_key(policies, is_async) == key
+
+
+def test_conflicting_policies_are_one_error() -> None:
+    policies = workers.scheduler_policy(
+        _cfg(profiling_chunk_config=ON, batch_job_sched_config=ON), None)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        workers.scheduler_key(policies, False)
+
+
+def test_worker_and_scheduler_decision() -> None:
+    decide = workers.select_worker_and_scheduler
+    runtime = {"worker": "rt.Worker"}
+    kw = {"soc": "A2", "xlite": False, "kv_role": "kv_consumer", "async_scheduling": False}
+    cfg = _cfg(recompute_scheduler_enable=True)
+    got = decide(worker_setting="auto", ascend_config=cfg, runtime=runtime,
+                 schedulers={"recompute": "rt.Recompute"}, **kw)
+    assert (got.worker_cls, got.scheduler_cls) == ("rt.Worker", "rt.Recompute")
+    mine = decide(worker_setting="my.Worker", ascend_config=_cfg(), runtime={}, schedulers={},
+                  **kw)
+    assert (mine.worker_cls, mine.scheduler_cls) == ("my.Worker", None)
+    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.runtime' with name 'worker'"):
+        decide(worker_setting="auto", ascend_config=_cfg(), runtime={}, schedulers={}, **kw)
+    with pytest.raises(RuntimeError, match="'recompute' scheduler"):
+        decide(worker_setting="auto", ascend_config=cfg, runtime=runtime, schedulers={}, **kw)
+
+
+def test_ascend_cpu_worker_only_replaces_the_default_worker() -> None:
+    cfg = types.SimpleNamespace(parallel_config=types.SimpleNamespace(worker_cls="auto"))
+    workers.use_ascend_cpu_worker(cfg)
+    assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
+    cfg.parallel_config.worker_cls = "my.Worker"
+    workers.use_ascend_cpu_worker(cfg)
+    assert cfg.parallel_config.worker_cls == "my.Worker"

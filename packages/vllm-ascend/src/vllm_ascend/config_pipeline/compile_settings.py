@@ -1,4 +1,24 @@
-"""Step 4 (NPU platform): compilation mode, graph capture sizes and the compile backend."""
+"""Compilation settings: vLLM's GPU-only fusion flags off (both pipelines, with or without a
+model), then the NPU pipeline's compilation mode, graph capture sizes and compile backend, or
+the host-CPU pipeline's ``VLLM_COMPILE`` kept through vLLM's CPU defaults.
+
+Host CPU: vLLM's CPU platform downgrades ``VLLM_COMPILE`` to ``DYNAMO_TRACE_ONCE``, which never
+runs a platform pass manager. :func:`wants_vllm_compile` reads the user's request before vLLM's
+CPU defaults; after them :func:`apply_cpu_compilation` restores ``VLLM_COMPILE`` with inductor,
+sets ``compile_sizes=[]`` (otherwise inductor compiles a 4096-token shape outside the compile
+ranges), compiles the whole model as one graph (``splitting_ops=[]``, as stock vLLM CPU does;
+no piecewise split at attention), lets inductor recompute the Ascend ops' bodies in place with
+no more bf16 roundings than vLLM's native ops get (``inductor_settings`` of
+``ascend_kernels.inductor_lowering``), turns vLLM's IR torch wrap off (so Dynamo traces the
+``ascend`` IR provider and the graphs hold ``torch.ops.ascend.*``), switches vLLM's own
+CUDA-only fusion flags off (:func:`disable_vllm_gpu_fusions`: their pass classes do not exist
+on CPU) and enables every custom op (the Ascend rotary embedding). The pass manager then has
+inductor inline the ``torch.ops.ascend.*`` ops after the passes
+(``ascend_kernels.inductor_lowering``).
+
+The NPU runtime's own graph-mode choice depends on the worker chosen after this step: it is in
+``workers``.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +29,40 @@ from typing import Any
 
 from vllm_ascend.engine.capture_settings import UserCaptureSettings
 from vllm_ascend.engine.registry import user_capture_store
+from vllm_ascend.ops.custom_ops import all_custom_ops
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.npu_compilation")
+logger = logging.getLogger("vllm_ascend.config_pipeline.compile_settings")
+
+
+# --- vLLM's GPU-only fusion flags (both pipelines) ------------------------------------------------
+
+# PassConfig switches whose passes exist only on CUDA/ROCm/XPU builds of vLLM: its
+# PostGradPassManager names their classes only there, so one left on is a NameError on CPU
+# and NPU. vLLM switches fuse_norm_quant on by itself whenever rms_norm's first IR provider
+# is not "native", which the Ascend IR priority makes true, with or without a model.
+VLLM_GPU_FUSION_FLAGS = (
+    "fuse_norm_quant", "fuse_act_quant", "fuse_attn_quant", "fuse_allreduce_rms",
+    "enable_qk_norm_rope_fusion", "fuse_rope_kvcache_cat_mla", "fuse_act_padding",
+    "fuse_mla_dual_rms_norm", "fuse_rope_kvcache", "fuse_qk_norm_rope_kvcache",
+)
+
+
+def disable_vllm_gpu_fusions(vllm_config: Any) -> list[str]:
+    """Switch vLLM's own GPU-only fusion flags off; returns the names that were on.
+
+    Both pipelines run it, also for a config without a model (the Ascend fusion passes are
+    switched by ``ascend_compilation_config`` instead)."""
+    pass_config = vllm_config.compilation_config.pass_config
+    turned_off = []
+    for flag in VLLM_GPU_FUSION_FLAGS:
+        if getattr(pass_config, flag, False):
+            turned_off.append(flag)
+        if hasattr(pass_config, flag):
+            setattr(pass_config, flag, False)
+    return turned_off
+
+
+# --- NPU platform: compilation mode, capture sizes, compile backend -------------------------------
 
 MAX_DEFAULT_CAPTURE_SIZE = 512
 A5_MAX_CAPTURE_SIZES = 4
@@ -260,3 +312,47 @@ def setup_compile_backend(
             "enforce_eager (plogs are under $HOME/ascend/log/debug)"
         )
     return notes
+
+
+# --- host-CPU platform: VLLM_COMPILE kept for the Ascend passes -----------------------------------
+
+def wants_vllm_compile(vllm_config: Any) -> bool:
+    """Whether the user's settings ask for vLLM's compilation (read before the CPU defaults)."""
+    from vllm.config import CompilationMode
+
+    model = vllm_config.model_config
+    return (
+        vllm_config.compilation_config.mode == CompilationMode.VLLM_COMPILE
+        and not (model is not None and model.enforce_eager)
+        and vllm_config.lora_config is None
+    )
+
+
+def apply_cpu_compilation(vllm_config: Any, compile_requested: bool) -> dict[str, Any]:
+    """Apply the host-CPU compilation settings; returns what was decided (for the log)."""
+    from ascend_kernels.inductor_lowering import inductor_settings
+    from vllm.config import CompilationMode
+
+    cc = vllm_config.compilation_config
+    cc.custom_ops = all_custom_ops(cc.custom_ops)  # every op on; the user's +x/-x kept
+    turned_off = disable_vllm_gpu_fusions(vllm_config)
+    if compile_requested:
+        cc.mode = CompilationMode.VLLM_COMPILE
+        cc.backend = "inductor"
+        cc.compile_sizes = []
+        cc.ir_enable_torch_wrap = False
+        # One graph for the whole model, as stock vLLM CPU compiles it: no Python hand-off
+        # between pieces at every attention layer, and the passes still run on it.
+        cc.splitting_ops = []
+        # What inductor needs to inline the Ascend ops without float32 scratch buffers
+        # (ascend_kernels.inductor_lowering).
+        cc.inductor_compile_config.update(inductor_settings())
+    decision = {
+        "mode": cc.mode.name if cc.mode is not None else None,
+        "backend": cc.backend,
+        "splitting_ops": cc.splitting_ops,
+        "custom_ops": list(cc.custom_ops),
+        "vllm_fusions_off": turned_off,
+    }
+    logger.info("host-CPU compilation: %s", decision)
+    return decision
