@@ -1,21 +1,27 @@
 """NPU graph mode on the emulated `npu` device: graphs give eager's greedy tokens, and the
 emulated graph catches the two classic runtime bugs.
 
-The tiny llama runs FULL_DECODE_ONLY without compilation; the tiny qwen3 runs the NPU runtime's
-default (no graph setting at all: vLLM's compile through the Ascend compiler,
-FULL_AND_PIECEWISE: full graphs for decode batches, piecewise graphs around attention for
-mixed ones). The llama runs vLLM's native rope; the qwen3 runs the default custom ops, like the
-host-CPU engines of `test_fusion_e2e.py`, so its compile gives the Ascend passes the same
-`ascend.*` ops (the NPU's adapters run them).
+Three graph engines. The tiny llama runs FULL_DECODE_ONLY without compilation. The tiny qwen3
+runs the NPU runtime's default (no graph setting at all: vLLM's compile through the Ascend
+compiler, FULL_AND_PIECEWISE: full graphs for decode batches, piecewise graphs around attention
+for mixed ones). The same qwen3 runs the NPU graph extension: compilation on, FULL_DECODE_ONLY,
+`ascend_compilation_config.enable_npugraph_ex` (`compiler.graph_backend` picks npugraph_ex only
+for a whole-forward graph mode, never for FULL_AND_PIECEWISE, where the fused piecewise graphs
+run as ATen graphs, the "eager" backend). The llama runs vLLM's native rope; the qwen3 engines
+run the default custom ops, like the host-CPU engines of `test_fusion_e2e.py`, so their compile
+gives the Ascend passes the same `ascend.*` ops (the NPU adapters run them).
 
-The Ascend compile path: the qwen3 graph engine's passes find the host-CPU platform's candidate
-sites for the same model inside the piecewise graphs (rewriting those its SoC's kernels
-support), and the graphs they were given hold the `torch.ops.ascend.*` calls.
-
-npugraph_ex is not on this path: `compiler.graph_backend` picks it only with
-`ascend_compilation_config.enable_npugraph_ex` (off by default) and a whole-forward graph mode
-(FULL, FULL_DECODE_ONLY), never for FULL_AND_PIECEWISE, so the fused piecewise graphs run as
-ATen graphs ("eager" backend) on the emulated device.
+The Ascend compile path: the passes find the host-CPU platform's candidate sites for the same
+model (rewriting those the SoC's kernels support), and the graphs they were given hold the
+`torch.ops.ascend.*` calls. With FULL_AND_PIECEWISE vLLM splits the forward at the attention
+call and the KV-cache update, so the kv_cache_attention pass sees neither; with
+FULL_DECODE_ONLY the platform compiles the whole forward as one graph (`splitting_ops=[]`), so
+every pass sees what the host-CPU platform's passes see. The backend then hands the rewritten
+graph to npugraph_ex: on the emulated device that is the harness's npugraph_ex
+(`vllm_ascend_testing.npu_emulation.graph_ex`, under torch_npu's module names), whose compiled
+graph runs the graph's ATen and `ascend.*` calls on the `npu` tensors (the `ascend.*` ops
+through their NPU adapters and the emulated torch_npu kernels) and counts the graphs it
+compiled; the runtime's NPUGraph captures those runs as FULL decode graphs.
 
 The emulated `NPUGraph` records the device operations a capture dispatches and replays exactly
 those on the captured memory (no model Python runs in a replay). The reference is the same
@@ -38,13 +44,20 @@ any capture with one error naming it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from vllm_ascend.entrypoints.local_engine import llm_kwargs
 from vllm_ascend_testing.worker_client import LLMWorker
 
-from tests.integration.test_fusion_e2e import EXPECTED_SITES, NUM_LAYERS
+from tests.integration.test_fusion_e2e import (
+    ATTENTION_OP,
+    EXPECTED_SITES,
+    FUSED_ATTENTION_OP,
+    KV_UPDATE_OP,
+    NUM_LAYERS,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -68,26 +81,40 @@ def _long_prompts() -> dict[str, list[int]]:
     }
 
 
-#: The graph engine of each architecture: its compilation settings and the mode it must run.
-GRAPH_SETUPS = {
-    "llama": ({"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}, "FULL_DECODE_ONLY"),
-    "qwen3": ({}, "FULL_AND_PIECEWISE"),  # the default
+@dataclass(frozen=True)
+class GraphEngine:
+    """A graph engine of the module fixture: its architecture, compilation settings, extra
+    `ascend_compilation_config` keys and the graph mode it must run."""
+
+    arch: str
+    compilation: dict[str, Any]
+    mode: str
+    ascend_compilation: dict[str, Any] = field(default_factory=dict)
+
+
+FULL_DECODE_ONLY = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}  # no compilation
+GRAPH_ENGINES = {
+    "llama": GraphEngine("llama", FULL_DECODE_ONLY, "FULL_DECODE_ONLY"),
+    "qwen3": GraphEngine("qwen3", {}, "FULL_AND_PIECEWISE"),  # the default
+    "qwen3_npugraph_ex": GraphEngine(
+        "qwen3", {"cudagraph_mode": "FULL_DECODE_ONLY"}, "FULL_DECODE_ONLY",
+        {"enable_npugraph_ex": True}),
 }
+ENGINES = list(GRAPH_ENGINES)
 #: vLLM's custom-op directives of each architecture's engines (eager and graphs alike).
 CUSTOM_OPS = {"llama": NATIVE_ROPE, "qwen3": []}
-# FULL_AND_PIECEWISE splits the forward at the attention call and at the KV-cache update
-# (vLLM's splitting ops): neither reaches the passes, so kv_cache_attention has no candidate
-# site in the piecewise graphs (the host-CPU engines compile the attention into their graph).
 
 
 def _kwargs(model: str, graphs: dict[str, Any] | None,
-            custom_ops: list[str] = NATIVE_ROPE) -> dict[str, Any]:
+            custom_ops: list[str] = NATIVE_ROPE,
+            ascend_compilation: dict[str, Any] | None = None) -> dict[str, Any]:
     kwargs = llm_kwargs(model, compile=graphs is not None, max_model_len=512,
                         max_num_seqs=MAX_SEQS, kv_cache_mib=64)
     compilation: dict[str, Any] = {"custom_ops": list(custom_ops)}
     if graphs is not None:
         compilation.update(graphs, cudagraph_capture_sizes=CAPTURE_SIZES)
     kwargs["compilation_config"] = compilation
+    kwargs["additional_config"]["ascend_compilation_config"].update(ascend_compilation or {})
     kwargs["max_num_batched_tokens"] = 128
     kwargs["enable_prefix_caching"] = True
     return kwargs
@@ -110,18 +137,21 @@ def _cases(worker: LLMWorker, name: str) -> dict[str, list[list[int]]]:
 
 @pytest.fixture(scope="module")
 def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict[str, Any]:
-    """Per architecture: eager tokens, graph tokens, the graph report, the graph engine's
-    fusion report, and the tokens with each fault injected and after clearing it."""
+    """Per graph engine: eager tokens (one eager engine per architecture), graph tokens, the
+    graph report (with the emulated graph extension's tally so far), the fusion report, and
+    the tokens with each fault injected and after clearing it."""
     worker = start_worker("npu-graphs", device="npu", **EMULATED)
+    eager: dict[str, dict[str, list[list[int]]]] = {}
     found: dict[str, Any] = {}
-    for arch, (graph_settings, _) in GRAPH_SETUPS.items():
-        model = str(tiny_models.path(arch))
-        ops = CUSTOM_OPS[arch]
-        worker.request("load", name="eager", kwargs=_kwargs(model, None, ops), timeout=600)
-        eager = _cases(worker, "eager")
-        worker.request("unload", name="eager")
-        worker.request("load", name="graphs", kwargs=_kwargs(model, graph_settings, ops),
-                       timeout=600)
+    for name, engine in GRAPH_ENGINES.items():
+        model = str(tiny_models.path(engine.arch))
+        ops = CUSTOM_OPS[engine.arch]
+        if engine.arch not in eager:
+            worker.request("load", name="eager", kwargs=_kwargs(model, None, ops), timeout=600)
+            eager[engine.arch] = _cases(worker, "eager")
+            worker.request("unload", name="eager")
+        kwargs = _kwargs(model, engine.compilation, ops, engine.ascend_compilation)
+        worker.request("load", name="graphs", kwargs=kwargs, timeout=600)
         graphs = _cases(worker, "graphs")
         report = worker.request("graph_report", name="graphs")["workers"][0]
         fusion = worker.request("fusion_report", name="graphs")
@@ -132,25 +162,25 @@ def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict
             worker.request("graph_fault", name="graphs", fault=None)
             faults[fault] = {"broken": broken, "cleared": _tokens(worker, "graphs", PROMPTS[:3])}
         worker.request("unload", name="graphs")
-        found[arch] = {"eager": eager, "graphs": graphs, "report": report, "fusion": fusion,
-                       "faults": faults}
+        found[name] = {"eager": eager[engine.arch], "graphs": graphs, "report": report,
+                       "fusion": fusion, "faults": faults}
     return found
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("case", [*(f"batch_{n}" for n in BATCHES), "prefix_a", "mixed"])
-def test_full_decode_graphs_give_eager_tokens(graph_runs, arch, case) -> None:
-    eager, graphs = graph_runs[arch]["eager"][case], graph_runs[arch]["graphs"][case]
+def test_full_decode_graphs_give_eager_tokens(graph_runs, engine, case) -> None:
+    eager, graphs = graph_runs[engine]["eager"][case], graph_runs[engine]["graphs"][case]
     assert all(len(t) == MAX_TOKENS for t in graphs)
     assert graphs == eager
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_decode_steps_replay_the_padded_capture_size(graph_runs, arch) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_decode_steps_replay_the_padded_capture_size(graph_runs, engine) -> None:
     """Every capture size was captured as a FULL graph; batches of 1, 3 (-> 4), 5 and 8
     (-> 8) replayed; FULL_AND_PIECEWISE also captured 3 pieces (2 layers) per size."""
-    report = graph_runs[arch]["report"]
-    assert report["mode"] == GRAPH_SETUPS[arch][1]
+    report = graph_runs[engine]["report"]
+    assert report["mode"] == GRAPH_ENGINES[engine].mode
     replays = {int(k): v for k, v in report["replays"].items()}
     assert sorted(replays) == CAPTURE_SIZES
     for size in (1, 4, 8):
@@ -159,43 +189,71 @@ def test_decode_steps_replay_the_padded_capture_size(graph_runs, arch) -> None:
     assert report["captures"] == len(CAPTURE_SIZES) * (1 + pieces)
 
 
-def test_the_npu_compile_runs_the_ascend_passes_on_the_ascend_ops(graph_runs) -> None:
-    """The qwen3 graph engine compiled on the NPU platform: its passes ran on fresh graphs (no
-    compile cache), were given one `ascend.rotary_embedding` per attention layer fed by the
-    `ascend.rms_norm` of q and k, and found the host-CPU platform's candidate sites for the
-    same model (test_fusion_e2e's table) in the piecewise graphs. The qk-norm + rope sites are
-    not rewritten on an NPU SoC: its kernel is bfloat16 only (`ascend_kernels.capability`) and
-    the model runs float32, which only the host-CPU reference kernels fuse."""
+def _npu_sites(whole_forward: bool) -> dict[str, dict[str, int]]:
+    """The host-CPU table of the tiny qwen3 (`test_fusion_e2e.EXPECTED_SITES`) as the NPU SoC
+    rules leave it: the qk-norm + rope sites are found but not rewritten (the NPU kernel is
+    bfloat16 only, `ascend_kernels.capability`, and the model runs float32, which only the
+    host-CPU reference kernels fuse); norm_quant is not built for a float32 model on an NPU SoC
+    (its kernels need bfloat16 or float16; the host-CPU table has no norm_quant site in this
+    model either); without the whole forward (`whole_forward` False: FULL_AND_PIECEWISE)
+    kv_cache_attention has no site, its two ops being vLLM's splitting ops."""
     from ascend_kernels.capability import supports
     from vllm_ascend.engine.norm_quant_gate import decide_norm_quant
 
-    fusion = graph_runs["qwen3"]["fusion"]
+    sites = {name: dict(site) for name, site in EXPECTED_SITES["qwen3"].items()}
+    assert supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc="cpu")
+    if not any(supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc=soc)
+               for soc in ("A2", "A3", "A5")):
+        sites["qknorm_rope"]["matched"] = 0
+    assert not decide_norm_quant(True, "A2", "float32", None).enabled
+    assert sites.pop("norm_quant") == {"expected": 0, "matched": 0}
+    if not whole_forward:
+        sites["kv_cache_attention"] = {"expected": 0, "matched": 0}
+    return sites
+
+
+@pytest.mark.parametrize("engine", ["qwen3", "qwen3_npugraph_ex"])
+def test_the_npu_compile_runs_the_ascend_passes_on_the_ascend_ops(graph_runs, engine) -> None:
+    """The qwen3 graph engines compiled on the NPU platform: their passes ran on fresh graphs
+    (no compile cache), were given one `ascend.rotary_embedding` per attention layer fed by the
+    `ascend.rms_norm` of q and k, and found the host-CPU platform's candidate sites for the
+    same model (`_npu_sites`: FULL_AND_PIECEWISE's piecewise graphs lack the attention;
+    FULL_DECODE_ONLY's one graph is the whole forward, as on the host CPU)."""
+    fusion = graph_runs[engine]["fusion"]
     sites = fusion["sites"]
     assert sites["from_cache"] is False and sites["graphs"] > 0, sites
-    npu_fuses_rope = any(supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc=soc)
-                         for soc in ("A2", "A3", "A5"))
-    assert supports("split_qkv_rmsnorm_rope", dtype="float32", head_dim=64, soc="cpu")
-    # norm_quant is not built for a float32 model on an NPU SoC (its kernels need bfloat16 or
-    # float16); the host-CPU table has no norm_quant site in this model either.
-    assert not decide_norm_quant(True, "A2", "float32", None).enabled
+    expected = _npu_sites(whole_forward=GRAPH_ENGINES[engine].mode == "FULL_DECODE_ONLY")
     assert "norm_quant" not in sites["passes"], sites
-    assert EXPECTED_SITES["qwen3"]["norm_quant"] == {"expected": 0, "matched": 0}
-    for name in ("qknorm_rope", "muls_add"):
-        expected = dict(EXPECTED_SITES["qwen3"][name])
-        if name == "qknorm_rope" and not npu_fuses_rope:
-            expected["matched"] = 0
-        assert sites["passes"][name] == expected, (name, sites)
-        assert fusion["report"][name] == expected["matched"], fusion["report"]
-    assert sites["passes"]["kv_cache_attention"] == {"expected": 0, "matched": 0}, sites
+    for name, site in expected.items():
+        assert sites["passes"][name] == site, (name, sites)
+        assert fusion["report"][name] == site["matched"], fusion["report"]
     ops = sites["ascend_ops"]
     assert ops.get("ascend.rotary_embedding") == NUM_LAYERS, ops
     assert ops.get("ascend.rms_norm", 0) >= 2 * NUM_LAYERS, ops  # at least q and k norms
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_npugraph_ex_compiles_the_rewritten_whole_forward(graph_runs) -> None:
+    """The npugraph_ex engine's backend handed every graph its passes rewrote to the emulated
+    npugraph_ex (none was handed to it by the FULL_AND_PIECEWISE engine before): each is the
+    whole forward with its `ascend.*` calls and the fused KV-cache write + attention of every
+    layer, and the extension's compiled code ran (eager steps and the captures)."""
+    before = graph_runs["qwen3"]["report"]["graph_ex"]
+    assert before["compiled"] == {} and before["runs"] == 0, before
+    tally = graph_runs["qwen3_npugraph_ex"]["report"]["graph_ex"]
+    sites = graph_runs["qwen3_npugraph_ex"]["fusion"]["sites"]
+    assert tally["compiled"] == {"npugraph_ex": sites["graphs"]}, (tally, sites["graphs"])
+    assert tally["runs"] > 0 and tally["loaded"] == 0, tally
+    for ops in tally["graph_ops"]:
+        assert ops.get("ascend.rotary_embedding") == NUM_LAYERS, ops
+        assert ops.get("ascend.rms_norm", 0) >= 2 * NUM_LAYERS, ops
+        assert ops.get(FUSED_ATTENTION_OP) == NUM_LAYERS, ops
+        assert KV_UPDATE_OP not in ops and ATTENTION_OP not in ops, ops
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("fault", ["skip_update", "fresh_input"])
-def test_the_emulated_graph_catches_the_classic_runtime_bugs(graph_runs, arch, fault) -> None:
-    run = graph_runs[arch]
+def test_the_emulated_graph_catches_the_classic_runtime_bugs(graph_runs, engine, fault) -> None:
+    run = graph_runs[engine]
     expected = run["eager"]["batch_3"]
     assert run["faults"][fault]["broken"] != expected
     assert run["faults"][fault]["cleared"] == expected
@@ -209,7 +267,7 @@ def test_smollm2_float32_full_decode_graphs_give_eager_tokens(
     worker = start_worker("npu-graphs-smollm2", device="npu", **EMULATED)
     model = str(smollm2_dir)
     found = {}
-    for label, graphs in (("eager", None), ("graphs", GRAPH_SETUPS["llama"][0])):
+    for label, graphs in (("eager", None), ("graphs", FULL_DECODE_ONLY)):
         kwargs = _kwargs(model, graphs)
         if graphs is not None:
             kwargs["compilation_config"]["cudagraph_capture_sizes"] = [1, 4]  # 2 captures
@@ -250,7 +308,7 @@ def _gmem_kwargs(model: str, *, graphs: bool, max_model_len: int = 512,
                         max_num_seqs=GMEM_SEQS, kv_cache_mib=None if graphs else 16)
     compilation: dict[str, Any] = {"custom_ops": NATIVE_ROPE}
     if graphs:
-        compilation.update(GRAPH_SETUPS["llama"][0], cudagraph_capture_sizes=GMEM_SIZES)
+        compilation.update(FULL_DECODE_ONLY, cudagraph_capture_sizes=GMEM_SIZES)
     kwargs.update(compilation_config=compilation, max_num_batched_tokens=128,
                   gpu_memory_utilization=util)
     return kwargs

@@ -20,7 +20,9 @@ the real one rejects:
 - **npugraph_ex / torchair** under their real names (``torch_npu.dynamo.npugraph_ex``, ...)
   and ``sys.modules`` aliases; configs raise ``ValueError`` on unknown options;
   ``_NpuFxCompiler`` only in ``npu_fx_compiler``; ``_get_compiled_gm(self, gm,
-  example_inputs)`` returns an object with ``get_code()`` and no ``code``.
+  example_inputs)`` returns an object with ``get_code()`` and no ``code``. They are the
+  emulated device's (``vllm_ascend_testing.npu_emulation.graph_ex``, one implementation for
+  both); ``fake.graph_ex`` counts the graphs they compiled and ran.
 
 API::
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from vllm_ascend_testing.npu_emulation.graph_ex import GraphExTally, extension_modules
 
 from tools.npu_seam.device import FakeNpuApi
-from tools.npu_seam.graph_ex import npugraph_ex_modules, torchair_modules
 from tools.npu_seam.kernels import FakeKernels, KernelCall
 from tools.npu_seam.record import load_record
 
@@ -29,7 +29,9 @@ class FakeTorchNpu(types.ModuleType):
     """Stands in for ``torch_npu``: its ops, ``npu``, ``_C``, ``op_plugin.atb`` and ``dynamo``.
 
     ``kernels`` holds the recorded kernel calls (``calls``, ``last(op)``, ``marker(op, i)``);
-    ``npu`` the device/stream/graph/memory fakes (``npu.calls``, ``npu.called(name)``).
+    ``npu`` the device/stream/graph/memory fakes (``npu.calls``, ``npu.called(name)``);
+    ``graph_ex`` what the bundled npugraph_ex/torchair compiled and ran (the emulated device's
+    extensions, ``vllm_ascend_testing.npu_emulation.graph_ex``).
     """
 
     def __init__(
@@ -55,8 +57,11 @@ class FakeTorchNpu(types.ModuleType):
                                                       "torch_npu.npu": self.npu,
                                                       "torch_npu._C": self._C}
         self._add_atb(atb_error)
+        self.graph_ex = GraphExTally()
         if graph_extensions:
-            self._add_graph_extensions()
+            modules = extension_modules(self.record, self.graph_ex)
+            self.dynamo = modules["torch_npu.dynamo"]
+            self._modules.update(modules)
 
     @property
     def calls(self) -> list[KernelCall]:
@@ -79,19 +84,6 @@ class FakeTorchNpu(types.ModuleType):
             parent = module
         setattr(parent, spec["load_error"], error)
         parent.API_LIST = list(spec["api_list"])  # type: ignore[attr-defined]
-
-    def _add_graph_extensions(self) -> None:
-        dynamo = _module("torch_npu.dynamo")
-        self.dynamo = dynamo
-        self._modules["torch_npu.dynamo"] = dynamo
-        for modules, key in ((npugraph_ex_modules(self.record), "npugraph_ex"),
-                             (torchair_modules(self.record), "torchair")):
-            self._modules.update(modules)
-            spec = self.record["graph_extensions"][key]
-            root = modules[spec["module"]]
-            setattr(dynamo, key, root)
-            # torch_npu's lazy proxy under the short name; __name__ stays the long one.
-            self._modules[spec["sys_modules_alias"]] = root
 
     def modules(self) -> dict[str, types.ModuleType]:
         """Every ``sys.modules`` entry the real torch_npu import provides that the fake has."""

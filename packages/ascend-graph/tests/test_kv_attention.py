@@ -152,11 +152,23 @@ def test_switch_off_keeps_update_and_attention(kv_ops) -> None:
 
 
 def test_auto_functionalized_v2_graphs_are_left_alone(kv_ops) -> None:
-    """torch's default functionalization (v2, not vLLM's v1) is not matched: nothing is
+    """torch's default functionalization (v2, not vLLM's v1) is not matched: on inductor, whose
+    functionalization the caller's inductor config decides (vLLM's says v1), nothing is
     rewritten and the graph still computes the right result."""
-    run = _compile_and_run(kv_ops, {}, functionalized_v2=True)
+    run = _compile_and_run(kv_ops, {"backend": "inductor"}, functionalized_v2=True)
     assert run.report == NO_REWRITES
     assert run.graphs == [Counter({"update": 2, "attention": 2})]
+    torch.testing.assert_close(run.got, run.reference)
+
+
+def test_the_eager_pipeline_functionalizes_as_vllm_does_whatever_torchs_default(kv_ops) -> None:
+    """The eager (and npugraph_ex) pipeline derives its ATen graph with v1 functionalization
+    even where torch's default (v2) is on, as nothing else sets it outside vLLM's inductor
+    (the NPU platform's compile): every layer fuses."""
+    run = _compile_and_run(kv_ops, {"backend": "eager"}, functionalized_v2=True)
+    assert run.report == {**NO_REWRITES, "kv_cache_attention": 2}
+    assert run.graphs == [Counter({"fused": 2})]
+    assert run.calls == [("fused", LAYERS[0]), ("fused", LAYERS[1])]
     torch.testing.assert_close(run.got, run.reference)
 
 

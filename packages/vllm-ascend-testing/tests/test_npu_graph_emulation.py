@@ -150,6 +150,35 @@ def report() -> dict[str, Any]:
             g.replay()
             x + 1
         out["counted"] = {"ops": counter.ops, "replays": counter.replays}
+
+        # host code is expanded into the device ops it issues: a mutating op in a functional
+        # graph (auto_functionalized clones, then calls the op on the clone) and an op of a
+        # host-wrapper namespace (vllm_ascend) are never recorded themselves
+        from torch._higher_order_ops.auto_functionalize import auto_functionalized
+        def triple_into(x, out):
+            out.copy_(x * 3)
+        def add_one(x, out):
+            out.copy_(x + 1)
+        lib = torch.library.Library("emu_graph_test", "FRAGMENT")
+        lib.define("triple_into(Tensor x, Tensor(a!) out) -> ()")
+        lib.impl("triple_into", triple_into, "CompositeExplicitAutograd")
+        wrapper = torch.library.Library("vllm_ascend", "FRAGMENT")
+        wrapper.define("emu_add_one(Tensor x, Tensor(a!) out) -> ()")
+        wrapper.impl("emu_add_one", add_one, "CompositeExplicitAutograd")
+        src = torch.ones(3, device="npu")
+        base = torch.zeros(3, device="npu")
+        target = torch.zeros(3, device="npu")
+        g6 = npu.NPUGraph()
+        with npu.graph(g6):
+            _, tripled = auto_functionalized(torch.ops.emu_graph_test.triple_into.default,
+                                             x=src, out=base)
+            torch.ops.vllm_ascend.emu_add_one(src, target)
+        src.fill_(2.0)
+        g6.replay()
+        out["hop_replayed"] = tripled.cpu().tolist()
+        out["hop_base"] = base.cpu().tolist()
+        out["wrapper_replayed"] = target.cpu().tolist()
+        out["hop_recorded"] = [str(op.func) for op in g6.recorded_ops]
         print(json.dumps(out))
     """, EMU)
 
@@ -217,3 +246,13 @@ def test_host_op_counter_counts_replays_across_host_wrapper_ops(report) -> None:
     once restarted the count), and the ops outside replays are the wrapper's multiply and the
     add (the wrapper itself issues no device op of its own)."""
     assert report["counted"] == {"ops": 2, "replays": 2}
+
+
+def test_host_code_is_recorded_as_the_device_ops_it_issues(report) -> None:
+    assert report["hop_replayed"] == [6.0] * 3  # the clone, tripled again from the new input
+    assert report["hop_base"] == [0.0] * 3  # functional: the mutated base is a clone
+    assert report["wrapper_replayed"] == [3.0] * 3
+    recorded = report["hop_recorded"]
+    assert "aten.clone.default" in recorded and "emu_graph_test.triple_into.default" in recorded
+    assert not any("auto_functionalized" in op or "vllm_ascend" in op for op in recorded)
+    assert "aten.copy_.default" in recorded

@@ -31,7 +31,12 @@ from torch import fx
 
 from ascend_graph.manager import GraphFusionPassManager
 from ascend_graph.passes.base import CompileRange, range_bounds
-from ascend_graph.pipeline import backend_callable, check_backend, run_manager_on
+from ascend_graph.pipeline import (
+    backend_callable,
+    check_backend,
+    run_manager_on,
+    v1_functionalization,
+)
 from ascend_graph.version import __version__
 
 FORMAT = 1
@@ -122,7 +127,7 @@ def compile_graph_fused(
 
     # AOTAutograd's cache stores only inductor's OutputCode; this forward is a boxed callable
     # of another backend, so caching it fails ("expected OutputCode"): compile uncached.
-    with functorch_config.patch(enable_autograd_cache=False):
+    with functorch_config.patch(enable_autograd_cache=False), v1_functionalization():
         compiled = aot_autograd(fw_compiler=fw_compiler)(gm, list(example_inputs))
     return compiled, forwards[0]  # aot_autograd compiles the forward before returning
 

@@ -3,6 +3,9 @@
 Backends:
 - `"eager"` (default): aot_autograd produces the functionalized ATen graph, the manager
   rewrites it, and it runs eagerly (the fused ops are ordinary `torch.ops.ascend` calls).
+  A mutating custom op (vLLM's attention) is functionalized as `auto_functionalized`, the form
+  vLLM's own compile gives its passes (`v1_functionalization`), never as
+  `auto_functionalized_v2`: the passes (kv_cache_attention) match that form.
 - `"inductor"`: inductor on CPU with the manager installed as its post-grad custom pass, so
   patterns see exactly what they see inside vLLM (post-grad graph, `view` as `reshape`).
 - `"npugraph_ex"`: the NPU graph extension (see `ascend_graph.npu_graph_ex`), loaded lazily.
@@ -114,7 +117,22 @@ def compile_graph(
         return cast(CompiledFn, make_boxed_func(backend_callable(fused, inputs, backend,
                                                                   npu_options)))
 
-    return aot_autograd(fw_compiler=forward_compiler)(gm, list(example_inputs))
+    with v1_functionalization():
+        return aot_autograd(fw_compiler=forward_compiler)(gm, list(example_inputs))
+
+
+@contextlib.contextmanager
+def v1_functionalization() -> Iterator[None]:
+    """Functionalize mutating custom ops as `auto_functionalized` for the block. Torch's default
+    is `auto_functionalized_v2` (`torch._inductor.config.enable_auto_functionalized_v2`, also
+    read by aot_autograd outside inductor); vLLM turns it off in the inductor config of its own
+    compile because its passes match v1 only, and so do this package's: without this an
+    aot_autograd graph outside vLLM's inductor (the eager and npugraph_ex backends) would hold
+    v2 calls the kv_cache_attention pass never matches."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(enable_auto_functionalized_v2=False):
+        yield
 
 
 def backend_callable(

@@ -54,16 +54,22 @@ def set_fault(worker: Any, fault: str | None) -> str:
 
 
 def graph_report(worker: Any) -> dict[str, Any]:
-    """On one worker: the graph mode, the captured FULL graphs (token count -> replays) and
-    the engine's capture count (FULL and PIECEWISE)."""
+    """On one worker: the graph mode, the captured FULL graphs (token count -> replays), the
+    engine's capture count (FULL and PIECEWISE) and, on the emulated device, what its
+    npugraph_ex/torchair did in this process so far (``graph_ex``: ``GraphExTally.report()``;
+    None on another device)."""
     from vllm_ascend.engine import engine_of
+
+    from vllm_ascend_testing.npu_emulation.device import installed
 
     runner = worker.model_runner
     entries = getattr(runner.model, "entries", None) or {}
+    emulation = installed()
     return {
         "mode": runner.compilation_config.cudagraph_mode.name,
         "replays": {str(getattr(key, "num_tokens", key)): entry.replays
                     for key, entry in entries.items() if entry.graph is not None},
         "captures": engine_of(runner.vllm_config).captures.count,
         "capture_s": engine_of(runner.vllm_config).captures.seconds,
+        "graph_ex": None if emulation is None else emulation.graph_ex.report(),
     }

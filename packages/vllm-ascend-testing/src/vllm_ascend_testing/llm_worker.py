@@ -160,7 +160,8 @@ class EngineHost:
 
     def op_graph_report(self, name: str) -> dict[str, Any]:
         """Per worker: the graphs its NPU graph wrapper captured (token counts) and how often
-        each replayed."""
+        each replayed, and on the emulated device what its npugraph_ex/torchair compiled and
+        ran in the process so far (``graph_faults.graph_report``)."""
         from vllm_ascend_testing.graph_faults import graph_report
 
         return {"workers": self.engines[name].collective_rpc(graph_report)}

@@ -14,6 +14,8 @@ from torch.utils.backend_registration import (
 )
 
 from vllm_ascend_testing.npu_emulation import build, hccl, kernels, npu_api
+from vllm_ascend_testing.npu_emulation.graph_ex import GraphExTally, extension_modules
+from vllm_ascend_testing.npu_emulation.record import load_record
 from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
 
 #: Dtypes torch_npu leaves out of the generated ``npu`` methods (its backend registration).
@@ -22,13 +24,15 @@ UNSUPPORTED_DTYPES = [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32
 
 @dataclass(frozen=True)
 class EmulatedDevice:
-    """An installed emulation: its settings, ``torch.npu`` and ``torch_npu``."""
+    """An installed emulation: its settings, ``torch.npu``, ``torch_npu`` and the tally of
+    its graph extensions (``graph_ex``: what npugraph_ex/torchair compiled and ran)."""
 
     settings: EmulationSettings
     api: npu_api.NpuApi
     library: torch.library.Library
     npu: ModuleType
     torch_npu: ModuleType
+    graph_ex: GraphExTally
 
 
 def installed() -> EmulatedDevice | None:
@@ -40,7 +44,9 @@ def installed() -> EmulatedDevice | None:
 
 def install(settings: EmulationSettings) -> EmulatedDevice:
     """Register ``npu`` as torch's PrivateUse1 device with ``settings``' NPUs and HBM, and
-    put ``torch_npu`` (with ``torch_npu.npu`` = ``torch.npu``) into ``sys.modules``."""
+    put ``torch_npu`` (with ``torch_npu.npu`` = ``torch.npu``) into ``sys.modules``, with its
+    bundled graph extensions (``torch_npu.dynamo.npugraph_ex``, ``torch_npu.dynamo.torchair``,
+    their submodules and the ``npugraph_ex``/``torchair`` aliases; ``graph_ex.py``)."""
     existing = installed()
     if existing is not None:
         if existing.settings != settings:
@@ -60,11 +66,15 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
     library = torch.library.Library(kernels.NAMESPACE, "DEF")
     kernels.add_to(tnpu, library)
     hccl.register()
-    device = EmulatedDevice(settings, api, library, npu, tnpu)
+    tally = GraphExTally()
+    extensions = extension_modules(load_record(), tally)
+    tnpu.dynamo = extensions["torch_npu.dynamo"]  # type: ignore[attr-defined]
+    device = EmulatedDevice(settings, api, library, npu, tnpu, tally)
     tnpu._emulated_device = device  # type: ignore[attr-defined]
     sys.modules["torch_npu"] = tnpu
     sys.modules["torch_npu.npu"] = npu
     sys.modules["torch_npu._C"] = tnpu._C
+    sys.modules.update(extensions)
     return device
 
 

@@ -37,6 +37,7 @@ from vllm_ascend_testing.npu_emulation.graph_errors import (
     GraphCaptureNotAllowed,
     GraphReplayError,
 )
+from vllm_ascend_testing.npu_emulation.host_code import is_host_code, npu_tensors, run_host_code
 from vllm_ascend_testing.npu_emulation.signatures import bound
 
 _POOL_IDS = itertools.count(1)
@@ -46,19 +47,6 @@ _aten = torch.ops.aten
 _HOST_READS = {_aten._local_scalar_dense.default, _aten.nonzero.default,
                _aten.masked_select.default, _aten.unique_consecutive.default,
                _aten._unique2.default}
-
-
-
-#: Namespaces of ops that are host functions around device ops (vLLM's attention and KV-cache
-#: entry points read the forward context in Python): capture records the device ops they
-#: issue, never the wrapper, so a replay runs no host code.
-HOST_WRAPPER_NAMESPACES = frozenset({"vllm"})
-BACKEND_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
-
-
-def npu_tensors(tree: Any) -> list[torch.Tensor]:
-    leaves, _ = tree_flatten(tree)
-    return [t for t in leaves if isinstance(t, torch.Tensor) and t.device.type == "npu"]
 
 
 def _snapshot(value: Any) -> Any:
@@ -108,7 +96,10 @@ def _record(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
 
 
 class _Capture(TorchDispatchMode):
-    """Runs each op once (the capture's own execution) and appends it to the graph."""
+    """Runs each op once (the capture's own execution) and appends it to the graph; host code
+    (``host_code``) is expanded into the device ops it issues, so a replay runs none of it."""
+
+    supports_higher_order_operators = True
 
     def __init__(self, graph: NPUGraph) -> None:
         super().__init__()
@@ -117,9 +108,8 @@ class _Capture(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if func.namespace in HOST_WRAPPER_NAMESPACES:
-            with self:  # record what the wrapper dispatches
-                return func.redispatch(BACKEND_KEYS, *args, **kwargs)
+        if is_host_code(func):
+            return run_host_code(self, func, args, kwargs)
         inputs = npu_tensors((args, kwargs))
         if inputs and _reads_host(func, args, kwargs):
             raise GraphCaptureNotAllowed(

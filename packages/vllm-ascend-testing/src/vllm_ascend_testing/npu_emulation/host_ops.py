@@ -9,12 +9,15 @@ from typing import Any
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vllm_ascend_testing.npu_emulation import graphs
+from vllm_ascend_testing.npu_emulation.host_code import is_host_code, npu_tensors, run_host_code
 
 
 class HostOpCounter(TorchDispatchMode):
     """Counts the device operations the host dispatches (ops on ``npu`` tensors) outside
     graph replays, and the replays: what a decode step costs the host. vLLM's attention and
-    KV-cache entry points count as the device ops they issue."""
+    KV-cache entry points, and higher-order ops, count as the device ops they issue."""
+
+    supports_higher_order_operators = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,11 +45,10 @@ class HostOpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if func.namespace in graphs.HOST_WRAPPER_NAMESPACES:
-            with self:
-                return func.redispatch(graphs.BACKEND_KEYS, *args, **kwargs)
+        if is_host_code(func):
+            return run_host_code(self, func, args, kwargs)
         out = func(*args, **kwargs)
         if not graphs.THREAD.state.replaying and (
-                graphs.npu_tensors((args, kwargs)) or graphs.npu_tensors(out)):
+                npu_tensors((args, kwargs)) or npu_tensors(out)):
             self.ops += 1
         return out

@@ -13,17 +13,26 @@ raise ``NotImplementedError`` after binding.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 import torch
-from ascend_kernels.ops import activation, attention, norm, rope
 
 from vllm_ascend_testing.npu_emulation.record import load_record
 
 NAMESPACE = "torch_npu_emulated"
+
+
+def _reference(name: str) -> ModuleType:
+    """``ascend_kernels.ops.<name>`` (the references), imported at the first kernel call, never
+    during the install: ascend_kernels registers its NPU adapters when it is first imported and
+    ``torch_npu`` imports then (as on a host with the real torch_npu, which torch loads before
+    anything else), so importing it before the emulated ``torch_npu`` is in ``sys.modules``
+    would leave every ``ascend`` op on its reference for the whole process."""
+    return importlib.import_module(f"ascend_kernels.ops.{name}")
 
 
 def _rstd(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
@@ -43,7 +52,8 @@ def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor,
                  epsilon: float = 1e-6) -> tuple[torch.Tensor, ...]:
     """``ascend::rms_norm`` over gamma's dims; and rstd (float32)."""
     x, g = _flat_norm(input, gamma)
-    return norm.rms_norm(x, g, epsilon).reshape(input.shape), _rstd(input, gamma, epsilon)
+    y = _reference("norm").rms_norm(x, g, epsilon)
+    return y.reshape(input.shape), _rstd(input, gamma, epsilon)
 
 
 def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
@@ -51,7 +61,7 @@ def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
     """``ascend::add_rms_norm``: rms_norm(x1 + x2), its rstd and x1 + x2."""
     a, g = _flat_norm(x1, gamma)
     b, _ = _flat_norm(x2, gamma)
-    y, summed = norm.add_rms_norm(a, b, g, epsilon)
+    y, summed = _reference("norm").add_rms_norm(a, b, g, epsilon)
     return (y.reshape(x1.shape), _rstd(summed.reshape(x1.shape), gamma, epsilon),
             summed.reshape(x1.shape))
 
@@ -59,7 +69,8 @@ def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
 def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``ascend::silu_and_mul`` along ``dim``: silu(first half) * second half."""
     moved = input.movedim(dim, -1)
-    return activation.silu_and_mul(moved).movedim(-1, dim).contiguous()
+    out: torch.Tensor = _reference("activation").silu_and_mul(moved)
+    return out.movedim(-1, dim).contiguous()
 
 
 def _npu_rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
@@ -72,8 +83,8 @@ def _npu_rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: tor
         raise NotImplementedError(
             "the emulated _npu_rotary_embedding rotates whole heads only (cos_sin_cache "
             f"width {rotary_dim}, head_size {head_size})")
-    q, k = rope.rotary_embedding(positions, query, key, cos_sin_cache, head_size, rotary_dim,
-                                 is_neox_style)
+    q, k = _reference("rope").rotary_embedding(positions, query, key, cos_sin_cache,
+                                               head_size, rotary_dim, is_neox_style)
     query.copy_(q)
     key.copy_(k)
 
@@ -91,7 +102,8 @@ def npu_scatter_pa_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: t
             "the emulated npu_scatter_pa_kv_cache runs cache_mode='Norm' without compression "
             f"only (got cache_mode={cache_mode!r})")
     n = slot_mapping.shape[0]
-    attention.reshape_and_cache(key[:n], value[:n], key_cache, value_cache, slot_mapping)
+    _reference("attention").reshape_and_cache(key[:n], value[:n], key_cache, value_cache,
+                                              slot_mapping)
 
 
 def npu_fused_infer_attention_score(query: torch.Tensor, key: torch.Tensor,
@@ -109,7 +121,7 @@ def npu_fused_infer_attention_score(query: torch.Tensor, key: torch.Tensor,
     block_size, head_size = kw["block_size"], query.shape[-1]
     k_cache = key.view(key.shape[0], block_size, kv_heads, head_size)
     v_cache = value.view(value.shape[0], block_size, kv_heads, head_size)
-    out = attention.paged_attention(
+    out = _reference("attention").paged_attention(
         query.view(query.shape[0], heads, head_size), k_cache, v_cache, kw["block_table"],
         list(kw["actual_seq_lengths"]), list(kw["actual_seq_lengths_kv"]), kw["scale"])
     lse = torch.zeros(1, dtype=torch.float32, device=query.device)

@@ -24,7 +24,7 @@ def recorded_signature(name: str) -> inspect.Signature:
     if name not in apis:
         raise KeyError(f"torch.npu.{name} is not in the torch_npu record; add it to "
                        "tools/torch_npu_tables.py PYTHON_APIS and re-run torch_npu_schemas.py")
-    return _signature_from_text(apis[name]["signature"])
+    return signature_from_text(apis[name]["signature"])
 
 
 class _Default:
@@ -37,7 +37,7 @@ class _Default:
         return self.source
 
 
-def _signature_from_text(text: str) -> inspect.Signature:
+def signature_from_text(text: str) -> inspect.Signature:
     fn = ast.parse(f"def f{text}: pass").body[0]
     assert isinstance(fn, ast.FunctionDef)
     args = fn.args
