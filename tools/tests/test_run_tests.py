@@ -167,6 +167,19 @@ def test_jobs_must_be_a_whole_number_of_at_least_one(text: str, capsys) -> None:
     assert "a whole number of at least 1" in capsys.readouterr().err
 
 
+def test_child_env_waits_passively_unless_the_caller_chose() -> None:
+    assert run_tests.child_env({"PATH": "/bin"}) == {"PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert run_tests.child_env({"OMP_WAIT_POLICY": "ACTIVE"}) == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def test_each_pytest_process_gets_the_child_env(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    body = ("import os\n\n\ndef test_env():\n"
+            "    assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'\n")
+    status, line = _run(tmp_path, capsys, env=body)
+    assert (status, line) == (0, "1 passed, 0 failed")
+
+
 def test_other_arguments_go_to_pytest() -> None:
     parsed = run_tests.parse_args(["-x", "--jobs", "3", "-k", "fusion"])
     assert parsed == (3, ["-x", "-k", "fusion"])
