@@ -58,17 +58,32 @@ def parse_npu_names(info_text: str) -> dict[int, str]:
     return names
 
 
-def read_recorded(folder: Path) -> DeviceView:
+def _recorded_text(folder: Path, name: str) -> str | None:
+    """An optional file of a recorded host, read by the folder format's rules (ascend-topology's
+    reader: a regular file, no symbolic link, at most its size limit, UTF-8); None when
+    absent. ``RecordedHostError`` names the file otherwise."""
     import ascend_topology as topo
+    from ascend_topology.safe_io import RECORDED_FILE_LIMIT, read_limited
 
     try:
-        facts = topo.load_recorded_host(folder)
+        return read_limited(folder / name, RECORDED_FILE_LIMIT, strict=True)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise topo.RecordedHostError(
+            f"recorded host {folder}: cannot read {name}: {exc.strerror or exc}") from None
     except topo.TopologyError as exc:
-        return DeviceView(None, "", None, str(exc), f"recorded host {folder}")
-    info = (folder / INFO_FILE).read_text(encoding="utf-8", errors="replace")
-    board_path = folder / BOARD_FILE
-    board = board_path.read_text(encoding="utf-8", errors="replace") \
-        if board_path.is_file() else None
+        raise topo.RecordedHostError(f"recorded host {folder}: {exc}") from None
+
+
+def read_recorded(folder: Path) -> DeviceView:
+    """The recorded host ``folder``; ``RecordedHostError`` (a ``TopologyError``) names what
+    in it breaks the format, as ascend-topology's loader does."""
+    import ascend_topology as topo
+
+    facts = topo.load_recorded_host(folder)
+    info = _recorded_text(folder, INFO_FILE) or ""
+    board = _recorded_text(folder, BOARD_FILE)
     return DeviceView(facts, info, board, None, f"recorded host {folder}")
 
 

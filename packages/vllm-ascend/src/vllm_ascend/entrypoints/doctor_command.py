@@ -111,28 +111,28 @@ def main(argv: list[str]) -> int:
     """Run the doctor; returns the exit status (argparse exits 2 on bad usage)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    host_dir = None
-    if args.host is not None:
-        import ascend_topology as topo
-
-        try:
-            host_dir = topo.example_host_dir(args.host) if args.host in topo.example_hosts() \
-                else Path(args.host)
-        except topo.TopologyError as exc:
-            parser.error(str(exc))
-        if not host_dir.is_dir():
-            parser.error(f"--host {args.host!r}: not a folder and not an example host "
-                         f"({', '.join(topo.example_hosts())})")
     if not 0 < args.probe_timeout <= 3600:
         parser.error(f"--probe-timeout {args.probe_timeout:g}: allowed: more than 0, at most "
                      "3600 seconds")
-    root = Path(args.root) if args.root else Path("/")
-    if not root.is_dir():
+    import ascend_topology as topo
+    from ascend_topology.recorded import resolve_host_dir
+
+    host_dir = None
+    try:
+        if args.host is not None:
+            host_dir = resolve_host_dir(args.host)
+        root = Path(args.root) if args.root else Path("/")
+        root_is_dir = root.is_dir()
+    except topo.TopologyError as exc:
+        parser.error(str(exc))
+    except OSError as exc:  # a name too long for the file system, a folder it cannot enter
+        parser.error(f"cannot use {exc.filename!r}: {exc.strerror or exc}")
+    if not root_is_dir:
         parser.error(f"--root {args.root!r} is not a directory")
     try:
         report = diagnose(HostPaths(root=root, environ=dict(os.environ)), host_dir,
                           probe_timeout=args.probe_timeout)
-    except ValueError as exc:
+    except (ValueError, topo.RecordedHostError) as exc:
         print(f"vllm-ascend doctor: error: {exc}", file=sys.stderr)
         return 2
     text = json.dumps(report.to_dict()) if args.json else format_text(report)
