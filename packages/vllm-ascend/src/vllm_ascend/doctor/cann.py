@@ -11,14 +11,14 @@ layout and the ``cann`` layout of CANN 8.5 and later) after ``ASCEND_TOOLKIT_HOM
 
 from __future__ import annotations
 
-import glob
+import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_ascend.doctor.elf_symbols import ElfError, exported_symbols
+from vllm_ascend.doctor.elf_symbols import ElfError, read_elf_dynamic
 from vllm_ascend.doctor.findings import FAIL, NPU, OK, WARN, Finding
-from vllm_ascend.doctor.host_paths import HostPaths
+from vllm_ascend.doctor.host_paths import HostPaths, shown
 from vllm_ascend.doctor.kernel_entry_points import (
     ASCEND_OPS,
     TORCH_NPU_CANN,
@@ -68,9 +68,8 @@ def _candidates(paths: HostPaths, env_names: tuple[str, ...], dirs: tuple[str, .
 
 def toolkit_version(paths: HostPaths, home: str) -> tuple[str | None, str | None]:
     """(version, file read) from the toolkit's install record or a component version file."""
-    pattern = str(paths.at(f"{home}/*-linux/ascend_toolkit_install.info"))
-    files = [str(Path(home) / Path(p).relative_to(paths.at(home)))
-             for p in sorted(glob.glob(pattern))]
+    files = [f"{home}/{entry}/ascend_toolkit_install.info" for entry in paths.list_dir(home)
+             if entry.endswith("-linux")]
     files += [f"{home}/{sub}/version.info" for sub in ("compiler", "runtime", "opp")]
     for name in files:
         text = paths.read_text(name)
@@ -83,7 +82,7 @@ def toolkit_version(paths: HostPaths, home: str) -> tuple[str | None, str | None
 def find_toolkit(paths: HostPaths) -> Toolkit | None:
     """The first toolkit directory that exists, in the order of the module docstring."""
     for home, how in _candidates(paths, TOOLKIT_ENV, TOOLKIT_DIRS, USER_TOOLKIT_DIRS):
-        if paths.at(home).is_dir():
+        if paths.is_dir(home):
             version, source = toolkit_version(paths, home)
             return Toolkit(home, how, version, source)
     return None
@@ -91,7 +90,7 @@ def find_toolkit(paths: HostPaths) -> Toolkit | None:
 
 def find_nnal(paths: HostPaths) -> str | None:
     for home, _ in _candidates(paths, ("ATB_HOME_PATH",), NNAL_DIRS, USER_NNAL_DIRS):
-        if paths.at(home).is_dir():
+        if paths.is_dir(home):
             return home
     return None
 
@@ -103,7 +102,7 @@ def library_dirs(paths: HostPaths) -> list[str]:
 def resolve_library(paths: HostPaths, name: str) -> str | None:
     """Where the loader would find ``name`` (LD_LIBRARY_PATH, then the system directories)."""
     for directory in library_dirs(paths):
-        if paths.at(f"{directory}/{name}").is_file():
+        if paths.is_file(f"{directory}/{name}"):
             return f"{directory}/{name}"
     return None
 
@@ -131,7 +130,7 @@ def check_sourced(paths: HostPaths, toolkit: Toolkit | None) -> Finding:
              and not paths.same_dir(paths.environ[v], toolkit.home)]
     lib64 = f"{toolkit.home}/lib64"
     on_path = any(paths.same_dir(d, lib64) for d in paths.env_dirs("LD_LIBRARY_PATH")
-                  if paths.at(d).is_dir())
+                  if paths.is_dir(d))
     problems = [f"{v} is not set" for v in missing] + [
         f"{v}={paths.environ[v]} is another toolkit" for v in wrong]
     if not on_path:
@@ -171,8 +170,11 @@ def check_linked_libraries(paths: HostPaths, toolkit: Toolkit | None,
     return Finding("torch-npu-libs", OK, f"{', '.join(needed)} resolve", scope=NPU)
 
 
-def operator_libraries(paths: HostPaths, toolkit: Toolkit) -> list[Path]:
-    return sorted(Path(p) for p in glob.glob(str(paths.at(f"{toolkit.home}/lib64/libopapi*.so"))))
+def operator_libraries(paths: HostPaths, toolkit: Toolkit) -> list[str]:
+    """The ``lib64/libopapi*.so`` of the toolkit, as the host names them."""
+    lib64 = f"{toolkit.home}/lib64"
+    return [f"{lib64}/{name}" for name in paths.list_dir(lib64)
+            if fnmatch.fnmatchcase(name, "libopapi*.so")]
 
 
 def check_kernels(paths: HostPaths, toolkit: Toolkit | None) -> Finding:
@@ -183,15 +185,21 @@ def check_kernels(paths: HostPaths, toolkit: Toolkit | None) -> Finding:
     if not libraries:
         return Finding("kernels", FAIL, f"no libopapi.so in {toolkit.home}/lib64", scope=NPU,
                        fix=f"reinstall the CANN toolkit {TORCH_NPU_CANN}")
-    try:
-        exported = exported_symbols(libraries)
-    except (OSError, ElfError) as exc:
-        return Finding("kernels", FAIL, f"cannot read the operator library: {exc}", scope=NPU,
-                       fix=f"reinstall the CANN toolkit {TORCH_NPU_CANN}")
+    symbols: set[str] = set()
+    for library in libraries:
+        try:
+            symbols |= read_elf_dynamic(paths.at(library)).exported
+        except (OSError, ElfError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            return Finding("kernels", FAIL, f"cannot read the operator library "
+                           f"{shown(library)}: {reason}", scope=NPU,
+                           fix=f"reinstall the CANN toolkit {TORCH_NPU_CANN}",
+                           details={"library": library})
+    exported = frozenset(symbols)
     missing = missing_by_op(exported)
     if not missing:
         return Finding("kernels", OK, f"every aclnn entry point the plugin's kernels call is "
-                       f"exported by {', '.join(p.name for p in libraries)}", scope=NPU)
+                       f"exported by {', '.join(Path(p).name for p in libraries)}", scope=NPU)
     by_name: dict[str, list[str]] = {}
     for op, names in missing.items():
         for name in names:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 SHT_DYNSYM = 11
@@ -56,7 +56,9 @@ def _string(table: bytes, offset: int) -> str:
 def read_elf_dynamic(path: str | os.PathLike[str]) -> ElfDynamic:
     """The exported dynamic symbols and NEEDED libraries of ``path`` (``ElfError`` when it is
     not a regular ELF file or its tables are out of bounds; ``OSError`` when unreadable)."""
-    with open(path, "rb") as handle:
+    # O_NONBLOCK: a FIFO named like a library must not block the open; it is refused below.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise ElfError(f"{path} is not a regular file")
@@ -82,6 +84,10 @@ def read_elf_dynamic(path: str | os.PathLike[str]) -> ElfDynamic:
             raise ElfError(f"{path}: implausible section header table")
         table = _read_at(handle, shoff, shentsize * shnum, size, "section headers")
         sections = [struct.unpack_from(sh_fmt, table, i * shentsize) for i in range(shnum)]
+        # The format allows one dynamic symbol table and one dynamic section (the ELF gABI,
+        # "Sections"); only the first of each is read, so the work is linear in the headers.
+        dynsym = next((i for i, sec in enumerate(sections) if sec[1] == SHT_DYNSYM), None)
+        dynamic = next((i for i, sec in enumerate(sections) if sec[1] == SHT_DYNAMIC), None)
 
         def body(index: int, what: str) -> bytes:
             if not 0 <= index < len(sections):
@@ -91,34 +97,32 @@ def read_elf_dynamic(path: str | os.PathLike[str]) -> ElfDynamic:
 
         exported: set[str] = set()
         needed: list[str] = []
-        for sec in sections:
-            kind, link = sec[1], sec[6]
-            if kind == SHT_DYNSYM:
-                symbols, strings = body(sections.index(sec), "dynsym"), body(link, "dynstr")
-                step = struct.calcsize(sym_fmt)
-                for offset in range(0, len(symbols) - step + 1, step):
-                    fields = struct.unpack_from(sym_fmt, symbols, offset)
-                    if wide:
-                        name, info_byte, shndx = fields[0], fields[1], fields[3]
-                    else:
-                        name, info_byte, shndx = fields[0], fields[3], fields[5]
-                    if shndx != SHN_UNDEF and info_byte >> 4 in (STB_GLOBAL, STB_WEAK):
-                        text = _string(strings, name)
-                        if text:
-                            exported.add(text)
-            elif kind == SHT_DYNAMIC:
-                entries, strings = body(sections.index(sec), "dynamic"), body(link, "dynstr")
-                step = struct.calcsize(dyn_fmt)
-                for offset in range(0, len(entries) - step + 1, step):
-                    tag, value = struct.unpack_from(dyn_fmt, entries, offset)
-                    if tag == DT_NEEDED:
-                        needed.append(_string(strings, value))
-                    elif tag == 0:
-                        break
+        if dynsym is not None:
+            symbols, strings = body(dynsym, "dynsym"), body(sections[dynsym][6], "dynstr")
+            step = struct.calcsize(sym_fmt)
+            for offset in range(0, len(symbols) - step + 1, step):
+                fields = struct.unpack_from(sym_fmt, symbols, offset)
+                if wide:
+                    name, info_byte, shndx = fields[0], fields[1], fields[3]
+                else:
+                    name, info_byte, shndx = fields[0], fields[3], fields[5]
+                if shndx != SHN_UNDEF and info_byte >> 4 in (STB_GLOBAL, STB_WEAK):
+                    text = _string(strings, name)
+                    if text:
+                        exported.add(text)
+        if dynamic is not None:
+            entries, strings = body(dynamic, "dynamic"), body(sections[dynamic][6], "dynstr")
+            step = struct.calcsize(dyn_fmt)
+            for offset in range(0, len(entries) - step + 1, step):
+                tag, value = struct.unpack_from(dyn_fmt, entries, offset)
+                if tag == DT_NEEDED:
+                    needed.append(_string(strings, value))
+                elif tag == 0:
+                    break
     return ElfDynamic(frozenset(exported), tuple(needed))
 
 
-def exported_symbols(paths: list[Path]) -> frozenset[str]:
+def exported_symbols(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
     """The union of what ``paths`` export (the operator API is split over several libraries
     in recent CANN releases)."""
     names: set[str] = set()

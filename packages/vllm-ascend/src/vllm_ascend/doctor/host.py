@@ -14,16 +14,19 @@ GiB = 1 << 30
 # Below this much available memory even a small model on the host CPU is likely to fail.
 LOW_MEMORY_BYTES = 2 * GiB
 THP_FILE = "/sys/kernel/mm/transparent_hugepage/enabled"
-_MEMINFO = re.compile(r"^(\w+):\s+(\d+)(?:\s+kB)?\s*$", re.MULTILINE)
+# /proc/meminfo is about 1.5 KiB (some 50 lines); a file this large is not one.
+MEMINFO_LIMIT = 64 << 10
+_MEMINFO = re.compile(r"(\w+):\s+(\d+)(\s+kB)?\s*")
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
-    """``/proc/meminfo`` as bytes (``kB`` fields) or counts (page counts)."""
+    """``/proc/meminfo`` as bytes (``kB`` fields) or counts (page counts), in one pass; the
+    first line of a name counts."""
     values: dict[str, int] = {}
-    for name, number in _MEMINFO.findall(text):
-        line = re.search(rf"^{name}:.*$", text, re.MULTILINE)
-        kb = line is not None and line.group(0).rstrip().endswith("kB")
-        values[name] = int(number) * (1024 if kb else 1)
+    for line in text.splitlines():
+        found = _MEMINFO.fullmatch(line)
+        if found and found.group(1) not in values:
+            values[found.group(1)] = int(found.group(2)) * (1024 if found.group(3) else 1)
     return values
 
 
@@ -87,6 +90,6 @@ def check_memory(meminfo: dict[str, int]) -> Finding:
 
 
 def host_findings(paths: HostPaths, facts: Any | None) -> list[Finding]:
-    meminfo = parse_meminfo(paths.read_text("/proc/meminfo") or "")
+    meminfo = parse_meminfo(paths.read_text("/proc/meminfo", MEMINFO_LIMIT) or "")
     return [check_cpus(facts), check_binding(facts), check_huge_pages(paths, meminfo),
             check_memory(meminfo)]

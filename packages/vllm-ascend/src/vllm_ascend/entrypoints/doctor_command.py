@@ -18,7 +18,7 @@ from vllm_ascend.doctor.cann import cann_findings
 from vllm_ascend.doctor.device import DeviceView, device_findings, read_live, read_recorded
 from vllm_ascend.doctor.findings import ANY, FAIL, INFO, NPU, OK, Finding, Report, format_text
 from vllm_ascend.doctor.host import host_findings
-from vllm_ascend.doctor.host_paths import HostPaths
+from vllm_ascend.doctor.host_paths import HostPaths, unusable_finding
 from vllm_ascend.doctor.install_set import check_install_set
 from vllm_ascend.doctor.probe import PROBE_TIMEOUT_S, probe_torch_npu
 from vllm_ascend.doctor.versions import Installed, version_findings
@@ -85,6 +85,9 @@ def diagnose(paths: HostPaths, host_dir: Path | None = None,
         findings.append(probe)
     findings += device_findings(view, paths)
     findings += host_findings(paths, view.facts)
+    unusable = unusable_finding(paths)
+    if unusable is not None:
+        findings.append(unusable)
     findings.append(platform_finding(platform, findings))
     return Report(platform, tuple(findings))
 
