@@ -102,7 +102,8 @@ def library_dirs(paths: HostPaths) -> list[str]:
 def resolve_library(paths: HostPaths, name: str) -> str | None:
     """Where the loader would find ``name`` (LD_LIBRARY_PATH, then the system directories)."""
     for directory in library_dirs(paths):
-        if paths.is_file(f"{directory}/{name}"):
+        # the folder first: an unusable one is reported once, not once per library
+        if paths.is_dir(directory) and paths.is_file(f"{directory}/{name}"):
             return f"{directory}/{name}"
     return None
 

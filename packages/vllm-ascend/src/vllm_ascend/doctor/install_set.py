@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from vllm_ascend.doctor.findings import ANY, FAIL, INFO, NPU, OK, Finding
 from vllm_ascend.doctor.supported import TESTED_MAX_EXCLUSIVE, TESTED_MIN, VLLM_DISTRIBUTIONS
-from vllm_ascend.doctor.version_spec import extra_of, parse_requirement, release, satisfies
+from vllm_ascend.doctor.version_spec import (
+    extra_of,
+    readable_requirements,
+    release,
+    satisfies,
+)
 from vllm_ascend.doctor.versions import Installed, torch_npu_pin
 
 
@@ -30,8 +35,7 @@ def _marker_applies(marker: str) -> bool:
 
 def torch_requirement(dists: Installed, name: str) -> str | None:
     """The torch specifier ``name``'s metadata requires here (None: it names no version)."""
-    for text in dists.requires(name):
-        dep, spec, marker = parse_requirement(text)
+    for dep, spec, marker in readable_requirements(dists.requires(name)):
         if dep == "torch" and spec and _marker_applies(marker):
             return spec
     return None

@@ -1,6 +1,8 @@
 """Just enough PEP 440 to compare installed releases with the pins of this release:
 ``==X.Y.*``, ``==``, ``!=``, ``>=``, ``>``, ``<=``, ``<``, ``~=`` on release numbers (local
-labels like ``+cpu`` and pre/post suffixes are ignored)."""
+labels like ``+cpu`` and pre/post suffixes are ignored), and enough PEP 508 to read a
+``Requires-Dist``: a name, extras, a version specifier or a direct reference (``name @ URL``,
+whose marker follows the URL after white space), a marker."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import re
 _CLAUSE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*$")
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?([^;)]*)\)?"
                           r"\s*(?:;\s*(.*))?$")
+_DIRECT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*@\s*\S+"
+                     r"(?:\s+;\s*(.*?))?\s*$")
 
 
 def normalise(name: str) -> str:
@@ -61,12 +65,32 @@ def satisfies(version: str, specifier: str) -> bool:
 
 
 def parse_requirement(text: str) -> tuple[str, str, str]:
-    """(normalised name, specifier, marker) of a ``Requires-Dist`` value."""
+    """(normalised name, specifier, marker) of a ``Requires-Dist`` value; a direct reference
+    names no version (specifier ``""``). ``ValueError`` when it cannot be read."""
+    direct = _DIRECT.match(text)
+    if direct is not None:
+        return normalise(direct.group(1)), "", (direct.group(2) or "").strip()
     match = _REQUIREMENT.match(text)
     if match is None:
         raise ValueError(f"cannot read requirement {text!r}")
     name, spec, marker = match.groups()
-    return normalise(name), (spec or "").strip(), (marker or "").strip()
+    spec = (spec or "").strip()
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        if _CLAUSE.match(clause) is None:
+            raise ValueError(f"cannot read version clause {clause!r} of {text!r}")
+    return normalise(name), spec, (marker or "").strip()
+
+
+def readable_requirements(texts: list[str]) -> list[tuple[str, str, str]]:
+    """:func:`parse_requirement` of each value it can read; the others (a distribution's
+    damaged metadata) are left out, as the installer would not honour them either."""
+    found = []
+    for text in texts:
+        try:
+            found.append(parse_requirement(text))
+        except ValueError:
+            continue
+    return found
 
 
 def extra_of(marker: str) -> str | None:

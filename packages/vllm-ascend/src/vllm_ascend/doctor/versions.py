@@ -13,7 +13,12 @@ from importlib import metadata
 
 from vllm_ascend.doctor.findings import FAIL, NPU, OK, Finding
 from vllm_ascend.doctor.supported import TESTED_MAX_EXCLUSIVE, TESTED_MIN, VLLM_DISTRIBUTIONS
-from vllm_ascend.doctor.version_spec import extra_of, parse_requirement, release, satisfies
+from vllm_ascend.doctor.version_spec import (
+    extra_of,
+    readable_requirements,
+    release,
+    satisfies,
+)
 
 PLUGIN = "vllm-ascend"
 KERNELS = "ascend-kernels"
@@ -45,8 +50,7 @@ class Installed:
 
 def _pins(dists: Installed, name: str, extra: str | None = None) -> dict[str, str]:
     pins: dict[str, str] = {}
-    for text in dists.requires(name):
-        dep, spec, marker = parse_requirement(text)
+    for dep, spec, marker in readable_requirements(dists.requires(name)):
         if extra_of(marker) == extra:
             pins[dep] = spec
     return pins
@@ -130,9 +134,8 @@ def check_torch_npu(dists: Installed) -> Finding:
         return Finding("torch-npu", FAIL,
                        f"torch-npu is not installed (the NPU platform needs torch-npu{pin})",
                        fix='pip install "vllm-ascend[npu]"', scope=NPU)
-    built_for = next((spec for text in dists.requires("torch-npu")
-                      for dep, spec, marker in [parse_requirement(text)]
-                      if dep == "torch" and not marker), None)
+    built_for = next((spec for dep, spec, marker in readable_requirements(
+        dists.requires("torch-npu")) if dep == "torch" and spec and not marker), None)
     if torch is not None and built_for and not satisfies(torch, built_for):
         return Finding("torch-npu", FAIL,
                        f"torch-npu {have} is built for torch{built_for}, but torch {torch} is "
