@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_ascend.doctor.host import MEMINFO_LIMIT
 from vllm_ascend.entrypoints.cli import main
 
 from .doctor_trees import ALL_ACLNN, TOOLKIT, cann_tree, fake_dist, proc_files, sourced_env, under
@@ -32,6 +31,7 @@ CLEARED = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH", "ATB_HO
            "TORCH_DEVICE_BACKEND_AUTOLOAD", "VLLM_ASCEND_EMULATED_NPUS")
 NOBODY = 65534
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2  # <linux/prctl.h>, capability.h
+MEMINFO_LIMIT = 64 << 10  # the bound the README states for /proc/meminfo
 TOO_LONG = "/" + "x" * 300  # one name longer than NAME_MAX (255)
 
 
