@@ -121,3 +121,15 @@ def test_a_board_file_that_is_a_fifo_does_not_block(run: Run, host: Path) -> Non
     os.mkfifo(host / BOARD)
     code, _, err = run(host)
     assert code == 2 and "FIFO" in one_error(err, host)
+
+
+@pytest.mark.parametrize("option", ["--host", "--root"])
+def test_a_folder_name_too_long_for_the_file_system_is_bad_usage(
+        option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    value = "/" + "x" * 300  # one name longer than NAME_MAX (255)
+    with pytest.raises(SystemExit) as stopped:
+        main(["doctor", option, value])
+    assert stopped.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"vllm-ascend doctor: error: {option} '{value[:160]}... (301 characters)'"
+                    ": File name too long")

@@ -18,7 +18,7 @@ from vllm_ascend.doctor.cann import cann_findings
 from vllm_ascend.doctor.device import DeviceView, device_findings, read_live, read_recorded
 from vllm_ascend.doctor.findings import ANY, FAIL, INFO, NPU, OK, Finding, Report, format_text
 from vllm_ascend.doctor.host import host_findings
-from vllm_ascend.doctor.host_paths import HostPaths, unusable_finding
+from vllm_ascend.doctor.host_paths import HostPaths, shown, unusable_finding
 from vllm_ascend.doctor.install_set import check_install_set
 from vllm_ascend.doctor.probe import PROBE_TIMEOUT_S, probe_torch_npu
 from vllm_ascend.doctor.versions import Installed, version_findings
@@ -129,7 +129,9 @@ def main(argv: list[str]) -> int:
     except topo.TopologyError as exc:
         parser.error(str(exc))
     except OSError as exc:  # a name too long for the file system, a folder it cannot enter
-        parser.error(f"cannot use {exc.filename!r}: {exc.strerror or exc}")
+        which = "--host" if host_dir is None and args.host is not None else "--root"
+        value = args.host if which == "--host" else args.root
+        parser.error(f"{which} {shown(str(value))!r}: {exc.strerror or exc}")
     if not root_is_dir:
         parser.error(f"--root {args.root!r} is not a directory")
     try:
