@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
+from vllm_ascend.base.trusted_paths import UntrustedPathError, absolute, make_private_dir
 
 logger = logging.getLogger("vllm_ascend.base.trusted_roots")
 
@@ -95,7 +95,7 @@ class TrustedRoots:
             with contextlib.suppress(OSError):
                 return make_private_dir(chosen)
         chosen = self._fallbacks[key] = private_fallback(what, own_cache=self.own_cache(environ))
-        shown = key[0] if key[0].startswith("~") else os.path.abspath(key[0])
+        shown = key[0] if key[0].startswith("~") else absolute(key[0])
         logger.warning("not using %s %s (%s); using the private directory %s instead",
                        what, shown, refused, chosen)
         return chosen
@@ -121,10 +121,10 @@ class TrustedRoots:
         plugin's ``register``)."""
         env = os.environ if environ is None else environ
         xdg = env.get("XDG_CACHE_HOME")
-        vllm_reads: Path | None
+        vllm_reads: Path | None  # what vLLM opens, ``..`` left to the kernel as vLLM leaves it
         if env.get("VLLM_CACHE_ROOT"):
             wanted: str | Path = env["VLLM_CACHE_ROOT"]
-            vllm_reads = Path(os.path.abspath(os.path.expanduser(env["VLLM_CACHE_ROOT"])))
+            vllm_reads = absolute(os.path.expanduser(env["VLLM_CACHE_ROOT"]))
         else:
             base = self.root(xdg, "XDG_CACHE_HOME", env) if xdg else self.own_cache(env)
             wanted = base / "vllm"
@@ -132,7 +132,9 @@ class TrustedRoots:
             vllm_reads = (Path(os.path.expanduser(xdg)) / "vllm" if xdg
                           else Path(home) / ".cache" / "vllm" if home else None)
         chosen = self.root(wanted, "VLLM_CACHE_ROOT", env)
-        if vllm_reads is None or chosen != Path(os.path.abspath(vllm_reads)):
+        # A root holding ``..`` comes back as the folder the check reached: exported, so
+        # vLLM opens that folder however it treats ``..``.
+        if vllm_reads is None or chosen != absolute(vllm_reads):
             env["VLLM_CACHE_ROOT"] = str(chosen)
         return chosen
 
