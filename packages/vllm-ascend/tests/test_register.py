@@ -251,7 +251,8 @@ def test_register_works_without_a_home(tmp_path) -> None:
             report["log_dir"] = current_process_setup().setup(config, "cpu").log_dir
             # The child's own prefix unset (.ci/run sets one): the stand-in home's is used.
             base = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
-            report["pycache"] = engine_env(base=base)["PYTHONPYCACHEPREFIX"]
+            roots = current_process_setup().roots  # as the demo passes the process's
+            report["pycache"] = engine_env(base=base, roots=roots)["PYTHONPYCACHEPREFIX"]
             os.write(write, json.dumps(report).encode())
             status = 0
         finally:

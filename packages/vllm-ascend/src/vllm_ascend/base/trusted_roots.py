@@ -20,6 +20,10 @@ from vllm_ascend.base.trusted_paths import UntrustedPathError, absolute, make_pr
 
 logger = logging.getLogger("vllm_ascend.base.trusted_roots")
 
+# The bytecode folder in the own cache (``PYTHONPYCACHEPREFIX`` of the processes the plugin
+# sets up, unless the user gave one).
+PYCACHE_DIR = "vllm-ascend-pycache"
+
 
 def home_dir(environ: Mapping[str, str] | None = None) -> str | None:
     """This user's home: ``HOME``, else the passwd entry's; None when there is neither (a
@@ -77,6 +81,7 @@ class TrustedRoots:
     def __init__(self) -> None:
         self._fallbacks: dict[tuple[str, str], Path] = {}
         self._warned_no_home = False
+        self._warned_bytecode: set[str] = set()
 
     def root(self, wanted: str | os.PathLike[str], what: str,
              environ: Mapping[str, str] | None = None) -> Path:
@@ -112,6 +117,34 @@ class TrustedRoots:
             logger.warning("no home directory (HOME is unset and uid %d has no passwd entry): "
                            "using %s instead (caches and logs go there)", os.getuid(),
                            no_home_dir())
+
+    def bytecode_prefix(self, environ: Mapping[str, str] | None = None) -> Path | None:
+        """The folder for Python's bytecode (``PYTHONPYCACHEPREFIX``, else
+        :data:`PYCACHE_DIR` in the own cache) when it passes the root rule now (created 0700
+        when missing). Python runs a ``.pyc`` found there in place of its source, so a refused
+        folder gets one warning per process and the private folder
+        ``<own cache>/vllm_ascend/private/PYTHONPYCACHEPREFIX`` instead, or None (no prefix:
+        Python's own ``__pycache__`` beside each source) when the own cache is refused too."""
+        env = os.environ if environ is None else environ
+        wanted = env.get("PYTHONPYCACHEPREFIX") or self.own_cache(env) / PYCACHE_DIR
+        try:
+            return make_private_dir(wanted)
+        except OSError as exc:
+            refused = exc
+        chosen: Path | None
+        try:
+            make_private_dir(self.own_cache(env))
+            chosen = make_private_dir(self.own_cache(env) / "vllm_ascend" / "private"
+                                      / "PYTHONPYCACHEPREFIX")
+        except OSError:
+            chosen = None
+        if os.fspath(wanted) not in self._warned_bytecode:
+            self._warned_bytecode.add(os.fspath(wanted))
+            instead = (f"the private directory {chosen}" if chosen is not None
+                       else "no prefix (bytecode beside the sources)")
+            logger.warning("not using the bytecode folder %s (%s); using %s instead",
+                           absolute(wanted), refused, instead)
+        return chosen
 
     def secure_vllm_cache_root(self, environ: MutableMapping[str, str] | None = None) -> Path:
         """Check vLLM's cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
