@@ -168,3 +168,24 @@ def test_an_unusable_dir_is_replaced_by_the_private_fallback_with_one_warning(
 
 def test_default_dir_is_under_home() -> None:
     assert ls.default_log_dir({"HOME": "/h"}) == ls.Path("/h/ascend/log/vllm_ascend")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another uid needs root")
+def test_a_log_dir_reached_by_dotdot_through_another_users_link_is_replaced(
+    tmp_path, capsys
+) -> None:
+    # <their link>/../logs: the text collapses to <tmp>/logs, the kernel opens the folder
+    # above the link's target (theirs).
+    theirs = tmp_path / "theirs"
+    (theirs / "deep").mkdir(parents=True)
+    os.chown(theirs, 12345, 12345)
+    link = tmp_path / "link"
+    link.symlink_to(theirs / "deep")
+    os.lchown(link, 12345, 12345)
+    ls.configure_console_logging({})
+    env = {"HOME": str(tmp_path / "home")}
+    handler = ls.configure_file_logging(f"{link}/../logs", environ=env, roots=TrustedRoots())
+    assert handler is not None
+    assert handler.log_dir == tmp_path / "home/.cache/vllm_ascend/private/ascend_log_path"
+    assert f"{link} is a symlink owned by uid 12345" in capsys.readouterr().err
+    assert sorted(p.name for p in theirs.iterdir()) == ["deep"]

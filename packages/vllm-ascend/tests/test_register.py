@@ -153,6 +153,46 @@ def test_register_keeps_the_platform_when_vllm_cache_root_cannot_be_secured(
                       "denied: '/nowhere')"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another uid needs root")
+@pytest.mark.parametrize(("variable", "fallback"), [
+    ("VLLM_CACHE_ROOT", "VLLM_CACHE_ROOT"),
+    ("XDG_CACHE_HOME", "XDG_CACHE_HOME/vllm"),
+])
+def test_register_refuses_a_cache_root_reached_by_dotdot_through_another_users_link(
+    tmp_path, monkeypatch, caplog, variable, fallback
+) -> None:
+    # <their link>/../cache: the text collapses to <tmp>/cache, the kernel opens the folder
+    # above the link's target, which the link's owner chose.
+    theirs = tmp_path / "theirs"
+    (theirs / "deep").mkdir(parents=True)
+    os.chown(theirs, 12345, 12345)
+    link = tmp_path / "link"
+    link.symlink_to(theirs / "deep")
+    os.lchown(link, 12345, 12345)
+    home = tmp_path / "home"
+    for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VLLM_ASCEND_DEVICE", "cpu")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv(variable, f"{link}/../cache")
+    reset_process_setup()
+    logger = logging.getLogger("vllm_ascend")
+    logger.addHandler(caplog.handler)
+    try:
+        assert vllm_ascend.register() == CPU_PLATFORM
+    finally:
+        logger.removeHandler(caplog.handler)
+        reset_process_setup()
+    chosen = home / ".cache" / "vllm_ascend" / "private" / fallback
+    assert os.environ["VLLM_CACHE_ROOT"] == str(chosen)
+    assert os.path.realpath(os.environ["VLLM_CACHE_ROOT"]) == str(chosen)
+    records = {id(r): r for r in caplog.records}.values()
+    [warning] = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert f"{link} is a symlink owned by uid 12345" in warning
+    assert sorted(p.name for p in theirs.iterdir()) == ["deep"]
+    assert not (tmp_path / "cache").exists()
+
+
 def _uid_without_passwd_entry() -> int:
     import pwd
 
@@ -211,7 +251,8 @@ def test_register_works_without_a_home(tmp_path) -> None:
             report["log_dir"] = current_process_setup().setup(config, "cpu").log_dir
             # The child's own prefix unset (.ci/run sets one): the stand-in home's is used.
             base = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
-            report["pycache"] = engine_env(base=base)["PYTHONPYCACHEPREFIX"]
+            roots = current_process_setup().roots  # as the demo passes the process's
+            report["pycache"] = engine_env(base=base, roots=roots)["PYTHONPYCACHEPREFIX"]
             os.write(write, json.dumps(report).encode())
             status = 0
         finally:

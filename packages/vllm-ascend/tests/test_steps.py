@@ -376,3 +376,26 @@ def test_a_dump_directory_reached_through_another_users_symlink_is_refused(
 
     assert write_dump_config(_resolved(), str(tmp_path)) == tmp_path / TARGET
     assert json.loads((theirs / "msprobe" / TARGET.name).read_text(encoding="utf-8")) == DUMP
+
+
+@needs_root
+def test_a_dump_directory_reached_by_dotdot_through_another_users_link_is_refused(
+    tmp_path: Path, steps_warnings: pytest.LogCaptureFixture
+) -> None:
+    # <their link>/../work: the text collapses to <tmp>/work, the kernel opens the folder
+    # above the link's target (theirs), where msprobe's config would be written.
+    theirs = tmp_path / "theirs"
+    (theirs / "deep").mkdir(parents=True)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    link = tmp_path / "link"
+    link.symlink_to(theirs / "deep")
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    from vllm_ascend.config_pipeline.steps import write_dump_config
+
+    cwd = f"{link}/../work"
+    assert write_dump_config(_resolved(), cwd) is None
+    records = {id(r): r for r in steps_warnings.records}.values()
+    [warning] = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert f"{link} is a symlink owned by uid {OTHER_UID}" in warning
+    assert sorted(p.name for p in theirs.iterdir()) == ["deep"]
+    assert not (tmp_path / "work").exists()

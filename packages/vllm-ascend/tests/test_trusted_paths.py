@@ -22,6 +22,7 @@ from vllm_ascend.base.trusted_paths import (
     UntrustedPathError,
     check_trusted_dir,
     make_private_dir,
+    open_trusted_dir,
     read_bounded_file,
     write_atomic,
 )
@@ -169,6 +170,41 @@ def test_relative_and_climbing_link_targets_are_walked(tmp_path: Path, private: 
     _link(tmp_path / "up2", Path("private") / ".." / "private" / "hop", os.geteuid())
     with pytest.raises(UntrustedPathError, match="hop is a symlink owned by uid 12345"):
         check_trusted_dir(tmp_path / "up2" / "x")
+
+
+@needs_root
+def test_dotdot_after_a_link_leaves_the_links_target_as_the_kernel_does(tmp_path: Path) -> None:
+    # <their link>/../cache: the text collapses to <tmp>/cache (ours), the kernel opens
+    # <theirs>/cache, the folder above the link's target.
+    theirs = tmp_path / "theirs"
+    (theirs / "deep").mkdir(parents=True)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    link = _link(tmp_path / "link", theirs / "deep", OTHER_UID)
+    for check in (check_trusted_dir, make_private_dir):
+        with pytest.raises(UntrustedPathError, match=f"^{link} is a symlink owned by uid "
+                                                     f"{OTHER_UID}"):
+            check(f"{link}/../cache")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "theirs"]
+    assert sorted(p.name for p in theirs.iterdir()) == ["deep"]
+    # The boundary: our own link is followed, and ``..`` leaves its target, not the link's
+    # folder; the path given back is the folder reached.
+    mine = tmp_path / "mine"
+    (mine / "deep").mkdir(parents=True, mode=0o700)
+    os.chmod(mine, 0o700)
+    own = _link(tmp_path / "own", mine / "deep", os.geteuid())
+    assert make_private_dir(f"{own}/../cache") == mine / "cache"
+    assert _mode(mine / "cache") == 0o700 and not (tmp_path / "cache").exists()
+    with open_trusted_dir(f"{own}/../cache") as trusted:
+        assert trusted.path == mine / "cache"
+    # A relative path with ``..`` is walked from the working directory the same way.
+    cwd = os.getcwd()
+    os.chdir(own)
+    try:
+        assert check_trusted_dir("../cache") == mine / "cache"
+    finally:
+        os.chdir(cwd)
+    # Without ``..`` the path is given back as written (the link kept).
+    assert check_trusted_dir(own) == own
 
 
 def test_a_link_loop_is_an_error(tmp_path: Path) -> None:

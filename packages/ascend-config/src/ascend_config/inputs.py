@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from ascend_config.errors import render_path
 from ascend_config.limits import MAX_DEPTH, MAX_YAML_ALIASES
+from ascend_config.yaml_scalars import KeyPaths, reader_dependent
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -266,23 +267,38 @@ def _unique_key_loader(base: Any) -> Any:
 
 
 def parse_yaml_text(text: str, shown: str) -> Any:
-    """Parse one YAML document (safe types only) with bounded nesting and alias uses."""
+    """Parse one YAML document (safe types only) with bounded nesting and alias uses; a plain
+    scalar that YAML 1.1 and 1.2 read differently (``010``, ``1:30``, ``yes``) is refused,
+    naming its key path (:mod:`ascend_config.yaml_scalars`)."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     depth = aliases = 0
+    paths = KeyPaths()
     try:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DEPTH:
                     raise InputError(f"{shown} is nested deeper than {MAX_DEPTH} levels")
+                paths.start(isinstance(event, yaml.MappingStartEvent))
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
+                paths.end()
             elif isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > MAX_YAML_ALIASES:
                     raise InputError(f"{shown} uses more than {MAX_YAML_ALIASES} YAML aliases")
+                paths.scalar("*")
+            elif isinstance(event, yaml.ScalarEvent):
+                path, is_key = paths.scalar(event.value)
+                why = (reader_dependent(event.value)
+                       if event.implicit[0] and not event.style else None)
+                if why:
+                    what = "key" if is_key else f"{render_path(path)} ="
+                    where = f"(in {render_path(path[:-1])}) " if is_key and path[:-1] else ""
+                    raise InputError(f"{shown}: {what} {event.value} {where}is read "
+                                     f"differently by YAML versions: {why}")
         return yaml.load(text, Loader=_unique_key_loader(loader))
     except _DuplicateKey as exc:
         raise InputError(f"{shown} {exc}") from None

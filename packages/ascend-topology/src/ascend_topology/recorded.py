@@ -68,7 +68,14 @@ def resolve_host_dir(value: str | Path) -> Path:
     except TopologyError as exc:
         raise RecordedHostError(str(exc)) from None
     path = Path(value)
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:  # too long, or a folder on the way that cannot be entered
+        text = str(value)
+        shown = text if len(text) <= 200 else f"{text[:200]}..."
+        raise RecordedHostError(f"--host {shown!r}: cannot be inspected: {exc.strerror}"
+                                ) from None
+    if is_dir:
         return path
     if isinstance(value, str) and value in example_hosts():  # names hold no "/"
         return example_host_dir(value)

@@ -13,7 +13,11 @@ from the same cache root) would load or overwrite. So:
   user's or root's. The walk opens one component at a time relative to the descriptor of the
   directory above (``O_NOFOLLOW``) and checks what it opened (``fstat``), so a swap during the
   walk is seen; a symlink that passes is resolved and its target walked by the same rule.
-  Missing components are created 0700.
+  ``..`` is resolved as the kernel resolves it, never in the text (``<link>/..`` is the
+  folder above the link's target, reached through the link, so the link's owner is checked).
+  A path holding ``..`` is named by the folder the walk reached (no links, no ``..``), so
+  nobody who collapses the text later lands somewhere else. Missing components are created
+  0700.
 - Checked at use: :func:`open_trusted_dir` returns a :class:`TrustedDir`, the verified
   directory's descriptor; entries are read and written relative to it, so a root swapped after
   the check is not read. ``base.trusted_roots.TrustedRoots`` checks a root again each time it
@@ -87,12 +91,22 @@ def _open_component(fd: int, name: str, where: Path) -> int | None:
         raise
 
 
-def _walk(path: Path, *, create: bool) -> int:
+def absolute(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute (joined to the working directory) without collapsing ``..``:
+    :func:`os.path.abspath` does that in the text, while the kernel follows a symlink before
+    ``..`` leaves it."""
+    text = os.fspath(path)
+    return Path(text if os.path.isabs(text) else os.path.join(os.getcwd(), text))
+
+
+def _walk(path: Path, *, create: bool) -> tuple[int, Path]:
     """Open the absolute ``path`` one component at a time from ``/``, each relative to the
     descriptor of the directory above and checked on what was opened: every directory on the
     way passes the rule for directories above a root, a symlink is followed (its target walked
     the same way) only when this user or root owns it. Missing components are made (0700) when
-    ``create``. Returns the descriptor of the directory reached (not yet checked as a root)."""
+    ``create``. ``..`` leaves the directory the walk is in, as in the kernel. Returns the
+    descriptor of the directory reached (not yet checked as a root) and its path without
+    links."""
     euid = os.geteuid()
     chain: list[tuple[int, Path]] = []  # the directories opened, "/" first
     try:
@@ -151,7 +165,8 @@ def _walk(path: Path, *, create: bool) -> int:
                 pending.append(name)
                 continue
             chain.append((opened, candidate))
-        return chain.pop()[0]
+        fd, reached = chain.pop()
+        return fd, reached
     finally:
         for fd, _ in chain:
             os.close(fd)
@@ -216,9 +231,12 @@ class TrustedDir:
 def open_trusted_dir(directory: str | os.PathLike[str], *, create: bool = False) -> TrustedDir:
     """``directory`` held open when it passes the root rule (created 0700, one component at a
     time, when ``create``); :class:`UntrustedPathError` saying why not (OSError, e.g.
-    FileNotFoundError, when it cannot be inspected)."""
-    path = Path(os.path.abspath(directory))
-    fd = _walk(path, create=create)
+    FileNotFoundError, when it cannot be inspected). Its ``path`` is ``directory`` made
+    absolute, or the folder reached when ``directory`` holds ``..``."""
+    path = absolute(directory)
+    fd, reached = _walk(path, create=create)
+    if ".." in path.parts:
+        path = reached
     try:
         problem = _root_problem(path, os.fstat(fd))
         if problem:

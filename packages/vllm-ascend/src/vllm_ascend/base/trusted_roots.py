@@ -16,9 +16,13 @@ import tempfile
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
+from vllm_ascend.base.trusted_paths import UntrustedPathError, absolute, make_private_dir
 
 logger = logging.getLogger("vllm_ascend.base.trusted_roots")
+
+# The bytecode folder in the own cache (``PYTHONPYCACHEPREFIX`` of the processes the plugin
+# sets up, unless the user gave one).
+PYCACHE_DIR = "vllm-ascend-pycache"
 
 
 def home_dir(environ: Mapping[str, str] | None = None) -> str | None:
@@ -77,6 +81,7 @@ class TrustedRoots:
     def __init__(self) -> None:
         self._fallbacks: dict[tuple[str, str], Path] = {}
         self._warned_no_home = False
+        self._warned_bytecode: set[str] = set()
 
     def root(self, wanted: str | os.PathLike[str], what: str,
              environ: Mapping[str, str] | None = None) -> Path:
@@ -95,7 +100,7 @@ class TrustedRoots:
             with contextlib.suppress(OSError):
                 return make_private_dir(chosen)
         chosen = self._fallbacks[key] = private_fallback(what, own_cache=self.own_cache(environ))
-        shown = key[0] if key[0].startswith("~") else os.path.abspath(key[0])
+        shown = key[0] if key[0].startswith("~") else absolute(key[0])
         logger.warning("not using %s %s (%s); using the private directory %s instead",
                        what, shown, refused, chosen)
         return chosen
@@ -113,6 +118,34 @@ class TrustedRoots:
                            "using %s instead (caches and logs go there)", os.getuid(),
                            no_home_dir())
 
+    def bytecode_prefix(self, environ: Mapping[str, str] | None = None) -> Path | None:
+        """The folder for Python's bytecode (``PYTHONPYCACHEPREFIX``, else
+        :data:`PYCACHE_DIR` in the own cache) when it passes the root rule now (created 0700
+        when missing). Python runs a ``.pyc`` found there in place of its source, so a refused
+        folder gets one warning per process and the private folder
+        ``<own cache>/vllm_ascend/private/PYTHONPYCACHEPREFIX`` instead, or None (no prefix:
+        Python's own ``__pycache__`` beside each source) when the own cache is refused too."""
+        env = os.environ if environ is None else environ
+        wanted = env.get("PYTHONPYCACHEPREFIX") or self.own_cache(env) / PYCACHE_DIR
+        try:
+            return make_private_dir(wanted)
+        except OSError as exc:
+            refused = exc
+        chosen: Path | None
+        try:
+            make_private_dir(self.own_cache(env))
+            chosen = make_private_dir(self.own_cache(env) / "vllm_ascend" / "private"
+                                      / "PYTHONPYCACHEPREFIX")
+        except OSError:
+            chosen = None
+        if os.fspath(wanted) not in self._warned_bytecode:
+            self._warned_bytecode.add(os.fspath(wanted))
+            instead = (f"the private directory {chosen}" if chosen is not None
+                       else "no prefix (bytecode beside the sources)")
+            logger.warning("not using the bytecode folder %s (%s); using %s instead",
+                           absolute(wanted), refused, instead)
+        return chosen
+
     def secure_vllm_cache_root(self, environ: MutableMapping[str, str] | None = None) -> Path:
         """Check vLLM's cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
         ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``) and point ``VLLM_CACHE_ROOT`` at the
@@ -121,10 +154,10 @@ class TrustedRoots:
         plugin's ``register``)."""
         env = os.environ if environ is None else environ
         xdg = env.get("XDG_CACHE_HOME")
-        vllm_reads: Path | None
+        vllm_reads: Path | None  # what vLLM opens, ``..`` left to the kernel as vLLM leaves it
         if env.get("VLLM_CACHE_ROOT"):
             wanted: str | Path = env["VLLM_CACHE_ROOT"]
-            vllm_reads = Path(os.path.abspath(os.path.expanduser(env["VLLM_CACHE_ROOT"])))
+            vllm_reads = absolute(os.path.expanduser(env["VLLM_CACHE_ROOT"]))
         else:
             base = self.root(xdg, "XDG_CACHE_HOME", env) if xdg else self.own_cache(env)
             wanted = base / "vllm"
@@ -132,7 +165,9 @@ class TrustedRoots:
             vllm_reads = (Path(os.path.expanduser(xdg)) / "vllm" if xdg
                           else Path(home) / ".cache" / "vllm" if home else None)
         chosen = self.root(wanted, "VLLM_CACHE_ROOT", env)
-        if vllm_reads is None or chosen != Path(os.path.abspath(vllm_reads)):
+        # A root holding ``..`` comes back as the folder the check reached: exported, so
+        # vLLM opens that folder however it treats ``..``.
+        if vllm_reads is None or chosen != absolute(vllm_reads):
             env["VLLM_CACHE_ROOT"] = str(chosen)
         return chosen
 

@@ -10,6 +10,7 @@ has left (the module names are the phases):
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.base import extension_points, npu_device
 from vllm_ascend.base.config_channel import ascend_environ, publish_worker_inputs
-from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
+from vllm_ascend.base.trusted_paths import UntrustedPathError, open_trusted_dir
 from vllm_ascend.config_pipeline import (
     compile_settings,
     memory,
@@ -53,18 +54,24 @@ def write_dump_config(resolved: AscendConfig, cwd: str | None = None) -> Any:
     directory); returns the file msprobe reads (also ``dump_config_path``), or None.
 
     The file's directory (``<cwd>/.vllm_ascend/msprobe``) is made private (0700) and must be
-    trusted (:func:`~vllm_ascend.base.trusted_paths.make_private_dir`): one another user
-    owns, can write, or reaches through their symlink could swap msprobe's config, so it is
-    refused with one warning and nothing is written (None is returned).
+    trusted (:func:`~vllm_ascend.base.trusted_paths.open_trusted_dir`, ``..`` resolved as the
+    kernel does): one another user owns, can write, or reaches through their symlink could
+    swap msprobe's config, so it is refused with one warning and nothing is written (None is
+    returned). The file is written atomically through the checked directory's descriptor.
     """
     import ascend_config
 
     where = os.getcwd() if cwd is None else cwd
     target = ascend_config.dump_config_file(where)
     try:
-        if resolved.dump_config is not None:
-            make_private_dir(target.parent)
-        path = ascend_config.write_dump_config(resolved, where)
+        if resolved.dump_config is None:  # a dump_config_path, or nothing: no file written
+            path = ascend_config.write_dump_config(resolved, where)
+        else:
+            # ascend_config.write_dump_config's format (UTF-8, indent 2, non-ASCII kept).
+            text = json.dumps(resolved.dump_config, indent=2, ensure_ascii=False)
+            with open_trusted_dir(target.parent, create=True) as folder:
+                folder.write_atomic(target.name, text.encode("utf-8"))
+            path = target
     except UntrustedPathError as exc:
         logger.warning("dump_config: not writing %s: %s; run from a directory only this user "
                        "can write, or pass dump_config_path", target, exc)

@@ -32,6 +32,7 @@ from vllm_ascend.doctor.import_advice import torch_import_problem
 from vllm_ascend.entrypoints.console import write_stdout
 from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
 from vllm_ascend.entrypoints.model_dir import read_model_config
+from vllm_ascend.process.process_setup import current_process_setup
 
 REAL_MODEL: Final = "smollm2"
 # --model choice -> tiny-model factory arch.
@@ -113,18 +114,22 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
 
 
-def compile_cache_root(environ: dict[str, str] | None = None) -> Path:
+def compile_cache_root(environ: dict[str, str] | None = None,
+                       roots: TrustedRoots | None = None) -> Path:
     """The user's vLLM cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
     ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``), or the private fallback the trust policy
     picks when that root is refused (one warning)."""
     env = dict(os.environ if environ is None else environ)
-    return TrustedRoots().secure_vllm_cache_root(env)
+    return (TrustedRoots() if roots is None else roots).secure_vllm_cache_root(env)
 
 
 def prepare_process(workdir: Path) -> None:
     """Environment for an in-process engine on the host-CPU platform; before `import vllm`.
-    The compile cache is the user's (:func:`compile_cache_root`): a second run starts warm."""
-    env = engine_env(device="cpu", cache_root=compile_cache_root())
+    The compile cache is the user's (:func:`compile_cache_root`): a second run starts warm.
+    The bytecode folder is checked as a root (:func:`engine_env`): this process and its
+    children read bytecode only from the checked one, or from none."""
+    roots = current_process_setup().roots  # the process's: one warning per refused root
+    env = engine_env(device="cpu", cache_root=compile_cache_root(roots=roots), roots=roots)
     for name in set(os.environ) - set(env):
         del os.environ[name]
     os.environ.update(env)
@@ -132,9 +137,13 @@ def prepare_process(workdir: Path) -> None:
     # only the demo's report.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    if sys.dont_write_bytecode and sys.pycache_prefix is None:
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    if sys.pycache_prefix is not None:
+        # This interpreter took its prefix from the environment before any check.
+        sys.pycache_prefix = prefix
+    elif sys.dont_write_bytecode and prefix is not None:
         # uv installs without bytecode; caching it makes the next `import vllm` 2-3x faster.
-        sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+        sys.pycache_prefix = prefix
         sys.dont_write_bytecode = False
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_ascend.base.trusted_roots import own_cache_dir
+from vllm_ascend.base.trusted_roots import TrustedRoots
 
 # Variables that make vLLM start faster or behave reproducibly in tests, demo and benchmarks.
 _FIXED: Final[dict[str, str]] = {
@@ -41,6 +41,7 @@ def engine_env(
     cache_root: str | Path | None = None,
     plugins: str | None = None,
     base: Mapping[str, str] | None = None,
+    roots: TrustedRoots | None = None,
 ) -> dict[str, str]:
     """Return a full environment (a copy of `base`, default `os.environ`) for a vLLM run.
 
@@ -48,6 +49,9 @@ def engine_env(
     `VLLM_CACHE_ROOT` and holds inductor's cache too (`TORCHINDUCTOR_CACHE_DIR`), so a fresh
     directory means a cold compile cache and the passes run;
     `plugins` becomes `VLLM_PLUGINS` when given (comma-separated entry-point names).
+    `PYTHONPYCACHEPREFIX` (the caller's, else the user's cache's) is the bytecode folder
+    `roots` (default: a fresh `TrustedRoots`) checked: bytecode is code, so a refused folder
+    is replaced by a private one or dropped (`TrustedRoots.bytecode_prefix`).
     """
     allowed = ("auto", "npu", "cpu")
     if device not in allowed:
@@ -55,8 +59,12 @@ def engine_env(
     env = dict(os.environ if base is None else base)
     for name in _DROPPED:
         env.pop(name, None)
-    # The user's cache (the stand-in home's when there is no home: Path.home() would raise).
-    env.setdefault("PYTHONPYCACHEPREFIX", str(own_cache_dir(env) / "vllm-ascend-pycache"))
+    # In the user's cache (the stand-in home's when there is no home) unless the caller set one.
+    prefix = (TrustedRoots() if roots is None else roots).bytecode_prefix(env)
+    if prefix is None:
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    else:
+        env["PYTHONPYCACHEPREFIX"] = str(prefix)
     env.update(_FIXED)
     env["VLLM_ASCEND_DEVICE"] = device
     if cache_root is not None:
