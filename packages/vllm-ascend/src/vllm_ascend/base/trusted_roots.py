@@ -18,7 +18,7 @@ from pathlib import Path
 
 from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir
 
-logger = logging.getLogger("vllm_ascend.base.trusted_roots")
+logger = logging.getLogger(__name__)
 
 
 def home_dir(environ: Mapping[str, str] | None = None) -> str | None:

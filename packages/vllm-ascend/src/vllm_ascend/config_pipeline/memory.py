@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from vllm_ascend.base.kv_cache_advice import KvCacheNeed, kv_cache_memory_error, need_of
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.memory")
+logger = logging.getLogger(__name__)
 
 
 # --- NPU platform: the caching allocator's options (PYTORCH_NPU_ALLOC_CONF) -----------------------
