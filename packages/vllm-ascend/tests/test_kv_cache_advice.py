@@ -1,4 +1,4 @@
-"""The advising KV-cache memory error (base.kv_cache_advice): the largest settings that fit
+"""The advising KV-cache memory error (worker_duties.kv_cache_advice): the largest settings that fit
 at their boundaries, the message's sizes (never negative), and the host-CPU worker's checks
 (cpu_runtime.kv_memory) with vLLM's own decisions."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from vllm_ascend.base.kv_cache_advice import (
+from vllm_ascend.worker_duties.kv_cache_advice import (
     GiB,
     KvCacheMemoryError,
     KvCacheNeed,

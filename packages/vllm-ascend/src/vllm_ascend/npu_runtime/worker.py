@@ -31,7 +31,7 @@ from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environmen
 from vllm.v1.worker.utils import request_memory
 from vllm.v1.worker.worker_base import CompilationTimes
 
-from vllm_ascend.base.kv_cache_advice import format_size, need_of
+from vllm_ascend.worker_duties.kv_cache_advice import format_size, need_of
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
@@ -119,7 +119,7 @@ class NPUWorker(RankDuties, Worker):
     @_on_npu
     def determine_available_memory(self) -> int:
         """vLLM's profiling and sizing, less the graphs' memory (profiled here: vLLM does it
-        only on CUDA and XPU), then one clear error (``platform.kv_cache_advice``'s) when the
+        only on CUDA and XPU), then one clear error (``worker_duties.kv_cache_advice``'s) when the
         cache cannot hold one sequence of ``--max-model-len``."""
         available = super().determine_available_memory()
         need = need_of(self.vllm_config)
