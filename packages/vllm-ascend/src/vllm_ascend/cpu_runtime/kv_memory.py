@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vllm_ascend.worker_duties.kv_cache_advice import GiB, format_size, kv_cache_memory_error, need_of
+from vllm_ascend.worker_duties.kv_cache_advice import (
+    GiB,
+    format_size,
+    kv_cache_memory_error,
+    need_of,
+)
 
 if TYPE_CHECKING:
     from vllm.v1.worker.gpu_worker import Worker

@@ -31,13 +31,13 @@ from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environmen
 from vllm.v1.worker.utils import request_memory
 from vllm.v1.worker.worker_base import CompilationTimes
 
-from vllm_ascend.worker_duties.kv_cache_advice import format_size, need_of
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
 from vllm_ascend.worker_duties.duties import RankDuties
+from vllm_ascend.worker_duties.kv_cache_advice import format_size, need_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
