@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
 from vllm_ascend.engine import AscendEngine, engine_of, registry
-from vllm_ascend.engine import resolution as resolve_step
+from vllm_ascend.engine import resolution
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def resolutions(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     def counted(additional: Any, facts: Any, environ: Any) -> Any:
         calls.append(dict(additional))
-        return resolve_step.resolve_ascend_config(additional, facts, environ)
+        return resolution.resolve_ascend_config(additional, facts, environ)
 
     monkeypatch.setattr(registry, "resolve_ascend_config", counted)
     return calls
@@ -42,7 +42,7 @@ def published_resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def counted(environ: Any = None) -> Any:
         calls.append(environ[WORKER_INPUTS_ENV])
-        return resolve_step.resolve_published(environ)
+        return resolution.resolve_published(environ)
 
     monkeypatch.setattr(registry, "resolve_published", counted)
     return calls
@@ -191,7 +191,7 @@ def test_compute_hash_is_fixed_at_the_engines_creation(
     assert AscendCompiler().compute_hash(off) != first
     monkeypatch.setenv("VLLM_ASCEND_ENABLE_NZ", "7")
     with pytest.raises(ValueError, match="VLLM_ASCEND_ENABLE_NZ"):
-        resolve_step.resolve_ascend_config({}, engine_of(cfg).facts,
+        resolution.resolve_ascend_config({}, engine_of(cfg).facts,
                                            {"VLLM_ASCEND_ENABLE_NZ": "7"})
     assert AscendCompiler().compute_hash(cfg) == first
     compiler = AscendCompiler()

@@ -248,8 +248,8 @@ def user_chose_reservation(cache_config: Any, environ: Mapping[str, str]) -> boo
 
 
 def demand_of(vllm_config: Any) -> KvCacheDemand:
-    """What one rank of this run needs (``worker_duties.kv_cache_advice.need_of``: every layer of its
-    pipeline stage counted as an attention layer with its rank's KV heads; MLA: one latent
+    """What one rank of this run needs (``worker_duties.kv_cache_advice.need_of``: every layer
+    of its pipeline stage counted as an attention layer with its rank's KV heads; MLA: one latent
     cache instead of K and V)."""
     need = need_of(vllm_config)
     return KvCacheDemand(
