@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
-from vllm_ascend.engine import AscendEngine, engine_of, registry
-from vllm_ascend.engine import resolution
+from vllm_ascend.engine import AscendEngine, engine_of, registry, resolution
 
 
 @pytest.fixture
