@@ -138,7 +138,7 @@ def test_worker_and_scheduler_decision() -> None:
     mine = decide(worker_setting="my.Worker", ascend_config=_cfg(), runtime={}, schedulers={},
                   **kw)
     assert (mine.worker_cls, mine.scheduler_cls) == ("my.Worker", None)
-    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.runtime' with name 'worker'"):
+    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.npu_runtime' with name 'worker'"):
         decide(worker_setting="auto", ascend_config=_cfg(), runtime={}, schedulers={}, **kw)
     with pytest.raises(RuntimeError, match="'recompute' scheduler"):
         decide(worker_setting="auto", ascend_config=cfg, runtime=runtime, schedulers={}, **kw)
