@@ -22,18 +22,15 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
 
-from benchmarks.e2e_engines import ENGINES, Engine, EngineRun
+from benchmarks.e2e_engines import ENGINES, EngineRun
+from benchmarks.e2e_real import REAL_FULL, REAL_MODEL, REAL_QUICK, run_real
+from benchmarks.e2e_rounds import measure_engines, ratio_spread, round_ratio, verdict
 from benchmarks.table import Table
 
-T = TypeVar("T")
-
 ARCHES = ("qwen3", "qwen3_moe")
-REAL_MODEL = "smollm2"
 MODELS = (*ARCHES, REAL_MODEL)
 PROMPTS = [
     "Hello, my name is",
@@ -56,7 +53,6 @@ PROMPTS = [
 SPEED_TARGET = 1.0  # fusion on / stock and fusion on / fusion off, tokens/s
 RSS_TARGET = 1.1  # fusion on / stock, peak RSS
 STARTUP_TARGET = 1.0  # fusion on / stock, engine ready
-WARM_UP_TOKENS = 4  # per prompt, in each engine's untimed warm-up at the benchmark's prompts
 
 
 @dataclass(frozen=True)
@@ -76,20 +72,6 @@ FULL = Size(layers=8, hidden=1024, heads=16, kv_heads=4, max_tokens=64, rounds=4
 QUICK = Size(layers=2, hidden=256, heads=4, kv_heads=2, max_tokens=16, rounds=2)
 
 
-def round_order(items: list[T], r: int) -> list[T]:
-    """The order of round ``r``: the rotations of ``items``, then the rotations reversed.
-
-    Rotations alone give every engine every position, but not every predecessor: with three
-    engines, A always follows C and never B. Adding the reversed rotations makes each engine
-    run directly after each other engine equally often (a Williams design), so whatever one
-    engine leaves behind on the host (caches, clocks, memory) weighs on all others alike.
-    """
-    n = len(items)
-    shift = r % n
-    rotated = items[shift:] + items[:shift]
-    return rotated if (r // n) % 2 == 0 else rotated[::-1]
-
-
 def measure(arch: str, size: Size, root: Path, labels: tuple[str, ...] = tuple(ENGINES)
             ) -> dict[str, EngineRun]:
     """Make the tiny ``arch`` model of ``size`` and measure the engines on it
@@ -102,81 +84,6 @@ def measure(arch: str, size: Size, root: Path, labels: tuple[str, ...] = tuple(E
     )
     return measure_engines(model, root / f"{arch}-run", PROMPTS, size.max_tokens, size.rounds,
                            labels)
-
-
-def measure_engines(
-    model: Path, root: Path, prompts: list[str], max_tokens: int, rounds: int,
-    labels: tuple[str, ...] = tuple(ENGINES), *, warm: bool = False,
-    after_round: Callable[[], None] | None = None,
-) -> dict[str, EngineRun]:
-    """Start each engine alone (its engine core in a process of its own, as a user's
-    ``vllm.LLM`` runs: ``Engine``), then time them in alternation (``round_order``) for ``rounds``:
-    the batch of ``prompts`` and the first prompt alone, ``max_tokens`` greedy tokens each;
-    ``after_round`` runs after every round. ``warm``: once all are stopped, start each engine
-    alone once more in a new process on the compile cache its first start filled (engine ready
-    warm)."""
-    engines: list[Engine] = []
-    try:
-        for label in labels:
-            engine = Engine(label, model, root, max_num_seqs=len(prompts), engine_process=True)
-            engines.append(engine)
-            engine.start()
-            # Untimed: the batch and the single stream once at the prompts' own lengths, so
-            # the first round pays no first-use costs (kernel set-up for new shapes).
-            engine.generate(prompts, WARM_UP_TOKENS)
-            engine.generate(prompts[:1], WARM_UP_TOKENS)
-        for r in range(rounds):
-            order = round_order(engines, r)
-            # The engines' batches back to back, then their single streams: each ratio compares
-            # runs a few seconds apart, inside the same spell of whatever else the host runs.
-            for engine in order:
-                rate, cpu_rate, tokens = engine.generate(prompts, max_tokens)
-                engine.run.batch_rates.append(rate)
-                engine.run.batch_cpu_rates.append(cpu_rate)
-                engine.run.tokens = tokens
-            for engine in order:
-                rate, cpu_rate, _ = engine.generate(prompts[:1], max_tokens)
-                engine.run.single_rates.append(rate)
-                engine.run.single_cpu_rates.append(cpu_rate)
-            if after_round is not None:
-                after_round()
-    finally:
-        for engine in engines:
-            engine.close()
-    runs = {engine.run.label: engine.run for engine in engines}
-    if warm:
-        for label, run in runs.items():
-            again = Engine(label, model, root, max_num_seqs=len(prompts), log_name="-warm",
-                           engine_process=True)
-            try:
-                run.warm_startup_s = again.load()
-            finally:
-                again.close()
-    return runs
-
-
-def round_ratio(a: list[float], b: list[float]) -> float:
-    """Median over rounds of ``a[i] / b[i]``."""
-    return statistics.median(x / y for x, y in zip(a, b, strict=True))
-
-
-def round_quartiles(a: list[float], b: list[float]) -> tuple[float, float]:
-    """First and third quartiles over rounds of ``a[i] / b[i]``: the spread a median ratio
-    comes from (this host's noise), printed beside it."""
-    ratios = [x / y for x, y in zip(a, b, strict=True)]
-    if len(ratios) < 2:
-        return ratios[0], ratios[0]
-    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-    return q1, q3
-
-
-def ratio_spread(name: str, a: list[float], b: list[float]) -> str:
-    q1, q3 = round_quartiles(a, b)
-    return f"{name} {q1:.3f}-{q3:.3f}"
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "NOT MET"
 
 
 def model_table(arch: str, size: Size, runs: dict[str, EngineRun]) -> Table:
@@ -241,8 +148,6 @@ def run(quick: bool = False, model_dir: str | Path | None = None,
     ``models`` picks some of ``MODELS``; ``rounds`` replaces the sizes' round counts; ``quick``:
     the smallest sizes, and without ``models`` the real model only (a smoke run of the engine,
     warm-start and table code; the tiny models' tables are unit-tested)."""
-    from benchmarks.e2e_real import REAL_FULL, REAL_QUICK, run_real
-
     if rounds is not None and rounds < 1:
         raise ValueError(f"rounds={rounds}: at least 1 round is needed")
 

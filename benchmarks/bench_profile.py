@@ -18,8 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_e2e import FULL, PROMPTS, QUICK, Size, round_order
+from benchmarks.bench_e2e import FULL, PROMPTS, QUICK, Size
 from benchmarks.e2e_engines import Engine
+from benchmarks.e2e_rounds import round_order
 from benchmarks.profile_breakdown import CATEGORIES, breakdown
 from benchmarks.table import Table
 

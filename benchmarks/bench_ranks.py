@@ -27,7 +27,7 @@ def run(quick: bool = False) -> list[Table]:
     """Measure TP=2 vs TP=1; one table with tokens/s, start-up, bound pools and the ratio."""
     from vllm_ascend.checkpoints.tiny_models import make_tiny_model
     from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
-    from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+    from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, read_rank_reports
     from vllm_ascend_testing.worker_client import LLMWorker
 
     size = QUICK if quick else FULL

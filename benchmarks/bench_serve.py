@@ -101,7 +101,7 @@ def run(quick: bool = False) -> list[Table]:
     """Start the server, run the warm-up and the measured load; one table."""
     from vllm_ascend.checkpoints.tiny_models import make_tiny_model
     from vllm_ascend.entrypoints.local_engine import engine_env
-    from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+    from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, read_rank_reports
     from vllm_ascend_testing.serve_load import build_load, load_problems, run_load
     from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV
+from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV
 
 # Engine label -> (VLLM_ASCEND_DEVICE, VLLM_PLUGINS or None for every plugin, fusion switch).
 ENGINES: dict[str, tuple[str, str | None, bool]] = {
@@ -137,7 +137,7 @@ class Engine:
         the engine core has its own process, else from the in-process engine."""
         if self.report_dir is None:
             return dict(self.worker.request("fusion_report")["report"])
-        from vllm_ascend.runtime.rank_report import read_rank_reports
+        from vllm_ascend.worker_duties.rank_report import read_rank_reports
 
         reports = read_rank_reports(self.report_dir)
         if not reports:

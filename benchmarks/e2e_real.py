@@ -17,7 +17,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.bench_e2e import REAL_MODEL, measure_engines, ratio_spread, round_ratio, verdict
 from benchmarks.decode_ceiling import (
     Bandwidth,
     ceiling_tokens_per_s,
@@ -25,7 +24,10 @@ from benchmarks.decode_ceiling import (
     read_bandwidth,
 )
 from benchmarks.e2e_engines import ENGINES, EngineRun
+from benchmarks.e2e_rounds import measure_engines, ratio_spread, round_ratio, verdict
 from benchmarks.table import Table
+
+REAL_MODEL = "smollm2"
 
 QUESTIONS = [
     "What is the capital of France?",

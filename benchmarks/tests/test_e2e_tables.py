@@ -13,14 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from benchmarks.bench_e2e import (
-    FULL,
-    QUICK,
-    model_table,
-    round_order,
-    round_quartiles,
-    round_ratio,
-)
+from benchmarks.bench_e2e import FULL, QUICK, model_table
 from benchmarks.bench_profile import median_window
 from benchmarks.decode_ceiling import (
     Bandwidth,
@@ -31,6 +24,7 @@ from benchmarks.decode_ceiling import (
 )
 from benchmarks.e2e_engines import EngineRun
 from benchmarks.e2e_real import REAL_QUICK, pass_sites, real_table
+from benchmarks.e2e_rounds import round_order, round_quartiles, round_ratio
 from benchmarks.profile_breakdown import breakdown, category
 
 

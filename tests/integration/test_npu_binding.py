@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,54 @@ def test_the_device_soc_wins_over_npu_smi_with_one_warning(
         assert "torch_npu reports A5 (SoC id 260, Ascend950)" in mismatch
         assert "npu-smi's chip names read as A2" in mismatch
         assert w["proc_cpus"] == [rank], w
+
+
+@pytest.fixture(scope="module")
+def npu_worker_run(make_env: Callable[..., dict[str, str]], tiny_models: Any,
+                   tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One engine on one emulated NPU (an Ascend910B1: A2) with its worker in the test's
+    child process, the fake npu-smi replaying the recorded host; its calls recorded."""
+    reports = tmp_path_factory.mktemp("npu_rank_reports")
+    path = f"{FAKE_NPU / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = make_env(device="npu", PATH=path, FAKE_NPU_SMI_HOST=str(HOST),
+                   VLLM_ASCEND_EMULATED_NPUS="1", VLLM_ENABLE_V1_MULTIPROCESSING="0",
+                   VLLM_ASCEND_RANK_REPORT_DIR=str(reports))
+    proc = subprocess.run(
+        [sys.executable, str(FAKE_NPU / "npu_worker_duties.py"), str(tiny_models.path("llama")),
+         str(reports)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_the_npu_worker_binds_after_set_device_and_late_threads_after_load(
+        npu_worker_run: dict) -> None:
+    assert npu_worker_run["platform"] == "NPUPlatform"
+    events = [e for e in npu_worker_run["events"] if e != "device_soc"]
+    start = events.index("set_device")
+    assert events[start:start + 6] == [
+        "set_device", "bind_this_worker A2", "rank_report device", "load_model",
+        "bind_late_threads", "rank_report warmed_up"], npu_worker_run["events"]
+    assert events.count("bind_this_worker A2") == 1 and events.count("set_device") == 1
+    # The SoC the binding uses is read from the device once it is set.
+    raw = npu_worker_run["events"]
+    assert "device_soc" in raw[raw.index("set_device"):raw.index("bind_this_worker A2")]
+    assert npu_worker_run["tokens"] and len(npu_worker_run["tokens"]) == 2
+
+
+def test_the_npu_engine_and_its_worker_resolve_the_config_once(npu_worker_run: dict) -> None:
+    assert len(npu_worker_run["resolutions"]) == 1, npu_worker_run["resolutions"]
+
+
+def test_the_npu_worker_writes_the_host_cpu_workers_rank_report(npu_worker_run: dict) -> None:
+    [report] = npu_worker_run["reports"].values()
+    assert set(report) == {
+        "stage", "pid", "dp_rank", "rank", "local_rank", "host_rank", "tensor_parallel_size",
+        "pipeline_parallel_size", "soc", "cpus_allowed", "bound_cpus", "binding", "fusion",
+        "fusion_sites", "captures", "compiles", "pass_runs", "ready", "after_ready"}
+    assert (report["stage"], report["rank"], report["local_rank"], report["dp_rank"]) == (
+        "warmed_up", 0, 0, 0)
+    assert report["soc"] == "A2" and report["ready"] is True
+    # Planned for NPU 0 on the recorded host (NPU 0 near CPU 0): too few CPUs there to bind.
+    assert report["binding"] == ["binding skipped: NPU 0 needs at least 5 CPUs near NUMA node 0 "
+                                 "(5 per NPU); 1 are allowed there"]
+    assert report["bound_cpus"] == [] and report["tensor_parallel_size"] == 1

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.entrypoints.local_engine import llm_kwargs
-from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend_testing.worker_client import LLMWorker, WorkerError
 
 # conftest's values (the compiled references were generated with them).

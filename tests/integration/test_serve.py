@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend_testing.serve_process import VllmServer, serve_command, tiny_serve_args
 
 from tests.integration.proc_status import cpus_allowed, parent_pid

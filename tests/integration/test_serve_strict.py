@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
 
 SERVED_NAME = "tiny-strict"

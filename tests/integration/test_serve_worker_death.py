@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from vllm_ascend.entrypoints.serve import ENGINE_DIED_STATUS
-from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, read_rank_reports
+from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, read_rank_reports
 from vllm_ascend_testing.process_tree import ProcessInfo
 from vllm_ascend_testing.serve_faults import FaultOutcome, fault_during_load
 from vllm_ascend_testing.serve_load import PROMPTS, build_load

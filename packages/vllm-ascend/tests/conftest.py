@@ -12,6 +12,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,20 @@ def ascend_cpu_platform():
 
     assert isinstance(current_platform, AscendCpuPlatform), type(current_platform)
     return current_platform
+
+
+@pytest.fixture
+def make_engine() -> Callable[..., Any]:
+    """An engine as the registry builds it for a SoC (no VllmConfig behind it)."""
+    def build(soc: str, additional: dict[str, Any] | None = None) -> Any:
+        import ascend_config
+        from vllm_ascend.engine import AscendEngine
+
+        facts = ascend_config.DeploymentFacts(soc=soc)
+        config = ascend_config.resolve(additional or {}, facts=facts, environ={})
+        return AscendEngine(config, soc, facts, lambda: None)
+
+    return build
 
 
 @pytest.fixture

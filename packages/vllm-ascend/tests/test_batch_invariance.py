@@ -35,7 +35,7 @@ def without_adjustments(ascend_cpu_platform):
     if had_route:
         bi.install_cpu_linear_route()
     if had_handover:
-        from vllm_ascend.process.process_setup import current_ascend_config
+        from vllm_ascend.engine.registry import published_ascend_config as current_ascend_config
 
         bi.install_vllm_init_handover(current_ascend_config)
 
@@ -76,7 +76,7 @@ def test_resolved_config_drives_it(kernels_mode) -> None:
 def test_worker_overrides_apply_the_published_config(monkeypatch) -> None:
     import ascend_config
     from vllm_ascend.base.config_channel import publish_worker_inputs
-    from vllm_ascend.process.resolve_step import resolve_published
+    from vllm_ascend.engine.resolution import resolve_published
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = ascend_config.DeploymentFacts(soc="A2")

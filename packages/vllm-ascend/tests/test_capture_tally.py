@@ -55,7 +55,7 @@ def _tally(cfg: Any) -> Any:
 def test_each_capture_logs_its_size_and_the_rank_report_has_the_totals(
     make_vllm_config: Any, request: Any, logged: Any) -> None:
     from vllm_ascend.process.process_setup import reset_process_setup
-    from vllm_ascend.runtime.rank_report import build_rank_report
+    from vllm_ascend.worker_duties.rank_report import build_rank_report
 
     reset_process_setup()
     # The configs first: transformers probes torch_npu while they are built.
@@ -112,7 +112,7 @@ def test_a_capture_after_ready_is_counted_in_the_report_and_strict_refuses_it(
     import pytest
     from vllm_ascend.engine import engine_of
     from vllm_ascend.engine.ready_watch import CompileAfterReadyError
-    from vllm_ascend.runtime.rank_report import build_rank_report
+    from vllm_ascend.worker_duties.rank_report import build_rank_report
 
     cfg, strict_cfg = make_vllm_config(max_num_seqs=4), make_vllm_config(max_num_seqs=4)
     fake_torch_npu = request.getfixturevalue("fake_torch_npu")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from vllm_ascend.engine.registry import published_ascend_config as current_ascend_config
 from vllm_ascend.process import compat_adjustments as ca
-from vllm_ascend.process.process_setup import current_ascend_config
 
 
 def test_each_adjustment_has_a_reason() -> None:

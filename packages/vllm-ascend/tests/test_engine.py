@@ -116,3 +116,32 @@ def test_bad_additional_config_fails_before_the_model_loads(tiny_qwen3, monkeypa
     assert "weight_nz_mode" in text and "enable_cpu_bindin" in text
     assert "enable_cpu_binding" in text  # did-you-mean from ascend-config
     assert loaded == []
+
+
+def test_an_engine_and_its_in_process_worker_resolve_the_config_once(
+        tiny_qwen3_weights, monkeypatch) -> None:
+    """The engine core and its worker run in this process (the demo's and the test engines'
+    shape): the pipeline resolves, publishes, and the worker takes the same engine."""
+    import ascend_config
+    from vllm_ascend.engine import engine_of
+
+    real = ascend_config.resolve
+    calls: list[dict] = []
+
+    def counted(*args, **kwargs):
+        calls.append(dict(args[0]) if args else {})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ascend_config, "resolve", counted)
+    llm = _llm(tiny_qwen3_weights, enforce_eager=True,
+               additional_config={"enable_cpu_binding": False})
+    try:
+        [worker_engine] = llm.collective_rpc(lambda self: self.ascend_engine)
+        [binding] = llm.collective_rpc(lambda self: list(self.ascend_binding.lines))
+        assert worker_engine is engine_of(llm.llm_engine.vllm_config)
+        assert binding == ["CPU binding disabled by additional_config.enable_cpu_binding"]
+        assert _greedy(llm)  # it serves
+    finally:
+        del llm
+        gc.collect()
+    assert calls == [{"enable_cpu_binding": False}]

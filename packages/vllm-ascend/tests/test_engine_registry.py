@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
-from vllm_ascend.engine import AscendEngine, engine_of, registry
-from vllm_ascend.process import resolve_step
+from vllm_ascend.engine import AscendEngine, engine_of, registry, resolution
 
 
 @pytest.fixture
@@ -21,10 +20,71 @@ def resolutions(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     def counted(additional: Any, facts: Any, environ: Any) -> Any:
         calls.append(dict(additional))
-        return resolve_step.resolve_ascend_config(additional, facts, environ)
+        return resolution.resolve_ascend_config(additional, facts, environ)
 
     monkeypatch.setattr(registry, "resolve_ascend_config", counted)
     return calls
+
+
+def _publish(env: dict[str, str], additional: dict[str, Any]) -> None:
+    import ascend_config
+    from vllm_ascend.base.config_channel import publish_worker_inputs
+
+    assert publish_worker_inputs("A2", additional, ascend_config.DeploymentFacts(soc="A2"), {},
+                                 env)
+
+
+@pytest.fixture
+def published_resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every resolution of published inputs the registry runs (the channel value read)."""
+    calls: list[str] = []
+
+    def counted(environ: Any = None) -> Any:
+        calls.append(environ[WORKER_INPUTS_ENV])
+        return resolution.resolve_published(environ)
+
+    monkeypatch.setattr(registry, "resolve_published", counted)
+    return calls
+
+
+def test_published_inputs_are_resolved_once_per_publication(
+        published_resolutions: list[str]) -> None:
+    env: dict[str, str] = {}
+    _publish(env, {"enable_cpu_binding": False})
+    first = registry.published_engine_inputs(env)
+    assert first is not None and first.soc == "A2"
+    assert first.config.enable_cpu_binding is False
+    assert registry.published_engine_inputs(env) is first
+    assert len(published_resolutions) == 1
+    _publish(env, {"enable_cpu_binding": True})  # a new publication: resolved again
+    second = registry.published_engine_inputs(env)
+    assert second is not None and second.config.enable_cpu_binding is True
+    assert len(published_resolutions) == 2
+
+
+def test_no_publication_is_none(published_resolutions: list[str]) -> None:
+    assert registry.published_engine_inputs({}) is None
+    assert registry.published_engine_inputs({WORKER_INPUTS_ENV: ""}) is None
+    assert published_resolutions == []
+
+
+def test_a_damaged_channel_raises_every_time(published_resolutions: list[str]) -> None:
+    from vllm_ascend.base.worker_inputs import WorkerInputsError
+
+    env = {WORKER_INPUTS_ENV: "{not json"}
+    for _ in range(2):
+        with pytest.raises(WorkerInputsError):
+            registry.published_engine_inputs(env)
+    assert len(published_resolutions) == 2  # nothing remembered
+
+
+def test_the_publishing_process_reads_its_own_engine_back(
+        make_vllm_config: Any, published_resolutions: list[str]) -> None:
+    cfg = make_vllm_config(additional_config={"enable_cpu_binding": False})  # publishes
+    published = registry.published_engine_inputs()
+    assert published is not None and published.config is engine_of(cfg).config
+    assert registry.published_ascend_config() is engine_of(cfg).config
+    assert published_resolutions == []
 
 
 def _standalone_config(additional: dict[str, Any] | None = None) -> Any:
@@ -86,8 +146,8 @@ def test_a_config_the_pipeline_never_saw_takes_the_published_inputs(
     worker_copy = copy.copy(cfg)  # what a spawned worker holds: another object
     engine = engine_of(worker_copy)
     assert engine is not engine_of(cfg) and engine_of(worker_copy) is engine
-    assert engine.config == engine_of(cfg).config and engine.soc == "cpu"
-    assert len(resolutions) == 1  # the published inputs resolve outside the registry once
+    assert engine.config is engine_of(cfg).config and engine.soc == "cpu"
+    assert len(resolutions) == 1  # this process published them: nothing resolved again
 
 
 def test_engines_of_equal_configs_are_separate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +190,7 @@ def test_compute_hash_is_fixed_at_the_engines_creation(
     assert AscendCompiler().compute_hash(off) != first
     monkeypatch.setenv("VLLM_ASCEND_ENABLE_NZ", "7")
     with pytest.raises(ValueError, match="VLLM_ASCEND_ENABLE_NZ"):
-        resolve_step.resolve_ascend_config({}, engine_of(cfg).facts,
+        resolution.resolve_ascend_config({}, engine_of(cfg).facts,
                                            {"VLLM_ASCEND_ENABLE_NZ": "7"})
     assert AscendCompiler().compute_hash(cfg) == first
     compiler = AscendCompiler()

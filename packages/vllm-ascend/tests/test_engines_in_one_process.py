@@ -51,7 +51,7 @@ def _greedy(llm: Any, prompts: list[str] = PROMPTS) -> list[list[int]]:
 
 
 def _rank_report(llm: Any) -> dict[str, Any]:
-    from vllm_ascend.runtime.rank_report import build_rank_report
+    from vllm_ascend.worker_duties.rank_report import build_rank_report
 
     return build_rank_report(llm.llm_engine.vllm_config, rank=0, local_rank=0, binding=None,
                              stage="serving")

@@ -104,3 +104,30 @@ def test_npu_all_reduce_is_out_of_place(monkeypatch) -> None:
     assert out.tolist() == [2.0, 4.0, 6.0] and given.tolist() == [1.0, 2.0, 3.0]
     assert out.untyped_storage().data_ptr() != given.untyped_storage().data_ptr()
     assert seen == [group]
+
+
+def _distribution(root: Path, name: str, groups: dict[str, dict[str, str]]) -> None:
+    """An installed distribution (metadata only) declaring ``groups``' entry points."""
+    info = root / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    lines = []
+    for group, entries in groups.items():
+        lines += [f"[{group}]", *(f"{key} = {value}" for key, value in entries.items())]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_the_npu_runtime_group_and_its_earlier_name_are_both_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _distribution(tmp_path, "old-name-ext", {"vllm_ascend.runtime": {"worker": "old_ext:Worker"}})
+    _distribution(tmp_path, "both-names-ext", {
+        "vllm_ascend.npu_runtime": {"communicator": "new_ext:Communicator"},
+        "vllm_ascend.runtime": {"communicator": "new_ext:OldCommunicator"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = ep.discover(ep.RUNTIME)
+    assert ep.RUNTIME == "vllm_ascend.npu_runtime"
+    assert (found["worker"].value, found["worker"].distribution) == ("old_ext:Worker",
+                                                                      "old-name-ext")
+    assert found["communicator"].value == "new_ext:Communicator"  # the new name wins
+    assert found["attention"].distribution == "vllm-ascend"  # nobody replaced it
+    assert ep.runtime_class_paths()["worker"] == "old_ext.Worker"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from vllm_ascend.base.facts import extract_facts, is_moe_config
+from vllm_ascend.engine.resolution import extract_facts, is_moe_config
 
 
 def test_is_moe_config() -> None:
@@ -42,7 +42,7 @@ def test_moe_facts_and_forward_state(make_vllm_config, tiny_moe) -> None:
     facts = extract_facts(cfg, "cpu")
     assert facts.is_moe and facts.num_experts == 8 and facts.num_experts_per_tok == 2
     assert facts.moe_intermediate_size == 64
-    state = AscendForwardState.from_vllm_config(cfg, "cpu")
+    state = AscendForwardState.from_vllm_config(cfg, extract_facts(cfg, "cpu"))
     assert state.budget.has_mask
     fields = state.fields(5)
     assert fields["moe_comm_type"] is MoECommType.ALLGATHER  # EP off

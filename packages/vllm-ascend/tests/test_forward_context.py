@@ -8,6 +8,7 @@ import pytest
 import torch
 from vllm_ascend.base import forward_context as fc
 from vllm_ascend.distributed.moe_comm import Mc2Budget, MoECommInputs, MoECommType
+from vllm_ascend.engine.resolution import extract_facts
 
 
 def _state(tp=4, dp=1, moe=True, soc="A3") -> fc.AscendForwardState:
@@ -49,7 +50,7 @@ def test_set_ascend_forward_context_on_vllm(make_vllm_config) -> None:
     from vllm.forward_context import get_forward_context
 
     cfg = make_vllm_config(enforce_eager=True)
-    state = fc.AscendForwardState.from_vllm_config(cfg, "cpu")
+    state = fc.AscendForwardState.from_vllm_config(cfg, extract_facts(cfg, "cpu"))
     assert state.moe_inputs.is_moe is False and not state.budget.has_mask
     with fc.set_ascend_forward_context(None, cfg, num_tokens=7, state=state) as ctx:
         assert get_forward_context() is ctx

@@ -1,6 +1,6 @@
-"""The advising KV-cache memory error (base.kv_cache_advice): the largest settings that fit
+"""The advising KV-cache memory error (worker_duties.kv_cache_advice): the largest settings that fit
 at their boundaries, the message's sizes (never negative), and the host-CPU worker's checks
-(runtime.cpu_kv_memory) with vLLM's own decisions."""
+(cpu_runtime.kv_memory) with vLLM's own decisions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from vllm_ascend.base.kv_cache_advice import (
+from vllm_ascend.worker_duties.kv_cache_advice import (
     GiB,
     KvCacheMemoryError,
     KvCacheNeed,
@@ -106,7 +106,7 @@ class FakeWorker:
 
 @pytest.fixture
 def worker_need(monkeypatch: pytest.MonkeyPatch) -> None:
-    import vllm_ascend.runtime.cpu_kv_memory as module
+    import vllm_ascend.cpu_runtime.kv_memory as module
 
     monkeypatch.setattr(module, "need_of", lambda config: NEED)
     monkeypatch.setattr(module, "vllm_needed_bytes", lambda worker: worker.needed)
@@ -118,7 +118,7 @@ def _memory(available: int) -> Any:
 
 @pytest.mark.usefixtures("worker_need")
 def test_worker_explicit_size_over_the_free_memory_is_refused_with_advice() -> None:
-    from vllm_ascend.runtime.cpu_kv_memory import checked_kv_cache_size
+    from vllm_ascend.cpu_runtime.kv_memory import checked_kv_cache_size
 
     worker = FakeWorker(explicit=41 * MiB + 1, needed=10 * MiB)
     with pytest.raises(KvCacheMemoryError) as info:
@@ -133,7 +133,7 @@ def test_worker_explicit_size_over_the_free_memory_is_refused_with_advice() -> N
 
 @pytest.mark.usefixtures("worker_need")
 def test_worker_cache_smaller_than_vllms_need_is_refused_at_the_boundary() -> None:
-    from vllm_ascend.runtime.cpu_kv_memory import checked_kv_cache_size
+    from vllm_ascend.cpu_runtime.kv_memory import checked_kv_cache_size
 
     worker = FakeWorker(explicit=None, needed=10 * MiB)
     assert checked_kv_cache_size(worker, lambda: 10 * MiB, _memory(GiB)) == 10 * MiB
@@ -143,7 +143,7 @@ def test_worker_cache_smaller_than_vllms_need_is_refused_at_the_boundary() -> No
 
 @pytest.mark.usefixtures("worker_need")
 def test_worker_vllm_share_error_becomes_advice_other_errors_pass() -> None:
-    from vllm_ascend.runtime.cpu_kv_memory import checked_kv_cache_size
+    from vllm_ascend.cpu_runtime.kv_memory import checked_kv_cache_size
 
     def share_error() -> int:
         raise ValueError("Available memory on node 0 (1/8 GiB) on kv cache allocation ...")

@@ -65,7 +65,7 @@ def test_sfa_interleave_size(kw, expected) -> None:
 
 def test_index_topk_models_cache_in_the_model_dtype(make_vllm_config) -> None:
     import ascend_config
-    from vllm_ascend.base.facts import extract_facts
+    from vllm_ascend.engine.resolution import extract_facts
 
     cfg = make_vllm_config(enforce_eager=True)
     resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())
@@ -84,7 +84,7 @@ def test_index_topk_models_cache_in_the_model_dtype(make_vllm_config) -> None:
 
 def test_derived_edits_on_a_real_config(make_vllm_config) -> None:
     import ascend_config
-    from vllm_ascend.base.facts import extract_facts
+    from vllm_ascend.engine.resolution import extract_facts
 
     cfg = make_vllm_config(block_size=32, enable_prefix_caching=True)
     resolved = ascend_config.resolve({}, facts=ascend_config.DeploymentFacts())

@@ -17,6 +17,7 @@ from vllm_ascend.checkpoints.tiny_models import make_tiny_model
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_dispatch import AllGatherDispatch, AllToAllDispatch
 from vllm_ascend.distributed.moe_experts import ExpertWeights, expert_outputs
+from vllm_ascend.engine.resolution import extract_facts
 from vllm_ascend.process.process_setup import reset_process_setup
 
 HIDDEN, INTER, EXPERTS = 16, 8, 4
@@ -282,7 +283,7 @@ def test_model_runner_v1_fields_are_read_as_attributes(ascend_cpu_platform, tiny
     from vllm_ascend.base import forward_context as fc
 
     cfg = _moe_config(tiny_moe, tensor_parallel_size=2, enable_expert_parallel=True)
-    state = fc.AscendForwardState.from_vllm_config(cfg, "cpu")
+    state = fc.AscendForwardState.from_vllm_config(cfg, extract_facts(cfg, "cpu"))
     assert state.moe_inputs.decode_tokens == 4 and state.moe_inputs.ep_group_size == 2
     with fc.set_ascend_forward_context(None, cfg, num_tokens=5, state=state):
         comm_type, method = fc.current_moe_comm()
@@ -297,8 +298,10 @@ def test_decode_budget_counts_draft_tokens(ascend_cpu_platform, tiny_moe) -> Non
             "prompt_lookup_min": 1}
     cfg = _moe_config(tiny_moe, speculative_config=spec)
     # 4 sequences x (1 + 2 draft tokens)
-    assert fc.AscendForwardState.from_vllm_config(cfg, "cpu").moe_inputs.decode_tokens == 12
-    plain = fc.AscendForwardState.from_vllm_config(_moe_config(tiny_moe), "cpu",
+    state = fc.AscendForwardState.from_vllm_config(cfg, extract_facts(cfg, "cpu"))
+    assert state.moe_inputs.decode_tokens == 12
+    plain_cfg = _moe_config(tiny_moe)
+    plain = fc.AscendForwardState.from_vllm_config(plain_cfg, extract_facts(plain_cfg, "cpu"),
                                                    uniform_decode_query_len=3)
     assert plain.moe_inputs.decode_tokens == 12
 
@@ -318,7 +321,7 @@ from vllm.model_executor.models.qwen3_moe import Qwen3MoeSparseMoeBlock
 from vllm_ascend.distributed.moe_comm import MoECommType
 from vllm_ascend.distributed.moe_experts import ExpertPlacement
 from vllm_ascend.process.compat_adjustments import apply_compat_adjustments
-from vllm_ascend.process.process_setup import current_ascend_config
+from vllm_ascend.engine.registry import published_ascend_config as current_ascend_config
 
 apply_compat_adjustments("cpu", config=current_ascend_config)
 cfg = EngineArgs(model={model!r}, load_format="dummy", dtype="float32", max_model_len=128,

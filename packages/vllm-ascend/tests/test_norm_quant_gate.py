@@ -87,8 +87,8 @@ def _config(model: Path, dtype: str) -> Any:
 def test_pass_manager_drops_norm_quant_for_w4a4_and_logs_once(
     bf16_model: Path, ascend_cpu_platform: Any, gate_log: list[str]
 ) -> None:
-    from vllm_ascend.base.facts import extract_facts
     from vllm_ascend.compilation.pass_manager import AscendPassManager, build_fusion_manager
+    from vllm_ascend.engine.resolution import extract_facts
 
     reset_process_setup()  # the process's log-once keys
     # Engines whose fusion manager is built (first compile) after the description appears.

@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from vllm_ascend.base.kv_cache_advice import KvCacheMemoryError, KvCacheNeed
 from vllm_ascend.config_pipeline.workers import use_v1_model_runner
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
 from vllm_ascend.npu_runtime.model_support import UnsupportedModelError, refuse_unsupported_model
 from vllm_ascend.npu_runtime.slot_mapping import compute_slot_mapping
+from vllm_ascend.worker_duties.kv_cache_advice import KvCacheMemoryError, KvCacheNeed
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -136,7 +136,7 @@ def _spec(draft, **extra):
 
 @pytest.mark.parametrize(("draft_tp", "expected"), [(None, []), (4, []), (1, ["(1)"])])
 def test_draft_rules_on_real_configs(make_vllm_config, tiny_qwen3, draft_tp, expected) -> None:
-    from vllm_ascend.base.facts import extract_facts
+    from vllm_ascend.engine.resolution import extract_facts
 
     extra = {} if draft_tp is None else {"draft_tensor_parallel_size": draft_tp}
     cfg = make_vllm_config(enforce_eager=True, tensor_parallel_size=4,
@@ -152,7 +152,7 @@ def test_draft_rules_on_real_configs(make_vllm_config, tiny_qwen3, draft_tp, exp
 
 
 def test_draft_per_batch_schedule_on_a_real_config(make_vllm_config, tiny_qwen3) -> None:
-    from vllm_ascend.base.facts import extract_facts
+    from vllm_ascend.engine.resolution import extract_facts
 
     cfg = make_vllm_config(enforce_eager=True, tensor_parallel_size=4,
                            decode_context_parallel_size=2, speculative_config=_spec(

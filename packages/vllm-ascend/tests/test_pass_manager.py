@@ -204,10 +204,10 @@ def test_a_pass_short_of_its_sites_warns_once_per_process(make_vllm_config, capl
     first, second = AscendPassManager(), AscendPassManager()
     first.configure(make_vllm_config())
     second.configure(make_vllm_config())
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.compilation.pass_manager"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.engine.fusion_manager"):
         for manager in (first, second, first):
             manager.fusion(_scaled_adds(broadcast=True))
-    warnings = [r for r in caplog.records if r.name == "vllm_ascend.compilation.pass_manager"]
+    warnings = [r for r in caplog.records if r.name == "vllm_ascend.engine.fusion_manager"]
     (record,) = warnings
     message = record.getMessage()
     assert message.startswith("Ascend fusion pass muls_add rewrote 0 of 2 candidate sites")
@@ -245,12 +245,12 @@ def test_a_qk_norm_model_whose_rope_has_no_candidate_warns_naming_the_rope(
     rope = graph.call_function(torch.ops.ascend.rotary_embedding.default,
                                (positions, q, k, cache, 64, 64, True))
     graph.output(rope)
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.compilation.pass_manager"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.engine.fusion_manager"):
         for _ in range(2):
             fusion_pass.fusion(graph)
             fusion_pass.check_model_expectations(graph)
     assert fusion_pass.fusion.last_sites["qknorm_rope"].expected == 0  # the pass saw nothing
-    (record,) = [r for r in caplog.records if r.name == "vllm_ascend.compilation.pass_manager"]
+    (record,) = [r for r in caplog.records if r.name == "vllm_ascend.engine.fusion_manager"]
     message = record.getMessage()
     assert message.startswith("Ascend fusion pass qknorm_rope applies to this qwen3 model")
     assert f"matching stopped at node {rope.name!r} (ascend.rotary_embedding.default)" in message

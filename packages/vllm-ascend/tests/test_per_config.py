@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from vllm_ascend.base.per_config import PerConfig
+from vllm_ascend.engine.per_config import PerConfig
 
 
 def test_values_are_kept_per_config_object_not_per_equal_config() -> None:

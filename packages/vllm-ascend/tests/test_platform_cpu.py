@@ -28,7 +28,7 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
     prio = cfg.kernel_config.ir_op_priority
     assert prio.rms_norm[0] == "ascend" and prio.fused_add_rms_norm[0] == "ascend"
     # vLLM's CPU worker with the per-rank binding hook
-    assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
+    assert cfg.parallel_config.worker_cls == "vllm_ascend.cpu_runtime.worker.AscendCPUWorker"
     assert cfg.additional_config == {}  # never used as a scratchpad
     from vllm_ascend.base.config_channel import published_inputs
 
@@ -40,7 +40,7 @@ def test_config_creation_runs_the_whole_pipeline(make_vllm_config) -> None:
 
 def test_engine_side_and_worker_side_configs_are_equal(make_vllm_config) -> None:
     from vllm_ascend.engine import engine_of
-    from vllm_ascend.process.resolve_step import resolve_published
+    from vllm_ascend.engine.resolution import resolve_published
 
     extra = {"ascend_compilation_config": {"fuse_qknorm_rope": False}, "weight_nz_mode": 0}
     cfg = make_vllm_config(additional_config=extra)
@@ -90,9 +90,8 @@ def test_environment_validation_knows_ascend_variables(ascend_cpu_platform, capl
 def test_workers_resolve_like_the_engine_after_env_changes(make_vllm_config) -> None:
     import ascend_config
     from vllm_ascend.base.config_channel import publish_worker_inputs
-    from vllm_ascend.base.facts import extract_facts
+    from vllm_ascend.engine.resolution import extract_facts, resolve_published
     from vllm_ascend.process.batch_invariance import apply_env_changes
-    from vllm_ascend.process.resolve_step import resolve_published
 
     rl = {"rl_config": {"enabled": True, "enable_batch_invariant": True}}
     facts = extract_facts(make_vllm_config(enforce_eager=True), "cpu")

@@ -8,10 +8,10 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from vllm_ascend.base import cpu_binding
 from vllm_ascend.base.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
 from vllm_ascend.config_pipeline import parallel_layout
 from vllm_ascend.process.process_setup import ProcessSetup
+from vllm_ascend.worker_duties import cpu_binding
 
 
 def parallel(tp: int = 2, pp: int = 1, dp_local: int = 1, dp_rank_local: int | None = None,
@@ -139,7 +139,7 @@ def test_host_cpu_worker_binds_its_pool_and_threads(py_runner, make_env, tmp_pat
         from ascend_topology.rank_hosts import plan_rank_pools
         from vllm_ascend.config_pipeline.parallel_layout import omp_lists
         from vllm_ascend.base.config_channel import RANK_PLAN_ENV
-        from vllm_ascend.base.cpu_binding import bind_host_cpu_worker
+        from vllm_ascend.worker_duties.cpu_binding import bind_host_cpu_worker
         plan = plan_rank_pools(2, {allowed!r}, {{0: {allowed!r}}})
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_lists(plan)
         os.environ[RANK_PLAN_ENV] = json.dumps({{"omp": omp_lists(plan), "plan": plan.to_dict()}})
@@ -176,57 +176,52 @@ def test_npu_worker_without_npu_smi_keeps_its_affinity(monkeypatch) -> None:
 
     monkeypatch.setenv("PATH", "/nonexistent")
     before = os.sched_getaffinity(0)
-    binding = cpu_binding.bind_npu_worker(0, topo.PlanOptions(), ProcessSetup(), soc="A2")
+    binding = cpu_binding.bind_npu_worker(0, topo.PlanOptions(), "A2",
+                                          ProcessSetup().cross_check_soc)
     assert binding.index is None
     assert binding.lines[0].startswith("CPU binding skipped: npu-smi was not found on PATH")
     assert binding.bind_late_threads() == []
     assert os.sched_getaffinity(0) == before
 
 
-def _publish(monkeypatch, soc: str, additional: dict) -> None:
-    import ascend_config
-    from vllm_ascend.base.config_channel import publish_worker_inputs
-
+@pytest.fixture
+def _engine(monkeypatch, make_engine):
     monkeypatch.delenv(RANK_PLAN_ENV, raising=False)
-    facts = ascend_config.DeploymentFacts()
-    publish_worker_inputs(soc, additional, facts, {})
+    return lambda _monkeypatch, soc, additional=None: make_engine(soc, additional)
 
 
-def test_hook_honours_enable_cpu_binding_false(monkeypatch) -> None:
+def test_hook_honours_enable_cpu_binding_false(monkeypatch, _engine) -> None:
     from vllm_ascend.process.process_setup import current_process_setup
-    from vllm_ascend.process.worker_setup import prepare_worker
+    from vllm_ascend.worker_duties.duties import bind_rank
 
-    _publish(monkeypatch, "A2", {"enable_cpu_binding": False})
-    binding = prepare_worker(config(), 0)
+    off = _engine(monkeypatch, "A2", {"enable_cpu_binding": False})
+    binding = bind_rank(config(), 0, off, current_process_setup())
     assert binding.lines == ["CPU binding disabled by additional_config.enable_cpu_binding"]
     assert current_process_setup().cpu_binding == binding.lines
 
 
-def test_hook_on_the_npu_platform_plans_for_the_workers_npu(monkeypatch, fake_torch_npu) -> None:
+def test_hook_on_the_npu_platform_plans_for_the_workers_npu(monkeypatch, fake_torch_npu,
+                                                            _engine) -> None:
+    from vllm_ascend.worker_duties.duties import bind_rank
+
     monkeypatch.setenv("PATH", "/nonexistent")
-    _publish(monkeypatch, "A2", {})
-    binding = cpu_binding.bind_this_worker(config(assigned=[3, 4]), 1, ProcessSetup())
+    binding = bind_rank(config(assigned=[3, 4]), 1, _engine(monkeypatch, "A2"), ProcessSetup())
     assert binding.lines[0].startswith("CPU binding skipped: npu-smi was not found")
 
 
-def test_hook_without_published_config_binds_nothing(monkeypatch) -> None:
-    monkeypatch.delenv("VLLM_ASCEND_WORKER_CONFIG_INPUTS", raising=False)
-    binding = cpu_binding.bind_this_worker(config(), 0, ProcessSetup())
-    assert binding.lines == ["CPU binding skipped: no Ascend config was published to this "
-                             "worker"]
+def test_hook_on_the_host_cpu_platform_uses_the_handed_plan(monkeypatch, _engine) -> None:
+    from vllm_ascend.worker_duties.duties import bind_rank
 
-
-def test_hook_on_the_host_cpu_platform_uses_the_handed_plan(monkeypatch) -> None:
-    _publish(monkeypatch, "cpu", {})
+    cpu = _engine(monkeypatch, "cpu")
     monkeypatch.setenv(OMP_BIND_ENV, "0")
-    binding = cpu_binding.bind_this_worker(config(tp=1), 0, ProcessSetup())
+    binding = bind_rank(config(tp=1), 0, cpu, ProcessSetup())
     assert binding.lines[0].startswith("CPU binding left to vLLM")
 
 
 # --- rank reports -----------------------------------------------------------------------------
 
 def test_rank_reports_round_trip_atomically(tmp_path) -> None:
-    from vllm_ascend.runtime.rank_report import (
+    from vllm_ascend.worker_duties.rank_report import (
         REPORT_DIR_ENV,
         read_rank_reports,
         write_rank_report,
@@ -247,7 +242,7 @@ def test_rank_reports_round_trip_atomically(tmp_path) -> None:
 
 
 def test_rank_report_without_a_directory_or_writable_place(tmp_path, caplog) -> None:
-    from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, write_rank_report
+    from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, write_rank_report
 
     assert write_rank_report({"dp_rank": 0, "rank": 0}, {}) is None
     blocker = tmp_path / "file"
@@ -274,7 +269,7 @@ def test_cli_help_lists_serve() -> None:
 
 
 def test_rank_report_names_the_engines_dp_rank_for_dense_models() -> None:
-    from vllm_ascend.runtime.rank_report import build_rank_report
+    from vllm_ascend.worker_duties.rank_report import build_rank_report
 
     cfg = config(tp=1, dp_local=1, dp_rank_local=1)
     # vLLM's independent DP engine of a dense model: data_parallel_rank reset to 0, the

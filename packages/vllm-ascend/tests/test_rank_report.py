@@ -36,12 +36,12 @@ def _report(binding_lines: int) -> dict:
 def test_a_report_that_fills_the_disk_leaves_no_temporary_file(
     full_disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, write_rank_report
+    from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, write_rank_report
 
     env = {REPORT_DIR_ENV: str(full_disk)}
     big = _report(4096)  # ~70 KB of JSON on a 16 KiB file system
     assert len(json.dumps(big, indent=2)) > 4 * 16 * 1024
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.runtime.rank_report"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.worker_duties.rank_report"):
         assert write_rank_report(big, env) is None
     assert os.listdir(full_disk) == []
     assert "rank report not written to" in caplog.text and "No space left" in caplog.text
@@ -55,10 +55,10 @@ def test_a_report_that_fills_the_disk_leaves_no_temporary_file(
 def test_a_report_json_cannot_hold_is_a_warning_and_leaves_no_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from vllm_ascend.runtime.rank_report import REPORT_DIR_ENV, write_rank_report
+    from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, write_rank_report
 
     env = {REPORT_DIR_ENV: str(tmp_path)}
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.runtime.rank_report"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.worker_duties.rank_report"):
         assert write_rank_report({"dp_rank": 0, "rank": 0, "fusion": object()}, env) is None
     assert os.listdir(tmp_path) == []
     assert "rank report not written to" in caplog.text and "not JSON serializable" in caplog.text

@@ -12,8 +12,8 @@ from vllm_ascend.quantization import (
 def test_registration_is_idempotent_resettable_and_guarded(ascend_cpu_platform) -> None:
     from vllm.model_executor.layers import quantization
     from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED
+    from vllm_ascend.engine.registry import published_ascend_config as current_ascend_config
     from vllm_ascend.process.compat_adjustments import apply_compat_adjustments
-    from vllm_ascend.process.process_setup import current_ascend_config
     from vllm_ascend.quantization.config import AscendQuantConfig
 
     # The plugin's path registers the method.

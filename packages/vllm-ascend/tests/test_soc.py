@@ -270,21 +270,18 @@ def test_the_moe_method_follows_the_device(make_vllm_config: Any, tiny_moe: Path
 
 
 def test_the_worker_hook_and_rank_report_carry_the_device_soc(
-        monkeypatch: pytest.MonkeyPatch, make_vllm_config: Any) -> None:
-    """An NPU worker: the engine published 'A2' (its own device), this worker's device says
-    A3 (id 256); the binding and the rank report use the worker's reading. No npu-smi here:
-    nothing is bound."""
-    import ascend_config
-    from vllm_ascend.base.config_channel import publish_worker_inputs
-    from vllm_ascend.process.worker_setup import prepare_worker
-    from vllm_ascend.runtime.rank_report import build_rank_report
+        monkeypatch: pytest.MonkeyPatch, make_vllm_config: Any, make_engine: Any) -> None:
+    """An NPU worker: its engine was resolved for 'A2' (the engine side's device), this
+    worker's device says A3 (id 256); the binding and the rank report use the worker's
+    reading. No npu-smi here: nothing is bound."""
+    from vllm_ascend.worker_duties.duties import bind_rank
+    from vllm_ascend.worker_duties.rank_report import build_rank_report
 
     monkeypatch.setenv("PATH", "/nonexistent")
-    cfg = make_vllm_config(enforce_eager=True)  # the host-CPU platform publishes its own
-    publish_worker_inputs("A2", {}, ascend_config.DeploymentFacts(soc="A2"), {})
+    cfg = make_vllm_config(enforce_eager=True)
     fake = install(monkeypatch, soc_id=256)
     try:
-        binding = prepare_worker(cfg, 0)
+        binding = bind_rank(cfg, 0, make_engine("A2"), current_process_setup())
         assert binding.soc == "A3" and binding.index is None
         assert binding.lines[0].startswith("CPU binding skipped: npu-smi was not found")
         report = build_rank_report(cfg, rank=0, local_rank=0, binding=binding, stage="device")
@@ -294,19 +291,16 @@ def test_the_worker_hook_and_rank_report_carry_the_device_soc(
 
 
 def test_a_worker_whose_device_cannot_be_read_keeps_its_affinity(
-        monkeypatch: pytest.MonkeyPatch, make_vllm_config: Any) -> None:
+        monkeypatch: pytest.MonkeyPatch, make_vllm_config: Any, make_engine: Any) -> None:
     import os
 
-    import ascend_config
-    from vllm_ascend.base.config_channel import publish_worker_inputs
-    from vllm_ascend.base.cpu_binding import bind_this_worker
+    from vllm_ascend.worker_duties.duties import bind_rank
 
     cfg = make_vllm_config(enforce_eager=True)
-    publish_worker_inputs("A2", {}, ascend_config.DeploymentFacts(soc="A2"), {})
     fake = install(monkeypatch, soc_id=104)  # an Ascend910B (first generation)
     try:
         before = os.sched_getaffinity(0)
-        binding = bind_this_worker(cfg, 0, current_process_setup())
+        binding = bind_rank(cfg, 0, make_engine("A2"), current_process_setup())
         assert binding.soc is None and "Ascend910B (SoC id 104)" in binding.lines[0]
         assert os.sched_getaffinity(0) == before
     finally:

@@ -62,7 +62,7 @@ def test_runtime_pieces_come_from_entry_points(monkeypatch, fake_torch_npu) -> N
 
     from vllm_ascend.platform.npu import NPUPlatform
 
-    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.runtime' name 'punica'"):
+    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.npu_runtime' name 'punica'"):
         NPUPlatform.get_punica_wrapper()
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "ext_pkg"))
     assert NPUPlatform.get_punica_wrapper() == "ascend_test_ext.TestWorker"

@@ -51,7 +51,7 @@ def test_missing_worker_names_the_extension(soc: str, xlite: bool, entry: str,
     with pytest.raises(RuntimeError) as info:
         _decide(soc, xlite, runtime)
     message = str(info.value)
-    assert f"'vllm_ascend.runtime' with name '{entry}'" in message and reference in message
+    assert f"'vllm_ascend.npu_runtime' with name '{entry}'" in message and reference in message
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_worker_and_scheduler_decision() -> None:
     mine = decide(worker_setting="my.Worker", ascend_config=_cfg(), runtime={}, schedulers={},
                   **kw)
     assert (mine.worker_cls, mine.scheduler_cls) == ("my.Worker", None)
-    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.runtime' with name 'worker'"):
+    with pytest.raises(RuntimeError, match=r"'vllm_ascend\.npu_runtime' with name 'worker'"):
         decide(worker_setting="auto", ascend_config=_cfg(), runtime={}, schedulers={}, **kw)
     with pytest.raises(RuntimeError, match="'recompute' scheduler"):
         decide(worker_setting="auto", ascend_config=cfg, runtime=runtime, schedulers={}, **kw)
@@ -147,7 +147,7 @@ def test_worker_and_scheduler_decision() -> None:
 def test_ascend_cpu_worker_only_replaces_the_default_worker() -> None:
     cfg = types.SimpleNamespace(parallel_config=types.SimpleNamespace(worker_cls="auto"))
     workers.use_ascend_cpu_worker(cfg)
-    assert cfg.parallel_config.worker_cls == "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
+    assert cfg.parallel_config.worker_cls == "vllm_ascend.cpu_runtime.worker.AscendCPUWorker"
     cfg.parallel_config.worker_cls = "my.Worker"
     workers.use_ascend_cpu_worker(cfg)
     assert cfg.parallel_config.worker_cls == "my.Worker"

@@ -31,14 +31,16 @@ def worker(local_rank: int, soc_id: int, conn: Any) -> None:
     its device), then wait."""
     import ascend_topology as topo
     import pytest
-    from vllm_ascend.base.cpu_binding import bind_npu_worker
     from vllm_ascend.process.process_setup import current_process_setup
+    from vllm_ascend.worker_duties.cpu_binding import bind_npu_worker
 
     from tools.npu_seam import install
 
     install(pytest.MonkeyPatch(), soc_id=soc_id)  # this process's torch_npu is the seam
     options = topo.PlanOptions(min_cpus_per_npu=1, migrate_memory=False)
-    binding = bind_npu_worker(local_rank, options, current_process_setup())
+    process = current_process_setup()
+    # The SoC read from this worker's device, as the worker's duties read it.
+    binding = bind_npu_worker(local_rank, options, process.device_soc(), process.cross_check_soc)
     conn.send({"pid": os.getpid(), "lines": binding.lines, "cpus": list(binding.cpus),
                "soc": binding.soc, "plan_soc": getattr(binding.plan, "soc", None)})
     conn.recv()  # stay alive until the engine has read /proc

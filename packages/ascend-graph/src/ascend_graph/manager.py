@@ -45,7 +45,7 @@ from ascend_graph.passes.kv_attention import KVCacheAttentionPass
 from ascend_graph.passes.noop import NoOpEliminationPass
 from ascend_graph.passes.sites import SiteResult
 
-logger = logging.getLogger("ascend_graph.manager")
+logger = logging.getLogger(__name__)
 
 #: Every pass name, in run order: the keys of every report.
 PASS_NAMES: tuple[str, ...] = (

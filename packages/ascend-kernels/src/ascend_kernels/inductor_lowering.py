@@ -29,7 +29,7 @@ import torch
 
 from ascend_kernels.ops import DECOMPOSITIONS, NAMESPACE
 
-logger = logging.getLogger("ascend_kernels.inductor_lowering")
+logger = logging.getLogger(__name__)
 
 _MISSING = object()
 

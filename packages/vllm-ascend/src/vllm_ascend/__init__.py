@@ -12,7 +12,7 @@ from collections.abc import Mapping
 __version__ = "0.1.0"
 __all__ = ["__version__", "register"]
 
-logger = logging.getLogger("vllm_ascend")
+logger = logging.getLogger(__name__)
 
 
 def register(environ: Mapping[str, str] | None = None) -> str | None:

@@ -19,11 +19,13 @@ from vllm_ascend.base.extension_points import (
     runtime_class_paths,
     scheduler_class_paths,
 )
+from vllm_ascend.engine.registry import published_ascend_config, published_engine_inputs
 from vllm_ascend.observability.service_profiling import generate_service_profiling_config
 from vllm_ascend.platform.version import installed_vllm_version
 from vllm_ascend.process.process_setup import current_process_setup
 
-logger = logging.getLogger("vllm_ascend.plugin_hooks")
+logger = logging.getLogger(__name__)
+
 
 def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
     @functools.wraps(fn)
@@ -68,12 +70,12 @@ def platforms_device_type() -> str:
 
 def _setup_this_process(soc: str) -> None:
     # No rank is known here (API server, engine core and workers all run it), so nothing is
-    # bound to CPUs: workers bind themselves (base.cpu_binding.bind_this_worker).
+    # bound to CPUs: workers bind themselves (worker_duties).
     # Local: torch and vLLM's attention (only when an Ascend platform is active).
     from vllm_ascend.ops.attention_kv import register_attention_op
 
     process = current_process_setup()
-    process.adjust(soc)
+    process.adjust(soc, published_ascend_config)
     if platforms_device_type() == "npu":
         # Local: torch (the NPU runtime's bindings import it; only an NPU process needs them).
         from vllm_ascend.npu_runtime.bindings import bind_accelerator_memory
@@ -82,9 +84,9 @@ def _setup_this_process(soc: str) -> None:
     # A compiled graph loaded from the compile cache calls the fused attention op without
     # the pass manager (which also registers it) ever running in this process.
     register_attention_op()
-    published = process.published_config()
+    published = published_engine_inputs()  # resolved once per process, by the engine side
     if published is not None:
-        process.setup(published[1], published[0])
+        process.setup(published.config, published.soc, published_ascend_config)
 
 
 @_once_and_safe

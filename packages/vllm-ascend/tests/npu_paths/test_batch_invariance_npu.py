@@ -54,8 +54,8 @@ def test_gemma_norm_layer_in_the_mode_uses_plain_rms_norm(
 ) -> None:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.layernorm import GemmaRMSNorm
+    from vllm_ascend.engine.registry import published_ascend_config as current_ascend_config
     from vllm_ascend.process import compat_adjustments
-    from vllm_ascend.process.process_setup import current_ascend_config
 
     compat_adjustments.apply_compat_adjustments("cpu", config=current_ascend_config)
     bi.enable_ascend_batch_invariance()

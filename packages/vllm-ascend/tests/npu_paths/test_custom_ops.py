@@ -123,8 +123,8 @@ ROWS_TESTED_ELSEWHERE = {"UnquantizedFusedMoEMethod"}
 def vllm_context(ascend_cpu_platform: Any) -> Iterator[Callable[..., Any]]:
     """Registers the table (as the platform does) and enters a VllmConfig with custom ops."""
     from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+    from vllm_ascend.engine.registry import published_ascend_config as current_ascend_config
     from vllm_ascend.process import compat_adjustments
-    from vllm_ascend.process.process_setup import current_ascend_config
 
     compat_adjustments.apply_compat_adjustments("cpu", config=current_ascend_config)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-logger = logging.getLogger("vllm_ascend.base.amx_permission")
+logger = logging.getLogger(__name__)
 
 _granted: bool | None = None
 

@@ -15,7 +15,7 @@
 Anything else is a ``ValueError`` naming the combination and the supported ones.
 
 This repository ships no NPU attention backend: the ``attention`` entry point of group
-``vllm_ascend.runtime`` provides them, as either
+``vllm_ascend.npu_runtime`` provides them, as either
 
 - one backend class (``module:Class``): used for ``standard`` only, any other variant is an
   error naming the missing variant; or

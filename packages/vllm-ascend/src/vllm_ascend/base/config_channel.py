@@ -1,13 +1,10 @@
 """The channel from the process that resolves the Ascend config to the processes it spawns.
 
-The engine-side platform resolves the Ascend config and publishes the *inputs* of that
-resolution (additional_config, deployment facts, the Ascend environment variables as they were
-before any env change was applied) in a private file whose path is in one environment variable
-that spawned workers inherit (``base.worker_inputs``); each child calls ascend-config's pure
-``resolve`` with the same inputs, so every process holds an equal config and vLLM's
-``additional_config`` is never written to. This module is a leaf: it knows the variable names
-and the encoding, never the process that reads them (``process.resolve_step`` resolves
-the inputs, once per process: ``process.process_setup``).
+It carries the *inputs* of the resolution (additional_config, deployment facts, the Ascend
+environment variables before any env change) in a private file named by one environment
+variable that children inherit (``base.worker_inputs``), so each child resolves an equal config
+(``engine.registry``, once per process) and vLLM's ``additional_config`` is never written to.
+A leaf: it knows the variable names and the encoding, never who reads them.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from ascend_config import envs
 
 from vllm_ascend.base import worker_inputs
 
-logger = logging.getLogger("vllm_ascend.base.config_channel")
+logger = logging.getLogger(__name__)
 
 WORKER_INPUTS_ENV = "VLLM_ASCEND_WORKER_CONFIG_INPUTS"
 """The published resolution inputs (inline JSON, or the path of their private file)."""

@@ -6,11 +6,12 @@
 | ``vllm_ascend.model_loaders`` | load format | ``module:Class`` | model-loader registry |
 | ``vllm_ascend.models`` | architecture | ``module:Class`` | vLLM's ModelRegistry (lazy) |
 | ``vllm_ascend.schedulers`` | one of SCHEDULER_KEYS | ``module:Class`` | scheduler decision |
-| ``vllm_ascend.runtime`` | one of RUNTIME_KEYS | ``module:Class`` | NPU platform class paths |
+| ``vllm_ascend.npu_runtime`` | one of RUNTIME_KEYS | ``module:Class`` | NPU platform class paths |
 
-vllm-ascend itself provides the runtime keys ``worker``, ``attention`` and ``communicator``
+vllm-ascend itself provides the NPU runtime keys ``worker``, ``attention`` and ``communicator``
 (``vllm_ascend.npu_runtime``); an entry point of another distribution with the same name
-replaces this package's.
+replaces this package's. The group's earlier name ``vllm_ascend.runtime`` is still read, as the
+same group (the new name wins for a name a distribution declares under both).
 
 Discovery reads metadata only; nothing is imported until vLLM needs the class. The runtime
 ``attention`` entry may instead name a mapping variant -> class path (see
@@ -26,14 +27,17 @@ from importlib import metadata
 
 from vllm_ascend.base.attention_selection import backend_paths
 
-logger = logging.getLogger("vllm_ascend.base.extension_points")
+logger = logging.getLogger(__name__)
 
 CONNECTORS = "vllm_ascend.connectors"
 MODEL_LOADERS = "vllm_ascend.model_loaders"
 MODELS = "vllm_ascend.models"
 SCHEDULERS = "vllm_ascend.schedulers"
-RUNTIME = "vllm_ascend.runtime"
+RUNTIME = "vllm_ascend.npu_runtime"
+LEGACY_RUNTIME = "vllm_ascend.runtime"
 GROUPS = (CONNECTORS, MODEL_LOADERS, MODELS, SCHEDULERS, RUNTIME)
+# Earlier names of a group, read after the group itself.
+GROUP_ALIASES: dict[str, tuple[str, ...]] = {RUNTIME: (LEGACY_RUNTIME,)}
 
 # This package's own entry points are defaults: an entry of any other distribution with the
 # same group and name replaces them (the NPU runtime of ``vllm_ascend.npu_runtime``).
@@ -88,8 +92,12 @@ def discover(group: str) -> dict[str, Extension]:
     if group not in GROUPS:
         raise ValueError(f"unknown extension group {group!r}; allowed: {', '.join(GROUPS)}")
     found: dict[str, Extension] = {}
-    for ep in metadata.entry_points(group=group):
+    seen: set[tuple[str | None, str]] = set()
+    for ep in _entry_points(group):
         dist = getattr(getattr(ep, "dist", None), "name", None)
+        if (dist, ep.name) in seen:
+            continue  # the same distribution under the group's earlier name: the new one wins
+        seen.add((dist, ep.name))
         ext = Extension(group, ep.name, ep.value, dist)
         problem = _problem(ext)
         if problem:
@@ -107,6 +115,13 @@ def discover(group: str) -> dict[str, Extension]:
                            group, ext.name, kept.distribution, dist)
             continue
         found[ext.name] = ext
+    return found
+
+
+def _entry_points(group: str) -> list[metadata.EntryPoint]:
+    found = list(metadata.entry_points(group=group))
+    for alias in GROUP_ALIASES.get(group, ()):
+        found += metadata.entry_points(group=alias)
     return found
 
 
@@ -135,7 +150,7 @@ def runtime_attention_backends() -> tuple[dict[str, str], str]:
     if ext is None:
         raise RuntimeError(
             "no installed package provides the NPU 'attention': install an Ascend runtime "
-            "package declaring entry point group 'vllm_ascend.runtime' name 'attention'"
+            f"package declaring entry point group {RUNTIME!r} name 'attention'"
         )
     source = f"entry point 'attention = {ext.value}' of {ext.distribution or 'an unnamed package'}"
     try:

@@ -16,9 +16,8 @@ import contextlib
 import contextvars
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm_ascend.base.facts import extract_facts
 from vllm_ascend.distributed.moe_comm import (
     Mc2Budget,
     MoECommInputs,
@@ -28,6 +27,9 @@ from vllm_ascend.distributed.moe_comm import (
     select_moe_comm_method,
 )
 from vllm_ascend.distributed.moe_dispatch import host_cpu_comm_methods
+
+if TYPE_CHECKING:
+    from ascend_config import DeploymentFacts
 
 # The names ExtraForwardContext lets callers read and write (those of the existing
 # plugin's ``_EXTRA_CTX`` proxy).
@@ -72,10 +74,11 @@ class AscendForwardState:
 
     @classmethod
     def from_vllm_config(
-        cls, vllm_config: Any, soc: str, ascend_config: Any = None, *, device: Any = "cpu",
+        cls, vllm_config: Any, facts: DeploymentFacts, ascend_config: Any = None, *,
+        device: Any = "cpu",
         max_num_reqs: int | None = None, uniform_decode_query_len: int = 1,
     ) -> AscendForwardState:
-        facts = extract_facts(vllm_config, soc)
+        soc = facts.soc
         par = vllm_config.parallel_config
         fused = int(getattr(ascend_config, "enable_fused_mc2", 0) or 0)
         capacity = mc2_tokens_capacity(

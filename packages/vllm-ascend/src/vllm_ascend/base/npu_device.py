@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.base.npu_device")
+logger = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(os.path.realpath(__file__)).parent
 CUSTOM_OPP_SUBDIR = Path("_cann_ops_custom") / "vendors" / "custom_transformer"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from vllm_ascend.base.trusted_paths import UntrustedPathError, absolute, make_private_dir
 
-logger = logging.getLogger("vllm_ascend.base.trusted_roots")
+logger = logging.getLogger(__name__)
 
 # The bytecode folder in the own cache (``PYTHONPYCACHEPREFIX`` of the processes the plugin
 # sets up, unless the user gave one).

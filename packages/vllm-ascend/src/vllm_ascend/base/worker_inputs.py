@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from vllm_ascend.base.trusted_paths import make_private_dir, read_bounded_file, write_atomic
 
-logger = logging.getLogger("vllm_ascend.base.worker_inputs")
+logger = logging.getLogger(__name__)
 
 # Far above the inputs of any checkpoint seen (an 80-layer W8A8 description is ~0.2 MB).
 MAX_INPUTS_BYTES: Final = 64 << 20

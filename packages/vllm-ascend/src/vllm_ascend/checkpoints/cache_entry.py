@@ -30,7 +30,7 @@ from vllm_ascend.base.trusted_paths import make_private_dir, read_bounded_file
 from vllm_ascend.checkpoints.verified_files import VerifiedFiles
 from vllm_ascend.process.process_setup import current_process_setup
 
-logger = logging.getLogger("vllm_ascend.checkpoints")
+logger = logging.getLogger(__name__)
 
 MANIFEST: Final = "manifest.json"
 # Bumped whenever the converted files change for the same source: older entries are rebuilt.

@@ -14,7 +14,6 @@ GPU-only fusion flags off, the NPU compilation mode, capture sizes and compile b
 host-CPU ``VLLM_COMPILE``; ``workers``: the worker and scheduler classes and what the chosen
 worker needs; ``memory``: the NPU allocator options, the edits derived from the deployment and
 the host-CPU KV-cache reservation; ``parallel_layout``: the layout rules (draft model
-included) and the host-CPU rank placement. The facts (``base.facts``) and the resolution
-(``process.resolve_step``) sit in lower layers, where the engine and the process owner use
-them too.
+included) and the host-CPU rank placement. The facts and the resolution are the engine's
+(``engine.resolution``, reached through ``engine.registry``).
 """

@@ -31,7 +31,7 @@ from vllm_ascend.engine.capture_settings import UserCaptureSettings
 from vllm_ascend.engine.registry import user_capture_store
 from vllm_ascend.ops.custom_ops import all_custom_ops
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.compile_settings")
+logger = logging.getLogger(__name__)
 
 
 # --- vLLM's GPU-only fusion flags (both pipelines) ------------------------------------------------

@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from vllm_ascend.base.kv_cache_advice import KvCacheNeed, kv_cache_memory_error, need_of
+from vllm_ascend.worker_duties.kv_cache_advice import KvCacheNeed, kv_cache_memory_error, need_of
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.memory")
+logger = logging.getLogger(__name__)
 
 
 # --- NPU platform: the caching allocator's options (PYTORCH_NPU_ALLOC_CONF) -----------------------
@@ -172,7 +172,7 @@ class KvCacheDemand:
     max_model_len: int = 0
 
     def advice_need(self) -> KvCacheNeed:
-        """The same demand in the form ``base.kv_cache_advice`` takes."""
+        """The same demand in the form ``worker_duties.kv_cache_advice`` takes."""
         return KvCacheNeed(
             block_bytes=self.block_bytes, block_size=self.block_size,
             max_model_len=self.max_model_len or self.blocks_per_sequence * self.block_size,
@@ -248,8 +248,8 @@ def user_chose_reservation(cache_config: Any, environ: Mapping[str, str]) -> boo
 
 
 def demand_of(vllm_config: Any) -> KvCacheDemand:
-    """What one rank of this run needs (``base.kv_cache_advice.need_of``: every layer of its
-    pipeline stage counted as an attention layer with its rank's KV heads; MLA: one latent
+    """What one rank of this run needs (``worker_duties.kv_cache_advice.need_of``: every layer
+    of its pipeline stage counted as an attention layer with its rank's KV heads; MLA: one latent
     cache instead of K and V)."""
     need = need_of(vllm_config)
     return KvCacheDemand(

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_ascend.base.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
-from vllm_ascend.base.cpu_binding import handed_rank_plan, local_rank_count
+from vllm_ascend.worker_duties.cpu_binding import handed_rank_plan, local_rank_count
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.parallel_layout")
+logger = logging.getLogger(__name__)
 
 
 # --- NPU platform: the speculative draft model under decode context parallel ----------------------

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.base import extension_points, npu_device
-from vllm_ascend.base.config_channel import ascend_environ, publish_worker_inputs
+from vllm_ascend.base.config_channel import ascend_environ
 from vllm_ascend.base.trusted_paths import UntrustedPathError, open_trusted_dir
 from vllm_ascend.config_pipeline import (
     compile_settings,
@@ -26,12 +26,11 @@ from vllm_ascend.config_pipeline import (
     vllm_settings,
     workers,
 )
-from vllm_ascend.engine.registry import build_engine
+from vllm_ascend.engine.registry import build_engine, publish_engine, published_ascend_config
 from vllm_ascend.npu_runtime.model_support import RUNTIME_WORKER, refuse_unsupported_model
 from vllm_ascend.observability import logging_setup
 from vllm_ascend.ops.custom_ops import all_custom_ops
 from vllm_ascend.process.process_setup import current_process_setup
-from vllm_ascend.process.resolve_step import additional_config_of
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 
     from vllm_ascend.engine import AscendEngine
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.steps")
+logger = logging.getLogger(__name__)
 
 
 def _build_engine(vllm_config: VllmConfig, soc: str) -> tuple[AscendEngine, dict[str, str]]:
@@ -100,7 +99,7 @@ def run_cpu_pipeline(vllm_config: VllmConfig,
         compile_settings.disable_vllm_gpu_fusions(vllm_config)
         return None
     engine, environ = _build_engine(vllm_config, "cpu")  # AscendConfigError: all problems
-    facts, resolved = engine.facts, engine.config
+    resolved = engine.config
     write_dump_config(resolved)
     vllm_settings.detect_ascend_quantization(vllm_config)
     vllm_settings.fix_gpu_only_settings(vllm_config)
@@ -113,8 +112,8 @@ def run_cpu_pipeline(vllm_config: VllmConfig,
     memory.default_kv_cache_reservation(vllm_config)
     parallel_layout.keep_one_rank_in_engine_core(vllm_config, backend_before)
     parallel_layout.hand_rank_plan(vllm_config, resolved)
-    publish_worker_inputs("cpu", additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, "cpu")
+    publish_engine(vllm_config, engine, environ)
+    current_process_setup().setup(resolved, "cpu", published_ascend_config)
     return resolved
 
 
@@ -181,6 +180,6 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     if alloc is not None:
         os.environ["PYTORCH_NPU_ALLOC_CONF"] = alloc
     memory.apply_derived_edits(vllm_config, resolved, facts)
-    publish_worker_inputs(soc, additional_config_of(vllm_config), facts, environ)
-    current_process_setup().setup(resolved, soc)
+    publish_engine(vllm_config, engine, environ)
+    current_process_setup().setup(resolved, soc, published_ascend_config)
     return resolved

@@ -21,7 +21,7 @@ from typing import Any
 
 from vllm_ascend.quantization.description import DESCRIPTION_FILE
 
-logger = logging.getLogger("vllm_ascend.config_pipeline.vllm_settings")
+logger = logging.getLogger(__name__)
 
 # --- quantization: ModelSlim checkpoints ----------------------------------------------------------
 #

@@ -2,7 +2,7 @@
 
 - NPU platform: the worker and scheduler classes in one explicit decision
   (:func:`select_worker_and_scheduler`). At most one scheduling policy may be active; the
-  classes come from the ``vllm_ascend.runtime`` / ``vllm_ascend.schedulers`` entry points of
+  classes come from the ``vllm_ascend.npu_runtime`` / ``vllm_ascend.schedulers`` entry points of
   installed runtime packages. Nothing is chosen by the order of assignments.
 - NPU platform, when this package's NPU runtime is the worker: vLLM's V1 model runner (model
   runner v2 is built from Triton kernels the NPU path does not have; vLLM would pick it wherever
@@ -20,7 +20,7 @@ from typing import Any
 
 # --- NPU platform: worker and scheduler -----------------------------------------------------------
 
-# Worker entry points (group ``vllm_ascend.runtime``) by kind, and the reference plugin's class
+# Worker entry points (group ``vllm_ascend.npu_runtime``) by kind, and the reference plugin's class
 # each stands for (its ``_setup_worker_and_scheduler``; 310P wins over xlite).
 WORKER_ENTRIES: dict[str, tuple[str, str]] = {
     "310p": ("worker_310p", "vllm_ascend._310p.worker_310p.NPUWorker310"),
@@ -94,7 +94,7 @@ def select_worker_and_scheduler(
                  ".enabled)", "npu": "the NPU worker"}[kind]
         raise RuntimeError(
             f"no installed package provides {label}: install the Ascend runtime extension that "
-            f"declares the entry point group 'vllm_ascend.runtime' with name {entry!r} (the "
+            f"declares the entry point group 'vllm_ascend.npu_runtime' with name {entry!r} (the "
             f"reference plugin's {reference}), or set VLLM_ASCEND_DEVICE=cpu"
         )
     key = scheduler_key(scheduler_policy(ascend_config, kv_role), async_scheduling)
@@ -159,7 +159,7 @@ def choose_graph_mode(vllm_config: Any) -> str | None:
 
 # --- host-CPU platform ----------------------------------------------------------------------------
 
-CPU_WORKER_CLS = "vllm_ascend.runtime.cpu_worker.AscendCPUWorker"
+CPU_WORKER_CLS = "vllm_ascend.cpu_runtime.worker.AscendCPUWorker"
 
 
 def use_ascend_cpu_worker(vllm_config: Any) -> None:

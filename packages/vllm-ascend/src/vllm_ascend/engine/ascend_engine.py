@@ -107,7 +107,7 @@ class AscendEngine:
     def forward(self) -> AscendForwardState:
         """The inputs of this engine's Ascend forward fields (MoE decision, MC2 budget)."""
         if self._forward is None:
-            self._forward = AscendForwardState.from_vllm_config(self.vllm_config, self.soc)
+            self._forward = AscendForwardState.from_vllm_config(self.vllm_config, self.facts)
         return self._forward
 
     @contextlib.contextmanager

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.engine.capture_tally")
+logger = logging.getLogger(__name__)
 
 
 @dataclass

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ascend_config import DeploymentFacts
     from ascend_config.schema.sections import AscendCompilationConfig
 
-logger = logging.getLogger("vllm_ascend.compilation.pass_manager")
+logger = logging.getLogger(__name__)
 
 
 def sequence_parallel_ops() -> tuple[Any, Any] | None:

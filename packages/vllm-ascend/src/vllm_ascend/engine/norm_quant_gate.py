@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.engine.norm_quant_gate")
+logger = logging.getLogger(__name__)
 
 W4A4_SCHEMES = ("W4A4_DYNAMIC", "W4A4_FLATQUANT_DYNAMIC")
 NPU_DTYPES = ("bfloat16", "float16")

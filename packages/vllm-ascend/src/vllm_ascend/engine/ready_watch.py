@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.engine.ready_watch")
+logger = logging.getLogger(__name__)
 
 STRICT_KEY = "ascend_compilation_config.forbid_compile_after_ready"
 KINDS = ("compiles", "pass_runs", "captures")

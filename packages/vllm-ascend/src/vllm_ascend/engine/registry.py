@@ -7,6 +7,9 @@ pipeline for this config builds it once from what the config-creating process pu
 worker: its VllmConfig is a copy), else resolves once from the VllmConfig itself (a standalone
 compile) and registers it. Entries are weak: a freed VllmConfig takes its engine with it, and
 the engine's Dynamo callbacks are removed then.
+
+The published inputs are resolved at most once per process, and not at all in the process
+that published them: it remembers its own engine's result (:func:`publish_engine`).
 """
 
 from __future__ import annotations
@@ -14,23 +17,32 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from vllm_ascend.base.config_channel import ascend_environ
-from vllm_ascend.base.facts import extract_facts
-from vllm_ascend.base.per_config import Held, PerConfig
+from vllm_ascend.base.config_channel import (
+    WORKER_INPUTS_ENV,
+    ascend_environ,
+    publish_worker_inputs,
+)
 from vllm_ascend.engine.ascend_engine import AscendEngine
 from vllm_ascend.engine.capture_settings import UserCaptureSettings
-from vllm_ascend.process.process_setup import current_process_setup
-from vllm_ascend.process.resolve_step import additional_config_of, resolve_ascend_config
+from vllm_ascend.engine.per_config import Held, PerConfig
+from vllm_ascend.engine.resolution import (
+    Published,
+    additional_config_of,
+    extract_facts,
+    resolve_ascend_config,
+    resolve_published,
+)
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig, DeploymentFacts
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.engine.registry")
+logger = logging.getLogger(__name__)
 
 
 class EngineRegistry:
@@ -42,6 +54,8 @@ class EngineRegistry:
         self.user_capture: PerConfig[UserCaptureSettings] = PerConfig()
         # The additional_config each pipeline-built engine was resolved from.
         self.additional: PerConfig[Any] = PerConfig()
+        # (channel value, what it resolves to): the publication this process read or made.
+        self.published: tuple[str, Published | None] | None = None
 
     def register(self, vllm_config: VllmConfig, engine: AscendEngine) -> AscendEngine:
         """Keep ``engine`` as the engine of ``vllm_config`` (replacing an earlier one, which is
@@ -61,6 +75,7 @@ class EngineRegistry:
         self.engines.clear()
         self.user_capture.clear()
         self.additional.clear()
+        self.published = None
 
 
 _REGISTRY = EngineRegistry()
@@ -122,7 +137,7 @@ def engine_of(vllm_config: VllmConfig) -> AscendEngine:
     found = _REGISTRY.engines.get(vllm_config)
     if found is not None:
         return found
-    published = current_process_setup().published()
+    published = published_engine_inputs()
     if published is not None:
         engine = _new_engine(vllm_config, published.config, published.soc, published.facts)
         # A pipeline run later on this config (vLLM's engine-core handshake) keeps it.
@@ -136,3 +151,38 @@ def _platform_soc() -> str:
 
     soc: Any = getattr(current_platform, "soc", "cpu")  # an Ascend platform: "cpu" or the SoC
     return str(soc)
+
+
+def published_engine_inputs(environ: Mapping[str, str] | None = None) -> Published | None:
+    """What the config-creating process published to this process, resolved; None when
+    nothing was. Resolved once per publication (the channel's value names its inputs by
+    content); the publishing process reuses its own engine's result. A channel that cannot be
+    read raises each time (``WorkerInputsError``, ``OSError``, ``AscendConfigError``)."""
+    env = os.environ if environ is None else environ
+    value = env.get(WORKER_INPUTS_ENV)
+    if not value:
+        return None
+    known = _REGISTRY.published
+    if known is None or known[0] != value:
+        _REGISTRY.published = known = (value, resolve_published(env))
+    return known[1]
+
+
+def published_ascend_config() -> AscendConfig | None:
+    """The resolved AscendConfig published to this process (:func:`published_engine_inputs`)."""
+    published = published_engine_inputs()
+    return None if published is None else published.config
+
+
+def publish_engine(vllm_config: VllmConfig, engine: AscendEngine,
+                   environ: Mapping[str, str]) -> bool:
+    """Publish ``engine``'s resolution inputs to child processes (``environ``: the Ascend
+    variables it was resolved with) and remember its result as this process's publication,
+    so that a worker running in this process resolves nothing again."""
+    if not publish_worker_inputs(engine.soc, additional_config_of(vllm_config), engine.facts,
+                                 environ):
+        _REGISTRY.published = None
+        return False
+    _REGISTRY.published = (os.environ[WORKER_INPUTS_ENV],
+                           Published(engine.soc, engine.config, engine.facts))
+    return True

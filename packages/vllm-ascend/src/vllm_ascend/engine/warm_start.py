@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.engine.warm_start")
+logger = logging.getLogger(__name__)
 
 # vLLM's counters of what it loaded from its compile cache (vllm/compilation/counter.py).
 VLLM_GRAPHS_LOADED = "num_compiled_artifacts_loaded"

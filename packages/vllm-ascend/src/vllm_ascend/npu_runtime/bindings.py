@@ -1,22 +1,11 @@
-"""Scoped rebinding of vLLM's CUDA and accelerator calls to ``torch.npu``.
+"""Scoped rebinding of vLLM's ``torch.cuda`` and ``torch.accelerator`` calls to ``torch.npu``.
 
-vLLM's V1 runner and worker call ``torch.cuda.Stream/Event/current_stream/stream/...`` and
-``torch.accelerator.get_memory_info/memory_stats/empty_cache/...``. On an NPU the first are
-CUDA's (this torch may be a CUDA build), and the second assert for a PrivateUse1 device whose
-allocator is not a c10 ``DeviceAllocator`` ("Allocator for npu is not a DeviceAllocator"),
-which torch_npu's is not. :func:`npu_bindings` points them at ``torch.npu`` for the duration of
-a ``with`` block and restores what was there on exit; the worker enters it around each call
-vLLM makes into it, so nothing outside the runtime's calls sees the rebinding.
-
-Each callable gets its own ``functools.partial`` (as vLLM's XPU runner does): Dynamo asserts
-on duplicate handler registration when a ``torch.cuda`` name aliases a ``torch.npu`` object.
-
-vLLM also calls the accelerator memory functions outside any worker call: the engine core's
-shutdown (``cleanup_dist_env_and_memory`` empties the cache after the process groups are
-destroyed). In a process whose accelerator is ``npu`` those functions can only assert, so
-:func:`bind_accelerator_memory` points them at ``torch.npu`` for the whole process (the NPU
-platform does it in every vLLM process, as the existing plugin does); nothing that worked
-before changes. The CUDA names stay scoped: on a CUDA build of torch they work.
+On an NPU the ``torch.cuda`` names are CUDA's, and ``torch.accelerator``'s memory functions
+assert for torch_npu's allocator (not a c10 ``DeviceAllocator``). :class:`NpuBindings` points
+them at ``torch.npu`` inside a ``with`` block (the worker enters it around each call vLLM makes
+into it); :func:`bind_accelerator_memory` does it for the memory functions for the whole
+process, since vLLM also calls them outside the worker (the engine core's shutdown). Each
+callable is its own ``functools.partial``: Dynamo refuses a handler registered twice.
 """
 
 from __future__ import annotations
@@ -25,7 +14,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Iterator
-from typing import Any
+from types import ModuleType
 
 import torch
 
@@ -84,10 +73,10 @@ class _Rebinding:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._depth = 0
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._saved: list[tuple[ModuleType, str, object]] = []
 
-    def _targets(self, npu: Any) -> list[tuple[Any, str, Any]]:
-        targets: list[tuple[Any, str, Any]] = []
+    def _targets(self, npu: ModuleType) -> list[tuple[ModuleType, str, object]]:
+        targets: list[tuple[ModuleType, str, object]] = []
         for module, table in ((torch.cuda, CUDA_TO_NPU), (torch.accelerator, ACCELERATOR_TO_NPU)):
             for name, npu_name in table.items():
                 target = getattr(npu, npu_name, None)
@@ -98,7 +87,7 @@ class _Rebinding:
                 targets.append((module, name, target))
         return targets
 
-    def enter(self, npu: Any) -> None:
+    def enter(self, npu: ModuleType) -> None:
         with self._lock:
             if self._depth == 0:
                 targets = self._targets(npu)
@@ -131,7 +120,7 @@ class NpuBindings:
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
-        npu = torch.npu  # type: ignore[attr-defined]  # registered by torch_npu
+        npu: ModuleType = torch.npu  # type: ignore[attr-defined]  # registered by torch_npu
         self._rebinding.enter(npu)
         try:
             yield

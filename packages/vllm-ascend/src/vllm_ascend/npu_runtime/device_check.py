@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 SET_ENV_HINT = (
     "install the CANN toolkit and driver, then `source /usr/local/Ascend/ascend-toolkit/"
@@ -19,7 +19,8 @@ class NpuUnavailableError(RuntimeError):
     """The NPU runtime cannot use the device this worker was given."""
 
 
-def import_torch_npu(import_module: Any = importlib.import_module) -> ModuleType:
+def import_torch_npu(
+        import_module: Callable[[str], ModuleType] = importlib.import_module) -> ModuleType:
     """``torch_npu``, or :class:`NpuUnavailableError` saying why it cannot be used."""
     try:
         module: ModuleType = import_module("torch_npu")

@@ -1,12 +1,12 @@
 """The NPU worker's KV-cache checks: what it measured on the device, put into
-``platform.kv_cache_advice``'s one message (memory measured, what the model needs, the largest
+``worker_duties.kv_cache_advice``'s one message (memory measured, what the model needs, the largest
 settings that fit, and the flag that gives the cache more memory)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_ascend.base.kv_cache_advice import (
+from vllm_ascend.worker_duties.kv_cache_advice import (
     KvCacheMemoryError,
     KvCacheNeed,
     format_size,

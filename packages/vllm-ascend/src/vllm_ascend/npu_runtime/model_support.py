@@ -4,7 +4,10 @@ refused before weights load, with one error naming what is supported."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vllm.config import ModelConfig
 
 RUNTIME_WORKER = "vllm_ascend.npu_runtime.worker.NPUWorker"
 SUPPORTED = (
@@ -17,7 +20,7 @@ class UnsupportedModelError(ValueError):
     """The model needs something the NPU runtime does not provide."""
 
 
-def unsupported_features(model_config: Any) -> list[str]:
+def unsupported_features(model_config: ModelConfig) -> list[str]:
     """What the model needs that the runtime lacks (empty: supported)."""
     hf = model_config.hf_text_config
     found = []
@@ -43,7 +46,7 @@ def unsupported_features(model_config: Any) -> list[str]:
     return found
 
 
-def refuse_unsupported_model(model_config: Any) -> None:
+def refuse_unsupported_model(model_config: ModelConfig) -> None:
     """UnsupportedModelError naming every missing feature and what is supported."""
     found = unsupported_features(model_config)
     if found:

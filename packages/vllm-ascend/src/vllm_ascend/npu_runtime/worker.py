@@ -1,16 +1,11 @@
 """``NPUWorker``: vLLM's GPU ``Worker`` on an Ascend NPU.
 
-What differs from CUDA: the device (``npu:<local rank>``, ``torch.npu.set_device``), the
-``hccl`` process groups, vLLM's V1 runner (``NPUModelRunner``; model runner v2 is Triton-only),
-no sleep-mode memory pool, and the scoped rebinding of vLLM's ``torch.cuda`` /
-``torch.accelerator`` calls to ``torch.npu`` around every call vLLM makes into the worker,
-each inside its engine's work (``engine_of(...).running()``: the ready watch counts only this
-engine's compiles). The rank is bound to its CPU pool before the device is set up
-(``process.worker_setup``).
-Memory profiling and KV-cache sizing are vLLM's own (``determine_available_memory``); the
-memory the captured graphs will hold is profiled too (vLLM does it only on CUDA and XPU) and
-taken from the KV cache's share, and the result is checked so a cache that cannot hold one
-request is one clear error naming what took the memory.
+What differs from CUDA: the device (``npu:<local rank>``), ``hccl`` process groups, vLLM's V1
+runner (``NPUModelRunner``), no sleep-mode pool, ``torch.cuda``/``torch.accelerator`` calls
+rebound to ``torch.npu`` around every call vLLM makes into the worker (``bindings``), the
+graphs' memory profiled and taken from the KV cache's share, and the per-rank duties shared
+with the host-CPU worker (``worker_duties``: CPU binding after ``set_device``, late threads
+after the model loads, the rank report).
 """
 
 from __future__ import annotations
@@ -29,21 +24,24 @@ from vllm.config import CUDAGraphMode, VllmConfig
 from vllm.platforms import current_platform
 from vllm.utils.mem_utils import MemorySnapshot
 from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.core.sched.output import GrammarOutput, SchedulerOutput
+from vllm.v1.kv_cache_interface import KVCacheConfig
+from vllm.v1.outputs import AsyncModelRunnerOutput, DraftTokenIds, ModelRunnerOutput
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.utils import request_memory
+from vllm.v1.worker.worker_base import CompilationTimes
 
-from vllm_ascend.base.kv_cache_advice import format_size, need_of
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
-from vllm_ascend.engine import engine_of
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
-from vllm_ascend.process.worker_setup import prepare_worker
+from vllm_ascend.worker_duties.duties import RankDuties
+from vllm_ascend.worker_duties.kv_cache_advice import format_size, need_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-logger = logging.getLogger("vllm_ascend.npu_runtime.worker")
+logger = logging.getLogger(__name__)
 
 
 def _on_npu(method: F) -> F:
@@ -52,13 +50,13 @@ def _on_npu(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: NPUWorker, *args: Any, **kwargs: Any) -> Any:
-        with engine_of(self.vllm_config).running(), self.npu_bindings.scope():
+        with self.ascend_engine.running(), self.npu_bindings.scope():
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 
 
-class NPUWorker(Worker):
+class NPUWorker(RankDuties, Worker):
     """One rank of an engine on one NPU."""
 
     def __init__(self, vllm_config: VllmConfig, local_rank: int, rank: int,
@@ -85,12 +83,12 @@ class NPUWorker(Worker):
     def init_device(self) -> None:
         device_check.import_torch_npu()
         self.local_rank = self._dp_shifted_local_rank()
-        prepare_worker(self.vllm_config, self.local_rank)
         npu: Any = torch.npu  # type: ignore[attr-defined]
         device_check.check_device_index(self.local_rank, int(npu.device_count()),
                                         os.environ.get(current_platform.device_control_env_var))
         self.device = torch.device(f"npu:{self.local_rank}")
         npu.set_device(self.device)
+        self.bind_rank()  # the device's SoC is known now, and its runtime is up
         dtype = self.model_config.dtype
         if isinstance(dtype, torch.dtype):  # ModelConfig resolves the dtype name to a torch.dtype
             current_platform.check_if_supports_dtype(dtype)
@@ -105,6 +103,7 @@ class NPUWorker(Worker):
             self.init_snapshot = MemorySnapshot(device=self.device)
             self.requested_memory = request_memory(self.init_snapshot, self.cache_config)
             self._init_workspace_and_model_runner()
+        self.report_rank("device")
 
     def _make_model_runner(self) -> NPUModelRunner:
         return NPUModelRunner(self.vllm_config, self.device)
@@ -112,14 +111,15 @@ class NPUWorker(Worker):
     def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager[Any]:
         return nullcontext()  # no sleep mode on this runtime: the default allocator serves all
 
-    @_on_npu
     def load_model(self, *, load_dummy_weights: bool = False) -> None:
-        super().load_model(load_dummy_weights=load_dummy_weights)
+        with self.ascend_engine.running(), self.npu_bindings.scope():
+            super().load_model(load_dummy_weights=load_dummy_weights)
+        self.bind_late_threads()  # acl/release (and A5's UVB poll) threads exist by now
 
     @_on_npu
     def determine_available_memory(self) -> int:
         """vLLM's profiling and sizing, less the graphs' memory (profiled here: vLLM does it
-        only on CUDA and XPU), then one clear error (``platform.kv_cache_advice``'s) when the
+        only on CUDA and XPU), then one clear error (``worker_duties.kv_cache_advice``'s) when the
         cache cannot hold one sequence of ``--max-model-len``."""
         available = super().determine_available_memory()
         need = need_of(self.vllm_config)
@@ -172,32 +172,36 @@ class NPUWorker(Worker):
         return estimate
 
     @_on_npu
-    def initialize_from_config(self, kv_cache_config: Any) -> None:
+    def initialize_from_config(self, kv_cache_config: KVCacheConfig) -> None:
         super().initialize_from_config(kv_cache_config)
 
-    def compile_or_warm_up_model(self) -> Any:
-        engine = engine_of(self.vllm_config)
-        with engine.running(), self.npu_bindings.scope():
-            result = super().compile_or_warm_up_model()
+    def compile_or_warm_up_model(self) -> CompilationTimes:
+        with self.ascend_engine.running(), self.npu_bindings.scope():
+            result: CompilationTimes = super().compile_or_warm_up_model()
             # What vLLM's sampler compiles on a first logprobs request is compiled now.
             warm_up_sampler(self.model_runner)
-        engine.mark_ready()
+        self.mark_engine_ready()
         return result
 
     @_on_npu
-    def execute_model(self, scheduler_output: Any) -> Any:
-        return super().execute_model(scheduler_output)
+    def execute_model(self, scheduler_output: SchedulerOutput
+                      ) -> ModelRunnerOutput | AsyncModelRunnerOutput | None:
+        output: ModelRunnerOutput | AsyncModelRunnerOutput | None = super().execute_model(
+            scheduler_output)
+        return output
 
     @_on_npu
-    def sample_tokens(self, grammar_output: Any) -> Any:
-        return super().sample_tokens(grammar_output)
+    def sample_tokens(self, grammar_output: GrammarOutput | None
+                      ) -> ModelRunnerOutput | AsyncModelRunnerOutput:
+        output: ModelRunnerOutput | AsyncModelRunnerOutput = super().sample_tokens(grammar_output)
+        return output
 
     @_on_npu
     def execute_dummy_batch(self) -> None:
         super().execute_dummy_batch()
 
     @_on_npu
-    def take_draft_token_ids(self) -> Any:
+    def take_draft_token_ids(self) -> DraftTokenIds | None:
         return super().take_draft_token_ids()
 
     @_on_npu

@@ -36,7 +36,7 @@ __all__ = [
     "render", "runtime_symbols", "symbol_exists",
 ]
 
-logger = logging.getLogger("vllm_ascend.observability.service_profiling")
+logger = logging.getLogger(__name__)
 
 _GLOB_CHARS = frozenset("*?[")
 

@@ -44,7 +44,7 @@ from vllm_ascend.distributed.moe_experts import (
     ExpertWeights,
 )
 
-logger = logging.getLogger("vllm_ascend.ops.moe")
+logger = logging.getLogger(__name__)
 
 OP_NAMESPACE = "vllm_ascend"
 OP_NAME = "moe_routed_experts"

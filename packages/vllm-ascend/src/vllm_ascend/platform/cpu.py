@@ -28,7 +28,7 @@ from vllm_ascend.platform.shared import AscendPlatformMixin
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.platform.cpu")
+logger = logging.getLogger(__name__)
 
 SOC = "cpu"
 

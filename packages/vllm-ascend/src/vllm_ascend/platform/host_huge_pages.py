@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-logger = logging.getLogger("vllm_ascend.platform.host_huge_pages")
+logger = logging.getLogger(__name__)
 
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
 THP_MODE_FILE = Path("/sys/kernel/mm/transparent_hugepage/enabled")

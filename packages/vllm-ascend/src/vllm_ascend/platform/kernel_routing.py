@@ -20,7 +20,7 @@ from vllm_ascend.doctor.elf_symbols import ElfError, exported_symbols
 from vllm_ascend.doctor.host_paths import HostPaths
 from vllm_ascend.doctor.kernel_entry_points import ASCEND_OPS, TORCH_NPU_CANN, missing_by_op
 
-logger = logging.getLogger("vllm_ascend.platform.kernel_routing")
+logger = logging.getLogger(__name__)
 
 
 def missing_entry_points(environ: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:

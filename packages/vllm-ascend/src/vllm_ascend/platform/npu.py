@@ -2,7 +2,7 @@
 
 Device calls go through ``torch_npu`` lazily (``npu_device``); runtime pieces this
 repository does not provide (worker, attention backends, communicator, punica, KV-cache
-specs) come from the ``vllm_ascend.runtime`` entry points of an installed runtime package.
+specs) come from the ``vllm_ascend.npu_runtime`` entry points of an installed runtime package.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from vllm_ascend.base.npu_device import bootstrap_custom_op_env, require_npu_run
 from vllm_ascend.npu_runtime.slot_mapping import SLOT_MAPPING_KERNEL, compute_slot_mapping
 from vllm_ascend.platform.kernel_routing import route_missing_kernels
 from vllm_ascend.platform.shared import AscendPlatformMixin
-from vllm_ascend.process.process_setup import current_ascend_config, current_process_setup
+from vllm_ascend.process.process_setup import current_process_setup
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.platform.npu")
+logger = logging.getLogger(__name__)
 
 PASS_KEY = "graph_fusion_manager"
 
@@ -34,7 +34,7 @@ def _runtime_class(key: str) -> str:
     if path is None:
         raise RuntimeError(
             f"no installed package provides the NPU {key!r}: install an Ascend runtime package "
-            f"declaring entry point group 'vllm_ascend.runtime' name {key!r}"
+            f"declaring entry point group 'vllm_ascend.npu_runtime' name {key!r}"
         )
     return path
 
@@ -196,13 +196,14 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
         # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.engine import engine_of
+        from vllm_ascend.engine.registry import published_ascend_config
 
         use_mla, use_sparse, use_compress = selection.selector_flags(attn_selector_config)
         # The engine being built (vLLM selects inside its config context), else the config
         # published to this process.
         vllm_config = get_current_vllm_config_or_none()
         resolved = engine_of(vllm_config).config if vllm_config is not None \
-            else current_ascend_config()
+            else published_ascend_config()
         variant = selection.select_attention_variant(
             use_mla=use_mla, use_sparse=use_sparse, use_compress=use_compress,
             soc=cls.platform_soc(),

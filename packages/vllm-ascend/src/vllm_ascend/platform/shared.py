@@ -8,7 +8,7 @@ from typing import Any
 
 from vllm_ascend.ops.ir_provider import ascend_ir_priority, register_ascend_ir_provider
 
-logger = logging.getLogger("vllm_ascend.platform.shared")
+logger = logging.getLogger(__name__)
 
 
 class AscendPlatformMixin:

@@ -10,7 +10,7 @@ import re
 # The supported vLLM distributions and release range are declared once, in the doctor's facts.
 from vllm_ascend.doctor.supported import TESTED_MAX_EXCLUSIVE, TESTED_MIN, VLLM_DISTRIBUTIONS
 
-logger = logging.getLogger("vllm_ascend.platform.version")
+logger = logging.getLogger(__name__)
 
 __all__ = ["TESTED_MAX_EXCLUSIVE", "TESTED_MIN", "VLLM_DISTRIBUTIONS", "check_vllm_version",
            "installed_vllm_version", "parse_release", "version_problem", "vllm_version_is"]

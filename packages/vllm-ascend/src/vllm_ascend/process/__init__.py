@@ -1,2 +1,2 @@
 """What a process sets up once: its adjustments to vLLM, file logging, batch invariance, the
-config published to it, and a worker's preparation."""
+device SoC (never a config resolution: that is the engine's)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from vllm_ascend.ops.custom_kernels import custom_kernels_allowed
 
-logger = logging.getLogger("vllm_ascend.process.batch_invariance")
+logger = logging.getLogger(__name__)
 
 _TRUE = ("1", "true", "yes", "on")
 

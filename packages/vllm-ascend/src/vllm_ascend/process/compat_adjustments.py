@@ -165,7 +165,7 @@ def apply_compat_adjustments(soc: str, *, config: ConfigSource) -> list[str]:
     """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied.
 
     ``config`` gives the process's resolved config to the adjustments that need it at run
-    time (``process.process_setup.ProcessSetup.adjust`` passes its own)."""
+    time (the engine registry's ``published_ascend_config``)."""
     applied = []
     for adjustment in ADJUSTMENTS:
         if adjustment.command is None and soc in adjustment.socs:

@@ -1,37 +1,34 @@
-"""The owner of a process's Ascend state: adjustments, file logging, batch invariance, the
-config published to this process (resolved once), the device SoC, log-once keys. What
-belongs to one engine is on its ``AscendEngine`` (``vllm_ascend.engine``), not here.
-
-It runs in every process (API server, engine core, workers) and knows no rank, so it binds no
-CPU: a worker binds itself where its rank is known (``process.worker_setup.prepare_worker``)
-and records the result in ``ProcessSetup.cpu_binding``. The modules it uses
-(``base.config_channel``, ``base.cpu_binding``, ``process.batch_invariance``,
-``process.compat_adjustments``) get what they need from it as arguments and never import it.
+"""The owner of a process's Ascend state: adjustments to vLLM, file logging, batch
+invariance, the device SoC and log-once keys. It resolves no config: it is handed one
+(``setup``) by the config pipeline or by the plugin hooks, which take it from the engine
+registry (``engine.registry``). What belongs to one engine is on its ``AscendEngine``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV
 from vllm_ascend.base.npu_device import torch_npu
 from vllm_ascend.base.soc import SocDetection, detect_soc, npu_smi_disagreement
 from vllm_ascend.base.trusted_roots import TrustedRoots
 from vllm_ascend.observability import logging_setup
 from vllm_ascend.process import batch_invariance
-from vllm_ascend.process.compat_adjustments import apply_compat_adjustments
-from vllm_ascend.process.resolve_step import Published, resolve_published
+from vllm_ascend.process.compat_adjustments import ConfigSource, apply_compat_adjustments
 
 if TYPE_CHECKING:
     from ascend_config import AscendConfig
 
     from vllm_ascend.process.batch_invariance import BatchInvarianceReport
 
-logger = logging.getLogger("vllm_ascend.process.process_setup")
+logger = logging.getLogger(__name__)
+
+
+def no_config() -> None:
+    """A config source for a process that was published none."""
+    return None
+
 
 @dataclass
 class ProcessSetup:
@@ -53,7 +50,6 @@ class ProcessSetup:
     warned: set[str] = field(default_factory=set)
     roots: TrustedRoots = field(default_factory=TrustedRoots)
     hooks_run: set[str] = field(default_factory=set)
-    _published: tuple[str, Published | None] | None = field(default=None, repr=False)
 
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
         """Log ``message`` as a warning (on ``log``, default this module's logger) the first
@@ -95,39 +91,21 @@ class ProcessSetup:
             self.warn_once(message)
         return message
 
-    def published(self, environ: Mapping[str, str] | None = None) -> Published | None:
-        """What the config-creating process published to this process, resolved; None when
-        nothing was.
+    def adjust(self, soc: str, config: ConfigSource) -> list[str]:
+        """Apply the compat adjustments for ``soc`` (idempotent); ``config`` gives the config
+        published to the process when an adjustment needs it at run time (the batch-invariance
+        handover, when vLLM's worker runs it)."""
+        return apply_compat_adjustments(soc, config=config)
 
-        Resolved once per publication (the channel's value names its inputs by content), not
-        once per call; a channel that cannot be read raises each time (``WorkerInputsError``,
-        ``OSError``, ``AscendConfigError``) and is not remembered."""
-        env = os.environ if environ is None else environ
-        value = env.get(WORKER_INPUTS_ENV)
-        if not value:
-            return None
-        if self._published is None or self._published[0] != value:
-            self._published = (value, resolve_published(env))
-        return self._published[1]
-
-    def published_config(
-            self, environ: Mapping[str, str] | None = None) -> tuple[str, AscendConfig] | None:
-        """(soc, resolved AscendConfig) published to this process, or None (:meth:`published`)."""
-        found = self.published(environ)
-        return None if found is None else (found.soc, found.config)
-
-    def adjust(self, soc: str) -> list[str]:
-        """Apply the compat adjustments for ``soc`` (idempotent); the batch-invariance handover
-        reads the config published to whichever ``ProcessSetup`` is current when it runs."""
-        return apply_compat_adjustments(soc, config=current_ascend_config)
-
-    def setup(self, ascend_config: AscendConfig, soc: str) -> ProcessSetup:
-        """Idempotent per resolved config: adjustments, file logging, batch invariance."""
+    def setup(self, ascend_config: AscendConfig, soc: str,
+              config: ConfigSource = no_config) -> ProcessSetup:
+        """Idempotent per resolved config: adjustments (``config`` as in :meth:`adjust`), file
+        logging, batch invariance."""
         key = f"{soc}:{ascend_config.to_json()}"
         if self.done_for == key:
             return self
         self.done_for = key
-        self.adjustments = self.adjust(soc)
+        self.adjustments = self.adjust(soc, config)
         logging_setup.configure_console_logging()
         log_dir = str(ascend_config.ascend_log_path)  # ``~`` expanded by the root rule
         handler = logging_setup.configure_file_logging(log_dir, roots=self.roots)
@@ -142,12 +120,6 @@ _PROCESS = ProcessSetup()
 def current_process_setup() -> ProcessSetup:
     """This process's :class:`ProcessSetup`."""
     return _PROCESS
-
-
-def current_ascend_config() -> AscendConfig | None:
-    """The resolved AscendConfig published to this process (resolved once), or None."""
-    published = _PROCESS.published()
-    return None if published is None else published.config
 
 
 def reset_process_setup() -> None:

@@ -1,13 +1,9 @@
-"""Per-rank report files: what each worker process was bound to and what its passes rewrote.
+"""Per-rank report files: what a worker process was bound to, compiled and captured.
 
-With ``VLLM_ASCEND_RANK_REPORT_DIR`` set, every worker writes ``dp<D>-rank<R>.json`` there (D:
-data-parallel rank, R: rank in its engine's TP x PP world) after its device is set up and
-again once the model is compiled and warmed up (then with the graphs it captured and the
-seconds they took, its compiles and pass-manager runs), and again at every compile,
-pass-manager run or capture after the engine is ready (``stage`` "serving", with
-``after_ready`` counting them: ``engine.ready_watch``), so a deployment's ranks can be
-checked from outside the worker processes (the fusion and capture counts of a worker exist only
-in that worker).
+With ``VLLM_ASCEND_RANK_REPORT_DIR`` set, every worker (host CPU or NPU) writes
+``dp<D>-rank<R>.json`` there after device setup ("device"), after warm-up ("warmed_up") and at
+every compile, pass-manager run or capture after ready ("serving"), so a deployment's ranks can
+be checked from outside their processes.
 """
 
 from __future__ import annotations
@@ -17,16 +13,19 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm_ascend.base.cpu_binding import host_rank
 from vllm_ascend.base.trusted_paths import write_atomic
 from vllm_ascend.compilation.pass_manager import fusion_report, fusion_sites
 from vllm_ascend.engine.capture_tally import CaptureTally
 from vllm_ascend.engine.ready_watch import ReadyWatch
 from vllm_ascend.engine.registry import peek_engine
+from vllm_ascend.worker_duties.cpu_binding import WorkerBinding, host_rank
 
-logger = logging.getLogger("vllm_ascend.runtime.rank_report")
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+logger = logging.getLogger(__name__)
 
 REPORT_DIR_ENV = "VLLM_ASCEND_RANK_REPORT_DIR"
 
@@ -36,8 +35,8 @@ def report_name(dp_rank: int, rank: int) -> str:
     return f"dp{dp_rank}-rank{rank}.json"
 
 
-def build_rank_report(vllm_config: Any, *, rank: int, local_rank: int, binding: Any,
-                      stage: str) -> dict[str, Any]:
+def build_rank_report(vllm_config: VllmConfig, *, rank: int, local_rank: int,
+                      binding: WorkerBinding | None, stage: str) -> dict[str, Any]:
     """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
     engine = peek_engine(vllm_config)  # reading stores nothing
     captures = engine.captures if engine is not None else CaptureTally()

@@ -1,12 +1,22 @@
-"""Step 1: the deployment facts ascend-config's rules depend on, read from a VllmConfig."""
+"""The one resolution of an engine's Ascend config: the deployment facts read from a VllmConfig,
+vLLM's ``additional_config`` (read-only) and the Ascend environment variables, handed to
+ascend-config's pure ``resolve``. Only the engine registry calls it (``engine.registry``).
+"""
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import ascend_config
 from ascend_config import DeploymentFacts
+
+from vllm_ascend.base.config_channel import published_inputs
+
+if TYPE_CHECKING:
+    from ascend_config import AscendConfig
+    from vllm.config import ModelConfig, VllmConfig
 
 
 def is_moe_config(hf_config_dict: Mapping[str, Any]) -> bool:
@@ -27,7 +37,7 @@ def _first(obj: Any, *names: str, default: Any = 0) -> Any:
     return default
 
 
-def _model_facts(model_config: Any) -> dict[str, Any]:
+def _model_facts(model_config: ModelConfig | None) -> dict[str, Any]:
     if model_config is None:
         return {}
     hf = model_config.hf_text_config
@@ -56,7 +66,7 @@ def _model_facts(model_config: Any) -> dict[str, Any]:
     }
 
 
-def extract_facts(vllm_config: Any, soc: str) -> DeploymentFacts:
+def extract_facts(vllm_config: VllmConfig, soc: str) -> DeploymentFacts:
     """Facts from a VllmConfig for SoC ``soc`` (pure: reads, never writes the config)."""
     par = vllm_config.parallel_config
     sched = vllm_config.scheduler_config
@@ -96,3 +106,36 @@ def _findable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def additional_config_of(vllm_config: VllmConfig) -> dict[str, Any]:
+    """A copy of vLLM's ``additional_config`` (so resolution can never mutate it)."""
+    raw = getattr(vllm_config, "additional_config", None) or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"additional_config must be a JSON object, got {type(raw).__name__}")
+    return dict(raw)
+
+
+def resolve_ascend_config(additional_config: Mapping[str, Any], facts: DeploymentFacts,
+                          environ: Mapping[str, str]) -> AscendConfig:
+    """The resolved config (``AscendConfigError`` lists every problem at once)."""
+    return ascend_config.resolve(dict(additional_config), facts=facts, environ=environ)
+
+
+class Published(NamedTuple):
+    """What the config-creating process published, resolved."""
+
+    soc: str
+    config: AscendConfig
+    facts: DeploymentFacts
+
+
+def resolve_published(environ: Mapping[str, str] | None = None) -> Published | None:
+    """The published inputs resolved (None when none were published); ``WorkerInputsError``,
+    ``OSError`` or ``AscendConfigError`` when they cannot be used."""
+    data = published_inputs(environ)
+    if data is None:
+        return None
+    facts = DeploymentFacts.from_mapping(data["facts"])
+    return Published(data["soc"], resolve_ascend_config(data["additional_config"], facts,
+                                                        data["environ"]), facts)

@@ -1,11 +1,9 @@
-"""CPU binding of one worker process, done where its rank is known (never fatal).
+"""CPU binding of one worker process by its rank (never fatal).
 
-A worker calls :func:`bind_this_worker` once its local rank is known and before the model
-loads (the host-CPU platform's :class:`~vllm_ascend.runtime.cpu_worker.AscendCPUWorker` does;
-an NPU worker of a runtime package must, see the package README), then
-:meth:`WorkerBinding.bind_late_threads` once the threads that appear later exist (acl,
-release, UVB poll). The engine core and the API server never call it, so they keep the
-affinity they were started with.
+:func:`bind_this_worker` binds the process with the engine's resolved config and the SoC the
+worker runs as, both given as values (``worker_duties.duties`` calls it);
+:meth:`WorkerBinding.bind_late_threads` binds the threads that appear later (acl, release, UVB
+poll). The engine core and the API server never call it, so they keep their affinity.
 
 - NPU platform: ascend-topology reads the live host (npu-smi, NUMA, allowed CPUs), plans with
   ``cpu_binding_config`` and binds this process to the pool of the NPU this worker drives.
@@ -20,23 +18,28 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vllm_ascend.base.config_channel import OMP_BIND_ENV, RANK_PLAN_ENV
 
-logger = logging.getLogger("vllm_ascend.base.cpu_binding")
+if TYPE_CHECKING:
+    import ascend_topology
+    from ascend_config import AscendConfig
+    from vllm.config import ParallelConfig
+
+logger = logging.getLogger(__name__)
 
 VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
 
-def local_rank_count(parallel_config: Any) -> int:
+def local_rank_count(parallel_config: ParallelConfig) -> int:
     """Worker processes on this host: data-parallel ranks here x (PP x TP) local ranks."""
     local_world = int(getattr(parallel_config, "local_world_size", 0) or 0) or int(
         parallel_config.world_size)
     return local_world * max(1, int(getattr(parallel_config, "data_parallel_size_local", 1) or 1))
 
 
-def host_rank(parallel_config: Any, local_rank: int) -> int:
+def host_rank(parallel_config: ParallelConfig, local_rank: int) -> int:
     """This worker's index among the host's workers (DP x PP x TP order, as vLLM slices
     ``VLLM_CPU_OMP_THREADS_BIND``): ``local DP rank * local world size + local rank``."""
     local_world = int(getattr(parallel_config, "local_world_size", 0) or 0) or int(
@@ -45,7 +48,7 @@ def host_rank(parallel_config: Any, local_rank: int) -> int:
     return dp_local * local_world + local_rank
 
 
-def worker_npu(parallel_config: Any, local_rank: int,
+def worker_npu(parallel_config: ParallelConfig, local_rank: int,
                environ: Mapping[str, str] | None = None) -> int:
     """The logical NPU this worker drives: vLLM's per-shard assignment when it made one (data
     parallel, Ray), else the ``local_rank``-th visible device, else ``local_rank``."""
@@ -59,15 +62,11 @@ def worker_npu(parallel_config: Any, local_rank: int,
     return local_rank
 
 
-class WorkerProcess(Protocol):
-    """What binding needs of the process it runs in (``process.process_setup.ProcessSetup``)."""
+class SocCrossCheck(Protocol):
+    """Compares npu-smi's reading of the chips with the SoC in force and warns once on a
+    disagreement (``process.process_setup.ProcessSetup.cross_check_soc``)."""
 
-    def published_config(
-            self, environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None: ...
-
-    def device_soc(self) -> str: ...
-
-    def cross_check_soc(self, soc: str, npu_smi_soc: str) -> str | None: ...
+    def __call__(self, soc: str, npu_smi_soc: str) -> str | None: ...
 
 
 @dataclass
@@ -79,7 +78,7 @@ class WorkerBinding:
     """
 
     local_rank: int
-    plan: Any = None
+    plan: ascend_topology.Plan | None = None
     soc: str | None = None
     index: int | None = None
     lines: list[str] = field(default_factory=list)
@@ -93,8 +92,11 @@ class WorkerBinding:
 
     def bind_late_threads(self) -> list[str]:
         """Bind the threads that appeared since :func:`bind_this_worker` (acl, release, UVB)
-        to their role's CPUs; the other threads are set to the main CPUs again. Never raises."""
-        if self.plan is None or self.index is None:
+        to their role's CPUs; the other threads are set to the main CPUs again. Never raises.
+
+        Nothing on the host-CPU platform: it has no such threads, and vLLM pinned each OpenMP
+        thread to one CPU of the pool, which setting the whole pool again would undo."""
+        if self.plan is None or self.index is None or self.soc == "cpu":
             return []
         import ascend_topology as topo
 
@@ -109,6 +111,7 @@ class WorkerBinding:
 def _apply(binding: WorkerBinding, label: str) -> WorkerBinding:
     import ascend_topology as topo
 
+    assert binding.plan is not None
     report = topo.apply(binding.plan, binding.index if binding.index is not None else 0)
     if report.bound:
         logger.info("CPU binding of %s: %s", label, "; ".join(report.done))
@@ -120,17 +123,16 @@ def _apply(binding: WorkerBinding, label: str) -> WorkerBinding:
     return binding
 
 
-def bind_npu_worker(local_rank: int, options: Any, process: WorkerProcess, *,
-                    npu: int | None = None, soc: str | None = None,
+def bind_npu_worker(local_rank: int, options: ascend_topology.PlanOptions, soc: str,
+                    cross_check: SocCrossCheck, *, npu: int | None = None,
                     environ: Mapping[str, str] | None = None) -> WorkerBinding:
     """Bind this NPU worker to the pool of NPU ``npu`` (default ``local_rank``) planned from the
-    live host with ``options`` (an ``ascend_topology.PlanOptions``).
+    live host with ``options`` for ``soc``, the SoC the device reports (Ascend 950: all-main
+    pools, UVB poll threads).
 
-    ``soc`` (default: detected from the device through ``process``) is
-    the SoC the plan is made for (Ascend 950: all-main pools, UVB poll threads); npu-smi's own
-    reading of the chips is the cross-check, a disagreement one warning naming both. Never
-    raises: a host that cannot be read or planned becomes one warning and the process keeps
-    its affinity.
+    npu-smi's own reading of the chips is the cross-check (``cross_check``), a disagreement one
+    warning naming both. Never raises: a host that cannot be read or planned becomes one
+    warning and the process keeps its affinity.
     """
     import ascend_topology as topo
     from ascend_topology.rank_hosts import plan_for_npu
@@ -138,23 +140,21 @@ def bind_npu_worker(local_rank: int, options: Any, process: WorkerProcess, *,
     device = local_rank if npu is None else npu
     binding = WorkerBinding(local_rank=local_rank, soc=soc)
     try:
-        if binding.soc is None:
-            binding.soc = process.device_soc()
         facts = topo.read_live_host(environ=environ)  # the SoC as npu-smi reads it
-        mismatch = process.cross_check_soc(binding.soc, facts.soc)
+        mismatch = cross_check(soc, facts.soc)
         if mismatch is not None:
             binding.lines.append(mismatch)
-            facts = topo.read_live_host(soc=binding.soc, environ=environ)
+            facts = topo.read_live_host(soc=soc, environ=environ)
         binding.plan, binding.index = plan_for_npu(facts, device, options)
     except Exception as exc:  # binding must never take a worker down
         msg = f"CPU binding skipped: {exc}"
         logger.warning("%s", msg)
         binding.lines.append(msg)
         return binding
-    return _apply(binding, f"local rank {local_rank} (NPU {device}, {binding.soc})")
+    return _apply(binding, f"local rank {local_rank} (NPU {device}, {soc})")
 
 
-def handed_rank_plan(environ: Mapping[str, str] | None = None) -> Any:
+def handed_rank_plan(environ: Mapping[str, str] | None = None) -> ascend_topology.Plan | None:
     """The host-CPU platform's per-rank plan when it is the one vLLM's CPU workers were given
     (``VLLM_CPU_OMP_THREADS_BIND`` still holds its OpenMP lists), else None."""
     import json
@@ -200,46 +200,23 @@ def bind_host_cpu_worker(rank: int, environ: Mapping[str, str] | None = None) ->
     return binding
 
 
-def bind_this_worker(vllm_config: Any, local_rank: int, process: WorkerProcess,
+def bind_this_worker(parallel_config: ParallelConfig, local_rank: int, soc: str | None,
+                     config: AscendConfig, cross_check: SocCrossCheck,
                      environ: Mapping[str, str] | None = None) -> WorkerBinding:
-    """Bind this worker process by its rank (see the module docstring); the caller records
-    the result (``process.worker_setup.prepare_worker``).
-
-    Reads the resolved Ascend config the engine published (``process.published_config``);
-    honours ``enable_cpu_binding``. Never raises.
-    """
-    par = vllm_config.parallel_config
-    try:
-        published = process.published_config(environ)
-    except Exception as exc:  # a damaged channel must not stop the worker
-        published = None
-        logger.warning("CPU binding: cannot read the published Ascend config: %s", exc)
-    soc, resolved = published if published is not None else (None, None)
-    error = None
-    if soc is not None and soc != "cpu":
-        try:  # this worker's own NPU, read once in this process
-            soc = process.device_soc()
-        except Exception as exc:  # never fatal here; the platform reports it where it matters
-            soc, error = None, f"CPU binding skipped: {exc}"
-    if resolved is not None and not resolved.enable_cpu_binding:
-        binding = WorkerBinding(local_rank, soc=soc, lines=[
+    """Bind this worker process by its rank: ``soc`` is the SoC it runs as (``"cpu"`` on the
+    host-CPU platform, else its NPU's; None when unknown), ``config`` its engine's resolved
+    config (``enable_cpu_binding``, ``cpu_binding_config``). Never raises."""
+    if not config.enable_cpu_binding:
+        return WorkerBinding(local_rank, soc=soc, lines=[
             "CPU binding disabled by additional_config.enable_cpu_binding"])
-    elif error is not None:
-        binding = WorkerBinding(local_rank, lines=[error])
-        logger.warning("%s", error)
-    elif soc == "cpu":
-        binding = bind_host_cpu_worker(host_rank(par, local_rank), environ)
-    elif soc is None:
-        binding = WorkerBinding(local_rank, lines=[
-            "CPU binding skipped: no Ascend config was published to this worker"])
-    else:
-        import ascend_topology as topo
+    if soc is None:
+        return WorkerBinding(local_rank, lines=["CPU binding skipped: the SoC is unknown"])
+    if soc == "cpu":
+        return bind_host_cpu_worker(host_rank(parallel_config, local_rank), environ)
+    import ascend_topology as topo
 
-        assert resolved is not None  # a published SoC comes with its resolved config
-        opts = resolved.cpu_binding_config
-        options = topo.PlanOptions(min_cpus_per_npu=opts.min_cpus_per_npu,
-                                   bind_irq=opts.bind_irq, migrate_memory=opts.migrate_memory)
-        binding = bind_npu_worker(local_rank, options, process,
-                                  npu=worker_npu(par, local_rank, environ), soc=soc,
-                                  environ=environ)
-    return binding
+    opts = config.cpu_binding_config
+    options = topo.PlanOptions(min_cpus_per_npu=opts.min_cpus_per_npu, bind_irq=opts.bind_irq,
+                               migrate_memory=opts.migrate_memory)
+    return bind_npu_worker(local_rank, options, soc, cross_check,
+                           npu=worker_npu(parallel_config, local_rank, environ), environ=environ)

@@ -4,16 +4,24 @@ vLLM's CPU worker refuses a KV cache larger than the free memory of its NUMA nod
 engine core refuses one smaller than a single ``max_model_len`` sequence ("-0.87 GiB"-style
 messages without what would fit). The worker runs :func:`checked_kv_cache_size` around vLLM's
 ``determine_available_memory``: the same decisions, with
-``base.kv_cache_advice``'s message (memory measured, the model's needs for the requested
+``worker_duties.kv_cache_advice``'s message (memory measured, the model's needs for the requested
 ``max_model_len`` and ``max_num_seqs``, the largest values that fit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from vllm_ascend.base.kv_cache_advice import GiB, format_size, kv_cache_memory_error, need_of
+from vllm_ascend.worker_duties.kv_cache_advice import (
+    GiB,
+    format_size,
+    kv_cache_memory_error,
+    need_of,
+)
+
+if TYPE_CHECKING:
+    from vllm.v1.worker.gpu_worker import Worker
 
 
 def node_memory() -> tuple[int, int, int]:
@@ -26,17 +34,17 @@ def node_memory() -> tuple[int, int, int]:
     return node, int(info.available_memory), int(info.total_memory)
 
 
-def vllm_needed_bytes(worker: Any) -> int:
+def vllm_needed_bytes(worker: Worker) -> int:
     """vLLM's own need for one ``max_model_len`` sequence (the engine core's check)."""
     from vllm.v1.core.kv_cache_utils import max_memory_usage_bytes
 
     return int(max_memory_usage_bytes(worker.vllm_config, worker.get_kv_cache_spec().values()))
 
 
-def checked_kv_cache_size(worker: Any, determine: Callable[[], int],
+def checked_kv_cache_size(worker: Worker, determine: Callable[[], int],
                           memory: Callable[[], tuple[int, int, int]] = node_memory) -> int:
     """``determine()`` (vLLM's size of the KV cache) after the checks vLLM makes, each failing
-    with the advising :class:`~vllm_ascend.base.kv_cache_advice.KvCacheMemoryError`."""
+    with the advising :class:`~vllm_ascend.worker_duties.kv_cache_advice.KvCacheMemoryError`."""
     config = worker.vllm_config
     node, available, total = memory()
     explicit = config.cache_config.kv_cache_memory_bytes
