@@ -32,8 +32,7 @@ def test_npu_platform_attributes_and_capabilities() -> None:
     assert p.device_control_env_var == "ASCEND_RT_VISIBLE_DEVICES"
     assert p.ray_device_key == "NPU" and p.simple_compile_backend == "eager"
     assert p.ray_noset_device_env_vars == ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]
-    assert p.supported_quantization == ["ascend", "compressed-tensors", "fp8",
-                                        "deepseek_v4_fp8", "modelopt_mxfp8", "mxfp8"]
+    assert p.supported_quantization == []  # the NPU runtime runs no quantized checkpoint
     assert p.pass_key == "graph_fusion_manager" and p.is_out_of_tree()
     # What the NPU runtime of vllm_ascend.npu_runtime provides: no sleep-mode pool, no
     # pluggable allocator, one full-attention KV group (dense models).
