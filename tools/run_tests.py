@@ -65,7 +65,7 @@ SECONDS = {
     "packages/vllm-ascend-testing/tests": 41, "tools/tests": 30,
     "packages/ascend-graph/tests": 28, "packages/ascend-config/tests": 20,
     "packages/ascend-topology/tests": 13, "benchmarks/tests": 90,
-    "test_parallel.py": 320, "test_fusion_e2e.py": 150, "test_npu_runtime.py": 285,
+    "test_parallel.py": 320, "test_fusion_e2e.py": 150, "test_npu_runtime.py": 345,
     "test_npu_graphs.py": 190, "test_numerics_smollm2.py": 150, "test_expert_parallel.py": 140,
     "test_tp_real_model.py": 180, "test_demo.py": 150, "test_serve.py": 150,
     "test_custom_ops_e2e.py": 90, "test_batch_invariance.py": 95, "test_cli_errors.py": 90,

@@ -12,7 +12,11 @@ import torch
 from vllm_ascend.config_pipeline.workers import use_v1_model_runner
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
-from vllm_ascend.npu_runtime.model_support import UnsupportedModelError, refuse_unsupported_model
+from vllm_ascend.npu_runtime.model_support import (
+    UnsupportedModelError,
+    refuse_unsupported_model,
+    refuse_unsupported_quantization,
+)
 from vllm_ascend.npu_runtime.slot_mapping import compute_slot_mapping
 from vllm_ascend.worker_duties.kv_cache_advice import KvCacheMemoryError, KvCacheNeed
 
@@ -62,7 +66,7 @@ def _model(**overrides: object) -> types.SimpleNamespace:
     hf = types.SimpleNamespace(**{k: v for k, v in overrides.items() if k.startswith("hf_")})
     hf = types.SimpleNamespace(**{k[3:]: v for k, v in vars(hf).items()})
     fields = {"runner_type": "generate", "is_encoder_decoder": False, "use_mla": False,
-              "is_hybrid": False, "is_multimodal_model": False, "model": "m",
+              "is_hybrid": False, "is_multimodal_model": False, "model": "m", "quantization": None,
               "architectures": ["XForCausalLM"], "hf_text_config": hf}
     fields.update({k: v for k, v in overrides.items() if not k.startswith("hf_")})
     window = fields.pop("window", None)
@@ -80,10 +84,43 @@ def test_dense_decoder_passes_and_each_unsupported_feature_is_named() -> None:
         "sliding-window attention \\(window 4096\\)": _model(window=4096),
         "sparse attention": _model(hf_index_topk=2048),
         "hybrid": _model(is_hybrid=True),
+        "'ascend' quantization method \\(the runtime runs unquantized checkpoints only, no "
+        "quantization method\\)": _model(quantization="ascend"),
     }
     for needle, config in cases.items():
         with pytest.raises(UnsupportedModelError, match=rf"{needle}.*Supported: dense decoder"):
             refuse_unsupported_model(config)
+
+
+# Every method NPUPlatform listed before the runtime said what it runs, and vLLM's fp8 online
+# quantization of an unquantized checkpoint (``--quantization fp8``).
+FORMERLY_LISTED = ("ascend", "compressed-tensors", "fp8", "deepseek_v4_fp8", "modelopt_mxfp8",
+                   "mxfp8")
+
+
+def test_npu_platform_verifies_only_unquantized_and_names_each_method_it_refuses() -> None:
+    from vllm_ascend.platform.npu import NPUPlatform
+
+    refuse_unsupported_quantization(None)  # unquantized: the only thing the runtime runs
+    assert NPUPlatform.supported_quantization == []
+    for method in FORMERLY_LISTED:
+        with pytest.raises(UnsupportedModelError) as info:
+            NPUPlatform.verify_quantization(method)
+        assert str(info.value) == (
+            f"the Ascend NPU runtime cannot run the '{method}' quantization method; it runs "
+            "unquantized checkpoints only, no quantization method")
+
+
+def test_npu_platform_refuses_a_method_vllm_appended_to_its_list() -> None:
+    """vLLM's register_quantization_config appends a custom method to a non-empty platform
+    list ("assume supported"): the runtime's own list decides, not the platform attribute."""
+    from vllm_ascend.platform.npu import NPUPlatform
+
+    class Listed(NPUPlatform):
+        supported_quantization = ["ascend"]  # noqa: RUF012 - vLLM's attribute type
+
+    with pytest.raises(UnsupportedModelError, match=r"cannot run the 'ascend' quantization"):
+        Listed.verify_quantization("ascend")
 
 
 # 128 tokens a block, 8 MiB a block (with the null block): one sequence of 1024 tokens needs

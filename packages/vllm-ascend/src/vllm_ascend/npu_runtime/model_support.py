@@ -1,6 +1,6 @@
 """Which models the NPU runtime runs: dense decoder-only text generation with full causal
-attention (the llama, qwen2 and qwen3 families and models built like them). Anything else is
-refused before weights load, with one error naming what is supported."""
+attention (the llama, qwen2 and qwen3 families and models built like them), unquantized.
+Anything else is refused before weights load, with one error naming what is supported."""
 
 from __future__ import annotations
 
@@ -15,15 +15,41 @@ SUPPORTED = (
     "qwen3 families)"
 )
 
+# The quantization methods whose linear layers the NPU runtime runs. None yet: ModelSlim
+# "ascend" W8A8 runs on the host-CPU platform only.
+SUPPORTED_QUANTIZATION: tuple[str, ...] = ()
+
 
 class UnsupportedModelError(ValueError):
     """The model needs something the NPU runtime does not provide."""
+
+
+def supported_quantization_text() -> str:
+    """What the NPU runtime runs, in words, for the refusals."""
+    if not SUPPORTED_QUANTIZATION:
+        return "unquantized checkpoints only, no quantization method"
+    return f"unquantized checkpoints and the methods {', '.join(SUPPORTED_QUANTIZATION)}"
+
+
+def refuse_unsupported_quantization(method: str | None) -> None:
+    """UnsupportedModelError when ``method`` (a vLLM quantization method name; None:
+    unquantized) is not one the NPU runtime runs."""
+    if method is None or method in SUPPORTED_QUANTIZATION:
+        return
+    raise UnsupportedModelError(
+        f"the Ascend NPU runtime cannot run the {method!r} quantization method; it runs "
+        f"{supported_quantization_text()}"
+    )
 
 
 def unsupported_features(model_config: ModelConfig) -> list[str]:
     """What the model needs that the runtime lacks (empty: supported)."""
     hf = model_config.hf_text_config
     found = []
+    method = getattr(model_config, "quantization", None)  # set by the config pipeline too
+    if method is not None and method not in SUPPORTED_QUANTIZATION:
+        found.append(f"the {method!r} quantization method (the runtime runs "
+                     f"{supported_quantization_text()})")
     if getattr(model_config, "runner_type", "generate") != "generate":
         found.append(f"the {model_config.runner_type!r} runner (pooling)")
     if getattr(model_config, "is_encoder_decoder", False):

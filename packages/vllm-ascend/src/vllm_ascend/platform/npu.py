@@ -16,6 +16,10 @@ from vllm_ascend.base import attention_selection as selection
 from vllm_ascend.base.extension_points import runtime_attention_backends, runtime_class_paths
 from vllm_ascend.base.forward_context import mrv2_additional_context
 from vllm_ascend.base.npu_device import bootstrap_custom_op_env, require_npu_runtime, torch_npu
+from vllm_ascend.npu_runtime.model_support import (
+    SUPPORTED_QUANTIZATION,
+    refuse_unsupported_quantization,
+)
 from vllm_ascend.npu_runtime.slot_mapping import SLOT_MAPPING_KERNEL, compute_slot_mapping
 from vllm_ascend.platform.kernel_routing import route_missing_kernels
 from vllm_ascend.platform.shared import AscendPlatformMixin
@@ -64,9 +68,8 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     ray_noset_device_env_vars = ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]  # noqa: RUF012
     dispatch_key: str = "PrivateUse1"
     dist_backend: str = "hccl"
-    supported_quantization = [  # noqa: RUF012 - vLLM's attribute type
-        "ascend", "compressed-tensors", "fp8", "deepseek_v4_fp8", "modelopt_mxfp8", "mxfp8",
-    ]
+    # What the NPU runtime runs (today: nothing quantized); see verify_quantization.
+    supported_quantization = list(SUPPORTED_QUANTIZATION)  # noqa: RUF012 - vLLM's type
 
     @classmethod
     def platform_soc(cls) -> str:
@@ -86,6 +89,14 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     def is_cumem_allocator_available(self) -> bool:
         return False  # no pluggable NPU allocator is provided
+
+    @classmethod
+    def verify_quantization(cls, quant: str) -> None:
+        """Refuse, while vLLM builds the model config, a method the NPU runtime does not run.
+
+        Checked against the runtime's own list: vLLM reads an empty ``supported_quantization``
+        as "every method" and appends each custom method it registers to a non-empty one."""
+        refuse_unsupported_quantization(quant)
 
     @classmethod
     def check_if_supports_dtype(cls, dtype: Any) -> None:
