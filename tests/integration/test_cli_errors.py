@@ -183,7 +183,7 @@ def test_smollm2_on_a_full_disk_is_one_error_and_leaves_nothing(cli, tmp_path: P
 def test_smollm2_to_a_full_stdout_is_one_error(cli, smollm2_dir: Path) -> None:
     with open("/dev/full", "w") as full:
         run = cli("smollm2", cache=smollm2_dir.parents[2], stdout=full.fileno())
-    _assert_one_error(run, "smollm2", "cannot write to stdout: No space left on device")
+    _assert_one_error(run, "smollm2", "no space left on device writing /dev/full", code=74)
 
 
 BAD_CONFIGS: dict[str, tuple[bytes, str]] = {
@@ -256,3 +256,35 @@ def test_smollm2_rebuilds_a_damaged_entry_with_one_warning(case: str, cli, smoll
     assert len(warnings) == 1 and reason in warnings[0], run.stderr[-3000:]
     assert sorted(p.name for p in entry.iterdir()) == sorted(p.name for p in smollm2_dir.iterdir())
     assert (entry / "manifest.json").read_bytes() == (smollm2_dir / "manifest.json").read_bytes()
+
+
+def _close_stdout() -> None:
+    os.close(1)
+
+
+@pytest.mark.parametrize("argv", [("smollm2",), ("doctor", "--host", "a2-8npu"),
+                                  ("doctor", "--host", "a2-8npu", "--json"),
+                                  ("demo", "--model", "llama", "--max-tokens", "1")])
+def test_every_command_with_stdout_closed_is_one_error(argv: tuple[str, ...], cli,
+                                                       smollm2_dir: Path) -> None:
+    run = cli(*argv, cache=smollm2_dir.parents[2], stdout=None, preexec=_close_stdout)
+    _assert_one_error(run, argv[0], "cannot write to stdout: stdout is closed")
+
+
+@pytest.mark.parametrize(("encoding", "locale", "folder"), [
+    ("utf-8", None, b"/toolkit-\xff"),  # a byte that is not UTF-8: printed as that byte
+    ("ascii", "C", "/toolkit-\u00e4".encode()),  # text the encoding lacks: a backslash escape
+])
+def test_doctor_prints_paths_any_stdout_encoding_takes(
+        encoding: str, locale: str | None, folder: bytes, tmp_path: Path) -> None:
+    toolkit = os.fsdecode(bytes(tmp_path) + folder)
+    os.mkdir(toolkit)
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "ASCEND_TOOLKIT_HOME": toolkit}
+    if locale is not None:
+        env["LC_ALL"] = locale
+    done = subprocess.run([sys.executable, "-m", "vllm_ascend", "doctor", "--host", "a2-8npu"],
+                          env=env, capture_output=True, timeout=300, check=False)
+    assert b"Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1  # no CANN here: the report's own verdict
+    shown = folder if encoding == "utf-8" else b"/toolkit-\\xe4"
+    assert f"at {tmp_path}".encode() + shown + b" (ASCEND_TOOLKIT_HOME)" in done.stdout

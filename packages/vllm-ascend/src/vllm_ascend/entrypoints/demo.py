@@ -306,6 +306,8 @@ def format_text(result: dict[str, Any]) -> str:
 def main(options: DemoOptions, *, as_json: bool = False) -> int:
     """Run the demo and print its report (text, or one JSON object with `as_json`); a model
     that cannot be converted or run is one error line on stderr and exit status 1."""
+    if sys.stdout is None:  # `>&-`: refuse before minutes of work whose report has nowhere to go
+        return write_stdout("", "vllm-ascend demo")
     with tempfile.TemporaryDirectory(prefix="vllm-ascend-demo-") as tmp:
         saved_stdout = os.dup(1)
         try:
@@ -322,4 +324,4 @@ def main(options: DemoOptions, *, as_json: bool = False) -> int:
             os.dup2(saved_stdout, 1)
             os.close(saved_stdout)
     text = json.dumps(result) if as_json else format_text(result)
-    return 0 if write_stdout(text + "\n", "vllm-ascend demo") else 1
+    return write_stdout(text + "\n", "vllm-ascend demo")
