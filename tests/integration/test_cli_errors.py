@@ -67,13 +67,15 @@ def _fake_distribution(site: Path, gguf: bytes | None = None, link_to: str | Non
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Callable[..., Run]:
-    """`cli(*args, site=None, cache=None, preexec=None, wrap=())`: the `vllm-ascend` command
-    with the fake distribution's `site` first on PYTHONPATH and `cache` as XDG_CACHE_HOME."""
+    """`cli(*args, site=None, cache=None, preexec=None, wrap=(), extra_env=None)`: the
+    `vllm-ascend` command with the fake distribution's `site` first on PYTHONPATH, `cache` as
+    XDG_CACHE_HOME and `extra_env` added to the environment."""
 
     def run(*args: str, site: Path | None = None, cache: Path | None = None,
             preexec: Callable[[], None] | None = None, wrap: tuple[str, ...] = (),
-            stdout: int | None = subprocess.PIPE, timeout: float = 420) -> Run:
-        env = dict(os.environ)
+            stdout: int | None = subprocess.PIPE, timeout: float = 420,
+            extra_env: dict[str, str] | None = None) -> Run:
+        env = {**os.environ, **(extra_env or {})}
         if site is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
         env["XDG_CACHE_HOME"] = str(cache if cache is not None else tmp_path / "cache")
@@ -288,3 +290,17 @@ def test_doctor_prints_paths_any_stdout_encoding_takes(
     assert done.returncode == 1  # no CANN here: the report's own verdict
     shown = folder if encoding == "utf-8" else b"/toolkit-\\xe4"
     assert f"at {tmp_path}".encode() + shown + b" (ASCEND_TOOLKIT_HOME)" in done.stdout
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("inf", "VLLM_ASCEND_EMULATED_HBM_GIB='inf' is out of range; allowed: a finite size in GiB"),
+    ("1e-12", "VLLM_ASCEND_EMULATED_HBM_GIB='1e-12' is out of range"),
+])
+def test_serve_with_a_bad_emulation_variable_is_one_error(value: str, fragment: str,
+                                                          cli) -> None:
+    # The emulated device is torch's autoloaded backend: its refusal, not torch's wrapper.
+    run = cli("serve", "no-model", extra_env={"VLLM_ASCEND_EMULATED_NPUS": "1",
+                                              "VLLM_ASCEND_EMULATED_HBM_GIB": value,
+                                              "VLLM_ASCEND_DEVICE": "npu"})
+    line = _assert_one_error(run, "serve", fragment)
+    assert "did not load: EmulationSettingsError: " in line
