@@ -304,3 +304,18 @@ def test_serve_with_a_bad_emulation_variable_is_one_error(value: str, fragment: 
                                               "VLLM_ASCEND_DEVICE": "npu"})
     line = _assert_one_error(run, "serve", fragment)
     assert "did not load: EmulationSettingsError: " in line
+
+
+@pytest.mark.parametrize("value", ["nup", "NPU0"])
+def test_serve_with_a_mistyped_device_is_one_error(value: str, cli) -> None:
+    run = cli("serve", "no-model", extra_env={"VLLM_ASCEND_DEVICE": value})
+    _assert_one_error(run, "serve", f"VLLM_ASCEND_DEVICE={value!r} is not valid; allowed: auto, "
+                      "npu, cpu", code=2)
+
+
+def test_serve_on_npu_without_torch_npu_is_one_error_once(cli) -> None:
+    run = cli("serve", "no-model", extra_env={"VLLM_ASCEND_DEVICE": "npu",
+                                              "VLLM_ASCEND_EMULATED_NPUS": ""})
+    _assert_one_error(run, "serve", "import torch_npu failed (ModuleNotFoundError",
+                      "Fix: pip install \"vllm-ascend[npu]\"")
+    assert run.stderr.count("torch-npu is not installed") == 1
