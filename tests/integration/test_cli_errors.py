@@ -319,3 +319,14 @@ def test_serve_on_npu_without_torch_npu_is_one_error_once(cli) -> None:
     _assert_one_error(run, "serve", "import torch_npu failed (ModuleNotFoundError",
                       "Fix: pip install \"vllm-ascend[npu]\"")
     assert run.stderr.count("torch-npu is not installed") == 1
+
+
+def test_serve_with_more_tp_ranks_than_npus_is_one_error_at_config_time(cli, tiny_models
+                                                                        ) -> None:
+    # Refused while vLLM builds its config (as an unsupported model is), not minutes later
+    # inside the engine core's failure.
+    run = cli("serve", str(tiny_models.path("llama")), "--tensor-parallel-size", "2",
+              extra_env={"VLLM_ASCEND_DEVICE": "npu", "VLLM_ASCEND_EMULATED_NPUS": "1",
+                         "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"})
+    _assert_one_error(run, "serve", "need 2 NPUs but 1 are visible", code=2)
+    assert "EngineCore" not in run.stderr
