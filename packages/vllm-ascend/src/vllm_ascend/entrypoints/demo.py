@@ -315,7 +315,7 @@ def main(options: DemoOptions, *, as_json: bool = False) -> int:
         return write_stdout("", "vllm-ascend demo")
     # Owns what it starts: a signal while the engine runs ends the engine processes too.
     become_subreaper()
-    interrupt_on_sigterm()
+    interrupt_on_sigterm(exit_status=130)
     try:
         return _run_and_report(options, as_json)
     except KeyboardInterrupt:

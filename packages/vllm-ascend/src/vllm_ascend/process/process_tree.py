@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -29,6 +31,8 @@ PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 # Seconds the descendants get between SIGTERM and SIGKILL (the command must be gone within
 # 10 s of a signal: the engine's own shutdown took part of that already).
 TERM_GRACE_S = 3.0
+# Seconds after a shutdown signal during start-up by which the command has exited.
+EXIT_BOUND_S = 8.0
 
 
 def become_subreaper() -> bool:
@@ -40,19 +44,32 @@ def become_subreaper() -> bool:
     return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
 
 
-def interrupt_on_sigterm() -> None:
-    """Install :func:`interrupt_start_up` for SIGTERM (vLLM's serving loop installs its own
-    handler once it serves)."""
-    signal.signal(signal.SIGTERM, interrupt_start_up)
+def interrupt_on_sigterm(exit_status: int = 0) -> None:
+    """Install :func:`interrupt_start_up` for SIGTERM, exiting with ``exit_status`` if the
+    bound is reached (vLLM's serving loop installs its own handler once it serves)."""
+    signal.signal(signal.SIGTERM, functools.partial(interrupt_start_up, exit_status=exit_status))
 
 
-def interrupt_start_up(signum: int, frame: FrameType | None) -> NoReturn:
+def interrupt_start_up(signum: int, frame: FrameType | None, exit_status: int = 0) -> NoReturn:
     """A shutdown signal before the command serves: the descendants get SIGTERM now (SIGKILL
     after :data:`TERM_GRACE_S`, from a thread), rather than after vLLM's own start-up shutdown
     (which waits on workers with grace periods of its own), and the command is interrupted as
-    by Ctrl-C so that its ``finally`` blocks run."""
-    threading.Thread(target=end_process_tree, name="vllm-ascend-end-tree", daemon=True).start()
+    by Ctrl-C so that its ``finally`` blocks run. Should that unwinding still be busy
+    :data:`EXIT_BOUND_S` after the signal, the process exits there with ``exit_status``
+    (serve: 0, as after a requested shutdown): nothing of a start-up is worth keeping."""
+    threading.Thread(target=_end_within, args=(time.monotonic() + EXIT_BOUND_S, exit_status),
+                     name="vllm-ascend-end-tree", daemon=True).start()
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _end_within(deadline: float, exit_status: int) -> None:
+    end_process_tree()
+    time.sleep(max(0.0, deadline - time.monotonic()))
+    end_process_tree(grace_s=0.5)
+    with contextlib.suppress(Exception):
+        print("vllm-ascend: start-up interrupted by a signal; exiting", file=sys.stderr,
+              flush=True)
+    os._exit(exit_status)
 
 
 def end_process_tree(grace_s: float = TERM_GRACE_S) -> int:
