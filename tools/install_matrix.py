@@ -36,11 +36,25 @@ def _project(path: Path) -> dict[str, object]:
     return dict(data.get("project", {}))
 
 
+# PEP 508's name, then optional extras, then the rest up to a marker.
+_REQUIREMENT = re.compile(
+    r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[^\]]*\])?\s*([^;]*)")
+
+
+def normalise(name: str) -> str:
+    """A distribution name as PEP 503 compares it: runs of ``-``, ``_``, ``.`` become one
+    ``-``, lower case."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _pin(requirements: list[str], name: str) -> str:
+    """The version specifier of the requirement whose name is ``name`` (PEP 503 equal, never a
+    prefix: ``torchvision`` and ``torch-npu`` are not ``torch``)."""
+    wanted = normalise(name)
     for text in requirements:
-        found = re.match(rf"^\s*{re.escape(name)}\s*(\[[^\]]*\])?\s*([^;]*)", text)
-        if found and found.group(2).strip():
-            return found.group(2).strip()
+        found = _REQUIREMENT.match(text)
+        if found and normalise(found.group(1)) == wanted and found.group(3).strip():
+            return found.group(3).strip()
     raise ValueError(f"no pin of {name} in {requirements}")
 
 

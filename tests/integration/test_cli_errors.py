@@ -67,13 +67,15 @@ def _fake_distribution(site: Path, gguf: bytes | None = None, link_to: str | Non
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Callable[..., Run]:
-    """`cli(*args, site=None, cache=None, preexec=None, wrap=())`: the `vllm-ascend` command
-    with the fake distribution's `site` first on PYTHONPATH and `cache` as XDG_CACHE_HOME."""
+    """`cli(*args, site=None, cache=None, preexec=None, wrap=(), extra_env=None)`: the
+    `vllm-ascend` command with the fake distribution's `site` first on PYTHONPATH, `cache` as
+    XDG_CACHE_HOME and `extra_env` added to the environment."""
 
     def run(*args: str, site: Path | None = None, cache: Path | None = None,
             preexec: Callable[[], None] | None = None, wrap: tuple[str, ...] = (),
-            stdout: int | None = subprocess.PIPE, timeout: float = 420) -> Run:
-        env = dict(os.environ)
+            stdout: int | None = subprocess.PIPE, timeout: float = 420,
+            extra_env: dict[str, str] | None = None) -> Run:
+        env = {**os.environ, **(extra_env or {})}
         if site is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
         env["XDG_CACHE_HOME"] = str(cache if cache is not None else tmp_path / "cache")
@@ -183,7 +185,7 @@ def test_smollm2_on_a_full_disk_is_one_error_and_leaves_nothing(cli, tmp_path: P
 def test_smollm2_to_a_full_stdout_is_one_error(cli, smollm2_dir: Path) -> None:
     with open("/dev/full", "w") as full:
         run = cli("smollm2", cache=smollm2_dir.parents[2], stdout=full.fileno())
-    _assert_one_error(run, "smollm2", "cannot write to stdout: No space left on device")
+    _assert_one_error(run, "smollm2", "no space left on device writing /dev/full", code=74)
 
 
 BAD_CONFIGS: dict[str, tuple[bytes, str]] = {
@@ -256,3 +258,75 @@ def test_smollm2_rebuilds_a_damaged_entry_with_one_warning(case: str, cli, smoll
     assert len(warnings) == 1 and reason in warnings[0], run.stderr[-3000:]
     assert sorted(p.name for p in entry.iterdir()) == sorted(p.name for p in smollm2_dir.iterdir())
     assert (entry / "manifest.json").read_bytes() == (smollm2_dir / "manifest.json").read_bytes()
+
+
+def _close_stdout() -> None:
+    os.close(1)
+
+
+@pytest.mark.parametrize("argv", [("smollm2",), ("doctor", "--host", "a2-8npu"),
+                                  ("doctor", "--host", "a2-8npu", "--json"),
+                                  ("demo", "--model", "llama", "--max-tokens", "1")])
+def test_every_command_with_stdout_closed_is_one_error(argv: tuple[str, ...], cli,
+                                                       smollm2_dir: Path) -> None:
+    run = cli(*argv, cache=smollm2_dir.parents[2], stdout=None, preexec=_close_stdout)
+    _assert_one_error(run, argv[0], "cannot write to stdout: stdout is closed")
+
+
+@pytest.mark.parametrize(("encoding", "locale", "folder"), [
+    ("utf-8", None, b"/toolkit-\xff"),  # a byte that is not UTF-8: printed as that byte
+    ("ascii", "C", "/toolkit-\u00e4".encode()),  # text the encoding lacks: a backslash escape
+])
+def test_doctor_prints_paths_any_stdout_encoding_takes(
+        encoding: str, locale: str | None, folder: bytes, tmp_path: Path) -> None:
+    toolkit = os.fsdecode(bytes(tmp_path) + folder)
+    os.mkdir(toolkit)
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "ASCEND_TOOLKIT_HOME": toolkit}
+    if locale is not None:
+        env["LC_ALL"] = locale
+    done = subprocess.run([sys.executable, "-m", "vllm_ascend", "doctor", "--host", "a2-8npu"],
+                          env=env, capture_output=True, timeout=300, check=False)
+    assert b"Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1  # no CANN here: the report's own verdict
+    shown = folder if encoding == "utf-8" else b"/toolkit-\\xe4"
+    assert f"at {tmp_path}".encode() + shown + b" (ASCEND_TOOLKIT_HOME)" in done.stdout
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("inf", "VLLM_ASCEND_EMULATED_HBM_GIB='inf' is out of range; allowed: a finite size in GiB"),
+    ("1e-12", "VLLM_ASCEND_EMULATED_HBM_GIB='1e-12' is out of range"),
+])
+def test_serve_with_a_bad_emulation_variable_is_one_error(value: str, fragment: str,
+                                                          cli) -> None:
+    # The emulated device is torch's autoloaded backend: its refusal, not torch's wrapper.
+    run = cli("serve", "no-model", extra_env={"VLLM_ASCEND_EMULATED_NPUS": "1",
+                                              "VLLM_ASCEND_EMULATED_HBM_GIB": value,
+                                              "VLLM_ASCEND_DEVICE": "npu"})
+    line = _assert_one_error(run, "serve", fragment)
+    assert "did not load: EmulationSettingsError: " in line
+
+
+@pytest.mark.parametrize("value", ["nup", "NPU0"])
+def test_serve_with_a_mistyped_device_is_one_error(value: str, cli) -> None:
+    run = cli("serve", "no-model", extra_env={"VLLM_ASCEND_DEVICE": value})
+    _assert_one_error(run, "serve", f"VLLM_ASCEND_DEVICE={value!r} is not valid; allowed: auto, "
+                      "npu, cpu", code=2)
+
+
+def test_serve_on_npu_without_torch_npu_is_one_error_once(cli) -> None:
+    run = cli("serve", "no-model", extra_env={"VLLM_ASCEND_DEVICE": "npu",
+                                              "VLLM_ASCEND_EMULATED_NPUS": ""})
+    _assert_one_error(run, "serve", "import torch_npu failed (ModuleNotFoundError",
+                      "Fix: pip install \"vllm-ascend[npu]\"")
+    assert run.stderr.count("torch-npu is not installed") == 1
+
+
+def test_serve_with_more_tp_ranks_than_npus_is_one_error_at_config_time(cli, tiny_models
+                                                                        ) -> None:
+    # Refused while vLLM builds its config (as an unsupported model is), not minutes later
+    # inside the engine core's failure.
+    run = cli("serve", str(tiny_models.path("llama")), "--tensor-parallel-size", "2",
+              extra_env={"VLLM_ASCEND_DEVICE": "npu", "VLLM_ASCEND_EMULATED_NPUS": "1",
+                         "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"})
+    _assert_one_error(run, "serve", "need 2 NPUs but 1 are visible", code=2)
+    assert "EngineCore" not in run.stderr

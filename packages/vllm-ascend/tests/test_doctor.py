@@ -315,7 +315,7 @@ def test_an_operator_library_that_is_not_elf_fails(doctor: Doctor, npu_host: Pat
 @pytest.mark.parametrize(
     ("visible", "verdict"),
     [(None, "info"), ("0,7", "ok"), ("7", "ok"), ("8", "fail"), ("0,8", "fail"), ("", "fail"),
-     ("a", "fail")],
+     ("a", "fail"), ("0,0", "fail"), ("\u0661", "fail"), ("0,\uff11", "fail"), (" 0 , 1 ", "ok")],
 )
 def test_visible_devices_at_the_edge_of_the_host(doctor: Doctor, npu_host: Path,
                                                  visible: str | None, verdict: str) -> None:
@@ -326,6 +326,9 @@ def test_visible_devices_at_the_edge_of_the_host(doctor: Doctor, npu_host: Path,
     finding = by_check(report)["visible-devices"]
     assert finding["verdict"] == verdict
     assert code == (1 if verdict == "fail" else 0)
+    if visible in ("0,0", "\u0661"):  # the reason is ascend-topology's
+        assert finding["summary"].startswith(f"ASCEND_RT_VISIBLE_DEVICES={visible!r} is refused: "
+                                             f"visible devices {visible!r}: ")
 
 
 def test_firmware_comes_from_a_recorded_board_query(doctor: Doctor, npu_host: Path,
@@ -632,6 +635,6 @@ def test_a_stdout_that_refuses_the_report_is_one_error() -> None:
         done = subprocess.run([sys.executable, "-m", "vllm_ascend", "doctor", "--host", "a2-8npu"],
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
                               check=False)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 74 and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1] == (
-        "vllm-ascend doctor: error: cannot write to stdout: No space left on device")
+        "vllm-ascend doctor: error: no space left on device writing /dev/full")

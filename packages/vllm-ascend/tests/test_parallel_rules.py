@@ -70,6 +70,34 @@ def test_all_problems_in_one_error() -> None:
 def test_layout_of_a_real_config(make_vllm_config) -> None:
     layout = layout_of(make_vllm_config(enforce_eager=True))
     assert layout.kv_extra_config == {} and layout.sequence_parallel_moe is False
+    assert layout.npus_needed is None and layout.npus_visible is None  # not counted
+
+
+@pytest.mark.parametrize(("needed", "visible", "refused"),
+                         [(2, 1, True), (2, 2, False), (8, 7, True), (1, 0, True), (1, 8, False),
+                          (None, 1, False), (4, None, False)])
+def test_ranks_on_this_host_must_fit_its_visible_npus(needed: int | None, visible: int | None,
+                                                      refused: bool) -> None:
+    layout = LayoutFacts(npus_needed=needed, npus_visible=visible, visible_devices="0")
+    problems = parallel_problems(DeploymentFacts(), layout)
+    assert problems == ([f"this host's ranks (tensor x pipeline x context parallel x local "
+                         f"data parallel sizes) need {needed} NPUs but {visible} are visible "
+                         "(ASCEND_RT_VISIBLE_DEVICES='0'); lower the parallel sizes or make "
+                         "more NPUs visible"] if refused else [])
+
+
+@pytest.mark.parametrize(("kwargs", "needed"), [
+    ({}, 1),
+    ({"tensor_parallel_size": 2, "distributed_executor_backend": "mp"}, 2),
+    ({"tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+      "distributed_executor_backend": "mp"}, 4),
+    ({"tensor_parallel_size": 2, "data_parallel_size": 2, "distributed_executor_backend": "mp"},
+     4),
+])
+def test_npus_needed_of_a_real_config(make_vllm_config, kwargs: dict[str, object],
+                                      needed: int) -> None:
+    layout = layout_of(make_vllm_config(enforce_eager=True, **kwargs), npus_visible=64)
+    assert layout.npus_needed == needed
 
 
 # --- draft model under decode context parallel --------------------------------------------

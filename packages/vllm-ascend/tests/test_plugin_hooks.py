@@ -21,7 +21,28 @@ def test_a_failing_hook_only_warns_and_runs_once(caplog) -> None:
         hook()
         hook()
     assert calls == [1]
-    assert "plugin hook broken failed: OSError: disk on fire" in caplog.text
+    assert "a plugin hook failed: OSError: disk on fire" in caplog.text
+    reset_process_setup()
+
+
+def test_hooks_failing_for_one_cause_warn_once(caplog) -> None:
+    reset_process_setup()
+
+    def first() -> None:
+        raise RuntimeError("no NPU runtime")
+
+    def second() -> None:
+        raise RuntimeError("no NPU runtime")
+
+    def third() -> None:
+        raise RuntimeError("another cause")
+
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.plugin_hooks"):
+        for fn in (first, second, third):
+            plugin_hooks._once_and_safe(fn)()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["a plugin hook failed: RuntimeError: no NPU runtime",
+                        "a plugin hook failed: RuntimeError: another cause"]
     reset_process_setup()
 
 

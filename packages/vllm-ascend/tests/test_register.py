@@ -45,9 +45,29 @@ def test_register_reads_the_device_mode() -> None:
     assert vllm_ascend.register({}) is None
 
 
-def test_bad_device_mode_names_the_allowed_values() -> None:
-    with pytest.raises(ValueError, match=r"VLLM_ASCEND_DEVICE.*auto.*npu.*cpu"):
-        device_probe.read_device_mode({"VLLM_ASCEND_DEVICE": "gpu"})
+@pytest.mark.parametrize("value", ["gpu", "nup", " npu x", "np\u00fc", ""])
+def test_bad_device_mode_names_the_variable_value_and_allowed_values(value: str) -> None:
+    with pytest.raises(ValueError) as info:
+        device_probe.read_device_mode({"VLLM_ASCEND_DEVICE": value})
+    assert str(info.value) == f"VLLM_ASCEND_DEVICE={value!r} is not valid; allowed: auto, npu, cpu"
+
+
+@pytest.mark.parametrize(("value", "mode"), [("NPU", "npu"), (" cpu ", "cpu"), ("auto", "auto")])
+def test_device_mode_is_read_as_the_env_registry_declares_it(value: str, mode: str) -> None:
+    assert device_probe.read_device_mode({"VLLM_ASCEND_DEVICE": value}) == mode
+
+
+def test_register_ends_the_process_on_a_mistyped_device() -> None:
+    """vLLM swallows a platform hook's exception and would go on as stock vLLM: the hook ends
+    the process with the one line instead (run in a child, as vLLM runs the hook)."""
+    code = ("from vllm.platforms import current_platform\n"
+            "print(type(current_platform).__name__)")
+    env = {**os.environ, "VLLM_ASCEND_DEVICE": "nup"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (
+        "vllm-ascend: error: VLLM_ASCEND_DEVICE='nup' is not valid; allowed: auto, npu, cpu")
 
 
 def test_probe_finds_device_files_and_driver(tmp_path) -> None:
@@ -125,10 +145,11 @@ def test_vllm_version_is(monkeypatch) -> None:
     version.vllm_version_is.cache_clear()
 
 
-def test_bad_device_mode_is_logged_before_vllm_swallows_it(caplog) -> None:
-    with caplog.at_level(logging.ERROR, logger="vllm_ascend"), pytest.raises(ValueError):
+def test_bad_device_mode_ends_register_as_vllm_cannot_swallow_it() -> None:
+    with pytest.raises(SystemExit) as info:  # not an Exception: vLLM's hook loop lets it pass
         vllm_ascend.register({"VLLM_ASCEND_DEVICE": "cpuu"})
-    assert "VLLM_ASCEND_DEVICE" in caplog.text and "'cpuu'" in caplog.text
+    assert info.value.code == (
+        "vllm-ascend: error: VLLM_ASCEND_DEVICE='cpuu' is not valid; allowed: auto, npu, cpu")
 
 
 def test_register_keeps_the_platform_when_vllm_cache_root_cannot_be_secured(

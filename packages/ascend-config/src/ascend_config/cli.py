@@ -1,12 +1,14 @@
 """``ascend-config``: check a config, print the JSON Schema, explain a key, list env vars.
 
-Exit codes: 0 success, 1 the output could not be written (a closed pipe, a full disk),
-2 invalid input (every problem listed on stderr).
+Exit codes: 0 success, 1 the output could not be written (a closed stdout or pipe),
+2 invalid input (every problem listed on stderr), 74 no space left on the device behind stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
 import os
 import sys
@@ -27,6 +29,7 @@ from ascend_config.limits import MAX_CONFIG_BYTES, MAX_FACTS_BYTES
 EXIT_OK = 0
 EXIT_OUTPUT = 1
 EXIT_INVALID = 2
+EXIT_NO_SPACE = 74  # sysexits.h's EX_IOERR
 
 
 def _is_json(text: str) -> bool:
@@ -178,9 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code."""
+    _guard_standard_streams()
     args = build_parser().parse_args(argv)
+    err = err or _lenient(sys.stderr) or io.StringIO()  # stderr closed too: nowhere to say it
     out = out or _lenient(sys.stdout)
-    err = err or _lenient(sys.stderr)
+    if out is None:
+        print("error: cannot write the output: stdout is closed", file=err)
+        return EXIT_OUTPUT
     try:
         code: int = args.func(args, out, err)
         out.flush()
@@ -188,19 +195,47 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         _detach_stdout(out)
         return EXIT_OUTPUT
     except OSError as exc:  # e.g. `> /dev/full`
+        path = _stdout_path() if out is sys.stdout else "the output"
         _detach_stdout(out)
+        if exc.errno == errno.ENOSPC:
+            print(f"error: no space left on device writing {path}", file=err)
+            return EXIT_NO_SPACE
         print(f"error: cannot write the output: {exc.strerror or exc}", file=err)
         return EXIT_OUTPUT
     return code
 
 
-def _lenient(stream: TextIO) -> TextIO:
-    """``stream`` escaping what its encoding cannot show (PYTHONIOENCODING=ascii) instead
-    of raising UnicodeEncodeError halfway through the output."""
+def _lenient(stream: TextIO | None) -> TextIO | None:
+    """``stream`` escaping what its encoding cannot show (PYTHONIOENCODING=ascii, a path's
+    undecodable byte) instead of raising UnicodeEncodeError halfway through the output; None
+    for a closed stream."""
+    if stream is None:
+        return None
     reconfigure = getattr(stream, "reconfigure", None)
     if reconfigure is not None:
         reconfigure(errors="backslashreplace")
     return stream
+
+
+def _guard_standard_streams() -> None:
+    """``/dev/null`` on a closed descriptor 0, 1 or 2, so no file opened later takes its number
+    (``sys.stdout`` stays None: the output is still refused as closed)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            spare = os.open(os.devnull, os.O_RDWR)
+            if spare != fd:
+                os.dup2(spare, fd)
+                os.close(spare)
+
+
+def _stdout_path() -> str:
+    """The file behind descriptor 1 as the kernel names it, or ``stdout``."""
+    try:
+        return os.fsdecode(os.readlink("/proc/self/fd/1"))
+    except OSError:
+        return "stdout"
 
 
 def _detach_stdout(out: TextIO) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -22,6 +23,8 @@ EXIT_FAILED = 1
 """This host could not be read or bound, or the plan cannot be applied as configured."""
 EXIT_BAD_INPUT = 2
 """Bad input: arguments, option values, a recorded host (argparse uses 2 as well)."""
+EXIT_NO_SPACE = 74
+"""The disk behind stdout is full (sysexits.h's EX_IOERR); the message names the file."""
 
 
 class _UsageError(Exception):
@@ -29,17 +32,63 @@ class _UsageError(Exception):
 
 
 class _OutputError(Exception):
-    """stdout refused the output (a full disk, ``/dev/full``)."""
+    """stdout refused the output (closed, a full disk, ``/dev/full``)."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _print(text: str) -> None:
-    """``print`` to stdout, flushed, so that a stdout that cannot take it is named as such."""
+    """Write a line to stdout, flushed, so that a stdout that cannot take it is named as such.
+    What the stream's encoding cannot carry goes out as the bytes it came from (a path's
+    undecodable byte) or as a backslash escape, never as a UnicodeEncodeError."""
+    stream = sys.stdout
+    if stream is None:
+        raise _OutputError("cannot write to stdout: stdout is closed")
+    data = f"{text}\n"
     try:
-        print(text, flush=True)
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:  # a text-only stream (a test's capture)
+            stream.write(data)
+        else:
+            stream.flush()
+            buffer.write(_encode(data, stream.encoding or "utf-8"))
+        stream.flush()
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise _OutputError(exc.strerror or str(exc)) from None
+        if exc.errno == errno.ENOSPC:
+            raise _OutputError(f"no space left on device writing {_stdout_path()}",
+                               EXIT_NO_SPACE) from None
+        raise _OutputError(f"cannot write to stdout: {exc.strerror or exc}") from None
+
+
+def _encode(text: str, encoding: str) -> bytes:
+    try:
+        return text.encode(encoding, "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode(encoding, "backslashreplace")
+
+
+def _stdout_path() -> str:
+    try:
+        return os.fsdecode(os.readlink("/proc/self/fd/1"))
+    except OSError:
+        return "stdout"
+
+
+def _guard_standard_streams() -> None:
+    """``/dev/null`` on a closed descriptor 0, 1 or 2, so no file opened later takes its number
+    (``sys.stdout`` stays None: the output is still refused as closed)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            spare = os.open(os.devnull, os.O_RDWR)
+            if spare != fd:
+                os.dup2(spare, fd)
+                os.close(spare)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -175,9 +224,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ascend-topology`` console script; returns the exit status.
 
     0 success; 1 (``EXIT_FAILED``) when this host cannot be read or bound or the plan is not
-    applicable; 2 (``EXIT_BAD_INPUT``) for bad arguments, option values or recorded hosts.
+    applicable or stdout is closed; 2 (``EXIT_BAD_INPUT``) for bad arguments, option values or
+    recorded hosts; 74 (``EXIT_NO_SPACE``) when the disk behind stdout is full.
     Errors print one ``ascend-topology: error: ...`` line per problem, never a traceback.
     """
+    _guard_standard_streams()
     args = _parser().parse_args(argv)
     try:
         return _run(args)
@@ -189,9 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error([str(exc)], EXIT_BAD_INPUT)
     except _OutputError as exc:
         devnull = os.open(os.devnull, os.O_WRONLY)  # the exit's own flush must not fail again
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, 1)
         os.close(devnull)
-        return _error([f"cannot write to stdout: {exc}"], EXIT_FAILED)
+        return _error([str(exc)], exc.status)
     except (RecordedHostError, PlanError) as exc:
         return _error(exc.problems, EXIT_BAD_INPUT)
     except TopologyError as exc:

@@ -18,7 +18,8 @@ logger = logging.getLogger(__name__)
 def register(environ: Mapping[str, str] | None = None) -> str | None:
     """Platform-plugin hook: the class path of the platform to activate, or None.
 
-    Decides from ``VLLM_ASCEND_DEVICE`` (auto|npu|cpu) and a cheap NPU probe; imports
+    Decides from ``VLLM_ASCEND_DEVICE`` (auto|npu|cpu; any other value ends the process with
+    one line naming it and the allowed values) and a cheap NPU probe; imports
     neither torch, torch_npu nor vLLM. When activating, checks the installed vLLM version
     and logs one clear error if it is missing or outside the tested range; activating the
     host-CPU platform also turns on huge pages for large host tensors
@@ -31,9 +32,9 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
     try:
         mode = device_probe.read_device_mode(environ)
     except ValueError as exc:
-        # vLLM swallows exceptions of platform hooks (debug log only): say it loudly first.
-        logger.error("vllm-ascend: %s", exc)
-        raise
+        # vLLM turns an exception of a platform hook into a debug log and goes on as stock
+        # vLLM, on the wrong platform: a mistyped device is refused by ending the process.
+        raise SystemExit(f"vllm-ascend: error: {exc}") from None
     probe = device_probe.probe_npu() if mode == "auto" else device_probe.NpuProbe()
     platform = device_probe.choose_platform(mode, probe)
     if platform is not None:

@@ -37,8 +37,10 @@ def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
         try:
             fn()
         except Exception as exc:  # a plugin hook must never fail the vLLM process
-            logger.warning("plugin hook %s failed: %s: %s",
-                           fn.__name__, type(exc).__name__, exc)
+            # Hooks fail for one cause (e.g. no NPU runtime): say it once, not once per hook.
+            logger.debug("plugin hook %s failed", fn.__name__, exc_info=True)
+            current_process_setup().warn_once(
+                f"a plugin hook failed: {type(exc).__name__}: {exc}", logger)
 
     return hook
 

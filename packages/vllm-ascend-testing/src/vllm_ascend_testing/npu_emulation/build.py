@@ -1,9 +1,14 @@
 """Build (once per torch version and source) and load the C++ half of the emulated device.
 
-The build lands in a cache directory that must be the user's own (mode 0700): a shared
-directory would let another user swap the library this process loads. Concurrent first
-builds from several processes take an exclusive file lock; the library counts as built only
-once a marker is written after the build, so a process never loads a half-linked file.
+The build lands in a cache directory that passes the plugin's root rule (``vllm_ascend.base.
+trusted_paths``): every directory from ``/`` down is this user's or root's and not writable by
+group or others (sticky ones such as ``/tmp`` aside), every symlink on the way is this user's or
+root's, and the cache and build folders themselves are this user's, mode 0700 when created.
+Another user could otherwise swap the library this process loads. The library is then opened
+relative to the checked build folder (no symlink, a regular file of this user) and loaded
+through that open descriptor, so what was checked is what is loaded. Concurrent first builds
+from several processes take an exclusive file lock; the library counts as built only once a
+marker is written after the build, so a process never loads a half-linked file.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir, open_trusted_dir
 from vllm_ascend.base.trusted_roots import own_cache_dir
 
 CACHE_VAR = "VLLM_ASCEND_EMULATION_CACHE"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
 EXTENSION = "_vllm_ascend_npu_emulation"
+# O_NONBLOCK: a FIFO planted under the library's name must not block the open.
+_LIBRARY_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class EmulationBuildError(RuntimeError):
@@ -40,16 +48,14 @@ def cache_root() -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """``path`` created 0700 if missing; an error unless this user owns it and nobody else
-    can write to it."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    """``path`` created 0700 (one component at a time) if missing; an error unless it and
+    every directory and symlink above it pass the root rule (see the module docstring)."""
+    try:
+        return make_private_dir(path)
+    except UntrustedPathError as exc:
         raise EmulationBuildError(
-            f"{path} must be owned by uid {os.getuid()} and not writable by others "
-            f"(owner {info.st_uid}, mode {stat.filemode(info.st_mode)}); set {CACHE_VAR} to a "
-            "directory of your own")
-    return path
+            f"the emulated NPU's build cache {path} is not safe to load code from: {exc}; set "
+            f"{CACHE_VAR} to a directory of your own") from None
 
 
 def build_dir() -> Path:
@@ -69,7 +75,34 @@ def load_extension() -> ModuleType:
             if not marker.exists():
                 _build(private_dir(target))
                 marker.write_text(torch.__version__, encoding="utf-8")
-    return _import(target / f"{EXTENSION}.so")
+    return _load_checked(target, f"{EXTENSION}.so")
+
+
+def _load_checked(folder: Path, name: str) -> ModuleType:
+    """The library ``name`` in ``folder`` (checked again by the root rule), opened without
+    following a symlink, refused unless it is this user's regular file, loaded through the
+    open descriptor."""
+    try:
+        trusted = open_trusted_dir(folder)
+    except UntrustedPathError as exc:
+        raise EmulationBuildError(f"the emulated NPU's build folder is not safe: {exc}") from None
+    with trusted:
+        try:
+            fd = os.open(name, _LIBRARY_FLAGS, dir_fd=trusted.fd)
+        except OSError as exc:
+            raise EmulationBuildError(
+                f"cannot open {folder / name} (a symlink is refused): {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise EmulationBuildError(
+                f"{folder / name} is not a regular file of uid {os.geteuid()} (owner "
+                f"{info.st_uid}, mode {stat.filemode(info.st_mode)}); remove {folder}")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):  # a group-writable umask at build
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+        return _import(Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
 
 
 def _build(target: Path) -> None:

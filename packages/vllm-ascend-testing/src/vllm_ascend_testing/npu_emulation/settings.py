@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,10 @@ DEFAULT_HBM_GIB = 32.0
 #: An Atlas A2 part (Ascend910B1) from the wheel's ``SocVersion`` enum.
 DEFAULT_SOC = "Ascend910B1"
 MAX_NPUS = 64
+#: The HBM range of one emulated NPU: at least 1 MiB (a smaller device cannot hold one tensor
+#: block), at most 1 TiB (more than any Ascend part; the accounting stays in exact integers).
+MIN_HBM_GIB = 1 / 1024
+MAX_HBM_GIB = 1024.0
 
 
 class EmulationSettingsError(ValueError):
@@ -46,21 +51,26 @@ def from_environ(environ: Mapping[str, str] | None = None) -> EmulationSettings:
     """The settings the variables ask for; ``EmulationSettingsError`` names a bad value."""
     env = os.environ if environ is None else environ
     raw_npus = env.get(NPUS_VAR, "").strip()
-    try:
-        num_npus = int(raw_npus)
-    except ValueError:
+    # ASCII digits only: int() would also take "1_0", "+2" and other scripts' digits.
+    if not (raw_npus.isascii() and raw_npus.isdigit()):
         raise EmulationSettingsError(
-            f"{NPUS_VAR}={raw_npus!r} is not a number of NPUs (1..{MAX_NPUS})") from None
+            f"{NPUS_VAR}={raw_npus!r} is not a number of NPUs; allowed: 1..{MAX_NPUS}")
+    num_npus = int(raw_npus)
     if not 1 <= num_npus <= MAX_NPUS:
-        raise EmulationSettingsError(f"{NPUS_VAR}={num_npus} is outside 1..{MAX_NPUS}")
-    raw_hbm = env.get(HBM_VAR, "").strip() or str(DEFAULT_HBM_GIB)
-    try:
-        hbm_gib = float(raw_hbm)
-    except ValueError:
         raise EmulationSettingsError(
-            f"{HBM_VAR}={raw_hbm!r} is not a size in GiB (e.g. 32 or 0.5)") from None
-    if not hbm_gib > 0:
-        raise EmulationSettingsError(f"{HBM_VAR}={raw_hbm} must be above 0 GiB")
+            f"{NPUS_VAR}={num_npus} is outside 1..{MAX_NPUS}, the allowed number of NPUs")
+    raw_hbm = env.get(HBM_VAR, "").strip() or str(DEFAULT_HBM_GIB)
+    allowed = (f"allowed: a finite size in GiB from {MIN_HBM_GIB:g} (1 MiB) to "
+               f"{MAX_HBM_GIB:g}")
+    try:
+        hbm_gib = float(raw_hbm) if raw_hbm.isascii() else math.nan
+    except ValueError:
+        hbm_gib = math.nan
+    if math.isnan(hbm_gib):
+        raise EmulationSettingsError(
+            f"{HBM_VAR}={raw_hbm!r} is not a size in GiB (e.g. 32 or 0.5); {allowed}")
+    if not MIN_HBM_GIB <= hbm_gib <= MAX_HBM_GIB:  # inf and 1e-12 included
+        raise EmulationSettingsError(f"{HBM_VAR}={raw_hbm!r} is out of range; {allowed}")
     soc_name, soc_id = _soc(env.get(SOC_VAR, "").strip() or DEFAULT_SOC)
     return EmulationSettings(num_npus, int(hbm_gib * 2**30), soc_name, soc_id)
 

@@ -145,6 +145,35 @@ class LayoutFacts:
     eplb_use_async: bool = False
     eplb_communicator: str | None = None
     draft: DraftFacts | None = None
+    npus_needed: int | None = None  # ranks this host's engines place on its NPUs
+    npus_visible: int | None = None  # NPUs this process sees (None: not counted)
+    visible_devices: str | None = None  # ASCEND_RT_VISIBLE_DEVICES, for the message
+
+
+def npus_needed_here(par: Any) -> int | None:
+    """The NPUs this host's workers index (the NPU worker's local rank, shifted by the data
+    parallel shard): ranks per engine on this host times the engines on it; None when Ray or
+    an external launcher places the ranks."""
+    if (par.distributed_executor_backend in ("ray", "external_launcher")
+            or par.data_parallel_backend == "ray"):
+        return None
+    try:
+        per_engine = int(par.local_world_size)
+    except (AttributeError, ValueError):  # vLLM's own checks name an inconsistent node count
+        return None
+    return per_engine * max(1, int(par.data_parallel_size_local or 1))
+
+
+def device_count_problem(layout: LayoutFacts) -> str | None:
+    """More ranks on this host than NPUs visible, said before any engine process starts."""
+    needed, visible = layout.npus_needed, layout.npus_visible
+    if needed is None or visible is None or needed <= visible:
+        return None
+    where = layout.visible_devices
+    shown = f"ASCEND_RT_VISIBLE_DEVICES={where!r}" if where else "ASCEND_RT_VISIBLE_DEVICES unset"
+    return (f"this host's ranks (tensor x pipeline x context parallel x local data parallel "
+            f"sizes) need {needed} NPUs but {visible} are visible ({shown}); lower the parallel "
+            "sizes or make more NPUs visible")
 
 
 def parallel_problems(facts: Any, layout: LayoutFacts) -> list[str]:
@@ -153,6 +182,9 @@ def parallel_problems(facts: Any, layout: LayoutFacts) -> list[str]:
     _validate_parallel_config, _validate_sfa_dcp_kv_sp, check_kv_extra_config, the kv load
     failure policy and vLLM's EPLB), one message each naming the setting and what is allowed."""
     problems = draft_problems(facts.decode_context_parallel_size, layout.draft)
+    too_few = device_count_problem(layout)
+    if too_few is not None:
+        problems.append(too_few)
     tp, dp = facts.tensor_parallel_size, facts.data_parallel_size
     pcp, dcp = facts.prefill_context_parallel_size, facts.decode_context_parallel_size
     if pcp > 1 and not layout.use_mrv2:
@@ -196,7 +228,9 @@ def parallel_problems(facts: Any, layout: LayoutFacts) -> list[str]:
     return problems
 
 
-def layout_of(vllm_config: Any) -> LayoutFacts:
+def layout_of(vllm_config: Any, npus_visible: int | None = None) -> LayoutFacts:
+    """The layout of ``vllm_config``; ``npus_visible`` (the NPU platform's device count) turns
+    on the device-count rule."""
     par = vllm_config.parallel_config
     kv = vllm_config.kv_transfer_config
     model = vllm_config.model_config
@@ -211,6 +245,9 @@ def layout_of(vllm_config: Any) -> LayoutFacts:
         eplb_use_async=bool(getattr(eplb, "use_async", False)),
         eplb_communicator=getattr(eplb, "communicator", None),
         draft=draft_of(vllm_config),
+        npus_needed=npus_needed_here(par) if npus_visible is not None else None,
+        npus_visible=npus_visible,
+        visible_devices=os.environ.get("ASCEND_RT_VISIBLE_DEVICES"),
     )
 
 

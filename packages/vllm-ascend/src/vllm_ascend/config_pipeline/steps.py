@@ -144,7 +144,8 @@ def run_npu_pipeline(vllm_config: VllmConfig,
     engine, environ = _build_engine(vllm_config, soc)  # AscendConfigError: all problems
     facts, resolved = engine.facts, engine.config
     write_dump_config(resolved)
-    parallel_layout.check_parallel_layout(facts, parallel_layout.layout_of(vllm_config))
+    visible = int(npu_device.torch_npu().npu.device_count())  # the SoC read started the runtime
+    parallel_layout.check_parallel_layout(facts, parallel_layout.layout_of(vllm_config, visible))
     vllm_settings.detect_ascend_quantization(vllm_config)
     vllm_settings.fix_gpu_only_settings(vllm_config)
     vllm_settings.use_hccl_eplb_communicator(vllm_config)

@@ -115,14 +115,21 @@ def _visible(paths: HostPaths, logical: list[int]) -> Finding:
     if value is None:
         return Finding("visible-devices", INFO, f"ASCEND_RT_VISIBLE_DEVICES is unset: all "
                        f"{len(logical)} NPUs are visible", scope=NPU)
+    # Local: as read_recorded's, ascend-topology is imported only by the checks that read NPUs.
+    from ascend_topology.errors import ParseError
+    from ascend_topology.facts import parse_visible_devices
+
+    # ascend-topology's rule (ASCII ids, each once); set but blank names no NPU here.
     try:
-        wanted = [int(p) for p in value.split(",") if p.strip()]
-    except ValueError:
-        wanted = []
+        wanted = list(parse_visible_devices(value) or ())
+        problem = None if wanted else "names no NPU"
+    except ParseError as exc:
+        wanted, problem = [], f"is refused: {exc}"
     unknown = sorted(set(wanted) - set(logical))
-    if not wanted or unknown:
-        what = f"names NPUs {unknown} this host does not have" if unknown else "names no NPU"
-        return Finding("visible-devices", FAIL, f"ASCEND_RT_VISIBLE_DEVICES={value!r} {what} "
+    if problem is None and unknown:
+        problem = f"names NPUs {unknown} this host does not have"
+    if problem is not None:
+        return Finding("visible-devices", FAIL, f"ASCEND_RT_VISIBLE_DEVICES={value!r} {problem} "
                        f"(NPUs: {logical})", scope=NPU,
                        fix=f"export ASCEND_RT_VISIBLE_DEVICES={','.join(map(str, logical))} "
                            "(or unset it)")

@@ -29,9 +29,10 @@ def import_failure_cause(environ: Mapping[str, str] | None = None,
     return next((found[c] for c in CAUSES if c in found and found[c].verdict == FAIL), None)
 
 
-# torch's own wrapper when an autoloaded device backend (torch-npu's ``torch_npu`` entry point
-# of the ``torch.backends`` group) fails during ``import torch``.
-BACKEND_FAILURE = "Failed to load the backend extension: torch_npu"
+# torch's own wrapper when an autoloaded device backend (an entry point of the
+# ``torch.backends`` group, torch-npu's is ``torch_npu``) fails during ``import torch``.
+ANY_BACKEND_FAILURE = "Failed to load the backend extension: "
+BACKEND_FAILURE = f"{ANY_BACKEND_FAILURE}torch_npu"
 CPU_INSTEAD = {
     "torch_npu": "VLLM_ASCEND_DEVICE=cpu runs the Ascend pipeline on the host CPU instead",
     # torch loads an installed torch-npu by itself: the host CPU needs that autoload off too.
@@ -74,11 +75,19 @@ def torch_npu_import_message(error: BaseException, environ: Mapping[str, str] | 
 
 def torch_import_problem(environ: Mapping[str, str] | None = None) -> str | None:
     """Import torch; None when it imports, the doctor's message when it fails because the
-    installed torch-npu does not load. Any other failure of ``import torch`` propagates."""
+    installed torch-npu does not load, one line with the backend's own error when another
+    autoloaded backend fails. Any other failure of ``import torch`` propagates."""
     try:
         import torch  # noqa: F401 - the import is the check
     except RuntimeError as exc:
-        if BACKEND_FAILURE not in str(exc):
+        text = str(exc)
+        if BACKEND_FAILURE in text:
+            return torch_npu_import_message(exc, environ, stage="torch")
+        if ANY_BACKEND_FAILURE not in text:
             raise
-        return torch_npu_import_message(exc, environ, stage="torch")
+        # Another package's backend: its own error says what is wrong (the variable, the value).
+        name = text.split(ANY_BACKEND_FAILURE, 1)[1].split(". ", 1)[0].rstrip(".")
+        return (f"import torch failed: the device backend {name!r} (an entry point of "
+                f"torch.backends) did not load: {root_error(exc)}; "
+                "TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns torch's backend autoload off")
     return None

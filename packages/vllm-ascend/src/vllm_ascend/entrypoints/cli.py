@@ -9,7 +9,7 @@ import sys
 
 from vllm_ascend.checkpoints import CheckpointError, smollm2_checkpoint
 from vllm_ascend.entrypoints import demo, serve
-from vllm_ascend.entrypoints.console import write_stdout
+from vllm_ascend.entrypoints.console import guard_standard_streams, write_stdout
 from vllm_ascend.entrypoints.demo import DEFAULT_PROMPTS, MODELS, REAL_MODEL, DemoOptions
 from vllm_ascend.entrypoints.doctor_command import main as doctor_main
 
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vllm-ascend` console script."""
     args_in = sys.argv[1:] if argv is None else list(argv)
+    guard_standard_streams()
     if args_in[:1] == ["serve"]:
         return serve.main(args_in[1:])
     if args_in[:1] == ["doctor"]:
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         except CheckpointError as exc:
             print(f"vllm-ascend smollm2: error: {exc}", file=sys.stderr)
             return 1
-        return 0 if write_stdout(f"{directory}\n", "vllm-ascend smollm2") else 1
+        return write_stdout(f"{directory}\n", "vllm-ascend smollm2")
     if args.command == "demo":
         try:
             options = DemoOptions(

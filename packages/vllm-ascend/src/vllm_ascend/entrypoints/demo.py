@@ -33,6 +33,11 @@ from vllm_ascend.entrypoints.console import write_stdout
 from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
 from vllm_ascend.entrypoints.model_dir import read_model_config
 from vllm_ascend.process.process_setup import current_process_setup
+from vllm_ascend.process.process_tree import (
+    become_subreaper,
+    end_process_tree,
+    interrupt_on_sigterm,
+)
 
 REAL_MODEL: Final = "smollm2"
 # --model choice -> tiny-model factory arch.
@@ -315,6 +320,21 @@ def format_text(result: dict[str, Any]) -> str:
 def main(options: DemoOptions, *, as_json: bool = False) -> int:
     """Run the demo and print its report (text, or one JSON object with `as_json`); a model
     that cannot be converted or run is one error line on stderr and exit status 1."""
+    if sys.stdout is None:  # `>&-`: refuse before minutes of work whose report has nowhere to go
+        return write_stdout("", "vllm-ascend demo")
+    # Owns what it starts: a signal while the engine runs ends the engine processes too.
+    become_subreaper()
+    interrupt_on_sigterm(exit_status=130)
+    try:
+        return _run_and_report(options, as_json)
+    except KeyboardInterrupt:
+        print("vllm-ascend demo: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        end_process_tree()
+
+
+def _run_and_report(options: DemoOptions, as_json: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="vllm-ascend-demo-") as tmp:
         saved_stdout = os.dup(1)
         try:
@@ -331,4 +351,4 @@ def main(options: DemoOptions, *, as_json: bool = False) -> int:
             os.dup2(saved_stdout, 1)
             os.close(saved_stdout)
     text = json.dumps(result) if as_json else format_text(result)
-    return 0 if write_stdout(text + "\n", "vllm-ascend demo") else 1
+    return write_stdout(text + "\n", "vllm-ascend demo")

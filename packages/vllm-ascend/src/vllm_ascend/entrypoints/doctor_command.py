@@ -141,6 +141,5 @@ def main(argv: list[str]) -> int:
         print(f"vllm-ascend doctor: error: {exc}", file=sys.stderr)
         return 2
     text = json.dumps(report.to_dict()) if args.json else format_text(report)
-    if not write_stdout(f"{text}\n", "vllm-ascend doctor"):
-        return 1
-    return report.exit_code
+    status = write_stdout(f"{text}\n", "vllm-ascend doctor")
+    return status or report.exit_code

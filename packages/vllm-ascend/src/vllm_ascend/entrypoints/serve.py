@@ -25,8 +25,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from vllm_ascend.base.npu_device import NpuRuntimeMissingError, torch_npu
 from vllm_ascend.doctor.import_advice import torch_import_problem
+from vllm_ascend.platform.device_probe import read_device_mode
 from vllm_ascend.process.compat_adjustments import apply_command_adjustments
+from vllm_ascend.process.process_tree import (
+    become_subreaper,
+    end_process_tree,
+    interrupt_on_sigterm,
+)
 from vllm_ascend.process.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineDiedError
 
 PROG = "vllm-ascend"
@@ -64,15 +71,47 @@ def config_error(exc: Any) -> str:
     return message.removeprefix("Value error, ").replace("\n", " ")
 
 
+def npu_runtime_problem() -> str | None:
+    """None when torch_npu imports, else the doctor's one-line cause and fix."""
+    try:
+        torch_npu()
+    except NpuRuntimeMissingError as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: Sequence[str]) -> int:
     """Run `serve` with `argv` (the arguments after `serve`); returns the exit status: 0 after
-    a requested shutdown, `ENGINE_DIED_STATUS` when the engine died while serving."""
-    from pydantic import ValidationError
+    a requested shutdown (also during start-up), `ENGINE_DIED_STATUS` when the engine died
+    while serving. Every process the command started is gone when it returns."""
+    try:  # before vLLM, whose platform detection would go on without this plugin
+        mode = read_device_mode()
+    except ValueError as exc:
+        print(f"{PROG} serve: error: {exc}", file=sys.stderr)
+        return 2
 
+    # Owns what it starts: a signal during start-up ends the engine processes too.
+    become_subreaper()
+    interrupt_on_sigterm()
+    try:
+        return _serve(argv, mode)
+    except KeyboardInterrupt:  # SIGINT/SIGTERM before vLLM's serving loop took the signals
+        logger.info("interrupted during start-up; ending the engine processes")
+        return 0
+    finally:
+        end_process_tree()
+
+
+def _serve(argv: Sequence[str], mode: str) -> int:
+    from pydantic import ValidationError
 
     # vLLM imports torch first thing, and torch loads an installed torch-npu by itself: when
     # that fails (CANN not sourced), say the doctor's cause and fix instead of torch's wrapper.
     problem = torch_import_problem()
+    if problem is None and mode == "npu":
+        # vLLM's parser already builds a device config for "npu" (a torch traceback without
+        # torch_npu): the doctor's cause and fix, once, first.
+        problem = npu_runtime_problem()
     if problem is not None:
         print(f"{PROG} serve: error: {problem}", file=sys.stderr)
         return 1

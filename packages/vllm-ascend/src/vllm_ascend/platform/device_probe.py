@@ -57,18 +57,24 @@ def probe_npu(
 
 
 def read_device_mode(environ: Mapping[str, str] | None = None) -> str:
-    """``VLLM_ASCEND_DEVICE`` (auto|npu|cpu), via ascend_config's env registry when present."""
+    """``VLLM_ASCEND_DEVICE`` (auto|npu|cpu) as ascend_config's env registry declares it; a
+    ValueError of one line naming the variable, the value and the allowed values otherwise."""
     env = os.environ if environ is None else environ
+    raw = env.get("VLLM_ASCEND_DEVICE", "")
+    value: str | None
     try:
         from ascend_config import envs
     except ImportError:  # ascend-config not importable: read the variable directly
-        value = env.get("VLLM_ASCEND_DEVICE", "auto").strip().lower() or "auto"
+        allowed: tuple[str, ...] = DEVICE_MODES
+        value = raw.strip().lower() or "auto"
     else:
-        value = str(envs.read("VLLM_ASCEND_DEVICE", env))
-    if value not in DEVICE_MODES:
-        raise ValueError(
-            f"VLLM_ASCEND_DEVICE={value!r} is not valid; allowed: {', '.join(DEVICE_MODES)}"
-        )
+        allowed = envs.BY_NAME["VLLM_ASCEND_DEVICE"].choices
+        try:
+            value = str(envs.read("VLLM_ASCEND_DEVICE", env))
+        except envs.EnvVarError:
+            value = None
+    if value not in allowed:
+        raise ValueError(f"VLLM_ASCEND_DEVICE={raw!r} is not valid; allowed: {', '.join(allowed)}")
     return value
 
 

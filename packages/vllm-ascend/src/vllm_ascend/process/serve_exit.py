@@ -39,7 +39,9 @@ import logging
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
+
+from vllm_ascend.process.process_tree import interrupt_start_up
 
 logger = logging.getLogger("vllm_ascend.serve")
 
@@ -153,11 +155,6 @@ class EngineWatch:
             self.died = True
 
 
-def _interrupt_start_up(signum: int, frame: Any) -> NoReturn:
-    # Until uvicorn runs, a SIGTERM interrupts the start-up (vLLM's own runner does the same).
-    raise KeyboardInterrupt("terminated")
-
-
 async def run_api_server(args: Any, watch: EngineWatch, **uvicorn_kwargs: Any) -> None:
     """vLLM's single OpenAI API server for parsed `serve` ``args``, watched by ``watch``."""
     from vllm.entrypoints.launchers.api_server.entry import (
@@ -168,7 +165,9 @@ async def run_api_server(args: Any, watch: EngineWatch, **uvicorn_kwargs: Any) -
     from vllm.utils.system_utils import decorate_logs
 
     decorate_logs("APIServer", skip_if_decorated=True)
-    signal.signal(signal.SIGTERM, _interrupt_start_up)
+    # Until uvicorn runs, a SIGTERM interrupts the start-up (vLLM's own runner does the same)
+    # and ends the engine processes at once.
+    signal.signal(signal.SIGTERM, interrupt_start_up)
     uvicorn_kwargs.setdefault("timeout_graceful_shutdown", HTTP_SHUTDOWN_GRACE_S)
     listen_address, sock = setup_server(args, reuse_port=False)
     try:
