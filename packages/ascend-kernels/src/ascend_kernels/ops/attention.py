@@ -339,12 +339,15 @@ def npu_paged_attention(npu: ModuleType, a: Arguments) -> torch.Tensor:
 
 def npu_reshape_and_cache(npu: ModuleType, a: Arguments) -> None:
     """NPU: ``npu_scatter_pa_kv_cache`` (ND caches, ``cache_mode="Norm"``) of the first N
-    rows. The kernel documents slots in ``[0, num_blocks * block_size)``: callers pass the
-    real tokens' slots (skipping negative ones would need a device sync)."""
+    rows. The kernel documents contiguous key, value and slot_mapping ("输入参数不支持非连续")
+    and slots in ``[0, num_blocks * block_size)``: the rows are made contiguous here (the
+    runtime's value is a view of the qkv split), and callers pass real slots only (skipping
+    negative ones here would need a device sync)."""
     slot_mapping = a["slot_mapping"]
     count = slot_mapping.shape[0]
-    npu.npu_scatter_pa_kv_cache(a["key"][:count], a["value"][:count], a["key_cache"],
-                                a["value_cache"], slot_mapping, cache_mode="Norm")
+    npu.npu_scatter_pa_kv_cache(a["key"][:count].contiguous(), a["value"][:count].contiguous(),
+                                a["key_cache"], a["value_cache"], slot_mapping.contiguous(),
+                                cache_mode="Norm")
 
 
 SPECS = (
