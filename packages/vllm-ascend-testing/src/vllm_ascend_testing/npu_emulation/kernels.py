@@ -103,9 +103,10 @@ IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
 }
 
 #: Arguments a kernel writes although its recorded schema marks no alias (``.out`` takes
-#: ``Tensor[] out``): the graph capture treats them as the kernel's outputs.
+#: ``Tensor[] out``, and uses ``workspace`` as its scratch memory): graph captures and task
+#: updates treat them as the kernel's outputs.
 UNMARKED_WRITES: dict[str, tuple[str, ...]] = {
-    "npu_fused_infer_attention_score.out": ("out",),
+    "npu_fused_infer_attention_score.out": ("out", "workspace"),
 }
 
 
