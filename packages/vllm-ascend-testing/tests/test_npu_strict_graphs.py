@@ -212,6 +212,38 @@ def report() -> dict[str, Any]:
         out["fia_other_query"] = fia_refused(lambda: fia(
             [5, 9, 3], query=q3, target=attn, actual_seq_lengths=[1, 2, 3],
             block_table=table3))
+
+        # --- ATB rope re-makes its static sequence-length tensor (a pageable host-to-device
+        # copy) when the token count changes: refused inside a capture
+        def rope(tokens):
+            cache = torch.ones(8, 16, device="npu", dtype=torch.float16)
+            qr = torch.ones(tokens, 16, device="npu", dtype=torch.float16)
+            torch_npu._npu_rotary_embedding(torch.zeros(tokens, dtype=torch.long, device="npu"),
+                                            qr, qr.clone(), 16, cache, True)
+        rope(2)
+        out["rope_same_tokens"] = capture(lambda: rope(2))
+        out["rope_other_tokens"] = capture(lambda: rope(3))
+
+        # --- sync counting (outside captures)
+        from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
+        lens = torch.tensor([2, 1, 3], device="npu")
+        ids = torch.arange(3, device="npu")
+        counts = {}
+        for case, fn in {
+            "item": lambda: lens.sum().item(),
+            "repeat_interleave": lambda: torch.repeat_interleave(ids, lens),
+            "repeat_interleave_sized": lambda: torch.repeat_interleave(ids, lens,
+                                                                       output_size=6),
+            "int": lambda: int(lens[-1]),
+            "d2h": lambda: lens.cpu(),
+            "synchronize": lambda: npu.synchronize(),
+            "device_math": lambda: lens * 2 + 1,
+        }.items():
+            counter = HostOpCounter()
+            with counter:
+                fn()
+            counts[case] = counter.syncs
+        out["syncs"] = counts
         print(json.dumps(out))
     """, EMU)
 
@@ -282,3 +314,14 @@ def test_fia_update_must_reissue_the_out_kernel_on_the_captured_buffers(report) 
     assert "workspace (written by the kernel) is at" in report["fia_other_workspace"]
     assert "out[0] (written by the kernel) is at" in report["fia_other_output"]
     assert "query has shape [3, 4, 16]; captured [2, 4, 16]" in report["fia_other_query"]
+
+
+def test_sync_counter_counts_host_waits_and_unsized_repeat_interleave(report) -> None:
+    assert report["syncs"] == {"item": 1, "repeat_interleave": 1, "repeat_interleave_sized": 0,
+                               "int": 1, "d2h": 1, "synchronize": 1, "device_math": 0}
+
+
+def test_atb_rope_token_count_change_is_refused_in_capture(report) -> None:
+    assert report["rope_same_tokens"] is None
+    assert "token count changed (2 -> 3)" in report["rope_other_tokens"]
+    assert "operation not allowed in capture" in report["rope_other_tokens"]

@@ -143,6 +143,14 @@ def refuse_blocked(what: str) -> None:
             "update)")
 
 
+def host_waits(what: str) -> None:
+    """A ``synchronize()``: refused inside a capture or behind a blocked replay, else
+    counted (``host_ops.HostOpCounter.syncs``)."""
+    refuse_in_capture(what)
+    refuse_blocked(what)
+    THREAD.state.synchronizes += 1
+
+
 def refuse_in_capture(what: str) -> None:
     """Raise the capture's refusal of ``what`` when this thread is capturing."""
     if THREAD.state.graph is not None:
@@ -207,6 +215,7 @@ class _CaptureState:
     update: Any = None  # task_updates.TaskUpdate in progress
     replaying: bool = False
     replays: int = 0
+    synchronizes: int = 0  # synchronize() calls of the device, streams and events
 
 
 class _ThreadState(threading.local):

@@ -76,8 +76,7 @@ class NpuApi:
     @bound("synchronize")
     def synchronize(self, device: Any = None) -> None:
         self._index(device)
-        graphs.refuse_in_capture("torch.npu.synchronize()")
-        graphs.refuse_blocked("torch.npu.synchronize()")
+        graphs.host_waits("torch.npu.synchronize()")
 
     @bound("get_device_name")
     def get_device_name(self, device_name: Any = None) -> str:

@@ -53,8 +53,7 @@ class Stream(torch.Stream):
 
     @bound("Stream.synchronize")
     def synchronize(self) -> None:
-        graphs.refuse_in_capture("Stream.synchronize()")
-        graphs.refuse_blocked("Stream.synchronize()")
+        graphs.host_waits("Stream.synchronize()")
         torch.Stream.synchronize(self)
 
 
@@ -91,8 +90,7 @@ class Event(torch.Event):
 
     @bound("Event.synchronize")
     def synchronize(self) -> None:
-        graphs.refuse_in_capture("Event.synchronize()")
-        graphs.refuse_blocked("Event.synchronize()")
+        graphs.host_waits("Event.synchronize()")
         torch.Event.synchronize(self)
 
 
