@@ -5,11 +5,9 @@ backend in vLLM's V1 path. Called with the Triton kernel's launch arguments in i
 
 It never synchronises the device with the host: the token count is the host integer vLLM
 passes (``num_tokens``), and ``repeat_interleave`` is told its output size (without it, torch
-reads the lengths back to size its output). Positions past ``num_tokens`` get scratch slots of
-the null block (block 0, which vLLM never hands to a request) instead of vLLM's ``PAD_ID``:
-``npu_scatter_pa_kv_cache`` documents slots in ``[0, num_blocks * block_size)`` only, and a
-FULL graph scatters its padding tokens too (its shape is fixed). The scratch slots are distinct
-while the padding is at most one block (vLLM pads a batch only up to the next capture size).
+reads the lengths back to size its output). Positions past ``num_tokens`` get ``PAD_ID`` as
+vLLM's kernel gives them (vLLM also fills a padded batch's tail with -1 itself); the attention
+backend turns them into real scratch slots before the scatter (``AscendAttentionImpl``).
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ def compute_slot_mapping(
 ) -> None:
     """slot = block_table[req, pos // block_size] * block_size + pos % block_size for every
     token of every request (the requests' query tokens are the first ``num_tokens``); slots
-    from ``num_tokens`` to ``max_num_tokens`` get scratch slots of block 0 (``PAD_ID`` is not
-    used, see the module docstring)."""
+    from ``num_tokens`` to ``max_num_tokens`` get ``PAD_ID``."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("the NPU runtime does not support context parallelism")
     num_reqs = query_start_loc.shape[0] - 1
@@ -52,7 +49,4 @@ def compute_slot_mapping(
         slot_mapping[:num_tokens] = blocks.to(torch.int64) * KV_CACHE_BLOCK_SIZE + (
             pos % KV_CACHE_BLOCK_SIZE
         )
-    padding = max_num_tokens - num_tokens
-    if padding > 0:
-        scratch = torch.arange(padding, dtype=slot_mapping.dtype, device=slot_mapping.device)
-        slot_mapping[num_tokens:max_num_tokens] = scratch % KV_CACHE_BLOCK_SIZE
+    slot_mapping[num_tokens:max_num_tokens] = PAD_ID
