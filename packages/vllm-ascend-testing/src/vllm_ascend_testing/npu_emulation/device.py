@@ -13,7 +13,7 @@ from torch.utils.backend_registration import (
     rename_privateuse1_backend,
 )
 
-from vllm_ascend_testing.npu_emulation import build, hccl, kernels, kernels_rope, npu_api
+from vllm_ascend_testing.npu_emulation import build, graphs, hccl, kernels, kernels_rope, npu_api
 from vllm_ascend_testing.npu_emulation.graph_ex import GraphExTally, extension_modules
 from vllm_ascend_testing.npu_emulation.record import load_record
 from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
@@ -67,7 +67,7 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
         unsupported_dtype=UNSUPPORTED_DTYPES)
     library = torch.library.Library(kernels.NAMESPACE, "DEF")
     atb_rope = kernels_rope.AtbRopeStatics()
-    kernels.add_to(tnpu, library, atb_rope)
+    kernels.add_to(tnpu, library, atb_rope, graphs.is_current_stream_capturing)
     hccl.register()
     tally = GraphExTally()
     extensions = extension_modules(load_record(), tally)

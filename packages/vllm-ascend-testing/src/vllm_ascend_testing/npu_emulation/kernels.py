@@ -153,14 +153,15 @@ def _overload(packet: Any, op: str) -> Any:
     return getattr(getattr(packet, name), overload or "default")
 
 
-def register(library: torch.library.Library,
-             statics: kernels_rope.AtbRopeStatics) -> dict[str, Any]:
+def register(library: torch.library.Library, statics: kernels_rope.AtbRopeStatics,
+             capturing: Callable[[], bool]) -> dict[str, Any]:
     """Define every recorded kernel in ``library`` and return ``torch_npu.<op>`` callables
     (the op's overload packet, so ``torch_npu.X.out`` is the ``.out`` overload, as in the
-    real ``torch_npu.X = torch.ops.npu.X``)."""
+    real ``torch_npu.X = torch.ops.npu.X``). ``capturing()``: whether this thread captures
+    an NPU graph (for the kernels whose host side a capture refuses)."""
     packet = getattr(torch.ops, library.ns)
     implementations = IMPLEMENTATIONS | {
-        kernels_rope.ATB_ROPE: kernels_rope.atb_rotary_embedding(statics, _capturing)}
+        kernels_rope.ATB_ROPE: kernels_rope.atb_rotary_embedding(statics, capturing)}
     constraints = {op: entry.get("constraints", []) for op, entry in load_record()["ops"].items()}
     names: set[str] = set()
     for op, schema in sorted(recorded_schemas().items()):
@@ -173,14 +174,8 @@ def register(library: torch.library.Library,
     return {name: getattr(packet, name) for name in sorted(names)}
 
 
-def _capturing() -> bool:
-    from vllm_ascend_testing.npu_emulation.graphs import THREAD
-
-    return THREAD.state.graph is not None
-
-
 def add_to(tnpu: ModuleType, library: torch.library.Library,
-           statics: kernels_rope.AtbRopeStatics) -> None:
+           statics: kernels_rope.AtbRopeStatics, capturing: Callable[[], bool]) -> None:
     """Put the kernels on ``torch_npu`` under their real names."""
-    for op, fn in register(library, statics).items():
+    for op, fn in register(library, statics, capturing).items():
         setattr(tnpu, op, fn)

@@ -24,14 +24,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vllm_ascend_testing.npu_emulation.graph_errors import GraphReplayError
-from vllm_ascend_testing.npu_emulation.graphs import (
-    THREAD,
-    RecordedOp,
-    TaskGroupHandle,
-    _snapshot,
-    writes_arguments,
-)
+from vllm_ascend_testing.npu_emulation.graphs import THREAD, TaskGroupHandle
+from vllm_ascend_testing.npu_emulation.host_code import is_host_code, run_host_code
 from vllm_ascend_testing.npu_emulation.kernel_contracts import bind
+from vllm_ascend_testing.npu_emulation.recorded_ops import RecordedOp, snapshot, writes_arguments
 from vllm_ascend_testing.npu_emulation.signatures import bound
 from vllm_ascend_testing.npu_emulation.update_queue import QUEUE, PendingUpdate
 
@@ -82,6 +78,9 @@ class TaskUpdate(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if is_host_code(func):
+            # an ascend:: op's adapter (or a wrapper op) re-issues its kernels: check those
+            return run_host_code(self, func, args, kwargs)
         if _is_view(func):
             # A view launches no task: it is the host's arithmetic on an address.
             return func(*args, **kwargs)
@@ -99,7 +98,7 @@ class TaskUpdate(TorchDispatchMode):
             raise self._refuse(position, func, f"the group captured {captured.func} there; "
                                "an update must re-issue the captured calls in order")
         self._check_tensors(position, func, captured, args, kwargs)
-        self.ops.append(RecordedOp(func, _snapshot(args), _snapshot(kwargs), captured.outputs,
+        self.ops.append(RecordedOp(func, snapshot(args), snapshot(kwargs), captured.outputs,
                                    captured.reruns, captured.out_spec, captured.returned))
         return self.group.graph.outputs_of(captured)
 
