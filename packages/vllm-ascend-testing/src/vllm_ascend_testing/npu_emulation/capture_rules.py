@@ -38,7 +38,7 @@ def copies_pageable(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     else:
         return False
     return (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)
-            and dst.device.type == "npu" and src.device.type == "cpu" and src.dim() > 0
+            and dst.device.type == "npu" and src.device.type == "cpu"
             and not src.is_pinned())
 
 
