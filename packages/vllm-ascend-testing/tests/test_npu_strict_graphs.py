@@ -61,7 +61,12 @@ def report() -> dict[str, Any]:
         expect = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * 2.0).bfloat16()
         out["replayed_rms_norm"] = bool(torch.equal(y.cpu(), expect))
 
-        # --- refusals inside a capture
+        # --- refusals inside a capture; an adapter's host read is seen through the op
+        lib = torch.library.Library("ascend", "FRAGMENT")
+        lib.define("emu_strict_host_read(Tensor x) -> Tensor")
+        lib.impl("emu_strict_host_read", lambda t: t * float(t.sum().item()), "PrivateUse1")
+        out["adapter_item"] = capture(
+            lambda: torch.ops.ascend.emu_strict_host_read(torch.ones(2, device="npu")))
         v = torch.ones(3, device="npu")
         out["item"] = capture(lambda: (v + 1).sum().item())
         out["bool"] = capture(lambda: bool(v.sum()))
@@ -228,7 +233,7 @@ def report() -> dict[str, Any]:
         from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
         lens = torch.tensor([2, 1, 3], device="npu")
         ids = torch.arange(3, device="npu")
-        counts = {}
+        counts, waits = {}, {}
         for case, fn in {
             "item": lambda: lens.sum().item(),
             "repeat_interleave": lambda: torch.repeat_interleave(ids, lens),
@@ -237,13 +242,17 @@ def report() -> dict[str, Any]:
             "int": lambda: int(lens[-1]),
             "d2h": lambda: lens.cpu(),
             "synchronize": lambda: npu.synchronize(),
+            "stream_synchronize": lambda: npu.current_stream().synchronize(),
+            "event_synchronize": lambda: npu.Event().synchronize(),
             "device_math": lambda: lens * 2 + 1,
         }.items():
             counter = HostOpCounter()
             with counter:
                 fn()
             counts[case] = counter.syncs
+            waits[case] = counter.event_waits
         out["syncs"] = counts
+        out["event_waits"] = waits
         print(json.dumps(out))
     """, EMU)
 
@@ -254,7 +263,7 @@ def test_an_ascend_op_is_recorded_as_its_kernels_and_replays_no_adapter_code(rep
     assert report["replayed_rms_norm"] is True
 
 
-@pytest.mark.parametrize("case", ["item", "bool", "nonzero", "d2h"])
+@pytest.mark.parametrize("case", ["item", "bool", "nonzero", "d2h", "adapter_item"])
 def test_host_reads_are_refused_in_capture(report, case) -> None:
     assert "reads npu memory on the host" in report[case]
     assert "operation not allowed in capture" in report[case]
@@ -318,7 +327,11 @@ def test_fia_update_must_reissue_the_out_kernel_on_the_captured_buffers(report) 
 
 def test_sync_counter_counts_host_waits_and_unsized_repeat_interleave(report) -> None:
     assert report["syncs"] == {"item": 1, "repeat_interleave": 1, "repeat_interleave_sized": 0,
-                               "int": 1, "d2h": 1, "synchronize": 1, "device_math": 0}
+                               "int": 1, "d2h": 1, "synchronize": 1, "stream_synchronize": 1,
+                               "event_synchronize": 0, "device_math": 0}
+    # an event's synchronize() is counted apart (vLLM's runner waits on its own events)
+    assert report["event_waits"]["event_synchronize"] == 1
+    assert sum(report["event_waits"].values()) == 1
 
 
 def test_atb_rope_token_count_change_is_refused_in_capture(report) -> None:

@@ -176,6 +176,7 @@ class EngineHost:
         with counter:
             outputs, elapsed = generate(self.engines[name], prompts, max_tokens=max_tokens)
         return {"ops": counter.ops, "replays": counter.replays, "syncs": counter.syncs,
+                "event_waits": counter.event_waits,
                 "sync_reasons": dict(counter.sync_reasons), "elapsed_s": elapsed,
                 "outputs": outputs}
 

@@ -14,10 +14,13 @@ _aten = torch.ops.aten
 #: operation a graph cannot hold (``graph_errors.CAPTURE_FAILURES["not_allowed"]``).
 NOT_ALLOWED = "operation not allowed in capture (aclmdlRICaptureBegin status 107027)"
 
-#: Ops that read device data on the host (the host must wait for the device).
-_HOST_READS = {_aten._local_scalar_dense.default, _aten.nonzero.default,
-               _aten.masked_select.default, _aten.unique_consecutive.default,
-               _aten._unique2.default}
+#: Ops that read device data on the host (the host must wait for the device). ``item``,
+#: ``is_nonzero``, ``equal`` and ``allclose`` return host values; they reach a dispatch mode
+#: undecomposed when host code runs under it (an ``ascend`` op's adapter, expanded).
+_HOST_READS = {_aten._local_scalar_dense.default, _aten.item.default,
+               _aten.is_nonzero.default, _aten.equal.default, _aten.allclose.default,
+               _aten.nonzero.default, _aten.masked_select.default,
+               _aten.unique_consecutive.default, _aten._unique2.default}
 
 
 def copies_pageable(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

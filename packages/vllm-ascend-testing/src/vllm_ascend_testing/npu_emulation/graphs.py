@@ -66,12 +66,15 @@ def refuse_blocked(what: str) -> None:
             "update)")
 
 
-def host_waits(what: str) -> None:
+def host_waits(what: str, event: bool = False) -> None:
     """A ``synchronize()``: refused inside a capture or behind a blocked replay, else
-    counted (``host_ops.HostOpCounter.syncs``)."""
+    counted (``host_ops.HostOpCounter``: ``syncs``, or ``event_waits`` for an event's)."""
     refuse_in_capture(what)
     refuse_blocked(what)
-    THREAD.state.synchronizes += 1
+    if event:
+        THREAD.state.event_waits += 1
+    else:
+        THREAD.state.synchronizes += 1
 
 
 def refuse_in_capture(what: str) -> None:
@@ -138,7 +141,8 @@ class _CaptureState:
     update: Any = None  # task_updates.TaskUpdate in progress
     replaying: bool = False
     replays: int = 0
-    synchronizes: int = 0  # synchronize() calls of the device, streams and events
+    synchronizes: int = 0  # synchronize() calls of the device and of streams
+    event_waits: int = 0  # Event.synchronize() calls
 
 
 class _ThreadState(threading.local):

@@ -34,8 +34,11 @@ class HostOpCounter(TorchDispatchMode):
     ``npu`` tensors), the replays, and the device-to-host synchronisations (``syncs``; by
     cause in ``sync_reasons``): host reads (``.item()``, ``bool(t)``, ``nonzero``, copies to
     the host), ``repeat_interleave`` without ``output_size``, and ``synchronize()`` of the
-    device, a stream or an event. vLLM's attention and KV-cache entry points, the ``ascend``
-    ops and higher-order ops count as the device ops they issue."""
+    device or a stream. ``Event.synchronize()`` calls are counted apart (``event_waits``):
+    vLLM's model runner waits on its own events once or twice a step by design (the previous
+    step's input copy, the sampled tokens' copy to the host). vLLM's attention and KV-cache
+    entry points, the ``ascend`` ops and higher-order ops count as the device ops they
+    issue."""
 
     supports_higher_order_operators = True
 
@@ -45,6 +48,7 @@ class HostOpCounter(TorchDispatchMode):
         self.sync_reasons: Counter[str] = Counter()
         self._replays_at_start = 0
         self._syncs_at_start = 0
+        self._event_waits_at_start = 0
         self._depth = 0
 
     def __enter__(self) -> HostOpCounter:
@@ -53,6 +57,7 @@ class HostOpCounter(TorchDispatchMode):
         if self._depth == 0:
             self._replays_at_start = graphs.THREAD.state.replays
             self._syncs_at_start = graphs.THREAD.state.synchronizes
+            self._event_waits_at_start = graphs.THREAD.state.event_waits
         self._depth += 1
         super().__enter__()
         return self
@@ -66,8 +71,14 @@ class HostOpCounter(TorchDispatchMode):
         return graphs.THREAD.state.replays - self._replays_at_start
 
     @property
+    def event_waits(self) -> int:
+        """``Event.synchronize()`` calls (not in ``syncs``)."""
+        return graphs.THREAD.state.event_waits - self._event_waits_at_start
+
+    @property
     def syncs(self) -> int:
-        """Device-to-host synchronisations: by dispatched ops and ``synchronize()`` calls."""
+        """Device-to-host synchronisations: by dispatched ops and device/stream
+        ``synchronize()`` calls."""
         api = graphs.THREAD.state.synchronizes - self._syncs_at_start
         return sum(self.sync_reasons.values()) + api
 

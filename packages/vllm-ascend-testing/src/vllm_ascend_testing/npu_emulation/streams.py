@@ -90,7 +90,7 @@ class Event(torch.Event):
 
     @bound("Event.synchronize")
     def synchronize(self) -> None:
-        graphs.host_waits("Event.synchronize()")
+        graphs.host_waits("Event.synchronize()", event=True)
         torch.Event.synchronize(self)
 
 
