@@ -191,6 +191,9 @@ CONSTRAINTS: dict[str, list[dict[str, Any]]] = {
 # (vllm_ascend_testing.npu_emulation) binds calls to them; the NPU runtime's attention calls them.
 KERNEL_SCHEMAS = [
     "npu_fused_infer_attention_score", "npu_scatter_pa_kv_cache", "npu_top_k_top_p",
+    # FULL-graph attention: the workspace taken once at capture and the FIA form that writes
+    # into given outputs with it (the only form a task update may re-issue).
+    "npu_fused_infer_attention_score.out", "_npu_fused_infer_attention_score_get_max_workspace",
     # transformers imports it when torch_npu is present (integrations/npu_flash_attention.py).
     "npu_fusion_attention",
 ]

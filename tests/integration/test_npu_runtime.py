@@ -8,8 +8,10 @@ prompt generated alone, without chunking or prefix caching: a chunked prefill (a
 than `max_num_batched_tokens`) and a prefix-cache hit (two prompts sharing three 128-token
 blocks) must give the same tokens.
 
-Both engines run with vLLM's default custom ops: on the device the rope is ATB's
-`_npu_rotary_embedding`, the norms torch_npu's `npu_rms_norm`/`npu_add_rms_norm`, the MLP
+Both engines run with vLLM's default custom ops: on the device the rope is `npu_mrope` with each
+call's own cos/sin cache (not ATB's `_npu_rotary_embedding`, whose static first-call caches and
+float16/bfloat16-only rule the emulation enforces: two architectures run in one process here),
+the norms torch_npu's `npu_rms_norm`/`npu_add_rms_norm`, the MLP
 activation `npu_swiglu` (each validated against its recorded schema by the emulation).
 """
 

@@ -113,7 +113,10 @@ def test_every_torch_npu_op_the_packages_call_is_recorded() -> None:
     called = set()
     for path in REPO.glob("packages/*/src/**/*.py"):
         called |= set(re.findall(r"\bnpu\.(_?npu_\w+)\(", path.read_text(encoding="utf-8")))
-    assert called and called <= set(RECORD["ops"]), called - set(RECORD["ops"])
+    # ops with an output rule, or kernels recorded by schema alone (no meta function in the
+    # wheel, e.g. _npu_fused_infer_attention_score_get_max_workspace)
+    recorded = set(RECORD["ops"]) | set(RECORD["kernel_schemas"])
+    assert called and called <= recorded, called - recorded
 
 
 def test_mx_scales_are_uint8_and_the_fused_op_returns_four(fake_torch_npu: FakeTorchNpu) -> None:  # noqa: F811

@@ -74,7 +74,7 @@ SPEC: dict[str, tuple[set[str], set[torch.dtype], set[int] | None]] = {
     "dynamic_mx_quant": ({"A5"}, {BF16, F16}, None),
     "add_rms_norm_dynamic_mx_quant": ({"A5"}, {BF16, F16}, None),
     "rms_norm_dynamic_mx_quant": ({"A5"}, {BF16, F16}, None),
-    "rotary_embedding": (ALL_NPUS, {F32, BF16, F16}, None),
+    "rotary_embedding": ({"A2", "A3", "A5"}, {F32, BF16, F16}, None),  # npu_mrope, not ATB
     "split_qkv_rmsnorm_rope": ({"A2", "A3", "A5"}, {BF16}, {64, 128}),
     "muls_add": (ALL_NPUS, {F32, BF16, F16}, None),
     "bgmv_expand": ({"A2", "A3", "310P"}, {BF16, F16}, None),

@@ -270,48 +270,56 @@ def test_rms_norm_dynamic_mx_quant_maps_outputs_0_1(fake_npu_on_cpu: FakeTorchNp
     assert torch.equal(q.view(torch.uint8), call.outputs[0].view(torch.uint8))
 
 
-def test_rotary_embedding_rotates_copies_in_place(fake_npu_on_cpu: FakeTorchNpu) -> None:
-    pos, cache = torch.tensor([0, 1]), _r(4, 16)
-    q, k = _r(2, 3, 16), _r(2, 32)
+def test_rotary_embedding_calls_npu_mrope_in_rope_mode_with_the_calls_cache(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    pos, cache = torch.tensor([0, 1]), _r(4, 32)
+    q, k = _r(2, 3, 32), _r(2, 64)
     q_before = q.clone()
-    q_out, k_out = A.rotary_embedding(pos, q, k, cache, 16, 16, False)
-    call = _only_call(fake_npu_on_cpu, "_npu_rotary_embedding")
+    q_out, k_out = A.rotary_embedding(pos, q, k, cache, 32, 32, False)
+    call = _only_call(fake_npu_on_cpu, "npu_mrope")
     args = call.args
-    assert args[1].shape == (2, 48) and args[3] == 16 and args[4] is cache and args[5] is False
-    assert torch.equal(call.before["query"], q_before.reshape(2, 48))
+    assert args[1].shape == (2, 96) and args[2].shape == (2, 64)
+    assert args[3] is cache and args[4] == 32
+    assert call.kwargs == {"mrope_section": [0, 0, 0], "rotary_mode": "interleave"}
     assert torch.equal(q, q_before)  # the op stays functional
-    assert q_out.shape == q.shape and torch.equal(q_out.reshape(2, 48), args[1])
-    assert torch.equal(k_out, args[2])
+    assert torch.equal(q_out.reshape(2, 96), call.outputs[0])
+    assert torch.equal(k_out, call.outputs[1])
+
+
+def test_rotary_embedding_hands_each_call_its_own_cache_and_no_atb_rope(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    # ATB's _npu_rotary_embedding keeps the cos/sin cache of its first call for the process;
+    # two engines (two caches) in one process must each rotate with their own cache.
+    pos = torch.tensor([0, 3])
+    q, k = _r(2, 2, 32), _r(2, 32)
+    caches = (_r(4, 32), _r(4, 32))
+    for cache in caches:
+        A.rotary_embedding(pos, q, k, cache, 32, 32, True)
+    calls = fake_npu_on_cpu.calls
+    assert [c.op for c in calls] == ["npu_mrope", "npu_mrope"]
+    assert calls[0].args[3] is caches[0] and calls[1].args[3] is caches[1]
 
 
 @pytest.mark.parametrize("fake_npu", [{"atb": False}], indirect=True)
-def test_rotary_embedding_without_the_atb_library_runs_the_reference(
-    fake_npu_on_cpu: FakeTorchNpu,
+def test_rotary_embedding_needs_no_atb_library(fake_npu_on_cpu: FakeTorchNpu) -> None:
+    pos, cache = torch.tensor([0, 1]), _r(4, 32)
+    A.rotary_embedding(pos, _r(2, 3, 32), _r(2, 64), cache, 32, 32, True)
+    assert fake_npu_on_cpu.kernels.names() == ["npu_mrope"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rotary_embedding_of_half_types_runs_the_reference_off_mropes_rotary_rule(
+    dtype: torch.dtype, fake_npu_on_cpu: FakeTorchNpu,
 ) -> None:
-    pos, cache = torch.tensor([0, 1]), _r(4, 16)
-    q, k = _r(2, 3, 16), _r(2, 32)
-    got = A.rotary_embedding(pos, q, k, cache, 16, 16, True)
-    want = reference_impl("rotary_embedding")(pos, q, k, cache, 16, 16, True)
-    assert all(map(torch.equal, got, want))
-    qkv = _r(2, 64)
-    A.split_qkv_rmsnorm_rope(qkv, _r(16), _r(16), pos, cache, 32, 16, 16, 16, True, 1e-6)
-    assert fake_npu_on_cpu.kernels.names() == ["npu_rms_norm", "npu_rms_norm"]
-
-
-def test_loading_without_the_atb_library_says_why_rope_runs_the_reference(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    from tools.npu_seam import install
-
-    fake = install(monkeypatch, atb=False)
-    state = NpuRegistration()
-    try:
-        with caplog.at_level("WARNING", logger="ascend_kernels.registration"):
-            assert state.load_if_available(dispatch_key="CPU")
-        assert "ATB ops are unavailable" in caplog.text and "libatb.so" in caplog.text
-    finally:
-        state.reset()
-        fake.close()
+    # npu_mrope: rotary_dim a multiple of 32 for float16/bfloat16 (16 is not).
+    pos, cache = torch.tensor([0, 1]), _r(4, 16).to(dtype)
+    A.rotary_embedding(pos, _r(2, 16).to(dtype), _r(2, 16).to(dtype), cache, 16, 16, True)
+    assert fake_npu_on_cpu.calls == []
+    A.rotary_embedding(pos, _r(2, 32).to(dtype), _r(2, 32).to(dtype), _r(4, 32).to(dtype),
+                       32, 32, True)
+    assert fake_npu_on_cpu.kernels.names() == ["npu_mrope"]
 
 
 def test_partial_rotary_falls_back_to_the_reference(fake_npu_on_cpu: FakeTorchNpu) -> None:
@@ -323,16 +331,16 @@ def test_partial_rotary_falls_back_to_the_reference(fake_npu_on_cpu: FakeTorchNp
 
 
 def test_split_qkv_rmsnorm_rope_composes_npu_kernels(fake_npu_on_cpu: FakeTorchNpu) -> None:
-    qkv = _r(3, 4 * 16)
-    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
+    qkv = _r(3, 4 * 32)
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 32)
     q, k, v = A.split_qkv_rmsnorm_rope(
-        qkv, _r(16), _r(16), pos, cache, 32, 16, 16, 16, True, 1e-6, _r(16), None
+        qkv, _r(32), _r(32), pos, cache, 64, 32, 32, 32, True, 1e-6, _r(32), None
     )
     calls = fake_npu_on_cpu.calls
-    assert [c.op for c in calls] == ["npu_rms_norm", "npu_rms_norm", "_npu_rotary_embedding"]
-    assert calls[0].args[0].shape == (3, 2, 16)
-    assert torch.equal(q, calls[2].args[1]) and torch.equal(k, calls[2].args[2])
-    assert torch.equal(v, qkv[:, 48:]) and v.is_contiguous()
+    assert [c.op for c in calls] == ["npu_rms_norm", "npu_rms_norm", "npu_mrope"]
+    assert calls[0].args[0].shape == (3, 2, 32)
+    assert torch.equal(q, calls[2].outputs[0]) and torch.equal(k, calls[2].outputs[1])
+    assert torch.equal(v, qkv[:, 96:]) and v.is_contiguous()
 
 
 def test_muls_add_is_one_add_with_alpha(fake_npu_on_cpu: FakeTorchNpu) -> None:
@@ -432,32 +440,33 @@ def test_each_adapter_passes_every_argument_in_the_kernels_order(
 def test_split_qkv_rmsnorm_rope_passes_weights_eps_and_rope_arguments(
     fake_npu_on_cpu: FakeTorchNpu,
 ) -> None:
-    qkv = _r(3, 4 * 16)
-    qw, kw, qb = _r(16), _r(16), _r(16)
-    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
-    A.split_qkv_rmsnorm_rope(qkv, qw, kw, pos, cache, 32, 16, 16, 16, False, 0.25, qb, None)
+    qkv = _r(3, 4 * 32)
+    qw, kw, qb = _r(32), _r(32), _r(32)
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 32)
+    A.split_qkv_rmsnorm_rope(qkv, qw, kw, pos, cache, 64, 32, 32, 32, False, 0.25, qb, None)
     q_norm, k_norm, rope = fake_npu_on_cpu.calls
-    assert torch.equal(q_norm.args[0], qkv[:, :32].reshape(3, 2, 16)) and q_norm.args[1] is qw
-    assert torch.equal(k_norm.args[0], qkv[:, 32:48].reshape(3, 1, 16)) and k_norm.args[1] is kw
+    assert torch.equal(q_norm.args[0], qkv[:, :64].reshape(3, 2, 32)) and q_norm.args[1] is qw
+    assert torch.equal(k_norm.args[0], qkv[:, 64:96].reshape(3, 1, 32)) and k_norm.args[1] is kw
     assert q_norm.kwargs == {"epsilon": 0.25} and k_norm.kwargs == {"epsilon": 0.25}
-    positions, head, cache_in, neox = rope.args[0], rope.args[3], rope.args[4], rope.args[5]
-    assert positions is pos and cache_in is cache and head == 16 and neox is False
+    positions, cache_in, head = rope.args[0], rope.args[3], rope.args[4]
+    assert torch.equal(positions, pos) and cache_in is cache and head == 32
+    assert rope.kwargs == {"mrope_section": [0, 0, 0], "rotary_mode": "interleave"}
     # q went through the norm kernel's output plus the bias.
-    assert torch.equal(rope.before["query"], (q_norm.outputs[0] + qb).reshape(3, 32))
-    assert torch.equal(rope.before["key"], k_norm.outputs[0].reshape(3, 16))
+    assert torch.equal(rope.args[1], (q_norm.outputs[0] + qb).reshape(3, 64))
+    assert torch.equal(rope.args[2], k_norm.outputs[0].reshape(3, 32))
 
 
 def test_split_qkv_rmsnorm_rope_adds_the_k_bias_to_the_k_norm_output(
     fake_npu_on_cpu: FakeTorchNpu,
 ) -> None:
-    qkv = _r(3, 4 * 16)
-    kb = _r(16)
-    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
-    A.split_qkv_rmsnorm_rope(qkv, _r(16), _r(16), pos, cache, 32, 16, 16, 16,
+    qkv = _r(3, 4 * 32)
+    kb = _r(32)
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 32)
+    A.split_qkv_rmsnorm_rope(qkv, _r(32), _r(32), pos, cache, 64, 32, 32, 32,
                              True, 1e-6, None, kb)
     q_norm, k_norm, rope = fake_npu_on_cpu.calls
-    assert torch.equal(rope.before["query"], q_norm.outputs[0].reshape(3, 32))  # no q bias
-    assert torch.equal(rope.before["key"], (k_norm.outputs[0] + kb).reshape(3, 16))
+    assert torch.equal(rope.args[1], q_norm.outputs[0].reshape(3, 64))  # no q bias
+    assert torch.equal(rope.args[2], (k_norm.outputs[0] + kb).reshape(3, 32))
 
 
 def test_partial_rotary_fallback_keeps_the_pair_layout(fake_npu_on_cpu: FakeTorchNpu) -> None:
@@ -473,14 +482,13 @@ def test_partial_rotary_fallback_keeps_the_pair_layout(fake_npu_on_cpu: FakeTorc
     assert fake_npu_on_cpu.calls == []
 
 
-def test_rotary_kernel_gets_contiguous_copies_of_strided_q_and_k(
+def test_rotary_kernel_gets_2d_q_and_k_of_strided_inputs(
     fake_npu_on_cpu: FakeTorchNpu,
 ) -> None:
-    pos, cache = torch.tensor([0, 1, 2]), _r(4, 16)
-    q = _r(32, 3).t()  # [3, 32] with strides (1, 3): dense, not contiguous
-    k = _r(16, 3).t()
-    q_out, k_out = A.rotary_embedding(pos, q, k, cache, 16, 16, True)
-    call = _only_call(fake_npu_on_cpu, "_npu_rotary_embedding")
-    assert call.args[1].is_contiguous() and call.args[2].is_contiguous()
-    assert torch.equal(call.before["query"], q) and torch.equal(call.before["key"], k)
-    assert q_out.is_contiguous() and k_out.is_contiguous()
+    pos, cache = torch.tensor([0, 1, 2]), _r(4, 32)
+    q = _r(64, 3).t()  # [3, 64] with strides (1, 3): dense, not contiguous
+    k = _r(32, 3).t()
+    q_out, k_out = A.rotary_embedding(pos, q, k, cache, 32, 32, True)
+    call = _only_call(fake_npu_on_cpu, "npu_mrope")
+    assert torch.equal(call.args[1], q) and torch.equal(call.args[2], k)
+    assert q_out.shape == q.shape and k_out.shape == k.shape

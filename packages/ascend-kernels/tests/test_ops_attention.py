@@ -338,3 +338,21 @@ def test_reshape_and_cache_calls_scatter_pa_kv_cache_in_norm_mode(
     assert call.kwargs == {"cache_mode": "Norm"}
     marker = fake_npu_on_cpu.kernels.marker("npu_scatter_pa_kv_cache", 0)
     assert torch.all(key_cache == marker)  # the kernel wrote the caller's cache in place
+
+
+def test_reshape_and_cache_hands_the_scatter_contiguous_rows_of_views(
+    fake_npu_on_cpu: FakeTorchNpu,
+) -> None:
+    # The runtime's key and value are column slices of one qkv tensor (non-contiguous views);
+    # npu_scatter_pa_kv_cache documents contiguous key, value and slot_mapping only.
+    qkv = torch.randn(5, 3 * 32).to(BF16)
+    key = qkv[:, 32:64].view(5, 2, 16)
+    value = qkv[:, 64:].view(5, 2, 16)
+    slots = torch.tensor([9, 0, 17, 40, 3, 99], dtype=torch.int32)[::2]  # strided: [9, 17, 3]
+    assert not (key.is_contiguous() or value.is_contiguous() or slots.is_contiguous())
+    key_cache, value_cache = (torch.zeros(3, 16, 2, 16, dtype=BF16) for _ in range(2))
+    A.reshape_and_cache(key, value, key_cache, value_cache, slots)
+    k, v, _, _, sm = fake_npu_on_cpu.kernels.last("npu_scatter_pa_kv_cache").args
+    assert k.is_contiguous() and v.is_contiguous() and sm.is_contiguous()
+    assert torch.equal(k, key[:3]) and torch.equal(v, value[:3])
+    assert sm.tolist() == [9, 17, 3]

@@ -219,13 +219,13 @@ def attention_report() -> dict[str, Any]:
     return run("""
         import json, torch, torch_npu
         torch.manual_seed(0)
-        heads, kv_heads, d, bs, nblocks = 4, 2, 8, 4, 8
+        heads, kv_heads, d, bs, nblocks = 4, 2, 16, 128, 8
         q_lens, kv_lens = [3, 1, 2], [3, 6, 9]  # prefill, decode, chunked prefill w/ prefix
-        T = sum(q_lens) + 2  # two rows of padding
-        q = torch.randn(T, heads, d)
-        kc = torch.randn(nblocks, bs, kv_heads, d)
-        vc = torch.randn(nblocks, bs, kv_heads, d)
-        table = torch.tensor([[5, 0, 0], [1, 7, 0], [2, 3, 4]], dtype=torch.int32)
+        T = sum(q_lens)
+        q = torch.randn(T, heads, d).bfloat16()
+        kc = torch.randn(nblocks, bs, kv_heads, d).bfloat16()
+        vc = torch.randn(nblocks, bs, kv_heads, d).bfloat16()
+        table = torch.tensor([[5], [1], [2]], dtype=torch.int32)
         ends = [3, 4, 6]
         out, lse = torch_npu.npu_fused_infer_attention_score(
             q.to("npu"), kc.to("npu").view(nblocks, bs, -1), vc.to("npu").view(nblocks, bs, -1),
@@ -233,11 +233,13 @@ def attention_report() -> dict[str, Any]:
             block_table=table.to("npu"), input_layout="TND", block_size=bs,
             actual_seq_lengths=ends, actual_seq_lengths_kv=kv_lens,
             num_key_value_heads=kv_heads, num_heads=heads, scale=d ** -0.5, sparse_mode=3)
+        out = out.float()
+        q, kc, vc = q.float(), kc.float(), vc.float()
         k = torch.arange(6.0).reshape(3, 1, 2)
         cache = torch.zeros(2, 2, 1, 2, device="npu")
         vcache = torch.zeros(2, 2, 1, 2, device="npu")
         torch_npu.npu_scatter_pa_kv_cache(k.to("npu"), (k + 10).to("npu"), cache, vcache,
-                                          torch.tensor([3, -1, 0], device="npu"),
+                                          torch.tensor([3, 2, 0], device="npu"),
                                           cache_mode="Norm")
         accel = {}
         for name in ("get_memory_info", "memory_stats", "empty_cache"):
@@ -263,8 +265,8 @@ def test_fia_is_causal_bottom_right_paged_gqa_attention(attention_report: dict[s
 
     r = attention_report
     q, kc, vc, out = r["q"], r["kc"], r["vc"], r["out"]
-    heads, kv_heads, d, bs = 4, 2, 8, 4
-    q_lens, kv_lens, tables = [3, 1, 2], [3, 6, 9], [[5, 0, 0], [1, 7, 0], [2, 3, 4]]
+    heads, kv_heads, d, bs = 4, 2, 16, 128
+    q_lens, kv_lens, tables = [3, 1, 2], [3, 6, 9], [[5], [1], [2]]
     row = 0
     for b in range(3):
         for j in range(q_lens[b]):
@@ -279,18 +281,19 @@ def test_fia_is_causal_bottom_right_paged_gqa_attention(attention_report: dict[s
                 w = [math.exp(x - m) for x in s]
                 expect = [sum(wi * v[i] for wi, v in zip(w, vals, strict=True)) / sum(w)
                           for i in range(d)]
-                assert out[row][h] == pytest.approx(expect, abs=1e-5)
+                # bf16 output: 8 bits of mantissa
+                assert out[row][h] == pytest.approx(expect, abs=2e-2, rel=1e-2)
             row += 1
-    assert out[6] == [[0.0] * d] * heads and out[7] == [[0.0] * d] * heads  # padding rows
+    assert len(out) == 6
     assert r["out_device"] == "npu:0"
 
 
-def test_scatter_writes_slots_and_skips_negative_ones(attention_report: dict[str, Any]) -> None:
-    # slot 3 = block 1 offset 1 gets row 0; slot -1 is padding; slot 0 gets row 2.
+def test_scatter_writes_each_row_to_its_slot(attention_report: dict[str, Any]) -> None:
+    # slot 3 = block 1 offset 1 gets row 0; slot 2 = block 1 offset 0 row 1; slot 0 row 2.
     assert attention_report["cache"] == [[[[4.0, 5.0]], [[0.0, 0.0]]],
-                                         [[[0.0, 0.0]], [[0.0, 1.0]]]]
+                                         [[[2.0, 3.0]], [[0.0, 1.0]]]]
     assert attention_report["vcache"] == [[[[14.0, 15.0]], [[0.0, 0.0]]],
-                                          [[[0.0, 0.0]], [[10.0, 11.0]]]]
+                                          [[[12.0, 13.0]], [[10.0, 11.0]]]]
 
 
 def test_accelerator_memory_functions_fail_as_with_real_torch_npu(
@@ -318,17 +321,18 @@ def test_atb_rotary_embedding_rotates_in_place_by_the_written_out_rope() -> None
         cache = torch.tensor([[math.cos(p / 10000 ** (2 * i / D)) for i in range(D // 2)]
                               + [math.sin(p / 10000 ** (2 * i / D)) for i in range(D // 2)]
                               for p in range(8)])
-        q, k = torch.randn(T, H * D), torch.randn(T, KH * D)
+        q, k = torch.randn(T, H * D).half(), torch.randn(T, KH * D).half()
         qn, kn = q.to("npu"), k.to("npu")
         got = torch_npu._npu_rotary_embedding(torch.tensor(pos).to("npu"), qn, kn, D,
-                                              cache.to("npu"), True)
+                                              cache.half().to("npu"), True)
+        q, k = q.float(), k.float()
         try:
             torch_npu._npu_rotary_embedding(torch.tensor(pos), q, k, D, cache, True)
             cpu = None
         except RuntimeError as e:
             cpu = str(e)
-        print(json.dumps({"q": q.tolist(), "k": k.tolist(), "qo": qn.cpu().tolist(),
-                          "ko": kn.cpu().tolist(), "ret": got, "cpu": cpu}))
+        print(json.dumps({"q": q.tolist(), "k": k.tolist(), "qo": qn.float().cpu().tolist(),
+                          "ko": kn.float().cpu().tolist(), "ret": got, "cpu": cpu}))
     """, {"VLLM_ASCEND_EMULATED_NPUS": "1"})
     import math
 
@@ -343,7 +347,7 @@ def test_atb_rotary_embedding_rotates_in_place_by_the_written_out_rope() -> None
                     x1, x2 = x[i], x[i + D // 2]
                     expect[i] = x1 * math.cos(theta) - x2 * math.sin(theta)
                     expect[i + D // 2] = x2 * math.cos(theta) + x1 * math.sin(theta)
-                assert out[t][h * D:(h + 1) * D] == pytest.approx(expect, abs=1e-5)
+                assert out[t][h * D:(h + 1) * D] == pytest.approx(expect, abs=5e-3)
     assert r["ret"] is None
     assert "expected all tensors on npu" in r["cpu"]
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from vllm_ascend.config_pipeline.workers import use_v1_model_runner
 from vllm_ascend.npu_runtime import device_check, kv_fit
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
@@ -30,10 +31,38 @@ def test_slot_mapping_maps_positions_through_the_block_table_and_pads_the_rest()
     # request 0: positions 3..5 (crosses from its block 7 into block 2); request 1: position 4
     positions = torch.tensor([3, 4, 5, 4], dtype=torch.int64)
     qsl = torch.tensor([0, 3, 4], dtype=torch.int32)
-    out = torch.full((6,), 123, dtype=torch.int64)
-    compute_slot_mapping(4, 6, qsl, positions, table, 3, out, block)
+    out = torch.full((7,), 123, dtype=torch.int64)
+    compute_slot_mapping(4, 7, qsl, positions, table, 3, out, block)
     # written out: 7*4+3, 2*4+0, 2*4+1, then request 1's block 9 offset 0; padding -1
-    assert out.tolist() == [31, 8, 9, 36, -1, -1]
+    assert out.tolist() == [31, 8, 9, 36, -1, -1, -1]
+
+
+class _AtenLog(TorchDispatchMode):
+    """Every aten call with its keyword arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, dict[str, object]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.calls.append((str(func.overloadpacket), dict(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+def test_slot_mapping_reads_nothing_back_from_the_device() -> None:
+    # A host read is aten._local_scalar_dense (int(t), t.item(), t.tolist()); a
+    # repeat_interleave without output_size reads its lengths back to size the output.
+    table = torch.tensor([[7, 2, 0], [5, 9, 0]], dtype=torch.int32)
+    positions = torch.tensor([3, 4, 5, 4], dtype=torch.int64)
+    qsl = torch.tensor([0, 3, 4], dtype=torch.int32)
+    out = torch.zeros(8, dtype=torch.int64)
+    with _AtenLog() as log:
+        compute_slot_mapping(4, 8, qsl, positions, table, 3, out, 4)
+    names = [name for name, _ in log.calls]
+    assert "aten._local_scalar_dense" not in names
+    repeats = [kw for name, kw in log.calls if name == "aten.repeat_interleave"]
+    assert repeats and all(kw.get("output_size") == 4 for kw in repeats)
+    assert out.tolist() == [31, 8, 9, 36, -1, -1, -1, -1]
 
 
 def test_slot_mapping_refuses_context_parallelism() -> None:
@@ -259,3 +288,15 @@ def test_the_npu_pipeline_keeps_vllm_on_the_v1_runner() -> None:
     assert kept == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
     with pytest.raises(ValueError, match=r"V1 model runner only.*unset VLLM_USE_V2_MODEL_RUNNER"):
         use_v1_model_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"})
+
+
+def test_padding_slots_become_distinct_null_block_slots_without_a_host_read() -> None:
+    from vllm_ascend.npu_runtime.attention.impl import real_slots
+
+    slots = torch.tensor([517, -1, 260, -1, -1], dtype=torch.int64)
+    with _AtenLog() as log:
+        got = real_slots(slots)
+    assert "aten._local_scalar_dense" not in [name for name, _ in log.calls]
+    # real slots kept; the padding rows get 0, 1, 2: block 0 (vLLM's null block), distinct
+    assert got.tolist() == [517, 0, 260, 1, 2]
+    assert real_slots(torch.tensor([3, 4])).tolist() == [3, 4]

@@ -36,7 +36,10 @@ _NPU_TABLE: dict[str, tuple[frozenset[str], frozenset[torch.dtype], frozenset[in
     "dynamic_mx_quant": (frozenset({"A5"}), HALF_DTYPES, None),
     "add_rms_norm_dynamic_mx_quant": (frozenset({"A5"}), HALF_DTYPES, None),
     "rms_norm_dynamic_mx_quant": (frozenset({"A5"}), HALF_DTYPES, None),
-    "rotary_embedding": (frozenset({"A2", "A3", "A5", "310P"}), FLOAT_DTYPES, None),
+    # rope runs npu_mrope (rope mode), as upstream does on A2/A3 since it left ATB's
+    # _npu_rotary_embedding (static first-call caches, fp16/bf16 only); 310P keeps ATB rope
+    # upstream, which this plugin does not call.
+    "rotary_embedding": (frozenset({"A2", "A3", "A5"}), FLOAT_DTYPES, None),
     "split_qkv_rmsnorm_rope": (
         frozenset({"A2", "A3", "A5"}),
         frozenset({torch.bfloat16}),

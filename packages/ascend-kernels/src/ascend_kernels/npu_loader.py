@@ -14,6 +14,9 @@ class NpuRegistration:
 
     def __init__(self) -> None:
         self.library: torch.library.Library | None = None
+        #: The torch_npu module the kernels are bound to (for callers that issue a kernel
+        #: outside an op, e.g. a graph task: ``ascend_kernels.fia_graph``).
+        self.module: ModuleType | None = None
         self.error: str | None = None
         self.skipped: frozenset[str] = frozenset()
 
@@ -31,6 +34,7 @@ class NpuRegistration:
         from ascend_kernels.registration import register_npu
 
         self.library = register_npu(torch_npu, dispatch_key, skip)
+        self.module = torch_npu
         self.skipped = skip
 
     def load_if_available(self, dispatch_key: str = "PrivateUse1") -> bool:
@@ -52,6 +56,7 @@ class NpuRegistration:
         if self.library is not None:
             self.library._destroy()  # type: ignore[no-untyped-call]
         self.library = None
+        self.module = None
         self.error = None
         self.skipped = frozenset()
 

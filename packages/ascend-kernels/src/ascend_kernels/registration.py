@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from ascend_kernels.npu_contract import atb_load_error
 from ascend_kernels.ops import NAMESPACE, SPECS, OpSpec, spec
 
 logger = logging.getLogger(__name__)
@@ -67,12 +66,6 @@ def register_npu(torch_npu: ModuleType, dispatch_key: str = "PrivateUse1",
     ``skip`` (e.g. whose CANN entry point is missing), keep the reference. Returns the library;
     keep it alive (``_destroy()`` removes the registrations).
     """
-    error = atb_load_error(torch_npu)
-    if error is not None:
-        logger.warning(
-            "torch_npu's ATB ops are unavailable (%s): ascend::rotary_embedding and"
-            " ascend::split_qkv_rmsnorm_rope rotate with the reference implementation", error,
-        )
     lib = torch.library.Library(NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
     for op, op_spec in SPECS.items():
         if op_spec.npu is not None and op not in skip:

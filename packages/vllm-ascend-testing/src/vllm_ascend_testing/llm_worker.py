@@ -169,13 +169,15 @@ class EngineHost:
     def op_host_ops(self, name: str, prompts: list[str | list[int]],
                     max_tokens: int) -> dict[str, Any]:
         """`op_generate` counting the device ops dispatched from the host outside graph
-        replays (emulated NPU only), and the replays."""
+        replays (emulated NPU only), the replays and the device-to-host syncs."""
         from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
 
         counter = HostOpCounter()
         with counter:
             outputs, elapsed = generate(self.engines[name], prompts, max_tokens=max_tokens)
-        return {"ops": counter.ops, "replays": counter.replays, "elapsed_s": elapsed,
+        return {"ops": counter.ops, "replays": counter.replays, "syncs": counter.syncs,
+                "event_waits": counter.event_waits,
+                "sync_reasons": dict(counter.sync_reasons), "elapsed_s": elapsed,
                 "outputs": outputs}
 
     def op_call_counts(self, reset: bool = False) -> dict[str, Any]:

@@ -91,22 +91,22 @@ def _llama3() -> dict[str, Any]:
 #: Row name -> (builder, inputs, torch_npu kernels forward_oot must reach).
 ROW_CASES: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[Any, ...]], set[str]]] = {
     "RotaryEmbedding": (_rope(None, rotary_dim=32), _rope_inputs, set()),  # partial: reference
-    "Llama3RotaryEmbedding": (_rope(_llama3()), _rope_inputs, {"_npu_rotary_embedding"}),
+    "Llama3RotaryEmbedding": (_rope(_llama3()), _rope_inputs, {"npu_mrope"}),
     "YaRNScalingRotaryEmbedding": (
         _rope({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}),
-        _rope_inputs, {"_npu_rotary_embedding"}),
+        _rope_inputs, {"npu_mrope"}),
     "LinearScalingRotaryEmbedding": (_rope({"rope_type": "linear", "factor": 2.0}),
-                                     _rope_inputs, {"_npu_rotary_embedding"}),
+                                     _rope_inputs, {"npu_mrope"}),
     "NTKScalingRotaryEmbedding": (_rope({"rope_type": "ntk", "factor": 2.0}), _rope_inputs,
-                                  {"_npu_rotary_embedding"}),
+                                  {"npu_mrope"}),
     "DynamicNTKScalingRotaryEmbedding": (_rope({"rope_type": "dynamic", "factor": 2.0}),
-                                         _rope_inputs, {"_npu_rotary_embedding"}),
+                                         _rope_inputs, {"npu_mrope"}),
     "DynamicNTKAlphaRotaryEmbedding": (_rope({"rope_type": "dynamic", "alpha": 2.0}),
-                                       _rope_inputs, {"_npu_rotary_embedding"}),
+                                       _rope_inputs, {"npu_mrope"}),
     "DeepseekScalingRotaryEmbedding": (
         _rope({"rope_type": "deepseek_yarn", "factor": 4.0, "mscale": 1.0,
                "mscale_all_dim": 1.0, "original_max_position_embeddings": 128}, neox=False),
-        _rope_inputs, {"_npu_rotary_embedding"}),
+        _rope_inputs, {"npu_mrope"}),
     "MRotaryEmbedding": (_rope({"rope_type": "default", "mrope_section": [8, 12, 12]}),
                          _rope_inputs, {"npu_mrope"}),
     "SiluAndMul": (_silu, lambda _: (torch.randn(T, 2 * 48),), {"npu_swiglu"}),

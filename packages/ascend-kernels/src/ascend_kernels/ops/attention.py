@@ -38,6 +38,8 @@ FIA_MASK_SIZE = 2048
 #: (blocknum, blocksize, H) cache layout needs KV_N * D <= 65535 (torch-npu docs).
 FIA_DTYPES = (torch.float16, torch.bfloat16)
 FIA_MAX_BLOCK_SIZE, FIA_ALIGN, FIA_MAX_KV_WIDTH = 512, 16, 65535
+#: head size <= 512, at most 256 query heads, query/KV head ratio integral and <= 64.
+FIA_MAX_HEAD_SIZE, FIA_MAX_HEADS, FIA_MAX_GROUP = 512, 256, 64
 # Query rows attended in one piece: bounds the float32 score buffer (rows x heads x KV
 # length) to about 2**26 values (256 MiB) for long prefills.
 _SCORE_BUDGET = 1 << 26
@@ -297,12 +299,36 @@ def causal_mask(device: torch.device) -> torch.Tensor:
     return torch.triu(ones, diagonal=1)
 
 
+def fia_unsupported_reason(query: torch.Tensor, key_cache: torch.Tensor) -> str | None:
+    """Why FIA's documented page-attention rules do not admit these shapes and dtypes (a
+    ``[T, num_heads, head_size]`` query over ``[num_blocks, block_size, num_kv_heads,
+    head_size]`` caches), or ``None`` when they do."""
+    _, block_size, num_kv_heads, head_size = key_cache.shape
+    num_heads = query.shape[1] if query.dim() == 3 else 0
+    rules = (
+        (query.dtype in FIA_DTYPES, f"dtype {query.dtype} (FIA takes float16 or bfloat16)"),
+        (0 < head_size <= FIA_MAX_HEAD_SIZE and head_size % FIA_ALIGN == 0,
+         f"head size {head_size} (FIA takes at most {FIA_MAX_HEAD_SIZE}, a multiple of "
+         f"{FIA_ALIGN})"),
+        (0 < num_heads <= FIA_MAX_HEADS, f"{num_heads} query heads (FIA takes 1 to "
+         f"{FIA_MAX_HEADS})"),
+        (num_kv_heads > 0 and num_heads % num_kv_heads == 0
+         and num_heads // num_kv_heads <= FIA_MAX_GROUP,
+         f"{num_heads} query heads over {num_kv_heads} KV heads (FIA takes an integral ratio"
+         f" of at most {FIA_MAX_GROUP})"),
+        (0 < block_size <= FIA_MAX_BLOCK_SIZE and block_size % FIA_ALIGN == 0,
+         f"block size {block_size} (FIA takes a multiple of {FIA_ALIGN} up to "
+         f"{FIA_MAX_BLOCK_SIZE})"),
+        (num_kv_heads * head_size <= FIA_MAX_KV_WIDTH,
+         f"KV width {num_kv_heads * head_size} (FIA's paged layout takes at most "
+         f"{FIA_MAX_KV_WIDTH})"),
+    )
+    return next((why for ok, why in rules if not ok), None)
+
+
 def fia_supported(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
     """Whether FIA's documented page-attention rules admit these shapes and dtypes."""
-    _, block_size, num_kv_heads, head_size = key_cache.shape
-    return (query.dtype in FIA_DTYPES and 0 < block_size <= FIA_MAX_BLOCK_SIZE
-            and block_size % FIA_ALIGN == 0 and head_size % FIA_ALIGN == 0
-            and num_kv_heads * head_size <= FIA_MAX_KV_WIDTH)
+    return fia_unsupported_reason(query, key_cache) is None
 
 
 def npu_paged_attention(npu: ModuleType, a: Arguments) -> torch.Tensor:
@@ -339,12 +365,15 @@ def npu_paged_attention(npu: ModuleType, a: Arguments) -> torch.Tensor:
 
 def npu_reshape_and_cache(npu: ModuleType, a: Arguments) -> None:
     """NPU: ``npu_scatter_pa_kv_cache`` (ND caches, ``cache_mode="Norm"``) of the first N
-    rows. The kernel documents slots in ``[0, num_blocks * block_size)``: callers pass the
-    real tokens' slots (skipping negative ones would need a device sync)."""
+    rows. The kernel documents contiguous key, value and slot_mapping ("输入参数不支持非连续")
+    and slots in ``[0, num_blocks * block_size)``: the rows are made contiguous here (the
+    runtime's value is a view of the qkv split), and callers pass real slots only (skipping
+    negative ones here would need a device sync)."""
     slot_mapping = a["slot_mapping"]
     count = slot_mapping.shape[0]
-    npu.npu_scatter_pa_kv_cache(a["key"][:count], a["value"][:count], a["key_cache"],
-                                a["value_cache"], slot_mapping, cache_mode="Norm")
+    npu.npu_scatter_pa_kv_cache(a["key"][:count].contiguous(), a["value"][:count].contiguous(),
+                                a["key_cache"], a["value_cache"], slot_mapping.contiguous(),
+                                cache_mode="Norm")
 
 
 SPECS = (

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from ascend_kernels.npu_contract import atb_load_error
+from ascend_kernels.npu_contract import mrope_rotary_supported
 from ascend_kernels.ops.norm import _rms32, stored
 from ascend_kernels.ops.spec import Arguments, OpSpec, rows_of
 from ascend_kernels.validation import (
@@ -219,20 +219,27 @@ def split_qkv_rmsnorm_rope(
 
 
 def npu_rotary_embedding(npu: ModuleType, a: Arguments) -> tuple[torch.Tensor, torch.Tensor]:
-    """NPU: ``_npu_rotary_embedding`` (an ATB op) on fresh 2-D copies of q and k."""
+    """NPU: ``npu_mrope`` in rope mode (1-D positions, section ``[0, 0, 0]``) with the call's
+    own ``cos_sin_cache``; fresh outputs.
+
+    Not ATB's ``_npu_rotary_embedding``: it keeps process-wide static cos/sin caches filled on
+    its first call and never refreshed (a second engine, or a model with another cache, would
+    rotate with the first one's) and takes float16/bfloat16 only (op-plugin ``RopeAtb.cpp``;
+    upstream moved A2/A3 to ``npu_mrope``). ``npu_mrope`` takes float32 too; a rotary size it
+    does not document (a multiple of 32 for half types, of 16 for float32) and partial rotary
+    run the reference.
+    """
     positions, q, k, head_size = a["positions"], a["q"], a["k"], a["head_size"]
-    if a["rotary_dim"] != head_size or atb_load_error(npu) is not None:
-        # The kernel rotates whole heads; partial rotary stays on the reference (any device),
-        # and so does everything without NNAL's ATB library (the kernel is an ATB op).
+    rotary_dim = a["rotary_dim"]
+    if rotary_dim != head_size or not mrope_rotary_supported(q.dtype, rotary_dim):
         return rotary_embedding(**a)
-    # _npu_rotary_embedding rotates 2-D [T, heads * head_size] query/key in place: give it
-    # fresh copies so the op stays functional.
     tokens = positions.numel()
-    q_out = q.reshape(tokens, -1).clone(memory_format=torch.contiguous_format)
-    k_out = k.reshape(tokens, -1).clone(memory_format=torch.contiguous_format)
-    npu._npu_rotary_embedding(positions, q_out, k_out, head_size, a["cos_sin_cache"],
-                              a["is_neox"])
-    return q_out.view(q.shape), k_out.view(k.shape)
+    q_rot, k_rot = npu.npu_mrope(
+        positions.reshape(tokens), q.reshape(tokens, -1), k.reshape(tokens, -1),
+        a["cos_sin_cache"], head_size, mrope_section=[0, 0, 0],
+        rotary_mode="half" if a["is_neox"] else "interleave",
+    )
+    return q_rot.reshape(q.shape), k_rot.reshape(k.shape)
 
 
 #: The arguments ``split_qkv_rmsnorm_rope`` passes on to ``rotary_embedding`` as they are.

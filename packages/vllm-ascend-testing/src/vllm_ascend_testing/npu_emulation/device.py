@@ -13,7 +13,7 @@ from torch.utils.backend_registration import (
     rename_privateuse1_backend,
 )
 
-from vllm_ascend_testing.npu_emulation import build, hccl, kernels, npu_api
+from vllm_ascend_testing.npu_emulation import build, graphs, hccl, kernels, kernels_rope, npu_api
 from vllm_ascend_testing.npu_emulation.graph_ex import GraphExTally, extension_modules
 from vllm_ascend_testing.npu_emulation.record import load_record
 from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
@@ -24,8 +24,9 @@ UNSUPPORTED_DTYPES = [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32
 
 @dataclass(frozen=True)
 class EmulatedDevice:
-    """An installed emulation: its settings, ``torch.npu``, ``torch_npu`` and the tally of
-    its graph extensions (``graph_ex``: what npugraph_ex/torchair compiled and ran)."""
+    """An installed emulation: its settings, ``torch.npu``, ``torch_npu``, the tally of its
+    graph extensions (``graph_ex``: what npugraph_ex/torchair compiled and ran) and the ATB
+    rope's process-wide static caches (``atb_rope``)."""
 
     settings: EmulationSettings
     api: npu_api.NpuApi
@@ -33,6 +34,7 @@ class EmulatedDevice:
     npu: ModuleType
     torch_npu: ModuleType
     graph_ex: GraphExTally
+    atb_rope: kernels_rope.AtbRopeStatics
 
 
 def installed() -> EmulatedDevice | None:
@@ -64,12 +66,13 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
         for_tensor=True, for_module=True, for_storage=True,
         unsupported_dtype=UNSUPPORTED_DTYPES)
     library = torch.library.Library(kernels.NAMESPACE, "DEF")
-    kernels.add_to(tnpu, library)
+    atb_rope = kernels_rope.AtbRopeStatics()
+    kernels.add_to(tnpu, library, atb_rope, graphs.is_current_stream_capturing)
     hccl.register()
     tally = GraphExTally()
     extensions = extension_modules(load_record(), tally)
     tnpu.dynamo = extensions["torch_npu.dynamo"]  # type: ignore[attr-defined]
-    device = EmulatedDevice(settings, api, library, npu, tnpu, tally)
+    device = EmulatedDevice(settings, api, library, npu, tnpu, tally, atb_rope)
     tnpu._emulated_device = device  # type: ignore[attr-defined]
     sys.modules["torch_npu"] = tnpu
     sys.modules["torch_npu.npu"] = npu

@@ -1,28 +1,34 @@
 """``torch.npu``'s graph APIs on the emulated device, with real capture and replay semantics.
 
-Capture records every operation dispatched on ``npu`` tensors (a dispatch mode over the whole
-capture: the model's Python runs once), with the tensors it read and wrote. Replay re-executes
-that list on the same tensors, without running any Python of the caller: a runtime that feeds
-a replay a new input tensor or forgets to refresh an attention parameter gets the stale answer
-it would get on hardware. Host-op counting: ``host_ops``.
+Capture records, through a dispatch mode over the whole capture, the kernels the host issues
+on ``npu`` tensors: torch_npu kernels and ATen ops, with the tensors they read and wrote. Host
+code around them (``host_code``: the ``ascend::`` ops' NPU adapters, vLLM's and this project's
+wrapper ops, higher-order ops) runs once, at capture, and is recorded as the kernels it
+issued. Replay re-executes that list on the same tensors, without running any Python of the
+caller: a runtime that feeds a replay a new input tensor or forgets to update an attention
+parameter gets the stale answer it would get on hardware. Host-op counting: ``host_ops``.
 
 What the emulation enforces, as the device does:
 
-- a host read during capture (``.item()``, a device-to-host copy, ``nonzero``) is refused with
-  the error a real capture reports (an operation not allowed in capture);
+- inside a capture, a host read (``.item()``, ``bool(t)``, ``nonzero``, a device-to-host
+  copy), a ``synchronize()`` of the device, a stream or an event, and a host-to-device copy
+  from pageable (not pinned) memory are refused with the real capture's error ("operation not
+  allowed in capture"), which the product's capture-error classification recognises;
 - a replay leaves no new device memory behind (its intermediate results land in the tensors
   the capture allocated from the graph's pool) and cannot run while a capture is open;
-- ``graph_task_group_begin``/``end`` during capture delimit a task group (the attention call of
-  one layer) and return its handle; ``graph_task_update_begin(stream, handle)``/``end`` record
-  the same calls again with new host parameters and replace the group's recorded calls with
-  them (their outputs stay the captured tensors); a parameter the runtime did not update
-  replays with its captured value.
+- ``graph_task_group_begin``/``end`` during capture delimit a task group and return its
+  handle; an ``ExternalEvent.wait``/``reset`` captured before it is the group's event; task
+  updates and their asynchrony are ``task_updates`` and ``update_queue``: a replay runs a
+  group with an update only when the group's event was recorded on the update stream after
+  it, and a replay that reaches a captured wait on an event nothing recorded waits (resumes
+  at the record), as the device's stream does.
 
 Capture failures can be injected (``fail_next_capture``) to test how the runtime reports them.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from dataclasses import dataclass
@@ -30,69 +36,51 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_unflatten
 
+from vllm_ascend_testing.npu_emulation.capture_rules import (
+    NOT_ALLOWED,
+    copies_pageable,
+    reads_host,
+)
 from vllm_ascend_testing.npu_emulation.graph_errors import (
     CAPTURE_FAILURES,
     GraphCaptureNotAllowed,
     GraphReplayError,
 )
 from vllm_ascend_testing.npu_emulation.host_code import is_host_code, npu_tensors, run_host_code
+from vllm_ascend_testing.npu_emulation.recorded_ops import EventNode, RecordedOp, record
 from vllm_ascend_testing.npu_emulation.signatures import bound
+from vllm_ascend_testing.npu_emulation.update_queue import QUEUE
 
 _POOL_IDS = itertools.count(1)
 _aten = torch.ops.aten
 
-#: Ops that read device data on the host (the host must wait for the device).
-_HOST_READS = {_aten._local_scalar_dense.default, _aten.nonzero.default,
-               _aten.masked_select.default, _aten.unique_consecutive.default,
-               _aten._unique2.default}
+
+def refuse_blocked(what: str) -> None:
+    """Raise when a replay waits on an event nothing recorded: ``what`` would never return."""
+    if QUEUE.blocked():
+        raise GraphReplayError(
+            f"{what} behind a replay that waits on an ExternalEvent nothing recorded: on the "
+            "device it never returns (record the event on the update stream after each task "
+            "update)")
 
 
-def _snapshot(value: Any) -> Any:
-    """``value`` with its containers rebuilt (a host list captured by value, as the device
-    bakes it into the task; the tensors themselves are kept: the graph reads their memory)."""
-    return tree_map(lambda x: x, value)
+def host_waits(what: str, event: bool = False) -> None:
+    """A ``synchronize()``: refused inside a capture or behind a blocked replay, else
+    counted (``host_ops.HostOpCounter``: ``syncs``, or ``event_waits`` for an event's)."""
+    refuse_in_capture(what)
+    refuse_blocked(what)
+    if event:
+        THREAD.state.event_waits += 1
+    else:
+        THREAD.state.synchronizes += 1
 
 
-@dataclass
-class RecordedOp:
-    """One device operation of a graph: the op, its arguments and the tensors it wrote."""
-
-    func: Any
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    outputs: list[Any]
-    reruns: bool  # False for a view: it computes nothing, its output already aliases
-    out_spec: Any = None
-
-    def run(self) -> None:
-        if not self.reruns:
-            return
-        result = self.func(*self.args, **self.kwargs)
-        fresh, _ = tree_flatten(result)
-        for captured, new in zip(self.outputs, fresh, strict=False):
-            if isinstance(captured, torch.Tensor) and captured is not new:
-                captured.copy_(new)
-
-
-def _record(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> RecordedOp:
-    schema = func._schema
-    writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-    outputs, spec = tree_flatten(out)
-    # A return that *may* alias (``to``, ``reshape``, ``contiguous``) is a view only when it
-    # does share an input's memory; otherwise it computed a copy the replay must redo.
-    inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-              if isinstance(t, torch.Tensor)}
-    views_only = bool(outputs) and all(
-        r.alias_info is not None for r in schema.returns) and all(
-        not isinstance(o, torch.Tensor) or o.untyped_storage().data_ptr() in inputs
-        for o in outputs)
-    if views_only or writes:
-        # In-place / out= ops write their arguments (rerun on them); views compute nothing.
-        outputs = [None] * len(outputs)
-    return RecordedOp(func, _snapshot(args), _snapshot(kwargs), outputs,
-                      reruns=writes or not views_only, out_spec=spec)
+def refuse_in_capture(what: str) -> None:
+    """Raise the capture's refusal of ``what`` when this thread is capturing."""
+    if THREAD.state.graph is not None:
+        raise GraphCaptureNotAllowed(f"{what} during NPU graph capture: {NOT_ALLOWED}")
 
 
 class _Capture(TorchDispatchMode):
@@ -111,50 +99,18 @@ class _Capture(TorchDispatchMode):
         if is_host_code(func):
             return run_host_code(self, func, args, kwargs)
         inputs = npu_tensors((args, kwargs))
-        if inputs and _reads_host(func, args, kwargs):
+        if inputs and reads_host(func, args, kwargs):
             raise GraphCaptureNotAllowed(
-                f"{func} reads npu memory on the host during NPU graph capture: operation not "
-                "allowed in capture (a graph cannot wait for the host)")
+                f"{func} reads npu memory on the host during NPU graph capture (a graph cannot "
+                f"wait for the host): {NOT_ALLOWED}")
+        if copies_pageable(func, args, kwargs):
+            raise GraphCaptureNotAllowed(
+                f"{func} copies pageable (not pinned) host memory to the npu during NPU graph "
+                f"capture (the graph would read freed host memory): {NOT_ALLOWED}")
         out = func(*args, **kwargs)
         if inputs or npu_tensors(out):
-            self.graph._ops.append(_record(func, args, kwargs, out))
+            self.graph._ops.append(record(func, args, kwargs, out))
         return out
-
-
-def _reads_host(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    if func in _HOST_READS:
-        return True
-    if func is _aten._to_copy.default:
-        device = kwargs.get("device")
-        return device is not None and torch.device(device).type == "cpu"
-    if func in (_aten.copy_.default, _aten._copy_from.default):
-        return isinstance(args[0], torch.Tensor) and args[0].device.type == "cpu"
-    return False
-
-
-class _Update(TorchDispatchMode):
-    """Records a task group's calls again (new host parameters) without running them; each
-    op returns the outputs its counterpart produced at capture."""
-
-    def __init__(self, group: TaskGroupHandle) -> None:
-        super().__init__()
-        self.group = group
-        self.ops: list[RecordedOp] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        position = len(self.ops)
-        old = self.group.ops()
-        if position >= len(old) or old[position].func is not func:
-            want = old[position].func if position < len(old) else "nothing"
-            raise GraphReplayError(
-                f"graph task update issued {func} as call {position} of a task group that "
-                f"captured {want} there: an update must re-issue the captured calls in order")
-        captured = old[position]
-        self.ops.append(RecordedOp(func, _snapshot(args), _snapshot(kwargs), captured.outputs,
-                                   captured.reruns, captured.out_spec))
-        return self.group.graph._outputs_of(position + self.group.start)
 
 
 @dataclass
@@ -164,9 +120,14 @@ class TaskGroupHandle:
     graph: NPUGraph
     start: int
     end: int
+    event: Any = None  # the ExternalEvent whose captured wait precedes the group
 
-    def ops(self) -> list[RecordedOp]:
+    def ops(self) -> list[Any]:
         return self.graph._ops[self.start:self.end]
+
+    def tasks(self) -> list[RecordedOp]:
+        """The group's calls that launch work (views launch none)."""
+        return [op for op in self.ops() if op.reruns]
 
 
 @dataclass
@@ -176,9 +137,12 @@ class _CaptureState:
     graph: NPUGraph | None = None
     mode: _Capture | None = None
     group_start: int | None = None
-    update: _Update | None = None
+    last_wait: Any = None  # the event of the last captured wait outside a task group
+    update: Any = None  # task_updates.TaskUpdate in progress
     replaying: bool = False
     replays: int = 0
+    synchronizes: int = 0  # synchronize() calls of the device and of streams
+    event_waits: int = 0  # Event.synchronize() calls
 
 
 class _ThreadState(threading.local):
@@ -199,8 +163,10 @@ class NPUGraph:
     @bound("NPUGraph")
     def __init__(self) -> None:
         self._pool: tuple[int, int] | None = None
-        self._ops: list[RecordedOp] = []
+        self._ops: list[Any] = []  # RecordedOp and EventNode
         self._captured = False
+        self._suspended: int | None = None
+        self._before = 0
         self.replays = 0
         self.allocated_during_capture = 0
 
@@ -219,6 +185,7 @@ class NPUGraph:
         self._ops = []
         self._allocated_at_begin = _allocated()
         state.graph, state.mode = self, _Capture(self)
+        state.last_wait = None
         state.mode.__enter__()
 
     @bound("NPUGraph.capture_end")
@@ -243,10 +210,11 @@ class NPUGraph:
         state.group_start = None
         self._ops = []
 
-    def _outputs_of(self, index: int) -> Any:
-        """What recorded op ``index`` returned at capture (a view is derived again from its
-        captured arguments; an in-place op returns its first argument)."""
-        op = self._ops[index]
+    def outputs_of(self, op: RecordedOp) -> Any:
+        """What recorded ``op`` returned at capture (a view is derived again from its
+        captured arguments; an in-place op returns what it returned then)."""
+        if op.returned is not None:
+            return op.returned
         if op.reruns and all(o is not None for o in op.outputs):
             return tree_unflatten(op.outputs, op.out_spec)
         return op.args[0] if op.reruns else op.func(*op.args, **op.kwargs)
@@ -258,25 +226,52 @@ class NPUGraph:
             raise GraphReplayError("replay of an NPUGraph that was never captured")
         if THREAD.state.graph is not None:
             raise GraphReplayError("replay while an NPU graph is capturing")
-        before = _allocated()
+        if QUEUE.blocked():
+            raise GraphReplayError(
+                "replay behind a replay that waits on an ExternalEvent nothing recorded: on "
+                "the device the stream hangs (record the event on the update stream after "
+                "each task update)")
+        THREAD.state.replays += 1
+        self.replays += 1
+        self._before = _allocated()
+        self._run_from(0)
+
+    def _run_from(self, index: int) -> None:
         state = THREAD.state
         state.replaying = True
         try:
             with torch.inference_mode():
-                for op in self._ops:
-                    op.run()
+                for i in range(index, len(self._ops)):
+                    op = self._ops[i]
+                    if isinstance(op, EventNode):
+                        if op.action == "wait" and not op.event.recorded:
+                            self._suspended = i
+                            QUEUE.suspend(op.event, functools.partial(self._resume, i))
+                            return
+                        op.apply()
+                    else:
+                        op.run()
         finally:
             state.replaying = False
-        state.replays += 1
-        left = _allocated() - before
+        QUEUE.land_late(self)
+        left = _allocated() - self._before
         if left:
             raise GraphReplayError(
                 f"the replay left {left} bytes of new npu memory allocated: a graph replays "
                 "on the memory it captured")
-        self.replays += 1
+
+    def _resume(self, index: int) -> None:
+        self._suspended = None
+        self._run_from(index)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a replay is suspended at a captured ``ExternalEvent`` wait."""
+        return self._suspended is not None
 
     @bound("NPUGraph.reset")
     def reset(self) -> None:
+        QUEUE.drop(self)
         self._ops = []
         self._captured = False
         self._pool = None
@@ -291,7 +286,7 @@ class NPUGraph:
                                   "emulated; the runtime uses graph_task_update_begin/end")
 
     @property
-    def recorded_ops(self) -> list[RecordedOp]:
+    def recorded_ops(self) -> list[Any]:
         """The recorded device operations, in order (for tests and host-op counts)."""
         return list(self._ops)
 
@@ -348,36 +343,19 @@ def graph_task_group_end(stream: Any) -> TaskGroupHandle:
     state = THREAD.state
     if state.graph is None or state.group_start is None:
         raise RuntimeError("graph_task_group_end without graph_task_group_begin in a capture")
-    handle = TaskGroupHandle(state.graph, state.group_start, len(state.graph._ops))
+    handle = TaskGroupHandle(state.graph, state.group_start, len(state.graph._ops),
+                             state.last_wait)
     state.group_start = None
+    state.last_wait = None
     return handle
 
 
-@bound("graph_task_update_begin")
-def graph_task_update_begin(stream: Any, handle: Any) -> None:
+def capture_event(event: Any, action: str) -> bool:
+    """Put ``event``'s ``action`` into the graph this thread captures; False if none is."""
     state = THREAD.state
-    if not isinstance(handle, TaskGroupHandle):
-        raise TypeError(f"graph_task_update_begin: expected a task group handle from "
-                        f"graph_task_group_end, got {type(handle).__name__}")
-    if state.graph is not None:
-        raise RuntimeError("graph_task_update_begin while a graph is capturing")
-    if state.update is not None:
-        raise RuntimeError("graph_task_update_begin inside an open task update")
-    state.update = _Update(handle)
-    state.update.__enter__()
-
-
-@bound("graph_task_update_end")
-def graph_task_update_end(stream: Any) -> None:
-    state = THREAD.state
-    update = state.update
-    if update is None:
-        raise RuntimeError("graph_task_update_end without graph_task_update_begin")
-    update.__exit__(None, None, None)
-    state.update = None
-    group = update.group
-    if len(update.ops) != group.end - group.start:
-        raise GraphReplayError(
-            f"graph task update re-issued {len(update.ops)} calls for a task group of "
-            f"{group.end - group.start}: an update must re-issue every captured call")
-    group.graph._ops[group.start:group.end] = update.ops
+    if state.graph is None:
+        return False
+    state.graph._ops.append(EventNode(event, action))
+    if action == "wait" and state.group_start is None:
+        state.last_wait = event
+    return True

@@ -5,7 +5,8 @@ On hardware a graph capture records the kernels the host launches, never the Pyt
 launched them. Two kinds of op are such Python and are expanded into the device ops they issue
 (the mode stays active while they run), never recorded themselves:
 
-- ops of ``HOST_WRAPPER_NAMESPACES``: vLLM's attention and KV-cache entry points and this
+- ops of ``HOST_WRAPPER_NAMESPACES``: the ``ascend::`` ops (their NPU adapters are Python
+  that issues torch_npu kernels), vLLM's attention and KV-cache entry points and this
   project's ``vllm_ascend`` ops (e.g. ``attention_with_kv_update``, the fused pair of them),
   which look the layer up in the forward context in Python;
 - higher-order ops, e.g. ``auto_functionalized_v2``, the form of a mutating op in a
@@ -21,8 +22,9 @@ import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._pytree import tree_flatten
 
-#: Namespaces of ops that are host functions around device ops.
-HOST_WRAPPER_NAMESPACES = frozenset({"vllm", "vllm_ascend"})
+#: Namespaces of ops that are host functions around device ops (``ascend``: the device-neutral
+#: ops, whose NPU adapters issue torch_npu kernels and ATen ops).
+HOST_WRAPPER_NAMESPACES = frozenset({"ascend", "vllm", "vllm_ascend"})
 BACKEND_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 
 

@@ -7,8 +7,10 @@ namespace, so the dispatcher rejects a call the real library would (arity, keywo
 arguments, keyword names, types). The ``PrivateUse1`` implementation maps the kernel's
 arguments back onto the matching ``ascend_kernels`` reference (the whole-tensor definition
 the ``ascend`` op's NPU adapter is checked against) and computes with it; a CPU tensor where
-the kernel needs ``npu`` ones raises, as on hardware. Kernels whose math is not emulated yet
-raise ``NotImplementedError`` after binding.
+the kernel needs ``npu`` ones raises, as on hardware. Before computing, each kernel checks
+the constraints recorded with it from the wheel's docs (``kernel_contracts``) and its family's
+documented limits (``kernels_attention``, ``kernels_rope``). Kernels whose math is not
+emulated yet raise ``NotImplementedError`` after binding.
 """
 
 from __future__ import annotations
@@ -21,9 +23,18 @@ from typing import Any
 
 import torch
 
+from vllm_ascend_testing.npu_emulation import kernels_attention, kernels_rope
+from vllm_ascend_testing.npu_emulation.kernel_contracts import (
+    bind,
+    check_recorded,
+    refuse,
+    require_dtype,
+)
 from vllm_ascend_testing.npu_emulation.record import load_record
 
 NAMESPACE = "torch_npu_emulated"
+NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+NORM_SOURCE = "doc torch_npu-npu_add_rms_norm.md: float16, bfloat16, float32"
 
 
 def _reference(name: str) -> ModuleType:
@@ -59,6 +70,11 @@ def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor,
 def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
                      epsilon: float = 1e-6) -> tuple[torch.Tensor, ...]:
     """``ascend::add_rms_norm``: rms_norm(x1 + x2), its rstd and x1 + x2."""
+    for name, t in (("x1", x1), ("x2", x2), ("gamma", gamma)):
+        require_dtype("npu_add_rms_norm", name, t, NORM_DTYPES, NORM_SOURCE)
+    if not x1.dtype == x2.dtype == gamma.dtype:
+        raise refuse("npu_add_rms_norm", f"x1 {x1.dtype}, x2 {x2.dtype}, gamma {gamma.dtype}"
+                     " differ (stricter reading: one dtype for all three)", NORM_SOURCE)
     a, g = _flat_norm(x1, gamma)
     b, _ = _flat_norm(x2, gamma)
     y, summed = _reference("norm").add_rms_norm(a, b, g, epsilon)
@@ -73,69 +89,24 @@ def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return out.movedim(-1, dim).contiguous()
 
 
-def _npu_rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                          head_size: int, cos_sin_cache: torch.Tensor,
-                          is_neox_style: bool) -> None:
-    """ATB's rope, in place on 2-D ``[T, heads * head_size]`` query/key: ``ascend::
-    rotary_embedding`` over whole heads (``rotary_dim`` is the cache's width)."""
-    rotary_dim = cos_sin_cache.shape[-1]
-    if rotary_dim != head_size:
-        raise NotImplementedError(
-            "the emulated _npu_rotary_embedding rotates whole heads only (cos_sin_cache "
-            f"width {rotary_dim}, head_size {head_size})")
-    q, k = _reference("rope").rotary_embedding(positions, query, key, cos_sin_cache,
-                                               head_size, rotary_dim, is_neox_style)
-    query.copy_(q)
-    key.copy_(k)
-
-
-def npu_scatter_pa_kv_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                            value_cache: torch.Tensor, slot_mapping: torch.Tensor, *,
-                            compress_lens: torch.Tensor | None = None,
-                            compress_seq_offsets: torch.Tensor | None = None,
-                            seq_lens: torch.Tensor | None = None,
-                            cache_mode: str | None = "PA_NZ") -> None:
-    """``ascend::reshape_and_cache`` of the first ``len(slot_mapping)`` rows
-    (``cache_mode="Norm"``: caches ``[num_blocks, block_size, kv_heads, head_size]``)."""
-    if cache_mode != "Norm" or compress_lens is not None or seq_lens is not None:
-        raise NotImplementedError(
-            "the emulated npu_scatter_pa_kv_cache runs cache_mode='Norm' without compression "
-            f"only (got cache_mode={cache_mode!r})")
-    n = slot_mapping.shape[0]
-    _reference("attention").reshape_and_cache(key[:n], value[:n], key_cache, value_cache,
-                                              slot_mapping)
-
-
-def npu_fused_infer_attention_score(query: torch.Tensor, key: torch.Tensor,
-                                    value: torch.Tensor, **kw: Any) -> tuple[torch.Tensor, ...]:
-    """Paged TND attention, causal bottom-right aligned (``sparse_mode=3``), GQA:
-    ``ascend::paged_attention`` with ``actual_seq_lengths`` as the query ends and
-    ``actual_seq_lengths_kv`` as the sequence lengths; rows past the last end are zeros."""
-    layout = kw["input_layout"]
-    if layout != "TND" or kw.get("block_table") is None or kw["sparse_mode"] != 3:
-        raise NotImplementedError(
-            "the emulated npu_fused_infer_attention_score runs input_layout='TND' with a "
-            f"block_table and sparse_mode=3 only (got {layout!r}, sparse_mode="
-            f"{kw['sparse_mode']})")
-    heads, kv_heads = kw["num_heads"], kw["num_key_value_heads"] or kw["num_heads"]
-    block_size, head_size = kw["block_size"], query.shape[-1]
-    k_cache = key.view(key.shape[0], block_size, kv_heads, head_size)
-    v_cache = value.view(value.shape[0], block_size, kv_heads, head_size)
-    out = _reference("attention").paged_attention(
-        query.view(query.shape[0], heads, head_size), k_cache, v_cache, kw["block_table"],
-        list(kw["actual_seq_lengths"]), list(kw["actual_seq_lengths_kv"]), kw["scale"])
-    lse = torch.zeros(1, dtype=torch.float32, device=query.device)
-    return out.view(query.shape), lse
-
-
-#: The kernels with emulated math, by torch_npu name.
+#: The kernels with emulated math, by torch_npu name (``name.overload`` for an overload);
+#: ATB rope is added per install (``register``: its static caches belong to the device).
 IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
     "npu_rms_norm": npu_rms_norm,
     "npu_add_rms_norm": npu_add_rms_norm,
     "npu_swiglu": npu_swiglu,
-    "_npu_rotary_embedding": _npu_rotary_embedding,
-    "npu_scatter_pa_kv_cache": npu_scatter_pa_kv_cache,
-    "npu_fused_infer_attention_score": npu_fused_infer_attention_score,
+    "npu_mrope": kernels_rope.npu_mrope,
+    "npu_scatter_pa_kv_cache": kernels_attention.scatter_pa_kv_cache,
+    "npu_fused_infer_attention_score": kernels_attention.fused_infer_attention_score,
+    "npu_fused_infer_attention_score.out": kernels_attention.fused_infer_attention_score_out,
+    "_npu_fused_infer_attention_score_get_max_workspace": kernels_attention.get_max_workspace,
+}
+
+#: Arguments a kernel writes although its recorded schema marks no alias (``.out`` takes
+#: ``Tensor[] out``, and uses ``workspace`` as its scratch memory): graph captures and task
+#: updates treat them as the kernel's outputs.
+UNMARKED_WRITES: dict[str, tuple[str, ...]] = {
+    "npu_fused_infer_attention_score.out": ("out", "workspace"),
 }
 
 
@@ -158,37 +129,53 @@ def _tensors(args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     return found
 
 
-def _kernel(op: str) -> Callable[..., Any]:
-    compute = IMPLEMENTATIONS.get(op)
-
+def _kernel(op: str, compute: Callable[..., Any] | None,
+            constraints: list[dict[str, Any]], schema: Any) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         for tensor in _tensors(args, kwargs):
             if tensor.device.type != "npu":
                 raise RuntimeError(
                     f"torch_npu.{op}: expected all tensors on npu, got a {tensor.device} "
                     f"tensor of shape {tuple(tensor.shape)}")
+        # The dispatcher passes what the caller gave; the kernels get every argument by name.
+        named = bind(schema(), args, kwargs)
+        check_recorded(op, constraints, named)
         if compute is None:
             raise NotImplementedError(f"torch_npu.{op} is bound to its real schema but its math "
                                       "is not emulated yet")
-        return compute(*args, **kwargs)
+        return compute(**named)
 
     return run
 
 
-def register(library: torch.library.Library) -> dict[str, Callable[..., Any]]:
-    """Define every recorded kernel in ``library`` and return ``torch_npu.<op>`` callables."""
-    ops: dict[str, Callable[..., Any]] = {}
+def _overload(packet: Any, op: str) -> Any:
+    name, _, overload = op.partition(".")
+    return getattr(getattr(packet, name), overload or "default")
+
+
+def register(library: torch.library.Library, statics: kernels_rope.AtbRopeStatics,
+             capturing: Callable[[], bool]) -> dict[str, Any]:
+    """Define every recorded kernel in ``library`` and return ``torch_npu.<op>`` callables
+    (the op's overload packet, so ``torch_npu.X.out`` is the ``.out`` overload, as in the
+    real ``torch_npu.X = torch.ops.npu.X``). ``capturing()``: whether this thread captures
+    an NPU graph (for the kernels whose host side a capture refuses)."""
     packet = getattr(torch.ops, library.ns)
+    implementations = IMPLEMENTATIONS | {
+        kernels_rope.ATB_ROPE: kernels_rope.atb_rotary_embedding(statics, capturing)}
+    constraints = {op: entry.get("constraints", []) for op, entry in load_record()["ops"].items()}
+    names: set[str] = set()
     for op, schema in sorted(recorded_schemas().items()):
-        library.define(re.sub(r"^\w+", op, schema))
-        kernel = _kernel(op)
+        library.define(re.sub(r"^[\w.]+", op, schema))
+        kernel = _kernel(op, implementations.get(op), constraints.get(op, []),
+                         lambda op=op: _overload(packet, op)._schema)
         library.impl(op, kernel, "PrivateUse1")
         library.impl(op, kernel, "CPU")
-        ops[op] = getattr(packet, op).default
-    return ops
+        names.add(op.partition(".")[0])
+    return {name: getattr(packet, name) for name in sorted(names)}
 
 
-def add_to(tnpu: ModuleType, library: torch.library.Library) -> None:
+def add_to(tnpu: ModuleType, library: torch.library.Library,
+           statics: kernels_rope.AtbRopeStatics, capturing: Callable[[], bool]) -> None:
     """Put the kernels on ``torch_npu`` under their real names."""
-    for op, fn in register(library).items():
+    for op, fn in register(library, statics, capturing).items():
         setattr(tnpu, op, fn)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation import graphs, streams
+from vllm_ascend_testing.npu_emulation import graphs, streams, task_updates
 from vllm_ascend_testing.npu_emulation.memory import EmulatedHbm, device_index
 from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
 from vllm_ascend_testing.npu_emulation.signatures import bound
@@ -76,6 +76,7 @@ class NpuApi:
     @bound("synchronize")
     def synchronize(self, device: Any = None) -> None:
         self._index(device)
+        graphs.host_waits("torch.npu.synchronize()")
 
     @bound("get_device_name")
     def get_device_name(self, device_name: Any = None) -> str:
@@ -195,6 +196,6 @@ API_OBJECTS: dict[str, Any] = {
     "is_current_stream_capturing": graphs.is_current_stream_capturing,
     "graph_task_group_begin": graphs.graph_task_group_begin,
     "graph_task_group_end": graphs.graph_task_group_end,
-    "graph_task_update_begin": graphs.graph_task_update_begin,
-    "graph_task_update_end": graphs.graph_task_update_end,
+    "graph_task_update_begin": task_updates.graph_task_update_begin,
+    "graph_task_update_end": task_updates.graph_task_update_end,
 }

@@ -1,8 +1,10 @@
 """``torch.npu.Stream``, ``Event`` and ``ExternalEvent`` on the emulated device.
 
-The device runs every operation before it returns, so streams only order nothing: they are
-torch's generic ``Stream``/``Event`` over the device guard (new stream ids, wall-clock event
-timing), with the real wheel's constructor and method signatures.
+The device runs every eager operation before it returns: streams and events are torch's
+generic ``Stream``/``Event`` over the device guard (new stream ids, wall-clock event timing),
+with the real wheel's constructor and method signatures. What is asynchronous is what the
+graph runtime makes so: task updates and the ``ExternalEvent`` that orders them before a
+replay (``task_updates``). A ``synchronize()`` inside a capture is refused.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import Any
 
 import torch
 
+from vllm_ascend_testing.npu_emulation import graphs
 from vllm_ascend_testing.npu_emulation.signatures import bound, check_call
+from vllm_ascend_testing.npu_emulation.update_queue import QUEUE
 
 
 class Stream(torch.Stream):
@@ -49,6 +53,7 @@ class Stream(torch.Stream):
 
     @bound("Stream.synchronize")
     def synchronize(self) -> None:
+        graphs.host_waits("Stream.synchronize()")
         torch.Stream.synchronize(self)
 
 
@@ -85,11 +90,16 @@ class Event(torch.Event):
 
     @bound("Event.synchronize")
     def synchronize(self) -> None:
+        graphs.host_waits("Event.synchronize()", event=True)
         torch.Event.synchronize(self)
 
 
 class ExternalEvent:
-    """``torch_npu.npu.ExternalEvent``: an event graph tasks wait on; synchronous here."""
+    """``torch_npu.npu.ExternalEvent``: an event graph tasks wait on. Inside a capture
+    ``wait``/``reset``/``record`` become graph nodes (the wait before a task group is the
+    group's event); outside one, ``record(stream)`` publishes ``stream``'s task updates of the
+    groups waiting on this event and resumes a replay suspended at its wait
+    (``task_updates`` states the model)."""
 
     @bound("ExternalEvent")
     def __init__(self) -> None:
@@ -97,12 +107,17 @@ class ExternalEvent:
 
     @bound("ExternalEvent.record")
     def record(self, stream: Any = None) -> None:
+        if graphs.capture_event(self, "record"):
+            return
+        QUEUE.publish(stream, self)
         self.recorded = True
+        QUEUE.resume(self)
 
     @bound("ExternalEvent.wait")
     def wait(self, stream: Any = None) -> None:
-        return None
+        graphs.capture_event(self, "wait")
 
     @bound("ExternalEvent.reset")
     def reset(self, stream: Any = None) -> None:
-        self.recorded = False
+        if not graphs.capture_event(self, "reset"):
+            self.recorded = False

@@ -8,9 +8,10 @@ the graph in vLLM's compilation counter and turns the attention workspaces of th
 parameters into weak references. A capture after the engine is ready is counted by the
 engine's ready watch (``ready_watch``). Each wrapper is listed in its engine's
 ``graph_wrappers``, so the runner can point every capture at another pool and drop the graphs
-(the graph-memory profile). Before a FULL graph replays it waits for the previous replay
-(except for an EAGLE drafter) and has the attention backend refresh this step's parameters
-(``update_full_graph_params``); PIECEWISE graphs contain no attention and replay directly.
+(the graph-memory profile). Before a FULL graph replays it has the attention backend refresh
+this step's parameters (``update_full_graph_params``) without a host synchronisation (the
+update and the replay are ordered on the device by streams and events); PIECEWISE graphs
+contain no attention and replay directly.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class AscendGraphWrapper:
     """Capture/replay one runnable per batch descriptor in its runtime mode (vLLM signature).
 
     ``runtime`` (default: NPU graphs) and ``context`` are seams for tests; ``use_eagle`` marks
-    the wrapper of an EAGLE drafter, whose full replays skip the synchronisation.
+    the wrapper of an EAGLE drafter (kept for vLLM's signature).
     """
 
     def __init__(
@@ -167,10 +168,9 @@ class AscendGraphWrapper:
 
         fields = _forward_fields(self.vllm_config)
         is_draft = fields is not None and bool(fields.is_draft_model)
-        if not (is_draft and self.use_eagle):
-            # Async scheduling may update step i's attention parameters while replay i-1
-            # still runs: wait for it first.
-            self.runtime.synchronize()
+        # No host synchronisation here: the attention backend orders its update stream after
+        # the work already queued (replay i-1) on the device, and the replay after the update
+        # through the events its captured task groups wait on.
         if self.params.attention is None:
             raise RuntimeError(
                 "a FULL graph is about to replay but no attention backend is bound to the "

@@ -2,6 +2,12 @@
 
 The NPU platform registers it through ``register_triton_kernel_overrides``: Triton has no NPU
 backend in vLLM's V1 path. Called with the Triton kernel's launch arguments in its order.
+
+It never synchronises the device with the host: the token count is the host integer vLLM
+passes (``num_tokens``), and ``repeat_interleave`` is told its output size (without it, torch
+reads the lengths back to size its output). Positions past ``num_tokens`` get ``PAD_ID`` as
+vLLM's kernel gives them (vLLM also fills a padded batch's tail with -1 itself); the attention
+backend turns them into real scratch slots before the scatter (``AscendAttentionImpl``).
 """
 
 from __future__ import annotations
@@ -27,22 +33,20 @@ def compute_slot_mapping(
     BLOCK_SIZE: int = 1024,
 ) -> None:
     """slot = block_table[req, pos // block_size] * block_size + pos % block_size for every
-    token of every request; slots from ``num_tokens`` to ``max_num_tokens`` get ``PAD_ID``."""
+    token of every request (the requests' query tokens are the first ``num_tokens``); slots
+    from ``num_tokens`` to ``max_num_tokens`` get ``PAD_ID``."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("the NPU runtime does not support context parallelism")
     num_reqs = query_start_loc.shape[0] - 1
-    starts = query_start_loc[:num_reqs].to(torch.int64)
-    ends = query_start_loc[1:].to(torch.int64)
-    total = int(ends[-1]) if num_reqs else 0
-    if total:
-        lengths = ends - starts
+    if num_reqs > 0 and num_tokens > 0:
+        lengths = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)
         req_of_token = torch.repeat_interleave(
-            torch.arange(num_reqs, device=positions.device), lengths
+            torch.arange(num_reqs, device=positions.device), lengths, output_size=num_tokens
         )
-        pos = positions[:total].to(torch.int64)
+        pos = positions[:num_tokens].to(torch.int64)
         blocks = block_table.reshape(-1, block_table_stride)[req_of_token,
                                                              pos // KV_CACHE_BLOCK_SIZE]
-        slot_mapping[:total] = blocks.to(torch.int64) * KV_CACHE_BLOCK_SIZE + (
+        slot_mapping[:num_tokens] = blocks.to(torch.int64) * KV_CACHE_BLOCK_SIZE + (
             pos % KV_CACHE_BLOCK_SIZE
         )
     slot_mapping[num_tokens:max_num_tokens] = PAD_ID

@@ -1,48 +1,30 @@
 """``AscendAttentionImpl``: the KV-cache write and the attention of one layer.
 
-In a FULL graph the attention call of each layer is captured as one task group; its host
-parameters (query ends, sequence lengths) are baked into the graph, so before every replay
-``update_graph_params`` re-issues the call with this step's values inside
-``graph_task_update_begin/end`` (the captured tensors stay: query, caches, the block table
-buffer and the output are the graph's own memory).
+Eagerly, attention is ``torch.ops.ascend.paged_attention`` over the real tokens. In a FULL
+graph each layer's attention is one task: FIA's ``.out`` kernel over buffers fixed at capture
+(``ascend_kernels.fia_graph``), captured between ``graph_task_group_begin/end`` after an
+``ExternalEvent`` wait (and reset) on the capturing stream. Before every replay
+``update_graph_params`` re-issues the same kernel on the same workspace and output with the
+step's lengths between ``graph_task_update_begin/end`` on the update stream, then records the
+event there: the replayed task group waits for it, so it runs with this step's lengths (the
+update stream is asynchronous to the replay). A batch smaller than the graph is padded with
+dummy requests so the task keeps its captured shapes (``fia_lengths``). The float32 reference
+(host reads and copies) is never captured: the metadata builder reports FULL graphs as
+unsupported for a model FIA cannot run (``fia_graph_support``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ascend_kernels.fia_graph import fia_lengths, launch_fia_task, new_fia_task
+from ascend_kernels.npu_loader import npu_registration
 from vllm.config import get_current_vllm_config
 from vllm.v1.attention.backend import AttentionImpl, AttentionType
 
 from vllm_ascend.compilation.graph_params import graph_params_for
 from vllm_ascend.npu_runtime.attention.metadata import AscendMetadata
-
-
-@dataclass(frozen=True)
-class CapturedAttention:
-    """The tensors one layer's captured attention call reads and writes."""
-
-    query: torch.Tensor
-    key_cache: torch.Tensor
-    value_cache: torch.Tensor
-    block_table: torch.Tensor
-    scale: float
-    output: torch.Tensor
-
-
-def attend(call: CapturedAttention, query_ends: Sequence[int], seq_lens: Sequence[int]) -> None:
-    """One layer's attention into ``call.output`` (the exact calls a task group holds)."""
-    result = torch.ops.ascend.paged_attention(
-        call.query, call.key_cache, call.value_cache, call.block_table, list(query_ends),
-        list(seq_lens), call.scale,
-    )
-    # vLLM hands the output per head, shaped like the query: no view then, which a FULL
-    # graph's parameter update would otherwise issue from the host for every layer and step.
-    same = result.shape == call.output.shape
-    call.output.copy_(result if same else result.view_as(call.output))
 
 
 def _npu() -> Any:
@@ -70,10 +52,44 @@ def _step_metadata(forward_context: Any) -> AscendMetadata:
                        "context to update the captured attention calls with")
 
 
-def _fit_rows(values: Sequence[int], rows: int, fill: int) -> list[int]:
-    """``values`` cut or extended (with ``fill``) to the captured block table's rows."""
-    out = list(values[:rows])
-    return out + [fill] * (rows - len(out))
+def _torch_npu() -> Any:
+    """The torch_npu module the ascend kernels are bound to (FIA's graph task needs it)."""
+    module = npu_registration.module
+    if module is None:
+        raise RuntimeError("a FULL graph holds FIA kernels, but torch_npu's kernels are not "
+                           f"registered ({npu_registration.error or 'torch_npu not loaded'})")
+    return module
+
+
+def _real_tokens(layer: Any, rows: int) -> int | None:
+    """The step's real tokens (padding rows of a PIECEWISE or eager step excluded); ``None``
+    for a dummy step (no attention metadata: no token is real)."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    if not is_forward_context_available():
+        return rows
+    metadata: Any = get_forward_context().attn_metadata
+    if metadata is None:
+        return None
+    if isinstance(metadata, dict):
+        metadata = metadata.get(str(getattr(layer, "layer_name", "")))
+    if isinstance(metadata, AscendMetadata):
+        return min(rows, metadata.num_actual_tokens)
+    return rows
+
+
+def real_slots(slots: torch.Tensor) -> torch.Tensor:
+    """``slots`` with each negative (padding) slot replaced by its rank among the padding
+    slots (0, 1, 2, ...), on the device and without a host read.
+
+    The padding rows of a replayed FULL graph are fewer than a block (vLLM pads a batch to
+    the next capture size; the gaps of its capture sizes are far below the 128-token block),
+    so they land in block 0, vLLM's null block, which no request is ever given; all of them
+    distinct, as the scatter needs. Only a capture's dummy batch (before any request exists)
+    has more, and its writes then land in blocks nobody holds yet."""
+    padding = slots < 0
+    rank = torch.cumsum(padding, 0, dtype=slots.dtype) - 1
+    return torch.where(padding, rank, slots)
 
 
 class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
@@ -117,11 +133,19 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
 
     def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Write this step's keys and values to their slots (negative slots are padding)."""
+        """Write this step's keys and values to their slots.
+
+        Eager and PIECEWISE steps write their real tokens only (a dummy step without
+        attention metadata writes nothing). A FULL graph has a fixed shape, so it scatters its
+        padding rows too; their -1 slots (vLLM's) become scratch slots (:func:`real_slots`),
+        since ``npu_scatter_pa_kv_cache`` documents no negative slot."""
         if kv_cache.numel() == 0:
             return  # profiling run: no cache bound yet
-        slots = slot_mapping[: key.shape[0]]  # the kernel writes rows 0..len(slots)-1
-        torch.ops.ascend.reshape_and_cache(key, value, kv_cache[0], kv_cache[1], slots)
+        rows = key.shape[0] if capturing_full_graph() else _real_tokens(layer, key.shape[0])
+        if rows is None:
+            return
+        torch.ops.ascend.reshape_and_cache(key[:rows], value[:rows], kv_cache[0], kv_cache[1],
+                                           real_slots(slot_mapping[:rows]))
 
     def forward(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: AscendMetadata | None,
@@ -132,20 +156,22 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
                                       "quantization")
         if attn_metadata is None:
             return output  # profiling run
-        n = attn_metadata.num_actual_tokens
-        call = CapturedAttention(query[:n], kv_cache[0], kv_cache[1], attn_metadata.block_table,
-                                 self.scale, output[:n])
         if capturing_full_graph():
-            self._capture(call, attn_metadata)
-        else:
-            attend(call, attn_metadata.query_ends, attn_metadata.seq_lens)
+            self._capture(query, kv_cache, attn_metadata, output)
+            return output
+        n = attn_metadata.num_actual_tokens
+        result = torch.ops.ascend.paged_attention(
+            query[:n], kv_cache[0], kv_cache[1], attn_metadata.block_table,
+            attn_metadata.query_ends, attn_metadata.seq_lens, self.scale)
+        output[:n].copy_(result.view_as(output[:n]))
         return output
 
-    def _capture(self, call: CapturedAttention, metadata: AscendMetadata) -> None:
-        """The attention call as one task group of the graph being captured, remembered (with
-        its handle) in the engine's graph parameters for this capture size."""
+    def _capture(self, query: torch.Tensor, kv_cache: torch.Tensor, metadata: AscendMetadata,
+                 output: torch.Tensor) -> None:
+        """The layer's FIA task in the graph being captured, remembered with its handle and
+        event in the engine's graph parameters for this capture size (the workspace is taken
+        once per size and shared by the layers)."""
         from vllm.forward_context import get_forward_context
-
 
         descriptor = get_forward_context().batch_descriptor
         if descriptor is None:
@@ -158,38 +184,59 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
                 f"capturing a FULL graph of {num_tokens} tokens, but the engine's graph "
                 "parameters have no entry for that size: the NPU model runner sets them for "
                 "every capture size before capturing")
+        kernels = _torch_npu()
+        ends, lens = fia_lengths(metadata.query_ends, metadata.seq_lens, num_tokens,
+                                 metadata.block_table.shape[0])
+        workspace = params.workspaces.get(num_tokens)
+        task = new_fia_task(kernels, query[:num_tokens], kv_cache[0], kv_cache[1],
+                            metadata.block_table, output[:num_tokens], ends, lens, self.scale,
+                            workspace)
+        if workspace is None:
+            store.update_workspaces("main", num_tokens, task.workspace)
         npu = _npu()
         stream = npu.current_stream()
+        event = npu.ExternalEvent()
+        event.wait(stream)
+        event.reset(stream)
         npu.graph_task_group_begin(stream)
-        attend(call, metadata.query_ends, metadata.seq_lens)
+        launch_fia_task(kernels, task, ends, lens)
         handle = npu.graph_task_group_end(stream)
         params.handles[num_tokens].append(handle)
-        params.attn_params[num_tokens].append(call)
+        params.attn_params[num_tokens].append(task)
+        params.events[num_tokens].append(event)
 
     @classmethod
     def update_graph_params(cls, update_stream: Any, forward_context: Any, num_tokens: int,
                             vllm_config: Any, speculative_config: Any = None, *,
                             draft_attn_metadatas: Any = None,
                             graph_params: Any = None) -> None:
-        """Re-issue every captured attention call of the ``num_tokens`` graph with this
-        step's query ends and sequence lengths (its task groups), before the replay.
-        ``graph_params``: the store the replaying wrapper holds (default: the engine's)."""
-
+        """Re-issue every captured FIA task of the ``num_tokens`` graph with this step's
+        lengths on ``update_stream`` (the same kernel, workspace and output), recording each
+        task's event after its update. ``graph_params``: the store the replaying wrapper
+        holds (default: the engine's)."""
         if draft_attn_metadatas is not None:
             raise NotImplementedError("the Ascend attention backend has no draft-model graphs")
         store = graph_params if graph_params is not None else graph_params_for(vllm_config)
         params = store.get("main")
-        calls = [] if params is None else params.attn_params.get(num_tokens, [])
-        if params is None or not calls:
+        tasks = [] if params is None else params.attn_params.get(num_tokens, [])
+        if params is None or not tasks:
             raise RuntimeError(f"no captured attention calls for a FULL graph of {num_tokens} "
                                "tokens: the graph was captured without the Ascend backend")
         metadata = _step_metadata(forward_context)
+        kernels = _torch_npu()
         npu = _npu()
+        lengths: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        # The previous replay may still run on the device: the updates wait for it there
+        # (the host never waits).
+        update_stream.wait_stream(npu.current_stream())
         with npu.stream(update_stream):
-            for handle, call in zip(params.handles[num_tokens], calls, strict=True):
-                rows = call.block_table.shape[0]
-                ends = _fit_rows(metadata.query_ends, rows,
-                                 metadata.query_ends[-1] if metadata.query_ends else 0)
+            for handle, task, event in zip(params.handles[num_tokens], tasks,
+                                           params.events[num_tokens], strict=True):
+                shape = (task.num_tokens, task.rows)
+                if shape not in lengths:
+                    lengths[shape] = fia_lengths(metadata.query_ends, metadata.seq_lens, *shape)
+                ends, lens = lengths[shape]
                 npu.graph_task_update_begin(update_stream, handle)
-                attend(call, ends, _fit_rows(metadata.seq_lens, rows, 0))
+                launch_fia_task(kernels, task, ends, lens)
                 npu.graph_task_update_end(update_stream)
+                event.record(update_stream)

@@ -7,16 +7,23 @@ from vLLM's host copies.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ascend_kernels.npu_loader import npu_registration
+from ascend_kernels.ops.attention import fia_unsupported_reason
 from vllm.v1.attention.backend import (
     AttentionCGSupport,
     AttentionMetadata,
     AttentionMetadataBuilder,
     CommonAttentionMetadata,
 )
+
+from vllm_ascend.process.process_setup import current_process_setup
+
+logger = logging.getLogger("vllm_ascend.npu_runtime.attention")
 
 
 @dataclass
@@ -52,6 +59,20 @@ def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[
     return ends
 
 
+def fia_graph_refusal(vllm_config: Any, kv_cache_spec: Any) -> str | None:
+    """Why this model's attention cannot be a FULL-graph task (FIA cannot run it, or torch_npu's
+    kernels are not there), or ``None``. Decided from shapes and dtypes only."""
+    if npu_registration.module is None:
+        why = npu_registration.error or "no torch_npu"
+        return f"torch_npu's kernels are not registered ({why})"
+    num_heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
+    head_size, dtype = kv_cache_spec.head_size, kv_cache_spec.dtype
+    query = torch.empty(0, num_heads, head_size, dtype=dtype, device="meta")
+    cache = torch.empty(0, kv_cache_spec.block_size, kv_cache_spec.num_kv_heads, head_size,
+                        dtype=dtype, device="meta")
+    return fia_unsupported_reason(query, cache)
+
+
 class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
     """Builds :class:`AscendMetadata` from vLLM's common metadata.
 
@@ -61,6 +82,19 @@ class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
     """
 
     _cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config: Any, kv_cache_spec: Any) -> AttentionCGSupport:
+        """Uniform decode FULL graphs when FIA runs the model's attention; otherwise none
+        (vLLM then serves FULL modes eagerly or piecewise): the reference attention reads the
+        host, which no graph may hold. Logged once with the reason."""
+        reason = fia_graph_refusal(vllm_config, kv_cache_spec)
+        if reason is None:
+            return cls._cudagraph_support
+        current_process_setup().log_once(
+            f"NPU graphs: no FULL graph for this model's attention ({reason}); its FULL "
+            "graph mode falls back to eager/piecewise", logger, logging.INFO)
+        return AttentionCGSupport.NEVER
 
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any,
                  device: torch.device) -> None:
