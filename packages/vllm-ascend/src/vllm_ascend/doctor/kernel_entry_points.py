@@ -63,9 +63,10 @@ TORCH_NPU_NEEDED: Final[tuple[str, ...]] = (
 
 
 def entry_points_of(op: str) -> tuple[str, ...]:
-    """The aclnn entry points ``torch.ops.ascend.<op>``'s NPU kernel needs."""
+    """The aclnn entry points ``torch.ops.ascend.<op>``'s NPU kernels need, each once."""
     kernels, _ = ASCEND_OPS[op]
-    return tuple(name for kernel in kernels for name in ACLNN[kernel])
+    # dict: once each, in order (FIA's functional and .out forms share their entry point)
+    return tuple(dict.fromkeys(name for kernel in kernels for name in ACLNN[kernel]))
 
 
 def missing_by_op(exported: frozenset[str]) -> dict[str, tuple[str, ...]]:
