@@ -239,22 +239,24 @@ def test_one_unresolved_library_is_named(doctor: Doctor, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("sourced", "verdict"), [(False, "warn"), (True, "ok")])
-def test_nnal_installed_but_not_sourced_is_a_warning(doctor: Doctor, npu_host: Path,
-                                                     sourced: bool, verdict: str) -> None:
+    ("sourced", "verdict"), [(False, "info"), (True, "ok")])
+def test_nnal_installed_but_not_sourced_is_only_a_fact(doctor: Doctor, npu_host: Path,
+                                                       sourced: bool, verdict: str) -> None:
     code, report = doctor(*npu_args(npu_host), env=sourced_env(nnal=sourced))
     nnal = by_check(report)["nnal"]
-    assert (code, nnal["verdict"]) == (0, verdict)  # ATB missing: a fallback, not a failure
+    assert (code, nnal["verdict"]) == (0, verdict)  # no kernel of the plugin calls ATB
     if not sourced:
-        assert nnal["fix"] == "source /usr/local/Ascend/nnal/atb/set_env.sh"
+        assert "do not call ATB" in nnal["summary"] and not nnal.get("fix")
 
 
 @pytest.mark.usefixtures("torch_npu_installed")
-def test_nnal_missing_is_a_warning(doctor: Doctor, tmp_path: Path) -> None:
+def test_nnal_missing_is_only_a_fact(doctor: Doctor, tmp_path: Path) -> None:
     cann_tree(tmp_path, nnal=False)
     proc_files(tmp_path)
     code, report = doctor(*npu_args(tmp_path), env=sourced_env(nnal=False))
-    assert (code, by_check(report)["nnal"]["verdict"]) == (0, "warn")
+    nnal = by_check(report)["nnal"]
+    assert (code, nnal["verdict"]) == (0, "info")
+    assert "rotary embedding" not in nnal["summary"]  # rope runs npu_mrope, not ATB
 
 
 @pytest.mark.usefixtures("torch_npu_installed")
@@ -276,6 +278,28 @@ def test_missing_entry_points_are_named_one_by_one_with_their_features(doctor: D
         "ascend::rms_norm", "ascend::split_qkv_rmsnorm_rope"]
     assert "CANN 8.2.RC1's operator library lacks" in kernels["summary"]
     assert kernels["fix"] == "install CANN 9.1.0 (the release torch-npu is built for)"
+
+
+@pytest.mark.usefixtures("torch_npu_installed")
+def test_the_attention_kernels_of_every_npu_request_are_checked(doctor: Doctor,
+                                                                tmp_path: Path) -> None:
+    # FIA (eager, and its .out form and max-workspace query in a captured graph) and the
+    # KV-cache scatter: what every NPU request runs
+    gone = {"aclnnFusedInferAttentionScoreV4", "aclnnFusedInferAttentionScoreV4GetMaxWorkspaceSize",
+            "aclnnScatterPaKvCache"}
+    cann_tree(tmp_path, exported=[n for n in ALL_ACLNN if n not in gone])
+    proc_files(tmp_path)
+    code, report = doctor(*npu_args(tmp_path), env=sourced_env())
+    kernels = by_check(report)["kernels"]
+    assert (code, kernels["verdict"]) == (0, "warn")
+    assert kernels["details"]["missing"] == {
+        "aclnnFusedInferAttentionScoreV4": [
+            "ascend::paged_attention (the attention of every NPU request)"],
+        "aclnnFusedInferAttentionScoreV4GetMaxWorkspaceSize": [
+            "ascend::paged_attention (the attention of every NPU request)"],
+        "aclnnScatterPaKvCache": [
+            "ascend::reshape_and_cache (the KV-cache write of every NPU request)"],
+    }
 
 
 def test_an_undefined_reference_is_not_an_export(doctor: Doctor, tmp_path: Path) -> None:

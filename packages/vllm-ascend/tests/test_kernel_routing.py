@@ -47,6 +47,25 @@ def test_missing_entry_points_reroute_their_ops_once(fake_torch_npu, tmp_path: P
         registration.reset()
 
 
+def test_the_attention_ops_fall_back_when_their_entry_points_are_missing(
+        fake_torch_npu, tmp_path: Path) -> None:
+    import sys
+
+    registration = NpuRegistration()
+    registration.load(sys.modules["torch_npu"])
+    try:
+        assert has_npu_kernel("paged_attention") and has_npu_kernel("reshape_and_cache")
+        gone = {"aclnnFusedInferAttentionScoreV4", "aclnnScatterPaKvCache"}
+        env = toolkit(tmp_path, [n for n in ALL_ACLNN if n not in gone])
+        missing = route_missing_kernels(sys.modules["torch_npu"], registration, env)
+        assert missing == {"paged_attention": ("aclnnFusedInferAttentionScoreV4",),
+                           "reshape_and_cache": ("aclnnScatterPaKvCache",)}
+        assert not has_npu_kernel("paged_attention") and not has_npu_kernel("reshape_and_cache")
+        assert has_npu_kernel("rms_norm")
+    finally:
+        registration.reset()
+
+
 def test_nothing_is_rerouted_when_every_entry_point_is_there(tmp_path: Path) -> None:
     assert missing_entry_points(toolkit(tmp_path, ALL_ACLNN)) == {}
     assert missing_entry_points(toolkit(tmp_path / "b", ALL_ACLNN[1:])) != {}

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ascend_kernels.ops.npu_kernels import NPU_SUPPORT, NpuSupport
 from ascend_kernels.validation import check_no_partial_overlap, check_out, overlaps
 
 NAMESPACE = "ascend"
@@ -77,6 +78,11 @@ class OpSpec:
         return tuple(a.name for a in parsed), {
             a.name: a.default_value for a in parsed if a.has_default_value()
         }
+
+    @property
+    def npu_support(self) -> NpuSupport | None:
+        """The kernels :attr:`npu` calls and where it runs (``ops/npu_kernels.py``)."""
+        return NPU_SUPPORT.get(self.name)
 
     @property
     def argument_names(self) -> tuple[str, ...]:

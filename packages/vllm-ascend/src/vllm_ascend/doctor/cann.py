@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_ascend.doctor.elf_symbols import ElfError, read_elf_dynamic
-from vllm_ascend.doctor.findings import FAIL, NPU, OK, WARN, Finding
+from vllm_ascend.doctor.findings import FAIL, INFO, NPU, OK, WARN, Finding
 from vllm_ascend.doctor.host_paths import HostPaths, shown
 from vllm_ascend.doctor.kernel_entry_points import (
     ASCEND_OPS,
@@ -144,16 +144,16 @@ def check_sourced(paths: HostPaths, toolkit: Toolkit | None) -> Finding:
 
 
 def check_nnal(paths: HostPaths) -> Finding:
+    """NNAL (ATB) as a fact: none of the plugin's kernels call ATB (rope runs ``npu_mrope``,
+    ``ascend_kernels/ops/npu_kernels.py``), so its absence costs nothing."""
     home = find_nnal(paths)
     if home is None:
-        return Finding("nnal", WARN, "NNAL (ATB) is not installed: rotary embedding and the "
-                       "QK-norm + RoPE kernel run their reference implementations",
-                       fix=f"install the NNAL package of CANN {TORCH_NPU_CANN}, then source "
-                           "/usr/local/Ascend/nnal/atb/set_env.sh", scope=NPU)
+        return Finding("nnal", INFO, "NNAL (ATB) is not installed; the plugin's kernels do not "
+                       "call ATB", scope=NPU)
     if resolve_library(paths, "libatb.so") is None or not paths.environ.get("ATB_HOME_PATH"):
-        return Finding("nnal", WARN, f"NNAL at {home} is not sourced (ATB_HOME_PATH unset or "
-                       "libatb.so not on LD_LIBRARY_PATH): ATB kernels fall back to the "
-                       "reference", fix=f"source {home}/set_env.sh", scope=NPU)
+        return Finding("nnal", INFO, f"NNAL at {home} is not sourced (ATB_HOME_PATH unset or "
+                       "libatb.so not on LD_LIBRARY_PATH); the plugin's kernels do not call "
+                       "ATB", scope=NPU)
     return Finding("nnal", OK, f"NNAL (ATB) at {home}, sourced", scope=NPU)
 
 

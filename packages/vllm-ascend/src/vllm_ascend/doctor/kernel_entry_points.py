@@ -3,10 +3,10 @@ wheel of this release (``tools/npu_seam/torch_npu-<version>.json``; a test fails
 module and the record disagree).
 
 - :data:`ACLNN`: the ``aclnn*`` entry points of CANN's operator library each torch_npu kernel
-  the ``ascend`` ops call resolves at its first call (the calls the adapters make; names found
-  in the wheel's ``libtorch_npu.so``);
+  the ``ascend`` ops call resolves at its first call;
 - :data:`ASCEND_OPS`: the torch_npu kernels behind each ``torch.ops.ascend`` op and the plugin
   features that use it (an op whose entry point is missing runs its reference instead);
+  both derived from the ops' declarations (``ascend_kernels/ops/npu_kernels.py``);
 - :data:`TORCH_NPU_NEEDED`: the CANN libraries ``libtorch_npu.so`` links against (its ELF
   NEEDED entries): when one does not resolve, ``import torch_npu`` fails;
 - :data:`TORCH_NPU_CANN`: the CANN release this torch-npu is built for (the one to install
@@ -15,47 +15,46 @@ module and the record disagree).
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Final
 
 TORCH_NPU_VERSION: Final = "2.13.0"
 TORCH_NPU_CANN: Final = "9.1.0"
 
-ACLNN: Final[dict[str, tuple[str, ...]]] = {
-    "aten.add": ("aclnnAdd",),
-    "npu_add_rms_norm": ("aclnnAddRmsNorm",),
-    "npu_add_rms_norm_dynamic_mx_quant": ("aclnnAddRmsNormDynamicMxQuant",),
-    "npu_add_rms_norm_dynamic_quant": ("aclnnAddRmsNormDynamicQuantV2",),
-    "npu_add_rms_norm_quant": ("aclnnAddRmsNormQuant",),
-    "npu_dynamic_mx_quant": ("aclnnDynamicMxQuant",),
-    "npu_dynamic_quant": ("aclnnDynamicQuant",),
-    "npu_mrope": ("aclnnRopeWithSinCosCache",),
-    "npu_quantize": ("aclnnAscendQuantV3",),
-    "npu_rms_norm": ("aclnnRmsNorm",),
-    "npu_rms_norm_dynamic_mx_quant": ("aclnnRmsNormDynamicMxQuant",),
-    "npu_swiglu": ("aclnnSwiGlu",),
-}
 
-# ascend op -> (torch_npu kernels it calls, plugin features that use it)
+
+def _load_declarations() -> ModuleType:
+    """``ascend_kernels/ops/npu_kernels.py`` executed on its own: importing it through its
+    package would import torch (and register the ops), which the doctor's process never does;
+    the module imports neither."""
+    package = importlib.util.find_spec("ascend_kernels")
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("ascend-kernels is not installed (vllm-ascend requires it)")
+    path = Path(next(iter(package.submodule_search_locations))) / "ops" / "npu_kernels.py"
+    spec = importlib.util.spec_from_file_location(_DECLARATIONS, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the ops' NPU declarations from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_DECLARATIONS] = module  # dataclasses look their module up while defining
+    spec.loader.exec_module(module)
+    return module
+
+
+_DECLARATIONS = "vllm_ascend.doctor._ascend_kernels_npu_kernels"
+_SUPPORT: Final = {op: support for op, support in _load_declarations().NPU_SUPPORT.items()
+                   if support.all_kernels}
+
+ACLNN: Final[dict[str, tuple[str, ...]]] = dict(sorted(
+    (kernel.name, kernel.aclnn) for support in _SUPPORT.values()
+    for kernel in support.all_kernels))
+
+# ascend op -> (torch_npu kernels it calls, eager then captured; plugin features that use it)
 ASCEND_OPS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
-    "rms_norm": (("npu_rms_norm",), "RMSNorm of every model"),
-    "add_rms_norm": (("npu_add_rms_norm",), "residual add + RMSNorm of every model"),
-    "quantize": (("npu_quantize",), "static W8A8 quantization"),
-    "dynamic_quant": (("npu_dynamic_quant",), "dynamic W8A8 quantization"),
-    "add_rms_norm_quant": (("npu_add_rms_norm_quant",),
-                           "the norm-quant fusion (fuse_norm_quant) of static W8A8 models"),
-    "add_rms_norm_dynamic_quant": (("npu_add_rms_norm_dynamic_quant",),
-                                   "the norm-quant fusion (fuse_norm_quant) of dynamic W8A8 "
-                                   "models"),
-    "dynamic_mx_quant": (("npu_dynamic_mx_quant",), "MXFP8 quantization (A5)"),
-    "add_rms_norm_dynamic_mx_quant": (("npu_add_rms_norm_dynamic_mx_quant",),
-                                      "the MXFP8 norm-quant fusion (A5)"),
-    "rms_norm_dynamic_mx_quant": (("npu_rms_norm_dynamic_mx_quant",),
-                                  "the MXFP8 norm-quant fusion (A5)"),
-    "split_qkv_rmsnorm_rope": (("npu_rms_norm",),
-                               "the QK-norm + RoPE fusion (fuse_qknorm_rope)"),
-    "silu_and_mul": (("npu_swiglu",), "SiLU-and-mul of gated MLPs"),
-    "mrotary_embedding": (("npu_mrope",), "multimodal rotary embedding (MRoPE)"),
-    "muls_add": (("aten.add",), "the muls-add fusion (fuse_muls_add)"),
+    op: (tuple(kernel.name for kernel in support.all_kernels), support.used_by)
+    for op, support in _SUPPORT.items()
 }
 
 TORCH_NPU_NEEDED: Final[tuple[str, ...]] = (
@@ -64,9 +63,10 @@ TORCH_NPU_NEEDED: Final[tuple[str, ...]] = (
 
 
 def entry_points_of(op: str) -> tuple[str, ...]:
-    """The aclnn entry points ``torch.ops.ascend.<op>``'s NPU kernel needs."""
+    """The aclnn entry points ``torch.ops.ascend.<op>``'s NPU kernels need, each once."""
     kernels, _ = ASCEND_OPS[op]
-    return tuple(name for kernel in kernels for name in ACLNN[kernel])
+    # dict: once each, in order (FIA's functional and .out forms share their entry point)
+    return tuple(dict.fromkeys(name for kernel in kernels for name in ACLNN[kernel]))
 
 
 def missing_by_op(exported: frozenset[str]) -> dict[str, tuple[str, ...]]:
