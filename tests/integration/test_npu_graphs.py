@@ -140,6 +140,24 @@ def _cases(worker: LLMWorker, name: str) -> dict[str, list[list[int]]]:
     return runs
 
 
+#: Decode steps per sync count: one step's count is that of a 1 + SYNC_STEPS token generation
+#: minus that of a 1-token one (prefill and sampling set-up cancel), as `benchmarks graphs`.
+SYNC_STEPS = 4
+
+
+def _decode_syncs(worker: LLMWorker, name: str) -> dict[str, Any]:
+    """Device-to-host syncs of one decode step of batch 3 (padded into the graph of 4): the
+    total (`HostOpCounter.syncs`, which includes device/stream `synchronize()` calls) and by
+    cause; `Event.synchronize()` waits are counted apart by the emulation."""
+    prompts = PROMPTS[:3]
+    one = worker.request("host_ops", name=name, prompts=prompts, max_tokens=1)
+    many = worker.request("host_ops", name=name, prompts=prompts, max_tokens=1 + SYNC_STEPS)
+    reasons = {k: (n - one["sync_reasons"].get(k, 0)) / SYNC_STEPS
+               for k, n in many["sync_reasons"].items()}
+    return {"syncs": (many["syncs"] - one["syncs"]) / SYNC_STEPS,
+            "reasons": {k: v for k, v in reasons.items() if v}}
+
+
 @pytest.fixture(scope="module")
 def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict[str, Any]:
     """Per graph engine: eager tokens (one eager engine per architecture), graph tokens, the
@@ -147,6 +165,7 @@ def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict
     the tokens with each fault injected and after clearing it."""
     worker = start_worker("npu-graphs", device="npu", **EMULATED)
     eager: dict[str, dict[str, list[list[int]]]] = {}
+    eager_syncs: dict[str, dict[str, Any]] = {}
     found: dict[str, Any] = {}
     for name, engine in GRAPH_ENGINES.items():
         model = str(tiny_models.path(engine.arch))
@@ -154,12 +173,14 @@ def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict
         if engine.arch not in eager:
             worker.request("load", name="eager", kwargs=_kwargs(model, None, ops), timeout=600)
             eager[engine.arch] = _cases(worker, "eager")
+            eager_syncs[engine.arch] = _decode_syncs(worker, "eager")
             worker.request("unload", name="eager")
         kwargs = _kwargs(model, engine.compilation, ops, engine.ascend_compilation)
         worker.request("load", name="graphs", kwargs=kwargs, timeout=600)
         graphs = _cases(worker, "graphs")
         report = worker.request("graph_report", name="graphs")["workers"][0]
         fusion = worker.request("fusion_report", name="graphs")
+        syncs = {"eager": eager_syncs[engine.arch], "graphs": _decode_syncs(worker, "graphs")}
         faults: dict[str, Any] = {}
         for fault in ("fresh_input",):  # skip_update hangs the device: its own process below
             worker.request("graph_fault", name="graphs", fault=fault)
@@ -168,7 +189,7 @@ def graph_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict
             faults[fault] = {"broken": broken, "cleared": _tokens(worker, "graphs", PROMPTS[:3])}
         worker.request("unload", name="graphs")
         found[name] = {"eager": eager[engine.arch], "graphs": graphs, "report": report,
-                       "fusion": fusion, "faults": faults}
+                       "fusion": fusion, "faults": faults, "syncs": syncs}
     return found
 
 
@@ -192,6 +213,20 @@ def test_decode_steps_replay_the_padded_capture_size(graph_runs, engine) -> None
         assert replays[size] >= MAX_TOKENS - 1, replays
     pieces = 3 if report["mode"] == "FULL_AND_PIECEWISE" else 0
     assert report["captures"] == len(CAPTURE_SIZES) * (1 + pieces)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_decode_step_synchronises_the_device_with_the_host_zero_times(
+        graph_runs, engine) -> None:
+    """Issue 43 item 6: a decode step (batch 3, in the graph of 4) reads nothing back from the
+    device, in the graph engine's decode replays and in eager mode alike: the runtime's step
+    preparation (slot mapping, attention metadata, the FULL parameter update) keeps every
+    count on the host, and vLLM's own runner needs no device-to-host sync in a decode step
+    (its waits are `Event.synchronize()`, counted apart). Any sync added to step preparation
+    shows here as a nonzero count with its cause."""
+    syncs = graph_runs[engine]["syncs"]
+    assert syncs["graphs"] == {"syncs": 0, "reasons": {}}, syncs
+    assert syncs["eager"] == {"syncs": 0, "reasons": {}}, syncs
 
 
 def _npu_sites(whole_forward: bool) -> dict[str, dict[str, int]]:

@@ -98,6 +98,36 @@ def test_npu_runtime_tokens_equal_the_host_cpu_platform(tiny_runs, arch, case) -
     assert npu == cpu
 
 
+#: A rope variant of the tiny llama: the same weights (same seed), another cos/sin cache (YaRN
+#: rescales the frequencies and multiplies cos and sin by its attention factor).
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+
+
+def test_two_bfloat16_engines_in_one_process_each_rotate_with_their_own_rope_cache(
+    tiny_models: Any, tmp_path: Any, start_worker: Callable[..., LLMWorker]
+) -> None:
+    """Issue 43 item 4: rope is correct for any number of engines per process. Two bfloat16
+    engines (the NPU kernels' dtype) run the rope custom op in one process: the tiny llama,
+    then the same weights with YaRN rope scaling. Their caches differ, so the second model's
+    tokens differ from the first's; a rope kernel that kept the first call's cos/sin cache
+    for the process (ATB's `_npu_rotary_embedding`, emulated with its static caches) would
+    rotate the second engine with the first's cache and so give exactly the first's tokens."""
+    from vllm_ascend.checkpoints.tiny_models import make_tiny_model
+
+    plain = str(tiny_models.path("llama"))
+    yarn = str(make_tiny_model("llama", tmp_path / "llama-yarn", layers=2, rope_scaling=YARN))
+    worker = start_worker("npu-runtime-two-ropes", device="npu", **EMULATED)
+    prompts: list[Any] = [_long_prompts()["chunked"], *SHORT_PROMPTS]
+    found = {}
+    for label, model in (("plain", plain), ("yarn", yarn)):
+        worker.request("load", name=label, kwargs=_kwargs(model, dtype="bfloat16"), timeout=600)
+        answer = worker.request("generate", name=label, prompts=prompts, max_tokens=MAX_TOKENS)
+        found[label] = [o["token_ids"] for o in answer["outputs"]]
+        worker.request("unload", name=label)
+    assert all(len(t) == MAX_TOKENS for run in found.values() for t in run), found
+    assert found["yarn"] != found["plain"], found
+
+
 CHAT_QUESTIONS = (
     "What is the capital of France?",
     "Write a haiku about the sea.",

@@ -234,11 +234,19 @@ def report() -> dict[str, Any]:
         lens = torch.tensor([2, 1, 3], device="npu")
         ids = torch.arange(3, device="npu")
         counts, waits = {}, {}
+
+        def _in_inference(fn):
+            with torch.inference_mode():
+                return fn()
         for case, fn in {
             "item": lambda: lens.sum().item(),
             "repeat_interleave": lambda: torch.repeat_interleave(ids, lens),
             "repeat_interleave_sized": lambda: torch.repeat_interleave(ids, lens,
                                                                        output_size=6),
+            "repeat_interleave_inference": lambda: _in_inference(
+                lambda: torch.repeat_interleave(ids, lens)),
+            "repeat_interleave_inference_sized": lambda: _in_inference(
+                lambda: torch.repeat_interleave(ids, lens, output_size=6)),
             "int": lambda: int(lens[-1]),
             "d2h": lambda: lens.cpu(),
             "synchronize": lambda: npu.synchronize(),
@@ -326,8 +334,12 @@ def test_fia_update_must_reissue_the_out_kernel_on_the_captured_buffers(report) 
 
 
 def test_sync_counter_counts_host_waits_and_unsized_repeat_interleave(report) -> None:
+    # under inference_mode (vLLM's step preparation) repeat_interleave reaches the counter as
+    # its self_Tensor overload, undecomposed
     assert report["syncs"] == {"item": 1, "repeat_interleave": 1, "repeat_interleave_sized": 0,
-                               "int": 1, "d2h": 1, "synchronize": 1, "stream_synchronize": 1,
+                               "repeat_interleave_inference": 1,
+                               "repeat_interleave_inference_sized": 0, "int": 1, "d2h": 1,
+                               "synchronize": 1, "stream_synchronize": 1,
                                "event_synchronize": 0, "device_math": 0}
     # an event's synchronize() is counted apart (vLLM's runner waits on its own events)
     assert report["event_waits"]["event_synchronize"] == 1

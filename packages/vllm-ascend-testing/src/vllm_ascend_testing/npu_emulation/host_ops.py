@@ -15,14 +15,16 @@ from vllm_ascend_testing.npu_emulation.capture_rules import reads_host
 from vllm_ascend_testing.npu_emulation.host_code import is_host_code, npu_tensors, run_host_code
 
 _aten = torch.ops.aten
+_UNSIZED_REPEAT_INTERLEAVE = (_aten.repeat_interleave.Tensor, _aten.repeat_interleave.self_Tensor)
 
 
 def sync_reason(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Why dispatching ``func`` on npu operands makes the host wait for the device, if it
     does: a host read or device-to-host copy, or ``repeat_interleave`` without
     ``output_size`` (its output size is data the host must read first)."""
-    if func is _aten.repeat_interleave.Tensor and kwargs.get("output_size") is None and (
-            len(args) < 2 or args[1] is None):
+    # ``output_size`` is keyword-only in both overloads; ``self_Tensor`` reaches the mode
+    # undecomposed under ``torch.inference_mode()`` (how vLLM's runner prepares a step).
+    if func in _UNSIZED_REPEAT_INTERLEAVE and kwargs.get("output_size") is None:
         return "repeat_interleave without output_size"
     if reads_host(func, args, kwargs):
         return str(func)
