@@ -10,6 +10,7 @@ NPU after ``set_device``), :meth:`~RankDuties.bind_late_threads` (once the model
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +104,16 @@ class RankDuties:
 
     def mark_engine_ready(self) -> None:
         """Mark the engine ready; every later compile or capture writes the report again."""
-        self.ascend_engine.mark_ready(self._report_serving)
+        # Weakly: the engine lives as long as its VllmConfig, and a worker reached from it would
+        # keep that config, the model and its device memory alive after the LLM is freed.
+        report = weakref.WeakMethod(self._report_serving)
+
+        def report_serving() -> None:
+            method = report()
+            if method is not None:
+                method()
+
+        self.ascend_engine.mark_ready(report_serving)
         self.report_rank("warmed_up")
 
     def _report_serving(self) -> None:
