@@ -32,12 +32,12 @@ from vllm_ascend.doctor.import_advice import torch_import_problem
 from vllm_ascend.entrypoints.console import write_stdout
 from vllm_ascend.entrypoints.local_engine import engine_env, llm_kwargs
 from vllm_ascend.entrypoints.model_dir import read_model_config
-from vllm_ascend.process.process_setup import current_process_setup
-from vllm_ascend.process.process_tree import (
+from vllm_ascend.process.owned_tree import (
     become_subreaper,
     end_process_tree,
     interrupt_on_sigterm,
 )
+from vllm_ascend.process.process_setup import current_process_setup
 
 REAL_MODEL: Final = "smollm2"
 # --model choice -> tiny-model factory arch.

@@ -29,7 +29,7 @@ from vllm_ascend.base.npu_device import NpuRuntimeMissingError, torch_npu
 from vllm_ascend.doctor.import_advice import torch_import_problem
 from vllm_ascend.platform.device_probe import read_device_mode
 from vllm_ascend.process.compat_adjustments import apply_command_adjustments
-from vllm_ascend.process.process_tree import (
+from vllm_ascend.process.owned_tree import (
     become_subreaper,
     end_process_tree,
     interrupt_on_sigterm,

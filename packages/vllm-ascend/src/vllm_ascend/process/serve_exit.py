@@ -41,7 +41,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_ascend.process.process_tree import interrupt_start_up
+from vllm_ascend.process.owned_tree import interrupt_start_up
 
 logger = logging.getLogger("vllm_ascend.serve")
 

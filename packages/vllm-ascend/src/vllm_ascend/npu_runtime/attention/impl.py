@@ -18,8 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ascend_kernels.fia_graph import fia_lengths, launch_fia_task, new_fia_task
-from ascend_kernels.npu_loader import npu_registration
 from vllm.config import get_current_vllm_config
 from vllm.v1.attention.backend import AttentionImpl, AttentionType
 
@@ -54,6 +52,10 @@ def _step_metadata(forward_context: Any) -> AscendMetadata:
 
 def _torch_npu() -> Any:
     """The torch_npu module the ascend kernels are bound to (FIA's graph task needs it)."""
+    # Local: importing ascend_kernels looks torch_npu up and registers its kernels; that
+    # belongs to a running NPU runtime, not to importing this module.
+    from ascend_kernels.npu_loader import npu_registration
+
     module = npu_registration.module
     if module is None:
         raise RuntimeError("a FULL graph holds FIA kernels, but torch_npu's kernels are not "
@@ -171,6 +173,8 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         """The layer's FIA task in the graph being captured, remembered with its handle and
         event in the engine's graph parameters for this capture size (the workspace is taken
         once per size and shared by the layers)."""
+        # Local: importing ascend_kernels looks torch_npu up (see _torch_npu).
+        from ascend_kernels.fia_graph import fia_lengths, launch_fia_task, new_fia_task
         from vllm.forward_context import get_forward_context
 
         descriptor = get_forward_context().batch_descriptor
@@ -214,6 +218,9 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         lengths on ``update_stream`` (the same kernel, workspace and output), recording each
         task's event after its update. ``graph_params``: the store the replaying wrapper
         holds (default: the engine's)."""
+        # Local: importing ascend_kernels looks torch_npu up (see _torch_npu).
+        from ascend_kernels.fia_graph import fia_lengths, launch_fia_task
+
         if draft_attn_metadatas is not None:
             raise NotImplementedError("the Ascend attention backend has no draft-model graphs")
         store = graph_params if graph_params is not None else graph_params_for(vllm_config)

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ascend_kernels.npu_loader import npu_registration
-from ascend_kernels.ops.attention import fia_unsupported_reason
 from vllm.v1.attention.backend import (
     AttentionCGSupport,
     AttentionMetadata,
@@ -62,6 +60,11 @@ def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[
 def fia_graph_refusal(vllm_config: Any, kv_cache_spec: Any) -> str | None:
     """Why this model's attention cannot be a FULL-graph task (FIA cannot run it, or torch_npu's
     kernels are not there), or ``None``. Decided from shapes and dtypes only."""
+    # Local: importing ascend_kernels looks torch_npu up and registers its kernels; that
+    # belongs to a running NPU runtime, not to importing this module.
+    from ascend_kernels.npu_loader import npu_registration
+    from ascend_kernels.ops.attention import fia_unsupported_reason
+
     if npu_registration.module is None:
         why = npu_registration.error or "no torch_npu"
         return f"torch_npu's kernels are not registered ({why})"

@@ -10,7 +10,7 @@ import time
 # A middle process starts a sleeper and exits at once: the sleeper is an orphan.
 ORPHAN_TREE = """
 import os, subprocess, sys, time
-from vllm_ascend.process.process_tree import become_subreaper, end_process_tree
+from vllm_ascend.process.owned_tree import become_subreaper, end_process_tree
 assert become_subreaper()
 middle = subprocess.Popen([sys.executable, "-c",
     "import subprocess, sys; p = subprocess.Popen(['sleep', '300']); print(p.pid)"],
@@ -42,7 +42,7 @@ def test_an_orphaned_grandchild_is_adopted_and_ended() -> None:
 
 SIGTERM_DURING_START_UP = """
 import subprocess, time
-from vllm_ascend.process.process_tree import become_subreaper, interrupt_on_sigterm
+from vllm_ascend.process.owned_tree import become_subreaper, interrupt_on_sigterm
 become_subreaper()
 interrupt_on_sigterm(exit_status=7)
 child = subprocess.Popen(["sleep", "300"])
@@ -61,7 +61,7 @@ while True:  # a "start-up" that never unwinds: only the bound ends it
 def test_sigterm_ends_the_tree_and_the_process_within_the_bound() -> None:
     import signal
 
-    from vllm_ascend.process.process_tree import EXIT_BOUND_S
+    from vllm_ascend.process.owned_tree import EXIT_BOUND_S
 
     proc = subprocess.Popen([sys.executable, "-c", SIGTERM_DURING_START_UP],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
