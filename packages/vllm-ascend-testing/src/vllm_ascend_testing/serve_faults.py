@@ -55,6 +55,7 @@ def fault_during_load(
     *,
     extra_body: Mapping[str, Any] | None = None,
     after_first_token: bool = True,
+    by_first_token: bool = False,
     first_token_timeout: float = 120.0,
     settle_s: float = 0.5,
     exit_timeout: float = 120.0,
@@ -62,8 +63,9 @@ def fault_during_load(
     grace: float = 10.0,
 ) -> FaultOutcome:
     """Send `requests`; `settle_s` after the first streamed token (with `after_first_token`
-    off: after the requests were sent), call `fault` with the server's process tree; then wait
-    (bounded) for the server to exit and the load to end.
+    off: after the requests were sent; with `by_first_token` too: at the first streamed token,
+    or `settle_s` after the requests were sent if none came by then), call `fault` with the
+    server's process tree; then wait (bounded) for the server to exit and the load to end.
 
     A first token seen by the client can come late on a loaded host: the API server may pass
     it on only when the engine has nearly finished. Off, the fault is sure to find every
@@ -77,7 +79,12 @@ def fault_during_load(
             server.kill_group()  # the load then ends with connection errors
             raise ServerError(f"no streamed token within {first_token_timeout} s\n"
                               f"{server.log_tail()}")
-        time.sleep(settle_s)
+        if after_first_token or not by_first_token:
+            time.sleep(settle_s)
+        else:
+            # A fast host can finish long requests within a fixed delay; a loaded one passes
+            # the first token on late: whichever comes first.
+            first.wait(settle_s)
         tree = process_tree(server.proc.pid)
         start = time.monotonic()
         fault_at = time.perf_counter()
