@@ -1,9 +1,10 @@
 """`vllm-ascend serve --tensor-parallel-size 2` when one TP worker is killed mid-request.
 
 At the first streamed token of 8 long requests (3 s after they were sent at the latest), rank
-1's worker process gets SIGKILL (an OOM kill, a crashed device driver). The server must fail the open requests with an error answer,
-log that the engine died, exit with `ENGINE_DIED_STATUS` within a bound (vLLM 0.32 alone exits
-0), and leave none of its processes (API server, engine core, the other worker) behind.
+1's worker process gets SIGKILL (an OOM kill, a crashed device driver). The server must fail
+the open requests with an error answer, log that the engine died, exit with
+`ENGINE_DIED_STATUS` within a bound (vLLM 0.32 alone exits 0), and leave none of its processes
+(API server, engine core, the other worker) behind.
 A SIGTERM while the engine core or its workers start leaves none either, within 10 s.
 """
 
