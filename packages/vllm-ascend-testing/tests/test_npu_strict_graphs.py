@@ -4,26 +4,12 @@ updates held to the hardware's rules, and the asynchronous update stream ordered
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from typing import Any
 
 import pytest
+from vllm_ascend_testing.fresh_interpreter import run_json as run
 
 EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
-
-
-def run(code: str, env: dict[str, str]) -> Any:
-    """``code`` in a fresh interpreter with ``env`` added; the JSON line it prints last."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}
-    full.update(env)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,23 @@
+"""Code run in a fresh interpreter, for tests of process-wide state (the emulated device)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+
+def run_json(code: str, env: Mapping[str, str], timeout: float = 600.0) -> Any:
+    """``code`` (dedented) in a fresh interpreter with ``env`` added to this process's
+    environment less its ``VLLM_ASCEND_EMULATED*`` variables; the JSON of the last line it
+    prints. AssertionError with the end of its stderr when it fails."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}
+    full.update(env)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
