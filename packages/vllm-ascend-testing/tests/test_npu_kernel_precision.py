@@ -1,6 +1,6 @@
 """The emulated torch_npu kernels round bfloat16 once: each output is the float64 math of its
 bfloat16 inputs, rounded once to bfloat16 (the documented kernels compute in float32 inside
-and cast at the end; the harness README's "Numerics"). A kernel that rounded an intermediate
+and cast at the end; the harness README's contracts list). A kernel that rounded an intermediate
 to bfloat16 (the residual sum before the norm, silu before the product, cos/sin, q.k^T, the
 softmax) would miss the correctly rounded value at a large share of the elements.
 
@@ -53,7 +53,8 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         inv = 1.0 / 10000 ** (torch.arange(0, {HEAD_DIM}, 2, dtype=torch.float64) / {HEAD_DIM})
         angles = torch.arange(2048, dtype=torch.float64)[:, None] * inv[None]
         cache = torch.cat([angles.cos(), angles.sin()], -1).to(bf)
-        q, k = torch.randn(64, {HEADS * HEAD_DIM}).to(bf), torch.randn(64, {KV_HEADS * HEAD_DIM}).to(bf)
+        q = torch.randn(64, {HEADS * HEAD_DIM}).to(bf)
+        k = torch.randn(64, {KV_HEADS * HEAD_DIM}).to(bf)
         q_out, k_out = torch_npu.npu_mrope(npu(positions), npu(q), npu(k), npu(cache), {HEAD_DIM},
                                            mrope_section=[0, 0, 0], rotary_mode="half")
         saved["mrope"] = dict(positions=positions, q=q, k=k, cache=cache, q_out=q_out.cpu(),
