@@ -1,8 +1,8 @@
 """The emulated torch_npu kernels round bfloat16 once: each output is the float64 math of its
 bfloat16 inputs, rounded once to bfloat16 (the documented kernels compute in float32 inside
 and cast at the end; the harness README's contracts list). A kernel that rounded an intermediate
-to bfloat16 (the residual sum before the norm, silu before the product, cos/sin, q.k^T, the
-softmax) would miss the correctly rounded value at a large share of the elements.
+to bfloat16 (the residual sum before the norm, silu before the product, q.k^T, the softmax)
+would miss the correctly rounded value at a large share of the elements.
 
 Expected values: the math written out here in float64 on the inputs the kernel was given.
 A float32 computation rounded once matches the correctly rounded value except where the
