@@ -69,7 +69,8 @@ def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor,
 
 def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
                      epsilon: float = 1e-6) -> tuple[torch.Tensor, ...]:
-    """``ascend::add_rms_norm``: rms_norm(x1 + x2), its rstd and x1 + x2."""
+    """``ascend::add_rms_norm``: rms_norm(x1 + x2) and its rstd, both of the float32 sum, and
+    x1 + x2 rounded once to the inputs' dtype."""
     for name, t in (("x1", x1), ("x2", x2), ("gamma", gamma)):
         require_dtype("npu_add_rms_norm", name, t, NORM_DTYPES, NORM_SOURCE)
     if not x1.dtype == x2.dtype == gamma.dtype:
@@ -78,8 +79,9 @@ def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
     a, g = _flat_norm(x1, gamma)
     b, _ = _flat_norm(x2, gamma)
     y, summed = _reference("norm").add_rms_norm(a, b, g, epsilon)
-    return (y.reshape(x1.shape), _rstd(summed.reshape(x1.shape), gamma, epsilon),
-            summed.reshape(x1.shape))
+    # rstd of the float32 sum the norm used, not of the sum rounded to x's dtype
+    sum32 = x1.float() + x2.float()
+    return y.reshape(x1.shape), _rstd(sum32, gamma, epsilon), summed.reshape(x1.shape)
 
 
 def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
