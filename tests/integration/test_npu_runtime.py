@@ -180,16 +180,23 @@ def test_smollm2_float32_on_the_npu_runtime_gives_transformers_greedy_tokens(
     assert engine == reference
 
 
-def test_tp2_over_two_emulated_npus_gives_tp1_tokens(
+def test_tp2_over_two_emulated_npus_in_graph_mode_gives_tp1_tokens(
     tiny_models: Any, tiny_runs: dict[str, Any], start_worker: Callable[..., LLMWorker]
 ) -> None:
-    """Two workers, one emulated NPU each, the hccl process group between them."""
+    """Two workers, one emulated NPU each, the hccl process group between them, float32, in
+    the runtime's graph mode without compilation (FULL_DECODE_ONLY: a float32 model's attention
+    gets no FULL graph, so decodes run eagerly; the bfloat16 graphs are in
+    test_npu_graphs.py): TP=1's tokens with a chunked prefill and a prefix hit."""
     worker = start_worker("npu-runtime-tp2", device="npu", VLLM_ASCEND_EMULATED_NPUS="2")
-    kwargs = _kwargs(str(tiny_models.path("llama")), tensor_parallel_size=2)
-    worker.request("load", name="tp2", kwargs=kwargs, timeout=600)
-    answer = worker.request("generate", name="tp2", prompts=SHORT_PROMPTS, max_tokens=MAX_TOKENS)
+    graphs = {"mode": 0, "cudagraph_capture_sizes": [1, 2]}
+    runs = _run(worker, "tp2", str(tiny_models.path("llama")), tensor_parallel_size=2,
+                enforce_eager=False, compilation_config=graphs)
+    log = worker.log_path.read_text(errors="replace")
     worker.close()
-    assert [o["token_ids"] for o in answer["outputs"]] == tiny_runs["llama"]["npu"]["short"]
+    assert runs == tiny_runs["llama"]["npu"]
+    # The graph mode chosen for the two ranks (it used to be NONE, "runs eagerly").
+    assert ("NPU graphs: cudagraph_mode FULL_AND_PIECEWISE needs compilation (mode 0); using "
+            "FULL_DECODE_ONLY") in log, log[-3000:]
 
 
 @pytest.mark.parametrize(("arch", "npus"), [("qwen3", 1), ("llama", 2)])

@@ -63,10 +63,22 @@ def test_trailing_padding_requests_get_no_query_tokens() -> None:
     assert without_padding_queries([1, 2], [0, 0]) == [0, 0]  # nothing real
 
 
-@pytest.mark.parametrize(("ranks", "expected"), [(1, CUDAGraphMode.FULL_DECODE_ONLY),
-                                                 (2, CUDAGraphMode.NONE)])
-def test_graphs_are_captured_for_one_rank_only(ranks, expected) -> None:
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_tensor_parallel_ranks_keep_their_graphs(ranks) -> None:
     config = _config(CUDAGraphMode.FULL_DECODE_ONLY, CompilationMode.NONE, ranks=ranks)
     note = choose_graph_mode(config)
+    assert config.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+    assert note is not None and "runs eagerly" not in note
+
+
+@pytest.mark.parametrize(("ranks", "expected"), [(1, CUDAGraphMode.FULL_DECODE_ONLY),
+                                                 (2, CUDAGraphMode.NONE)])
+def test_expert_parallel_ranks_run_eagerly_with_one_line_naming_the_all_to_all(
+    ranks, expected
+) -> None:
+    config = _config(CUDAGraphMode.FULL_DECODE_ONLY, CompilationMode.NONE, ranks=ranks)
+    config.parallel_config.enable_expert_parallel = True
+    note = choose_graph_mode(config)
     assert config.compilation_config.cudagraph_mode == expected
-    assert note is not None and ("runs eagerly" in note) == (ranks > 1)
+    assert note is not None
+    assert ("all-to-all" in note and "runs eagerly" in note) == (ranks > 1)
