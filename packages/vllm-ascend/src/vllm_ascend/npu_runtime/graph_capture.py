@@ -39,7 +39,7 @@ def npu_capture_context() -> Iterator[None]:
     from vllm.v1.worker import gpu_model_runner
 
     original = gpu_model_runner.graph_capture
-    gpu_model_runner.graph_capture = npu_graph_capture  # type: ignore[assignment]
+    gpu_model_runner.graph_capture = npu_graph_capture
     try:
         yield
     finally:
