@@ -13,10 +13,11 @@ from vllm_ascend.npu_runtime.attention.metadata import without_padding_queries
 
 
 def _config(mode: CUDAGraphMode | None, compile_mode: CompilationMode,
-            eager: bool = False, ranks: int = 1) -> Any:
+            eager: bool = False, ranks: int = 1, stages: int = 1) -> Any:
     return types.SimpleNamespace(
         model_config=types.SimpleNamespace(enforce_eager=eager),
-        parallel_config=types.SimpleNamespace(world_size=ranks),
+        parallel_config=types.SimpleNamespace(world_size=ranks * stages,
+                                              pipeline_parallel_size=stages),
         compilation_config=types.SimpleNamespace(cudagraph_mode=mode, mode=compile_mode,
                                                  splitting_ops=["vllm::x"]),
         kernel_config=types.SimpleNamespace(enable_jit_warmup=True),
@@ -82,3 +83,15 @@ def test_expert_parallel_ranks_run_eagerly_with_one_line_naming_the_all_to_all(
     assert config.compilation_config.cudagraph_mode == expected
     assert note is not None
     assert ("all-to-all" in note and "runs eagerly" in note) == (ranks > 1)
+
+
+@pytest.mark.parametrize(("stages", "expected"), [(1, CUDAGraphMode.FULL_DECODE_ONLY),
+                                                  (2, CUDAGraphMode.NONE)])
+def test_pipeline_stages_run_eagerly_with_one_line_naming_the_send_recv(
+    stages, expected
+) -> None:
+    config = _config(CUDAGraphMode.FULL_DECODE_ONLY, CompilationMode.NONE, stages=stages)
+    note = choose_graph_mode(config)
+    assert config.compilation_config.cudagraph_mode == expected
+    assert note is not None
+    assert ("send/recv" in note and "runs eagerly" in note) == (stages > 1)

@@ -144,8 +144,14 @@ def choose_graph_mode(vllm_config: Any) -> str | None:
     parallel = getattr(vllm_config, "parallel_config", None)
     ranks = int(getattr(parallel, "world_size", 1) or 1)
     # HCCL's all-reduce, all-gather, reduce-scatter and broadcast are device work a graph
-    # holds (TP); PP's send/recv run between the stages' graphs. Expert parallelism's
-    # all-to-all is not one of them.
+    # holds (TP). Expert parallelism's all-to-all is not one of them; PP's stage-to-stage
+    # send/recv runs between the graphs, but graphs with PP are not proven on this runtime.
+    stages = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+    if stages > 1:
+        cc.cudagraph_mode = CUDAGraphMode.NONE
+        return (f"NPU graphs: cudagraph_mode {mode.name} asked with {stages} pipeline stages; "
+                "the NPU runtime has not proven graphs around the stages' send/recv, so this "
+                "engine runs eagerly")
     if ranks > 1 and getattr(parallel, "enable_expert_parallel", False):
         cc.cudagraph_mode = CUDAGraphMode.NONE
         return (f"NPU graphs: cudagraph_mode {mode.name} asked with {ranks} ranks and expert "
