@@ -206,15 +206,20 @@ def test_serve_with_defaults_answers_the_openai_client_and_exits_cleanly(
 ) -> None:
     """`vllm-ascend serve MODEL` with no memory, eager or custom-op flag (the emulated NPUs
     have the default 32 GiB; vLLM sizes the KV cache to it), alone and with `-tp 2` over two
-    NPUs: chat completions streamed and not, then a SIGINT stop with status 0 and no
-    traceback in any process's output."""
+    NPUs, both in the default graph mode: chat completions streamed and not, then a SIGINT
+    stop with status 0 and no traceback in any process's output."""
+    import re
+
     from openai import OpenAI
     from vllm_ascend_testing.serve_process import VllmServer
 
     env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS=str(npus))
     env.pop("VLLM_ASCEND_EMULATED_HBM_GIB", None)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    args = ["--served-model-name", "tiny"] + (["-tp", str(npus)] if npus > 1 else [])
+    # -tp 2 with at most 4 sequences: graphs of 1, 2 and 4 tokens (the default capture sizes
+    # follow --max-num-seqs), captured on both ranks.
+    args = ["--served-model-name", "tiny"] + (
+        ["-tp", str(npus), "--max-num-seqs", "4"] if npus > 1 else [])
     server = VllmServer(tiny_models.path(arch), args, env, tmp_path / "serve.log")
     with server:
         server.wait_healthy(timeout=600)
@@ -231,6 +236,10 @@ def test_serve_with_defaults_answers_the_openai_client_and_exits_cleanly(
         assert "NPUPlatform" in server.log() or "device_config=npu" in server.log()
         # vLLM sized the KV cache from the emulated 32 GiB (0.92 of it, less the model).
         assert "Free memory on device (32.0/32.0 GiB) on startup" in server.log()
+        # Every rank captured graphs in the default graph mode (before issue 44, -tp 2 ran
+        # eagerly and logged no capture).
+        modes = re.findall(r"NPU graphs: cudagraph_mode (\w+), capture sizes", server.log())
+        assert len(modes) == npus and "NONE" not in modes, server.log_tail(120)
     assert server.proc.returncode == 0, server.log_tail()
     assert "Traceback" not in server.log(), server.log_tail(120)
 
