@@ -73,7 +73,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
              for rank in range(2)]
     found = []
     for proc in procs:
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         found.append(json.loads(out.strip().splitlines()[-1]))
     return found

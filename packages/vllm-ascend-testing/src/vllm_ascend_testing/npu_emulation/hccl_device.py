@@ -86,9 +86,12 @@ class DeviceExchange:
         ordered pair keeps consecutive barriers apart)."""
         for fd in self._writes.values():
             os.write(fd, b"\0")
+        wait_ms = None if self._timeout is None else int(self._timeout * 1000)
         for peer, fd in self._reads.items():
-            ready, _, _ = select.select([fd], [], [], self._timeout)
-            if not ready:
+            # poll, not select: a worker may hold file descriptors above select's 1024.
+            waiter = select.poll()
+            waiter.register(fd, select.POLLIN)
+            if not waiter.poll(wait_ms):
                 raise RuntimeError(f"hccl (emulated): rank {peer} did not reach the collective "
                                    f"of rank {self.rank} within {self._timeout} s")
             os.read(fd, 1)
