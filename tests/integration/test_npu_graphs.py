@@ -201,6 +201,36 @@ def test_full_decode_graphs_give_eager_tokens(graph_runs, engine, case) -> None:
     assert graphs == eager
 
 
+#: TP=2's capture sizes: batch 1 replays the graph of 2 and batch 3 the graph of 4 (both
+#: padded); batches 5 and 7 run eagerly.
+TP2_SIZES = [2, 4]
+
+
+def test_tp2_full_decode_graphs_give_the_tp1_tokens(
+    graph_runs: dict[str, Any], tiny_models: Any, start_worker: Callable[..., LLMWorker]
+) -> None:
+    """Issue 44 item 2: the tiny llama over two emulated NPUs (TP=2, bfloat16) captures FULL
+    decode graphs, whose all-reduces are the emulated hccl's device kernels, on both ranks,
+    replays them, and gives TP=1 eager's tokens in every case (padded batches, eager batches
+    above the largest graph, a prefix hit, a chunked prefill beside decodes). A replayed
+    all-reduce that read its input buffer as it was at capture would change the tokens."""
+    worker = start_worker("npu-graphs-tp2", device="npu", VLLM_ASCEND_EMULATED_NPUS="2")
+    kwargs = _kwargs(str(tiny_models.path("llama")), FULL_DECODE_ONLY, CUSTOM_OPS["llama"])
+    kwargs["compilation_config"]["cudagraph_capture_sizes"] = TP2_SIZES
+    kwargs["tensor_parallel_size"] = 2
+    worker.request("load", name="tp2", kwargs=kwargs, timeout=600)
+    runs = _cases(worker, "tp2")
+    reports = worker.request("graph_report", name="tp2")["workers"]
+    worker.close()
+    assert runs == graph_runs["llama"]["eager"]
+    assert len(reports) == 2, reports
+    for report in reports:
+        assert report["mode"] == "FULL_DECODE_ONLY", report
+        replays = {int(k): v for k, v in report["replays"].items()}
+        assert sorted(replays) == TP2_SIZES, report
+        assert all(n >= MAX_TOKENS - 1 for n in replays.values()), report
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_decode_steps_replay_the_padded_capture_size(graph_runs, engine) -> None:
     """Every capture size was captured as a FULL graph; batches of 1, 3 (-> 4), 5 and 7

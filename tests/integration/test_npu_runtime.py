@@ -180,16 +180,23 @@ def test_smollm2_float32_on_the_npu_runtime_gives_transformers_greedy_tokens(
     assert engine == reference
 
 
-def test_tp2_over_two_emulated_npus_gives_tp1_tokens(
+def test_tp2_over_two_emulated_npus_in_graph_mode_gives_tp1_tokens(
     tiny_models: Any, tiny_runs: dict[str, Any], start_worker: Callable[..., LLMWorker]
 ) -> None:
-    """Two workers, one emulated NPU each, the hccl process group between them."""
+    """Two workers, one emulated NPU each, the hccl process group between them, float32, in
+    the runtime's graph mode without compilation (FULL_DECODE_ONLY: a float32 model's attention
+    gets no FULL graph, so decodes run eagerly; the bfloat16 graphs are in
+    test_npu_graphs.py): TP=1's tokens with a chunked prefill and a prefix hit."""
     worker = start_worker("npu-runtime-tp2", device="npu", VLLM_ASCEND_EMULATED_NPUS="2")
-    kwargs = _kwargs(str(tiny_models.path("llama")), tensor_parallel_size=2)
-    worker.request("load", name="tp2", kwargs=kwargs, timeout=600)
-    answer = worker.request("generate", name="tp2", prompts=SHORT_PROMPTS, max_tokens=MAX_TOKENS)
+    graphs = {"mode": 0, "cudagraph_capture_sizes": [1, 2]}
+    runs = _run(worker, "tp2", str(tiny_models.path("llama")), tensor_parallel_size=2,
+                enforce_eager=False, compilation_config=graphs)
+    log = worker.log_path.read_text(errors="replace")
     worker.close()
-    assert [o["token_ids"] for o in answer["outputs"]] == tiny_runs["llama"]["npu"]["short"]
+    assert runs == tiny_runs["llama"]["npu"]
+    # The graph mode chosen for the two ranks (it used to be NONE, "runs eagerly").
+    assert ("NPU graphs: cudagraph_mode FULL_AND_PIECEWISE needs compilation (mode 0); using "
+            "FULL_DECODE_ONLY") in log, log[-3000:]
 
 
 @pytest.mark.parametrize(("arch", "npus"), [("qwen3", 1), ("llama", 2)])
@@ -199,15 +206,20 @@ def test_serve_with_defaults_answers_the_openai_client_and_exits_cleanly(
 ) -> None:
     """`vllm-ascend serve MODEL` with no memory, eager or custom-op flag (the emulated NPUs
     have the default 32 GiB; vLLM sizes the KV cache to it), alone and with `-tp 2` over two
-    NPUs: chat completions streamed and not, then a SIGINT stop with status 0 and no
-    traceback in any process's output."""
+    NPUs, both in the default graph mode: chat completions streamed and not, then a SIGINT
+    stop with status 0 and no traceback in any process's output."""
+    import re
+
     from openai import OpenAI
     from vllm_ascend_testing.serve_process import VllmServer
 
     env = make_env(device="npu", VLLM_ASCEND_EMULATED_NPUS=str(npus))
     env.pop("VLLM_ASCEND_EMULATED_HBM_GIB", None)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    args = ["--served-model-name", "tiny"] + (["-tp", str(npus)] if npus > 1 else [])
+    # -tp 2 with at most 4 sequences: graphs of 1, 2 and 4 tokens (the default capture sizes
+    # follow --max-num-seqs), captured on both ranks.
+    args = ["--served-model-name", "tiny"] + (
+        ["-tp", str(npus), "--max-num-seqs", "4"] if npus > 1 else [])
     server = VllmServer(tiny_models.path(arch), args, env, tmp_path / "serve.log")
     with server:
         server.wait_healthy(timeout=600)
@@ -224,6 +236,10 @@ def test_serve_with_defaults_answers_the_openai_client_and_exits_cleanly(
         assert "NPUPlatform" in server.log() or "device_config=npu" in server.log()
         # vLLM sized the KV cache from the emulated 32 GiB (0.92 of it, less the model).
         assert "Free memory on device (32.0/32.0 GiB) on startup" in server.log()
+        # Every rank captured graphs in the default graph mode (before issue 44, -tp 2 ran
+        # eagerly and logged no capture).
+        modes = re.findall(r"NPU graphs: cudagraph_mode (\w+), capture sizes", server.log())
+        assert len(modes) == npus and "NONE" not in modes, server.log_tail(120)
     assert server.proc.returncode == 0, server.log_tail()
     assert "Traceback" not in server.log(), server.log_tail(120)
 

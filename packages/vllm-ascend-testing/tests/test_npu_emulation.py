@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,44 +173,6 @@ def test_transformers_forward_on_npu_equals_cpu() -> None:
     """, EMU)
     assert r["device"] == "npu:0"
     assert r["diff"] <= 1e-5
-
-
-HCCL_WORKER = """
-import json, sys, torch, torch.distributed as dist
-rank, rdv = int(sys.argv[1]), sys.argv[2]
-dist.init_process_group("hccl", init_method=f"file://{rdv}", rank=rank, world_size=2)
-torch.npu.set_device(rank)
-t = torch.full((3,), float(rank + 1), device=f"npu:{rank}")
-dist.all_reduce(t)
-out = torch.empty(6, device=f"npu:{rank}")
-dist.all_gather_into_tensor(out, t * (rank + 1))
-part = torch.empty(3, device=f"npu:{rank}")
-dist.reduce_scatter_tensor(part, torch.arange(6.0, device=f"npu:{rank}") * (rank + 1))
-print(json.dumps({"sum": t.cpu().tolist(), "gather": out.cpu().tolist(),
-                  "scatter": part.cpu().tolist(),
-                  "backend": dist.get_backend(), "device": str(t.device)}))
-dist.destroy_process_group()
-"""
-
-
-def test_hccl_all_reduce_across_two_processes(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}
-    env.update(EMU)
-    procs = [subprocess.Popen([sys.executable, "-c", HCCL_WORKER, str(rank),
-                               str(tmp_path / "rdv")], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
-    r = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-3000:]
-        r.append(json.loads(out.strip().splitlines()[-1]))
-    # rank 0 holds 1s, rank 1 holds 2s: the sum is 3; the gather takes 3*1 and 3*2.
-    assert [o["sum"] for o in r] == [[3.0, 3.0, 3.0]] * 2
-    assert [o["gather"] for o in r] == [[3.0, 3.0, 3.0, 6.0, 6.0, 6.0]] * 2
-    # reduce-scatter of arange(6) * 1 + arange(6) * 2 = 3 * arange(6), split in halves.
-    assert [o["scatter"] for o in r] == [[0.0, 3.0, 6.0], [9.0, 12.0, 15.0]]
-    assert [o["device"] for o in r] == ["npu:0", "npu:1"]
-    assert {o["backend"] for o in r} == {"hccl"}
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,11 @@ from vllm_ascend.npu_runtime.attention.metadata import without_padding_queries
 
 
 def _config(mode: CUDAGraphMode | None, compile_mode: CompilationMode,
-            eager: bool = False, ranks: int = 1) -> Any:
+            eager: bool = False, ranks: int = 1, stages: int = 1) -> Any:
     return types.SimpleNamespace(
         model_config=types.SimpleNamespace(enforce_eager=eager),
-        parallel_config=types.SimpleNamespace(world_size=ranks),
+        parallel_config=types.SimpleNamespace(world_size=ranks * stages,
+                                              pipeline_parallel_size=stages),
         compilation_config=types.SimpleNamespace(cudagraph_mode=mode, mode=compile_mode,
                                                  splitting_ops=["vllm::x"]),
         kernel_config=types.SimpleNamespace(enable_jit_warmup=True),
@@ -63,10 +64,34 @@ def test_trailing_padding_requests_get_no_query_tokens() -> None:
     assert without_padding_queries([1, 2], [0, 0]) == [0, 0]  # nothing real
 
 
-@pytest.mark.parametrize(("ranks", "expected"), [(1, CUDAGraphMode.FULL_DECODE_ONLY),
-                                                 (2, CUDAGraphMode.NONE)])
-def test_graphs_are_captured_for_one_rank_only(ranks, expected) -> None:
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_tensor_parallel_ranks_keep_their_graphs(ranks) -> None:
     config = _config(CUDAGraphMode.FULL_DECODE_ONLY, CompilationMode.NONE, ranks=ranks)
     note = choose_graph_mode(config)
+    assert config.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+    assert note is not None and "runs eagerly" not in note
+
+
+@pytest.mark.parametrize(("ranks", "expected"), [(1, CUDAGraphMode.FULL_DECODE_ONLY),
+                                                 (2, CUDAGraphMode.NONE)])
+def test_expert_parallel_ranks_run_eagerly_with_one_line_naming_the_all_to_all(
+    ranks, expected
+) -> None:
+    config = _config(CUDAGraphMode.FULL_DECODE_ONLY, CompilationMode.NONE, ranks=ranks)
+    config.parallel_config.enable_expert_parallel = True
+    note = choose_graph_mode(config)
     assert config.compilation_config.cudagraph_mode == expected
-    assert note is not None and ("runs eagerly" in note) == (ranks > 1)
+    assert note is not None
+    assert ("all-to-all" in note and "runs eagerly" in note) == (ranks > 1)
+
+
+@pytest.mark.parametrize(("stages", "expected"), [(1, CUDAGraphMode.FULL_DECODE_ONLY),
+                                                  (2, CUDAGraphMode.NONE)])
+def test_pipeline_stages_run_eagerly_with_one_line_naming_the_send_recv(
+    stages, expected
+) -> None:
+    config = _config(CUDAGraphMode.FULL_DECODE_ONLY, CompilationMode.NONE, stages=stages)
+    note = choose_graph_mode(config)
+    assert config.compilation_config.cudagraph_mode == expected
+    assert note is not None
+    assert ("send/recv" in note and "runs eagerly" in note) == (stages > 1)

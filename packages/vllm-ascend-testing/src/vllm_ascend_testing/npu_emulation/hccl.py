@@ -1,7 +1,10 @@
-"""The ``hccl`` c10d backend for ``npu`` tensors, over gloo.
+"""The ``hccl`` c10d backend for ``npu`` tensors.
 
-Each collective copies its ``npu`` tensors to host, runs gloo's collective there and copies
-the results back (the emulated device computes synchronously, so the returned work is done).
+All-reduce and reduce-scatter (sum), all-gather into one tensor and broadcast run as device
+work between the ranks' emulated NPUs (``hccl_device``): an NPU graph can hold them. The other
+collectives copy their ``npu`` tensors to host, run gloo's collective there and copy the
+results back; inside a graph capture they are refused, as the host cannot be part of a graph.
+The emulated device computes synchronously, so the returned work is done.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ from torch._C._distributed_c10d import (
     ProcessGroupGloo,
 )
 from torch.distributed.distributed_c10d import GroupName
+
+from vllm_ascend_testing.npu_emulation.graphs import refuse_in_capture
+from vllm_ascend_testing.npu_emulation.hccl_device import (
+    NAMESPACE,
+    DeviceCollectives,
+    DeviceExchange,
+    define,
+)
 
 BACKEND = "hccl"
 
@@ -51,12 +62,15 @@ def _back(devices: list[torch.Tensor], hosts: list[torch.Tensor]) -> _DoneWork:
 class HcclOverGloo(dist.ProcessGroup):
     """An ``hccl`` process-group backend whose transport is gloo on host copies."""
 
-    def __init__(self, store: Any, rank: int, size: int, timeout: Any) -> None:
+    def __init__(self, store: Any, rank: int, size: int, timeout: Any,
+                 collectives: DeviceCollectives) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]  # the Python-backend form
         self._size = size
         # c10d's stubs do not list the collectives ProcessGroupGloo has at run time.
         self._gloo: Any = ProcessGroupGloo(store, rank, size, timeout)
         self._name = ""
+        self._device = collectives
+        self._group = collectives.add(DeviceExchange(store, rank, size, timeout))
 
     # c10d names a group through ``_set_group_name`` and reads ``group_name`` back (destroying
     # it); the C++ getter reads the name from a registered backend, which a Python process
@@ -80,12 +94,30 @@ class HcclOverGloo(dist.ProcessGroup):
     def _run(self, call: Callable[[], Any]) -> None:
         call().wait()
 
+    def _on_device(self, what: str, tensors: list[torch.Tensor], opts: Any = None) -> bool:
+        """Whether ``what`` runs as device work (npu tensors, one per call, a sum where it
+        reduces); otherwise it goes through the host, which a graph capture refuses."""
+        op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
+        if (len(tensors) >= 1 and all(t.device.type == "npu" for t in tensors)
+                and op == dist.ReduceOp.SUM):
+            return True
+        refuse_in_capture(f"hccl {what} through the host (gloo; the emulated device runs "
+                          "sums, all-gathers into one tensor and broadcasts of npu tensors)")
+        return False
+
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> _DoneWork:  # type: ignore[override]
+        if len(tensors) == 1 and self._on_device("allreduce", tensors, opts):
+            self._device.op("all_reduce_")(tensors[0], self._group)
+            return _DoneWork(tensors)
         hosts = _host(tensors)
         self._run(lambda: self._gloo.allreduce(hosts, opts or AllreduceOptions()))
         return _back(tensors, hosts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> _DoneWork:  # type: ignore[override]
+        if len(tensors) == 1 and self._on_device("broadcast", tensors):
+            src = int(opts.rootRank) if opts is not None else 0
+            self._device.op("broadcast_")(tensors[0], src, self._group)
+            return _DoneWork(tensors)
         hosts = _host(tensors)
         self._run(lambda: self._gloo.broadcast(hosts, opts or BroadcastOptions()))
         return _back(tensors, hosts)
@@ -93,6 +125,7 @@ class HcclOverGloo(dist.ProcessGroup):
     def allgather(  # type: ignore[override]
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
     ) -> _DoneWork:
+        refuse_in_capture("hccl allgather into tensor lists through the host (gloo)")
         outs = [_host(outputs) for outputs in output_lists]
         ins = _host(inputs)
         self._run(lambda: self._gloo.allgather(outs, ins, opts or AllgatherOptions()))
@@ -101,6 +134,9 @@ class HcclOverGloo(dist.ProcessGroup):
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor,
                         opts: Any = None) -> _DoneWork:
+        if self._on_device("all-gather", [output, input]):
+            self._device.op("all_gather_")(output, input, self._group)
+            return _DoneWork([output])
         out, inp = output.cpu(), input.cpu()
         chunks = list(out.chunk(self.size()))
         self._run(lambda: self._gloo.allgather([chunks], [inp], AllgatherOptions()))
@@ -116,6 +152,9 @@ class HcclOverGloo(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
                              opts: Any = None) -> _DoneWork:
+        if self._on_device("reduce-scatter", [output, input], opts):
+            self._device.op("reduce_scatter_")(output, input, self._group)
+            return _DoneWork([output])
         summed = input.cpu()
         options = AllreduceOptions()
         if opts is not None:
@@ -126,6 +165,7 @@ class HcclOverGloo(dist.ProcessGroup):
     def reduce_scatter(  # type: ignore[override]
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None
     ) -> _DoneWork:
+        refuse_in_capture("hccl reduce-scatter of tensor lists through the host (gloo)")
         results = []
         for inputs in input_lists:
             stacked = torch.stack(_host(inputs))
@@ -137,25 +177,31 @@ class HcclOverGloo(dist.ProcessGroup):
         return _back(outputs, results)
 
     def barrier(self, opts: Any = None) -> _DoneWork:
+        refuse_in_capture("hccl barrier (a host wait)")
         self._run(lambda: self._gloo.barrier(opts or BarrierOptions()))
         return _DoneWork([])
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> _DoneWork:
+        refuse_in_capture("hccl send through the host (gloo)")
         hosts = _host(tensors)
         self._run(lambda: self._gloo.send(hosts, dst, tag))
         return _DoneWork(tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> _DoneWork:
+        refuse_in_capture("hccl recv through the host (gloo)")
         hosts = _host(tensors)
         self._run(lambda: self._gloo.recv(hosts, src, tag))
         return _back(tensors, hosts)
 
 
-def _create(store: Any, rank: int, size: int, timeout: Any) -> HcclOverGloo:
-    return HcclOverGloo(store, rank, size, timeout)
-
-
 def register() -> None:
-    """Register ``hccl`` for ``npu`` (as torch_npu does), once per process."""
-    if BACKEND not in dist.Backend.backend_list:
-        dist.Backend.register_backend(BACKEND, _create, devices=["npu"])
+    """Register ``hccl`` for ``npu`` (as torch_npu does), once per process, with its device
+    collectives (the ``hccl_emulated`` kernels)."""
+    if BACKEND in dist.Backend.backend_list:
+        return
+    collectives = define(torch.library.Library(NAMESPACE, "DEF"))
+
+    def create(store: Any, rank: int, size: int, timeout: Any) -> HcclOverGloo:
+        return HcclOverGloo(store, rank, size, timeout, collectives)
+
+    dist.Backend.register_backend(BACKEND, create, devices=["npu"])

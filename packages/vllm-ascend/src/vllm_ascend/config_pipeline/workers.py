@@ -143,12 +143,20 @@ def choose_graph_mode(vllm_config: Any) -> str | None:
         return None
     parallel = getattr(vllm_config, "parallel_config", None)
     ranks = int(getattr(parallel, "world_size", 1) or 1)
-    if ranks > 1:
-        # vLLM's graph_capture accepts only CUDA/XPU communicators, and this runtime does not
-        # yet capture collectives into its graphs: a multi-rank engine runs eagerly.
+    # HCCL's all-reduce, all-gather, reduce-scatter and broadcast are device work a graph
+    # holds (TP). Expert parallelism's all-to-all is not one of them; PP's stage-to-stage
+    # send/recv runs between the graphs, but graphs with PP are not proven on this runtime.
+    stages = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+    if stages > 1:
         cc.cudagraph_mode = CUDAGraphMode.NONE
-        return (f"NPU graphs: cudagraph_mode {mode.name} asked with {ranks} ranks; the NPU "
-                "runtime captures graphs of one rank only, so this engine runs eagerly")
+        return (f"NPU graphs: cudagraph_mode {mode.name} asked with {stages} pipeline stages; "
+                "the NPU runtime has not proven graphs around the stages' send/recv, so this "
+                "engine runs eagerly")
+    if ranks > 1 and getattr(parallel, "enable_expert_parallel", False):
+        cc.cudagraph_mode = CUDAGraphMode.NONE
+        return (f"NPU graphs: cudagraph_mode {mode.name} asked with {ranks} ranks and expert "
+                "parallelism, whose all-to-all the NPU runtime cannot capture in a graph, so "
+                "this engine runs eagerly")
     if mode.requires_piecewise_compilation() and cc.mode != CompilationMode.VLLM_COMPILE:
         cc.cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY
         cc.splitting_ops = []

@@ -27,6 +27,7 @@ from vllm_ascend.engine import engine_of
 from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
 from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
+from vllm_ascend.npu_runtime.graph_capture import npu_capture_context
 
 logger = logging.getLogger("vllm_ascend.npu_runtime.model_runner")
 
@@ -48,7 +49,8 @@ class NPUModelRunner(GPUModelRunner):
 
     def capture_model(self) -> int:
         """Bind the attention backend and set the graph parameters of every capture size,
-        then vLLM's capture (its dispatcher picks each graph's mode and batch descriptor)."""
+        then vLLM's capture (its dispatcher picks each graph's mode and batch descriptor) in
+        the NPU capture context (``graph_capture``: collectives need none of their own)."""
         from vllm.config import CUDAGraphMode
 
 
@@ -57,7 +59,8 @@ class NPUModelRunner(GPUModelRunner):
             self._prepare_graph_params()
             logger.info("NPU graphs: cudagraph_mode %s, capture sizes %s; larger batches run "
                         "eagerly", cc.cudagraph_mode.name, cc.cudagraph_capture_sizes or [])
-        return int(super().capture_model())
+        with npu_capture_context():
+            return int(super().capture_model())
 
     def profile_cudagraph_memory(self) -> int:
         """vLLM's estimate of the graphs' memory (it captures the first two graphs of each
@@ -75,7 +78,8 @@ class NPUModelRunner(GPUModelRunner):
         for wrapper in wrappers:
             wrapper.graph_pool = profiling_pool
         try:
-            return int(super().profile_cudagraph_memory())
+            with npu_capture_context():
+                return int(super().profile_cudagraph_memory())
         finally:
             for wrapper, pool in zip(wrappers, pools, strict=True):
                 wrapper.clear()
