@@ -29,7 +29,7 @@ from vllm_ascend.base.trusted_paths import (
     write_atomic,
 )
 
-logger = logging.getLogger("vllm_ascend.compilation.compiler")
+logger = logging.getLogger(__name__)
 
 ENTRY_MAGIC: Final = b"ascend-cache-entry v1 sha256="
 

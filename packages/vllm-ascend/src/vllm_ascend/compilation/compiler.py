@@ -50,7 +50,7 @@ from vllm_ascend.process.process_setup import current_process_setup
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.compilation.compiler")
+logger = logging.getLogger(__name__)
 
 PASS_KEY = "graph_fusion_manager"
 NPU_CODE_SUFFIX = ".npugraph_ex.py"

@@ -31,7 +31,7 @@ from vllm_ascend.engine.registry import peek_engine
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.compilation.pass_manager")
+logger = logging.getLogger(__name__)
 
 # Ops vLLM's FixFunctionalizationPass names; the CPU build of vLLM lacks some of them.
 _FIXUP_OPS = ("rotary_embedding", "fused_add_rms_norm", "fused_add_rms_norm_static_fp8_quant",

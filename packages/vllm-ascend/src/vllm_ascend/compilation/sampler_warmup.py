@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.compilation.sampler_warmup")
+logger = logging.getLogger(__name__)
 
 
 def warm_up_sampler(model_runner: Any) -> bool:

@@ -42,7 +42,7 @@ PROG = "vllm-ascend"
 # core): a supervisor's restart-on-failure sees it.
 ENGINE_DIED_STATUS = 1
 
-logger = logging.getLogger("vllm_ascend.serve")
+logger = logging.getLogger(__name__)
 
 __all__ = ["ENGINE_DIED_STATUS", "HTTP_SHUTDOWN_GRACE_S", "PROG", "build_serve_parser", "main"]
 

@@ -28,7 +28,7 @@ from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
 from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
 
-logger = logging.getLogger("vllm_ascend.npu_runtime.model_runner")
+logger = logging.getLogger(__name__)
 
 
 class NPUModelRunner(GPUModelRunner):

@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import psutil
 
-logger = logging.getLogger("vllm_ascend.entrypoints")
+logger = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 # Seconds the descendants get between SIGTERM and SIGKILL (the command must be gone within

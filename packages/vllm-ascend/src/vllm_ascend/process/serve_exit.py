@@ -43,7 +43,7 @@ from typing import Any
 
 from vllm_ascend.process.owned_tree import interrupt_start_up
 
-logger = logging.getLogger("vllm_ascend.serve")
+logger = logging.getLogger(__name__)
 
 # The module of vLLM's `serve` command, whose ``run_server`` the single API server path calls.
 VLLM_SERVE_MODULE = "vllm.entrypoints.cli.serve"
