@@ -7,7 +7,6 @@ import importlib
 from pathlib import Path
 
 import pytest
-
 import vllm_ascend
 
 SOURCE = Path(vllm_ascend.__file__).parent
