@@ -108,7 +108,7 @@ class Records(logging.Handler):
 
 @pytest.fixture
 def log():
-    logger = logging.getLogger("vllm_ascend.compilation.compiler")
+    logger = logging.getLogger("vllm_ascend.compilation")
     handler, level = Records(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

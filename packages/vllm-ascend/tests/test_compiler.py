@@ -108,7 +108,7 @@ def compiler_log():
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append  # type: ignore[method-assign]
-    logger = logging.getLogger("vllm_ascend.compilation.compiler")
+    logger = logging.getLogger("vllm_ascend.compilation")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

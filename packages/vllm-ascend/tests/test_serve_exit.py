@@ -57,7 +57,7 @@ def test_abort_shutdown_aborts_every_open_request_on_the_loop_first(
     loop, loop_ident = loop_thread
     engine, watch = FakeEngine(["a", "b", "c"]), EngineWatch()
     watch.watch(engine, loop)
-    with caplog.at_level(logging.INFO, logger="vllm_ascend.serve"):
+    with caplog.at_level(logging.INFO, logger="vllm_ascend.process.serve_exit"):
         engine.shutdown(timeout=0)
     assert engine.events == [("abort", ["a", "b", "c"], True, loop_ident), ("shutdown", 0, {})]
     assert loop_ident != threading.get_ident()
@@ -89,7 +89,7 @@ def test_no_open_request_means_no_abort_call(
 ) -> None:
     engine = FakeEngine([])
     EngineWatch().watch(engine, loop_thread[0])
-    with caplog.at_level(logging.INFO, logger="vllm_ascend.serve"):
+    with caplog.at_level(logging.INFO, logger="vllm_ascend.process.serve_exit"):
         engine.shutdown(timeout=0)
     assert engine.events == [("shutdown", 0, {})]
     assert "aborted" not in caplog.text
@@ -131,7 +131,7 @@ def test_a_failed_abort_is_one_warning_and_the_shutdown_goes_on(
 ) -> None:
     engine = FakeEngine(["a"], abort_error=RuntimeError("socket closed"))
     EngineWatch().watch(engine, loop_thread[0])
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.serve"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.process.serve_exit"):
         engine.shutdown(timeout=0)
     assert engine.events == [("shutdown", 0, {"a": None})]
     assert "open requests not aborted before the engine stops (RuntimeError: socket closed)" \
@@ -146,7 +146,7 @@ def test_a_slow_abort_is_given_up_after_the_bound(
     engine = FakeEngine(["a"], abort_delay=30.0)
     EngineWatch().watch(engine, loop_thread[0])
     start = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="vllm_ascend.serve"):
+    with caplog.at_level(logging.WARNING, logger="vllm_ascend.process.serve_exit"):
         engine.shutdown(timeout=0)
     assert 0.2 <= time.monotonic() - start < 5.0
     assert engine.events == [("shutdown", 0, {"a": None})]

@@ -1,8 +1,4 @@
-"""vllm-ascend: the vLLM platform plugin for Ascend NPUs and the Ascend host-CPU platform.
-
-Importing this package is cheap and has no side effects; vLLM calls :func:`register`
-(entry point ``vllm.platform_plugins: ascend``) to learn which platform class to load.
-"""
+"""vllm-ascend: the vLLM platform plugin for Ascend NPUs and the Ascend host-CPU platform."""
 
 from __future__ import annotations
 
@@ -18,13 +14,9 @@ logger = logging.getLogger(__name__)
 def register(environ: Mapping[str, str] | None = None) -> str | None:
     """Platform-plugin hook: the class path of the platform to activate, or None.
 
-    Decides from ``VLLM_ASCEND_DEVICE`` (auto|npu|cpu; any other value ends the process with
-    one line naming it and the allowed values) and a cheap NPU probe; imports
-    neither torch, torch_npu nor vLLM. When activating, checks the installed vLLM version
-    and logs one clear error if it is missing or outside the tested range; activating the
-    host-CPU platform also turns on huge pages for large host tensors
-    (:mod:`vllm_ascend.platform.host_huge_pages`). Activating either checks vLLM's cache root
-    once (``base.trusted_paths``): here, because vLLM reads ``VLLM_CACHE_ROOT`` only later.
+    Decides from ``VLLM_ASCEND_DEVICE`` (auto|npu|cpu; anything else exits with one line) and a
+    cheap NPU probe, importing neither torch nor vLLM. Activating checks the vLLM version (and on
+    the host CPU turns on huge pages for large tensors).
     """
     # Local: register()'s start-up budget: nothing is imported before it is needed.
     from vllm_ascend.platform import device_probe
@@ -46,6 +38,7 @@ def register(environ: Mapping[str, str] | None = None) -> str | None:
             # Local: register()'s start-up budget (ascend-config, logging).
             from vllm_ascend.process.process_setup import current_process_setup
 
+            # Here, because vLLM reads VLLM_CACHE_ROOT only later.
             try:
                 current_process_setup().roots.secure_vllm_cache_root()
             except OSError as exc:  # no private directory at all: vLLM's own errors follow

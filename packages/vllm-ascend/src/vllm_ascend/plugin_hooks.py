@@ -1,9 +1,4 @@
-"""vLLM general-plugin hooks (``vllm.general_plugins``), called in every vLLM process.
-
-Each hook runs its work at most once per process and never raises: a failure is logged as
-one warning and vLLM carries on. When the active platform is not an Ascend one, the hooks
-do nothing Ascend-specific.
-"""
+"""vLLM general-plugin hooks, run once per process; a failure is one warning, never a raise."""
 
 from __future__ import annotations
 
@@ -46,12 +41,9 @@ def _once_and_safe(fn: Callable[[], object]) -> Callable[[], None]:
 
 
 def active_ascend_soc() -> str | None:
-    """The SoC of the active Ascend platform, or None when vLLM runs another platform.
-
-    A child of the process that created the config (engine core, workers) takes the SoC that
-    process detected and published, so a hook never initialises the NPU runtime on its own;
-    otherwise the platform detects it (``NPUPlatform.platform_soc``).
-    """
+    """The SoC of the active Ascend platform, or None when vLLM runs another platform."""
+    # A child takes the SoC its parent published, so a hook never initialises the NPU runtime
+    # itself.
     from vllm import platforms
 
     platform = platforms.current_platform

@@ -1,2 +1,1 @@
-"""The lowest layer: per-config stores, trusted paths, the config channel to child processes,
-CPU binding, the forward context, the device facts and the entry-point groups."""
+"""What the layers above share and that has no better home."""

@@ -1,28 +1,4 @@
-"""Which attention backend the NPU platform hands to vLLM, as pure decisions.
-
-``select_attention_variant`` maps the selector flags, the SoC and whether FA3 was requested
-(``rl_config.enabled`` with ``rl_config.enable_training_consistency``) to a variant name:
-
-| requested | (use_mla, use_sparse, use_compress) | SoC | variant |
-|---|---|---|---|
-| FA3 | (False, False, False) only | any | ``fa3`` |
-| - | any | 310P | ``310p`` |
-| - | (False, False, False) | A2, A3, A5 | ``standard`` |
-| - | (True, False, False) | A2, A3, A5 | ``mla`` |
-| - | (True, True, False) | A2, A3, A5 | ``sfa`` |
-| - | (True, False, True) | A2, A3, A5 | ``dsa`` |
-
-Anything else is a ``ValueError`` naming the combination and the supported ones.
-
-This repository ships no NPU attention backend: the ``attention`` entry point of group
-``vllm_ascend.npu_runtime`` provides them, as either
-
-- one backend class (``module:Class``): used for ``standard`` only, any other variant is an
-  error naming the missing variant; or
-- a mapping variant -> class path (``module:MAPPING`` where ``MAPPING`` is e.g.
-  ``{"standard": "pkg.attn.Backend", "mla": "pkg.mla.MLABackend"}``; ``module:Class`` values
-  are accepted too). Keep the mapping in a light module: it is imported to read it.
-"""
+"""Which attention backend the NPU platform hands to vLLM, as pure decisions."""
 
 from __future__ import annotations
 
@@ -55,7 +31,12 @@ def _supported() -> str:
 
 def select_attention_variant(*, use_mla: bool, use_sparse: bool, use_compress: bool, soc: str,
                              fa3_requested: bool) -> str:
-    """The attention variant for these selector flags, SoC and FA3 request (table above)."""
+    """The attention variant for these selector flags, SoC and FA3 request.
+
+    FA3 (no MLA, sparse or compress) -> ``fa3``; SoC 310P -> ``310p``; on A2/A3/A5 by flags: none
+    -> ``standard``, mla -> ``mla``, mla+sparse -> ``sfa``, mla+compress -> ``dsa``; else
+    ``ValueError``.
+    """
     if soc not in SOCS:
         raise ValueError(f"no NPU attention backend for SoC {soc!r}; allowed: {', '.join(SOCS)}")
     key = (bool(use_mla), bool(use_sparse), bool(use_compress))
@@ -77,10 +58,8 @@ def select_attention_variant(*, use_mla: bool, use_sparse: bool, use_compress: b
 
 
 def selector_flags(attn_selector_config: Any) -> tuple[bool, bool, bool]:
-    """(use_mla, use_sparse, use_compress) from vLLM's ``AttentionSelectorConfig``.
-
-    vLLM 0.32 has no ``use_compress`` field; a missing field counts as False.
-    """
+    """(use_mla, use_sparse, use_compress) of vLLM's selector config (a missing field: False)."""
+    # vLLM 0.32 has no ``use_compress`` field.
     cfg = attn_selector_config
     return (bool(getattr(cfg, "use_mla", False)), bool(getattr(cfg, "use_sparse", False)),
             bool(getattr(cfg, "use_compress", False)))
@@ -111,11 +90,7 @@ def require_fa3_kernels(
 
 
 def backend_paths(provided: object, class_path: str, source: str) -> dict[str, str]:
-    """Variant -> dotted class path from what the ``attention`` entry point names.
-
-    ``provided`` is the loaded object, ``class_path`` its dotted path and ``source`` a
-    description of the entry point for error messages.
-    """
+    """Variant -> dotted class path from the ``attention`` entry point's object ``provided``."""
     if isinstance(provided, type):
         return {"standard": class_path}
     if not isinstance(provided, Mapping):

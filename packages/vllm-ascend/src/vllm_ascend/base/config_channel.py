@@ -1,11 +1,4 @@
-"""The channel from the process that resolves the Ascend config to the processes it spawns.
-
-It carries the *inputs* of the resolution (additional_config, deployment facts, the Ascend
-environment variables before any env change) in a private file named by one environment
-variable that children inherit (``base.worker_inputs``), so each child resolves an equal config
-(``engine.registry``, once per process) and vLLM's ``additional_config`` is never written to.
-A leaf: it knows the variable names and the encoding, never who reads them.
-"""
+"""The channel that hands the inputs of config resolution to spawned processes."""
 
 from __future__ import annotations
 
@@ -29,12 +22,9 @@ OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 def ascend_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of ascend-config's env registry that are set (the env input of resolve).
-
-    :data:`WORKER_INPUTS_ENV` and the host-CPU rank plan are left out: they are the plugin's
-    output channels, not inputs of the resolution. Were the first included, every publication
-    would hash in the path of the one before it, so equal inputs would never share a file.
-    """
+    """The set variables of ascend-config's env registry, minus the plugin's own output channels."""
+    # Were WORKER_INPUTS_ENV included, each publication would hash in the previous path and equal
+    # inputs would never share a file.
     env = os.environ if environ is None else environ
     outputs = (WORKER_INPUTS_ENV, RANK_PLAN_ENV)
     return {name: env[name] for name in envs.names() if name in env and name not in outputs}
@@ -47,11 +37,7 @@ def publish_worker_inputs(
     resolve_environ: Mapping[str, str],
     environ: MutableMapping[str, str] | None = None,
 ) -> bool:
-    """Store the resolution inputs (additional_config, facts, the Ascend env variables) for
-    child processes: in a private file whose path goes into ``environ`` (not the inputs
-    themselves, see ``base.worker_inputs``). False, with one warning, when additional_config
-    is not JSON-serialisable or the file cannot be written; the variable is then removed, so
-    children never read an earlier publication."""
+    """Publish the resolution inputs to child processes; False (one warning) when it cannot."""
     env = os.environ if environ is None else environ
     try:
         data = worker_inputs.encode_inputs(
@@ -72,8 +58,7 @@ def publish_worker_inputs(
 
 
 def published_inputs(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The inputs published for this process (soc, additional_config, facts, environ), or
-    None when none were; ``WorkerInputsError``/``OSError`` when the file cannot be used."""
+    """The inputs published for this process, or None; WorkerInputsError/OSError when unusable."""
     env = os.environ if environ is None else environ
     value = env.get(WORKER_INPUTS_ENV)
     return worker_inputs.inputs_from_env(value) if value else None

@@ -1,22 +1,6 @@
-"""Entry-point groups through which other packages supply the pieces this repository lacks.
-
-| group | entry-point name | value | registered with |
-|---|---|---|---|
-| ``vllm_ascend.connectors`` | connector name | ``module:Class`` | KVConnectorFactory |
-| ``vllm_ascend.model_loaders`` | load format | ``module:Class`` | model-loader registry |
-| ``vllm_ascend.models`` | architecture | ``module:Class`` | vLLM's ModelRegistry (lazy) |
-| ``vllm_ascend.schedulers`` | one of SCHEDULER_KEYS | ``module:Class`` | scheduler decision |
-| ``vllm_ascend.npu_runtime`` | one of RUNTIME_KEYS | ``module:Class`` | NPU platform class paths |
-
-vllm-ascend itself provides the NPU runtime keys ``worker``, ``attention`` and ``communicator``
-(``vllm_ascend.npu_runtime``); an entry point of another distribution with the same name
-replaces this package's. The group's earlier name ``vllm_ascend.runtime`` is still read, as the
-same group (the new name wins for a name a distribution declares under both).
-
-Discovery reads metadata only; nothing is imported until vLLM needs the class. The runtime
-``attention`` entry may instead name a mapping variant -> class path (see
-``attention_selection``); it is imported when vLLM asks for an attention backend.
-"""
+"""Entry-point groups through which other packages supply what this repository lacks (README)."""
+# ``vllm_ascend.runtime`` (the group's earlier name) is still read as the same group; the new
+# name wins for a name declared under both.
 
 from __future__ import annotations
 
@@ -87,8 +71,7 @@ class Extension:
 
 
 def discover(group: str) -> dict[str, Extension]:
-    """Entry points of one group by name; an unknown key or malformed value is skipped with a
-    warning naming the distribution, what was wrong and what is allowed."""
+    """Entry points of one group by name; a bad key or value is skipped with one warning."""
     if group not in GROUPS:
         raise ValueError(f"unknown extension group {group!r}; allowed: {', '.join(GROUPS)}")
     found: dict[str, Extension] = {}
@@ -140,12 +123,7 @@ def runtime_class_paths() -> dict[str, str]:
 
 
 def runtime_attention_backends() -> tuple[dict[str, str], str]:
-    """Attention variant -> class path from the runtime ``attention`` entry point, and a
-    description of that entry point for messages.
-
-    Raises RuntimeError when no installed package provides it or it cannot be loaded, and
-    ValueError when what it names is neither a class nor a valid mapping.
-    """
+    """Variant -> class path from the ``attention`` entry point (RuntimeError/ValueError if bad)."""
     ext = discover(RUNTIME).get("attention")
     if ext is None:
         raise RuntimeError(

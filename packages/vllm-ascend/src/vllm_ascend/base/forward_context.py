@@ -1,14 +1,4 @@
-"""The Ascend fields of vLLM's forward context (model runner v1 and v2).
-
-:class:`AscendForwardState` is created once per engine (it owns the MC2 budget, the MoE
-decision inputs and the MoE communication methods the platform can execute);
-:func:`set_ascend_forward_context` enters vLLM's context and adds the Ascend fields;
-:class:`ExtraForwardContext` reads/writes them on either runner. On the host-CPU platform
-vLLM's own CPU model runners enter the context, so the fields arrive through the platform hook
-``set_additional_forward_context`` (:func:`host_cpu_additional_context`) in
-``forward_context.additional_kwargs``; :func:`current_moe_comm` reads the chosen method from
-either place.
-"""
+"""The Ascend fields of vLLM's forward context (model runners v1 and v2, NPU and host CPU)."""
 
 from __future__ import annotations
 
@@ -116,8 +106,7 @@ class AscendForwardState:
         draft_attn_metadatas: Any = None, has_sinks: bool = False,
         eplb_heat_collection_status: bool = False, mrv2: bool = False,
     ) -> dict[str, Any]:
-        """The Ascend fields for one forward pass (as the existing plugin's
-        ``set_ascend_forward_context`` sets them; MRV2 differences noted)."""
+        """The Ascend fields for one forward pass."""
         max_dp = num_tokens
         if num_tokens_across_dp is not None and self.data_parallel_size > 1:
             max_dp = int(max(int(n) for n in num_tokens_across_dp))
@@ -192,11 +181,8 @@ def set_ascend_forward_context(
 
 
 class ExtraForwardContext:
-    """Whitelisted Ascend fields of the current forward context, on either model runner.
-
-    Model runner v2 keeps them in ``forward_context.additional_kwargs``; v1 as attributes.
-    Missing fields read as None; names outside :data:`EXTRA_FIELDS` raise AttributeError.
-    """
+    """Ascend fields of the current forward context (missing: None; unknown: AttributeError)."""
+    # Model runner v2 keeps them in ``forward_context.additional_kwargs``; v1 as attributes.
 
     def __init__(self, use_mrv2: bool, get_context: Any = None) -> None:
         object.__setattr__(self, "_mrv2", use_mrv2)
@@ -244,20 +230,16 @@ def host_cpu_additional_context(
     num_tokens_across_dp: Any = None,
     **_unused: Any,
 ) -> dict[str, Any]:
-    """``Platform.set_additional_forward_context`` of the host-CPU platform (either runner).
-
-    vLLM's CPU model runners enter vLLM's ``set_forward_context`` themselves, so every Ascend
-    field, the MoE communication method chosen for this forward included, goes into
-    ``forward_context.additional_kwargs``.
-    """
+    """``Platform.set_additional_forward_context`` of the host-CPU platform (either runner)."""
+    # vLLM's CPU runners enter the forward context themselves, so the Ascend fields travel in
+    # ``forward_context.additional_kwargs``.
     return state.fields(
         num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True
     )
 
 
 def current_moe_comm() -> tuple[MoECommType | None, Any]:
-    """``(moe_comm_type, moe_comm_method)`` of the current forward; ``(None, None)`` outside a
-    forward or when no Ascend fields were set."""
+    """``(moe_comm_type, moe_comm_method)`` of the current forward; ``(None, None)`` when unset."""
     from vllm.forward_context import get_forward_context, is_forward_context_available
 
     if not is_forward_context_available():

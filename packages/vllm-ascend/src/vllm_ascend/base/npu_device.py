@@ -1,8 +1,4 @@
-"""Helpers that only make sense on an NPU, all behind one seam: the ``torch_npu`` module.
-
-Nothing here imports ``torch_npu`` at import time; tests inject a fake ``torch_npu`` into
-``sys.modules``. Device state (streams, the compiled extension) lives on objects.
-"""
+"""Everything that needs an NPU, behind one seam: the ``torch_npu`` module (imported on use)."""
 
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ class NpuRuntimeMissingError(RuntimeError):
 
 
 def torch_npu() -> Any:
-    """The ``torch_npu`` module (the only way this package reaches it). When the import fails,
-    ``NpuRuntimeMissingError`` carries the doctor's finding for the cause and its fix."""
+    """The ``torch_npu`` module; ``NpuRuntimeMissingError`` (the doctor's finding) when missing."""
     try:
         return importlib.import_module("torch_npu")
     except (ImportError, OSError, RuntimeError) as exc:
@@ -131,8 +126,7 @@ def bootstrap_custom_op_env(
     environ: MutableMapping[str, str] | None = None,
     include_vendor_lib: bool = False,
 ) -> list[str]:
-    """Prepend the packaged custom-op directory to ``ASCEND_CUSTOM_OPP_PATH`` (and its
-    ``op_api/lib`` to ``LD_LIBRARY_PATH`` when asked); returns the variables changed."""
+    """Prepend the packaged custom-op directories to the loader paths; the variables changed."""
     env = os.environ if environ is None else environ
     vendor = package_dir / CUSTOM_OPP_SUBDIR
     if not vendor.is_dir():
@@ -146,8 +140,8 @@ def bootstrap_custom_op_env(
 
 
 class CompiledExtension:
-    """Lazy load of a compiled NPU extension; loaded on first need, not at kernel import,
-    so ``ASCEND_RT_VISIBLE_DEVICES`` can still change before the device is set."""
+    """A compiled NPU extension loaded on first need."""
+    # Not at import, so ASCEND_RT_VISIBLE_DEVICES can still change before the device is set.
 
     def __init__(self, module: str = "vllm_ascend_C") -> None:
         self.module = module
@@ -182,11 +176,7 @@ def setup_local_comm_res(
     kv_connector_extra_config: Mapping[str, Any],
     environ: MutableMapping[str, str] | None = None,
 ) -> str | None:
-    """Load ``ub_endpoint_npu_<device>.json`` into ``ASCEND_LOCAL_COMM_RES`` (compact JSON).
-
-    ``ValueError`` naming the file when it is missing, not a regular file, larger than
-    :data:`LOCAL_COMM_RES_LIMIT` or not JSON.
-    """
+    """``ub_endpoint_npu_<device>.json`` into ``ASCEND_LOCAL_COMM_RES``; ValueError if unusable."""
     import stat
 
     env = os.environ if environ is None else environ

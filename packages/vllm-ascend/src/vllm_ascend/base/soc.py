@@ -1,18 +1,9 @@
-"""The Ascend SoC of this host's NPU, from the id ``torch_npu.npu.get_soc_version()`` reports.
+"""The Ascend SoC family of this host's NPU, from ``torch_npu.npu.get_soc_version()``'s id.
 
-:data:`SOC_VERSIONS` lists every member of the ``SocVersion`` enum of torch-npu 2.13.0
-(``torch_npu/include/torch_npu/csrc/core/npu/NpuVariables.h``, recorded in
-``tools/npu_seam/torch_npu-2.13.0.json``) with the SoC family this plugin runs it as; ``None``
-marks a part the plugin does not run on (Ascend 910 first generation, 310B).
-
-What :func:`soc_for_id` does with an id:
-
-- a member with a family: that family;
-- a member without one: :class:`UnsupportedSocError` naming the part and what is supported;
-- an id the enum does not have (a newer torch-npu): its *candidates* are the families whose
-  block of ten ids it falls in (A2 220-229, A3 250-259, A5 260-269, 310P 200-209). One
-  candidate: the platform runs as that family, with one warning naming the id and the family;
-  none: :class:`UnsupportedSocError`. Never a silent default.
+:data:`SOC_VERSIONS` is torch-npu 2.13.0's ``SocVersion`` enum
+(``tools/npu_seam/torch_npu-2.13.0.json``) with the family each member runs as (None:
+unsupported). An id outside the enum runs as the one family whose block of ten it falls in, with
+one warning; anything else is :class:`UnsupportedSocError`.
 """
 
 from __future__ import annotations
@@ -49,8 +40,7 @@ class UnsupportedSocError(RuntimeError):
 
 @dataclass(frozen=True)
 class SocDetection:
-    """The SoC of this process's NPU: family, the runtime id, its enum name (None when the
-    enum does not have it) and the warnings detection raised (each logged once)."""
+    """The SoC of this process's NPU: family, runtime id, enum name (or None) and its warnings."""
 
     soc: str
     soc_id: int
@@ -98,10 +88,7 @@ def soc_for_id(soc_id: int) -> SocDetection:
 
 
 def detect_soc(read_id: Callable[[], object]) -> SocDetection:
-    """Detect the SoC from ``read_id`` (``torch_npu.npu.get_soc_version``).
-
-    :class:`UnsupportedSocError` when the id cannot be read or names no supported SoC.
-    """
+    """The SoC from ``read_id``; :class:`UnsupportedSocError` when unreadable or unsupported."""
     try:
         raw = read_id()
     except Exception as exc:  # the runtime could not answer: say so, never guess
@@ -115,8 +102,7 @@ def detect_soc(read_id: Callable[[], object]) -> SocDetection:
 
 
 def npu_smi_disagreement(soc: str, npu_smi_soc: str, described: str | None = None) -> str | None:
-    """The warning when npu-smi's reading of the chip names (``npu_smi_soc``) differs from the
-    SoC the runtime reported (``soc``; ``described`` says more about it), else None."""
+    """The warning when npu-smi's chip name differs from the runtime's SoC, else None."""
     if npu_smi_soc == soc:
         return None
     return (f"SoC mismatch: torch_npu reports {described or soc} but npu-smi's chip names read "

@@ -1,39 +1,4 @@
-"""The plugin's one trust policy for files (the package README, "Trust and files").
-
-Threat: another local user who can write a directory the plugin reads from (or any directory
-above it), or who owns a symlink on the way to it, can plant or swap files the plugin (or vLLM,
-from the same cache root) would load or overwrite. So:
-
-- A *root* the plugin is given (``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME``, the Ascend log path, a
-  compile-cache dir) is trusted when it is a directory owned by this user and not writable by
-  group or others, every directory above it (from ``/`` down) is owned by this user or root and
-  not writable by group or others, and every symlink on the way is owned by this user or root.
-  A directory above it that others may write is accepted only with the sticky bit (``/tmp``):
-  there nobody can rename or remove the entry below it, which the rule requires to be this
-  user's or root's. The walk opens one component at a time relative to the descriptor of the
-  directory above (``O_NOFOLLOW``) and checks what it opened (``fstat``), so a swap during the
-  walk is seen; a symlink that passes is resolved and its target walked by the same rule.
-  ``..`` is resolved as the kernel resolves it, never in the text (``<link>/..`` is the
-  folder above the link's target, reached through the link, so the link's owner is checked).
-  A path holding ``..`` is named by the folder the walk reached (no links, no ``..``), so
-  nobody who collapses the text later lands somewhere else. Missing components are created
-  0700.
-- Checked at use: :func:`open_trusted_dir` returns a :class:`TrustedDir`, the verified
-  directory's descriptor; entries are read and written relative to it, so a root swapped after
-  the check is not read. ``base.trusted_roots.TrustedRoots`` checks a root again each time it
-  is asked for one; a refused root gets one warning and a private directory (0700) in this
-  user's own cache instead (a fresh temporary directory when that is refused too).
-  ``VLLM_CACHE_ROOT`` is redirected the same way before vLLM reads it
-  (``TrustedRoots.secure_vllm_cache_root``), so vLLM's own artifacts are protected too.
-- Without a home (``HOME`` unset and a uid with no passwd entry, as in some containers) a
-  stand-in home is used: ``<tmp>/vllm-ascend-<uid>/home`` (its cache ``.../home/.cache``, ``~``
-  in a configured path), checked by the same rule as any root, with one warning.
-- Inside a trusted root only this user writes, so entries need no ownership checks: files are
-  written atomically (:func:`write_atomic`, :meth:`TrustedDir.write_atomic`) and read with a
-  size bound, refusing symlinks and special files (:func:`read_bounded_file`,
-  :meth:`TrustedDir.read`). Damage is caught by checksums where the entries are defined
-  (``compilation.compile_cache``, ``checkpoints.cache_entry``).
-"""
+"""The plugin's one trust policy for files (the package README, "Trust and files")."""
 
 from __future__ import annotations
 
@@ -78,8 +43,7 @@ def _root_problem(path: Path, st: os.stat_result) -> str | None:
 
 
 def _open_component(fd: int, name: str, where: Path) -> int | None:
-    """The descriptor of the directory ``name`` in ``fd``, or None when it turned out to be a
-    symlink between the ``lstat`` and the open (the caller looks again)."""
+    """The descriptor of directory ``name`` in ``fd``; None when it became a symlink meanwhile."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=fd)
     except OSError as exc:
@@ -92,21 +56,14 @@ def _open_component(fd: int, name: str, where: Path) -> int | None:
 
 
 def absolute(path: str | os.PathLike[str]) -> Path:
-    """``path`` made absolute (joined to the working directory) without collapsing ``..``:
-    :func:`os.path.abspath` does that in the text, while the kernel follows a symlink before
-    ``..`` leaves it."""
+    """``path`` made absolute without collapsing ``..``."""
+    # abspath collapses .. in the text; the kernel follows a symlink before .. leaves it.
     text = os.fspath(path)
     return Path(text if os.path.isabs(text) else os.path.join(os.getcwd(), text))
 
 
 def _walk(path: Path, *, create: bool) -> tuple[int, Path]:
-    """Open the absolute ``path`` one component at a time from ``/``, each relative to the
-    descriptor of the directory above and checked on what was opened: every directory on the
-    way passes the rule for directories above a root, a symlink is followed (its target walked
-    the same way) only when this user or root owns it. Missing components are made (0700) when
-    ``create``. ``..`` leaves the directory the walk is in, as in the kernel. Returns the
-    descriptor of the directory reached (not yet checked as a root) and its path without
-    links."""
+    """Open ``path`` one checked component at a time from ``/``: (descriptor, real path)."""
     euid = os.geteuid()
     chain: list[tuple[int, Path]] = []  # the directories opened, "/" first
     try:
@@ -173,9 +130,8 @@ def _walk(path: Path, *, create: bool) -> tuple[int, Path]:
 
 
 class TrustedDir:
-    """A directory that passed the root rule, held open: entries are opened relative to its
-    descriptor, so renaming or replacing ``path`` after the check changes nothing read or
-    written here. Close it (or use it as a context manager) when done."""
+    """A directory that passed the root rule, held open (entries used relative to its
+    descriptor)."""
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
@@ -194,8 +150,7 @@ class TrustedDir:
             self.fd = -1
 
     def read(self, name: str, limit: int = MAX_READ_BYTES) -> bytes:
-        """The bytes of the regular file ``name`` in this directory (see
-        :func:`read_bounded_file`)."""
+        """The bytes of regular file ``name`` here (see :func:`read_bounded_file`)."""
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
         except OSError as exc:
@@ -205,9 +160,8 @@ class TrustedDir:
         return _read_fd(fd, self.path / name, limit)
 
     def write_atomic(self, name: str, data: bytes) -> None:
-        """Write ``data`` to ``name`` in this directory (mode 0600) so that readers see the
-        old file or the new one: a fresh temporary file (``O_EXCL | O_NOFOLLOW``), ``fsync``,
-        then a rename, all relative to the descriptor."""
+        """Write ``name`` here (0600): temporary file, ``fsync``, rename, all relative to the
+        descriptor."""
         tmp = f".{name}.{secrets.token_hex(8)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=self.fd)
@@ -229,10 +183,7 @@ class TrustedDir:
 
 
 def open_trusted_dir(directory: str | os.PathLike[str], *, create: bool = False) -> TrustedDir:
-    """``directory`` held open when it passes the root rule (created 0700, one component at a
-    time, when ``create``); :class:`UntrustedPathError` saying why not (OSError, e.g.
-    FileNotFoundError, when it cannot be inspected). Its ``path`` is ``directory`` made
-    absolute, or the folder reached when ``directory`` holds ``..``."""
+    """``directory`` held open when it passes the root rule; :class:`UntrustedPathError` if not."""
     path = absolute(directory)
     fd, reached = _walk(path, create=create)
     if ".." in path.parts:
@@ -248,17 +199,14 @@ def open_trusted_dir(directory: str | os.PathLike[str], *, create: bool = False)
 
 
 def check_trusted_dir(directory: str | os.PathLike[str]) -> Path:
-    """``directory`` (absolute) when it passes the root rule now; :class:`UntrustedPathError`
-    saying why not (OSError, e.g. FileNotFoundError, when it cannot be inspected). What is
-    read later must go through :func:`open_trusted_dir` to be covered by the check."""
+    """``directory`` (absolute) when it passes the root rule now, else UntrustedPathError."""
+    # Reads must still go through open_trusted_dir: a later swap is not covered by this check.
     with open_trusted_dir(directory) as trusted:
         return trusted.path
 
 
 def make_private_dir(directory: str | os.PathLike[str]) -> Path:
-    """:func:`check_trusted_dir` after creating what is missing (mode 0700, one component at a
-    time, so nothing is made behind another user's symlink or in a directory others could
-    swap)."""
+    """:func:`check_trusted_dir` after creating what is missing (0700, one component at a time)."""
     with open_trusted_dir(directory, create=True) as trusted:
         return trusted.path
 
@@ -277,9 +225,7 @@ def _read_fd(fd: int, path: str | os.PathLike[str], limit: int) -> bytes:
 
 
 def read_bounded_file(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them; a symlink, a special
-    file (opened without blocking, never read) or a longer file is an
-    :class:`UntrustedPathError`."""
+    """At most ``limit`` bytes of regular file ``path`` (links, special or longer files refused)."""
     try:
         fd = os.open(path, _READ_FLAGS)
     except OSError as exc:
@@ -290,8 +236,7 @@ def read_bounded_file(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` (mode 0600) so that readers see the old file or the new one,
-    never a partial write: a temporary file in the same directory, then ``os.replace``."""
+    """Write ``path`` (0600) via a temporary file and ``os.replace``: never a partial file."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:

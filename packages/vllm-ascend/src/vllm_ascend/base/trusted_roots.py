@@ -1,10 +1,4 @@
-"""The roots a process is given, the home they may lie in, and the private fallback used
-instead of a refused one (the rule itself: :mod:`vllm_ascend.base.trusted_paths`).
-
-Without a home (``HOME`` unset and a uid with no passwd entry, as in some containers) a
-stand-in home is used: ``<tmp>/vllm-ascend-<uid>/home``, checked by the same rule as any root,
-with one warning per process.
-"""
+"""The roots a process is given, the home they lie in, and the fallback for a refused one."""
 
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ PYCACHE_DIR = "vllm-ascend-pycache"
 
 
 def home_dir(environ: Mapping[str, str] | None = None) -> str | None:
-    """This user's home: ``HOME``, else the passwd entry's; None when there is neither (a
-    container running a uid with no passwd entry)."""
+    """This user's home (``HOME``, else passwd); None when there is neither."""
     env = os.environ if environ is None else environ
     if env.get("HOME"):
         return env["HOME"]
@@ -43,8 +36,7 @@ def no_home_dir() -> Path:
 
 
 def own_home(environ: Mapping[str, str] | None = None) -> Path:
-    """:func:`home_dir`, else :func:`no_home_dir`. Not checked here: whoever uses a directory
-    in it checks that as a root."""
+    """:func:`home_dir`, else the stand-in :func:`no_home_dir` (not checked here)."""
     home = home_dir(environ)
     return Path(home) if home else no_home_dir()
 
@@ -55,10 +47,7 @@ def own_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def expand_home(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
-    """``path`` with a leading ``~`` or ``~/`` replaced by :func:`own_home` (the stand-in home
-    when there is none, rather than a directory literally called ``~`` in the working
-    directory); ``~user`` forms as :func:`os.path.expanduser` expands them, an error when it
-    cannot."""
+    """``path`` with a leading ``~`` replaced by :func:`own_home` (``~user`` as expanduser does)."""
     text = os.fspath(path)
     if text == "~" or text.startswith("~/"):
         return Path(str(own_home(environ)) + text[1:])
@@ -74,9 +63,7 @@ def _names_home(path: str | os.PathLike[str]) -> bool:
 
 
 class TrustedRoots:
-    """The roots this process was given (held by the process setup). A root is checked every
-    time it is asked for; a refused one is warned about once per process and replaced by the
-    same private fallback each time (itself checked again)."""
+    """The roots this process was given, checked on every ask; a refused one gets a fallback."""
 
     def __init__(self) -> None:
         self._fallbacks: dict[tuple[str, str], Path] = {}
@@ -85,8 +72,7 @@ class TrustedRoots:
 
     def root(self, wanted: str | os.PathLike[str], what: str,
              environ: Mapping[str, str] | None = None) -> Path:
-        """``wanted`` (created 0700 when missing) when it passes the root rule now; otherwise,
-        with one warning per process naming ``what`` and why, the private fallback for
+        """``wanted`` (created 0700) when it passes the root rule now, else the private fallback for
         ``what``."""
         key = (os.fspath(wanted), what)
         if _names_home(wanted):
@@ -119,12 +105,8 @@ class TrustedRoots:
                            no_home_dir())
 
     def bytecode_prefix(self, environ: Mapping[str, str] | None = None) -> Path | None:
-        """The folder for Python's bytecode (``PYTHONPYCACHEPREFIX``, else
-        :data:`PYCACHE_DIR` in the own cache) when it passes the root rule now (created 0700
-        when missing). Python runs a ``.pyc`` found there in place of its source, so a refused
-        folder gets one warning per process and the private folder
-        ``<own cache>/vllm_ascend/private/PYTHONPYCACHEPREFIX`` instead, or None (no prefix:
-        Python's own ``__pycache__`` beside each source) when the own cache is refused too."""
+        """The trusted folder for Python's bytecode, its private fallback, or None (no prefix)."""
+        # Python runs a .pyc found there in place of its source: it must pass the root rule.
         env = os.environ if environ is None else environ
         wanted = env.get("PYTHONPYCACHEPREFIX") or self.own_cache(env) / PYCACHE_DIR
         try:
@@ -147,11 +129,7 @@ class TrustedRoots:
         return chosen
 
     def secure_vllm_cache_root(self, environ: MutableMapping[str, str] | None = None) -> Path:
-        """Check vLLM's cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
-        ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``) and point ``VLLM_CACHE_ROOT`` at the
-        private fallback when it, or the ``XDG_CACHE_HOME`` it lies in, is refused, or when
-        there is no home to find it in. Call it before vLLM reads the variable (the platform
-        plugin's ``register``)."""
+        """Point ``VLLM_CACHE_ROOT`` at the private fallback when vLLM's cache root is refused."""
         env = os.environ if environ is None else environ
         xdg = env.get("XDG_CACHE_HOME")
         vllm_reads: Path | None  # what vLLM opens, ``..`` left to the kernel as vLLM leaves it
@@ -174,10 +152,7 @@ class TrustedRoots:
 
 def private_fallback(what: str, environ: Mapping[str, str] | None = None, *,
                      own_cache: Path | None = None) -> Path:
-    """The private directory used instead of a refused ``what``:
-    ``<own cache>/vllm_ascend/private/<what>`` (0700; the own cache is :func:`own_cache_dir`
-    unless given) when the own cache passes the root rule, else a fresh temporary directory
-    (``mkdtemp``, 0700) that passes it; :class:`UntrustedPathError` when even that does not."""
+    """``<own cache>/vllm_ascend/private/<what>``, else ``mkdtemp``; else UntrustedPathError."""
     base = own_cache_dir(environ) if own_cache is None else own_cache
     try:
         make_private_dir(base)

@@ -1,23 +1,10 @@
 """The file that carries the inputs of config resolution from the engine side to its workers.
 
-The inputs (additional_config, deployment facts with the whole quantization description, the
-Ascend env variables) of an 80-layer W8A8 model are over 200 KB: as one environment string
-they pass Linux's 128 KiB limit on a single string (``MAX_ARG_STRLEN``), after which every
-``exec`` of that process fails with E2BIG (spawned workers, npu-smi, compiler subprocesses).
-So inputs over :data:`INLINE_LIMIT` travel in a file and the environment carries its path;
-smaller ones (every config without a large quantization description) stay inline in the
-variable, so that workers on other hosts (Ray across nodes), which inherit the variable but not
-the file, still read them.
-
-The file is private (mode 0600 in a 0700 directory the plugin creates, so no other user can
-read or swap it), written atomically, and named by the sha256 of its bytes: equal inputs share one
-file, and a reader checks that the bytes still hash to the name. Its lifetime: it is never
-removed by the plugin. Every process that publishes equal inputs (DP engines, restarted
-engines, a second ``LLM`` in one process) reuses the same file, and a worker may be spawned
-long after the publication (elastic scaling), so no single process knows when the last reader
-is done; the files are small, one per distinct set of inputs, and live in the temporary
-directory, which the system's temporary-file cleaning empties.
+Inputs over :data:`INLINE_LIMIT` go in a private file named by their sha256; smaller ones stay
+inline in the variable (workers on other hosts inherit it but not the file).
 """
+# Why a file: an 80-layer W8A8 description exceeds MAX_ARG_STRLEN (128 KiB), and every exec fails.
+# The file is never removed: equal inputs share it and a worker may start long after publishing.
 
 from __future__ import annotations
 
@@ -48,11 +35,7 @@ class WorkerInputsError(ValueError):
 
 
 def inputs_dir() -> Path:
-    """The private directory of this user's worker-input files (created 0700 when missing).
-
-    ``<tmp>/vllm-ascend-<uid>/worker-inputs``; when ``<tmp>/vllm-ascend-<uid>`` (the root,
-    in a directory everyone can write) fails the root rule of ``base.trusted_paths``, one
-    warning and a fresh private directory (``mkdtemp``) instead."""
+    """``<tmp>/vllm-ascend-<uid>/worker-inputs`` (0700), or a fresh private directory if refused."""
     root = Path(tempfile.gettempdir()) / f"vllm-ascend-{os.geteuid()}"
     wanted = root / "worker-inputs"
     try:
@@ -70,8 +53,7 @@ def encode_inputs(inputs: dict[str, Any]) -> bytes:
 
 
 def write_inputs(data: bytes, directory: Path | None = None) -> Path:
-    """The file holding ``data`` in ``directory`` (default :func:`inputs_dir`): reused when an
-    intact one exists, otherwise written to a temporary file and renamed into place."""
+    """The file holding ``data`` in ``directory``: an intact one reused, else written atomically."""
     if len(data) > MAX_INPUTS_BYTES:
         raise WorkerInputsError(f"the worker inputs are {len(data)} bytes, over the "
                                 f"{MAX_INPUTS_BYTES}-byte limit")
@@ -86,8 +68,7 @@ def write_inputs(data: bytes, directory: Path | None = None) -> Path:
 
 
 def env_value(data: bytes) -> str:
-    """What the environment variable holds for ``data``: the JSON text itself up to
-    :data:`INLINE_LIMIT` bytes, else the path of the file :func:`write_inputs` made."""
+    """The variable's value: the JSON itself up to :data:`INLINE_LIMIT`, else its file's path."""
     if len(data) <= INLINE_LIMIT:
         return data.decode("utf-8")
     return str(write_inputs(data))
@@ -108,10 +89,8 @@ def inputs_from_env(value: str) -> dict[str, Any]:
 
 
 def read_inputs(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The inputs stored at ``path``, read with a size bound (a symlink or special file
-    refused) and checked: the name is the sha256 of the bytes, so what is read is what was
-    published, and the content an object with exactly the published fields.
-    :class:`WorkerInputsError` (or the OSError of the read) otherwise."""
+    """The inputs at ``path``, checked against their sha256 name (else
+    WorkerInputsError/OSError)."""
     file = Path(path)
     if not file.is_absolute() or not _NAME.fullmatch(file.name):
         raise WorkerInputsError(f"{path!r} is not a worker-inputs file (an absolute path "

@@ -1,17 +1,4 @@
-"""Converted checkpoints in the user's cache: a trusted root, checksummed entries, atomic installs.
-
-Root: ``$XDG_CACHE_HOME/vllm_ascend/checkpoints`` (the user's own cache when unset:
-``~/.cache/...``, or ``<tmp>/vllm-ascend-<uid>/cache/...`` without a home). The cache root
-must pass the root rule of :mod:`vllm_ascend.base.trusted_paths` (the package README,
-"Trust and files"), since the cached checkpoint is loaded as trusted input; otherwise one
-warning per process and the private fallback directory is used instead. New directories are 0700.
-
-An entry is a directory holding the files of one checkpoint and ``manifest.json``, which names
-the source it was made from and the sha256 and size of every file. An entry is built in a
-temporary directory beside it and renamed into place, so a reader sees a whole entry or none; an
-entry whose files do not match its manifest, or that holds a file the manifest does not list, is
-rebuilt with one warning.
-"""
+"""Converted checkpoints in the user's cache: trusted root, checksummed entries, atomic installs."""
 
 from __future__ import annotations
 
@@ -53,9 +40,7 @@ def sha256_file(path: Path) -> str:
 
 
 def checkpoint_cache_root(environ: Mapping[str, str] | None = None) -> Path:
-    """The directory converted checkpoints live in (created 0700 when missing), under the
-    cache root ``XDG_CACHE_HOME`` (default ``~/.cache``) once that passed the root rule, else
-    under its private fallback (one warning per process)."""
+    """The converted-checkpoint directory (0700) under the trusted cache root or its fallback."""
     env = os.environ if environ is None else environ
     roots = current_process_setup().roots
     wanted = env.get("XDG_CACHE_HOME") or roots.own_cache(env)
@@ -76,8 +61,7 @@ def _manifest_for(directory: Path, source: str) -> dict[str, Any]:
 
 
 def entry_problem(entry: Path, source: str, verified: VerifiedFiles | None = None) -> str | None:
-    """Why ``entry`` is not a whole, undamaged entry made from ``source`` (None if it is).
-    With ``verified``, a file unchanged since its sha256 was last computed is not read again."""
+    """Why ``entry`` is not a whole, undamaged entry made from ``source`` (None if it is)."""
     digest = verified.sha256 if verified is not None else sha256_file
     try:
         manifest = json.loads(read_bounded_file(entry / MANIFEST, _MANIFEST_LIMIT))
@@ -122,12 +106,7 @@ def entry_problem(entry: Path, source: str, verified: VerifiedFiles | None = Non
 
 def cached_entry(root: Path, name: str, source: str, build: Callable[[Path], None],
                  verified: VerifiedFiles | None = None) -> Path:
-    """``root/name``: reused when whole, else built by ``build(directory)`` and installed.
-
-    ``build`` writes the checkpoint files into the (empty, private) directory it is given; the
-    manifest is added and the directory renamed into place. A damaged entry is replaced with
-    one warning. ``verified`` skips hashing files unchanged since they were last verified.
-    """
+    """``root/name``: reused when whole, else built by ``build(directory)`` and moved into place."""
     entry = root / name
     if os.path.lexists(entry):
         problem = entry_problem(entry, source, verified)

@@ -1,17 +1,6 @@
-"""What a GGUF file may ask the converter to build, checked before anything is built.
-
-transformers fills every llama size the file does not state with a default (a 6.7 B-parameter
-model for a file holding only ``general.architecture``), so the converter reads the file's
-header itself first: every count, string and array is bounded by the bytes the file has left, the
-llama sizes it needs are required (a missing one is an error naming its key) and must agree with
-the shapes of the tensors the file holds (the token embedding, every block's weights), and every
-tensor's data must lie inside the file. So the model built is at most what the file's own tensors
-describe, and at most :data:`MAX_PARAMETERS` parameters.
-
-The format (GGUF v2/v3): ``GGUF``, version u32, tensor count u64, metadata count u64; metadata
-``key (u64 length + UTF-8), type u32, value``; tensor infos ``name, n_dims u32, dims u64[n],
-type u32, offset u64``; then the data, aligned to ``general.alignment`` (32).
-"""
+"""What a GGUF file may ask the converter to build, checked before anything is built."""
+# transformers fills missing llama sizes with defaults (6.7 B parameters for a near-empty file), so
+# the header is read and bounded here first.
 
 from __future__ import annotations
 
@@ -105,8 +94,7 @@ class _Reader:
 
 
 def read_gguf_header(path: Path) -> GgufHeader:
-    """The metadata and tensor infos of the GGUF file at ``path``; :class:`BadGguf` for a file
-    that is not a whole, readable GGUF file (every tensor's data inside it)."""
+    """The metadata and tensor infos of the GGUF file at ``path``; :class:`BadGguf` if not whole."""
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -186,8 +174,7 @@ _BLOCK_SHAPES: Final = {  # GGUF dims (innermost first) of each block tensor
 
 
 def check_llama_gguf(header: GgufHeader) -> int:
-    """:class:`BadGguf` unless ``header`` describes a llama model whose stated sizes agree with
-    its tensors and which has at most :data:`MAX_PARAMETERS` parameters; returns that count."""
+    """The parameter count of a consistent llama ``header``; :class:`BadGguf` otherwise."""
     path, meta = header.path, header.metadata
     arch = meta.get("general.architecture")
     if arch != "llama":

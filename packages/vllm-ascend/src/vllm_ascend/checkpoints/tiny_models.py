@@ -1,10 +1,4 @@
-"""Tiny random-weight models that vLLM loads offline: the demo's fast models (also used by the
-tests and benchmarks).
-
-`make_tiny_model` writes a Hugging Face model directory (config, safetensors weights, a tokenizer
-trained locally with the `tokenizers` library, a chat template, a generation config). Nothing is
-downloaded; the same arguments always produce the same weights and tokenizer.
-"""
+"""Tiny random-weight models that vLLM loads offline, deterministic and downloading nothing."""
 
 from __future__ import annotations
 
@@ -90,10 +84,7 @@ def _check_args(
 
 
 def build_tokenizer(path: Path) -> int:
-    """Train a byte-level BPE tokenizer on a built-in corpus, save it under `path`.
-
-    Returns the vocabulary size (special tokens included). Loadable with `AutoTokenizer`.
-    """
+    """Train a byte-level BPE tokenizer on a built-in corpus into `path`; its vocabulary size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -200,11 +191,9 @@ def make_tiny_model(
     seed: int = 0,
     rope_scaling: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write a tiny random-weight `arch` model ("llama", "qwen3" or "qwen3_moe") to `path`.
+    """Write a tiny random-weight `arch` model (llama, qwen3, qwen3_moe) to `path`; its path.
 
-    Deterministic from `seed`; loads offline with vLLM and transformers. `rope_scaling` (Hugging
-    Face form, e.g. `{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings":
-    512}`; types in `ROPE_SCALING_KEYS`) gives the model that rope variant. Returns the directory.
+    Deterministic from `seed`; `rope_scaling` (Hugging Face form) picks a rope variant.
     """
     _check_args(arch, layers, hidden, heads, kv_heads, head_dim, dtype)
     _check_rope_scaling(rope_scaling)

@@ -1,16 +1,6 @@
-"""A record of files whose sha256 this user has computed, so an unchanged file is not hashed
-again on every run (the demo's checkpoint is 0.5 GiB: re-hashing it cost seconds per start).
-
-A file counts as unchanged when its identity is the recorded one: size, ``mtime_ns``,
-``ctime_ns`` (which no user can set back), inode and device. File times come from a coarse
-clock, so a file changed within one tick of its last change keeps its times: a hash is only
-recorded for a file whose times are older than the hash's start by :data:`SETTLE_NS` (any
-later change then shows in ``ctime_ns``). The record lives in the checkpoint
-cache root, which passed the trust policy's root rule and is private (0700); the record itself is
-read only when it is a regular file owned by this user and writable by no one else, bounded in
-size, and any record that does not parse is ignored (the files are hashed again). Anyone who
-could forge the record could equally rewrite the manifests it stands beside.
-"""
+"""A record of files whose sha256 this user computed, so an unchanged file is not hashed again."""
+# Unchanged: same size, mtime_ns, ctime_ns, inode and device; only files older than the hash's start
+# by SETTLE_NS are recorded, since file times come from a coarse clock.
 
 from __future__ import annotations
 
@@ -70,8 +60,7 @@ class VerifiedFiles:
         self.hashed: list[str] = []  # the files this object actually read (for tests, logs)
 
     def sha256(self, path: Path) -> str:
-        """The file's sha256: recorded when its identity is unchanged, else computed (and
-        recorded on :meth:`save`)."""
+        """The file's sha256: recorded when unchanged, else computed (recorded on :meth:`save`)."""
         key = os.path.abspath(path)
         identity = file_identity(path)
         known = self._files.get(key)
@@ -89,8 +78,7 @@ class VerifiedFiles:
         return digest
 
     def save(self) -> None:
-        """Write the record (atomically, 0600) when it changed; a failure only costs hashing
-        again next time."""
+        """Write the record (atomically, 0600) if it changed; a failure only costs hashing again."""
         if not self._dirty:
             return
         files = dict(list(self._files.items())[-_MAX_ENTRIES:])

@@ -1,17 +1,7 @@
-"""``AscendCompiler``'s compile-cache files: handles, checksummed entries, reading artifacts back.
-
-An artifact is one file, ``<cache_dir>/<key>``, holding one fused graph (see
-``ascend_graph.dumps_fused_graph``) as a cache entry (:func:`write_entry`: a sha256 of the
-bytes, then the bytes, written atomically). The handle vLLM stores for it is ``(key, path)``,
-two strings (vLLM's ``CompilerManager`` checks exactly that). On load the file is looked up as
-``<cache_dir>/<key>`` whenever the cache dir is known, so a moved cache still works. The
-compiler reads and writes entries only through a :class:`~vllm_ascend.base.trusted_paths.
-TrustedDir`: the cache dir checked by the root rule of ``base.trusted_paths`` at that very
-use and held open, so what is read comes from the directory that was checked (only this user
-writes there) even if the path is swapped afterwards. The checksum therefore guards against
-damage (a truncated write, a bad disk), not against forgery: a damaged entry is one warning and
-a compile again, which writes it anew.
-"""
+"""``AscendCompiler``'s compile-cache files: handles, checksummed entries, reading them back."""
+# Entries are read and written only through a TrustedDir checked at that use, so the checksum guards
+# against damage (a truncated write, a bad disk), not forgery. The handle is (key, path), two
+# strings, as vLLM's CompilerManager checks; the file is looked up by key, so a moved cache works.
 
 from __future__ import annotations
 
@@ -29,7 +19,7 @@ from vllm_ascend.base.trusted_paths import (
     write_atomic,
 )
 
-logger = logging.getLogger("vllm_ascend.compilation.compiler")
+logger = logging.getLogger(__name__)
 
 ENTRY_MAGIC: Final = b"ascend-cache-entry v1 sha256="
 
@@ -44,8 +34,7 @@ def encode_entry(payload: bytes) -> bytes:
 
 
 def decode_entry(data: bytes, where: str | os.PathLike[str]) -> bytes:
-    """The payload of the cache entry ``data`` read from ``where``; :class:`DamagedEntryError`
-    when its checksum does not match."""
+    """The payload of cache entry ``data`` from ``where``; DamagedEntryError on a bad checksum."""
     if not data.startswith(ENTRY_MAGIC):
         raise DamagedEntryError(f"{where} is not a vllm-ascend cache entry")
     digest, sep, payload = data[len(ENTRY_MAGIC):].partition(b"\n")
@@ -60,9 +49,7 @@ def write_entry(path: str | os.PathLike[str], payload: bytes) -> None:
 
 
 def read_entry(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES) -> bytes:
-    """The payload of the cache entry at ``path`` (read with ``limit``, symlinks and special
-    files refused: :class:`UntrustedPathError`); :class:`DamagedEntryError` when its checksum
-    does not match."""
+    """The payload of the entry at ``path``; UntrustedPathError or DamagedEntryError if unusable."""
     return decode_entry(read_bounded_file(path, limit), path)
 
 
@@ -98,10 +85,8 @@ def artifact_path(cache_dir: str | None, key: str, fallback: str | None = None) 
 
 def read_fused(cache: TrustedDir, key: str, *, manager: Any, backend: str,
                compile_range: Any) -> Any:
-    """The fused graph saved as ``key`` in the verified ``cache``, or None after one log line
-    saying why it cannot be used: info for a missing or stale artifact (made with other
-    versions or settings), a warning naming the file for a damaged one or one that is not a
-    regular file."""
+    """The fused graph saved as ``key`` in ``cache``, or None after one line saying why."""
+    # Info for a missing or stale artifact; a warning naming the file for a damaged or odd one.
     from ascend_graph import FusedGraphError, loads_fused_graph
 
     path = cache.path / key
@@ -126,10 +111,7 @@ def read_fused(cache: TrustedDir, key: str, *, manager: Any, backend: str,
 
 
 def read_code(cache: TrustedDir, name: str) -> str | None:
-    """npugraph_ex's generated code saved as ``name`` in the verified ``cache`` (it is
-    executed when loaded), or None after one log line: a warning naming a damaged entry or one
-    that is not a regular file, info for anything else that makes it unusable; nothing when
-    there is none."""
+    """npugraph_ex's saved code ``name`` in ``cache`` (run when loaded), or None after one line."""
     path = cache.path / name
     try:
         return decode_entry(cache.read(name), path).decode("utf-8")

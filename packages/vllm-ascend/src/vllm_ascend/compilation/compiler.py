@@ -1,28 +1,11 @@
-"""``AscendCompiler``: vLLM's CompilerInterface over the ascend-graph compile pipeline.
+"""``AscendCompiler``: vLLM's CompilerInterface over the ascend-graph compile pipeline (NPU).
 
-Used on the NPU platform (``get_compile_backend``): the fusion passes of the platform pass
-manager (installed by vLLM under ``pass_key``), then the NPU graph extension when enabled,
-else eager. The cache hash covers everything that changes the output, fusion settings
-included.
-
-Compile cache: with caching on, ``compile`` saves the fused ATen graph of every piecewise graph
-as ``<cache_dir>/<key>`` and returns the handle ``(key, path)``; ``load`` rebuilds it, derives
-the ATen graph of ``graph`` again (cheap; keeps torch's handling of aliased and mutated tensors
-exact) and runs the saved fused graph instead of the passes. A missing or stale artifact is one
-info "cache miss" and a normal compile; a damaged one (its checksum does not match, see
-``compile_cache``) or one that is not a regular file is one warning naming the file, then a
-normal compile that writes it anew. The cache dir is checked by the root rule of
-``base.trusted_paths`` at every use (each load, save and code lookup opens it again through
-``open_trusted_dir`` and works relative to the verified descriptor), so a root swapped after
-``initialize_cache`` is never read; a cache dir that fails the rule, then or at any later use,
-turns the cache off with one warning per process: nothing is read from or written to it. On
-npugraph_ex the extension's generated code (``_CompiledFxGraph.get_code()``) is also saved, as a
-checksummed entry like the fused graph, as ``<key>.npugraph_ex.py``, unless it calls
-process-local Triton kernels; a warm start that reuses the fused graph loads that code back
-through the extension's ``_CompiledFxGraph.load_artifacts`` instead of compiling it again (code
-that is missing or does not load is one info line, a damaged entry one warning, then a normal
-compile of the saved graph). When the code cannot be obtained, one warning per process says why.
+Caching saves each piecewise graph's fused ATen graph (and npugraph_ex's code) as checksummed
+entries; ``load`` reruns the saved graph instead of the passes. A missing or stale artifact is
+one info "cache miss", a damaged one a warning; both compile again.
 """
+# The cache dir passes the root rule at every use (opened again per load, save and lookup), so a
+# root swapped after initialize_cache is never read; one that fails turns caching off.
 
 from __future__ import annotations
 
@@ -50,7 +33,7 @@ from vllm_ascend.process.process_setup import current_process_setup
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.compilation.compiler")
+logger = logging.getLogger(__name__)
 
 PASS_KEY = "graph_fusion_manager"
 NPU_CODE_SUFFIX = ".npugraph_ex.py"
@@ -71,8 +54,8 @@ def graph_backend(ascend_config: Any, cudagraph_mode: Any) -> str:
 
 @dataclass(frozen=True)
 class StaticKernelPlan:
-    """npugraph_ex's static-shape kernels: on or off, for which decode batch sizes, and the
-    ``LOCAL_WORLD_SIZE`` they need (local world size times the local DP size)."""
+    """npugraph_ex's static-shape kernels: on or off, their decode batch sizes,
+    ``LOCAL_WORLD_SIZE``."""
 
     enabled: bool = False
     decode_batch_sizes: tuple[int, ...] = ()
@@ -95,8 +78,7 @@ class StaticKernelPlan:
         return cls(True, tuple(sizes), local)
 
     def apply_environment(self, environ: Any = None) -> str | None:
-        """Set ``LOCAL_WORLD_SIZE`` for the static kernel unless already set; returns the value
-        set (None when nothing changed)."""
+        """Set ``LOCAL_WORLD_SIZE`` unless already set; the value set, or None."""
         env = os.environ if environ is None else environ
         if not self.enabled or "LOCAL_WORLD_SIZE" in env:
             return None
@@ -118,8 +100,7 @@ def _return_tuple(graph: Any) -> bool:
 
 @dataclass
 class _CodeNotes:
-    """What one npugraph_ex compile said about its code: ``made`` (code, why none) per
-    compile, ``loaded`` None (saved code loaded) or why it was not."""
+    """What one npugraph_ex compile said about its code: made (code, why none), loaded."""
 
     made: list[tuple[str | None, str | None]] = field(default_factory=list)
     loaded: list[str | None] = field(default_factory=list)
@@ -129,14 +110,9 @@ class _CodeNotes:
 
 
 class AscendCompiler(CompilerInterface):
-    """Compile vLLM's piecewise graphs with the Ascend passes and backend.
-
-    ``fusion_manager`` is the ascend-graph pass manager ``load`` checks artifacts against and
-    recompiles with (vLLM calls ``load`` without the compiler config). The constructor,
-    ``compute_hash`` (the engine's one manager, ``engine_of(vllm_config).fusion``, which the
-    platform pass manager also runs) and every ``compile`` (the one vLLM installed) set it; the
-    latest wins. ``engine`` is the engine whose cache loads ``load`` counts.
-    """
+    """Compile vLLM's piecewise graphs with the Ascend passes and backend."""
+    # fusion_manager is set by the constructor, compute_hash and every compile (latest wins): vLLM
+    # calls load without the compiler config.
 
     name = "AscendCompiler"
 
@@ -153,8 +129,7 @@ class AscendCompiler(CompilerInterface):
 
     def initialize_cache(self, cache_dir: str, disable_cache: bool = False,
                          prefix: str = "") -> None:
-        """Use ``cache_dir`` for artifacts (created 0700); a location that fails the root rule
-        turns caching off with one warning per process."""
+        """Use ``cache_dir`` for artifacts (0700); one failing the root rule turns caching off."""
         self.cache_dir, self.disable_cache, self.prefix = cache_dir, disable_cache, prefix
         self.trusted = False
         if disable_cache or not cache_dir:
@@ -173,9 +148,8 @@ class AscendCompiler(CompilerInterface):
             f"{self.cache_dir})", logger)
 
     def _open_cache(self) -> TrustedDir | None:
-        """The cache dir checked by the root rule now and held open (every read and write goes
-        through it), or None: caching off, and one warning per process when the check
-        failed."""
+        """The cache dir checked now and held open, or None (caching off, one warning per
+        process)."""
         if not self.caching:
             return None
         assert self.cache_dir is not None
@@ -191,8 +165,7 @@ class AscendCompiler(CompilerInterface):
 
     def compute_hash(self, vllm_config: VllmConfig) -> str:
         """The cache hash of the engine of ``vllm_config``: its resolved config and fusion
-        manager (``engine_of``), never resolved again, so neither the environment nor another
-        engine changes it after the engine was built."""
+        manager."""
         from ascend_graph import compute_hash
 
         engine = engine_of(vllm_config)
@@ -280,9 +253,7 @@ class AscendCompiler(CompilerInterface):
         return compiled
 
     def _count_load(self) -> None:
-        """Count a reused artifact for the warm-start line of the engine vLLM is compiling (its
-        current config, else the one ``compute_hash`` or ``compile`` saw; none outside an
-        engine: nothing counted)."""
+        """Count a reused artifact for the warm-start line of the engine being compiled (if any)."""
         from vllm.config import get_current_vllm_config_or_none
 
         current = get_current_vllm_config_or_none()
@@ -333,10 +304,8 @@ class AscendCompiler(CompilerInterface):
         return (lambda *args: compiled(*args)[0]), fused
 
     def _keep_code(self, key: str, notes: _CodeNotes) -> None:
-        """Save the code npugraph_ex generated (a checksummed entry), or say why there is
-        none: process-local Triton kernels are expected (info); any other reason means the code
-        cannot be obtained (one warning per process). A load of saved code is one info line
-        either way."""
+        """Save npugraph_ex's generated code, or log why there is none."""
+        # Process-local Triton kernels are expected (info); other reasons warn once per process.
         path = artifact_path(self.cache_dir, key + NPU_CODE_SUFFIX)
         for why in notes.loaded:
             if why is None:
@@ -367,9 +336,8 @@ class AscendCompiler(CompilerInterface):
             "saved and reused", logger)
 
     def _write(self, name: str, data: bytes) -> bool:
-        """Write ``data`` as the checksummed entry ``name`` in the cache dir, checked now;
-        False when the cache dir is refused (one warning per process) or the file system
-        refuses (one warning)."""
+        """Write checksummed entry ``name`` in the cache dir, checked now; False (one warning) if
+        refused."""
         cache = self._open_cache()
         if cache is None:
             return False

@@ -1,10 +1,6 @@
-"""The graph-parameter store of each engine (main, draft and draft-prefill models).
-
-vLLM builds graph wrappers with only (runnable, vllm_config, mode, options), and the NPU model
-runner that records attention workspaces and binds the attention backend is another object:
-both reach the engine's one ``GraphParamsStore`` through :func:`graph_params_for`, which is
-``engine_of(vllm_config).graphs``.
-"""
+"""The graph-parameter store of each engine (main, draft and draft-prefill models)."""
+# vLLM builds graph wrappers with only (runnable, vllm_config, mode, options): the wrapper and the
+# model runner reach the engine's store through the config.
 
 from __future__ import annotations
 
@@ -18,6 +14,5 @@ if TYPE_CHECKING:
 
 
 def graph_params_for(vllm_config: VllmConfig) -> GraphParamsStore:
-    """The engine's store (created on first use with every kind the engine captures:
-    ``main``, plus ``draft`` and ``draft_prefill`` with speculative decoding)."""
+    """The engine's store, created on first use with every kind the engine captures."""
     return engine_of(vllm_config).graphs

@@ -1,18 +1,6 @@
-"""vLLM's static-graph wrapper for the NPU platform, over ascend-graph's GraphWrapper.
-
-The capture key and runtime mode come from vLLM's forward context (the batch descriptor and
-``cudagraph_runtime_mode`` that vLLM's dispatcher set for this step). Per capture the wrapper
-checks that vLLM allows capturing, marks the forward context as capturing, logs the capture's
-size and seconds (totals per engine in ``capture_tally``, carried by the rank report), counts
-the graph in vLLM's compilation counter and turns the attention workspaces of the engine's graph
-parameters into weak references. A capture after the engine is ready is counted by the
-engine's ready watch (``ready_watch``). Each wrapper is listed in its engine's
-``graph_wrappers``, so the runner can point every capture at another pool and drop the graphs
-(the graph-memory profile). Before a FULL graph replays it has the attention backend refresh
-this step's parameters (``update_full_graph_params``) without a host synchronisation (the
-update and the replay are ordered on the device by streams and events); PIECEWISE graphs
-contain no attention and replay directly.
-"""
+"""vLLM's static-graph wrapper for the NPU platform, over ascend-graph's GraphWrapper."""
+# FULL graphs have the attention backend refresh the step's parameters before replay, without a host
+# synchronisation (streams and events order them); PIECEWISE graphs hold no attention.
 
 from __future__ import annotations
 
@@ -59,11 +47,7 @@ def _forward_fields(vllm_config: Any) -> Any:
 
 
 class AscendGraphWrapper:
-    """Capture/replay one runnable per batch descriptor in its runtime mode (vLLM signature).
-
-    ``runtime`` (default: NPU graphs) and ``context`` are seams for tests; ``use_eagle`` marks
-    the wrapper of an EAGLE drafter (kept for vLLM's signature).
-    """
+    """Capture/replay one runnable per batch descriptor in its runtime mode (vLLM's signature)."""
 
     def __init__(
         self,
@@ -136,8 +120,7 @@ class AscendGraphWrapper:
 
     @contextlib.contextmanager
     def _capturing(self, key: Any) -> Iterator[None]:
-        """The capture's scope: vLLM's check, the forward context's flag, and its time (one
-        log line and the engine's tally, for a capture that succeeded)."""
+        """A capture's scope: vLLM's check, the forward context's flag, its log line and tally."""
         from vllm.compilation.monitor import validate_cudagraph_capturing_enabled
 
         validate_cudagraph_capturing_enabled()

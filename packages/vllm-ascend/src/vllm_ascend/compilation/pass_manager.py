@@ -1,14 +1,4 @@
-"""The platform pass manager: vLLM's post-grad manager plus ascend-graph's fusion passes.
-
-vLLM instantiates :class:`AscendPassManager` (``get_pass_manager_cls``), calls ``configure``
-and installs it under the platform's ``pass_key``. ``configure`` takes the engine's fusion
-manager (``engine_of(config).fusion``: ascend-graph's ``GraphFusionPassManager`` built once per
-engine from its resolved ``ascend_compilation_config``, shared with the compile backend), so
-:func:`fusion_report` is the engine's. On CPU, vLLM's
-functionalization fix-up (which names a CUDA-only fused op) is replaced by a safe variant, and
-inductor is given lowerings that inline the ``torch.ops.ascend.*`` ops (see
-:func:`register_cpu_lowerings`).
-"""
+"""The platform pass manager: vLLM's post-grad manager plus the engine's fusion passes."""
 
 from __future__ import annotations
 
@@ -31,7 +21,7 @@ from vllm_ascend.engine.registry import peek_engine
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-logger = logging.getLogger("vllm_ascend.compilation.pass_manager")
+logger = logging.getLogger(__name__)
 
 # Ops vLLM's FixFunctionalizationPass names; the CPU build of vLLM lacks some of them.
 _FIXUP_OPS = ("rotary_embedding", "fused_add_rms_norm", "fused_add_rms_norm_static_fp8_quant",
@@ -44,8 +34,8 @@ def vllm_fixup_ops_available() -> bool:
 
 
 class SafeFixFunctionalizationPass(FixFunctionalizationPass):
-    """vLLM's fix-up where its ops exist; otherwise leaves ``auto_functionalized`` nodes to
-    inductor's own decomposition (correct, at most a few extra copies)."""
+    """vLLM's functionalization fix-up where its ops exist, else inductor's own decomposition."""
+    # vLLM's fix-up names a CUDA-only op; inductor's decomposition is correct (a few more copies).
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if vllm_fixup_ops_available():
@@ -58,8 +48,7 @@ QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
 
 
 def qk_norm_model_type(vllm_config: Any) -> str | None:
-    """The model type when the model normalises q and k before rope (``QK_NORM_MODEL_TYPES``),
-    else None (also for a config without a model)."""
+    """The model type when the model normalises q and k before rope, else None."""
     model_config = getattr(vllm_config, "model_config", None)
     model_type = getattr(getattr(model_config, "hf_config", None), "model_type", None)
     return model_type if model_type in QK_NORM_MODEL_TYPES else None
@@ -83,9 +72,8 @@ class AscendFusionPass(VllmInductorPass):
         self.check_model_expectations(graph)
 
     def check_model_expectations(self, graph: torch.fx.Graph) -> None:
-        """What the model says must fuse, beyond the candidates the passes recognised: on a
-        model with q/k norms, a graph with a rotary embedding and no qknorm_rope candidate means
-        the idiom changed shape (e.g. a new vLLM norm op), which the pass alone cannot see."""
+        """Flag a q/k-norm model's graph with rope but no qknorm_rope candidate (the idiom
+        changed)."""
         rope = self.fusion.last_sites.get("qknorm_rope")
         if self.qk_norm_model is None or rope is None or rope.expected or rope.matched:
             return
@@ -109,13 +97,8 @@ class AscendFusionPass(VllmInductorPass):
 
 
 def register_cpu_lowerings() -> str:
-    """Have inductor inline the ``torch.ops.ascend.*`` ops it meets after the passes (host CPU:
-    inductor generates the kernels there); returns the lowerings' fingerprint for the cache key.
-
-    Graphs at pass time, and inductor's dumps of them, still hold the ascend ops; the generated
-    code runs their decompositions fused with the neighbouring ops instead of one Python
-    reference call per op.
-    """
+    """Have inductor inline the ``torch.ops.ascend.*`` ops after the passes (host CPU); a
+    fingerprint."""
     from ascend_kernels.inductor_lowering import lowering_fingerprint, register_inductor_lowerings
 
     register_inductor_lowerings()
@@ -138,8 +121,8 @@ class AscendPassManager(PostGradPassManager):
         super().__call__(graph)
 
     def note_run(self, compile_range: Any) -> None:
-        """Count one run of the passes (one backend compile of a graph for ``compile_range``)
-        in the engine's ready watch; after ready it is logged, or an error in strict mode."""
+        """Count one run of the passes in the engine's ready watch (after ready: logged or
+        refused)."""
         if self.engine is not None:
             self.engine.ready.note(
                 "pass_runs", f"passes run for compile range {compile_range} (a new shape)")
@@ -160,9 +143,7 @@ class AscendPassManager(PostGradPassManager):
 
 
 def fusion_report(vllm_config: VllmConfig) -> dict[str, int]:
-    """Sites rewritten per pass name by the engine of ``vllm_config`` (every pass manager and
-    compile backend of the engine shares its one fusion manager); {} before it compiled (reading
-    builds nothing)."""
+    """Sites rewritten per pass by the engine of ``vllm_config``; {} before it compiled."""
     engine = peek_engine(vllm_config)
     if engine is None or not engine.fusion_built:
         return {}
@@ -170,16 +151,10 @@ def fusion_report(vllm_config: VllmConfig) -> dict[str, int]:
 
 
 def fusion_sites(vllm_config: VllmConfig) -> dict[str, Any]:
-    """Candidate ("expected") against rewritten ("matched") sites per pass of the engine of
-    ``vllm_config``, with the graphs its passes ran on.
+    """Candidate ("expected") and rewritten ("matched") sites per pass of the engine's graphs.
 
-    ``ascend_ops`` counts the ``ascend.*`` op calls in those graphs before the first pass (what
-    the passes were given). ``from_cache`` is true when compiled graphs were loaded instead of
-    compiled, so the passes never saw them (their fusion happened in the process that compiled
-    them) and zero sites are not misses: vLLM loaded compiled artifacts (``loaded_artifacts``,
-    its own compilation counter, per process: AOT or standalone-inductor artifacts), or the
-    engine's fusion manager was built but ran on no graph (an inductor cache hit).
-    ``expected`` is None for a pass without candidate sites (no-op elimination).
+    ``ascend_ops`` counts ``ascend.*`` calls before the first pass; ``from_cache`` marks graphs
+    loaded, not compiled (zero sites are no misses); ``expected`` is None without candidates.
     """
     from vllm.compilation.counter import compilation_counter
 

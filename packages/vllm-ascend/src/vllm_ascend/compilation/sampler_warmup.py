@@ -1,25 +1,17 @@
-"""Warm-up of what vLLM's sampler compiles on first use, so no API feature compiles after ready.
-
-vLLM's sampler ranks the sampled (or prompt) token among the logprobs with
-``batched_count_greater_than``, a ``torch.compile`` function first called by the first request
-asking for ``logprobs``, ``prompt_logprobs`` or ``logprob_token_ids``. vLLM's own warm-up never
-asks for logprobs, so without this the first such request compiled while the engine was serving
-(an error with ``forbid_compile_after_ready``). The helper is called here the way the sampler
-calls it: float32 logprobs over the model's vocabulary, a batch dimension vLLM marks unbacked
-(so one compile serves every batch size), in inference mode like the engine's steps.
-"""
+"""Warm-up of what vLLM's sampler compiles on first use, so no API feature compiles after ready."""
+# vLLM's own warm-up never asks for logprobs, whose batched_count_greater_than is compiled on first
+# use: it is called here as the sampler calls it (float32, unbacked batch dimension).
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-logger = logging.getLogger("vllm_ascend.compilation.sampler_warmup")
+logger = logging.getLogger(__name__)
 
 
 def warm_up_sampler(model_runner: Any) -> bool:
-    """Run the sampler's logprobs path once on random logits (returns False, doing nothing,
-    for a runner without vLLM's sampler, e.g. a pooling model or a non-last pipeline rank)."""
+    """Run the sampler's logprobs path once; False for a runner without vLLM's sampler."""
     import torch
 
     sampler: Any = getattr(model_runner, "sampler", None)

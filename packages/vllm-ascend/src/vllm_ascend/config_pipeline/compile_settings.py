@@ -1,24 +1,8 @@
-"""Compilation settings: vLLM's GPU-only fusion flags off (both pipelines, with or without a
-model), then the NPU pipeline's compilation mode, graph capture sizes and compile backend, or
-the host-CPU pipeline's ``VLLM_COMPILE`` kept through vLLM's CPU defaults.
-
-Host CPU: vLLM's CPU platform downgrades ``VLLM_COMPILE`` to ``DYNAMO_TRACE_ONCE``, which never
-runs a platform pass manager. :func:`wants_vllm_compile` reads the user's request before vLLM's
-CPU defaults; after them :func:`apply_cpu_compilation` restores ``VLLM_COMPILE`` with inductor,
-sets ``compile_sizes=[]`` (otherwise inductor compiles a 4096-token shape outside the compile
-ranges), compiles the whole model as one graph (``splitting_ops=[]``, as stock vLLM CPU does;
-no piecewise split at attention), lets inductor recompute the Ascend ops' bodies in place with
-no more bf16 roundings than vLLM's native ops get (``inductor_settings`` of
-``ascend_kernels.inductor_lowering``), turns vLLM's IR torch wrap off (so Dynamo traces the
-``ascend`` IR provider and the graphs hold ``torch.ops.ascend.*``), switches vLLM's own
-CUDA-only fusion flags off (:func:`disable_vllm_gpu_fusions`: their pass classes do not exist
-on CPU) and enables every custom op (the Ascend rotary embedding). The pass manager then has
-inductor inline the ``torch.ops.ascend.*`` ops after the passes
-(``ascend_kernels.inductor_lowering``).
-
-The NPU runtime's own graph-mode choice depends on the worker chosen after this step: it is in
-``workers``.
+"""Compilation settings: vLLM's GPU-only fusion flags off, then the NPU mode, capture sizes and
+compile backend, or the host CPU's ``VLLM_COMPILE`` kept through vLLM's CPU defaults.
 """
+# vLLM's CPU platform downgrades VLLM_COMPILE to DYNAMO_TRACE_ONCE, which never runs a platform pass
+# manager: the request is read before its defaults and restored after them.
 
 from __future__ import annotations
 
@@ -48,10 +32,7 @@ VLLM_GPU_FUSION_FLAGS = (
 
 
 def disable_vllm_gpu_fusions(vllm_config: Any) -> list[str]:
-    """Switch vLLM's own GPU-only fusion flags off; returns the names that were on.
-
-    Both pipelines run it, also for a config without a model (the Ascend fusion passes are
-    switched by ``ascend_compilation_config`` instead)."""
+    """Switch vLLM's own GPU-only fusion flags off (with or without a model); those that were on."""
     pass_config = vllm_config.compilation_config.pass_config
     turned_off = []
     for flag in VLLM_GPU_FUSION_FLAGS:
@@ -71,9 +52,7 @@ NPU_SPLITTING_OPS = ("vllm::mla_forward", "vllm::dsa_forward")
 
 
 def record_user_capture_settings(vllm_config: Any) -> UserCaptureSettings:
-    """Remember the user's ``max_cudagraph_capture_size`` / ``cudagraph_capture_sizes`` (the
-    platform's defaults hook: vLLM calls it before computing its own sizes, and before the
-    engine exists; the pipeline reads them)."""
+    """Remember the user's capture max and sizes (this hook runs before the engine exists)."""
     cc = vllm_config.compilation_config
     sizes = cc.cudagraph_capture_sizes
     settings = UserCaptureSettings(
@@ -92,12 +71,10 @@ def update_cudagraph_capture_sizes(
     cc: Any, sizes: Sequence[int], *, reason: str, user: UserCaptureSettings | None = None,
     user_sizes_must_stay: bool = False,
 ) -> list[str]:
-    """Replace the capture sizes by ``sizes`` (``reason`` says why) and the max by their last.
+    """Replace the capture sizes by ``sizes`` and the max by their last; the notes logged.
 
-    With ``user_sizes_must_stay``, dropping a size the user listed is one ValueError naming
-    the sizes and what is allowed; otherwise every dropped size is named in one warning
-    (sizes only added: one info line).
-    Returns the notes logged.
+    With ``user_sizes_must_stay``, dropping a size the user listed is one ValueError; otherwise
+    dropped sizes get one warning.
     """
     new = sorted(set(sizes))
     current = list(cc.cudagraph_capture_sizes or [])
@@ -133,11 +110,8 @@ def default_max_capture_size(
     max_num_seqs: int | None, num_speculative_tokens: int = 0,
     user_max: int | None = None, user_sizes: Sequence[int] | None = None,
 ) -> int | None:
-    """Default max graph capture size: ``min(max_num_seqs * (1 + spec), 512)``.
-
-    None when the user set a max or a size list, or max_num_seqs is unknown. (vLLM upstream
-    doubles max_num_seqs; Ascend does not.)
-    """
+    """``min(max_num_seqs * (1 + spec), 512)``; None when the user chose or it is unknown."""
+    # vLLM upstream doubles max_num_seqs; Ascend does not.
     if user_max is not None or user_sizes or max_num_seqs is None:
         return None
     return min(max_num_seqs * (1 + num_speculative_tokens), MAX_DEFAULT_CAPTURE_SIZE)
@@ -147,12 +121,7 @@ def largest_decode_batch(
     max_num_seqs: int | None, num_speculative_tokens: int, max_num_batched_tokens: int,
     user: UserCaptureSettings,
 ) -> int | None:
-    """Tokens of the widest decode step that must replay a graph, or None (the user chose the
-    sizes or the max: larger batches then run eagerly by their choice).
-
-    A decode step is ``max_num_seqs * (1 + spec)`` tokens; above the default capture ceiling
-    (512) or the scheduler's token budget a batch runs eagerly by design.
-    """
+    """Tokens of the widest decode step that must replay a graph; None when the user chose sizes."""
     cap = default_max_capture_size(max_num_seqs, num_speculative_tokens, user.max_size,
                                    user.sizes)
     return None if cap is None else min(cap, max_num_batched_tokens)
@@ -161,12 +130,9 @@ def largest_decode_batch(
 def covering_capture_sizes(
     sizes: Sequence[int], largest: int, max_num_tokens: int, multiple_of: int = 1
 ) -> list[int]:
-    """``sizes`` plus one size covering ``largest`` tokens when none does (vLLM pads a batch up
-    to the next captured size and runs one larger than all of them eagerly).
-
-    The added size is ``largest`` rounded up to ``multiple_of`` (sequence parallelism needs
-    multiples of TP), unless that exceeds ``max_num_tokens`` (the runner's buffers).
-    """
+    """``sizes`` plus one covering ``largest`` tokens (a ``multiple_of``) when none does."""
+    # vLLM pads a batch to the next captured size and runs a larger one eagerly; the added size
+    # never exceeds max_num_tokens (the runner's buffers).
     ordered = sorted(set(sizes))
     if ordered and ordered[-1] >= largest:
         return ordered
@@ -227,16 +193,14 @@ def needs_sp_alignment(tp: int, cudagraph_none: bool, eager: bool, sequence_para
 
 
 def sp_capture_sizes(sizes: Sequence[int], tp: int) -> list[int]:
-    """Capture sizes usable with sequence parallelism: multiples of the TP size (this vLLM
-    release has no helper for it)."""
+    """Capture sizes usable with sequence parallelism: multiples of the TP size."""
     return [s for s in sorted(sizes) if s % tp == 0]
 
 
 def _cover_largest_decode_batch(vllm_config: Any, sizes: list[int],
                                 multiple_of: int) -> list[int]:
-    """``sizes`` with a size for the widest decode step when they stop short of it (vLLM
-    truncates an off-grid Ascend default max, e.g. 9, to its grid point 8 below; SP alignment
-    drops sizes that are not multiples of TP)."""
+    """``sizes`` with a size for the widest decode step when they stop short of it."""
+    # vLLM truncates an off-grid default max (9 -> 8) and SP alignment drops non-multiples of TP.
     user = user_capture_store().get(vllm_config)
     if user is None:  # the defaults hook never saw this config: the sizes may be the user's
         return sizes

@@ -1,12 +1,4 @@
-"""The two ``check_and_update_config`` pipelines, each a readable list of steps.
-
-Each pipeline hands ``vllm_config`` to the phase modules in one order and never back to one it
-has left (the module names are the phases):
-
-- NPU: parallel_layout (check) -> vllm_settings -> compile_settings -> workers -> memory;
-- host CPU: vllm_settings -> workers -> compile_settings (vLLM's CPU defaults run between its
-  read of the user's request and its settings) -> memory -> parallel_layout (rank placement).
-"""
+"""The two ``check_and_update_config`` pipelines, each a readable list of steps."""
 
 from __future__ import annotations
 
@@ -42,22 +34,15 @@ logger = logging.getLogger(__name__)
 
 
 def _build_engine(vllm_config: VllmConfig, soc: str) -> tuple[AscendEngine, dict[str, str]]:
-    """The engine of ``vllm_config`` (its config resolved once, its facts) and the Ascend env
-    variables it was resolved with (published to child processes)."""
+    """The engine of ``vllm_config`` and the Ascend env variables it was resolved with."""
     environ = ascend_environ()
     return build_engine(vllm_config, soc, environ), environ
 
 
 def write_dump_config(resolved: AscendConfig, cwd: str | None = None) -> Any:
-    """Materialise ``dump_config`` as msprobe's config file under ``cwd`` (default: the working
-    directory); returns the file msprobe reads (also ``dump_config_path``), or None.
-
-    The file's directory (``<cwd>/.vllm_ascend/msprobe``) is made private (0700) and must be
-    trusted (:func:`~vllm_ascend.base.trusted_paths.open_trusted_dir`, ``..`` resolved as the
-    kernel does): one another user owns, can write, or reaches through their symlink could
-    swap msprobe's config, so it is refused with one warning and nothing is written (None is
-    returned). The file is written atomically through the checked directory's descriptor.
-    """
+    """Write ``dump_config`` as msprobe's config file under ``cwd``; its path, or None."""
+    # <cwd>/.vllm_ascend/msprobe must pass the root rule (another user could swap msprobe's config):
+    # if not, one warning and nothing is written.
     import ascend_config
 
     where = os.getcwd() if cwd is None else cwd
@@ -87,11 +72,7 @@ def write_dump_config(resolved: AscendConfig, cwd: str | None = None) -> Any:
 
 def run_cpu_pipeline(vllm_config: VllmConfig,
                      cpu_defaults: Callable[[VllmConfig], None]) -> AscendConfig | None:
-    """Host-CPU platform: Ascend config + vLLM's CPU defaults + compilation kept for the passes.
-
-    Returns the resolved AscendConfig (None without a model config); the engine it belongs
-    to is registered for ``vllm_config`` (``vllm_ascend.engine.engine_of``).
-    """
+    """Host-CPU pipeline; the resolved AscendConfig (None without a model config)."""
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")
@@ -122,14 +103,8 @@ SPAWN_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 
 def run_npu_pipeline(vllm_config: VllmConfig,
                      soc: str | Callable[[], str]) -> AscendConfig | None:
-    """NPU platform: the steps of the existing plugin's ``check_and_update_config`` in its
-    order, each step one call. Returns the config.
-
-    ``soc``: the SoC, or the platform's detection (called once the runtime is known to be
-    installed). Reading the SoC initialises the NPU runtime in this process, which a forked
-    child cannot use again, so workers are spawned (``VLLM_WORKER_MULTIPROC_METHOD=spawn``
-    unless the user chose otherwise).
-    """
+    """NPU pipeline (``soc``: given, or detected); the resolved AscendConfig."""
+    # Reading the SoC initialises the NPU runtime, which a forked child cannot reuse: workers spawn.
     logging_setup.configure_console_logging()
     if vllm_config.model_config is None:
         logger.warning("Model config is missing; skipping the Ascend pipeline")

@@ -1,13 +1,4 @@
-"""The vLLM settings Ascend corrects before anything is built on them (both pipelines, right
-after the engine is resolved; the NPU pipeline after its layout check).
-
-- quantization: a ModelSlim checkpoint selects the "ascend" method by itself;
-- GPU-only settings: reset to what works on Ascend, one warning per changed setting;
-- NPU only: vLLM's EPLB moves expert weights over HCCL, the kv-transfer engine id is made
-  unique per engine, and vLLM's execute-model timeout is raised above HCCL's op timeout.
-
-vLLM's GPU-only fusion flags are compilation settings: ``compile_settings`` switches them off.
-"""
+"""The vLLM settings Ascend corrects before anything is built on them (both pipelines)."""
 
 from __future__ import annotations
 
@@ -139,8 +130,7 @@ def fix_gpu_only_settings(
 
 
 def use_hccl_eplb_communicator(vllm_config: Any) -> str | None:
-    """With vLLM's EPLB on, move expert weights over the device group ("torch_nccl", which
-    is HCCL on Ascend); returns the warning when the setting changed (NPU only)."""
+    """With EPLB on, move expert weights over the device group (HCCL); the warning if changed."""
     par = vllm_config.parallel_config
     eplb = getattr(par, "eplb_config", None)
     if not getattr(par, "enable_eplb", False) or eplb is None:
@@ -171,8 +161,7 @@ def suffixed_engine_id(engine_id: str, suffix: str | None = None) -> str:
 
 
 def make_engine_id_unique(vllm_config: Any) -> str | None:
-    """Append the suffix to ``kv_transfer_config.engine_id`` once; returns the new id, or None
-    when there is no kv transfer or the id was already made unique."""
+    """Append the suffix to the kv-transfer ``engine_id`` once; the new id, or None."""
     kv = vllm_config.kv_transfer_config
     if kv is None or kv.engine_id is None:
         return None

@@ -1,13 +1,8 @@
-"""The CANN toolkit and NNAL: installed where, which version, sourced in this shell, whether
-the libraries torch-npu links against resolve, and which ``aclnn`` entry points the plugin's
-kernels call that the installed operator library does not export.
-
-Locations are CANN's documented defaults (root and per-user installs, the ``ascend-toolkit``
-layout and the ``cann`` layout of CANN 8.5 and later) after ``ASCEND_TOOLKIT_HOME`` /
-``ASCEND_HOME_PATH``. ``set_env.sh`` sets those two variables, ``ASCEND_OPP_PATH`` and puts
-``<toolkit>/lib64`` on ``LD_LIBRARY_PATH``; NNAL's ``nnal/atb/set_env.sh`` sets
-``ATB_HOME_PATH`` and puts ATB's ``lib`` on ``LD_LIBRARY_PATH``.
+"""The CANN toolkit and NNAL: where installed, which version, whether sourced, whether the libraries
+torch-npu links resolve, and which ``aclnn`` entry points are missing.
 """
+# Locations: CANN's documented defaults (root and per-user installs, the ascend-toolkit layout and
+# the cann layout of CANN 8.5+) after ASCEND_TOOLKIT_HOME / ASCEND_HOME_PATH.
 
 from __future__ import annotations
 
@@ -144,8 +139,7 @@ def check_sourced(paths: HostPaths, toolkit: Toolkit | None) -> Finding:
 
 
 def check_nnal(paths: HostPaths) -> Finding:
-    """NNAL (ATB) as a fact: none of the plugin's kernels call ATB (rope runs ``npu_mrope``,
-    ``ascend_kernels/ops/npu_kernels.py``), so its absence costs nothing."""
+    """NNAL (ATB) as a fact: none of the plugin's kernels call ATB, so its absence costs nothing."""
     home = find_nnal(paths)
     if home is None:
         return Finding("nnal", INFO, "NNAL (ATB) is not installed; the plugin's kernels do not "

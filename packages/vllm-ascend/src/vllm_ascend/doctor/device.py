@@ -1,10 +1,5 @@
-"""The device: npu-smi present, the NPUs it shows, the SoC per NPU, the driver and firmware
-versions where npu-smi gives them, ``ASCEND_RT_VISIBLE_DEVICES``.
-
-Live, npu-smi runs in a child with a time limit (ascend-topology's runner); a recorded host is
-ascend-topology's recorded-host folder (``npu-smi-info.txt``, ``npu-smi-info-m.txt``,
-``npu-smi-info-t-topo.txt``, ``host.json``), optionally with ``npu-smi-info-t-board.txt``
-(``npu-smi info -t board -i <npu>``, which holds the firmware version).
+"""The device: npu-smi, its NPUs and their SoC, driver and firmware versions, visible devices (live,
+or from an ascend-topology recorded-host folder).
 """
 
 from __future__ import annotations
@@ -28,8 +23,7 @@ _NAME_ROW = re.compile(r"^\|\s*(\d+)\s+([A-Za-z0-9][\w.-]*)\s*\|")
 
 @dataclass(frozen=True)
 class DeviceView:
-    """What npu-smi showed: the host facts (ascend-topology), the raw status table, the board
-    query (or None), and why npu-smi gave nothing (None when it did)."""
+    """What npu-smi showed: host facts, the status table, the board query, or why there is none."""
 
     facts: Any | None
     info_text: str
@@ -59,9 +53,7 @@ def parse_npu_names(info_text: str) -> dict[int, str]:
 
 
 def _recorded_text(folder: Path, name: str) -> str | None:
-    """An optional file of a recorded host, read by the folder format's rules (ascend-topology's
-    reader: a regular file, no symbolic link, at most its size limit, UTF-8); None when
-    absent. ``RecordedHostError`` names the file otherwise."""
+    """An optional file of a recorded host (the folder format's rules), None when absent."""
     import ascend_topology as topo
     from ascend_topology.safe_io import RECORDED_FILE_LIMIT, read_limited
 
@@ -77,8 +69,7 @@ def _recorded_text(folder: Path, name: str) -> str | None:
 
 
 def read_recorded(folder: Path) -> DeviceView:
-    """The recorded host ``folder``; ``RecordedHostError`` (a ``TopologyError``) names what
-    in it breaks the format, as ascend-topology's loader does."""
+    """The recorded host ``folder``; ``RecordedHostError`` names what breaks the format."""
     import ascend_topology as topo
 
     facts = topo.load_recorded_host(folder)

@@ -1,9 +1,5 @@
-"""The dynamic symbols and NEEDED entries of an ELF shared library, read in pure Python.
-
-Only the section headers and the ``.dynsym`` / ``.dynstr`` / ``.dynamic`` sections are read
-(seeking, never the whole file: CANN's operator libraries are hundreds of MiB), with bounds on
-every size taken from the file. ELF64 and ELF32, little and big endian.
-"""
+"""The dynamic symbols and NEEDED entries of an ELF shared library, read in pure Python."""
+# Seeks to the few sections it needs: CANN's operator libraries are hundreds of MiB.
 
 from __future__ import annotations
 
@@ -54,8 +50,7 @@ def _string(table: bytes, offset: int) -> str:
 
 
 def read_elf_dynamic(path: str | os.PathLike[str]) -> ElfDynamic:
-    """The exported dynamic symbols and NEEDED libraries of ``path`` (``ElfError`` when it is
-    not a regular ELF file or its tables are out of bounds; ``OSError`` when unreadable)."""
+    """Exported dynamic symbols and NEEDED libraries of ``path``; ``ElfError`` or ``OSError``."""
     # O_NONBLOCK: a FIFO named like a library must not block the open; it is refused below.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
@@ -123,8 +118,7 @@ def read_elf_dynamic(path: str | os.PathLike[str]) -> ElfDynamic:
 
 
 def exported_symbols(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
-    """The union of what ``paths`` export (the operator API is split over several libraries
-    in recent CANN releases)."""
+    """The union of what ``paths`` export (recent CANN splits the operator API over libraries)."""
     names: set[str] = set()
     for path in paths:
         names |= read_elf_dynamic(path).exported

@@ -1,5 +1,6 @@
-"""A diagnosis: one :class:`Finding` per check, and the :class:`Report` that decides the exit
-status (0: the host can serve on its platform, 1: it cannot)."""
+"""A diagnosis: one :class:`Finding` per check, and the :class:`Report` that decides the exit status
+(0: the host can serve on its platform, 1: it cannot).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The host: CPUs and NUMA nodes, ascend-topology's CPU-binding plan for it, huge pages, free
-memory (``/proc/meminfo``, under the root of a recorded tree)."""
+"""The host: CPUs and NUMA nodes, the CPU-binding plan, huge pages, free memory."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ _MEMINFO = re.compile(r"(\w+):\s+(\d+)(\s+kB)?\s*")
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
-    """``/proc/meminfo`` as bytes (``kB`` fields) or counts (page counts), in one pass; the
-    first line of a name counts."""
+    """``/proc/meminfo`` as bytes (``kB`` fields) or counts; the first line of a name counts."""
     values: dict[str, int] = {}
     for line in text.splitlines():
         found = _MEMINFO.fullmatch(line)

@@ -1,12 +1,9 @@
-"""Where the doctor looks: this host's filesystem and environment, or a recorded host tree
-(``--root DIR`` stands for ``/``: absolute paths, the environment's included, are looked up
-under it, and every symbolic link in the tree, absolute ones included, is resolved inside it,
-never on the host running the doctor; ``..`` stops at the root).
+"""Where the doctor looks: this host, or a recorded tree (``--root DIR`` stands for ``/``).
 
-Nothing here raises for what it finds: a path it cannot use (a folder it may not enter, a name
-too long for the file system, a symlink loop, a special or oversized file) is recorded in
-:attr:`HostPaths.unusable` with the reason, and the doctor reports it as a finding. Files are
-read with a size bound; special files are refused before a byte is read."""
+Nothing here raises for what it finds: unusable paths are recorded in :attr:`HostPaths.unusable`
+with the reason; files are read with a size bound.
+"""
+# Under a recorded root every symbolic link, absolute ones included, resolves inside the root.
 
 from __future__ import annotations
 
@@ -46,8 +43,7 @@ def kind_of(mode: int) -> str:
 
 @dataclass(frozen=True)
 class HostPaths:
-    """The filesystem root and the environment the checks read, and the paths they could not
-    use (host path -> why)."""
+    """The filesystem root and environment the checks read, and the paths they could not use."""
 
     root: Path = Path("/")
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -62,9 +58,7 @@ class HostPaths:
         self.unusable.setdefault(shown(os.fspath(path)), problem)
 
     def at(self, path: str | os.PathLike[str]) -> Path:
-        """``path`` (absolute, as the host names it) on the filesystem: itself on this host;
-        under a recorded root, with every symbolic link resolved inside the root. Raises
-        ``OSError`` (``FileNotFoundError`` when a component is missing)."""
+        """``path`` on the filesystem (links resolved inside a recorded root); ``OSError``."""
         text = os.fspath(path)
         if not self.recorded:
             return Path(text)
@@ -91,8 +85,7 @@ class HostPaths:
         return self.root.joinpath(*done)
 
     def _stat(self, path: str) -> os.stat_result | None:
-        """``stat`` of a host path (links followed, inside a recorded root); None when it
-        does not exist or cannot be used (then noted)."""
+        """``stat`` of a host path; None (noted) when it is missing or unusable."""
         try:
             return os.stat(self.at(path))
         except OSError as exc:
@@ -125,8 +118,7 @@ class HostPaths:
         return [p for p in self.environ.get(name, "").split(":") if p]
 
     def home(self) -> str | None:
-        """The user's home: ``HOME``, else (this host only) the passwd entry's; None when there
-        is neither (a uid without a passwd entry)."""
+        """The user's home (``HOME``, else passwd on this host); None when there is neither."""
         if self.environ.get("HOME"):
             return self.environ["HOME"]
         if self.recorded:
@@ -137,8 +129,7 @@ class HostPaths:
             return None
 
     def read_text(self, path: str, limit: int = READ_LIMIT) -> str | None:
-        """A regular file's text; None when it is missing, and (noted) when it is special,
-        unreadable or larger than ``limit`` bytes."""
+        """A regular file's text; None when missing, or (noted) special, unreadable or too large."""
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(self.at(path), flags | (os.O_NOFOLLOW if self.recorded else 0))
@@ -166,8 +157,7 @@ class HostPaths:
             os.close(fd)
 
     def real_dir(self, path: str) -> Path | None:
-        """The folder ``path`` names with every symbolic link resolved (inside a recorded
-        root); None when it is not a usable folder."""
+        """The folder ``path`` names, links resolved; None when it is not a usable folder."""
         if not self.is_dir(path):
             return None
         try:

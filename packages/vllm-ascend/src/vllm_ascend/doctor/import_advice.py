@@ -1,11 +1,6 @@
-"""Where users fail: ``import torch_npu`` failing when the NPU platform activates, and
-``import torch`` failing because torch loads an installed torch-npu by itself (its
-``torch.backends`` entry point) before any plugin code runs. The error becomes the doctor's
-finding for that cause (the missing toolkit, the unsourced environment, the library that does
-not resolve, the torch-npu built for another torch) with its fix, not torch's "Failed to load
-the backend extension". `vllm-ascend serve` and `vllm-ascend demo` import torch through
-:func:`torch_import_problem` first; the platform reaches torch_npu through
-``platform.npu_device.torch_npu``."""
+"""The doctor's finding and fix for a failing ``import torch_npu``, or ``import torch`` that loads
+an installed torch-npu by itself, instead of torch's "Failed to load" error.
+"""
 
 from __future__ import annotations
 
@@ -42,8 +37,7 @@ CPU_INSTEAD = {
 
 
 def root_error(error: BaseException) -> str:
-    """``Type: message`` of the innermost error of the chain (the library that did not load,
-    not the wrappers around it), first line only."""
+    """``Type: message`` (first line) of the innermost error of the chain."""
     seen = {id(error)}
     while error.__cause__ is not None and id(error.__cause__) not in seen:
         error = error.__cause__
@@ -54,9 +48,7 @@ def root_error(error: BaseException) -> str:
 
 def torch_npu_import_message(error: BaseException, environ: Mapping[str, str] | None = None,
                              dists: Installed | None = None, stage: str = "torch_npu") -> str:
-    """One message: what failed (``stage``: ``import torch_npu`` on the NPU platform, or
-    ``import torch`` that loads torch-npu by itself), the cause the doctor finds, the command
-    that fixes it."""
+    """One message: what failed (``stage``), the cause the doctor finds, the fixing command."""
     if stage not in CPU_INSTEAD:
         raise ValueError(f"stage {stage!r}; allowed: {', '.join(CPU_INSTEAD)}")
     cause = import_failure_cause(environ, dists)
@@ -74,9 +66,10 @@ def torch_npu_import_message(error: BaseException, environ: Mapping[str, str] | 
 
 
 def torch_import_problem(environ: Mapping[str, str] | None = None) -> str | None:
-    """Import torch; None when it imports, the doctor's message when it fails because the
-    installed torch-npu does not load, one line with the backend's own error when another
-    autoloaded backend fails. Any other failure of ``import torch`` propagates."""
+    """Import torch; None when it imports, else the message for a failing autoloaded backend.
+
+    Any other failure of ``import torch`` propagates.
+    """
     try:
         import torch  # noqa: F401 - the import is the check
     except RuntimeError as exc:

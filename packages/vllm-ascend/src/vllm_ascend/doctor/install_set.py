@@ -1,10 +1,7 @@
-"""Whether the installed vLLM, torch and torch-npu form one consistent set, whatever order they
-were installed in. ``pip install "vllm-ascend[npu]"`` brings torch-npu and the torch it is
-built for; installing vLLM afterwards may replace that torch with the one its build pins, and
-installing the plugin after vLLM may replace vLLM's torch with torch-npu's. Either way one of
-them is left requiring a torch that is not installed: this check names each one (from its
-``Requires-Dist: torch``, markers evaluated for this interpreter) and gives the one install
-line that restores this release's set. Nothing is imported but ``packaging``'s markers."""
+"""Whether the installed vLLM, torch and torch-npu form one consistent set, and the one install line
+that restores it; reads metadata only.
+"""
+# Installing vLLM after the plugin (or the reverse) can replace the torch the other requires.
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ def torch_requirement(dists: Installed, name: str) -> str | None:
 
 
 def release_torch(dists: Installed) -> str | None:
-    """The torch release this plugin release is built around (``2.13``): the one its pinned
-    torch-npu is built for."""
+    """The torch release this plugin release's pinned torch-npu is built for (``2.13``)."""
     pin = torch_npu_pin(dists)
     if not pin:
         return None

@@ -1,17 +1,8 @@
-"""What the plugin's NPU kernels need from the installed CANN, as recorded from the torch-npu
-wheel of this release (``tools/npu_seam/torch_npu-<version>.json``; a test fails when this
-module and the record disagree).
-
-- :data:`ACLNN`: the ``aclnn*`` entry points of CANN's operator library each torch_npu kernel
-  the ``ascend`` ops call resolves at its first call;
-- :data:`ASCEND_OPS`: the torch_npu kernels behind each ``torch.ops.ascend`` op and the plugin
-  features that use it (an op whose entry point is missing runs its reference instead);
-  both derived from the ops' declarations (``ascend_kernels/ops/npu_kernels.py``);
-- :data:`TORCH_NPU_NEEDED`: the CANN libraries ``libtorch_npu.so`` links against (its ELF
-  NEEDED entries): when one does not resolve, ``import torch_npu`` fails;
-- :data:`TORCH_NPU_CANN`: the CANN release this torch-npu is built for (the one to install
-  when an entry point is missing).
+"""What the plugin's NPU kernels need from the installed CANN: :data:`ACLNN`, :data:`ASCEND_OPS`,
+:data:`TORCH_NPU_NEEDED` and :data:`TORCH_NPU_CANN`.
 """
+# Recorded from this release's torch-npu wheel (tools/npu_seam/torch_npu-<version>.json) and the
+# ops' declarations; a test fails when they disagree.
 
 from __future__ import annotations
 
@@ -27,9 +18,8 @@ TORCH_NPU_CANN: Final = "9.1.0"
 
 
 def _load_declarations() -> ModuleType:
-    """``ascend_kernels/ops/npu_kernels.py`` executed on its own: importing it through its
-    package would import torch (and register the ops), which the doctor's process never does;
-    the module imports neither."""
+    """``ascend_kernels/ops/npu_kernels.py`` executed on its own, without importing torch."""
+    # Importing it through its package would import torch, which the doctor's process never does.
     package = importlib.util.find_spec("ascend_kernels")
     if package is None or not package.submodule_search_locations:
         raise ImportError("ascend-kernels is not installed (vllm-ascend requires it)")

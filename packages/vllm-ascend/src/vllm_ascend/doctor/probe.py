@@ -1,13 +1,6 @@
-"""``import torch`` then ``import torch_npu`` in a child interpreter with a time limit: torch
-loads torch-npu by itself when it is installed, and a broken CANN environment can make either
-import fail or crash. The doctor's own process never imports them.
-
-The child takes no code from the folder the doctor runs in: it starts in a fresh private
-folder, and with ``-P`` (Python 3.11+) the folder is not put on ``sys.path`` at all; the
-environment (``PYTHONPATH``, site-packages, ``.pth`` files) stays what a server would see. It
-leads its own process group, and when it ends or its time is up, every process still in that
-group or below it (what the imports started) is killed.
-"""
+"""``import torch`` then ``import torch_npu`` in a child interpreter with a time limit."""
+# Either import can fail or crash on a broken CANN; the child runs with -P in a fresh private folder
+# and its whole process group is killed when it ends or times out.
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The vLLM releases this plugin release supports (the one place; ``platform.version`` checks
-the installed vLLM against it at registration, the doctor reports it)."""
+"""The vLLM releases this plugin release supports (checked at registration, and by the doctor)."""
 
 from __future__ import annotations
 

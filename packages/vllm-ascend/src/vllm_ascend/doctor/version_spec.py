@@ -1,8 +1,6 @@
-"""Just enough PEP 440 to compare installed releases with the pins of this release:
-``==X.Y.*``, ``==``, ``!=``, ``>=``, ``>``, ``<=``, ``<``, ``~=`` on release numbers (local
-labels like ``+cpu`` and pre/post suffixes are ignored), and enough PEP 508 to read a
-``Requires-Dist``: a name, extras, a version specifier or a direct reference (``name @ URL``,
-whose marker follows the URL after white space), a marker."""
+"""Just enough PEP 440 and PEP 508 to compare installed releases with this release's pins and to
+read a ``Requires-Dist`` (local labels and pre/post suffixes are ignored).
+"""
 
 from __future__ import annotations
 
@@ -65,8 +63,7 @@ def satisfies(version: str, specifier: str) -> bool:
 
 
 def parse_requirement(text: str) -> tuple[str, str, str]:
-    """(normalised name, specifier, marker) of a ``Requires-Dist`` value; a direct reference
-    names no version (specifier ``""``). ``ValueError`` when it cannot be read."""
+    """(name, specifier, marker) of a ``Requires-Dist`` value; ``ValueError`` when unreadable."""
     direct = _DIRECT.match(text)
     if direct is not None:
         return normalise(direct.group(1)), "", (direct.group(2) or "").strip()
@@ -82,8 +79,7 @@ def parse_requirement(text: str) -> tuple[str, str, str]:
 
 
 def readable_requirements(texts: list[str]) -> list[tuple[str, str, str]]:
-    """:func:`parse_requirement` of each value it can read; the others (a distribution's
-    damaged metadata) are left out, as the installer would not honour them either."""
+    """:func:`parse_requirement` of each value it can read (damaged ones are left out)."""
     found = []
     for text in texts:
         try:

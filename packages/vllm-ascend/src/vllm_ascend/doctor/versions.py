@@ -1,8 +1,6 @@
-"""Installed versions against what this release supports, read from package metadata: the
-``Requires-Python`` and ``Requires-Dist`` pins of ``vllm-ascend`` (its libraries, the ``npu``
-extra's torch-npu), ``ascend-kernels``' torch range, the vLLM range the plugin checks at
-registration, and the ``Requires-Dist: torch`` of the installed torch-npu (the torch it was
-built for). Nothing is imported: a broken torch-npu must not break the diagnosis."""
+"""Installed versions against what this release supports, from package metadata only (a broken
+torch-npu must not break the diagnosis).
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Graph captures of each engine: one log line per capture (size, seconds) and the totals the
-rank report carries (``captures: {"count": N, "seconds": S}``).
-
-Each engine holds its tally (``engine.AscendEngine.captures``).
-"""
+"""Graph captures of each engine: one log line per capture and the rank report's totals."""
 
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ class CaptureTally:
 
 
 def record_capture(tally: CaptureTally, key: Any, mode: Any, seconds: float) -> None:
-    """Log one capture (its token count from the batch descriptor) and add it to ``tally``
-    (the engine's: ``AscendEngine.captures``)."""
+    """Log one capture (its token count from the batch descriptor) and add it to ``tally``."""
     tally.add(seconds)
     size = getattr(key, "num_tokens", key)
     name = getattr(mode, "name", mode)

@@ -1,7 +1,4 @@
-"""The engine's fusion manager: ascend-graph's ``GraphFusionPassManager`` for the resolved pass
-switches and the model's facts, built once per engine (``engine.AscendEngine.fusion``) and
-shared by the platform pass manager and the NPU compile backend.
-"""
+"""The engine's fusion manager, shared by the platform pass manager and the NPU compile backend."""
 
 from __future__ import annotations
 
@@ -38,15 +35,9 @@ def build_fusion_manager(
     sequence_parallel: bool = False, quant_description: Any = None,
     log_decisions: bool = False,
 ) -> GraphFusionPassManager:
-    """ascend-graph's manager for the resolved pass switches and model facts.
-
-    The all-gather/chunk cleanup runs only with sequence parallelism, and only when vLLM
-    provides both op handles it matches (they are passed in: ascend-graph never imports vLLM).
-    norm_quant follows ``norm_quant_gate`` (W4A4 layers, model dtype). kv_cache_attention gets
-    vLLM's attention op handles and the fused op (:mod:`vllm_ascend.ops.attention_kv`),
-    registered here so every process that compiles or loads such a graph has it. A pass that
-    leaves candidate sites alone is one warning per pass per process (:func:`warn_missed_sites`).
-    """
+    """ascend-graph's manager for the resolved pass switches and model facts."""
+    # vLLM's op handles are passed in (ascend-graph never imports vLLM); the fused attention op is
+    # registered here so every process that compiles or loads such a graph has it.
     norm_quant = norm_quant_gate.decide_norm_quant(
         bool(switches.fuse_norm_quant), soc, str(facts.dtype), quant_description)
     if log_decisions:  # one line per distinct decision in this process
@@ -72,8 +63,7 @@ def build_fusion_manager(
 
 
 def warn_missed_sites(name: str, message: str) -> None:
-    """The fusion managers' ``on_miss``: one warning per pass per process, naming the pass and
-    the node where matching stopped (every compiled piece would otherwise repeat it)."""
+    """The managers' ``on_miss``: one warning per pass per process, naming where it stopped."""
     setup = current_process_setup()
     key = f"ascend fusion pass {name} missed sites"
     if key not in setup.warned:

@@ -1,13 +1,4 @@
-"""Whether the norm+quant fusion pass runs for a model (as the existing plugin's fusion
-pass decides it).
-
-Off when the switch is off; off when the quantization description has W4A4 layers
-(``W4A4_DYNAMIC``, ``W4A4_FLATQUANT_DYNAMIC``: their activations are quantized inside the
-matmul, so an ``add_rms_norm_quant`` in front of them would quantize twice); on an NPU only for
-bfloat16/float16 models (the fused NPU kernels have no float32 variant). The host-CPU platform
-also fuses float32 models: its reference kernels are exact in float32, and that is where the
-pass is tested against real vLLM graphs.
-"""
+"""Whether the norm+quant fusion pass runs for a model."""
 
 from __future__ import annotations
 
@@ -44,8 +35,11 @@ def w4a4_layers(description: Mapping[str, Any] | None) -> list[str]:
 def decide_norm_quant(
     switch: bool, soc: str, dtype: str, description: Mapping[str, Any] | None
 ) -> NormQuantDecision:
-    """The decision for the resolved ``fuse_norm_quant`` switch, SoC, model dtype and
-    quantization description (parameter name -> scheme)."""
+    """The decision for the ``fuse_norm_quant`` switch, SoC, model dtype and quantization
+    description."""
+    # Off with W4A4 layers (quantized inside the matmul: quantizing in front would do it twice); on
+    # an NPU only for bf16/fp16 (no float32 kernels); the host CPU's reference kernels are exact in
+    # fp32.
     w4a4 = w4a4_layers(description)
     if w4a4:
         return NormQuantDecision(
@@ -63,9 +57,7 @@ def decide_norm_quant(
 
 
 def quant_description_of(vllm_config: Any, facts: Any = None) -> Mapping[str, Any] | None:
-    """The model's quantization description, from the first source that has one: vLLM's
-    quantization config object, config.json's ``quantization_config`` (``facts``), or a local
-    ``quant_model_description.json``."""
+    """The model's quantization description: vLLM's quant config, config.json's, or a local file."""
     quant = getattr(vllm_config, "quant_config", None)
     for candidate in (getattr(quant, "quant_description", None),
                       getattr(getattr(quant, "description", None), "schemes", None),

@@ -1,11 +1,6 @@
-"""State kept per VllmConfig (per engine), keyed by the config object's identity, weakly.
-
-vLLM passes platform hooks the config and nothing else, so what an engine's hooks share is
-looked up by the config. Identity, not equality: two engines with equal configs still own
-separate state. An entry never keeps its config alive: it is dropped when the config is freed
-(``weakref.finalize``), so a freed engine takes its state with it. Objects that cannot be
-weakly referenced (plain test doubles) are held until :meth:`PerConfig.clear`.
-"""
+"""State kept per VllmConfig (per engine), keyed by the config object's identity, weakly."""
+# vLLM passes platform hooks only the config; identity, not equality, so equal configs of two
+# engines still own separate state. Objects without weakrefs are held until clear().
 
 from __future__ import annotations
 
@@ -18,8 +13,7 @@ V = TypeVar("V")
 
 
 class Held(Generic[V]):
-    """A strong reference with ``weakref.ref``'s call interface (for objects that cannot be
-    weakly referenced)."""
+    """A strong reference with ``weakref.ref``'s call interface."""
 
     def __init__(self, value: V) -> None:
         self.value = value

@@ -1,31 +1,8 @@
-"""Compiles, pass-manager runs and graph captures of an engine, before and after it is ready.
-
-A worker starts its engine's watch before the model is compiled (``install``: torch's Dynamo
-compile callbacks) and marks the engine ready once warm-up is over (``mark_ready``, at the end
-of ``compile_or_warm_up_model``). Every Dynamo compile is counted and timed (the rank report's
-``compiles: {count, seconds}``, with vLLM's ahead-of-time compiles of the model, which torch
-runs outside its compile callbacks); the Ascend pass manager counts its runs (one per inductor or
-Ascend backend compile of a graph for a compile range) and the graph wrapper its captures.
-
-After ready, each of them is a ``after_ready`` count and one warning per distinct cause (a
-Dynamo compile names the guard failures Dynamo recorded since the previous compile, or a frame
-compiled for the first time; a pass-manager run its compile range; a capture its mode and
-token count). With ``ascend_compilation_config.forbid_compile_after_ready`` it is refused
-instead: a Dynamo compile is never run (Dynamo runs that function uncompiled from then on, so
-the request that triggered it is answered and the engine keeps serving; one error line per
-cause), a pass-manager run or capture is a :class:`CompileAfterReadyError`. The worker warms up
-what vLLM's sampler compiles on first use (``sampler_warmup``), so API features such as
-logprobs compile nothing after ready. The watch's ``on_after_ready`` (the worker's rank
-report writer) runs on each such event, so the report file holds the count while the engine
-serves.
-
-Each engine holds its watch (``engine.AscendEngine.ready``). torch's compile callbacks are per
-process, so a watch counts and forbids only the Dynamo compiles that run inside its engine's
-work on the compiling thread (:meth:`ReadyWatch.watching`, entered by the worker around its
-load, profile, warm-up, execute and sample steps): another engine's compiles and the user's
-own ``torch.compile`` in the same process are not its. The callbacks refer to the watch
-weakly, and are removed when the watch is uninstalled or freed.
+"""Compiles, pass-manager runs and graph captures of an engine, before and after it is ready
+(counted, logged once per cause, or refused: the package README, "No compile after ready").
 """
+# torch's compile callbacks are per process, so a watch counts only compiles inside its engine's
+# work on the compiling thread (ReadyWatch.watching); the callbacks hold the watch weakly.
 
 from __future__ import annotations
 
@@ -51,9 +28,8 @@ class CompileAfterReadyError(RuntimeError):
 
 
 def _refusal(message: str) -> Exception:
-    """The exception a Dynamo start callback raises to refuse a compile: a soft failure to
-    Dynamo (``Unsupported``), which runs the frame and the functions it calls uncompiled from
-    then on instead of failing the caller (a compile with ``fullgraph=True`` still raises)."""
+    """The exception a Dynamo start callback raises to refuse a compile (``Unsupported``)."""
+    # A soft failure: Dynamo runs the frame uncompiled from then on instead of failing the caller.
     from torch._C._dynamo.eval_frame import _FrameAction as FrameAction
     from torch._C._dynamo.eval_frame import _FrameExecStrategy as FrameExecStrategy
     from torch._dynamo.exc import Unsupported
@@ -67,8 +43,7 @@ def _refusal(message: str) -> Exception:
 
 
 def _strip_compile_id(reason: str) -> str:
-    """A guard-failure reason without Dynamo's leading compile id (``"0/1: "``), so the same
-    failure in a later recompile is the same cause."""
+    """A guard-failure reason without Dynamo's leading compile id, so recompiles share a cause."""
     head, sep, rest = reason.partition(": ")
     return rest if sep and "/" in head and " " not in head else reason
 
@@ -82,8 +57,7 @@ def _code_name(code: Any) -> str:
 
 @dataclass
 class ReadyWatch:
-    """Counts of one engine's compiles, pass-manager runs and captures, before and after
-    ready; ``failures`` is where Dynamo records guard failures (a seam for tests)."""
+    """Counts of one engine's compiles, pass-manager runs and captures, before and after ready."""
 
     failures: Any = None
     ready: bool = False
@@ -106,10 +80,8 @@ class ReadyWatch:
     def mark_ready(self, *, strict: bool = False,
                    on_after_ready: Callable[[], None] | None = None,
                    aot: tuple[int, float] = (0, 0.0)) -> None:
-        """From now on compiles, pass-manager runs and captures are ``after_ready`` events
-        (errors with ``strict``); ``on_after_ready`` runs after each one is counted. ``aot``:
-        vLLM's ahead-of-time compiles of the model and their seconds (torch runs them outside
-        its compile callbacks)."""
+        """Make later events ``after_ready`` (errors with ``strict``); ``aot``: vLLM's AOT
+        compiles."""
         self.ready, self.strict, self.on_after_ready = True, strict, on_after_ready
         self.aot_compiles, self.aot_seconds = aot
         self._new_failures()  # those of start-up are not causes of later compiles
@@ -119,9 +91,7 @@ class ReadyWatch:
                     self.pass_runs, f"errors ({STRICT_KEY})" if strict else "counted")
 
     def note(self, kind: str, cause: str, *, refusable: bool = False) -> None:
-        """Count one event of ``kind`` ("compiles", "pass_runs" or "captures"); after ready,
-        log its cause once and raise in strict mode (``refusable``: a Dynamo compile, refused
-        as a soft failure Dynamo recovers from by running the function uncompiled)."""
+        """Count one event of ``kind``; after ready, log its cause once (strict: refuse it)."""
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} is not allowed; allowed: {', '.join(KINDS)}")
         if kind == "pass_runs":
@@ -179,8 +149,7 @@ class ReadyWatch:
     # Dynamo compiles, through torch._dynamo.callback_handler.
     def install(self) -> None:
         """Register the Dynamo compile callbacks (idempotent; again after
-        ``torch._dynamo.reset()``, which drops every callback). They hold the watch weakly and
-        are removed when it is freed."""
+        ``torch._dynamo.reset()``)."""
         from torch._dynamo.callback import callback_handler
 
         if self.failures is None:
@@ -210,9 +179,7 @@ class ReadyWatch:
             self._callbacks[0] in callback_handler.start_callbacks
 
     def compile_started(self, args: Any) -> None:
-        """Dynamo's start callback: count the compile and, after ready, note its cause (only
-        inside the engine's work on this thread: another engine's or the user's compile is
-        not this engine's)."""
+        """Dynamo's start callback: count the compile and note its cause after ready."""
         if not self.active:
             self._new_failures()  # not causes of this engine's later compiles
             return
@@ -240,8 +207,7 @@ class ReadyWatch:
             self.compile_seconds += time.perf_counter() - start
 
     def _new_failures(self) -> list[tuple[str, Any]]:
-        """Guard failures recorded since the last look, as (function, reason); Dynamo keeps
-        one list per code object (emptied by ``torch._dynamo.reset()``)."""
+        """Guard failures recorded since the last look, as (function, reason)."""
         found: list[tuple[str, Any]] = []
         for code, reasons in list((self.failures or {}).items()):
             seen = self._seen_failures.get(code, 0)
@@ -253,8 +219,7 @@ class ReadyWatch:
 
 
 def _weak_callbacks(watch: ReadyWatch) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
-    """Dynamo callbacks that reach ``watch`` through a weak reference (a freed watch is not
-    kept alive by Dynamo's process-wide handler; its callbacks then do nothing)."""
+    """Dynamo callbacks that reach ``watch`` weakly (a freed watch's callbacks do nothing)."""
     ref = weakref.ref(watch)
 
     def started(args: Any) -> None:

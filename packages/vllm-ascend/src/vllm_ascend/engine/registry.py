@@ -1,16 +1,5 @@
-"""The engines of this process, one per VllmConfig object, and the one road to them.
-
-vLLM hands the plugin's hooks (platform, pass manager, compile backend, graph wrapper) the
-VllmConfig and nothing else, so an engine is found by its config: :func:`engine_of`. The
-config pipeline builds and registers it (:func:`build_engine`); a process that did not run the
-pipeline for this config builds it once from what the config-creating process published (a
-worker: its VllmConfig is a copy), else resolves once from the VllmConfig itself (a standalone
-compile) and registers it. Entries are weak: a freed VllmConfig takes its engine with it, and
-the engine's Dynamo callbacks are removed then.
-
-The published inputs are resolved at most once per process, and not at all in the process
-that published them: it remembers its own engine's result (:func:`publish_engine`).
-"""
+"""The engines of this process, one per VllmConfig object, and the one road to them."""
+# vLLM hands the plugin's hooks only the VllmConfig, so an engine is found by its config.
 
 from __future__ import annotations
 
@@ -46,8 +35,7 @@ logger = logging.getLogger(__name__)
 
 
 class EngineRegistry:
-    """This process's engines by VllmConfig object (weakly), and the capture settings users
-    gave before their engine existed (vLLM's defaults hook runs before the pipeline)."""
+    """This process's engines by VllmConfig (weakly), and capture settings given before them."""
 
     def __init__(self) -> None:
         self.engines: PerConfig[AscendEngine] = PerConfig()
@@ -58,8 +46,7 @@ class EngineRegistry:
         self.published: tuple[str, Published | None] | None = None
 
     def register(self, vllm_config: VllmConfig, engine: AscendEngine) -> AscendEngine:
-        """Keep ``engine`` as the engine of ``vllm_config`` (replacing an earlier one, which is
-        closed) until the config is freed, when the engine is closed."""
+        """Keep ``engine`` for ``vllm_config`` (closing an earlier one) until it is freed."""
         earlier = self.engines.get(vllm_config)
         if earlier is not None and earlier is not engine:
             earlier.close()
@@ -102,9 +89,7 @@ def _new_engine(vllm_config: VllmConfig, config: AscendConfig, soc: str,
 
 def build_engine(vllm_config: VllmConfig, soc: str,
                  environ: Mapping[str, str]) -> AscendEngine:
-    """The config pipeline's engine: facts extracted from ``vllm_config`` for ``soc``, the
-    config resolved with the Ascend variables ``environ`` (``AscendConfigError`` lists every
-    problem), registered for ``vllm_config``. Its warnings are logged once, here."""
+    """The pipeline's engine for ``vllm_config``, registered (AscendConfigError: every problem)."""
     additional = additional_config_of(vllm_config)
     earlier = _REGISTRY.engines.get(vllm_config)
     if earlier is not None and earlier.soc == soc \
@@ -130,10 +115,8 @@ def peek_engine(vllm_config: VllmConfig) -> AscendEngine | None:
 
 
 def engine_of(vllm_config: VllmConfig) -> AscendEngine:
-    """The engine of ``vllm_config``: the one the config pipeline built for it; else, in a
-    process the config-creating process published its inputs to (a worker), one built once
-    from them; else one resolved once from ``vllm_config`` on the current platform's SoC (a
-    standalone compile). The last two are registered, so the next call finds them."""
+    """The engine of ``vllm_config``: the pipeline's, else one from the published inputs (a worker),
+    else one resolved from ``vllm_config`` (a standalone compile); registered."""
     found = _REGISTRY.engines.get(vllm_config)
     if found is not None:
         return found
@@ -154,10 +137,7 @@ def _platform_soc() -> str:
 
 
 def published_engine_inputs(environ: Mapping[str, str] | None = None) -> Published | None:
-    """What the config-creating process published to this process, resolved; None when
-    nothing was. Resolved once per publication (the channel's value names its inputs by
-    content); the publishing process reuses its own engine's result. A channel that cannot be
-    read raises each time (``WorkerInputsError``, ``OSError``, ``AscendConfigError``)."""
+    """The published inputs resolved once per publication, or None (unusable: raises each call)."""
     env = os.environ if environ is None else environ
     value = env.get(WORKER_INPUTS_ENV)
     if not value:
@@ -176,9 +156,8 @@ def published_ascend_config() -> AscendConfig | None:
 
 def publish_engine(vllm_config: VllmConfig, engine: AscendEngine,
                    environ: Mapping[str, str]) -> bool:
-    """Publish ``engine``'s resolution inputs to child processes (``environ``: the Ascend
-    variables it was resolved with) and remember its result as this process's publication,
-    so that a worker running in this process resolves nothing again."""
+    """Publish ``engine``'s resolution inputs to child processes and remember its result here."""
+    # So a worker running in this process resolves nothing again.
     if not publish_worker_inputs(engine.soc, additional_config_of(vllm_config), engine.facts,
                                  environ):
         _REGISTRY.published = None

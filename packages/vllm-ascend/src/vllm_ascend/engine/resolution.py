@@ -1,7 +1,4 @@
-"""The one resolution of an engine's Ascend config: the deployment facts read from a VllmConfig,
-vLLM's ``additional_config`` (read-only) and the Ascend environment variables, handed to
-ascend-config's pure ``resolve``. Only the engine registry calls it (``engine.registry``).
-"""
+"""The one resolution of an engine's Ascend config (facts, ``additional_config``, Ascend env)."""
 
 from __future__ import annotations
 
@@ -131,8 +128,7 @@ class Published(NamedTuple):
 
 
 def resolve_published(environ: Mapping[str, str] | None = None) -> Published | None:
-    """The published inputs resolved (None when none were published); ``WorkerInputsError``,
-    ``OSError`` or ``AscendConfigError`` when they cannot be used."""
+    """The published inputs resolved, or None (WorkerInputsError/OSError/AscendConfigError)."""
     data = published_inputs(environ)
     if data is None:
         return None

@@ -1,18 +1,6 @@
-"""Warm starts: one log line per engine saying how many compiled artifacts came from the compile
-cache, from which directory, in how long.
-
-Where loading happens, loads are counted. vLLM's own counters (``compilation_counter``) count
-the compiled graphs (standalone inductor artifacts) it loads from its compile cache and the
-whole-model AOT artifacts that carry them (the host-CPU platform's path);
-``AscendCompiler.load`` records each fused graph it reuses in this engine's
-:class:`CacheLoads` (``AscendEngine.cache_loads``; the NPU platform's path, which vLLM does not
-count). The worker takes a :class:`LoadBaseline` before the model is built and, once it is
-compiled and warmed up, calls :func:`log_warm_start`: a start that loaded anything logs ``warm
-start: loaded N compiled artifacts from DIR in X s`` (N: compiled graphs, or the AOT artifacts
-when they carried none that vLLM counted; X: vLLM's torch.compile phase of this engine,
-``compilation_config.compilation_time``, which on a start served from the cache is the
-loading); a cold start logs nothing.
-"""
+"""Warm starts: one line per engine, ``warm start: loaded N compiled artifacts from DIR in X s``."""
+# vLLM's compilation_counter counts its own cache loads (host CPU); AscendCompiler.load counts the
+# fused graphs it reuses (NPU), which vLLM does not count. A cold start logs nothing.
 
 from __future__ import annotations
 
@@ -74,8 +62,7 @@ class WarmStart:
 
 def warm_start_of(vllm_config: Any, ours: CacheLoads,
                   baseline: LoadBaseline) -> WarmStart | None:
-    """The warm start of this engine (its config and its ``cache_loads``) since ``baseline``;
-    None when nothing was loaded."""
+    """The warm start of this engine since ``baseline``; None when nothing was loaded."""
     cc = vllm_config.compilation_config
     graphs = max(0, vllm_loaded(VLLM_GRAPHS_LOADED) - baseline.graphs)
     vllm_count = graphs or max(0, vllm_loaded(VLLM_AOT_LOADED) - baseline.aot)

@@ -1,6 +1,4 @@
-"""`vllm-ascend` command line: `vllm-ascend demo [--model ...] [--json]`,
-`vllm-ascend serve MODEL [vLLM serve options]`, `vllm-ascend doctor [--json]` (can this host
-serve, and what fixes it) and `vllm-ascend smollm2` (the real model's checkpoint directory)."""
+"""The `vllm-ascend` command line: `demo`, `serve`, `doctor` and `smollm2`."""
 
 from __future__ import annotations
 

@@ -12,9 +12,8 @@ EXIT_OUTPUT_FAILED = 1
 
 
 def guard_standard_streams() -> None:
-    """Put ``/dev/null`` on a closed descriptor 0, 1 or 2 (``cmd >&-``), so that no file the
-    command opens later takes that number and receives a child process's output. ``sys.stdout``
-    stays None, so :func:`write_stdout` still knows that stdout was closed."""
+    """Put ``/dev/null`` on a closed descriptor 0, 1 or 2 (``sys.stdout`` stays None)."""
+    # So no file opened later takes that number and receives a child process's output.
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -26,13 +25,9 @@ def guard_standard_streams() -> None:
 
 
 def write_stdout(text: str, prog: str) -> int:
-    """Write ``text`` to stdout and flush it; returns the exit status (0 when written).
+    """Write ``text`` to stdout and flush; the exit status (0, 1, or :data:`EXIT_NO_SPACE`).
 
-    A character stdout's encoding cannot carry is written as the bytes it came from (a path's
-    undecodable byte) or as a backslash escape, never a UnicodeEncodeError. A stdout that cannot
-    take the text is one error line on stderr: a closed stdout or a failed write is status 1,
-    a full disk (ENOSPC) says so with the file's path and status :data:`EXIT_NO_SPACE`.
-    stdout is then pointed at ``/dev/null`` so the interpreter's flush at exit cannot fail again.
+    Unencodable characters go out as their bytes or escaped; a failure is one stderr line.
     """
     stream = sys.stdout
     if stream is None:
@@ -58,8 +53,7 @@ def write_stdout(text: str, prog: str) -> int:
 
 
 def encode_for(text: str, encoding: str) -> bytes:
-    """``text`` in ``encoding``: surrogate escapes back to their bytes where that encoding takes
-    them (the truth of a path), else anything the encoding lacks as a backslash escape."""
+    """``text`` in ``encoding``: surrogate escapes back to bytes where possible, else escaped."""
     try:
         return text.encode(encoding, "surrogateescape")
     except UnicodeEncodeError:

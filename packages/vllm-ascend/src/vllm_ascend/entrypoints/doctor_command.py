@@ -1,10 +1,4 @@
-"""`vllm-ascend doctor`: every check, the platform this host would serve on, the exit status.
-
-``--host DIR|NAME`` diagnoses a recorded host (ascend-topology's recorded-host folder, or a
-bundled example name) instead of running npu-smi; ``--root DIR`` looks for CANN, NNAL,
-``/proc/meminfo`` and the libraries under DIR instead of ``/``; the environment is this
-process's either way. The torch-npu import probe runs only on this host (no ``--root``).
-"""
+"""`vllm-ascend doctor`: every check, the platform this host would serve on, the exit status."""
 
 from __future__ import annotations
 
@@ -40,8 +34,7 @@ def target_platform(environ: dict[str, str] | os._Environ[str], npus_visible: bo
 
 def probe_finding(paths: HostPaths, dists: Installed, cann: list[Finding],
                   timeout: float = PROBE_TIMEOUT_S) -> Finding | None:
-    """The import probe (a child process, at most ``timeout`` seconds), when torch-npu is
-    installed on this host; its failure is reported with the CANN finding that explains it."""
+    """The import probe's finding (at most ``timeout`` s) when torch-npu is installed here."""
     if dists.version("torch-npu") is None or paths.root != Path("/"):
         return None
     result = probe_torch_npu(paths.environ, timeout=timeout)

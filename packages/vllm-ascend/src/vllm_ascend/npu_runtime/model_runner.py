@@ -29,7 +29,7 @@ from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
 from vllm_ascend.npu_runtime.graph_capture import npu_capture_context
 
-logger = logging.getLogger("vllm_ascend.npu_runtime.model_runner")
+logger = logging.getLogger(__name__)
 
 
 class NPUModelRunner(GPUModelRunner):

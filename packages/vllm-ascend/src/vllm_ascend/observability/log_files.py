@@ -1,14 +1,5 @@
-"""The per-process log file: the standard library's size rotation, opened without following a
-symlink, with caps that hold whatever happens to the directory.
-
-Files are ``vllm_ascend_<YYYYmmdd_HHMMSS>_<pid>.log`` with ``.1``, ``.2``, ... backups
-(``logging.handlers.RotatingFileHandler``). Each record checks the open file's descriptor: a
-deleted file (or directory) is noticed and the file opened again, the directory made again
-(mode 0700). A file that cannot be opened or written (a symlink or a FIFO at its name, a full
-disk) turns file logging off with one warning on stderr; the records still reach the console
-handlers. The first record at least ``RETRY_SECONDS`` after the last failure tries the file
-again; the handler never raises into a logging call. All ``vllm_ascend_*.log*`` files of the
-directory (earlier processes too) stay under ``max_dir_bytes``, oldest removed first.
+"""The per-process log file: size rotation, opened without following a symlink, capped per
+directory; failures fall back to the console and retry (the package README, "Trust and files").
 """
 
 from __future__ import annotations
@@ -37,8 +28,7 @@ _OPEN_FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NON
 
 
 def prune_dir(log_dir: Path, max_dir_bytes: int, keep: Path | None = None) -> list[Path]:
-    """Delete the oldest ``vllm_ascend_*.log*`` files (any process) until the rest fit in
-    ``max_dir_bytes``; ``keep`` is never deleted. Returns what was deleted."""
+    """Delete the oldest ``vllm_ascend_*.log*`` files (not ``keep``) to fit ``max_dir_bytes``."""
     files = []
     for path in log_dir.glob(PATTERN):
         with contextlib.suppress(OSError):
@@ -60,8 +50,7 @@ def prune_dir(log_dir: Path, max_dir_bytes: int, keep: Path | None = None) -> li
 
 
 class RotatingAscendFileHandler(logging.handlers.RotatingFileHandler):
-    """Per-process log file rotated by size: at most ``max_files`` files of this process and
-    ``max_dir_bytes`` for all processes' files in ``log_dir``."""
+    """Per-process log file rotated by size, capped per process and for the whole directory."""
 
     def __init__(
         self,
@@ -96,8 +85,7 @@ class RotatingAscendFileHandler(logging.handlers.RotatingFileHandler):
         return Path(self.baseFilename)
 
     def _open(self) -> io.TextIOWrapper:
-        """Append to the file (mode 0600) in its private directory, never through a symlink
-        nor blocking on a FIFO; anything but a regular file is refused."""
+        """Append to the file (0600): regular files only, never through a symlink or a FIFO."""
         make_private_dir(self.log_dir)
         fd = os.open(self.baseFilename, _OPEN_FLAGS, 0o600)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -119,8 +107,7 @@ class RotatingAscendFileHandler(logging.handlers.RotatingFileHandler):
         super().doRollover()
 
     def _close_stream(self) -> None:
-        """Close the file, never raising (text that cannot be flushed, e.g. on a full disk, is
-        lost with it)."""
+        """Close the file, never raising (unflushed text is lost with it)."""
         stream, self.stream = self.stream, None
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):

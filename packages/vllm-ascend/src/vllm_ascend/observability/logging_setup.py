@@ -1,9 +1,4 @@
-"""Logging for vllm-ascend: prefixes, colour rules, and where the per-process log file goes.
-
-Records from ``vllm_ascend`` source files get ``[vllm-ascend]`` (package root modules) or
-``[vllm-ascend] [<module>]`` (sub-packages) in front of the message; other records pass
-through unchanged. Nothing here runs at import: call the ``configure_*`` functions.
-"""
+"""Logging for vllm-ascend: ``[vllm-ascend]`` prefixes, colours and the per-process log file."""
 
 from __future__ import annotations
 
@@ -137,11 +132,8 @@ def configure_file_logging(
 ) -> RotatingAscendFileHandler | None:
     """Attach one rotating file handler for ``log_dir`` to the vllm and vllm_ascend loggers.
 
-    ``log_dir`` is a root (``base.trusted_paths``) checked by ``roots`` (the process's, from
-    its owner; a fresh one when not given): one that fails the root rule is replaced by its
-    private fallback with one warning per process. Idempotent per directory; a different
-    directory replaces the handler. When the file cannot be opened, logs one warning and keeps
-    logging to stderr.
+    A refused ``log_dir`` is replaced by its private fallback; idempotent per directory; a file
+    that cannot be opened is one warning and logging stays on stderr.
     """
     roots = TrustedRoots() if roots is None else roots
     env = os.environ if environ is None else environ
@@ -175,8 +167,7 @@ def configure_file_logging(
 
 
 def default_log_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``~/ascend/log/vllm_ascend`` (used when the resolved config names no directory; ``~`` is
-    the stand-in home of ``base.trusted_paths`` when there is none)."""
+    """``~/ascend/log/vllm_ascend`` (``~``: the stand-in home when there is none)."""
     env = os.environ if environ is None else environ
     return own_home(env) / "ascend" / "log" / "vllm_ascend"
 

@@ -1,10 +1,5 @@
-"""The service-profiling symbol file that ms_service_profiler reads.
-
-Written once per vLLM version to ``$XDG_CONFIG_HOME/vllm_ascend/`` (default ``~/.config``),
-atomically and never over an existing file (a user's edits win). It lists only the symbols
-that are defined in the installed code (found by parsing module sources, without importing
-them) and whose inclusive ``min_version`` / ``max_version`` range includes the vLLM version.
-The table itself lives in ``service_profiling_symbols``.
+"""The service-profiling symbol file that ms_service_profiler reads, written once per vLLM version
+with the symbols the installed code defines (table: ``service_profiling_symbols``).
 """
 
 from __future__ import annotations
@@ -53,10 +48,7 @@ def config_path(vllm_version: str, environ: Mapping[str, str] | None = None) -> 
 
 
 class SourceIndex:
-    """Finds where symbols are defined by parsing module sources (never importing the modules).
-
-    One instance per generation run caches each parsed module.
-    """
+    """Finds where symbols are defined by parsing module sources (never importing them)."""
 
     def __init__(self) -> None:
         self._trees: dict[str, ast.Module | None] = {}
@@ -101,12 +93,8 @@ def _has_glob(text: str) -> bool:
 
 
 def _package_dirs(package: str) -> list[Path]:
-    """Directories of a (sub)package, found under its top-level package's locations.
-
-    Only the top-level package is looked up (``find_spec`` of a top-level name imports
-    nothing), so no package ``__init__`` runs: vLLM's would import torch and, for some
-    connectors, log about missing libraries.
-    """
+    """Directories of a (sub)package, found without running any package ``__init__``."""
+    # vLLM's __init__ would import torch and, for some connectors, log about missing libraries.
     top, *rest = package.split(".")
     try:
         spec = importlib.util.find_spec(top)
@@ -173,10 +161,7 @@ def symbol_exists(symbol: str, index: SourceIndex | None = None) -> bool:
 
 
 def in_version_range(entry: ProfilingSymbol, vllm_version: str) -> bool:
-    """Whether ``vllm_version`` lies within the entry's inclusive min/max versions.
-
-    A version that cannot be parsed keeps every entry (the file is still useful).
-    """
+    """Whether ``vllm_version`` is within the entry's inclusive range (unparsable: True)."""
     # packaging is a dependency of vLLM, which is installed wherever this runs.
     from packaging.version import InvalidVersion, Version
 
@@ -191,8 +176,8 @@ def in_version_range(entry: ProfilingSymbol, vllm_version: str) -> bool:
 
 def runtime_symbols(runtime_classes: Mapping[str, str],
                     scheduler_classes: Mapping[str, str] | None = None) -> list[ProfilingSymbol]:
-    """Symbols of installed runtime extensions: the worker's ``execute_model`` and each
-    scheduler's ``schedule`` (the Ascend, recompute, dynamic-batch, ... schedulers)."""
+    """Symbols of installed runtime extensions: workers' ``execute_model``, schedulers'
+    ``schedule``."""
     found = []
     worker = runtime_classes.get("worker")
     if worker:
@@ -251,11 +236,7 @@ def generate_service_profiling_config(
     scheduler_classes: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Path | None:
-    """Write the symbol file for ``vllm_version`` unless it exists; return its path or None.
-
-    ``runtime_classes`` / ``scheduler_classes`` are the class paths that installed runtime
-    extensions provide. Never raises: an unwritable directory is logged once and None returned.
-    """
+    """Write the symbol file for ``vllm_version`` unless it exists; its path or None (no raise)."""
     target = config_path(vllm_version, environ)
     if target.exists():
         return target
@@ -272,11 +253,7 @@ def generate_service_profiling_config(
 
 
 def _write_once(target: Path, text: str) -> Path:
-    """Write ``text`` to a temp file in the same directory, then link it into place.
-
-    ``os.link`` fails when the target exists, so concurrent writers never overwrite
-    each other or a user's file; the temp file is always removed.
-    """
+    """Write ``text`` via a temp file linked into place, never over an existing file."""
     fd, tmp = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

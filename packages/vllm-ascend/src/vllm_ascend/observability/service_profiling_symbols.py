@@ -1,12 +1,7 @@
 """The table of vLLM symbols that ms_service_profiler instruments (data only).
 
-Each entry names a function or method as ``module.path:Qualified.name``; the last module
-component and any part of the qualified name may be a glob (``vllm.model_executor.models.*:
-*.embed_multimodal``). Entries for symbols absent from the installed vLLM are harmless: the
-generator (``service_profiling``) writes only those that exist. ``handler`` names a function of
-ms_service_profiler (absent: its default timer); ``min_version`` / ``max_version`` bound, both
-inclusive, the vLLM versions an entry applies to; ``attributes`` are ``(name, expr)`` pairs in
-the profiler's pipeline language (``args[0]`` is ``self``, ``this`` the instance).
+Entries are ``module.path:Qualified.name`` (globs allowed) with an optional ``handler``, an
+inclusive vLLM version range and ``(name, expr)`` attributes in the profiler's language.
 """
 
 from __future__ import annotations

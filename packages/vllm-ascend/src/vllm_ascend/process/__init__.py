@@ -1,2 +1,1 @@
-"""What a process sets up once: its adjustments to vLLM, file logging, batch invariance, the
-device SoC (never a config resolution: that is the engine's)."""
+"""What a process sets up once (adjustments to vLLM, logging, batch invariance, the device SoC)."""

@@ -1,9 +1,4 @@
-"""Batch-invariance orchestration: env changes from ascend-config plus ascend-kernels' mode.
-
-:func:`init_batch_invariance` runs in every worker process. It applies the environment
-changes the resolved config lists (``VLLM_BATCH_INVARIANT``, HCCL/LCCL determinism, ...) and,
-when vLLM asks for batch invariance, enables ascend-kernels' batch-invariant mode.
-"""
+"""Batch invariance in a process: ascend-config's env changes plus ascend-kernels' mode."""
 
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ class BatchInvarianceReport:
 
 
 def enable_ascend_batch_invariance() -> None:
-    """ascend-kernels' batch-invariant mode (the aten overrides and the ``ascend`` ops'
-    batch-invariant variants, ``add_rms_norm``'s among them)."""
+    """Enable ascend-kernels' batch-invariant mode (aten overrides, ``ascend`` op variants)."""
     from ascend_kernels import batch_invariant
 
     batch_invariant.enable_batch_invariant_mode()
@@ -88,8 +82,7 @@ def init_batch_invariance(
 def _install_wrapper(
     module: Any, name: str, marker: str, make: Callable[[Any], Callable[..., Any]]
 ) -> bool:
-    """Replace ``module.name`` by ``make(current)``, tagged with ``marker`` and the original;
-    False when already installed (idempotent: a wrapper is never wrapped again)."""
+    """Replace ``module.name`` by ``make(current)``, tagged; False when already installed."""
     current = getattr(module, name)
     if getattr(current, marker, False):
         return False
@@ -108,13 +101,9 @@ def _remove_wrapper(module: Any, name: str, marker: str) -> None:
 
 
 def install_cpu_linear_route() -> bool:
-    """Wrap vLLM's CPU GEMM choice so batch-invariant mode uses ascend-kernels' linear.
-
-    Decided per layer when weights are processed; outside the mode vLLM's choice is kept. The
-    linear is called as the op ``vllm_ascend::batch_invariant_linear``, so a compiled graph
-    keeps calling it instead of tracing it (``ops/invariant_linear.py``).
-    Returns False when already installed.
-    """
+    """Route vLLM's CPU GEMM to ascend-kernels' linear in batch-invariant mode (False: done)."""
+    # Called as the op vllm_ascend::batch_invariant_linear so a compiled graph keeps calling it
+    # instead of tracing it (ops/invariant_linear.py).
     from vllm.model_executor.layers import utils
 
     def make(current: Callable[[Any, bool], None]) -> Callable[[Any, bool], None]:
@@ -147,13 +136,8 @@ def remove_cpu_linear_route() -> None:
 
 
 def install_vllm_init_handover(config: Callable[[], Any]) -> bool:
-    """Make vLLM's worker-side ``init_batch_invariance`` enable ascend-kernels' mode.
-
-    vLLM's own mode registers Triton kernels for the platform's dispatch key, which cannot
-    run on the host CPU (no Triton CPU backend) nor on an NPU. vLLM's env overrides are kept,
-    then the env changes of the config ``config()`` returns then (see
-    :func:`apply_worker_overrides`). Returns False when already installed.
-    """
+    """Make vLLM's worker ``init_batch_invariance`` enable ascend-kernels' mode (False: done)."""
+    # vLLM's own mode registers Triton kernels, which run neither on the host CPU nor on an NPU.
     from vllm.model_executor.determinism import batch_invariant as vllm_bi
 
     def make(current: Callable[[], None]) -> Callable[[], None]:
@@ -170,9 +154,8 @@ def install_vllm_init_handover(config: Callable[[], Any]) -> bool:
 
 def apply_worker_overrides(ascend_config: Any,
                            environ: MutableMapping[str, str] | None = None) -> list[str]:
-    """The worker side of the mode: the env changes of ``ascend_config`` (the config published
-    to this process, None when none was: no env change; HCCL/LCCL determinism, ...) and
-    torch's deterministic algorithms (warn only). Returns the variables set."""
+    """Apply ``ascend_config``'s env changes (none when None) and torch's deterministic algorithms
+    (warn only); returns the variables set."""
     import torch
 
     report = BatchInvarianceReport()

@@ -1,11 +1,5 @@
-"""Every adjustment vllm-ascend makes to vLLM in a process, each with its reason.
-
-:func:`apply_compat_adjustments` is idempotent (vLLM loads plugins in every process, sometimes
-more than once). Public vLLM hooks are used wherever vLLM offers one; the only replacements of
-vLLM functions are the two batch-invariance wrappers and the single API server runner of
-`vllm-ascend serve`, listed here so they are never hidden. A row with a ``command`` is applied
-only by that `vllm-ascend` command, in its own process (:func:`apply_command_adjustments`).
-"""
+"""Every adjustment vllm-ascend makes to vLLM in a process, each with its reason (idempotent)."""
+# Public vLLM hooks wherever vLLM offers one; the only replaced vLLM functions are listed here.
 
 from __future__ import annotations
 
@@ -29,10 +23,7 @@ A callable, not a value: the batch-invariance handover reads it when vLLM's work
 
 @dataclass(frozen=True)
 class Adjustment:
-    """One change to vLLM: how to apply it (idempotent), how to undo it, and why.
-
-    ``apply`` gets the SoC at plugin load, or the command's name for a ``command`` row.
-    """
+    """One change to vLLM: apply (given the SoC or command name), undo, and why."""
 
     name: str
     reason: str
@@ -162,10 +153,7 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
 
 
 def apply_compat_adjustments(soc: str, *, config: ConfigSource) -> list[str]:
-    """Apply every adjustment for SoC ``soc`` (each at most once); returns the names applied.
-
-    ``config`` gives the process's resolved config to the adjustments that need it at run
-    time (the engine registry's ``published_ascend_config``)."""
+    """Apply every adjustment for ``soc`` once; the names applied."""
     applied = []
     for adjustment in ADJUSTMENTS:
         if adjustment.command is None and soc in adjustment.socs:
@@ -175,8 +163,7 @@ def apply_compat_adjustments(soc: str, *, config: ConfigSource) -> list[str]:
 
 
 def apply_command_adjustments(command: str) -> list[str]:
-    """Apply the rows of `vllm-ascend` command ``command`` (its own process only); returns the
-    names applied."""
+    """Apply the rows of `vllm-ascend` command ``command``; the names applied."""
     applied = []
     for adjustment in ADJUSTMENTS:
         if adjustment.command == command:

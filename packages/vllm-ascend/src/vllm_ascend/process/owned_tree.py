@@ -1,12 +1,6 @@
-"""A command that owns the processes it starts: `vllm-ascend serve` and `vllm-ascend demo`.
-
-vLLM's engine core and its workers are children (and grandchildren) of the command. A shutdown
-signal while the engine core starts interrupts the parent before the engine's own shutdown is in
-place, and an engine core that dies first leaves its workers to ``init``. So the command makes
-itself the child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux): orphaned descendants
-become its children instead of ``init``'s, and :func:`end_process_tree` can find and end every
-one of them when the command ends, however it ends.
-"""
+"""A command that owns the processes it starts (`vllm-ascend serve` and `demo`)."""
+# The command is the child subreaper (PR_SET_CHILD_SUBREAPER) so orphaned engine cores and
+# workers become its children and end_process_tree ends them however the command ends.
 
 from __future__ import annotations
 
@@ -25,7 +19,7 @@ from typing import NoReturn
 
 import psutil
 
-logger = logging.getLogger("vllm_ascend.entrypoints")
+logger = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 # Seconds the descendants get between SIGTERM and SIGKILL (the command must be gone within
@@ -45,18 +39,13 @@ def become_subreaper() -> bool:
 
 
 def interrupt_on_sigterm(exit_status: int = 0) -> None:
-    """Install :func:`interrupt_start_up` for SIGTERM, exiting with ``exit_status`` if the
-    bound is reached (vLLM's serving loop installs its own handler once it serves)."""
+    """Install :func:`interrupt_start_up` for SIGTERM until vLLM's serving loop installs its own."""
     signal.signal(signal.SIGTERM, functools.partial(interrupt_start_up, exit_status=exit_status))
 
 
 def interrupt_start_up(signum: int, frame: FrameType | None, exit_status: int = 0) -> NoReturn:
-    """A shutdown signal before the command serves: the descendants get SIGTERM now (SIGKILL
-    after :data:`TERM_GRACE_S`, from a thread), rather than after vLLM's own start-up shutdown
-    (which waits on workers with grace periods of its own), and the command is interrupted as
-    by Ctrl-C so that its ``finally`` blocks run. Should that unwinding still be busy
-    :data:`EXIT_BOUND_S` after the signal, the process exits there with ``exit_status``
-    (serve: 0, as after a requested shutdown): nothing of a start-up is worth keeping."""
+    """On a shutdown signal before serving: SIGTERM the descendants now, interrupt the command as
+    Ctrl-C does, and exit with ``exit_status`` if unwinding outlasts :data:`EXIT_BOUND_S`."""
     threading.Thread(target=_end_within, args=(time.monotonic() + EXIT_BOUND_S, exit_status),
                      name="vllm-ascend-end-tree", daemon=True).start()
     raise KeyboardInterrupt(f"signal {signum}")
@@ -73,8 +62,7 @@ def _end_within(deadline: float, exit_status: int) -> None:
 
 
 def end_process_tree(grace_s: float = TERM_GRACE_S) -> int:
-    """SIGTERM every live descendant of this process, SIGKILL what is left after ``grace_s``
-    seconds, and reap them; returns how many there were."""
+    """SIGTERM every descendant, SIGKILL the rest after ``grace_s``, reap; how many there were."""
     try:
         descendants = psutil.Process(os.getpid()).children(recursive=True)
     except psutil.Error:

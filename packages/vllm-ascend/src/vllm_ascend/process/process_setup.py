@@ -1,8 +1,4 @@
-"""The owner of a process's Ascend state: adjustments to vLLM, file logging, batch
-invariance, the device SoC and log-once keys. It resolves no config: it is handed one
-(``setup``) by the config pipeline or by the plugin hooks, which take it from the engine
-registry (``engine.registry``). What belongs to one engine is on its ``AscendEngine``.
-"""
+"""The owner of a process's Ascend state; it is handed its config and resolves none."""
 
 from __future__ import annotations
 
@@ -32,14 +28,7 @@ def no_config() -> None:
 
 @dataclass
 class ProcessSetup:
-    """What has been set up in this process (one instance per process; reset in tests).
-
-    ``cpu_binding`` holds the report lines of this worker's binding (empty in processes that
-    are not workers: they are never bound). ``soc_detection`` is the NPU's SoC, detected from
-    the device on first need (:meth:`device_soc`); ``warned`` the log-once keys; ``roots`` the
-    cache and log roots checked in this process (``base.trusted_paths``); ``hooks_run`` the
-    vLLM plugin hooks that ran. What belongs to one engine lives on its ``AscendEngine``.
-    """
+    """What has been set up in this process (one per process; reset in tests)."""
 
     adjustments: list[str] = field(default_factory=list)
     log_dir: str | None = None
@@ -52,14 +41,12 @@ class ProcessSetup:
     hooks_run: set[str] = field(default_factory=set)
 
     def warn_once(self, message: str, log: logging.Logger | None = None) -> None:
-        """Log ``message`` as a warning (on ``log``, default this module's logger) the first
-        time this process sees it."""
+        """Log ``message`` as a warning (on ``log``) the first time this process sees it."""
         self.log_once(message, log, logging.WARNING)
 
     def log_once(self, message: str, log: logging.Logger | None = None,
                  level: int = logging.WARNING) -> bool:
-        """Log ``message`` at ``level`` the first time this process sees it (any level: the
-        log-once keys are the messages); True when it was logged now."""
+        """Log ``message`` at ``level`` once per process; True when logged now."""
         if message in self.warned:
             return False
         self.warned.add(message)
@@ -67,11 +54,8 @@ class ProcessSetup:
         return True
 
     def device_soc(self) -> str:
-        """The SoC family of this process's NPU, detected once from
-        ``torch_npu.npu.get_soc_version()`` (``base.soc`` says what each id means).
-
-        ``UnsupportedSocError`` when the id names no supported SoC; nothing is cached then.
-        """
+        """The SoC family of this process's NPU, detected once; ``UnsupportedSocError`` (not
+        cached)."""
         if self.soc_detection is None:
             detection = detect_soc(lambda: torch_npu().npu.get_soc_version())
             for warning in detection.warnings:
@@ -81,8 +65,7 @@ class ProcessSetup:
         return self.soc_detection.soc
 
     def cross_check_soc(self, soc: str, npu_smi_soc: str) -> str | None:
-        """Compare npu-smi's reading of the chips with the SoC in force (``soc``); a
-        disagreement is one warning naming both (also returned). ``soc`` stays in force."""
+        """One warning (returned) when npu-smi disagrees with ``soc``, which stays in force."""
         detection = self.soc_detection
         described = detection.describe() if detection is not None and detection.soc == soc \
             else None
@@ -92,15 +75,12 @@ class ProcessSetup:
         return message
 
     def adjust(self, soc: str, config: ConfigSource) -> list[str]:
-        """Apply the compat adjustments for ``soc`` (idempotent); ``config`` gives the config
-        published to the process when an adjustment needs it at run time (the batch-invariance
-        handover, when vLLM's worker runs it)."""
+        """Apply the compat adjustments for ``soc`` (idempotent; ``config`` for run-time needs)."""
         return apply_compat_adjustments(soc, config=config)
 
     def setup(self, ascend_config: AscendConfig, soc: str,
               config: ConfigSource = no_config) -> ProcessSetup:
-        """Idempotent per resolved config: adjustments (``config`` as in :meth:`adjust`), file
-        logging, batch invariance."""
+        """Adjustments, file logging and batch invariance, once per resolved config."""
         key = f"{soc}:{ascend_config.to_json()}"
         if self.done_for == key:
             return self

@@ -1,34 +1,5 @@
-"""How `vllm-ascend serve` ends: the exit status after an engine failure, a bounded shutdown.
-
-Two behaviours of vLLM 0.32's single API server, both seen with real processes:
-
-- When the engine dies while serving (a TP worker killed, the engine core crashed), vLLM
-  fails the open requests, logs the error and stops the HTTP server, then returns normally:
-  the process exits 0. A supervisor's
-  restart-on-failure never fires.
-- On SIGTERM/SIGINT with the default ``--shutdown-timeout 0`` ("abort"), vLLM SIGTERMs the
-  engine core and SIGKILLs its process tree at once. Requests whose abort did not reach the API
-  server before the kill never finish, and uvicorn waits for their connections with no time
-  limit ("Waiting for connections to close"): the process stays up as long as a client keeps
-  waiting.
-
-- In that "abort" shutdown, vLLM SIGTERMs the engine core and SIGKILLs it at once; whether an
-  open request ends with finish reason "abort" or with HTTP 500 / an error event
-  ("EngineCore encountered an issue", logged as EngineDeadError) depends on which the API
-  server's output handler sees first.
-
-`run_api_server` runs vLLM's single API server from vLLM's own building blocks, tells the
-uvicorn server to close connections still open `HTTP_SHUTDOWN_GRACE_S` after the shutdown
-began, and records in an `EngineWatch` whether the engine failed before anybody asked it to
-stop. On an "abort" shutdown of a live engine the watch first aborts every open request on the
-server's event loop, so each ends with finish reason "abort" before the engine core is killed,
-then ends the output handler (run before vLLM cancels it, it would report the killed engine
-core's closed socket as an engine failure, with a traceback).
-
-`install_single_api_server_runner` points the ``run_server`` of vLLM's serve command at it
-(row ``serve_single_api_server`` of `vllm_ascend.process.compat_adjustments`, applied only by
-`vllm-ascend serve`); the runner raises `EngineDiedError` once the server stopped after an
-engine failure.
+"""How `vllm-ascend serve` ends: exit status 1 after an engine failure, a bounded shutdown that
+aborts open requests first (the package README, "Serving: `vllm-ascend serve`").
 """
 
 from __future__ import annotations
@@ -43,7 +14,7 @@ from typing import Any
 
 from vllm_ascend.process.owned_tree import interrupt_start_up
 
-logger = logging.getLogger("vllm_ascend.serve")
+logger = logging.getLogger(__name__)
 
 # The module of vLLM's `serve` command, whose ``run_server`` the single API server path calls.
 VLLM_SERVE_MODULE = "vllm.entrypoints.cli.serve"
@@ -59,10 +30,9 @@ ABORT_WAIT_S = 5.0
 
 
 async def stop_output_handler(engine: Any) -> bool:
-    """Cancel `engine`'s output handler task (vLLM's AsyncLLM) and wait for it to end; whether
-    there was one still running. vLLM's own ``shutdown`` cancels it only after stopping the
-    engine core, whose closed output socket the handler may first report as an
-    ``EngineDeadError`` traceback, although nothing failed."""
+    """Cancel ``engine``'s output handler and wait for it; whether one was still running."""
+    # vLLM cancels it only after stopping the engine core, and it may first log the closed socket as
+    # an EngineDeadError traceback although nothing failed.
     handler = getattr(engine, "output_handler", None)
     if not isinstance(handler, asyncio.Task) or handler.done():
         return False
@@ -73,9 +43,8 @@ async def stop_output_handler(engine: Any) -> bool:
 
 
 async def abort_open_requests(engine: Any) -> int:
-    """Abort every request `engine` (vLLM's AsyncLLM) still has open, each ending with finish
-    reason "abort"; the number aborted. Runs on the server's event loop, where the engine's
-    output processor lives."""
+    """Abort every open request of ``engine`` (finish reason "abort"); the number aborted."""
+    # Runs on the server's event loop, where the engine's output processor lives.
     ids = list(engine.output_processor.request_states)
     if ids:
         await engine.abort(ids, internal=True)
@@ -94,25 +63,17 @@ def _timeout_of(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
 
 
 class EngineWatch:
-    """Whether the engine behind one API server died on its own (``died``).
-
-    An engine that fails while serving stops the HTTP server by itself; one stopped by a
-    shutdown signal is asked to stop (its ``shutdown``) before the HTTP server ends. What
-    counts is the engine's state at the first stop request, or when serving ended if nobody
-    asked: a failure before a late SIGTERM still counts as a failure.
-    """
+    """Whether the engine behind one API server died on its own (``died``)."""
+    # What counts is the state at the first stop request (or at the end of serving): a failure
+    # before a late SIGTERM still counts.
 
     def __init__(self) -> None:
         self.died = False
         self.stop_requested = False
 
     def watch(self, engine: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Note, at the first call of ``engine.shutdown``, whether ``engine.errored`` was set.
-
-        With `loop` (the server's event loop; vLLM calls ``shutdown`` from another thread), a
-        first ``shutdown(timeout=0)`` of a live engine first aborts its open requests there
-        (`abort_open_requests`, at most `ABORT_WAIT_S`).
-        """
+        """At the first ``engine.shutdown``, note ``engine.errored``; with ``loop``, abort open
+        requests."""
         stop = engine.shutdown
 
         def shutdown(*args: Any, **kwargs: Any) -> Any:
@@ -187,8 +148,7 @@ class EngineDiedError(RuntimeError):
 
 
 async def run_watched_api_server(args: Any, **uvicorn_kwargs: Any) -> None:
-    """`run_api_server` with a fresh `EngineWatch`, in the place of vLLM's ``run_server``;
-    raises `EngineDiedError` when the engine died while serving."""
+    """`run_api_server` with a fresh `EngineWatch`; `EngineDiedError` if the engine died."""
     watch = EngineWatch()
     await run_api_server(args, watch, **uvicorn_kwargs)
     if watch.died:
@@ -196,11 +156,7 @@ async def run_watched_api_server(args: Any, **uvicorn_kwargs: Any) -> None:
 
 
 def install_single_api_server_runner() -> bool:
-    """Point the ``run_server`` of vLLM's serve command at `run_watched_api_server`.
-
-    Idempotent (False when already installed). False with a warning, and nothing changed,
-    when this vLLM's serve module has no ``run_server``.
-    """
+    """Point vLLM serve's ``run_server`` at `run_watched_api_server` (False: done or absent)."""
     import importlib
 
     serve_cli = importlib.import_module(VLLM_SERVE_MODULE)

@@ -1,11 +1,4 @@
-"""The per-rank duties of an Ascend worker, written once for the host-CPU and the NPU worker.
-
-:class:`RankDuties` is a mixin placed before vLLM's worker class. It holds the worker's engine
-from ``__init__`` and gives the worker three calls, each made at its worker's place:
-:meth:`~RankDuties.bind_rank` (this rank's communication endpoints, then its CPU pool: on an
-NPU after ``set_device``), :meth:`~RankDuties.bind_late_threads` (once the model is loaded) and
-:meth:`~RankDuties.report_rank` (the rank report, ``VLLM_ASCEND_RANK_REPORT_DIR``).
-"""
+"""The per-rank duties of an Ascend worker, written once for the host-CPU and the NPU worker."""
 
 from __future__ import annotations
 
@@ -29,11 +22,8 @@ logger = logging.getLogger(__name__)
 
 def load_comm_endpoints(vllm_config: VllmConfig, local_rank: int,
                         environ: MutableMapping[str, str] | None = None) -> None:
-    """Load this rank's local communication endpoints (``ASCEND_LOCAL_COMM_RES``) when
-    ``kv_connector_extra_config.ascend_local_comm_res_path`` names them.
-
-    A bad endpoint file is a ``ValueError`` naming it: the worker cannot join its KV transfer
-    group without it, so it stops at start-up rather than at the first transfer."""
+    """Load this rank's ``ASCEND_LOCAL_COMM_RES`` when the KV connector config names the file."""
+    # A bad file is a ValueError at start-up rather than at the first transfer.
     kv = getattr(vllm_config, "kv_transfer_config", None)
     extra = dict(getattr(kv, "kv_connector_extra_config", None) or {})
     if setup_local_comm_res(local_rank, extra, environ) is not None:
@@ -44,9 +34,8 @@ def load_comm_endpoints(vllm_config: VllmConfig, local_rank: int,
 def bind_rank(vllm_config: VllmConfig, local_rank: int, engine: AscendEngine,
               process: ProcessSetup,
               environ: MutableMapping[str, str] | None = None) -> WorkerBinding:
-    """Endpoints, then the CPU pool of this rank with ``engine``'s config; on an NPU the SoC is
-    the device's (read once per process, so call it after ``set_device``). Recorded in
-    ``process.cpu_binding``. Never raises for binding (a bad endpoint file does)."""
+    """Endpoints, then this rank's CPU pool; never raises for binding (a bad endpoint file does)."""
+    # On an NPU the SoC is read once per process from the device: call it after set_device.
     load_comm_endpoints(vllm_config, local_rank, environ)
     soc: str | None = engine.soc
     error = None
@@ -66,10 +55,7 @@ def bind_rank(vllm_config: VllmConfig, local_rank: int, engine: AscendEngine,
 
 
 class RankDuties:
-    """The per-rank duties of an Ascend worker (mixin: ``class W(RankDuties, VllmWorker)``).
-
-    ``ascend_engine`` is the worker's engine, found once in ``__init__``; ``ascend_binding``
-    what :meth:`bind_rank` did (None before)."""
+    """Per-rank duties mixin (``class W(RankDuties, VllmWorker)``) holding the worker's engine."""
 
     vllm_config: VllmConfig
     rank: int
@@ -88,8 +74,7 @@ class RankDuties:
         return self.ascend_binding
 
     def bind_late_threads(self) -> list[str]:
-        """Bind the threads the device runtime started since :meth:`bind_rank` (acl, release,
-        Ascend 950's UVB poll window); recorded in the process's binding lines."""
+        """Bind the threads the device runtime started since :meth:`bind_rank`."""
         if self.ascend_binding is None:
             return []
         lines = self.ascend_binding.bind_late_threads()

@@ -1,12 +1,4 @@
-"""The error raised when the KV cache does not fit, with advice (host-CPU and NPU alike).
-
-One message holds the memory measured, what the model needs for the requested
-``max_model_len`` and ``max_num_seqs``, and the largest values that would fit in what is
-available; sizes are never negative (an available amount below zero is reported as 0 with what
-took the memory). A worker gets its :class:`KvCacheNeed` from :func:`need_of` (its VllmConfig)
-and raises :func:`kv_cache_memory_error`; everything else is arithmetic (torch and vLLM are
-imported by ``need_of`` only).
-"""
+"""The error raised when the KV cache does not fit, with what would fit (host CPU and NPU)."""
 
 from __future__ import annotations
 
@@ -25,8 +17,7 @@ class KvCacheMemoryError(ValueError):
 
 @dataclass(frozen=True)
 class KvCacheNeed:
-    """What one rank's KV cache must hold: ``block_bytes`` is one block (``block_size``
-    tokens) over all attention layers of the rank; vLLM keeps one extra null block."""
+    """One rank's KV-cache need: one block's bytes over all its attention layers (+1 null block)."""
 
     block_bytes: int
     block_size: int
@@ -58,9 +49,7 @@ class KvCacheNeed:
 
 
 def need_of(vllm_config: Any) -> KvCacheNeed:
-    """What one rank of ``vllm_config`` needs: every layer of its pipeline stage counted as an
-    attention layer with the rank's KV heads (MLA: one latent cache instead of K and V), in the
-    KV-cache dtype (``auto``: the model's)."""
+    """What one rank of ``vllm_config`` needs per block (MLA: one latent cache)."""
     import torch
     from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
 
@@ -90,8 +79,7 @@ class KvCacheFit:
 
 
 def largest_fit(need: KvCacheNeed, available_bytes: int) -> KvCacheFit:
-    """The largest ``max_model_len`` for one sequence and for ``max_num_seqs`` sequences, and
-    the largest ``max_num_seqs`` at the requested ``max_model_len``, in ``available_bytes``."""
+    """The largest ``max_model_len`` (1 and n sequences) and ``max_num_seqs`` that fit."""
     blocks = max(0, available_bytes) // need.block_bytes - 1  # minus vLLM's null block
     blocks = max(0, blocks)
     return KvCacheFit(
@@ -112,9 +100,7 @@ def format_size(n_bytes: float) -> str:
 
 def kv_cache_advice(need: KvCacheNeed, available_bytes: int, *, measured: str,
                     more_memory: str) -> str:
-    """The message: ``measured`` says where ``available_bytes`` came from (e.g. "3.1 GiB free
-    on NUMA node 0, half kept for weights"), ``more_memory`` how to give the KV cache more
-    (e.g. "--kv-cache-memory-bytes" or "--gpu-memory-utilization")."""
+    """The message; ``measured`` says where the bytes came from, ``more_memory`` how to add some."""
     fit = largest_fit(need, available_bytes)
     lines = [
         f"the KV cache does not fit: {format_size(available_bytes)} is available for it "

@@ -1,9 +1,5 @@
-"""Per-rank report files: what a worker process was bound to, compiled and captured.
-
-With ``VLLM_ASCEND_RANK_REPORT_DIR`` set, every worker (host CPU or NPU) writes
-``dp<D>-rank<R>.json`` there after device setup ("device"), after warm-up ("warmed_up") and at
-every compile, pass-manager run or capture after ready ("serving"), so a deployment's ranks can
-be checked from outside their processes.
+"""Per-rank report files (``VLLM_ASCEND_RANK_REPORT_DIR``): what a worker was bound to, compiled and
+captured, written at each stage.
 """
 
 from __future__ import annotations
@@ -72,9 +68,7 @@ def build_rank_report(vllm_config: VllmConfig, *, rank: int, local_rank: int,
 
 def write_rank_report(report: Mapping[str, Any],
                       environ: Mapping[str, str] | None = None) -> Path | None:
-    """Write ``report`` under ``VLLM_ASCEND_RANK_REPORT_DIR`` (no-op when unset); returns the
-    file. Atomic (a fresh temporary file renamed into place); a failure (full disk, a value
-    JSON cannot hold) is one warning and leaves no temporary file behind."""
+    """Write ``report`` atomically (no-op when the directory is unset); a failure is one warning."""
     env = os.environ if environ is None else environ
     directory = env.get(REPORT_DIR_ENV)
     if not directory:

@@ -21,7 +21,7 @@ from vllm.v1.attention.backend import (
 
 from vllm_ascend.process.process_setup import current_process_setup
 
-logger = logging.getLogger("vllm_ascend.npu_runtime.attention")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
