@@ -134,7 +134,7 @@ class NPUWorker(RankDuties, Worker):
             kv_fit.check_explicit_kv_cache(device, int(explicit), free_now, need)
             return available
         non_kv = int(self.requested_memory) - int(available)
-        graphs = self._graph_memory()
+        graphs = self._graph_memory(available)
         available -= graphs
         self.available_kv_cache_memory_bytes = available
         snapshot = self.init_snapshot
@@ -148,9 +148,11 @@ class NPUWorker(RankDuties, Worker):
         kv_fit.check_kv_cache_fits(budget, need)
         return available
 
-    def _graph_memory(self) -> int:
-        """The captured graphs' memory the KV cache must leave free: vLLM's profile of it (the
-        graphs captured later hold their pool's memory), applied as vLLM applies it, only with
+    def _graph_memory(self, kv_share: int) -> int:
+        """The captured graphs' memory the KV cache must leave free of its ``kv_share``:
+        vLLM's profile of it, each further graph counted per token (the runner's
+        ``profile_cudagraph_memory``; the graphs captured later hold their pool's memory),
+        applied as vLLM applies it, only with
         ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` on; 0 without graphs. A device too small
         for the profile's own captures is an error saying what to change."""
         if self.compilation_config.cudagraph_mode == CUDAGraphMode.NONE:
@@ -173,8 +175,9 @@ class NPUWorker(RankDuties, Worker):
         self.peak_activation_memory += estimate
         self.graph_memory_applied = estimate
         logger.info("NPU graphs: %s of device memory for the captured graphs (profiled; "
-                    "vLLM's extrapolation %s), taken from the KV cache's share",
-                    format_size(estimate), format_size(self._npu_runner.vllm_graph_estimate))
+                    "vLLM's extrapolation %s), taken from the KV cache's share of %d bytes",
+                    format_size(estimate), format_size(self._npu_runner.vllm_graph_estimate),
+                    kv_share)
         return estimate
 
     def _report_graph_memory(self) -> None:
