@@ -39,7 +39,9 @@ wait on), which the emulated device reports at the host's next wait.
 Graph memory before the KV cache: on a small emulated NPU, a graph engine whose KV cache is
 sized from --gpu-memory-utilization starts only because the graphs' profiled memory was taken
 from the KV cache's share, and a --max-model-len that fits only without that share fails before
-any capture with one error naming it.
+any capture with one error naming it. The share taken is the runtime's per-token estimate
+(`npu_runtime.graph_memory`), not vLLM's extrapolation: the KV blocks are the share less that
+estimate, more than vLLM's figure would leave, and the captures fit in it.
 """
 
 from __future__ import annotations

@@ -176,7 +176,8 @@ class NPUWorker(RankDuties, Worker):
         self.graph_memory_applied = estimate
         logger.info("NPU graphs: %s of device memory for the captured graphs (profiled; "
                     "vLLM's extrapolation %s), taken from the KV cache's share of %d bytes",
-                    format_size(estimate), format_size(self._npu_runner.vllm_graph_estimate),
+                    format_size(estimate),
+                    format_size(cast(NPUModelRunner, self.model_runner).vllm_graph_estimate),
                     kv_share)
         return estimate
 
