@@ -4,9 +4,9 @@ vLLM's profile captures the two largest graphs of each mode and counts every fur
 as large as the second. A graph's buffers grow with its batch (its token count), and the
 capture sizes fall towards 1, so that count is about twice what the captures hold at vLLM's
 default sizes (35 of them, 1 to 256 tokens). ``scaled_estimate`` counts each further graph at
-the second capture's bytes per token instead, never above vLLM's own figure, which stays the
-upper bound. After capture, ``GraphMemoryReport`` puts the estimate beside what the captures
-measured and the KV blocks the estimate gave the cache beyond vLLM's.
+the second capture's bytes per token instead (plus a tenth), never above vLLM's own figure,
+which stays the upper bound. After capture, ``GraphMemoryReport`` puts the estimate beside
+what the captures measured and the KV blocks the estimate gave the cache beyond vLLM's.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllm_ascend.worker_duties.kv_cache_advice import format_size
+
+#: Added to the further graphs' per-token sum: a graph also holds a part that does not grow
+#: with its tokens, which the second capture's bytes per token spread over its many tokens.
+#: (SmolLM2, 35 default sizes: the per-token sum came to 4.83 GiB where the captures held
+#: 5.06 GiB, issue 44.)
+FURTHER_HEADROOM = 0.1
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,8 @@ def scaled_estimate(samples: Iterable[CaptureSample],
     """Bytes the graphs of ``sizes_by_mode`` (mode -> capture sizes, largest first, as vLLM
     captures them) will hold, from the profile's ``samples`` of the first two sizes of each
     mode: per mode, the first capture (the memory its graphs share, and the largest graph)
-    plus every further graph at the second capture's bytes per token. Modes share one pool
+    plus every further graph at the second capture's bytes per token, with
+    ``FURTHER_HEADROOM`` on top. Modes share one pool
     and never replay at once, so their first captures overlay (the largest counts), as in
     vLLM's estimate."""
     by_mode: dict[str, list[CaptureSample]] = {}
@@ -50,7 +57,7 @@ def scaled_estimate(samples: Iterable[CaptureSample],
         second = taken[1]
         per_token = max(second.taken, 0) / max(second.num_tokens, 1)
         further += per_token * sum(sizes[1:])
-    return int(max(shared, default=0) + further)
+    return int(max(shared, default=0) + further * (1 + FURTHER_HEADROOM))
 
 
 @dataclass(frozen=True)
