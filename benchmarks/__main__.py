@@ -29,6 +29,7 @@ BENCHMARKS = {
     "ranks": "benchmarks.bench_ranks",
     "serve": "benchmarks.bench_serve",
     "graphs": "benchmarks.bench_graphs",
+    "graph-memory": "benchmarks.bench_graph_memory",
 }
 
 
@@ -90,9 +91,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="e2e, startup: some of qwen3,qwen3_moe,smollm2 (default: all)")
     parser.add_argument("--rounds", metavar="N", type=_positive_int,
                         help="e2e: rounds per model instead of the size's own; startup: repeats")
+    parser.add_argument("--tp", metavar="N", type=_positive_int,
+                        help="graph-memory: tensor-parallel ranks (emulated NPUs; default 1)")
     args = parser.parse_args(argv)
     names = list(BENCHMARKS) if "all" in args.names else list(dict.fromkeys(args.names))
-    options = {"model_dir": args.model_dir, "models": args.models, "rounds": args.rounds}
+    options = {"model_dir": args.model_dir, "models": args.models, "rounds": args.rounds,
+               "tp": args.tp}
     _check_options(names, options)
     if args.model_dir is not None:
         from benchmarks.e2e_real import check_model_dir

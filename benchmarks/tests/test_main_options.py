@@ -79,3 +79,37 @@ def test_a_pipe_in_a_column_or_cell_stays_in_its_cell() -> None:
     # Unescaped pipes only at the cell boundaries: two columns in every line.
     for line in (header, row):
         assert line.replace("\\|", "").count("|") == 3
+
+
+@pytest.mark.parametrize("text", ["0", "two"])
+def test_tp_must_be_at_least_one(capsys: pytest.CaptureFixture[str], text: str) -> None:
+    assert "a whole number of at least 1 is needed" in _error(
+        capsys, ["graph-memory", "--tp", text])
+
+
+def test_tp_applies_to_graph_memory_only(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(capsys, ["topology", "--tp", "2"])
+    assert "--tp applies to: graph-memory; the chosen benchmarks (topology) take no --tp" in err
+
+
+def test_graph_memory_reads_the_workers_report() -> None:
+    """The benchmark parses the lines the NPU worker logs (made here by the product's own
+    report): blocks vLLM's extrapolation would leave = (share - its figure) // block bytes."""
+    from vllm_ascend.npu_runtime.graph_memory import GraphMemoryReport
+
+    from benchmarks.bench_graph_memory import parse_log
+
+    mib = 1 << 20
+    report = GraphMemoryReport(estimate=40 * mib, vllm_estimate=90 * mib, measured=38 * mib,
+                               kv_blocks=60, block_bytes=mib)
+    log = ("NPU graphs: 40.00 MiB of device memory for the captured graphs (profiled; vLLM's "
+           f"extrapolation 90.00 MiB), taken from the KV cache's share of {100 * mib} bytes\n"
+           "NPU graphs: cudagraph_mode FULL_AND_PIECEWISE, capture sizes [1, 2, 4]; larger\n"
+           + report.message() + "\n")
+    found = parse_log(log)
+    assert found is not None
+    assert (found["measured"], found["estimate"], found["vllm_estimate"]) == (
+        38 * mib, 40 * mib, 90 * mib)
+    assert (found["blocks"], found["vllm_blocks"], found["sizes"]) == (60, 10, 3)
+    assert found["mode"] == "FULL_AND_PIECEWISE"
+    assert parse_log("no graphs here") is None

@@ -12,7 +12,7 @@ from benchmarks.__main__ import BENCHMARKS, run_benchmark
 from benchmarks.table import Table
 
 # e2e 283 s, startup 121 s, numerics 84 s, profile 81 s, ranks 72 s with --quick (2026-12-06).
-ENGINE_BENCHMARKS = ("e2e", "startup", "numerics", "profile", "ranks")
+ENGINE_BENCHMARKS = ("e2e", "startup", "numerics", "profile", "ranks", "graph-memory")
 
 
 @pytest.mark.slow

@@ -39,7 +39,9 @@ wait on), which the emulated device reports at the host's next wait.
 Graph memory before the KV cache: on a small emulated NPU, a graph engine whose KV cache is
 sized from --gpu-memory-utilization starts only because the graphs' profiled memory was taken
 from the KV cache's share, and a --max-model-len that fits only without that share fails before
-any capture with one error naming it.
+any capture with one error naming it. The share taken is the runtime's per-token estimate
+(`npu_runtime.graph_memory`), not vLLM's extrapolation: the KV blocks are the share less that
+estimate, more than vLLM's figure would leave, and the captures fit in it.
 """
 
 from __future__ import annotations
@@ -469,6 +471,7 @@ def test_graph_memory_is_taken_from_the_kv_cache_before_it_is_sized(
     log = worker.log_path.read_text(errors="replace")
     assert len(re.findall(r"NPU graphs: [\d.]+ MiB of device memory for the captured graphs",
                           log)) == 1
+    _check_graph_memory_report(log)
     assert "NPU out of memory" in off_message
     assert "capture_model" in off_message  # it failed in the capture, after sizing
 
@@ -485,3 +488,27 @@ def test_graph_memory_is_taken_from_the_kv_cache_before_it_is_sized(
     assert kv_share < GMEM_LONG_MIB <= kv_share + graph_mib
     assert "capture fewer graphs" in message
     assert "determine_available_memory" in message and "capture_model" not in message
+
+
+#: One KV block of the GMEM llama: 24 layers x (K, V) x 2 KV heads x 64 x 2 bytes x 128 tokens.
+GMEM_BLOCK_BYTES = 24 * 2 * 2 * 64 * 2 * 128
+
+
+def _check_graph_memory_report(log: str) -> None:
+    """The KV cache got its share less the per-token estimate, not less vLLM's extrapolation
+    (each further graph as large as the second), and the captures fit in the estimate."""
+    import re
+
+    share = re.search(r"taken from the KV cache's share of (\d+) bytes", log)
+    found = re.search(r"the captures hold .* \((\d+) bytes\); estimated before the KV cache was "
+                      r"sized: .* \((\d+) bytes; vLLM's extrapolation .*, (\d+) bytes\); the KV "
+                      r"cache has (\d+) blocks of (\d+) bytes", log)
+    tokens = re.search(r"NPU KV cache size: ([\d,]+) tokens", log)
+    assert share is not None and found is not None and tokens is not None, log[-3000:]
+    kv_share = int(share.group(1))
+    measured, estimate, vllm_estimate, blocks, block_bytes = map(int, found.groups())
+    assert block_bytes == GMEM_BLOCK_BYTES
+    assert blocks == int(tokens.group(1).replace(",", "")) // 128
+    assert blocks == (kv_share - estimate) // GMEM_BLOCK_BYTES
+    assert blocks > (kv_share - vllm_estimate) // GMEM_BLOCK_BYTES
+    assert measured <= estimate < vllm_estimate

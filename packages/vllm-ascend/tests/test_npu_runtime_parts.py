@@ -206,6 +206,7 @@ class _Runner:
     def __init__(self, estimate: int | None) -> None:
         self.estimate = estimate
         self.profiles = 0
+        self.vllm_graph_estimate = 2 * (estimate or 0)  # vLLM's extrapolation, for the log
 
     def profile_cudagraph_memory(self) -> int:
         self.profiles += 1
@@ -221,7 +222,7 @@ def _graph_memory(mode: str, runner: _Runner) -> tuple[int, types.SimpleNamespac
     worker = types.SimpleNamespace(
         compilation_config=types.SimpleNamespace(cudagraph_mode=CUDAGraphMode[mode]),
         model_runner=runner, peak_activation_memory=3 * MIB)
-    return NPUWorker._graph_memory(worker), worker  # type: ignore[arg-type]
+    return NPUWorker._graph_memory(worker, 40 * MIB), worker  # type: ignore[arg-type]
 
 
 def test_graph_memory_is_profiled_and_applied_as_vllm_applies_it(
@@ -232,6 +233,7 @@ def test_graph_memory_is_profiled_and_applied_as_vllm_applies_it(
     taken, worker = _graph_memory("FULL_DECODE_ONLY", runner)
     assert (taken, worker.cudagraph_memory_estimate) == (5 * MIB, 5 * MIB)
     assert worker.peak_activation_memory == 8 * MIB  # vLLM counts the graphs as a peak too
+    assert worker.graph_memory_applied == 5 * MIB  # what the report after capture starts from
     monkeypatch.setenv("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "0")
     taken, worker = _graph_memory("FULL_AND_PIECEWISE", runner)
     # Measured (vLLM logs it against the capture) but not taken from the KV cache.

@@ -24,6 +24,7 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm_ascend.compilation.graph_params import graph_params_for
 from vllm_ascend.compilation.graph_wrapper import AscendGraphWrapper
 from vllm_ascend.engine import engine_of
+from vllm_ascend.npu_runtime import graph_memory
 from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
 from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
@@ -34,6 +35,14 @@ logger = logging.getLogger(__name__)
 
 class NPUModelRunner(GPUModelRunner):
     """vLLM's V1 model runner with the Ascend KV cache layout."""
+
+    #: During the graph-memory profile: the memory each capture took (else None).
+    _capture_samples: list[graph_memory.CaptureSample] | None = None
+    _profiled_sizes: dict[str, list[int]]
+    #: vLLM's own estimate of the graphs' memory (0 before the profile).
+    vllm_graph_estimate = 0
+    #: What the engine's captures took (0 before capture).
+    captured_graph_bytes = 0
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """vLLM's loading; a FULL-graph wrapper it put around the model becomes the platform's
@@ -60,14 +69,47 @@ class NPUModelRunner(GPUModelRunner):
             logger.info("NPU graphs: cudagraph_mode %s, capture sizes %s; larger batches run "
                         "eagerly", cc.cudagraph_mode.name, cc.cudagraph_capture_sizes or [])
         with npu_capture_context():
-            return int(super().capture_model())
+            self.captured_graph_bytes = int(super().capture_model())
+        return self.captured_graph_bytes
 
     def profile_cudagraph_memory(self) -> int:
-        """vLLM's estimate of the graphs' memory (it captures the first two graphs of each
-        mode, measures the free memory and drops them), with the platform's wrappers: vLLM
-        points only its own CUDA wrappers at the profiling pool and clears only their graphs.
-        The profile's captures are not the engine's: its tally and graph parameters are put
-        back as they were."""
+        """The graphs' memory from vLLM's profile (it captures the first two graphs of each
+        mode, measures the free memory and drops them), each further graph counted at the
+        second capture's bytes per token (``graph_memory.scaled_estimate``; vLLM's own
+        figure, which counts each as large as the second, is ``vllm_graph_estimate``). The
+        profile runs with the platform's wrappers: vLLM points only its own CUDA wrappers at
+        the profiling pool and clears only their graphs. The profile's captures are not the
+        engine's: its tally and graph parameters are put back as they were."""
+        samples: list[graph_memory.CaptureSample] = []
+        self._capture_samples, self._profiled_sizes = samples, {}
+        try:
+            self.vllm_graph_estimate = self._profile_with_platform_wrappers()
+            sizes = self._profiled_sizes
+        finally:
+            self._capture_samples = None
+        return min(graph_memory.scaled_estimate(samples, sizes), self.vllm_graph_estimate)
+
+    def _warmup_and_capture(self, desc: Any, cudagraph_runtime_mode: Any, *args: Any,
+                            **kwargs: Any) -> None:
+        """vLLM's warm-up and capture of one graph; during the memory profile, the device
+        memory it took is sampled as vLLM samples it (free memory before and after)."""
+        samples = getattr(self, "_capture_samples", None)
+        if samples is None:
+            super()._warmup_and_capture(desc, cudagraph_runtime_mode, *args, **kwargs)
+            return
+        if not self._profiled_sizes:  # the profile's own KV cache has set the graph keys up
+            self._profiled_sizes = {
+                mode.name: [d.num_tokens for d in descs]
+                for mode, descs in self.cudagraph_dispatcher.get_capture_descs()}
+        npu: Any = torch.npu  # type: ignore[attr-defined]
+        free_before = int(npu.mem_get_info(self.device)[0])
+        super()._warmup_and_capture(desc, cudagraph_runtime_mode, *args, **kwargs)
+        npu.synchronize()
+        samples.append(graph_memory.CaptureSample(
+            cudagraph_runtime_mode.name, int(desc.num_tokens),
+            free_before - int(npu.mem_get_info(self.device)[0])))
+
+    def _profile_with_platform_wrappers(self) -> int:
         engine = engine_of(self.vllm_config)
         wrappers = list(engine.graph_wrappers)
         pools = [wrapper.graph_pool for wrapper in wrappers]

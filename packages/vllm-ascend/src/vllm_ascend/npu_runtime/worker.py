@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from vllm import envs
@@ -32,7 +32,7 @@ from vllm.v1.worker.utils import request_memory
 from vllm.v1.worker.worker_base import CompilationTimes
 
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
-from vllm_ascend.npu_runtime import device_check, kv_fit
+from vllm_ascend.npu_runtime import device_check, graph_memory, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
@@ -105,6 +105,10 @@ class NPUWorker(RankDuties, Worker):
             self._init_workspace_and_model_runner()
         self.report_rank("device")
 
+    @property
+    def _npu_runner(self) -> NPUModelRunner:
+        return cast(NPUModelRunner, self.model_runner)
+
     def _make_model_runner(self) -> NPUModelRunner:
         return NPUModelRunner(self.vllm_config, self.device)
 
@@ -130,7 +134,7 @@ class NPUWorker(RankDuties, Worker):
             kv_fit.check_explicit_kv_cache(device, int(explicit), free_now, need)
             return available
         non_kv = int(self.requested_memory) - int(available)
-        graphs = self._graph_memory()
+        graphs = self._graph_memory(available)
         available -= graphs
         self.available_kv_cache_memory_bytes = available
         snapshot = self.init_snapshot
@@ -144,9 +148,11 @@ class NPUWorker(RankDuties, Worker):
         kv_fit.check_kv_cache_fits(budget, need)
         return available
 
-    def _graph_memory(self) -> int:
-        """The captured graphs' memory the KV cache must leave free: vLLM's profile of it (the
-        graphs captured later hold their pool's memory), applied as vLLM applies it, only with
+    def _graph_memory(self, kv_share: int) -> int:
+        """The captured graphs' memory the KV cache must leave free of its ``kv_share``:
+        vLLM's profile of it, each further graph counted per token (the runner's
+        ``profile_cudagraph_memory``; the graphs captured later hold their pool's memory),
+        applied as vLLM applies it, only with
         ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` on; 0 without graphs. A device too small
         for the profile's own captures is an error saying what to change."""
         if self.compilation_config.cudagraph_mode == CUDAGraphMode.NONE:
@@ -167,9 +173,32 @@ class NPUWorker(RankDuties, Worker):
                 "the KV cache is allocated may run out of device memory", format_size(estimate))
             return 0
         self.peak_activation_memory += estimate
-        logger.info("NPU graphs: %s of device memory for the captured graphs (profiled), "
-                    "taken from the KV cache's share", format_size(estimate))
+        self.graph_memory_applied = estimate
+        logger.info("NPU graphs: %s of device memory for the captured graphs (profiled; "
+                    "vLLM's extrapolation %s), taken from the KV cache's share of %d bytes",
+                    format_size(estimate),
+                    format_size(cast(NPUModelRunner, self.model_runner).vllm_graph_estimate),
+                    kv_share)
         return estimate
+
+    def _report_graph_memory(self) -> None:
+        """After capture: the estimate beside what the captures took, and the KV blocks the
+        estimate left the cache (``graph_memory.GraphMemoryReport``)."""
+        applied = int(getattr(self, "graph_memory_applied", 0))
+        kv_config = getattr(self.model_runner, "kv_cache_config", None)
+        if not applied or kv_config is None or not kv_config.num_blocks:
+            return
+        block_bytes = sum(t.size for t in kv_config.kv_cache_tensors
+                          if not t.host_resident) // kv_config.num_blocks
+        runner = self._npu_runner
+        report = graph_memory.GraphMemoryReport(
+            estimate=applied, vllm_estimate=int(runner.vllm_graph_estimate),
+            measured=int(runner.captured_graph_bytes),
+            kv_blocks=int(kv_config.num_blocks), block_bytes=int(block_bytes))
+        logger.info(report.message())
+        shortfall = report.shortfall()
+        if shortfall is not None:
+            logger.warning(shortfall)
 
     @_on_npu
     def initialize_from_config(self, kv_cache_config: KVCacheConfig) -> None:
@@ -180,6 +209,7 @@ class NPUWorker(RankDuties, Worker):
             result: CompilationTimes = super().compile_or_warm_up_model()
             # What vLLM's sampler compiles on a first logprobs request is compiled now.
             warm_up_sampler(self.model_runner)
+        self._report_graph_memory()
         self.mark_engine_ready()
         return result
 
