@@ -6,10 +6,10 @@ the checkpoint's tensors by ModelSlim's formulas in float32).
 The tiny checkpoints are written in ModelSlim's tensor names and dtypes
 (`vllm_ascend_testing.tiny_quant_models`): static W8A8 layers carry `input_scale`,
 `input_offset`, `quant_bias` and `deq_scale` only (no `weight_scale`), so a runtime ignoring
-`deq_scale` or `quant_bias` cannot give the reference's tokens. The host-CPU checkpoints are
-float32; the NPU ones bfloat16 (static) and float16 (dynamic; its static layers' int64
-`deq_scale` is the other ModelSlim form), the dtypes `npu_quant_matmul` outputs. One engine
-per platform loads the checkpoints one after another.
+`deq_scale` or `quant_bias` cannot give the reference's tokens. The "mixed" scheme holds
+every kind of linear layer (static W8A8 attention, W8A8_DYNAMIC gate/up, FLOAT down_proj).
+The host-CPU checkpoint is float32 (float32 `deq_scale`), the NPU one float16 (ModelSlim's
+int64 `deq_scale`; `npu_quant_matmul` outputs float16 or bfloat16). One engine per platform.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ PROMPTS = [[1, 5, 9, 20, 33], [3, 4], [200, 17, 64, 8, 121, 90, 7]]
 MAX_TOKENS = 8
 #: checkpoint -> (scheme, dtype) per platform
 CHECKPOINTS = {
-    "cpu": {"w8a8": ("w8a8", "float32"), "w8a8_dynamic": ("w8a8_dynamic", "float32")},
+    "cpu": {"mixed": ("mixed", "float32")},
+    "npu": {"mixed": ("mixed", "float16")},
 }
 
 
@@ -69,5 +70,13 @@ def w8a8_runs(
 @pytest.mark.parametrize("name", list(CHECKPOINTS["cpu"]))
 def test_host_cpu_platform_gives_the_w8a8_reference_tokens(w8a8_runs, name: str) -> None:
     run = w8a8_runs["cpu"][name]
+    assert all(len(tokens) == MAX_TOKENS for tokens in run["engine"])
+    assert run["engine"] == run["reference"]
+
+
+@pytest.mark.parametrize("name", list(CHECKPOINTS["npu"]))
+def test_npu_runtime_gives_the_w8a8_reference_tokens(w8a8_runs, name: str) -> None:
+    assert w8a8_runs["npu"]["_platform"] == "vllm_ascend.platform.npu.NPUPlatform"
+    run = w8a8_runs["npu"][name]
     assert all(len(tokens) == MAX_TOKENS for tokens in run["engine"])
     assert run["engine"] == run["reference"]
