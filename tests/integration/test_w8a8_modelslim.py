@@ -44,39 +44,46 @@ def _generate(worker: LLMWorker, name: str, model: Path, dtype: str) -> list[lis
     return [o["token_ids"] for o in answer["outputs"]]
 
 
-@pytest.fixture(scope="module")
-def w8a8_runs(
-    start_worker: Callable[..., LLMWorker], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, dict[str, Any]]:
-    """Per platform and checkpoint: the engine's tokens and the reference's."""
-    root = tmp_path_factory.mktemp("w8a8_modelslim")
-    found: dict[str, dict[str, Any]] = {}
-    for platform, checkpoints in CHECKPOINTS.items():
-        env = {"VLLM_ASCEND_EMULATED_NPUS": "1"} if platform == "npu" else {}
-        worker = start_worker(f"w8a8-{platform}", device=platform, **env)
-        found[platform] = {}
-        for name, (scheme, dtype) in checkpoints.items():
-            model = make_tiny_quant_model("llama", root / f"{platform}-{name}", scheme=scheme,
-                                          layers=1, dtype=dtype)
-            found[platform][name] = {
-                "engine": _generate(worker, f"{platform}-{name}", model, dtype),
-                "reference": reference_greedy(model, PROMPTS, MAX_TOKENS, dtype=dtype),
-            }
-        found[platform]["_platform"] = worker.request("platform")["class"]
-        worker.close()
+def _runs(platform: str, start_worker: Callable[..., LLMWorker], root: Path) -> dict[str, Any]:
+    """Per checkpoint of ``platform``: the engine's tokens and the reference's."""
+    env = {"VLLM_ASCEND_EMULATED_NPUS": "1"} if platform == "npu" else {}
+    worker = start_worker(f"w8a8-{platform}", device=platform, **env)
+    found: dict[str, Any] = {}
+    for name, (scheme, dtype) in CHECKPOINTS[platform].items():
+        model = make_tiny_quant_model("llama", root / f"{platform}-{name}", scheme=scheme,
+                                      layers=1, dtype=dtype)
+        found[name] = {
+            "engine": _generate(worker, f"{platform}-{name}", model, dtype),
+            "reference": reference_greedy(model, PROMPTS, MAX_TOKENS, dtype=dtype),
+        }
+    found["_platform"] = worker.request("platform")["class"]
+    worker.close()
     return found
 
 
+@pytest.fixture(scope="module")
+def cpu_runs(start_worker: Callable[..., LLMWorker],
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _runs("cpu", start_worker, tmp_path_factory.mktemp("w8a8_cpu"))
+
+
+@pytest.fixture(scope="module")
+def npu_runs(start_worker: Callable[..., LLMWorker],
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _runs("npu", start_worker, tmp_path_factory.mktemp("w8a8_npu"))
+
+
 @pytest.mark.parametrize("name", list(CHECKPOINTS["cpu"]))
-def test_host_cpu_platform_gives_the_w8a8_reference_tokens(w8a8_runs, name: str) -> None:
-    run = w8a8_runs["cpu"][name]
+def test_host_cpu_platform_gives_the_w8a8_reference_tokens(cpu_runs, name: str) -> None:
+    assert cpu_runs["_platform"] == "vllm_ascend.platform.cpu.AscendCpuPlatform"
+    run = cpu_runs[name]
     assert all(len(tokens) == MAX_TOKENS for tokens in run["engine"])
     assert run["engine"] == run["reference"]
 
 
 @pytest.mark.parametrize("name", list(CHECKPOINTS["npu"]))
-def test_npu_runtime_gives_the_w8a8_reference_tokens(w8a8_runs, name: str) -> None:
-    assert w8a8_runs["npu"]["_platform"] == "vllm_ascend.platform.npu.NPUPlatform"
-    run = w8a8_runs["npu"][name]
+def test_npu_runtime_gives_the_w8a8_reference_tokens(npu_runs, name: str) -> None:
+    assert npu_runs["_platform"] == "vllm_ascend.platform.npu.NPUPlatform"
+    run = npu_runs[name]
     assert all(len(tokens) == MAX_TOKENS for tokens in run["engine"])
     assert run["engine"] == run["reference"]
