@@ -148,7 +148,8 @@ def _check_quant_matmul(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor,
     if not isinstance(out, torch.dtype) or out not in _SCALES:
         allowed = "int8, float16, bfloat16 (int32 output not emulated)"
         raise refuse(QMM, f"output_dtype {out} is not allowed; allowed: {allowed}", QMM_DOC)
-    scales, float_biases = _SCALES[out]
+    scales: tuple[torch.dtype, ...] = _SCALES[out][0]
+    float_biases = _SCALES[out][1]
     if pertoken_scale is not None:
         if out == torch.int8:
             raise refuse(QMM, "pertoken_scale with an int8 output is not in the A2/A3 table",
