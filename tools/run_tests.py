@@ -53,7 +53,8 @@ INTEGRATION_SHARDS: tuple[tuple[str, ...], ...] = (
     ("test_expert_parallel.py", "test_tp_real_model.py"),
     ("test_demo.py", "test_serve.py", "test_serve_strict.py"),
     ("test_numerics_smollm2.py", "test_serve_real_model.py"),
-    ("test_custom_ops_e2e.py", "test_batch_invariance.py", "test_quant_fusion.py"),
+    ("test_custom_ops_e2e.py", "test_batch_invariance.py", "test_quant_fusion.py",
+     "test_w8a8_modelslim.py"),
     ("test_cli_errors.py", "test_smollm2_checkpoint.py", "test_compile_after_ready.py",
      "test_warm_start.py", "test_plugin_discovery.py"),
 )
@@ -74,6 +75,7 @@ SECONDS = {
     "test_data_parallel.py": 55, "test_serve_real_model.py": 50, "test_serve_load.py": 50,
     "test_serve_strict.py": 45, "test_smollm2_checkpoint.py": 45, "test_seed_wiring.py": 35,
     "test_npu_binding.py": 120, "test_kv_cache_advice_e2e.py": 20,
+    "test_w8a8_modelslim.py": 90,
 }
 DEFAULT_SECONDS = 5
 # Set for every pytest process (and so for the engines it starts) unless the caller's

@@ -196,6 +196,9 @@ KERNEL_SCHEMAS = [
     "npu_fused_infer_attention_score.out", "_npu_fused_infer_attention_score_get_max_workspace",
     # transformers imports it when torch_npu is present (integrations/npu_flash_attention.py).
     "npu_fusion_attention",
+    # W8A8 linear layers on the NPU runtime (vllm_ascend.quantization.npu_linear_methods): the
+    # int8 matmul with its dequantization.
+    "npu_quant_matmul",
 ]
 
 # torch_npu.npu APIs the project calls: public name -> (file under torch_npu/, qualname).

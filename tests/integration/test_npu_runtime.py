@@ -292,33 +292,3 @@ def test_a_kv_cache_that_does_not_fit_is_one_error_with_the_advice_at_its_bounda
     with pytest.raises(WorkerError, match="the KV cache does not fit"):
         load(largest + 128)
     worker.close()
-
-
-def test_serve_refuses_a_w8a8_checkpoint_with_one_line_before_loading_weights(
-    make_env: Callable[..., dict[str, str]], tmp_path: Any
-) -> None:
-    """`vllm-ascend serve` of a ModelSlim W8A8 checkpoint (config.json names the "ascend"
-    method) on the emulated NPU: the NPU runtime runs no quantized checkpoint, so vLLM's
-    model config is refused with one error line naming the method and what the runtime runs,
-    status 2, no traceback and no weight read (the same checkpoint runs on the host-CPU
-    platform: tests/integration/test_quant_fusion.py)."""
-    import subprocess
-    import sys
-
-    from vllm_ascend_testing.tiny_quant_models import make_tiny_quant_model
-
-    model = make_tiny_quant_model("llama", tmp_path / "llama_w8a8", scheme="w8a8", layers=1)
-    env = make_env(device="npu", **EMULATED)
-    done = subprocess.run(
-        [sys.executable, "-m", "vllm_ascend", "serve", str(model), "--max-model-len", "256"],
-        env=env, capture_output=True, text=True, timeout=420,
-    )
-    output = done.stdout + done.stderr
-    errors = [line for line in done.stderr.splitlines()
-              if line.startswith("vllm-ascend serve: error: ")]
-    assert errors == ["vllm-ascend serve: error: the Ascend NPU runtime cannot run the "
-                      "'ascend' quantization method; it runs unquantized checkpoints only, "
-                      "no quantization method"], output[-3000:]
-    assert done.returncode == 2, output[-3000:]
-    assert "Traceback" not in output, output[-3000:]
-    assert "Loading weights" not in output and "Model loading took" not in output

@@ -53,14 +53,14 @@ def _config(description: dict, packed: dict | None = None):
     return config
 
 
-def _row_layer(scheme: str, out: int = 3, k: int = 4):
+def _row_layer(scheme: str, out: int = 3, k: int = 4, params_dtype=None):
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.linear import RowParallelLinear
 
     config = _config({"m.o_proj.weight": scheme})
     with set_current_vllm_config(VllmConfig()):
         return RowParallelLinear(k, out, bias=False, quant_config=config, prefix="m.o_proj",
-                                 disable_tp=True)
+                                 disable_tp=True, params_dtype=params_dtype)
 
 
 def _load(layer, tensors: dict, shard=None) -> None:
@@ -72,15 +72,35 @@ def _load(layer, tensors: dict, shard=None) -> None:
         param.weight_loader(*args)
 
 
+QB = [7, -3, 100]
+DEQ = [0.005, 0.0025, 0.00125]
+
+
+def _static_tensors(deq_scale: torch.Tensor) -> dict:
+    """ModelSlim's static W8A8 tensors; a weight_scale/offset (some exports write them) is
+    loaded and not used: deq_scale and quant_bias carry the dequantization."""
+    return {
+        "weight": torch.tensor(QW, dtype=torch.int8),
+        "weight_scale": torch.tensor([[9.0], [9.0], [9.0]]),
+        "weight_offset": torch.tensor([[5.0], [5.0], [5.0]]),
+        "input_scale": torch.tensor([0.01]), "input_offset": torch.tensor([3.0]),
+        "quant_bias": torch.tensor(QB, dtype=torch.int32), "deq_scale": deq_scale,
+    }  # fmt: skip
+
+
+def _static_reference(qx: list[list[int]]) -> torch.Tensor:
+    """ModelSlim's formula by hand: y[m][n] = (sum_k qx[m][k] * qw[n][k] + qb[n]) * deq[n]."""
+    return torch.tensor([
+        [(sum(a * b for a, b in zip(row, QW[n], strict=True)) + QB[n]) * DEQ[n]
+         for n in range(len(QW))]
+        for row in qx
+    ], dtype=torch.float32)  # fmt: skip
+
+
 def test_static_w8a8_layer_equals_hand_computed_reference(single_rank) -> None:
     layer = _row_layer("W8A8")
     assert type(layer.quant_method).__name__ == "AscendW8A8LinearMethod"
-    _load(layer, {
-        "weight": torch.tensor(QW, dtype=torch.int8),
-        "weight_scale": torch.tensor([[0.5], [0.25], [0.125]]),
-        "weight_offset": torch.tensor([[0.0], [1.0], [-2.0]]),
-        "input_scale": torch.tensor([0.01]), "input_offset": torch.tensor([3.0]),
-    })  # fmt: skip
+    _load(layer, _static_tensors(torch.tensor(DEQ)))
     layer.quant_method.process_weights_after_loading(layer)
     x = torch.tensor(X, dtype=torch.float64).to(torch.float32)
     got = layer(x)[0]
@@ -88,8 +108,30 @@ def test_static_w8a8_layer_equals_hand_computed_reference(single_rank) -> None:
     qx = [[33, -49, 14, 3], [103, 28, -72, 53]]
     assert torch.equal(torch.ops.ascend.quantize(x, layer.input_scale, layer.input_offset),
                        torch.tensor(qx, dtype=torch.int8))
-    ref = _ref_linear(qx, [0.01, 0.01], 3, QW, [0.5, 0.25, 0.125], [0, 1, -2])
-    torch.testing.assert_close(got, torch.tensor(ref, dtype=torch.float32), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, _static_reference(qx), rtol=1e-6, atol=1e-6)
+
+
+def test_static_w8a8_reads_an_int64_deq_scale_as_float32_bits(single_rank) -> None:
+    """fp16 models store deq_scale as int64 holding the float32 bit pattern."""
+    import struct
+
+    bits = [struct.unpack("<I", struct.pack("<f", v))[0] for v in DEQ]
+    layer = _row_layer("W8A8", params_dtype=torch.float16)
+    assert layer.deq_scale.dtype == torch.int64
+    _load(layer, _static_tensors(torch.tensor(bits, dtype=torch.int64)))
+    layer.quant_method.process_weights_after_loading(layer)
+    x = torch.tensor(X, dtype=torch.float16)
+    got = layer(x)[0]
+    qx = torch.ops.ascend.quantize(x, layer.input_scale, layer.input_offset).tolist()
+    torch.testing.assert_close(got, _static_reference(qx).half(), rtol=1e-3, atol=1e-3)
+
+
+def test_static_w8a8_refuses_an_int64_deq_scale_with_upper_bits(single_rank) -> None:
+    layer = _row_layer("W8A8", params_dtype=torch.float16)
+    _load(layer, _static_tensors(torch.tensor([1 << 32, 0, 0], dtype=torch.int64)))
+    with pytest.raises(ValueError, match=r"m.o_proj: deq_scale int64 entries must hold a "
+                                         r"float32 bit pattern"):
+        layer.quant_method.process_weights_after_loading(layer)
 
 
 def test_dynamic_w8a8_layer_equals_hand_computed_reference(single_rank) -> None:
@@ -123,11 +165,14 @@ def _qkv_layer(scheme: str):
 
 def _shard(rows: int, seed: int, input_scale: float) -> dict:
     gen = torch.Generator().manual_seed(seed)
+    weight = torch.randint(-128, 128, (rows, 4), generator=gen, dtype=torch.int8)
+    weight_scale = torch.rand(rows, 1, generator=gen) + 0.1
     return {
-        "weight": torch.randint(-128, 128, (rows, 4), generator=gen, dtype=torch.int8),
-        "weight_scale": torch.rand(rows, 1, generator=gen) + 0.1,
-        "weight_offset": torch.zeros(rows, 1),
+        "weight": weight, "weight_scale": weight_scale, "weight_offset": torch.zeros(rows, 1),
         "input_scale": torch.tensor([input_scale]), "input_offset": torch.tensor([-2.0]),
+        # ModelSlim's folding of the offset and the scales (see _static_reference)
+        "quant_bias": (2 * weight.to(torch.int32).sum(dim=1)).to(torch.int32),
+        "deq_scale": (input_scale * weight_scale).reshape(-1),
     }
 
 

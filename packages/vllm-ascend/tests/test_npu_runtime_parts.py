@@ -105,6 +105,7 @@ def _model(**overrides: object) -> types.SimpleNamespace:
 def test_dense_decoder_passes_and_each_unsupported_feature_is_named() -> None:
     refuse_unsupported_model(_model())
     refuse_unsupported_model(_model(hf_num_experts=1))  # one expert: dense
+    refuse_unsupported_model(_model(quantization="ascend"))  # ModelSlim W8A8 runs
     cases = {
         "mixture-of-experts": _model(hf_num_experts=8),
         "latent attention": _model(use_mla=True),
@@ -113,31 +114,31 @@ def test_dense_decoder_passes_and_each_unsupported_feature_is_named() -> None:
         "sliding-window attention \\(window 4096\\)": _model(window=4096),
         "sparse attention": _model(hf_index_topk=2048),
         "hybrid": _model(is_hybrid=True),
-        "'ascend' quantization method \\(the runtime runs unquantized checkpoints only, no "
-        "quantization method\\)": _model(quantization="ascend"),
+        "'fp8' quantization method \\(the runtime runs unquantized checkpoints and the "
+        "methods ascend\\)": _model(quantization="fp8"),
     }
     for needle, config in cases.items():
         with pytest.raises(UnsupportedModelError, match=rf"{needle}.*Supported: dense decoder"):
             refuse_unsupported_model(config)
 
 
-# Every method NPUPlatform listed before the runtime said what it runs, and vLLM's fp8 online
-# quantization of an unquantized checkpoint (``--quantization fp8``).
-FORMERLY_LISTED = ("ascend", "compressed-tensors", "fp8", "deepseek_v4_fp8", "modelopt_mxfp8",
-                   "mxfp8")
+# Every other method NPUPlatform listed before the runtime said what it runs, and vLLM's fp8
+# online quantization of an unquantized checkpoint (``--quantization fp8``).
+FORMERLY_LISTED = ("compressed-tensors", "fp8", "deepseek_v4_fp8", "modelopt_mxfp8", "mxfp8")
 
 
-def test_npu_platform_verifies_only_unquantized_and_names_each_method_it_refuses() -> None:
+def test_npu_platform_verifies_ascend_and_names_the_supported_methods_when_refusing() -> None:
     from vllm_ascend.platform.npu import NPUPlatform
 
-    refuse_unsupported_quantization(None)  # unquantized: the only thing the runtime runs
-    assert NPUPlatform.supported_quantization == []
+    refuse_unsupported_quantization(None)  # unquantized
+    NPUPlatform.verify_quantization("ascend")  # ModelSlim W8A8 / W8A8_DYNAMIC
+    assert NPUPlatform.supported_quantization == ["ascend"]
     for method in FORMERLY_LISTED:
         with pytest.raises(UnsupportedModelError) as info:
             NPUPlatform.verify_quantization(method)
         assert str(info.value) == (
             f"the Ascend NPU runtime cannot run the '{method}' quantization method; it runs "
-            "unquantized checkpoints only, no quantization method")
+            "unquantized checkpoints and the methods ascend")
 
 
 def test_npu_platform_refuses_a_method_vllm_appended_to_its_list() -> None:
@@ -146,10 +147,10 @@ def test_npu_platform_refuses_a_method_vllm_appended_to_its_list() -> None:
     from vllm_ascend.platform.npu import NPUPlatform
 
     class Listed(NPUPlatform):
-        supported_quantization = ["ascend"]  # noqa: RUF012 - vLLM's attribute type
+        supported_quantization = ["ascend", "fp8"]  # noqa: RUF012 - vLLM's attribute type
 
-    with pytest.raises(UnsupportedModelError, match=r"cannot run the 'ascend' quantization"):
-        Listed.verify_quantization("ascend")
+    with pytest.raises(UnsupportedModelError, match=r"cannot run the 'fp8' quantization"):
+        Listed.verify_quantization("fp8")
 
 
 # 128 tokens a block, 8 MiB a block (with the null block): one sequence of 1024 tokens needs

@@ -32,7 +32,7 @@ def test_npu_platform_attributes_and_capabilities() -> None:
     assert p.device_control_env_var == "ASCEND_RT_VISIBLE_DEVICES"
     assert p.ray_device_key == "NPU" and p.simple_compile_backend == "eager"
     assert p.ray_noset_device_env_vars == ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]
-    assert p.supported_quantization == []  # the NPU runtime runs no quantized checkpoint
+    assert p.supported_quantization == ["ascend"]  # ModelSlim W8A8, the one method it runs
     assert p.pass_key == "graph_fusion_manager" and p.is_out_of_tree()
     # What the NPU runtime of vllm_ascend.npu_runtime provides: no sleep-mode pool, no
     # pluggable allocator, one full-attention KV group (dense models).
@@ -400,17 +400,15 @@ def test_a_dump_directory_reached_by_dotdot_through_another_users_link_is_refuse
     assert not (tmp_path / "work").exists()
 
 
-def test_npu_pipeline_refuses_a_modelslim_checkpoint_found_by_its_description(
+def test_npu_pipeline_selects_ascend_for_a_modelslim_checkpoint_found_by_its_description(
         make_vllm_config, fake_torch_npu, tiny_qwen3, tmp_path, monkeypatch) -> None:
     """A ModelSlim checkpoint whose config.json names no method (only its
     quant_model_description.json says "ascend") passes vLLM's model config; the NPU pipeline
-    selects "ascend" for it and then refuses it, before any weight is read, with the NPU
-    runtime's one line."""
+    selects "ascend" for it, which the NPU runtime runs (npu_linear_methods)."""
     import json
     import shutil
 
     from vllm_ascend.config_pipeline.steps import run_npu_pipeline
-    from vllm_ascend.npu_runtime.model_support import UnsupportedModelError
     from vllm_ascend.quantization import DESCRIPTION_FILE
 
     for name in ("PYTORCH_NPU_ALLOC_CONF", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
@@ -421,11 +419,5 @@ def test_npu_pipeline_refuses_a_modelslim_checkpoint_found_by_its_description(
     (model / DESCRIPTION_FILE).write_text(json.dumps(
         {"model_quant_type": "W8A8", "model.layers.0.mlp.down_proj.weight": "W8A8"}))
     cfg.parallel_config.worker_cls = "auto"  # this package's NPU runtime worker
-    with pytest.raises(UnsupportedModelError) as info:
-        run_npu_pipeline(cfg, "A2")
+    run_npu_pipeline(cfg, "A2")
     assert cfg.model_config.quantization == "ascend"
-    message = str(info.value)
-    assert "\n" not in message
-    assert message.startswith(f"the Ascend NPU runtime cannot run {model} (Qwen3ForCausalLM): "
-                              "it needs the 'ascend' quantization method (the runtime runs "
-                              "unquantized checkpoints only, no quantization method)"), message

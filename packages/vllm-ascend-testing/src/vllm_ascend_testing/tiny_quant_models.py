@@ -64,26 +64,33 @@ def _calibrate_inputs(model: Any, out: Path, modules: dict[str, Any]) -> dict[st
     return seen
 
 
-def _quantize_module(weight: Any, scheme: str, x_range: Any) -> dict[str, Any]:
-    """ModelSlim tensors of one linear module: symmetric per-channel int8 weight and, for W8A8,
-    an asymmetric per-tensor activation scale/offset covering the calibrated range."""
+def _quantize_module(weight: Any, scheme: str, x_range: Any, dtype: Any) -> dict[str, Any]:
+    """ModelSlim tensors of one linear module, in ModelSlim's names and dtypes (model dtype
+    ``dtype``): a symmetric per-channel int8 ``weight``; W8A8_DYNAMIC its ``weight_scale`` /
+    ``weight_offset`` ``[n, 1]``; W8A8 an asymmetric per-tensor ``input_scale`` /
+    ``input_offset`` ``[1]`` covering the calibrated range, ``quant_bias`` int32 ``[n]`` and
+    ``deq_scale`` ``[n]`` (float32, or int64 holding the float32 bits for fp16 models), so that
+    ``y = (q_x @ weight.T + quant_bias) * deq_scale``."""
     import torch
 
     w = weight.detach().float()
     w_scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
-    tensors = {
-        "weight": torch.round(w / w_scale).clamp(-128, 127).to(torch.int8),
-        "weight_scale": w_scale,
-        "weight_offset": torch.zeros_like(w_scale),
-    }
-    if scheme == "W8A8":
-        lo, hi = torch.clamp(x_range[0], max=0.0), torch.clamp(x_range[1], min=0.0)
-        scale = ((hi - lo) / 255.0).clamp_min(1e-8)
-        # q = round(x / scale + offset) maps lo to -128 and hi to 127.
-        offset = torch.round(-128.0 - lo / scale).clamp(-128, 127)
-        tensors["input_scale"] = scale.reshape(1)
-        tensors["input_offset"] = offset.reshape(1)
-    return tensors
+    q_w = torch.round(w / w_scale).clamp(-128, 127).to(torch.int8)
+    if scheme == "W8A8_DYNAMIC":
+        return {"weight": q_w, "weight_scale": w_scale.to(dtype),
+                "weight_offset": torch.zeros_like(w_scale).to(dtype)}
+    lo, hi = torch.clamp(x_range[0], max=0.0), torch.clamp(x_range[1], min=0.0)
+    # The stored (model-dtype) scale is the one the layer divides by: fold that one.
+    scale = ((hi - lo) / 255.0).clamp_min(1e-8).reshape(1).to(dtype)
+    # q = round(x / scale + offset) maps lo to -128 and hi to 127.
+    offset = torch.round(-128.0 - lo / scale.float()).clamp(-128, 127).reshape(1)
+    # sum_k (q_x - o) * q_w = q_x @ q_w.T - o * sum_k q_w: the offset term is the int32 bias.
+    quant_bias = (-offset.to(torch.int64) * q_w.to(torch.int64).sum(dim=1)).to(torch.int32)
+    deq = (scale.float() * w_scale.reshape(-1)).to(torch.float32)
+    if dtype == torch.float16:
+        deq = deq.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    return {"weight": q_w, "input_scale": scale, "input_offset": offset.to(dtype),
+            "quant_bias": quant_bias, "deq_scale": deq}
 
 
 def make_tiny_quant_model(
@@ -102,10 +109,10 @@ def make_tiny_quant_model(
     """The `make_tiny_model` model with its decoder linears quantized for method "ascend".
 
     `scheme`: "w8a8" (static activations), "w8a8_dynamic" (per-token), or "mixed" (static
-    attention, dynamic gate/up, float down_proj). Writes int8 weights with per-channel
-    `weight_scale`/`weight_offset` (and calibrated `input_scale`/`input_offset` for W8A8),
-    `quant_model_description.json`, and the same description as config.json's
-    `quantization_config` (`quant_method: "ascend"`) so vLLM picks the method by itself.
+    attention, dynamic gate/up, float down_proj). Writes each quantized module's tensors in
+    ModelSlim's names and dtypes (`_quantize_module`), `quant_model_description.json`, and
+    the same description as config.json's `quantization_config` (`quant_method: "ascend"`)
+    so vLLM picks the method by itself.
     """
     _require(arch in QUANT_ARCHES,
              f"arch={arch!r} has no quantized variant; allowed: {', '.join(QUANT_ARCHES)}")
@@ -136,7 +143,8 @@ def make_tiny_quant_model(
         module, _, leaf = name.rpartition(".")
         if module in targets and leaf == "weight":
             module_scheme = per_module[module.rpartition(".")[2]]
-            parts = _quantize_module(tensor, module_scheme, ranges.get(module))
+            parts = _quantize_module(tensor, module_scheme, ranges.get(module),
+                                     getattr(torch, dtype))
             for suffix, value in parts.items():
                 tensors[f"{module}.{suffix}"] = value.contiguous()
                 description[f"{module}.{suffix}"] = module_scheme

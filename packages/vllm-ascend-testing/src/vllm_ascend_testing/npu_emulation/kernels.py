@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation import kernels_attention, kernels_rope
+from vllm_ascend_testing.npu_emulation import kernels_attention, kernels_quant, kernels_rope
 from vllm_ascend_testing.npu_emulation.kernel_contracts import (
     bind,
     check_recorded,
@@ -164,6 +164,8 @@ def register(library: torch.library.Library, statics: kernels_rope.AtbRopeStatic
     packet = getattr(torch.ops, library.ns)
     implementations = IMPLEMENTATIONS | {
         kernels_rope.ATB_ROPE: kernels_rope.atb_rotary_embedding(statics, capturing)}
+    # The quantization kernels (their NZ weight formats belong to this install).
+    implementations |= kernels_quant.implementations(kernels_quant.WeightFormats())
     constraints = {op: entry.get("constraints", []) for op, entry in load_record()["ops"].items()}
     names: set[str] = set()
     for op, schema in sorted(recorded_schemas().items()):

@@ -1,5 +1,6 @@
 """Which models the NPU runtime runs: dense decoder-only text generation with full causal
-attention (the llama, qwen2 and qwen3 families and models built like them), unquantized.
+attention (the llama, qwen2 and qwen3 families and models built like them), unquantized or
+with ModelSlim W8A8 / W8A8_DYNAMIC linear layers (the "ascend" method).
 Anything else is refused before weights load, with one error naming what is supported."""
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ SUPPORTED = (
     "qwen3 families)"
 )
 
-# The quantization methods whose linear layers the NPU runtime runs. None yet: ModelSlim
-# "ascend" W8A8 runs on the host-CPU platform only.
-SUPPORTED_QUANTIZATION: tuple[str, ...] = ()
+# The quantization methods whose linear layers the NPU runtime runs: ModelSlim's "ascend"
+# (quantization.npu_linear_methods, through npu_quant_matmul). Every other method is refused
+# while vLLM builds the model config.
+SUPPORTED_QUANTIZATION: tuple[str, ...] = ("ascend",)
 
 
 class UnsupportedModelError(ValueError):

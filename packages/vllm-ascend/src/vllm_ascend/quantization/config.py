@@ -7,10 +7,15 @@ when present, otherwise from ``quant_model_description.json`` when the user asks
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
-from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
+from vllm.model_executor.layers.linear import (
+    LinearBase,
+    LinearMethodBase,
+    UnquantizedLinearMethod,
+)
 from vllm.model_executor.layers.quantization.base_config import (
     QuantizationConfig,
     QuantizeMethodBase,
@@ -24,6 +29,15 @@ from vllm_ascend.quantization.description import (
     QuantDescriptionError,
 )
 from vllm_ascend.quantization.linear_methods import LINEAR_METHODS
+from vllm_ascend.quantization.npu_linear_methods import NPU_LINEAR_METHODS
+
+
+def linear_methods_for_platform() -> Mapping[str, type[LinearMethodBase]]:
+    """The NPU runtime's methods (``npu_quant_matmul``) on the NPU platform, else the host
+    CPU's (the int8 reference matmul)."""
+    from vllm.platforms import current_platform
+
+    return NPU_LINEAR_METHODS if current_platform.device_type == "npu" else LINEAR_METHODS
 
 
 class AscendQuantConfig(QuantizationConfig):
@@ -66,7 +80,7 @@ class AscendQuantConfig(QuantizationConfig):
         if isinstance(layer, LinearBase):
             if scheme == FLOAT:
                 return UnquantizedLinearMethod()
-            return LINEAR_METHODS[scheme]()
+            return linear_methods_for_platform()[scheme]()
         if scheme != FLOAT:
             raise QuantDescriptionError(
                 [f"{prefix}: scheme {scheme} on a {type(layer).__name__}; this plugin "

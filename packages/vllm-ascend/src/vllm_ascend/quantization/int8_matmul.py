@@ -8,6 +8,10 @@ exactly in int32, then dequantized in float32 with the offsets expanded::
 
 so ``y = s_x * s_w * (that) + bias``, cast once to the output dtype. With zero offsets this is
 the symmetric ``s_x * s_w * (q_x @ q_w.T)``, the NPU quant-matmul's definition.
+
+A static ModelSlim W8A8 layer instead carries the folded form (``deq_scale = s_x * s_w``,
+``quant_bias = -o_x * sum_k q_w``; the package README's quantization notes):
+:func:`int8_linear_dequant` computes ``(q_x @ q_w.T + quant_bias) * deq_scale``.
 """
 
 from __future__ import annotations
@@ -52,6 +56,60 @@ def int8_linear(
         if w_offset is not None:
             acc = acc + ox * ow * k
     y = acc * sx * sw
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(out_dtype).reshape(*lead, q_w.shape[0])
+
+
+_LOW_32_BITS = 0xFFFFFFFF
+
+
+def deq_scale_float32(deq_scale: torch.Tensor) -> torch.Tensor:
+    """A ModelSlim ``deq_scale`` as float32 values.
+
+    float checkpoints (bf16 models) store the values; fp16 models store int64 whose low 32
+    bits are the float32 bit pattern (the form ``npu_quant_matmul`` takes for an fp16 output).
+    Raises ValueError when an int64 entry has bits above the low 32 set.
+    """
+    if deq_scale.dtype != torch.int64:
+        if not deq_scale.is_floating_point():
+            raise ValueError(f"deq_scale must be float32/bfloat16/float16 or int64 (float32 "
+                             f"bits), got {deq_scale.dtype}")
+        return deq_scale.to(torch.float32)
+    if bool((deq_scale >> 32).any()):
+        raise ValueError("deq_scale int64 entries must hold a float32 bit pattern in their low "
+                         "32 bits (the upper 32 bits zero)")
+    low = deq_scale & _LOW_32_BITS
+    signed = torch.where(low >= 2**31, low - 2**32, low).to(torch.int32)
+    return signed.view(torch.float32)
+
+
+def int8_linear_dequant(
+    q_x: torch.Tensor,
+    q_w: torch.Tensor,
+    deq_scale: torch.Tensor,
+    *,
+    quant_bias: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """``(q_x @ q_w.T + quant_bias) * deq_scale (+ bias)``: int32 accumulation (quant_bias
+    added in int32), one float32 dequantization per output channel, one cast at the end.
+
+    ``q_x``: int8 ``[..., K]``; ``q_w``: int8 ``[N, K]``; ``deq_scale``: 1 or ``N`` values
+    (float, or int64 float32 bits); ``quant_bias``: int32 ``[N]``.
+    """
+    if q_x.dtype != torch.int8 or q_w.dtype != torch.int8:
+        raise TypeError(f"int8_linear_dequant needs int8 operands, got {q_x.dtype} and "
+                        f"{q_w.dtype}")
+    k = q_x.shape[-1]
+    if q_w.dim() != 2 or q_w.shape[1] != k:
+        raise ValueError(f"weight shape {tuple(q_w.shape)} does not match input width {k}")
+    lead = q_x.shape[:-1]
+    acc = torch.mm(q_x.reshape(-1, k).to(torch.int32), q_w.to(torch.int32).t())
+    if quant_bias is not None:
+        acc = acc + quant_bias.to(torch.int32).reshape(1, -1)
+    y = acc.to(torch.float32) * deq_scale_float32(deq_scale).reshape(1, -1)
     if bias is not None:
         y = y + bias.to(torch.float32)
     return y.to(out_dtype).reshape(*lead, q_w.shape[0])

@@ -6,9 +6,12 @@ preceding ``ascend.add_rms_norm`` and the quantization form the idiom the ``norm
 pass rewrites into ``add_rms_norm_quant`` / ``add_rms_norm_dynamic_quant``. The matmul is the
 int8 reference of :mod:`vllm_ascend.quantization.int8_matmul`.
 
-Checkpoint tensors per linear module (ModelSlim names; per output channel ``[N, 1]``):
-``weight`` int8 ``[N, K]``, ``weight_scale``, ``weight_offset``; W8A8 also ``input_scale`` and
-``input_offset`` (one value each, ``q = round(x / input_scale + input_offset)``).
+Checkpoint tensors per linear module (ModelSlim names): ``weight`` int8 ``[N, K]``;
+W8A8_DYNAMIC ``weight_scale`` and ``weight_offset`` ``[N, 1]``; W8A8 ``input_scale`` and
+``input_offset`` (one value each, ``q = round(x / input_scale + input_offset)``), ``quant_bias``
+int32 ``[N]`` and ``deq_scale`` ``[N]`` (float32, or int64 float32 bits for fp16 models), with
+``y = (q @ weight.T + quant_bias) * deq_scale``. A W8A8 layer also accepts ``weight_scale`` /
+``weight_offset`` (some exports write them) and does not use them.
 """
 
 from __future__ import annotations
@@ -24,11 +27,28 @@ from vllm.model_executor.parameter import (
     PerTensorScaleParameter,
 )
 
-from vllm_ascend.quantization.int8_matmul import int8_linear
+from vllm_ascend.quantization.int8_matmul import (
+    deq_scale_float32,
+    int8_linear,
+    int8_linear_dequant,
+)
 
 
 def _frozen(data: torch.Tensor) -> Parameter:
     return Parameter(data.contiguous(), requires_grad=False)
+
+
+def deq_scale_dtype(params_dtype: torch.dtype) -> torch.dtype:
+    """ModelSlim's ``deq_scale`` dtype: int64 (float32 bits) for fp16 models, else float32."""
+    return torch.int64 if params_dtype == torch.float16 else torch.float32
+
+
+def adds_quant_bias(layer: torch.nn.Module) -> bool:
+    """Whether this rank adds ``quant_bias``: a row-parallel layer's partial sums are
+    all-reduced, so only TP rank 0 adds it (as upstream's static W8A8 does)."""
+    from vllm.model_executor.layers.linear import RowParallelLinear
+
+    return not isinstance(layer, RowParallelLinear) or getattr(layer, "tp_rank", 0) == 0
 
 
 class _AscendW8A8Base(LinearMethodBase):
@@ -93,11 +113,30 @@ class AscendW8A8LinearMethod(_AscendW8A8Base):
                 data=torch.empty(len(output_partition_sizes), dtype=torch.float32),
                 weight_loader=loader,
             ))  # fmt: skip
+        rows = sum(output_partition_sizes)
+        mod: Any = layer
+        layer.register_parameter("quant_bias", ChannelQuantScaleParameter(
+            data=torch.zeros(rows, dtype=torch.int32), output_dim=0, weight_loader=loader,
+        ))  # fmt: skip
+        layer.register_parameter("deq_scale", ChannelQuantScaleParameter(
+            data=torch.empty(rows, dtype=deq_scale_dtype(mod.ascend_act_dtype)), output_dim=0,
+            weight_loader=loader,
+        ))  # fmt: skip
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        super().process_weights_after_loading(layer)
         mod: Any = layer
         where = getattr(mod, "prefix", "layer")
+        mod.weight = _frozen(mod.weight.data)
+        # weight_scale/offset are accepted from the checkpoint but folded into deq_scale.
+        mod.weight_scale = mod.weight_offset = None
+        try:
+            deq = deq_scale_float32(mod.deq_scale.data)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if not bool(torch.isfinite(deq).all()):
+            raise ValueError(f"{where}: deq_scale holds non-finite values")
+        mod.deq_scale = _frozen(mod.deq_scale.data)
+        mod.quant_bias = _frozen(mod.quant_bias.data.to(torch.int32))
         for name in ("input_scale", "input_offset"):
             values = getattr(mod, name).data
             if not bool(torch.all(values == values[0])):
@@ -116,9 +155,10 @@ class AscendW8A8LinearMethod(_AscendW8A8Base):
     ) -> torch.Tensor:
         mod: Any = layer
         q = torch.ops.ascend.quantize(x, mod.input_scale, mod.input_offset)
-        return int8_linear(
-            q, mod.input_scale, mod.weight, mod.weight_scale,
-            x_offset=mod.input_offset, w_offset=mod.weight_offset, bias=bias, out_dtype=x.dtype,
+        return int8_linear_dequant(
+            q, mod.weight, mod.deq_scale,
+            quant_bias=mod.quant_bias if adds_quant_bias(layer) else None, bias=bias,
+            out_dtype=x.dtype,
         )  # fmt: skip
 
 

@@ -32,8 +32,9 @@ def register_ascend_quantization() -> bool:
     # Local: torch and vLLM (this module loads with register()'s adjustments).
     from vllm_ascend.quantization.config import AscendQuantConfig
     from vllm_ascend.quantization.linear_methods import LINEAR_METHODS
+    from vllm_ascend.quantization.npu_linear_methods import NPU_LINEAR_METHODS
 
-    for cls in LINEAR_METHODS.values():
+    for cls in (*LINEAR_METHODS.values(), *NPU_LINEAR_METHODS.values()):
         if cls.__name__ not in linear.WEIGHT_LOADER_V2_SUPPORTED:
             linear.register_weight_loader_v2_supported_method(cls)
     current = _registered()
@@ -57,8 +58,9 @@ def reset_ascend_quantization() -> None:
     # Local: torch and vLLM (this module loads with register()'s adjustments).
     from vllm_ascend.quantization.config import AscendQuantConfig
     from vllm_ascend.quantization.linear_methods import LINEAR_METHODS
+    from vllm_ascend.quantization.npu_linear_methods import NPU_LINEAR_METHODS
 
-    for cls in LINEAR_METHODS.values():
+    for cls in (*LINEAR_METHODS.values(), *NPU_LINEAR_METHODS.values()):
         while cls.__name__ in linear.WEIGHT_LOADER_V2_SUPPORTED:
             linear.WEIGHT_LOADER_V2_SUPPORTED.remove(cls.__name__)
     if _registered() is not AscendQuantConfig:
