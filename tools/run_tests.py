@@ -72,7 +72,7 @@ SECONDS = {
     "test_custom_ops_e2e.py": 90, "test_batch_invariance.py": 95, "test_cli_errors.py": 180,
     "test_quant_fusion.py": 80, "test_compile_after_ready.py": 75, "test_warm_start.py": 70,
     "test_plugin_discovery.py": 70, "test_serve_worker_death.py": 130,
-    "test_data_parallel.py": 55, "test_serve_real_model.py": 50, "test_serve_load.py": 50,
+    "test_data_parallel.py": 150, "test_serve_real_model.py": 50, "test_serve_load.py": 50,
     "test_serve_strict.py": 45, "test_smollm2_checkpoint.py": 45, "test_seed_wiring.py": 35,
     "test_npu_binding.py": 120, "test_kv_cache_advice_e2e.py": 20,
     "test_w8a8_modelslim.py": 90,

@@ -321,11 +321,13 @@ def test_serve_on_npu_without_torch_npu_is_one_error_once(cli) -> None:
     assert run.stderr.count("torch-npu is not installed") == 1
 
 
-def test_serve_with_more_tp_ranks_than_npus_is_one_error_at_config_time(cli, tiny_models
-                                                                        ) -> None:
+@pytest.mark.parametrize("sizes", [("--tensor-parallel-size", "2"),
+                                   ("--data-parallel-size", "2")])
+def test_serve_with_more_ranks_than_npus_is_one_error_at_config_time(
+        cli, tiny_models, sizes: tuple[str, str]) -> None:
     # Refused while vLLM builds its config (as an unsupported model is), not minutes later
-    # inside the engine core's failure.
-    run = cli("serve", str(tiny_models.path("llama")), "--tensor-parallel-size", "2",
+    # inside the engine core's failure; a DP rank needs an NPU of its own as a TP rank does.
+    run = cli("serve", str(tiny_models.path("llama")), *sizes,
               extra_env={"VLLM_ASCEND_DEVICE": "npu", "VLLM_ASCEND_EMULATED_NPUS": "1",
                          "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"})
     _assert_one_error(run, "serve", "need 2 NPUs but 1 are visible", code=2)

@@ -110,6 +110,28 @@ def test_n_devices_and_real_dispatch(device_report: dict[str, Any]) -> None:
     assert r["scalar"] == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]  # 0-dim CPU scalars are allowed
 
 
+def test_visible_devices_are_numbered_from_0_and_the_others_are_not_there() -> None:
+    """``ASCEND_RT_VISIBLE_DEVICES=3,1`` on four NPUs: this process sees two, ``npu:0`` and
+    ``npu:1``, and ``npu:2`` does not exist (as with the CANN runtime)."""
+    out = run("""
+        import json, torch
+        out = {"count": torch.npu.device_count()}
+        torch.npu.set_device("npu:1")
+        out["on_1"] = str(torch.ones(2, device="npu:1").device)
+        for name, call in (("tensor", lambda: torch.ones(2, device="npu:2")),
+                           ("set_device", lambda: torch.npu.set_device(2))):
+            try:
+                call()
+                out[name] = None
+            except RuntimeError as e:
+                out[name] = str(e)
+        print(json.dumps(out))
+    """, {**EMU, "VLLM_ASCEND_EMULATED_NPUS": "4", "ASCEND_RT_VISIBLE_DEVICES": "3,1"})
+    assert (out["count"], out["on_1"]) == (2, "npu:1")
+    assert "Invalid device id 2" in out["tensor"] and "2 " in out["tensor"], out
+    assert out["set_device"] == "Invalid device id 2: the emulation has 2 visible NPU(s)"
+
+
 def test_cpu_tensor_where_npu_is_needed_raises(device_report: dict[str, Any]) -> None:
     assert "npu:0 and cpu" in device_report["mixed"]
     assert "expected all tensors on npu" in device_report["cpu_kernel"]

@@ -202,3 +202,25 @@ def test_concurrent_first_builds_build_once(tmp_path: Path) -> None:
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     assert log.read_text().splitlines() == ["build"]
     assert len({out.strip() for out, _ in outs}) == 1  # all load the same library
+
+
+@pytest.mark.parametrize(("value", "visible", "count"), [
+    (None, None, 4), ("", None, 4), ("3,1", (3, 1), 2), (" 0 , 2 ", (0, 2), 2), ("3", (3,), 1)])
+def test_visible_devices_are_the_npus_this_process_sees(value: str | None,
+                                                        visible: tuple[int, ...] | None,
+                                                        count: int) -> None:
+    env = {"VLLM_ASCEND_EMULATED_NPUS": "4"}
+    if value is not None:
+        env["ASCEND_RT_VISIBLE_DEVICES"] = value
+    s = from_environ(env)
+    assert (s.num_npus, s.visible, s.visible_count) == (4, visible, count)
+
+
+@pytest.mark.parametrize(("value", "part"), [("4", "'4'"), ("0,0", "'0'"), ("a", "'a'"),
+                                             ("1,", "''"), ("\u0661", "'\u0661'")])
+def test_a_visible_device_the_host_lacks_or_names_twice_is_refused(value: str, part: str) -> None:
+    with pytest.raises(EmulationSettingsError) as info:
+        from_environ({"VLLM_ASCEND_EMULATED_NPUS": "4", "ASCEND_RT_VISIBLE_DEVICES": value})
+    assert str(info.value) == (
+        f"ASCEND_RT_VISIBLE_DEVICES={value!r} names {part}; allowed: distinct NPU ids 0..3 "
+        "separated by commas (VLLM_ASCEND_EMULATED_NPUS=4)")

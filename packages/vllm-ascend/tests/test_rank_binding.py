@@ -281,3 +281,38 @@ def test_rank_report_names_the_engines_dp_rank_for_dense_models() -> None:
     assert (report["dp_rank"], report["rank"], report["host_rank"]) == (1, 0, 1)
     assert report["binding"] == ["x"] and report["bound_cpus"] == []
     assert report["cpus_allowed"] == sorted(os.sched_getaffinity(0))
+
+
+def test_rank_report_of_an_npu_worker_keeps_its_host_rank_and_names_its_npu() -> None:
+    """The NPU worker's local rank becomes its device index (npu:1 for DP rank 1 with TP=1);
+    the host rank is still local DP rank x local world + the rank vLLM gave it (1 x 1 + 0)."""
+    from vllm_ascend.worker_duties.rank_report import build_rank_report
+
+    cfg = config(tp=1, dp_local=2, dp_rank_local=1)
+    cfg.parallel_config.data_parallel_index = 1
+    binding = cpu_binding.WorkerBinding(1, soc="A2", npu=1, lines=["skipped: too small"])
+    binding.plan = SimpleNamespace(npus=(SimpleNamespace(npu=0, cpus=(0,)),
+                                         SimpleNamespace(npu=1, cpus=(1,))))  # type: ignore
+    report = build_rank_report(cfg, rank=0, local_rank=1, binding=binding, stage="device",
+                               engine_local_rank=0, device="npu:1")
+    assert (report["host_rank"], report["local_rank"], report["device"]) == (1, 1, "npu:1")
+    assert (report["npu"], report["planned_pool"], report["bound_cpus"]) == (1, [1], [])
+
+
+def test_the_npu_the_worker_names_wins_over_the_rank_arithmetic(monkeypatch) -> None:
+    """``bind_this_worker(npu=...)``: the pool planned is that NPU's, not the one the local rank
+    would index (the NPU worker knows its NPU from vLLM's device map)."""
+    seen = {}
+
+    def bind(local_rank, options, soc, cross_check, *, npu=None, environ=None):
+        seen["npu"] = npu
+        return cpu_binding.WorkerBinding(local_rank, soc=soc, npu=npu)
+
+    monkeypatch.setattr(cpu_binding, "bind_npu_worker", bind)
+    cfg = SimpleNamespace(enable_cpu_binding=True, cpu_binding_config=SimpleNamespace(
+        min_cpus_per_npu=None, bind_irq=False, migrate_memory=False))
+    check = lambda soc, smi: None  # noqa: E731
+    cpu_binding.bind_this_worker(parallel(tp=1, assigned=[1]), 1, "A2", cfg, check, {}, npu=1)
+    assert seen["npu"] == 1
+    cpu_binding.bind_this_worker(parallel(tp=1, assigned=[6]), 0, "A2", cfg, check, {})
+    assert seen["npu"] == 6

@@ -105,7 +105,8 @@ def test_an_npu_worker_binds_for_its_devices_soc(monkeypatch: pytest.MonkeyPatch
     """The engine was resolved for A2; this worker's device reads A3: binding plans for A3."""
     seen: list[tuple[str | None, bool]] = []
 
-    def bind(par: Any, rank: int, soc: str | None, config: Any, check: Any, env: Any) -> Any:
+    def bind(par: Any, rank: int, soc: str | None, config: Any, check: Any, env: Any,
+             npu: int | None = None) -> Any:
         seen.append((soc, config.enable_cpu_binding))
         return duties.WorkerBinding(rank, soc=soc)
 

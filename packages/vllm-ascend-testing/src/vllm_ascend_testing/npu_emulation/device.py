@@ -56,7 +56,7 @@ def install(settings: EmulationSettings) -> EmulatedDevice:
                                f"cannot install {settings} in the same process")
         return existing
     extension = build.load_extension()
-    extension.setup(settings.num_npus, settings.hbm_bytes)
+    extension.setup(settings.visible_count, settings.hbm_bytes)
     api = npu_api.NpuApi(settings, extension)
     npu = _npu_module(api)
     tnpu = _torch_npu_module(npu)

@@ -51,19 +51,20 @@ class NpuApi:
 
     def _index(self, device: Any) -> int:
         index = device_index(device)
-        if not 0 <= index < self.settings.num_npus:
+        if not 0 <= index < self.settings.visible_count:
             raise RuntimeError(
-                f"Invalid device id {index}: the emulation has {self.settings.num_npus} NPU(s)")
+                f"Invalid device id {index}: the emulation has {self.settings.visible_count} "
+                "visible NPU(s)")
         return index
 
     # ------------------------------------------------------------ devices
     @bound("is_available")
     def is_available(self) -> bool:
-        return self.settings.num_npus > 0
+        return self.settings.visible_count > 0
 
     @bound("device_count")
     def device_count(self) -> int:
-        return self.settings.num_npus
+        return self.settings.visible_count
 
     @bound("current_device")
     def current_device(self) -> int:

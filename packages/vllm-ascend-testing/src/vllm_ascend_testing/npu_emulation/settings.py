@@ -12,6 +12,8 @@ from vllm_ascend_testing.npu_emulation.record import load_record
 NPUS_VAR = "VLLM_ASCEND_EMULATED_NPUS"
 HBM_VAR = "VLLM_ASCEND_EMULATED_HBM_GIB"
 SOC_VAR = "VLLM_ASCEND_EMULATED_SOC"
+#: The CANN runtime's device-control variable: the NPUs this process sees, numbered from 0.
+VISIBLE_VAR = "ASCEND_RT_VISIBLE_DEVICES"
 
 DEFAULT_HBM_GIB = 32.0
 #: An Atlas A2 part (Ascend910B1) from the wheel's ``SocVersion`` enum.
@@ -29,16 +31,23 @@ class EmulationSettingsError(ValueError):
 
 @dataclass(frozen=True)
 class EmulationSettings:
-    """The emulated host: how many NPUs, their HBM and their SoC."""
+    """The emulated host: how many NPUs, their HBM and their SoC; ``visible`` the host's NPUs
+    this process sees (``ASCEND_RT_VISIBLE_DEVICES``; None: all)."""
 
     num_npus: int
     hbm_bytes: int
     soc_name: str
     soc_id: int
+    visible: tuple[int, ...] | None = None
 
     @property
     def hbm_gib(self) -> float:
         return self.hbm_bytes / 2**30
+
+    @property
+    def visible_count(self) -> int:
+        """The NPUs torch sees in this process (``npu:0`` .. ``npu:<count - 1>``)."""
+        return self.num_npus if self.visible is None else len(self.visible)
 
 
 def requested(environ: Mapping[str, str] | None = None) -> bool:
@@ -72,7 +81,25 @@ def from_environ(environ: Mapping[str, str] | None = None) -> EmulationSettings:
     if not MIN_HBM_GIB <= hbm_gib <= MAX_HBM_GIB:  # inf and 1e-12 included
         raise EmulationSettingsError(f"{HBM_VAR}={raw_hbm!r} is out of range; {allowed}")
     soc_name, soc_id = _soc(env.get(SOC_VAR, "").strip() or DEFAULT_SOC)
-    return EmulationSettings(num_npus, int(hbm_gib * 2**30), soc_name, soc_id)
+    visible = _visible(env.get(VISIBLE_VAR), num_npus)
+    return EmulationSettings(num_npus, int(hbm_gib * 2**30), soc_name, soc_id, visible)
+
+
+def _visible(raw: str | None, num_npus: int) -> tuple[int, ...] | None:
+    """The visible NPUs: distinct ids of the emulated host, comma-separated (unset or empty:
+    all). The runtime's documentation does not say what an id the host lacks does; the
+    emulation refuses it rather than hide the device."""
+    if raw is None or not raw.strip():
+        return None
+    allowed = (f"allowed: distinct NPU ids 0..{num_npus - 1} separated by commas "
+               f"({NPUS_VAR}={num_npus})")
+    ids: list[int] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not (part.isascii() and part.isdigit()) or int(part) >= num_npus or int(part) in ids:
+            raise EmulationSettingsError(f"{VISIBLE_VAR}={raw!r} names {part!r}; {allowed}")
+        ids.append(int(part))
+    return tuple(ids)
 
 
 def _soc(raw: str) -> tuple[str, int]:

@@ -32,7 +32,7 @@ from vllm.v1.worker.utils import request_memory
 from vllm.v1.worker.worker_base import CompilationTimes
 
 from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
-from vllm_ascend.npu_runtime import device_check, graph_memory, kv_fit
+from vllm_ascend.npu_runtime import device_assignment, device_check, graph_memory, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
 from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
@@ -67,26 +67,18 @@ class NPUWorker(RankDuties, Worker):
                          is_driver_worker)
         self.use_v2_model_runner = False  # the V1 runner: model runner v2 needs Triton kernels
 
-    def _dp_shifted_local_rank(self) -> int:
-        """The local rank offset by this engine's data-parallel shard (as vLLM's CUDA worker)."""
-        par = self.parallel_config
-        if (par.distributed_executor_backend in ("ray", "external_launcher")
-                or par.data_parallel_backend == "ray" or par.nnodes_within_dp != 1):
-            return self.local_rank
-        dp_local = par.data_parallel_rank_local
-        if dp_local is None:
-            dp_local = par.data_parallel_index
-        shard = (par.pipeline_parallel_size * par.prefill_context_parallel_size
-                 * par.tensor_parallel_size)
-        return self.local_rank + dp_local * shard
-
     def init_device(self) -> None:
         device_check.import_torch_npu()
-        self.local_rank = self._dp_shifted_local_rank()
         npu: Any = torch.npu  # type: ignore[attr-defined]
-        device_check.check_device_index(self.local_rank, int(npu.device_count()),
-                                        os.environ.get(current_platform.device_control_env_var))
-        self.device = torch.device(f"npu:{self.local_rank}")
+        assignment = device_assignment.assign_npu(
+            self.parallel_config, self.local_rank,
+            os.environ.get(current_platform.device_control_env_var), int(npu.device_count()))
+        # vLLM's process groups place this rank's tensors on npu:<local rank> (out-of-tree
+        # platforms), so the local rank becomes torch's index of the assigned NPU.
+        self.engine_local_rank = self.local_rank
+        self.local_rank = assignment.index
+        self.ascend_npu = assignment.physical
+        self.device = torch.device(f"npu:{assignment.index}")
         npu.set_device(self.device)
         self.bind_rank()  # the device's SoC is known now, and its runtime is up
         dtype = self.model_config.dtype

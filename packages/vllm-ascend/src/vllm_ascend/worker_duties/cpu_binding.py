@@ -74,7 +74,8 @@ class WorkerBinding:
     """What binding did in this worker: the plan, this worker's entry in it, and report lines.
 
     ``index`` is None when nothing was bound (``lines`` say why); ``soc`` is the SoC the worker
-    runs as (``"cpu"`` on the host-CPU platform, the NPU's detected SoC, None when unknown).
+    runs as (``"cpu"`` on the host-CPU platform, the NPU's detected SoC, None when unknown);
+    ``npu`` the NPU whose pool was planned (None on the host-CPU platform).
     """
 
     local_rank: int
@@ -82,6 +83,7 @@ class WorkerBinding:
     soc: str | None = None
     index: int | None = None
     lines: list[str] = field(default_factory=list)
+    npu: int | None = None
 
     @property
     def cpus(self) -> tuple[int, ...]:
@@ -89,6 +91,16 @@ class WorkerBinding:
         if self.plan is None or self.index is None:
             return ()
         return tuple(self.plan.npus[self.index].main)
+
+    @property
+    def planned_pool(self) -> tuple[int, ...]:
+        """The CPUs the plan gives this worker's NPU, bound or not (a plan with problems is
+        not applied; empty without a plan)."""
+        if self.plan is None:
+            return ()
+        if self.npu is None:
+            return tuple(self.plan.npus[self.index].cpus) if self.index is not None else ()
+        return next((tuple(e.cpus) for e in self.plan.npus if e.npu == self.npu), ())
 
     def bind_late_threads(self) -> list[str]:
         """Bind the threads that appeared since :func:`bind_this_worker` (acl, release, UVB)
@@ -138,7 +150,7 @@ def bind_npu_worker(local_rank: int, options: ascend_topology.PlanOptions, soc: 
     from ascend_topology.rank_hosts import plan_for_npu
 
     device = local_rank if npu is None else npu
-    binding = WorkerBinding(local_rank=local_rank, soc=soc)
+    binding = WorkerBinding(local_rank=local_rank, soc=soc, npu=device)
     try:
         facts = topo.read_live_host(environ=environ)  # the SoC as npu-smi reads it
         mismatch = cross_check(soc, facts.soc)
@@ -202,10 +214,12 @@ def bind_host_cpu_worker(rank: int, environ: Mapping[str, str] | None = None) ->
 
 def bind_this_worker(parallel_config: ParallelConfig, local_rank: int, soc: str | None,
                      config: AscendConfig, cross_check: SocCrossCheck,
-                     environ: Mapping[str, str] | None = None) -> WorkerBinding:
+                     environ: Mapping[str, str] | None = None, *,
+                     npu: int | None = None) -> WorkerBinding:
     """Bind this worker process by its rank: ``soc`` is the SoC it runs as (``"cpu"`` on the
     host-CPU platform, else its NPU's; None when unknown), ``config`` its engine's resolved
-    config (``enable_cpu_binding``, ``cpu_binding_config``). Never raises."""
+    config (``enable_cpu_binding``, ``cpu_binding_config``), ``npu`` the NPU an NPU worker
+    drives (None: :func:`worker_npu`). Never raises."""
     if not config.enable_cpu_binding:
         return WorkerBinding(local_rank, soc=soc, lines=[
             "CPU binding disabled by additional_config.enable_cpu_binding"])
@@ -219,4 +233,5 @@ def bind_this_worker(parallel_config: ParallelConfig, local_rank: int, soc: str 
     options = topo.PlanOptions(min_cpus_per_npu=opts.min_cpus_per_npu, bind_irq=opts.bind_irq,
                                migrate_memory=opts.migrate_memory)
     return bind_npu_worker(local_rank, options, soc, cross_check,
-                           npu=worker_npu(parallel_config, local_rank, environ), environ=environ)
+                           npu=worker_npu(parallel_config, local_rank, environ) if npu is None
+                           else npu, environ=environ)

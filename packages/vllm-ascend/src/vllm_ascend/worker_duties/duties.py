@@ -33,8 +33,10 @@ def load_comm_endpoints(vllm_config: VllmConfig, local_rank: int,
 
 def bind_rank(vllm_config: VllmConfig, local_rank: int, engine: AscendEngine,
               process: ProcessSetup,
-              environ: MutableMapping[str, str] | None = None) -> WorkerBinding:
-    """Endpoints, then this rank's CPU pool; never raises for binding (a bad endpoint file does)."""
+              environ: MutableMapping[str, str] | None = None, *,
+              npu: int | None = None) -> WorkerBinding:
+    """Endpoints, then this rank's CPU pool (that of ``npu``, the NPU the worker drives; None:
+    found from ``local_rank``); never raises for binding (a bad endpoint file does)."""
     # On an NPU the SoC is read once per process from the device: call it after set_device.
     load_comm_endpoints(vllm_config, local_rank, environ)
     soc: str | None = engine.soc
@@ -49,18 +51,23 @@ def bind_rank(vllm_config: VllmConfig, local_rank: int, engine: AscendEngine,
         binding = WorkerBinding(local_rank, lines=[error])
     else:
         binding = bind_this_worker(vllm_config.parallel_config, local_rank, soc, engine.config,
-                                   process.cross_check_soc, environ)
+                                   process.cross_check_soc, environ, npu=npu)
     process.cpu_binding = list(binding.lines)
     return binding
 
 
 class RankDuties:
-    """Per-rank duties mixin (``class W(RankDuties, VllmWorker)``) holding the worker's engine."""
+    """Per-rank duties mixin (``class W(RankDuties, VllmWorker)``) holding the worker's engine.
+
+    ``engine_local_rank``: the local rank vLLM gave the worker when ``local_rank`` became an NPU
+    worker's device index (None: unchanged); ``ascend_npu``: the NPU an NPU worker drives."""
 
     vllm_config: VllmConfig
     rank: int
     local_rank: int
+    engine_local_rank: int | None = None
     ascend_engine: AscendEngine
+    ascend_npu: int | None = None
     ascend_binding: WorkerBinding | None = None
 
     def __init__(self, vllm_config: VllmConfig, *args: Any, **kwargs: Any) -> None:
@@ -70,7 +77,7 @@ class RankDuties:
     def bind_rank(self) -> WorkerBinding:
         """This rank's endpoints and CPU pool (:func:`bind_rank`)."""
         self.ascend_binding = bind_rank(self.vllm_config, self.local_rank, self.ascend_engine,
-                                        current_process_setup())
+                                        current_process_setup(), npu=self.ascend_npu)
         return self.ascend_binding
 
     def bind_late_threads(self) -> list[str]:
@@ -83,9 +90,11 @@ class RankDuties:
 
     def report_rank(self, stage: str) -> Path | None:
         """Write this rank's report for ``stage`` ("device", "warmed_up", "serving")."""
+        device = getattr(self, "device", None)
         return write_rank_report(build_rank_report(
             self.vllm_config, rank=self.rank, local_rank=self.local_rank,
-            binding=self.ascend_binding, stage=stage))
+            binding=self.ascend_binding, stage=stage, engine_local_rank=self.engine_local_rank,
+            device=None if device is None else str(device)))
 
     def mark_engine_ready(self) -> None:
         """Mark the engine ready; every later compile or capture writes the report again."""

@@ -32,8 +32,12 @@ def report_name(dp_rank: int, rank: int) -> str:
 
 
 def build_rank_report(vllm_config: VllmConfig, *, rank: int, local_rank: int,
-                      binding: WorkerBinding | None, stage: str) -> dict[str, Any]:
-    """The report of this worker process (``stage``: "device", "warmed_up" or "serving")."""
+                      binding: WorkerBinding | None, stage: str,
+                      engine_local_rank: int | None = None,
+                      device: str | None = None) -> dict[str, Any]:
+    """The report of this worker process (``stage``: "device", "warmed_up" or "serving");
+    ``engine_local_rank`` is the local rank vLLM gave the worker when ``local_rank`` is since
+    its device index (NPU worker), ``device`` the torch device it runs on."""
     engine = peek_engine(vllm_config)  # reading stores nothing
     captures = engine.captures if engine is not None else CaptureTally()
     watch = engine.ready if engine is not None else ReadyWatch()
@@ -48,7 +52,13 @@ def build_rank_report(vllm_config: VllmConfig, *, rank: int, local_rank: int,
         "dp_rank": int(par.data_parallel_rank if dp_rank is None else dp_rank),
         "rank": rank,
         "local_rank": local_rank,
-        "host_rank": host_rank(par, local_rank),
+        "host_rank": host_rank(par, local_rank if engine_local_rank is None
+                               else engine_local_rank),
+        "device": device,
+        # The NPU whose CPU pool was planned, and that pool (applied or not: cpus_allowed and
+        # the binding lines say which).
+        "npu": binding.npu if binding is not None else None,
+        "planned_pool": list(binding.planned_pool) if binding is not None else [],
         "tensor_parallel_size": int(par.tensor_parallel_size),
         "pipeline_parallel_size": int(par.pipeline_parallel_size),
         "soc": binding.soc if binding is not None else None,

@@ -1,0 +1,86 @@
+"""Which NPU a worker drives: vLLM's device map for its engine, the visible devices, torch's
+index.
+
+vLLM 0.32 hands an out-of-tree platform's data-parallel engine the physical ids of its own
+shard of devices (``parallel_config.assigned_physical_gpu_ids``, one per local rank: DP rank 1
+with TP=1 gets ``[1]``; vLLM's ``v1/engine/utils.py``, ``CoreEngineProcManager``); Ray and
+``--device-ids`` fill the same map. Without a map (one engine, or data-parallel engines in one
+process) the local rank is shifted by the engine's local DP shard, as vLLM's CUDA worker does.
+The physical id is an entry of ``ASCEND_RT_VISIBLE_DEVICES`` (the platform's device-control
+variable); torch numbers the visible devices from 0, so the device is ``npu:<index>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_topology.errors import TopologyError
+from ascend_topology.facts import parse_visible_devices
+
+from vllm_ascend.npu_runtime.device_check import NpuUnavailableError, check_device_index
+
+VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
+
+
+@dataclass(frozen=True)
+class NpuAssignment:
+    """The NPU of one worker: ``physical`` as the driver and npu-smi number it, ``index`` as
+    torch numbers it in this process (``npu:<index>``)."""
+
+    physical: int
+    index: int
+
+
+def dp_shifted_local_rank(parallel_config: Any, local_rank: int) -> int:
+    """``local_rank`` offset by this engine's local data-parallel shard (vLLM's CUDA worker
+    rule; Ray and external launchers place ranks themselves)."""
+    par = parallel_config
+    if (par.distributed_executor_backend in ("ray", "external_launcher")
+            or par.data_parallel_backend == "ray" or par.nnodes_within_dp != 1):
+        return local_rank
+    dp_local = par.data_parallel_rank_local
+    if dp_local is None:
+        dp_local = par.data_parallel_index
+    shard = (par.pipeline_parallel_size * par.prefill_context_parallel_size
+             * par.tensor_parallel_size)
+    return int(local_rank + int(dp_local or 0) * shard)
+
+
+def assign_npu(parallel_config: Any, local_rank: int, visible: str | None,
+               device_count: int) -> NpuAssignment:
+    """The NPU of the worker with ``local_rank`` in its engine; ``visible`` is
+    ``ASCEND_RT_VISIBLE_DEVICES`` (None: unset), ``device_count`` the NPUs torch sees.
+
+    :class:`NpuUnavailableError`, one line naming the rank, the NPU and what is visible, when
+    that NPU is not there."""
+    where = (f"{VISIBLE_DEVICES_ENV}={visible!r}" if visible
+             else f"{VISIBLE_DEVICES_ENV} is not set")
+    try:
+        visible_ids = parse_visible_devices(visible)
+    except TopologyError as exc:
+        raise NpuUnavailableError(f"{VISIBLE_DEVICES_ENV}: {exc}") from None
+    dp = parallel_config.data_parallel_index
+    assigned = parallel_config.assigned_physical_gpu_ids
+    if assigned is not None:
+        if not 0 <= local_rank < len(assigned):
+            raise NpuUnavailableError(
+                f"local rank {local_rank} of data-parallel rank {dp} has no NPU in the devices "
+                f"vLLM assigned to its engine ({list(assigned)}); lower the tensor/pipeline "
+                "parallel sizes or assign more devices")
+        physical = int(assigned[local_rank])
+    else:
+        logical = dp_shifted_local_rank(parallel_config, local_rank)
+        if visible_ids is not None and logical >= len(visible_ids):
+            check_device_index(logical, len(visible_ids), visible)  # its one-line error
+        physical = visible_ids[logical] if visible_ids is not None else logical
+    if visible_ids is None:
+        index = physical
+    elif physical in visible_ids:
+        index = visible_ids.index(physical)
+    else:
+        raise NpuUnavailableError(
+            f"data-parallel rank {dp}, local rank {local_rank} was assigned NPU {physical}, "
+            f"which is not visible ({where}); make it visible or assign visible devices")
+    check_device_index(index, device_count, visible)
+    return NpuAssignment(physical=physical, index=index)
