@@ -20,6 +20,8 @@ from torch._C._distributed_c10d import (
 )
 from torch.distributed.distributed_c10d import GroupName
 
+from vllm_ascend_testing.npu_emulation.hccl_exchange import ExchangeMixin
+
 BACKEND = "hccl"
 
 
@@ -48,7 +50,7 @@ def _back(devices: list[torch.Tensor], hosts: list[torch.Tensor]) -> _DoneWork:
     return _DoneWork(devices)
 
 
-class HcclOverGloo(dist.ProcessGroup):
+class HcclOverGloo(ExchangeMixin, dist.ProcessGroup):
     """An ``hccl`` process-group backend whose transport is gloo on host copies."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: Any) -> None:
@@ -76,6 +78,9 @@ class HcclOverGloo(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return BACKEND
+
+    def _finish(self, devices: list[torch.Tensor], hosts: list[torch.Tensor]) -> _DoneWork:
+        return _back(devices, hosts)  # all-to-all and the comm name: hccl_exchange
 
     def _run(self, call: Callable[[], Any]) -> None:
         call().wait()
