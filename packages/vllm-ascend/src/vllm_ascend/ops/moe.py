@@ -151,11 +151,16 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
     """Unquantized MoE experts with the forward's EP communication (host CPU): plain torch
     with expert parallelism, vLLM's CPU kernel when every expert is local."""
 
+    _on_npu = False  # set per instance in __init__ (read before it by vLLM's base class, if ever)
+
     def __init__(self, moe: Any) -> None:
         super().__init__(moe)
         self.comm_counts: Counter[tuple[str, int]] = Counter()
         self._placement: ExpertPlacement | None = None
         self._npu_experts: NpuExperts | None = None
+        # A plain bool (read while Dynamo traces the runner): the CustomOp's dispatch is fixed
+        # at construction.
+        self._on_npu = self.runs_npu_path
         self._use_vllm_kernel = not self.runs_ascend_path
         if self.runs_ascend_path:
             register_moe_op()
@@ -164,13 +169,13 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
     def is_monolithic(self) -> bool:
         """True on an NPU: the layer routes with torch_npu's gating kernel itself (vLLM's
         fused top-k router calls CUDA's ``topk_softmax``), so vLLM hands it the logits."""
-        if self.runs_npu_path:
+        if self._on_npu:
             return True
         return bool(super().is_monolithic)
 
     def apply_monolithic(self, layer: Any, x: torch.Tensor, router_logits: torch.Tensor,
                          input_ids: torch.Tensor | None = None) -> Any:
-        if not self.runs_npu_path:
+        if not self._on_npu:
             return super().apply_monolithic(layer, x, router_logits, input_ids)
         topk_weights, topk_ids = npu_route(
             router_logits, layer.top_k, renormalize=bool(layer.renormalize),
