@@ -161,17 +161,14 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         # A plain bool (read while Dynamo traces the runner): the CustomOp's dispatch is fixed
         # at construction.
         self._on_npu = self.runs_npu_path
+        if self._on_npu:
+            # routes with torch_npu's gating kernel itself (vLLM's fused top-k router calls
+            # CUDA's topk_softmax), so vLLM must hand it the logits: a monolithic method. The
+            # host class keeps vLLM's property untouched (Dynamo traces it on the host).
+            self.__class__ = NpuMonolithicFusedMoEMethod
         self._use_vllm_kernel = not self.runs_ascend_path
         if self.runs_ascend_path:
             register_moe_op()
-
-    @property
-    def is_monolithic(self) -> bool:
-        """True on an NPU: the layer routes with torch_npu's gating kernel itself (vLLM's
-        fused top-k router calls CUDA's ``topk_softmax``), so vLLM hands it the logits."""
-        if self._on_npu:
-            return True
-        return bool(super().is_monolithic)
 
     def apply_monolithic(self, layer: Any, x: torch.Tensor, router_logits: torch.Tensor,
                          input_ids: torch.Tensor | None = None) -> Any:
@@ -281,6 +278,12 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
 
     def _record(self, comm_type: MoECommType, tokens: int) -> None:
         self.comm_counts[(comm_type.name, tokens)] += 1
+
+
+class NpuMonolithicFusedMoEMethod(AscendUnquantizedFusedMoEMethod):
+    """The NPU form of the method: monolithic (it routes the logits itself)."""
+
+    is_monolithic = True
 
 
 def npu_experts_of(layer: Any) -> NpuExperts:
