@@ -50,7 +50,8 @@ INTEGRATION = "tests/integration"
 INTEGRATION_SHARDS: tuple[tuple[str, ...], ...] = (
     ("test_fusion_e2e.py", "test_hf_reference.py", "test_parallel.py"),
     ("test_npu_runtime.py", "test_npu_graphs.py"),
-    ("test_expert_parallel.py", "test_tp_real_model.py"),
+    # one session's tiny Qwen3-MoE checkpoint for both MoE files
+    ("test_expert_parallel.py", "test_npu_moe.py", "test_tp_real_model.py"),
     ("test_demo.py", "test_serve.py", "test_serve_strict.py"),
     ("test_numerics_smollm2.py", "test_serve_real_model.py"),
     ("test_custom_ops_e2e.py", "test_batch_invariance.py", "test_quant_fusion.py",
@@ -68,6 +69,7 @@ SECONDS = {
     "packages/ascend-topology/tests": 13, "benchmarks/tests": 90,
     "test_parallel.py": 320, "test_fusion_e2e.py": 150, "test_npu_runtime.py": 460,
     "test_npu_graphs.py": 330, "test_numerics_smollm2.py": 150, "test_expert_parallel.py": 140,
+    "test_npu_moe.py": 150,
     "test_tp_real_model.py": 180, "test_demo.py": 190, "test_serve.py": 150,
     "test_custom_ops_e2e.py": 90, "test_batch_invariance.py": 95, "test_cli_errors.py": 180,
     "test_quant_fusion.py": 80, "test_compile_after_ready.py": 75, "test_warm_start.py": 70,

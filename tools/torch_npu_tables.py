@@ -199,6 +199,12 @@ KERNEL_SCHEMAS = [
     # W8A8 linear layers on the NPU runtime (vllm_ascend.quantization.npu_linear_methods): the
     # int8 matmul with its dequantization.
     "npu_quant_matmul",
+    # MoE (reference/npu-moe-quant-facts.md §1-2): gating top-k, routing, permute/unpermute,
+    # the grouped matmul of the experts and MC2's dispatch/combine; emulated strictly by
+    # vllm_ascend_testing.npu_emulation.kernels_moe.
+    "npu_moe_gating_top_k", "npu_moe_init_routing_v2", "npu_grouped_matmul",
+    "npu_moe_token_permute", "npu_moe_token_unpermute",
+    "npu_moe_distribute_dispatch_v2", "npu_moe_distribute_combine_v2",
 ]
 
 # torch_npu.npu APIs the project calls: public name -> (file under torch_npu/, qualname).

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,6 +196,61 @@ def test_transformers_forward_on_npu_equals_cpu() -> None:
     """, EMU)
     assert r["device"] == "npu:0"
     assert r["diff"] <= 1e-5
+
+
+HCCL_WORKER = """
+import json, sys, torch, torch.distributed as dist
+rank, rdv = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("hccl", init_method=f"file://{rdv}", rank=rank, world_size=2)
+torch.npu.set_device(rank)
+t = torch.full((3,), float(rank + 1), device=f"npu:{rank}")
+dist.all_reduce(t)
+out = torch.empty(6, device=f"npu:{rank}")
+dist.all_gather_into_tensor(out, t * (rank + 1))
+part = torch.empty(3, device=f"npu:{rank}")
+dist.reduce_scatter_tensor(part, torch.arange(6.0, device=f"npu:{rank}") * (rank + 1))
+# all-to-all with uneven splits (ALLTOALL's exchange): rank r sends r+1 rows to rank 0
+sends = [rank + 1, 2 - rank]
+recvs = [1, 2] if rank == 0 else [2, 1]
+moved = torch.empty(sum(recvs), device=f"npu:{rank}")
+dist.all_to_all_single(moved, torch.arange(3.0, device=f"npu:{rank}") + 10 * rank, recvs, sends)
+lists = [torch.empty(1, device=f"npu:{rank}") for _ in range(2)]
+dist.all_to_all(lists, [torch.full((1,), 10.0 * rank + d, device=f"npu:{rank}") for d in range(2)])
+world = dist.group.WORLD
+pair = dist.new_group([0, 1])
+names = [g._get_backend(torch.device("npu")).get_hccl_comm_name(rank) for g in (world, pair)]
+print(json.dumps({"sum": t.cpu().tolist(), "gather": out.cpu().tolist(),
+                  "scatter": part.cpu().tolist(), "a2a": moved.cpu().tolist(),
+                  "a2a_lists": [x.item() for x in lists], "names": names,
+                  "backend": dist.get_backend(), "device": str(t.device)}))
+dist.destroy_process_group()
+"""
+
+
+def test_hccl_collectives_across_two_processes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ASCEND_EMULATED")}
+    env.update(EMU)
+    procs = [subprocess.Popen([sys.executable, "-c", HCCL_WORKER, str(rank),
+                               str(tmp_path / "rdv")], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    r = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        r.append(json.loads(out.strip().splitlines()[-1]))
+    # rank 0 holds 1s, rank 1 holds 2s: the sum is 3; the gather takes 3*1 and 3*2.
+    assert [o["sum"] for o in r] == [[3.0, 3.0, 3.0]] * 2
+    assert [o["gather"] for o in r] == [[3.0, 3.0, 3.0, 6.0, 6.0, 6.0]] * 2
+    # reduce-scatter of arange(6) * 1 + arange(6) * 2 = 3 * arange(6), split in halves.
+    assert [o["scatter"] for o in r] == [[0.0, 3.0, 6.0], [9.0, 12.0, 15.0]]
+    assert [o["device"] for o in r] == ["npu:0", "npu:1"]
+    assert {o["backend"] for o in r} == {"hccl"}
+    # all_to_all_single: rank 0 sends [0] to itself and [1, 2] to rank 1; rank 1 sends
+    # [10, 11] to rank 0 and [12] to itself.
+    assert [o["a2a"] for o in r] == [[0.0, 10.0, 11.0], [1.0, 2.0, 12.0]]
+    assert [o["a2a_lists"] for o in r] == [[0.0, 10.0], [1.0, 11.0]]
+    # MC2's group name: one per communicator, the same on every rank of it
+    assert r[0]["names"] == r[1]["names"] and len(set(r[0]["names"])) == 2
 
 
 @pytest.fixture(scope="module")

@@ -106,8 +106,14 @@ def test_dense_decoder_passes_and_each_unsupported_feature_is_named() -> None:
     refuse_unsupported_model(_model())
     refuse_unsupported_model(_model(hf_num_experts=1))  # one expert: dense
     refuse_unsupported_model(_model(quantization="ascend"))  # ModelSlim W8A8 runs
+    # the MoE models whose experts the runtime runs (vllm_ascend.distributed.npu_moe)
+    for arch in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"):
+        refuse_unsupported_model(_model(hf_num_experts=8, architectures=[arch]))
     cases = {
-        "mixture-of-experts": _model(hf_num_experts=8),
+        "mixture-of-experts layers of XForCausalLM \\(MoE runs for Qwen3MoeForCausalLM, "
+        "Qwen2MoeForCausalLM\\)": _model(hf_num_experts=8),
+        "mixture-of-experts layers of DeepseekV2ForCausalLM": _model(
+            hf_num_experts=8, architectures=["DeepseekV2ForCausalLM"]),
         "latent attention": _model(use_mla=True),
         "encoder-decoder": _model(is_encoder_decoder=True),
         "pooling": _model(runner_type="pooling"),

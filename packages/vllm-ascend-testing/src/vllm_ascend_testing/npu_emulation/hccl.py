@@ -30,6 +30,7 @@ from vllm_ascend_testing.npu_emulation.hccl_device import (
     DeviceExchange,
     define,
 )
+from vllm_ascend_testing.npu_emulation.hccl_exchange import ExchangeMixin
 
 BACKEND = "hccl"
 
@@ -59,7 +60,7 @@ def _back(devices: list[torch.Tensor], hosts: list[torch.Tensor]) -> _DoneWork:
     return _DoneWork(devices)
 
 
-class HcclOverGloo(dist.ProcessGroup):
+class HcclOverGloo(ExchangeMixin, dist.ProcessGroup):
     """An ``hccl`` process-group backend whose transport is gloo on host copies."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: Any,
@@ -90,6 +91,9 @@ class HcclOverGloo(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return BACKEND
+
+    def _finish(self, devices: list[torch.Tensor], hosts: list[torch.Tensor]) -> _DoneWork:
+        return _back(devices, hosts)  # all-to-all and the comm name: hccl_exchange
 
     def _run(self, call: Callable[[], Any]) -> None:
         call().wait()

@@ -23,7 +23,12 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation import kernels_attention, kernels_quant, kernels_rope
+from vllm_ascend_testing.npu_emulation import (
+    kernels_attention,
+    kernels_moe,
+    kernels_quant,
+    kernels_rope,
+)
 from vllm_ascend_testing.npu_emulation.kernel_contracts import (
     bind,
     check_recorded,
@@ -102,6 +107,7 @@ IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
     "npu_fused_infer_attention_score": kernels_attention.fused_infer_attention_score,
     "npu_fused_infer_attention_score.out": kernels_attention.fused_infer_attention_score_out,
     "_npu_fused_infer_attention_score_get_max_workspace": kernels_attention.get_max_workspace,
+    **kernels_moe.IMPLEMENTATIONS,
 }
 
 #: Arguments a kernel writes although its recorded schema marks no alias (``.out`` takes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from vllm_ascend.distributed.moe_comm import (
     select_moe_comm_method,
 )
 from vllm_ascend.distributed.moe_dispatch import host_cpu_comm_methods
+from vllm_ascend.distributed.npu_moe import npu_comm_methods
 
 if TYPE_CHECKING:
     from ascend_config import DeploymentFacts
@@ -32,6 +34,8 @@ EXTRA_FIELDS = frozenset({
     "eplb_heat_collection_status", "draft_attn_metadatas", "is_first_layer",
 })
 MMRS_MAX_TP = 8  # matmul-reduce-scatter fusion limit
+
+logger = logging.getLogger("vllm_ascend.moe")
 
 _mrv2_in_profile_run: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "vllm_ascend_mrv2_in_profile_run", default=False
@@ -61,6 +65,16 @@ class AscendForwardState:
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
     comm_methods: Mapping[MoECommType, Any] = field(default_factory=dict)
+    _logged_kinds: set[str] = field(default_factory=set, repr=False)
+
+    def note_method(self, num_tokens: int, comm_type: MoECommType | None) -> None:
+        """Log the MoE method of a decode-sized and of a larger (prefill) forward, once each."""
+        kind = "decode" if num_tokens <= self.moe_inputs.decode_tokens else "prefill"
+        if kind in self._logged_kinds or comm_type is None:
+            return
+        self._logged_kinds.add(kind)
+        logger.info("MoE communication for %s forwards (%d tokens, SoC %s): %s", kind,
+                    num_tokens, self.moe_inputs.soc, comm_type.name)
 
     @classmethod
     def from_vllm_config(
@@ -96,6 +110,8 @@ class AscendForwardState:
         methods: Mapping[MoECommType, Any] = {}
         if soc == "cpu" and facts.is_moe:
             methods = host_cpu_comm_methods()
+        elif facts.is_moe:
+            methods = npu_comm_methods()
         return cls(inputs, Mc2Budget(capacity, mask_len, device),
                    facts.tensor_parallel_size, facts.data_parallel_size, methods)
 
@@ -223,6 +239,23 @@ def mrv2_additional_context(
     return state.fields(
         num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True
     )
+
+
+def npu_additional_context(
+    state: AscendForwardState, *, vllm_config: Any, num_tokens: int | None = 0,
+    num_tokens_across_dp: Any = None,
+    **_unused: Any,
+) -> dict[str, Any]:
+    """``Platform.set_additional_forward_context`` of the NPU platform: the fields for model
+    runner v2, and for v1 those of an MoE model (its layers read the communication method
+    from them; v1's dense forwards need none). The method chosen for a decode-sized and for a
+    larger forward is logged once per engine."""
+    if not getattr(vllm_config, "use_v2_model_runner", False) and not state.moe_inputs.is_moe:
+        return {}
+    fields = state.fields(num_tokens, num_tokens_across_dp=num_tokens_across_dp, mrv2=True)
+    if state.moe_inputs.is_moe and num_tokens:
+        state.note_method(num_tokens, fields["moe_comm_type"])
+    return fields
 
 
 def host_cpu_additional_context(

@@ -1,6 +1,7 @@
 """Which models the NPU runtime runs: dense decoder-only text generation with full causal
-attention (the llama, qwen2 and qwen3 families and models built like them), unquantized or
-with ModelSlim W8A8 / W8A8_DYNAMIC linear layers (the "ascend" method).
+attention (the llama, qwen2 and qwen3 families and models built like them) and the Qwen2-MoE
+and Qwen3-MoE mixture-of-experts models, unquantized or with ModelSlim W8A8 / W8A8_DYNAMIC
+linear layers (the "ascend" method).
 Anything else is refused before weights load, with one error naming what is supported."""
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ if TYPE_CHECKING:
     from vllm.config import ModelConfig
 
 RUNTIME_WORKER = "vllm_ascend.npu_runtime.worker.NPUWorker"
+#: The mixture-of-experts models whose MoE layers the runtime runs (vLLM's own classes; their
+#: experts go through vllm_ascend.distributed.npu_moe).
+MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM")
 SUPPORTED = (
     "dense decoder-only text-generation models with full causal attention (llama, qwen2, "
-    "qwen3 families)"
+    f"qwen3 families) and the mixture-of-experts {', '.join(MOE_ARCHITECTURES)}"
 )
 
 # The quantization methods whose linear layers the NPU runtime runs: ModelSlim's "ascend"
@@ -60,8 +64,11 @@ def unsupported_features(model_config: ModelConfig) -> list[str]:
         found.append("multi-head latent attention (MLA)")
     experts = [getattr(hf, name, None) for name in
                ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")]
-    if any(isinstance(n, int) and n > 1 for n in experts):
-        found.append("mixture-of-experts layers")
+    archs = list(getattr(model_config, "architectures", None) or [])
+    if any(isinstance(n, int) and n > 1 for n in experts) and not (
+            archs and all(a in MOE_ARCHITECTURES for a in archs)):
+        found.append(f"mixture-of-experts layers of {', '.join(archs) or 'this model'} (MoE "
+                     f"runs for {', '.join(MOE_ARCHITECTURES)})")
     if getattr(hf, "index_topk", None) or getattr(hf, "use_sparse_attention", False):
         found.append("sparse attention")
     if getattr(model_config, "is_hybrid", False):

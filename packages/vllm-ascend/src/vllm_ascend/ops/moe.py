@@ -21,7 +21,9 @@ exchanged sizes depend on the routing). At run time the op executes the method t
 Each expert-parallel layer counts the forwards it ran per (method, tokens);
 :func:`moe_comm_counts` reads them in a worker (``LLM.collective_rpc(moe_comm_counts)``),
 across process boundaries.
-On an NPU platform (``forward_oot``) vLLM's own path is kept: the runtime package supplies MoE.
+On an NPU platform (``forward_oot``) the layer's weights take the grouped-matmul layout after
+loading and each forward runs the method chosen for it (ALLGATHER or ALLTOALL,
+:mod:`vllm_ascend.distributed.npu_moe`) on torch_npu's kernels; it counts its forwards too.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from vllm_ascend.distributed.moe_experts import (
     ExpertPlacement,
     ExpertWeights,
 )
+from vllm_ascend.distributed.npu_moe import NpuAllGather, NpuExperts, npu_route
 
 logger = logging.getLogger(__name__)
 
@@ -148,13 +151,41 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
     """Unquantized MoE experts with the forward's EP communication (host CPU): plain torch
     with expert parallelism, vLLM's CPU kernel when every expert is local."""
 
+    _on_npu = False  # set per instance in __init__ (read before it by vLLM's base class, if ever)
+
     def __init__(self, moe: Any) -> None:
         super().__init__(moe)
         self.comm_counts: Counter[tuple[str, int]] = Counter()
         self._placement: ExpertPlacement | None = None
+        self._npu_experts: NpuExperts | None = None
+        # A plain bool (read while Dynamo traces the runner): the CustomOp's dispatch is fixed
+        # at construction.
+        self._on_npu = self.runs_npu_path
+        if self._on_npu:
+            # routes with torch_npu's gating kernel itself (vLLM's fused top-k router calls
+            # CUDA's topk_softmax), so vLLM must hand it the logits: a monolithic method. The
+            # host class keeps vLLM's property untouched (Dynamo traces it on the host).
+            self.__class__ = NpuMonolithicFusedMoEMethod
         self._use_vllm_kernel = not self.runs_ascend_path
         if self.runs_ascend_path:
             register_moe_op()
+
+    def apply_monolithic(self, layer: Any, x: torch.Tensor, router_logits: torch.Tensor,
+                         input_ids: torch.Tensor | None = None) -> Any:
+        if not self._on_npu:
+            return super().apply_monolithic(layer, x, router_logits, input_ids)
+        topk_weights, topk_ids = npu_route(
+            router_logits, layer.top_k, renormalize=bool(layer.renormalize),
+            scoring_func=layer.scoring_func, routed_scaling_factor=layer.routed_scaling_factor,
+            bias=layer.e_score_correction_bias,
+            num_expert_group=layer.num_expert_group if layer.use_grouped_topk else None,
+            topk_group=layer.topk_group if layer.use_grouped_topk else None)
+        return self.forward_oot(layer, x, topk_weights, topk_ids, None, None)
+
+    @property
+    def runs_npu_path(self) -> bool:
+        """True when vLLM dispatched this CustomOp to ``forward_oot`` (an NPU platform)."""
+        return bool(self._forward_method == self.forward_oot)
 
     @property
     def runs_ascend_path(self) -> bool:
@@ -167,6 +198,9 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         return not self.runs_ascend_path
 
     def process_weights_after_loading(self, layer: Any) -> None:
+        if self.runs_npu_path:
+            self._npu_experts = npu_experts_of(layer)
+            return
         if not self.runs_ascend_path or not plain_torch_supported(layer):
             self._use_vllm_kernel = True
             super().process_weights_after_loading(layer)
@@ -191,6 +225,28 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         out: torch.Tensor = torch.ops.vllm_ascend.moe_routed_experts(
             x, topk_weights, topk_ids, layer.layer_name
         )
+        return out
+
+    def forward_oot(
+        self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+        shared_experts: Any, shared_experts_input: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The NPU forward: the method chosen for this forward on torch_npu's kernels."""
+        comm_type, method = current_moe_comm()
+        if comm_type is None:  # no Ascend fields (e.g. a dummy forward): the table's default
+            comm_type, method = MoECommType.ALLGATHER, NpuAllGather()
+        if method is None:
+            raise RuntimeError(f"{layer.layer_name}: MoE communication {comm_type.name} is not "
+                               "executed by the NPU runtime (it runs ALLGATHER and ALLTOALL)")
+        from vllm.distributed import get_ep_group
+
+        experts = self._npu_experts
+        if experts is None:
+            raise RuntimeError(f"{layer.layer_name}: the NPU MoE forward ran before its weights "
+                               "were processed")
+        group = get_ep_group().device_group if experts.size > 1 else None
+        out: torch.Tensor = method(x, topk_weights, topk_ids, experts, group)
+        self._record(comm_type, x.shape[0])
         return out
 
     def run(
@@ -222,6 +278,44 @@ class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
 
     def _record(self, comm_type: MoECommType, tokens: int) -> None:
         self.comm_counts[(comm_type.name, tokens)] += 1
+
+
+class NpuMonolithicFusedMoEMethod(AscendUnquantizedFusedMoEMethod):
+    """The NPU form of the method: monolithic (it routes the logits itself)."""
+
+    is_monolithic = True
+
+
+def npu_experts_of(layer: Any) -> NpuExperts:
+    """The layer's experts in the grouped-matmul layout (its weights transposed in place:
+    ``w13 [L, H, 2I]``, ``w2 [L, I, H]``), with its EP rank; a layer the NPU path cannot run
+    is a ``ValueError`` naming the setting."""
+    reason = unsupported_reason(layer)
+    if reason is None and layer.activation.value != "silu":
+        reason = f"activation {layer.activation.value!r} (the NPU path runs silu: npu_swiglu)"
+    if reason is None and (getattr(layer, "w13_bias", None) is not None
+                           or getattr(layer, "w2_bias", None) is not None):
+        reason = "expert biases"
+    if reason is None and layer.apply_router_weight_on_input:
+        reason = "router weights applied on the input"
+    if reason is None and layer.custom_routing_function is not None:
+        reason = "a custom routing function"
+    if reason is not None:
+        raise ValueError(f"{layer.layer_name}: the NPU MoE path does not support {reason}")
+    parallel = layer.moe_config.moe_parallel_config
+    rank, size = 0, 1
+    if parallel.use_ep and parallel.ep_size > 1:
+        rank, size = parallel.ep_rank, parallel.ep_size
+        local = layer.w13_weight.shape[0]
+        want = torch.full((layer.global_num_experts,), -1, dtype=torch.int64)
+        want[rank * local:(rank + 1) * local] = torch.arange(local)
+        mine = layer.expert_map
+        if mine is None or not torch.equal(want, mine.cpu().to(torch.int64)):
+            raise ValueError(f"{layer.layer_name}: the NPU MoE path needs the linear expert "
+                             "placement (EPLB and round_robin are not supported)")
+    layer.w13_weight.data = layer.w13_weight.data.transpose(1, 2).contiguous()
+    layer.w2_weight.data = layer.w2_weight.data.transpose(1, 2).contiguous()
+    return NpuExperts(layer.w13_weight, layer.w2_weight, rank, size)
 
 
 def _ascend_moe_methods(worker: Any) -> list[AscendUnquantizedFusedMoEMethod]:

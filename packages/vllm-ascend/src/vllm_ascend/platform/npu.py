@@ -14,7 +14,7 @@ from vllm.platforms.interface import Platform, PlatformEnum
 
 from vllm_ascend.base import attention_selection as selection
 from vllm_ascend.base.extension_points import runtime_attention_backends, runtime_class_paths
-from vllm_ascend.base.forward_context import mrv2_additional_context
+from vllm_ascend.base.forward_context import npu_additional_context
 from vllm_ascend.base.npu_device import bootstrap_custom_op_env, require_npu_runtime, torch_npu
 from vllm_ascend.npu_runtime.model_support import (
     SUPPORTED_QUANTIZATION,
@@ -304,11 +304,11 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def set_additional_forward_context(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Model runner v2: the Ascend forward fields (v1 sets them itself)."""
+        """The Ascend forward fields: every forward of runner v2, MoE forwards of v1."""
         # Local: vLLM: this class loads while vLLM resolves current_platform.
         from vllm_ascend.engine import engine_of
 
         vllm_config = kwargs.get("vllm_config")
-        if vllm_config is None or not getattr(vllm_config, "use_v2_model_runner", False):
-            return {}  # runner v1 sets the fields itself
-        return mrv2_additional_context(engine_of(vllm_config).forward, **kwargs)
+        if vllm_config is None or getattr(vllm_config, "model_config", None) is None:
+            return {}
+        return npu_additional_context(engine_of(vllm_config).forward, **kwargs)
