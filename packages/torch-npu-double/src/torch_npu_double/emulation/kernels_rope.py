@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation.kernel_contracts import refuse, require_dtype
+from torch_npu_double.emulation.kernel_contracts import refuse, require_dtype
 
 ATB_ROPE = "_npu_rotary_embedding"
 ATB_SOURCE = "op-plugin op_plugin/ops/atb/RopeAtb.cpp; CANN ATB RopeOperation"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vllm_ascend_testing.fresh_interpreter import run_json as run
+from torch_npu_double.fresh_interpreter import run_json as run
 
 EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"}
 
@@ -16,8 +16,8 @@ EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "0.25"}
 def report() -> dict[str, Any]:
     return run("""
         import json, torch, torch_npu
-        from vllm_ascend_testing.npu_emulation.graph_errors import CAPTURE_FAILURES
-        from vllm_ascend_testing.npu_emulation.graphs import NPUGraph
+        from torch_npu_double.emulation.graph_errors import CAPTURE_FAILURES
+        from torch_npu_double.emulation.graphs import NPUGraph
         out = {}
         npu = torch.npu
         x = torch.zeros(4, device="npu")
@@ -93,7 +93,7 @@ def report() -> dict[str, Any]:
 
         # host ops: replays and the ops outside them, across host-wrapper ops (vLLM's
         # attention entry points run between PIECEWISE pieces)
-        from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
+        from torch_npu_double.emulation.host_ops import HostOpCounter
         lib = torch.library.Library("vllm", "FRAGMENT")
         lib.define("emulation_test_wrapper(Tensor x) -> Tensor")
         lib.impl("emulation_test_wrapper", lambda t: t * 3.0, "PrivateUse1")

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vllm_ascend_testing.npu_emulation import graphs
-from vllm_ascend_testing.npu_emulation.capture_rules import reads_host
-from vllm_ascend_testing.npu_emulation.host_code import is_host_code, npu_tensors, run_host_code
+from torch_npu_double.emulation import graphs
+from torch_npu_double.emulation.capture_rules import reads_host
+from torch_npu_double.emulation.host_code import is_host_code, npu_tensors, run_host_code
 
 _aten = torch.ops.aten
 _UNSIZED_REPEAT_INTERLEAVE = (_aten.repeat_interleave.Tensor, _aten.repeat_interleave.self_Tensor)

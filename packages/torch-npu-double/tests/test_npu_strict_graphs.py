@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vllm_ascend_testing.fresh_interpreter import run_json as run
+from torch_npu_double.fresh_interpreter import run_json as run
 
 EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
 
@@ -216,7 +216,7 @@ def report() -> dict[str, Any]:
         out["rope_other_tokens"] = capture(lambda: rope(3))
 
         # --- sync counting (outside captures)
-        from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
+        from torch_npu_double.emulation.host_ops import HostOpCounter
         lens = torch.tensor([2, 1, 3], device="npu")
         ids = torch.arange(3, device="npu")
         counts, waits = {}, {}

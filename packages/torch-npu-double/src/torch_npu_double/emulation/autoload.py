@@ -13,7 +13,7 @@ def autoload() -> None:
     """Install the emulated NPUs when ``VLLM_ASCEND_EMULATED_NPUS`` asks for them."""
     if not os.environ.get("VLLM_ASCEND_EMULATED_NPUS", "").strip():
         return
-    from vllm_ascend_testing.npu_emulation.device import install
-    from vllm_ascend_testing.npu_emulation.settings import from_environ
+    from torch_npu_double.emulation.device import install
+    from torch_npu_double.emulation.settings import from_environ
 
     install(from_environ())

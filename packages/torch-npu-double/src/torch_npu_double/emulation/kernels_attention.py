@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation.kernel_contracts import (
+from torch_npu_double.emulation.kernel_contracts import (
     refuse,
     require_contiguous,
     require_dtype,

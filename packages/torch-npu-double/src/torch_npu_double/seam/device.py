@@ -13,7 +13,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tools.npu_seam.record import signature_from_text
+from torch_npu_double.record import signature_from_text
 
 
 class FakeStream:

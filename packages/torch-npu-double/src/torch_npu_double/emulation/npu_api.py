@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation import graphs, streams, task_updates
-from vllm_ascend_testing.npu_emulation.memory import EmulatedHbm, device_index
-from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
-from vllm_ascend_testing.npu_emulation.signatures import bound
+from torch_npu_double.emulation import graphs, streams, task_updates
+from torch_npu_double.emulation.memory import EmulatedHbm, device_index
+from torch_npu_double.emulation.settings import EmulationSettings
+from torch_npu_double.emulation.signatures import bound
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.npu_seam.fake_module import FakeTorchNpu, install
+from torch_npu_double.seam.fake_module import FakeTorchNpu, install
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from vllm_ascend_testing.npu_emulation.record import load_record
+from torch_npu_double.emulation.record import load_record
 
 F = TypeVar("F", bound=Callable[..., Any])
 

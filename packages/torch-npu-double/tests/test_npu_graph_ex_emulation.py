@@ -23,8 +23,8 @@ def report() -> dict[str, Any]:
         from ascend_graph import GraphFusionPassManager, compile_graph
         from ascend_graph.npu_graph_ex import NpuGraphOptions, load_extension
         from torch.utils._python_dispatch import TorchDispatchMode
-        from vllm_ascend_testing.npu_emulation.device import installed
-        from vllm_ascend_testing.npu_emulation.host_code import BACKEND_KEYS
+        from torch_npu_double.emulation.device import installed
+        from torch_npu_double.emulation.host_code import BACKEND_KEYS
 
         class DeviceOps(TorchDispatchMode):
             # ascend.* ops are followed into their PrivateUse1 kernel (the NPU adapter)

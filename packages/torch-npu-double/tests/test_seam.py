@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import torch
 
-from tools.npu_seam import ATB_MISSING, ContractViolation, FakeTorchNpu, install, load_record
-from tools.npu_seam.fixtures import fake_torch_npu  # noqa: F401  (fixture)
+from torch_npu_double.seam import ATB_MISSING, ContractViolation, FakeTorchNpu, install, load_record
+from torch_npu_double.seam.fixtures import fake_torch_npu  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 RECORD = load_record()

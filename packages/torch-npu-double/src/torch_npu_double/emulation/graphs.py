@@ -38,20 +38,20 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_unflatten
 
-from vllm_ascend_testing.npu_emulation.capture_rules import (
+from torch_npu_double.emulation.capture_rules import (
     NOT_ALLOWED,
     copies_pageable,
     reads_host,
 )
-from vllm_ascend_testing.npu_emulation.graph_errors import (
+from torch_npu_double.emulation.graph_errors import (
     CAPTURE_FAILURES,
     GraphCaptureNotAllowed,
     GraphReplayError,
 )
-from vllm_ascend_testing.npu_emulation.host_code import is_host_code, npu_tensors, run_host_code
-from vllm_ascend_testing.npu_emulation.recorded_ops import EventNode, RecordedOp, record
-from vllm_ascend_testing.npu_emulation.signatures import bound
-from vllm_ascend_testing.npu_emulation.update_queue import QUEUE
+from torch_npu_double.emulation.host_code import is_host_code, npu_tensors, run_host_code
+from torch_npu_double.emulation.recorded_ops import EventNode, RecordedOp, record
+from torch_npu_double.emulation.signatures import bound
+from torch_npu_double.emulation.update_queue import QUEUE
 
 _POOL_IDS = itertools.count(1)
 _aten = torch.ops.aten

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-from vllm_ascend_testing.npu_emulation.graph_ex import GraphExTally, extension_modules
+from torch_npu_double.emulation.graph_ex import GraphExTally, extension_modules
 
-from tools.npu_seam.device import FakeNpuApi
-from tools.npu_seam.kernels import FakeKernels, KernelCall
-from tools.npu_seam.record import load_record
+from torch_npu_double.seam.device import FakeNpuApi
+from torch_npu_double.seam.kernels import FakeKernels, KernelCall
+from torch_npu_double.record import load_record
 
 #: What torch_npu's lazy ATB wrapper raises when NNAL's libatb.so cannot be loaded.
 ATB_MISSING = "libatb.so: cannot open shared object file: No such file or directory"

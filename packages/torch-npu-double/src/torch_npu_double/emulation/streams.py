@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation import graphs
-from vllm_ascend_testing.npu_emulation.signatures import bound, check_call
-from vllm_ascend_testing.npu_emulation.update_queue import QUEUE
+from torch_npu_double.emulation import graphs
+from torch_npu_double.emulation.signatures import bound, check_call
+from torch_npu_double.emulation.update_queue import QUEUE
 
 
 class Stream(torch.Stream):

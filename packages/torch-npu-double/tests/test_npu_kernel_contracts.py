@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vllm_ascend_testing.fresh_interpreter import run_json as run
+from torch_npu_double.fresh_interpreter import run_json as run
 
 EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
 

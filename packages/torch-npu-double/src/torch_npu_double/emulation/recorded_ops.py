@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from vllm_ascend_testing.npu_emulation.kernels import UNMARKED_WRITES
-from vllm_ascend_testing.npu_emulation.update_queue import QUEUE
+from torch_npu_double.emulation.kernels import UNMARKED_WRITES
+from torch_npu_double.emulation.update_queue import QUEUE
 
 
 def snapshot(value: Any) -> Any:

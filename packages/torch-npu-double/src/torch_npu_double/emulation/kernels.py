@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
-from vllm_ascend_testing.npu_emulation import kernels_attention, kernels_rope
-from vllm_ascend_testing.npu_emulation.kernel_contracts import (
+from torch_npu_double.emulation import kernels_attention, kernels_rope
+from torch_npu_double.emulation.kernel_contracts import (
     bind,
     check_recorded,
     refuse,
     require_dtype,
 )
-from vllm_ascend_testing.npu_emulation.record import load_record
+from torch_npu_double.emulation.record import load_record
 
 NAMESPACE = "torch_npu_emulated"
 NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

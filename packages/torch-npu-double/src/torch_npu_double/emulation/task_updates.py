@@ -23,13 +23,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vllm_ascend_testing.npu_emulation.graph_errors import GraphReplayError
-from vllm_ascend_testing.npu_emulation.graphs import THREAD, TaskGroupHandle
-from vllm_ascend_testing.npu_emulation.host_code import is_host_code, run_host_code
-from vllm_ascend_testing.npu_emulation.kernel_contracts import bind
-from vllm_ascend_testing.npu_emulation.recorded_ops import RecordedOp, snapshot, writes_arguments
-from vllm_ascend_testing.npu_emulation.signatures import bound
-from vllm_ascend_testing.npu_emulation.update_queue import QUEUE, PendingUpdate
+from torch_npu_double.emulation.graph_errors import GraphReplayError
+from torch_npu_double.emulation.graphs import THREAD, TaskGroupHandle
+from torch_npu_double.emulation.host_code import is_host_code, run_host_code
+from torch_npu_double.emulation.kernel_contracts import bind
+from torch_npu_double.emulation.recorded_ops import RecordedOp, snapshot, writes_arguments
+from torch_npu_double.emulation.signatures import bound
+from torch_npu_double.emulation.update_queue import QUEUE, PendingUpdate
 
 
 def _tensors_by_name(func: Any, args: tuple[Any, ...],

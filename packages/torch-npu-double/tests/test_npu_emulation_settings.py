@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from vllm_ascend_testing.npu_emulation import build, settings
-from vllm_ascend_testing.npu_emulation.settings import EmulationSettingsError, from_environ
+from torch_npu_double.emulation import build, settings
+from torch_npu_double.emulation.settings import EmulationSettingsError, from_environ
 
 
 def test_defaults_are_32_gib_and_an_a2_part() -> None:
@@ -173,7 +173,7 @@ def test_build_dir_is_per_torch_version_and_source(monkeypatch: pytest.MonkeyPat
 CONCURRENT_BUILD = """
 import os, sys, time
 from pathlib import Path
-from vllm_ascend_testing.npu_emulation import build
+from torch_npu_double.emulation import build
 
 log = Path(sys.argv[1])
 

@@ -13,10 +13,10 @@ from torch.utils.backend_registration import (
     rename_privateuse1_backend,
 )
 
-from vllm_ascend_testing.npu_emulation import build, graphs, hccl, kernels, kernels_rope, npu_api
-from vllm_ascend_testing.npu_emulation.graph_ex import GraphExTally, extension_modules
-from vllm_ascend_testing.npu_emulation.record import load_record
-from vllm_ascend_testing.npu_emulation.settings import EmulationSettings
+from torch_npu_double.emulation import build, graphs, hccl, kernels, kernels_rope, npu_api
+from torch_npu_double.emulation.graph_ex import GraphExTally, extension_modules
+from torch_npu_double.emulation.record import load_record
+from torch_npu_double.emulation.settings import EmulationSettings
 
 #: Dtypes torch_npu leaves out of the generated ``npu`` methods (its backend registration).
 UNSUPPORTED_DTYPES = [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32, torch.qint8]

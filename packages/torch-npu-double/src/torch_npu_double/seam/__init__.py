@@ -26,7 +26,7 @@ the real one rejects:
 
 API::
 
-    from tools.npu_seam import install
+    from torch_npu_double.seam import install
     fake = install(monkeypatch, soc_id=256)        # sys.modules + torch.npu, undone by monkeypatch
     ...; fake.close()
 
@@ -38,9 +38,9 @@ indirectly with a dict of ``install`` options. ``load_record()`` gives the recor
 
 from __future__ import annotations
 
-from tools.npu_seam.fake_module import ATB_MISSING, FakeTorchNpu, install
-from tools.npu_seam.kernels import ContractViolation, FakeKernels, KernelCall
-from tools.npu_seam.record import load_record, locked_torch_npu_version, signature_from_text
+from torch_npu_double.seam.fake_module import ATB_MISSING, FakeTorchNpu, install
+from torch_npu_double.seam.kernels import ContractViolation, FakeKernels, KernelCall
+from torch_npu_double.record import load_record, locked_torch_npu_version, signature_from_text
 
 __all__ = [
     "ATB_MISSING",
