@@ -1,4 +1,4 @@
-"""tools.npu_seam: the fake torch_npu rejects what the real one rejects.
+"""torch_npu_double.seam: the fake torch_npu rejects what the real one rejects.
 
 Expected values come from the record of the real wheel: the output rules are checked against
 the wheel's own meta functions (their recorded source, executed on meta tensors), the
@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from torch_npu_double.seam import ATB_MISSING, ContractViolation, FakeTorchNpu, install, load_record
 from torch_npu_double.seam.fixtures import fake_torch_npu  # noqa: F401  (fixture)
 

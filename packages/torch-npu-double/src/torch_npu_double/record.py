@@ -1,4 +1,5 @@
-"""The checked-in record of the real torch-npu wheel (written by ``tools/torch_npu_schemas.py``)."""
+"""The checked-in record of the real torch-npu wheel, ``torch_npu-<version>.json`` beside this
+module (written by the repository's ``tools/torch_npu_schemas.py``)."""
 
 from __future__ import annotations
 
@@ -12,26 +13,40 @@ from typing import Any
 import tomllib
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 
 #: Stands in for a default the JSON records as source text that is not a literal.
 NON_LITERAL_DEFAULT = object()
 
 
-def locked_torch_npu_version(lock: Path = ROOT / "uv.lock") -> str:
-    """The torch-npu version ``uv.lock`` resolves (the record the seam loads by default)."""
-    data = tomllib.loads(lock.read_text(encoding="utf-8"))
+def workspace_lock() -> Path:
+    """The ``uv.lock`` of the workspace this member lives in (it is never installed elsewhere)."""
+    for parent in HERE.parents:
+        if (parent / "uv.lock").is_file() and (parent / "packages").is_dir():
+            return parent / "uv.lock"
+    raise FileNotFoundError(
+        f"torch_npu_double reads the torch-npu version from the workspace's uv.lock, and {HERE} "
+        "is not inside a workspace; pass the version to load_record()")
+
+
+def locked_torch_npu_version(lock: Path | None = None) -> str:
+    """The torch-npu version ``lock`` (default: the workspace's ``uv.lock``) resolves."""
+    data = tomllib.loads((lock or workspace_lock()).read_text(encoding="utf-8"))
     versions = {p["version"] for p in data.get("package", []) if p.get("name") == "torch-npu"}
     if len(versions) != 1:
         raise ValueError(f"uv.lock holds {sorted(versions) or 'no'} torch-npu versions")
     return str(versions.pop())
 
 
+def record_path(version: str) -> Path:
+    """Where the record of torch-npu ``version`` is (or would be) kept."""
+    return HERE / f"torch_npu-{version}.json"
+
+
 @functools.cache
 def load_record(version: str | None = None) -> dict[str, Any]:
     """The record of torch-npu ``version`` (default: the locked one); read-only by convention."""
     version = version or locked_torch_npu_version()
-    path = HERE / f"torch_npu-{version}.json"
+    path = record_path(version)
     if not path.exists():
         raise FileNotFoundError(
             f"no record {path.name}; run `python tools/torch_npu_schemas.py --version {version}`"

@@ -1,9 +1,10 @@
 """Build (once per torch version and source) and load the C++ half of the emulated device.
 
-The build lands in a cache directory that passes the plugin's root rule (``vllm_ascend.base.
-trusted_paths``): every directory from ``/`` down is this user's or root's and not writable by
-group or others (sticky ones such as ``/tmp`` aside), every symlink on the way is this user's or
-root's, and the cache and build folders themselves are this user's, mode 0700 when created.
+The build lands in a cache directory that passes the root rule (``trusted_cache``, the same
+rule as the plugin's cache roots): every directory from ``/`` down is this user's or root's and
+not writable by group or others (sticky ones such as ``/tmp`` aside), every symlink on the way
+is this user's or root's, and the cache and build folders themselves are this user's, mode
+0700 when created.
 Another user could otherwise swap the library this process loads. The library is then opened
 relative to the checked build folder (no symlink, a regular file of this user) and loaded
 through that open descriptor, so what was checked is what is loaded. Concurrent first builds
@@ -23,12 +24,16 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-from vllm_ascend.base.trusted_paths import UntrustedPathError, make_private_dir, open_trusted_dir
-from vllm_ascend.base.trusted_roots import own_cache_dir
+from torch_npu_double.emulation.trusted_cache import (
+    UntrustedPathError,
+    make_private_dir,
+    open_trusted_dir,
+    own_cache_dir,
+)
 
 CACHE_VAR = "VLLM_ASCEND_EMULATION_CACHE"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
-EXTENSION = "_vllm_ascend_npu_emulation"
+EXTENSION = "_torch_npu_double_emulation"
 # O_NONBLOCK: a FIFO planted under the library's name must not block the open.
 _LIBRARY_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -38,13 +43,14 @@ class EmulationBuildError(RuntimeError):
 
 
 def cache_root() -> Path:
-    """``$VLLM_ASCEND_EMULATION_CACHE`` or ``$XDG_CACHE_HOME``/``~/.cache`` + the harness."""
+    """``$VLLM_ASCEND_EMULATION_CACHE``, else ``torch-npu-double/npu-emulation`` in
+    ``$XDG_CACHE_HOME`` or ``~/.cache``."""
     override = os.environ.get(CACHE_VAR)
     if override:
         return Path(override)
     # own_cache_dir: the stand-in home's cache when there is no home (Path.home() would raise).
     base = os.environ.get("XDG_CACHE_HOME") or str(own_cache_dir())
-    return Path(base) / "vllm-ascend-testing" / "npu-emulation"
+    return Path(base) / "torch-npu-double" / "npu-emulation"
 
 
 def private_dir(path: Path) -> Path:
@@ -83,15 +89,16 @@ def _load_checked(folder: Path, name: str) -> ModuleType:
     following a symlink, refused unless it is this user's regular file, loaded through the
     open descriptor."""
     try:
-        trusted = open_trusted_dir(folder)
+        folder_fd, _ = open_trusted_dir(folder)
     except UntrustedPathError as exc:
         raise EmulationBuildError(f"the emulated NPU's build folder is not safe: {exc}") from None
-    with trusted:
-        try:
-            fd = os.open(name, _LIBRARY_FLAGS, dir_fd=trusted.fd)
-        except OSError as exc:
-            raise EmulationBuildError(
-                f"cannot open {folder / name} (a symlink is refused): {exc.strerror}") from None
+    try:
+        fd = os.open(name, _LIBRARY_FLAGS, dir_fd=folder_fd)
+    except OSError as exc:
+        raise EmulationBuildError(
+            f"cannot open {folder / name} (a symlink is refused): {exc.strerror}") from None
+    finally:
+        os.close(folder_fd)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():

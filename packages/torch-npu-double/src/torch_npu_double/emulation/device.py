@@ -12,11 +12,10 @@ from torch.utils.backend_registration import (
     generate_methods_for_privateuse1_backend,
     rename_privateuse1_backend,
 )
-
 from torch_npu_double.emulation import build, graphs, hccl, kernels, kernels_rope, npu_api
 from torch_npu_double.emulation.graph_ex import GraphExTally, extension_modules
-from torch_npu_double.emulation.record import load_record
 from torch_npu_double.emulation.settings import EmulationSettings
+from torch_npu_double.record import load_record
 
 #: Dtypes torch_npu leaves out of the generated ``npu`` methods (its backend registration).
 UNSUPPORTED_DTYPES = [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32, torch.qint8]
@@ -111,7 +110,7 @@ def _seeded_by_cpu(seed: int) -> None:
 
 
 def _torch_npu_module(npu: ModuleType) -> ModuleType:
-    tnpu = ModuleType("torch_npu", "The emulated torch_npu (vllm_ascend_testing.npu_emulation).")
+    tnpu = ModuleType("torch_npu", "The emulated torch_npu (torch_npu_double.emulation).")
     tnpu.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None, is_package=True)
     # find_spec("torch_npu") (accelerate, transformers) raises on a module without a spec.
     tnpu.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)

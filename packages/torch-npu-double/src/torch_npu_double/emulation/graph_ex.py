@@ -1,8 +1,8 @@
 """The emulated npugraph_ex and torchair, shaped like the ones bundled in the torch-npu wheel.
 
 One implementation for the emulated device (``device.install``) and for the unit-test seam
-(``tools/npu_seam``), both built from the record of the real wheel
-(``tools/npu_seam/torch_npu-<version>.json`` ``graph_extensions``):
+(``torch_npu_double/seam``), both built from the record of the real wheel
+(``torch_npu_double/torch_npu-<version>.json`` ``graph_extensions``):
 
 - Module names are the real ones (``torch_npu.dynamo``, ``torch_npu.dynamo.npugraph_ex`` with
   ``configs.compiler_config`` and ``npu_fx_compiler``, ``torch_npu.dynamo.torchair``); torch_npu

@@ -22,7 +22,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-
 from torch_npu_double.emulation import kernels_attention, kernels_rope
 from torch_npu_double.emulation.kernel_contracts import (
     bind,
@@ -30,7 +29,7 @@ from torch_npu_double.emulation.kernel_contracts import (
     refuse,
     require_dtype,
 )
-from torch_npu_double.emulation.record import load_record
+from torch_npu_double.record import load_record
 
 NAMESPACE = "torch_npu_emulated"
 NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

@@ -13,7 +13,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-
 from torch_npu_double.emulation.kernel_contracts import (
     refuse,
     require_contiguous,

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torch_npu_double.emulation.record import load_record
+from torch_npu_double.record import load_record
 
 NPUS_VAR = "VLLM_ASCEND_EMULATED_NPUS"
 HBM_VAR = "VLLM_ASCEND_EMULATED_HBM_GIB"

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from torch_npu_double.emulation.record import load_record
+from torch_npu_double.record import load_record
 
 F = TypeVar("F", bound=Callable[..., Any])
 

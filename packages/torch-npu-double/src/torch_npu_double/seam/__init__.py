@@ -21,7 +21,7 @@ the real one rejects:
   and ``sys.modules`` aliases; configs raise ``ValueError`` on unknown options;
   ``_NpuFxCompiler`` only in ``npu_fx_compiler``; ``_get_compiled_gm(self, gm,
   example_inputs)`` returns an object with ``get_code()`` and no ``code``. They are the
-  emulated device's (``vllm_ascend_testing.npu_emulation.graph_ex``, one implementation for
+  emulated device's (``torch_npu_double.emulation.graph_ex``, one implementation for
   both); ``fake.graph_ex`` counts the graphs they compiled and ran.
 
 API::
@@ -31,16 +31,16 @@ API::
     ...; fake.close()
 
 or the ``fake_torch_npu`` fixture (re-export it from a conftest:
-``from tools.npu_seam.fixtures import fake_torch_npu  # noqa: F401``), parametrizable
+``from torch_npu_double.seam.fixtures import fake_torch_npu  # noqa: F401``), parametrizable
 indirectly with a dict of ``install`` options. ``load_record()`` gives the record itself
 (``soc_versions``, ``requires_torch``, ``python_apis``, ...).
 """
 
 from __future__ import annotations
 
+from torch_npu_double.record import load_record, locked_torch_npu_version, signature_from_text
 from torch_npu_double.seam.fake_module import ATB_MISSING, FakeTorchNpu, install
 from torch_npu_double.seam.kernels import ContractViolation, FakeKernels, KernelCall
-from torch_npu_double.record import load_record, locked_torch_npu_version, signature_from_text
 
 __all__ = [
     "ATB_MISSING",

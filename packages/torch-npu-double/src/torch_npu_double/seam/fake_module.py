@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 import torch
 from torch_npu_double.emulation.graph_ex import GraphExTally, extension_modules
-
+from torch_npu_double.record import load_record
 from torch_npu_double.seam.device import FakeNpuApi
 from torch_npu_double.seam.kernels import FakeKernels, KernelCall
-from torch_npu_double.record import load_record
 
 #: What torch_npu's lazy ATB wrapper raises when NNAL's libatb.so cannot be loaded.
 ATB_MISSING = "libatb.so: cannot open shared object file: No such file or directory"
@@ -31,7 +30,7 @@ class FakeTorchNpu(types.ModuleType):
     ``kernels`` holds the recorded kernel calls (``calls``, ``last(op)``, ``marker(op, i)``);
     ``npu`` the device/stream/graph/memory fakes (``npu.calls``, ``npu.called(name)``);
     ``graph_ex`` what the bundled npugraph_ex/torchair compiled and ran (the emulated device's
-    extensions, ``vllm_ascend_testing.npu_emulation.graph_ex``).
+    extensions, ``torch_npu_double.emulation.graph_ex``).
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 :data:`SOC_VERSIONS` lists every member of the ``SocVersion`` enum of torch-npu 2.13.0
 (``torch_npu/include/torch_npu/csrc/core/npu/NpuVariables.h``, recorded in
-``tools/npu_seam/torch_npu-2.13.0.json``) with the SoC family this plugin runs it as; ``None``
+``torch_npu_double/torch_npu-2.13.0.json``) with the SoC family this plugin runs it as; ``None``
 marks a part the plugin does not run on (Ascend 910 first generation, 310B).
 
 What :func:`soc_for_id` does with an id:

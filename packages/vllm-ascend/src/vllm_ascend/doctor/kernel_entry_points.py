@@ -1,5 +1,5 @@
 """What the plugin's NPU kernels need from the installed CANN, as recorded from the torch-npu
-wheel of this release (``tools/npu_seam/torch_npu-<version>.json``; a test fails when this
+wheel of this release (``torch_npu_double/torch_npu-<version>.json``; a test fails when this
 module and the record disagree).
 
 - :data:`ACLNN`: the ``aclnn*`` entry points of CANN's operator library each torch_npu kernel
