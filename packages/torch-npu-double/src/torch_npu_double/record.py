@@ -14,10 +14,6 @@ import tomllib
 
 HERE = Path(__file__).resolve().parent
 
-#: Stands in for a default the JSON records as source text that is not a literal.
-NON_LITERAL_DEFAULT = object()
-
-
 def workspace_lock() -> Path:
     """The ``uv.lock`` of the workspace this member lives in (it is never installed elsewhere)."""
     for parent in HERE.parents:
@@ -55,6 +51,16 @@ def load_record(version: str | None = None) -> dict[str, Any]:
     return record
 
 
+class RecordedDefault:
+    """A recorded default, shown as its source text (the doubles bind calls, never use it)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __repr__(self) -> str:
+        return self.source
+
+
 def signature_from_text(text: str) -> inspect.Signature:
     """``"(device=None, *, flag=True, **kwargs)"`` -> an ``inspect.Signature`` to ``bind``."""
     fn = ast.parse(f"def f{text}: pass").body[0]
@@ -63,12 +69,7 @@ def signature_from_text(text: str) -> inspect.Signature:
     P = inspect.Parameter
 
     def default(node: ast.expr | None) -> Any:
-        if node is None:
-            return P.empty
-        try:
-            return ast.literal_eval(node)
-        except ValueError:
-            return NON_LITERAL_DEFAULT
+        return P.empty if node is None else RecordedDefault(ast.unparse(node))
 
     params: list[inspect.Parameter] = []
     positional = [*args.posonlyargs, *args.args]

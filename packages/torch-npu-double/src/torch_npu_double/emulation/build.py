@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+
 from torch_npu_double.emulation.trusted_cache import (
     UntrustedPathError,
     make_private_dir,

@@ -12,6 +12,7 @@ from torch.utils.backend_registration import (
     generate_methods_for_privateuse1_backend,
     rename_privateuse1_backend,
 )
+
 from torch_npu_double.emulation import build, graphs, hccl, kernels, kernels_rope, npu_api
 from torch_npu_double.emulation.graph_ex import GraphExTally, extension_modules
 from torch_npu_double.emulation.settings import EmulationSettings

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_unflatten
+
 from torch_npu_double.emulation.capture_rules import (
     NOT_ALLOWED,
     copies_pageable,

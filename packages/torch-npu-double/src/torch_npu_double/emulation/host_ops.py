@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
 from torch_npu_double.emulation import graphs
 from torch_npu_double.emulation.capture_rules import reads_host
 from torch_npu_double.emulation.host_code import is_host_code, npu_tensors, run_host_code

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+
 from torch_npu_double.emulation import kernels_attention, kernels_rope
 from torch_npu_double.emulation.kernel_contracts import (
     bind,

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+
 from torch_npu_double.emulation.kernel_contracts import (
     refuse,
     require_contiguous,

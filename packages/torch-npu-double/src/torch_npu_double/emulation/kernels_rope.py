@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from torch_npu_double.emulation.kernel_contracts import refuse, require_dtype
 
 ATB_ROPE = "_npu_rotary_embedding"

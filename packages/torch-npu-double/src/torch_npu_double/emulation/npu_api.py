@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+
 from torch_npu_double.emulation import graphs, streams, task_updates
 from torch_npu_double.emulation.memory import EmulatedHbm, device_index
 from torch_npu_double.emulation.settings import EmulationSettings

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
+
 from torch_npu_double.emulation.kernels import UNMARKED_WRITES
 from torch_npu_double.emulation.update_queue import QUEUE
 

@@ -6,13 +6,12 @@ argument) raises the same ``TypeError`` here, before the emulation runs it.
 
 from __future__ import annotations
 
-import ast
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from torch_npu_double.record import load_record
+from torch_npu_double.record import load_record, signature_from_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,39 +24,6 @@ def recorded_signature(name: str) -> inspect.Signature:
         raise KeyError(f"torch.npu.{name} is not in the torch_npu record; add it to "
                        "tools/torch_npu_tables.py PYTHON_APIS and re-run torch_npu_schemas.py")
     return signature_from_text(apis[name]["signature"])
-
-
-class _Default:
-    """A recorded default, shown as its source text (the emulation never uses its value)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def __repr__(self) -> str:
-        return self.source
-
-
-def signature_from_text(text: str) -> inspect.Signature:
-    fn = ast.parse(f"def f{text}: pass").body[0]
-    assert isinstance(fn, ast.FunctionDef)
-    args = fn.args
-    P = inspect.Parameter
-    params: list[inspect.Parameter] = []
-    positional = [*args.posonlyargs, *args.args]
-    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
-    defaults += list(args.defaults)
-    for i, (arg, node) in enumerate(zip(positional, defaults, strict=True)):
-        kind = P.POSITIONAL_ONLY if i < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
-        default = P.empty if node is None else _Default(ast.unparse(node))
-        params.append(P(arg.arg, kind, default=default))
-    if args.vararg is not None:
-        params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
-    for arg, kw in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-        params.append(P(arg.arg, P.KEYWORD_ONLY,
-                        default=P.empty if kw is None else _Default(ast.unparse(kw))))
-    if args.kwarg is not None:
-        params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
-    return inspect.Signature(params)
 
 
 def check_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

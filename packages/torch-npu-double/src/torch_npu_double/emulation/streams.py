@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import torch
+
 from torch_npu_double.emulation import graphs
 from torch_npu_double.emulation.signatures import bound, check_call
 from torch_npu_double.emulation.update_queue import QUEUE

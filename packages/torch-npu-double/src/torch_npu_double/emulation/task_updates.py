@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
 from torch_npu_double.emulation.graph_errors import GraphReplayError
 from torch_npu_double.emulation.graphs import THREAD, TaskGroupHandle
 from torch_npu_double.emulation.host_code import is_host_code, run_host_code

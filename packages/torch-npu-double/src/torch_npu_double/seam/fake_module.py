@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from torch_npu_double.emulation.graph_ex import GraphExTally, extension_modules
 from torch_npu_double.record import load_record
 from torch_npu_double.seam.device import FakeNpuApi

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 from torch_npu_double.seam.fake_module import FakeTorchNpu, install
 
 
