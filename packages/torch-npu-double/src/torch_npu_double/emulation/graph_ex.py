@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from torch_npu_double.emulation.signatures import signature_from_text
+from torch_npu_double.record import signature_from_text
 
 #: Op namespaces a tally leaves out: torch's own; what is left is the model's device ops.
 _TORCH_NAMESPACES = frozenset({"aten", "prims", "_operator", "operator", "builtins"})
