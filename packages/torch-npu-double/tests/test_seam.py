@@ -19,7 +19,7 @@ import torch
 from torch_npu_double.seam import ATB_MISSING, ContractViolation, FakeTorchNpu, install, load_record
 from torch_npu_double.seam.fixtures import fake_torch_npu  # noqa: F401  (fixture)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECORD = load_record()
 BF16 = torch.bfloat16
 E4M3_ID = 24  # what the dispatcher passes for dst_type=torch.float8_e4m3fn (an int argument)
