@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record the parts of the real torch-npu wheel this project binds to, as a checked-in JSON.
 
-The fake NPU seam of the tests (``torch_npu_double/seam``) is built from that JSON, so every fake
+The fake NPU seam of the tests (``torch_npu_double.seam``) is built from that JSON, so every fake
 kernel and API has the real library's schema. The tool downloads the torch-npu wheel of the
 locked torch release (``pip download --no-deps`` with this interpreter's pip; never
 installed), unzips it and records:

@@ -1,5 +1,5 @@
 """The doctor's recorded facts and its ELF reader against independent sources: the torch-npu
-wheel record (``torch_npu_double/seam``), real shared libraries of this environment, and a library
+wheel record (``torch_npu_double.record``), real shared libraries of this environment, and a library
 built by the system C compiler."""
 
 from __future__ import annotations

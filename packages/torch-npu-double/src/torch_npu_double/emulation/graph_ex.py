@@ -1,7 +1,7 @@
 """The emulated npugraph_ex and torchair, shaped like the ones bundled in the torch-npu wheel.
 
 One implementation for the emulated device (``device.install``) and for the unit-test seam
-(``torch_npu_double/seam``), both built from the record of the real wheel
+(``torch_npu_double.seam``), both built from the record of the real wheel
 (``torch_npu_double/torch_npu-<version>.json`` ``graph_extensions``):
 
 - Module names are the real ones (``torch_npu.dynamo``, ``torch_npu.dynamo.npugraph_ex`` with
