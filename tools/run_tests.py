@@ -39,6 +39,7 @@ SUITES = (
     "packages/ascend-graph/tests",
     "packages/vllm-ascend/tests",
     "packages/vllm-ascend-testing/tests",
+    "packages/torch-npu-double/tests",
     "tools/tests",
     "benchmarks/tests",
     "tests/integration",
@@ -64,7 +65,8 @@ INTEGRATION_SHARDS: tuple[tuple[str, ...], ...] = (
 # run alone at the end. Anything not listed counts as DEFAULT_SECONDS.
 SECONDS = {
     "packages/vllm-ascend/tests": 290, "packages/ascend-kernels/tests": 66,
-    "packages/vllm-ascend-testing/tests": 80, "tools/tests": 30,
+    "packages/vllm-ascend-testing/tests": 15, "packages/torch-npu-double/tests": 70,
+    "tools/tests": 30,
     "packages/ascend-graph/tests": 28, "packages/ascend-config/tests": 20,
     "packages/ascend-topology/tests": 13, "benchmarks/tests": 90,
     "test_parallel.py": 320, "test_fusion_e2e.py": 150, "test_npu_runtime.py": 460,

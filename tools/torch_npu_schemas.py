@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record the parts of the real torch-npu wheel this project binds to, as a checked-in JSON.
 
-The fake NPU seam of the tests (``tools/npu_seam``) is built from that JSON, so every fake
+The fake NPU seam of the tests (``torch_npu_double.seam``) is built from that JSON, so every fake
 kernel and API has the real library's schema. The tool downloads the torch-npu wheel of the
 locked torch release (``pip download --no-deps`` with this interpreter's pip; never
 installed), unzips it and records:
@@ -82,7 +82,7 @@ from vllm_ascend.doctor.elf_symbols import read_elf_dynamic
 from vllm_ascend.doctor.kernel_entry_points import ACLNN
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT_DIR = ROOT / "tools" / "npu_seam"
+OUT_DIR = ROOT / "packages" / "torch-npu-double" / "src" / "torch_npu_double"
 
 
 # ---------------------------------------------------------------- the record
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", help="torch-npu release (default: the one in uv.lock)")
     parser.add_argument("--wheel", type=Path, help="use this wheel instead of downloading")
     parser.add_argument(
-        "--out", type=Path, help="JSON path (default: tools/npu_seam/torch_npu-V.json)",
+        "--out", type=Path, help="JSON path (default: torch_npu_double/torch_npu-V.json)",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 if the JSON would change")
     args = parser.parse_args(argv)

@@ -3,8 +3,8 @@ uses: output rules (checked against the wheel's meta functions by ``tools/tests`
 documented input constraints (each quoting ``_op_plugin_docs.py``; a quote missing from the
 wheel stops the tool) and where the ``torch_npu.npu`` APIs are defined.
 
-A new op or API called from ``packages/*/src`` is added here; ``tools/tests/test_npu_seam.py``
-fails until it is.
+A new op or API called from ``packages/*/src`` is added here;
+``packages/torch-npu-double/tests/test_seam.py`` fails until it is.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ CONSTRAINTS: dict[str, list[dict[str, Any]]] = {
 }
 
 # Kernels recorded by schema only (no output rule): the emulated npu device
-# (vllm_ascend_testing.npu_emulation) binds calls to them; the NPU runtime's attention calls them.
+# (torch_npu_double.emulation) binds calls to them; the NPU runtime's attention calls them.
 KERNEL_SCHEMAS = [
     "npu_fused_infer_attention_score", "npu_scatter_pa_kv_cache", "npu_top_k_top_p",
     # FULL-graph attention: the workspace taken once at capture and the FIA form that writes
@@ -201,7 +201,7 @@ KERNEL_SCHEMAS = [
     "npu_quant_matmul",
     # MoE (reference/npu-moe-quant-facts.md §1-2): gating top-k, routing, permute/unpermute,
     # the grouped matmul of the experts and MC2's dispatch/combine; emulated strictly by
-    # vllm_ascend_testing.npu_emulation.kernels_moe.
+    # torch_npu_double.emulation.kernels_moe.
     "npu_moe_gating_top_k", "npu_moe_init_routing_v2", "npu_grouped_matmul",
     "npu_moe_token_permute", "npu_moe_token_unpermute",
     "npu_moe_distribute_dispatch_v2", "npu_moe_distribute_combine_v2",
@@ -230,7 +230,7 @@ PYTHON_APIS: dict[str, tuple[str, str]] = {
     "NPUGraph.capture_end": ("npu/graphs.py", "NPUGraph.capture_end"),
     "graph": ("npu/graphs.py", "graph.__init__"),
     # The rest of the upstream dense path's torch.npu APIs (npu-runtime-facts 1.2), which the
-    # emulated device (vllm_ascend_testing.npu_emulation) binds every call to.
+    # emulated device (torch_npu_double.emulation) binds every call to.
     "current_device": ("npu/utils.py", "current_device"),
     "device": ("npu/utils.py", "device.__init__"),
     "set_stream": ("npu/utils.py", "set_stream"),

@@ -21,7 +21,7 @@ import pytest
 
 FAKE_NPU = Path(__file__).resolve().parent / "fake_npu"
 HOST = FAKE_NPU / "hosts" / "two-npu-two-cpu"
-ROOT = Path(__file__).resolve().parents[2]  # the repository (tools.npu_seam)
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 

@@ -18,7 +18,7 @@ call and the KV-cache update, so the kv_cache_attention pass sees neither; with
 FULL_DECODE_ONLY the platform compiles the whole forward as one graph (`splitting_ops=[]`), so
 every pass sees what the host-CPU platform's passes see. The backend then hands the rewritten
 graph to npugraph_ex: on the emulated device that is the harness's npugraph_ex
-(`vllm_ascend_testing.npu_emulation.graph_ex`, under torch_npu's module names), whose compiled
+(`torch_npu_double.emulation.graph_ex`, under torch_npu's module names), whose compiled
 graph runs the graph's ATen and `ascend.*` calls on the `npu` tensors (the `ascend.*` ops
 through their NPU adapters and the emulated torch_npu kernels) and counts the graphs it
 compiled; the runtime's NPUGraph captures those runs as FULL decode graphs.

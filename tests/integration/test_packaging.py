@@ -143,9 +143,10 @@ def test_wheels_carry_their_data_files(wheels: dict[str, Path]) -> None:
         assert not missing, f"{dist} wheel lacks {missing}"
 
 
-# What product code must never reach: the unpublished harness (where the emulated NPU lives),
-# the repository's tools, or the emulation's switches (the same code runs on a real host).
-FORBIDDEN_IMPORTS = ("vllm_ascend_testing", "tools")
+# What product code must never reach: the unpublished harness, the torch_npu double (where the
+# emulated NPU lives), the repository's tools, or the emulation's switches (the same code runs
+# on a real host).
+FORBIDDEN_IMPORTS = ("vllm_ascend_testing", "torch_npu_double", "tools")
 EMULATION_MARKERS = ("VLLM_ASCEND_EMULATED_", "npu_emulation", "_emulated_device")
 
 
@@ -187,11 +188,38 @@ def test_no_published_wheel_imports_the_harness_or_branches_on_emulation(
 
 
 def test_the_scan_sees_a_harness_import_and_an_emulation_switch() -> None:
-    assert _imported_roots("import vllm_ascend_testing.npu_emulation as e") == {
+    assert _imported_roots("import vllm_ascend_testing.llm_worker as w") == {
         "vllm_ascend_testing"}
-    assert _imported_roots("from tools.npu_seam import x") == {"tools"}
+    assert _imported_roots("import torch_npu_double.emulation as e") == {"torch_npu_double"}
+    assert _imported_roots("from tools.vllm_peer_support import x") == {"tools"}
     assert _imported_roots("importlib.import_module('vllm_ascend_testing')") == {
         "vllm_ascend_testing"}
     assert _imported_roots("from . import tools") == set()  # a relative sibling is not tools/
     source = "if os.environ.get('VLLM_ASCEND_EMULATED_NPUS'): pass"
     assert any(m in source for m in EMULATION_MARKERS)
+
+
+def _requirement_names(member: str) -> set[str]:
+    data = tomllib.loads((REPO / "packages" / member / "pyproject.toml").read_text())
+    names = set()
+    for requirement in data["project"].get("dependencies", []):
+        name = requirement.split(";")[0]
+        for stop in "<>=!~[ ":
+            name = name.split(stop)[0]
+        names.add(name.strip().lower().replace("_", "-"))
+    return names
+
+
+def test_the_torch_npu_double_depends_on_neither_vllm_nor_vllm_ascend() -> None:
+    """The double (record, seam, emulation) must run without vLLM: its dependencies, and those
+    of the workspace members it pulls in, name no vllm distribution."""
+    members = {p.parent.name for p in (REPO / "packages").glob("*/pyproject.toml")}
+    seen, pending = set(), ["torch-npu-double"]
+    while pending:
+        member = pending.pop()
+        seen.add(member)
+        pending += sorted(_requirement_names(member) & members - seen)
+    names = set().union(*(_requirement_names(m) for m in seen))
+    assert "ascend-kernels" in names  # the walk read the member's real dependency list
+    assert not {n for n in names if n.startswith("vllm")}, sorted(names)
+    assert not {m for m in seen if m.startswith("vllm")}, sorted(seen)

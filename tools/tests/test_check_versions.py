@@ -128,7 +128,7 @@ def _lock(root: Path, torch: str, npu: str | None) -> None:
 
 
 def _record(root: Path, npu: str, requires: str) -> None:
-    folder = root / "tools" / "npu_seam"
+    folder = root / cv.RECORDS
     folder.mkdir(parents=True, exist_ok=True)
     record = {"torch_npu_version": npu, "requires_torch": requires}
     (folder / f"torch_npu-{npu}.json").write_text(json.dumps(record))

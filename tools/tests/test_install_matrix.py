@@ -23,7 +23,7 @@ def test_the_pins_agree_with_each_other() -> None:
     from vllm_ascend.doctor.supported import TESTED_MAX_EXCLUSIVE, TESTED_MIN
 
     table = {name: version for name, version, _ in im.rows(REPO)}
-    (record_path,) = (REPO / "tools" / "npu_seam").glob("torch_npu-*.json")
+    (record_path,) = (REPO / im.RECORDS).glob("torch_npu-*.json")
     record = json.loads(record_path.read_text(encoding="utf-8"))
     torch = table["torch"].removeprefix("==")
     # the locked torch is the one the recorded torch-npu requires
@@ -48,7 +48,7 @@ def test_a_moved_pin_makes_the_check_fail(tmp_path: Path, path: str, old: str, n
                 "packages/ascend-kernels/pyproject.toml"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, root / rel)
-    shutil.copytree(REPO / "tools" / "npu_seam", root / "tools" / "npu_seam")
+    shutil.copytree(REPO / im.RECORDS, root / im.RECORDS)
     shutil.copytree(REPO / "packages" / "vllm-ascend" / "src",
                     root / "packages" / "vllm-ascend" / "src")
     text = (root / path).read_text(encoding="utf-8")
@@ -95,7 +95,7 @@ def test_the_table_rows_are_the_pins_packaging_reads(tmp_path: Path) -> None:
                 "packages/ascend-kernels/pyproject.toml"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, root / rel)
-    shutil.copytree(REPO / "tools" / "npu_seam", root / "tools" / "npu_seam")
+    shutil.copytree(REPO / im.RECORDS, root / im.RECORDS)
     shutil.copytree(REPO / "packages" / "vllm-ascend" / "src",
                     root / "packages" / "vllm-ascend" / "src")
     text = (root / "pyproject.toml").read_text(encoding="utf-8")

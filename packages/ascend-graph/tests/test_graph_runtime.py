@@ -22,8 +22,7 @@ def test_npu_runtime_uses_torch_npu_lazily_and_restores_gc(monkeypatch) -> None:
     import gc
 
     from ascend_graph import NPUGraphRuntime
-
-    from tools.npu_seam import install
+    from torch_npu_double.seam import install
 
     fake = install(monkeypatch)
     collected: list[int] = []
@@ -88,7 +87,7 @@ def test_recording_runtime_counts_replays_and_keeps_non_tensors() -> None:
 
 
 def test_npu_runtime_weak_ref_and_capture_arguments(monkeypatch) -> None:
-    from tools.npu_seam import install
+    from torch_npu_double.seam import install
 
     fake = install(monkeypatch)
     try:

@@ -1,7 +1,8 @@
 """The NPU graph extension seam: the bundled npugraph_ex / torchair of the schema-bound fake
-torch_npu (``tools.npu_seam``: real module names, config options, ``_get_compiled_gm(self, gm,
-example_inputs)`` returning a ``_CompiledFxGraph`` with ``get_code()``), the compiler config
-each one gets, generated code handed out and loaded back, the error."""
+torch_npu (``torch_npu_double.seam``: real module names, config options,
+``_get_compiled_gm(self, gm, example_inputs)`` returning a ``_CompiledFxGraph`` with
+``get_code()``), the compiler config each one gets, generated code handed out and loaded back,
+the error."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import pytest
 import torch
 from ascend_graph import npu_graph_ex as nge
 from ascend_graph.npu_graph_ex import NpuGraphOptions, NpuGraphUnavailableError
-
-from tools.npu_seam import FakeTorchNpu, install
+from torch_npu_double.seam import FakeTorchNpu, install
 
 OPTIONS = {"force_eager": True, "inplace_pass": False, "clone_input": False,
            "clone_output": False}  # fmt: skip

@@ -104,7 +104,7 @@ def seam_extension(monkeypatch):
     """`seam_extension(fail=False)`: the seam's bundled npugraph_ex (real names and options,
     `_get_compiled_gm(self, gm, example_inputs)` -> `get_code()`), recording the config its
     backend gets; with `fail` every compile raises."""
-    from tools.npu_seam import install
+    from torch_npu_double.seam import install
 
     fakes = []
 

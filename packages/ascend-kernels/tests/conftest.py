@@ -1,4 +1,4 @@
-"""Shared fixtures: the fake ``torch_npu`` of ``tools.npu_seam`` (the only NPU seam here)."""
+"""Shared fixtures: the fake ``torch_npu`` of ``torch_npu_double.seam`` (the only NPU seam here)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Any
 import ascend_kernels  # noqa: F401  (registers torch.ops.ascend.*)
 import pytest
 import torch
-
-from tools.npu_seam import FakeTorchNpu, install
+from torch_npu_double.seam import FakeTorchNpu, install
 
 
 @pytest.fixture
@@ -17,7 +16,7 @@ def fake_npu(
     monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[FakeTorchNpu]:
     """The seam's fake torch_npu (the real wheel's schemas and documented constraints;
-    ``tools/npu_seam``), installed as ``sys.modules["torch_npu"]``; indirect parametrization
+    ``torch_npu_double/seam``), installed as ``sys.modules["torch_npu"]``; indirect parametrization
     passes ``install`` options (``{"atb": False}``)."""
     fake = install(monkeypatch, **getattr(request, "param", {}))
     try:

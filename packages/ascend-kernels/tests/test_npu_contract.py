@@ -1,6 +1,6 @@
 """opcheck-style: every NPU adapter's outputs have the dtypes and shapes of the op's fake.
 
-The adapters run on the fake torch_npu of ``tools.npu_seam`` (outputs built from the real
+The adapters run on the fake torch_npu of ``torch_npu_double.seam`` (outputs built from the real
 wheel's meta functions), with inputs every kernel takes (bfloat16, whole-head rotary of 32,
 int32 offsets), so each adapter really calls its kernel. The expected dtypes and shapes come
 from the ``ascend::`` op's own fake implementation, the contract torch.compile traces with.
@@ -14,8 +14,7 @@ import pytest
 import torch
 from ascend_kernels.ops import SPECS
 from ascend_kernels.registration import fake_impl
-
-from tools.npu_seam import FakeTorchNpu
+from torch_npu_double.seam import FakeTorchNpu
 
 A = torch.ops.ascend
 HEAD = 32

@@ -1,4 +1,4 @@
-"""The NPU registrations, run through the fake torch_npu of ``tools.npu_seam`` (no NPU here).
+"""The NPU registrations, run through the fake torch_npu of ``torch_npu_double.seam`` (no NPU here).
 
 The fake defines the real torch-npu 2.13 op schemas in a scratch namespace (so a wrong arity,
 a positional keyword-only argument or an unknown keyword fails), returns outputs with the
@@ -19,8 +19,7 @@ import torch
 from ascend_kernels.npu_loader import NpuRegistration
 from ascend_kernels.ops import SPECS
 from ascend_kernels.registration import reference_impl
-
-from tools.npu_seam import FakeTorchNpu
+from torch_npu_double.seam import FakeTorchNpu
 
 A = torch.ops.ascend
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32

@@ -1,8 +1,8 @@
 """``ascend_kernels.ops.npu_kernels``: each op's declared NPU kernels, both ways.
 
 Every declared kernel has an entry point in the torch-npu wheel record
-(``tools/npu_seam/torch_npu-<version>.json``), and every NPU adapter, run against the fake
-torch_npu of ``tools/npu_seam`` on inputs its kernels take, touches exactly the torch_npu
+(``torch_npu_double/torch_npu-<version>.json``), and every NPU adapter, run against the fake
+torch_npu of ``torch_npu_double/seam`` on inputs its kernels take, touches exactly the torch_npu
 attributes its op declares (the graph capture of ``paged_attention`` likewise)."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from ascend_kernels.capability import SOCS
 from ascend_kernels.fia_graph import launch_fia_task, new_fia_task
 from ascend_kernels.ops import SPECS
 from ascend_kernels.ops.npu_kernels import NPU_SUPPORT
-
-from tools.npu_seam import FakeTorchNpu
+from torch_npu_double.seam import FakeTorchNpu
 
 from .conftest import valid_arguments
 

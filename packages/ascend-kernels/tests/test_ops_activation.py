@@ -98,7 +98,7 @@ def test_silu_and_mul_bad_input(x: torch.Tensor, message: str) -> None:
 
 
 # ---------------------------------------------------------------- NPU adapters (fake torch_npu)
-# The fake kernels of tools.npu_seam: the real npu_swiglu / npu_mrope schemas (mrope_section
+# The fake kernels of torch_npu_double.seam: the real npu_swiglu / npu_mrope schemas (mrope_section
 # and rotary_mode are keyword-only), outputs shaped by the wheel's meta functions.
 def test_silu_and_mul_maps_to_npu_swiglu(fake_npu_on_cpu: Any) -> None:
     x = torch.randn(3, 8).to(torch.bfloat16)

@@ -18,8 +18,7 @@ import pytest
 import torch
 from ascend_kernels import DeviceMismatchError
 from ascend_kernels.ops import spec
-
-from tools.npu_seam import FakeTorchNpu
+from torch_npu_double.seam import FakeTorchNpu
 
 from .exact_messages import Message, exact_message_test, positional_args
 

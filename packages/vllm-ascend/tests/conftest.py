@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tools.npu_seam.fixtures import fake_torch_npu  # noqa: F401 - the one NPU seam
+from torch_npu_double.seam.fixtures import fake_torch_npu  # noqa: F401 - the one NPU seam
 
 PKG_ROOT = Path(__file__).resolve().parents[1]
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="vllm_ascend_tests_"))

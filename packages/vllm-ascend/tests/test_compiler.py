@@ -18,6 +18,7 @@ import pytest
 import torch
 from ascend_graph import GraphFusionPassManager, loads_fused_graph
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch_npu_double.seam import install
 from vllm.config.utils import Range
 from vllm_ascend.compilation.compile_cache import read_entry, write_entry
 from vllm_ascend.compilation.compiler import (
@@ -26,8 +27,6 @@ from vllm_ascend.compilation.compiler import (
     AscendCompiler,
     graph_backend,
 )
-
-from tools.npu_seam import install
 
 A = torch.ops.ascend
 RANGE = Range(start=1, end=16)
@@ -339,7 +338,7 @@ def seam_npugraph_ex(monkeypatch):
     (`get_code()`), with a Triton side-table call when `triton`, or none at all (`get_code()`
     gives the runner back, as the real one does when it cannot generate code) when `no_code`;
     the first `failures` compiles raise; `ext.compiles` counts `_get_compiled_gm` calls."""
-    from tools.npu_seam import install
+    from torch_npu_double.seam import install
 
     fakes = []
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from ascend_topology import example_host_dir
+from torch_npu_double.record import load_record
 from vllm_ascend.entrypoints.cli import main
 
 from .doctor_trees import (
@@ -494,9 +495,7 @@ def test_torch_npu_built_for_another_torch_is_named_with_the_install_line(
 
 # --- install order: "vllm-ascend[npu]" and vLLM, either one first ---------------------------
 
-RECORDED_TORCH_NPU = json.loads(
-    (Path(__file__).resolve().parents[3] / "tools" / "npu_seam" / "torch_npu-2.13.0.json")
-    .read_text(encoding="utf-8"))
+RECORDED_TORCH_NPU = load_record("2.13.0")
 
 
 def vllm_requires(torch: str) -> list[str]:

@@ -1,5 +1,5 @@
 """The doctor's recorded facts and its ELF reader against independent sources: the torch-npu
-wheel record (``tools/npu_seam``), real shared libraries of this environment, and a library
+wheel record (``torch_npu_double.record``), real shared libraries of this environment, and a library
 built by the system C compiler."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from torch_npu_double.record import record_path
 from vllm_ascend.doctor.elf_symbols import ElfError, read_elf_dynamic
 from vllm_ascend.doctor.kernel_entry_points import (
     ACLNN,
@@ -18,8 +19,7 @@ from vllm_ascend.doctor.kernel_entry_points import (
     TORCH_NPU_VERSION,
 )
 
-RECORD = Path(__file__).resolve().parents[3] / "tools" / "npu_seam" / \
-    f"torch_npu-{TORCH_NPU_VERSION}.json"
+RECORD = record_path(TORCH_NPU_VERSION)
 
 
 def test_entry_point_table_is_the_one_recorded_from_the_wheel() -> None:

@@ -1,4 +1,5 @@
-"""NPU-only helpers, exercised through the schema-bound fake ``torch_npu`` (tools.npu_seam)."""
+"""NPU-only helpers, exercised through the schema-bound fake ``torch_npu``
+(``torch_npu_double.seam``)."""
 
 from __future__ import annotations
 

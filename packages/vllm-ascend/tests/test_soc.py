@@ -1,4 +1,4 @@
-"""The SoC comes from the device: torch_npu's id (the schema-bound seam, ``tools.npu_seam``),
+"""The SoC comes from the device: torch_npu's id (the schema-bound seam, ``torch_npu_double.seam``),
 read once per process through ``ProcessSetup``, and every SoC branch reached through the
 platform's entry points (``check_and_update_config``, the worker hook, the forward-context
 hook, the attention selector), never by handing a SoC in."""
@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from torch_npu_double.seam import install, load_record
 from vllm_ascend.base import soc as soc_table
 from vllm_ascend.base.config_channel import WORKER_INPUTS_ENV, published_inputs
 from vllm_ascend.platform.npu import NPUPlatform
 from vllm_ascend.process.process_setup import current_process_setup, reset_process_setup
-
-from tools.npu_seam import install, load_record
 
 EXT_DIR = Path(__file__).parent / "ext_pkg"
 # The SoC families of torch_npu's SocVersion numbers, as its enum's comments and the upstream

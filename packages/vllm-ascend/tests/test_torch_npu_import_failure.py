@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from torch_npu_double.record import load_record
 
-RECORD = json.loads((Path(__file__).resolve().parents[3] / "tools" / "npu_seam" /
-                     "torch_npu-2.13.0.json").read_text(encoding="utf-8"))
+RECORD = load_record("2.13.0")
 LOADER_ERROR = "libhccl.so: cannot open shared object file: No such file or directory"
 CLEARED = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH", "ATB_HOME_PATH",
            "LD_LIBRARY_PATH", "TORCH_DEVICE_BACKEND_AUTOLOAD", "VLLM_ASCEND_EMULATED_NPUS",

@@ -3,7 +3,7 @@
 Runs the plugin's per-process setup (what every vLLM process runs, with no rank), spawns two
 worker processes that call the NPU binding hook with their local rank, reads every affinity
 back from /proc and prints one JSON line. Arguments: a directory for the plugin's log files,
-and the SoC id the workers' fake NPU reports (the schema-bound seam, ``tools.npu_seam``).
+and the SoC id the workers' fake NPU reports (the schema-bound seam, ``torch_npu_double.seam``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ def worker(local_rank: int, soc_id: int, conn: Any) -> None:
     its device), then wait."""
     import ascend_topology as topo
     import pytest
+    from torch_npu_double.seam import install
     from vllm_ascend.process.process_setup import current_process_setup
     from vllm_ascend.worker_duties.cpu_binding import bind_npu_worker
-
-    from tools.npu_seam import install
 
     install(pytest.MonkeyPatch(), soc_id=soc_id)  # this process's torch_npu is the seam
     options = topo.PlanOptions(min_cpus_per_npu=1, migrate_memory=False)

@@ -1,7 +1,7 @@
 """What the torch_npu kernels accept, and how our arguments are brought into that form.
 
 The constraints are the ones torch-npu documents (``torch_npu/_op_plugin_docs.py`` of the
-wheel; recorded in ``tools/npu_seam/torch_npu-<version>.json``, which the tests' fake kernels
+wheel; recorded in ``torch_npu_double/torch_npu-<version>.json``, which the tests' fake kernels
 enforce). Every decision here reads only dtypes and shapes, never tensor values, so it costs
 no device sync and is stable under graph capture. Where an argument cannot be converted
 exactly, the adapter runs the reference implementation instead (``None`` below).

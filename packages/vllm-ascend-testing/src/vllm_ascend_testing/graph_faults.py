@@ -58,9 +58,8 @@ def graph_report(worker: Any) -> dict[str, Any]:
     engine's capture count (FULL and PIECEWISE) and, on the emulated device, what its
     npugraph_ex/torchair did in this process so far (``graph_ex``: ``GraphExTally.report()``;
     None on another device)."""
+    from torch_npu_double.emulation.device import installed
     from vllm_ascend.engine import engine_of
-
-    from vllm_ascend_testing.npu_emulation.device import installed
 
     runner = worker.model_runner
     entries = getattr(runner.model, "entries", None) or {}

@@ -170,7 +170,7 @@ class EngineHost:
                     max_tokens: int) -> dict[str, Any]:
         """`op_generate` counting the device ops dispatched from the host outside graph
         replays (emulated NPU only), the replays and the device-to-host syncs."""
-        from vllm_ascend_testing.npu_emulation.host_ops import HostOpCounter
+        from torch_npu_double.emulation.host_ops import HostOpCounter
 
         counter = HostOpCounter()
         with counter:

@@ -1,4 +1,5 @@
-"""Fixtures of the NPU-path tests: the schema-bound fake torch_npu kernels (``tools.npu_seam``).
+"""Fixtures of the NPU-path tests: the schema-bound fake torch_npu kernels
+(``torch_npu_double.seam``).
 
 ``npu_kernels_on_cpu`` registers ascend-kernels' NPU adapters, bound to the seam, for the CPU
 dispatch key: ``torch.ops.ascend.*`` on CPU tensors then goes exactly the way it goes on an
@@ -14,8 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-
-from tools.npu_seam import FakeTorchNpu, install
+from torch_npu_double.seam import FakeTorchNpu, install
 
 
 class NpuKernelCalls:

@@ -3,7 +3,7 @@
 :data:`NPU_SUPPORT` names, per op, the torch_npu kernels its adapter (``OpSpec.npu``) calls and
 the SoCs, dtypes and head sizes it runs. Each :class:`NpuKernel` carries the ``aclnn*`` entry
 points of CANN's operator library it resolves at its first call (names found in the torch-npu
-wheel's ``libtorch_npu.so``, recorded in ``tools/npu_seam/torch_npu-<version>.json``).
+wheel's ``libtorch_npu.so``, recorded in ``torch_npu_double/torch_npu-<version>.json``).
 ``capability.supports``, ``OpSpec.npu_support`` and the doctor's tables
 (``vllm_ascend.doctor.kernel_entry_points``) are derived from it; a test runs every adapter
 against the fake torch_npu and holds it to its kernels. The module imports neither torch nor

@@ -1,7 +1,7 @@
 """The Ascend SoC family of this host's NPU, from ``torch_npu.npu.get_soc_version()``'s id.
 
 :data:`SOC_VERSIONS` is torch-npu 2.13.0's ``SocVersion`` enum
-(``tools/npu_seam/torch_npu-2.13.0.json``) with the family each member runs as (None:
+(``torch_npu_double/torch_npu-2.13.0.json``) with the family each member runs as (None:
 unsupported). An id outside the enum runs as the one family whose block of ten it falls in, with
 one warning; anything else is :class:`UnsupportedSocError`.
 """

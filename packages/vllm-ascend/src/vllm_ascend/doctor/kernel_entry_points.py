@@ -1,7 +1,7 @@
 """What the plugin's NPU kernels need from the installed CANN: :data:`ACLNN`, :data:`ASCEND_OPS`,
 :data:`TORCH_NPU_NEEDED` and :data:`TORCH_NPU_CANN`.
 """
-# Recorded from this release's torch-npu wheel (tools/npu_seam/torch_npu-<version>.json) and the
+# Recorded from this release's torch-npu wheel (torch_npu_double/torch_npu-<version>.json) and the
 # ops' declarations; a test fails when they disagree.
 
 from __future__ import annotations
