@@ -85,7 +85,8 @@ class ExchangeMixin:
         return self._finish(outputs, outs)
 
     def get_hccl_comm_name(self, rank: int) -> str:
-        name = COMM_NAME_PREFIX + str(self.group_name)
+        # group_name is ProcessGroup's, the class this mixes into
+        name = COMM_NAME_PREFIX + str(self.group_name)  # type: ignore[attr-defined]
         COMM_NAMES.add(name, self)
         return name
 
