@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vllm_ascend.distributed.moe_comm import select_moe_comm_method
+
 if TYPE_CHECKING:
     from vllm.config import ModelConfig
+
+    from vllm_ascend.base.forward_context import AscendForwardState
 
 RUNTIME_WORKER = "vllm_ascend.npu_runtime.worker.NPUWorker"
 #: The mixture-of-experts models whose MoE layers the runtime runs (vLLM's own classes; their
@@ -90,3 +94,22 @@ def refuse_unsupported_model(model_config: ModelConfig) -> None:
             f"the Ascend NPU runtime cannot run {model_config.model} ({archs}): it needs "
             f"{'; '.join(found)}. Supported: {SUPPORTED}"
         )
+
+
+def refuse_unexecuted_moe_method(state: AscendForwardState, max_num_batched_tokens: int) -> None:
+    """UnsupportedModelError when the decision table picks, for a decode-sized or for the
+    largest forward, an MoE communication method the runtime does not execute (e.g. MC2 with
+    expert parallelism on A3/A5), so the engine stops before loading weights instead of at its
+    first forward."""
+    inputs = state.moe_inputs
+    if not inputs.is_moe:
+        return
+    runs = sorted(m.name for m in state.comm_methods)
+    for kind, tokens in (("decode", inputs.decode_tokens), ("prefill", max_num_batched_tokens)):
+        method = select_moe_comm_method(tokens, inputs)
+        if method is not None and method not in state.comm_methods:
+            raise UnsupportedModelError(
+                f"the Ascend NPU runtime cannot run this MoE model's {kind} forwards "
+                f"({tokens} tokens) on SoC {inputs.soc}: the MoE communication method is "
+                f"{method.name}, and the runtime runs {', '.join(runs) or 'none'}; run it "
+                f"without --enable-expert-parallel (or on a SoC whose table picks those)")

@@ -35,7 +35,10 @@ from vllm_ascend.compilation.sampler_warmup import warm_up_sampler
 from vllm_ascend.npu_runtime import device_assignment, device_check, graph_memory, kv_fit
 from vllm_ascend.npu_runtime.bindings import NpuBindings
 from vllm_ascend.npu_runtime.model_runner import NPUModelRunner
-from vllm_ascend.npu_runtime.model_support import refuse_unsupported_model
+from vllm_ascend.npu_runtime.model_support import (
+    refuse_unexecuted_moe_method,
+    refuse_unsupported_model,
+)
 from vllm_ascend.worker_duties.duties import RankDuties
 from vllm_ascend.worker_duties.kv_cache_advice import format_size, need_of
 
@@ -81,6 +84,8 @@ class NPUWorker(RankDuties, Worker):
         self.device = torch.device(f"npu:{assignment.index}")
         npu.set_device(self.device)
         self.bind_rank()  # the device's SoC is known now, and its runtime is up
+        refuse_unexecuted_moe_method(self.ascend_engine.forward,
+                                     self.scheduler_config.max_num_batched_tokens)
         dtype = self.model_config.dtype
         if isinstance(dtype, torch.dtype):  # ModelConfig resolves the dtype name to a torch.dtype
             current_platform.check_if_supports_dtype(dtype)
