@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from torch_npu_double.fresh_interpreter import ATTEMPT
 from torch_npu_double.fresh_interpreter import run_json as run
 
 EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
@@ -16,13 +17,6 @@ EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
 def cases() -> dict[str, Any]:
     return run("""
         import json, torch, torch_npu
-        out = {}
-        def attempt(name, fn):
-            try:
-                fn()
-                out[name] = "ok"
-            except RuntimeError as e:
-                out[name] = str(e)
         mask = torch.triu(torch.ones(2048, 2048, dtype=torch.int8, device="npu"), 1)
         def fia(T=2, N=4, KV=2, D=16, bs=128, dtype=torch.bfloat16, ends=None, kv=None,
                 m=mask, table_dtype=torch.int32, form="functional", ws_shrink=0):
@@ -114,7 +108,7 @@ def cases() -> dict[str, Any]:
         attempt("rms_norm_int32", lambda: torch_npu.npu_rms_norm(x.int(), x[0].int()))
         attempt("swiglu_int32", lambda: torch_npu.npu_swiglu(x.int()))
         print(json.dumps(out))
-    """, EMU)
+    """, EMU, prelude=ATTEMPT)
 
 
 def test_fia_takes_fp16_and_bf16_only(cases) -> None:

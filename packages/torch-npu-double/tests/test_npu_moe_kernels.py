@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from torch_npu_double.fresh_interpreter import ATTEMPT
 from torch_npu_double.fresh_interpreter import run_json as run
 
 EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
@@ -18,13 +19,6 @@ EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
 def cases() -> dict[str, Any]:
     return run("""
         import json, math, torch, torch_npu
-        out = {}
-        def attempt(name, fn):
-            try:
-                fn()
-                out[name] = "ok"
-            except (RuntimeError, NotImplementedError) as e:
-                out[name] = str(e)
         g = torch.Generator().manual_seed(0)
         N, E, K, H, I = 5, 8, 2, 16, 12
         logits = torch.randn(N, E, generator=g)
@@ -161,7 +155,7 @@ def cases() -> dict[str, Any]:
                                           w=torch.zeros(E, 1, 65536, device="npu"),
                                           gl=torch.tensor([2] + [0] * (E - 1))))
         print(json.dumps(out))
-    """, env=EMU)
+    """, env=EMU, prelude=ATTEMPT)
 
 
 def _refused(text: str, *fragments: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from torch_npu_double.fresh_interpreter import ATTEMPT
 from torch_npu_double.fresh_interpreter import run_json as run
 
 EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
@@ -17,13 +18,6 @@ EMU = {"VLLM_ASCEND_EMULATED_NPUS": "1", "VLLM_ASCEND_EMULATED_HBM_GIB": "1"}
 def cases() -> dict[str, Any]:
     return run("""
         import json, struct, torch, torch_npu
-        out = {}
-        def attempt(name, fn):
-            try:
-                fn()
-                out[name] = "ok"
-            except RuntimeError as e:
-                out[name] = str(e)
         g = torch.Generator().manual_seed(0)
         npu = lambda t: t.to("npu")
         x1 = torch.randint(-128, 128, (3, 8), generator=g, dtype=torch.int8)
@@ -102,7 +96,7 @@ def cases() -> dict[str, Any]:
         got = torch_npu.npu_quant_matmul(npu(x1), nz, npu(scale), output_dtype=torch.bfloat16)
         out["nz_weight"] = bool(torch.equal(got.cpu(), (acc * scale.double()).bfloat16()))
         print(json.dumps(out))
-    """, EMU)
+    """, EMU, prelude=ATTEMPT)
 
 
 def test_quant_matmul_computes_the_documented_dequantization(cases) -> None:
