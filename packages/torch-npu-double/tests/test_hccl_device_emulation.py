@@ -1,4 +1,4 @@
-"""The emulated ``hccl`` backend's device collectives (``torch_npu_double.emulation.hccl_device``) inside NPU
+"""The emulated ``hccl`` backend's device collectives (``emulation.hccl_device``) inside NPU
 graphs, between two rank processes with one emulated NPU each.
 
 Each rank captures one graph holding a sum all-reduce, an all-gather, a reduce-scatter and a

@@ -1,4 +1,4 @@
-"""The emulated MoE kernels (``torch_npu_double.emulation.kernels_moe``) through ``torch_npu`` on the
+"""The emulated MoE kernels (``emulation.kernels_moe``) through ``torch_npu`` on the
 emulated device: their math against the documented definitions written out in plain torch
 (loops over tokens and experts), and each documented limit at its boundary (harness README,
 "Enforced contracts"). One fresh process (the device install is process-wide) runs every case.

@@ -1,4 +1,4 @@
-"""The emulated quantization kernels (``torch_npu_double.emulation.kernels_quant``): their math against the
+"""The emulated quantization kernels (``emulation.kernels_quant``): their math against the
 formulas written out in float64 here, and each documented limit at its boundary (the harness
 README's "Enforced contracts"). One fresh process (the device install is process-wide) runs
 every case."""
