@@ -188,15 +188,16 @@ def test_tp2_over_two_emulated_npus_in_graph_mode_gives_tp1_tokens(
     gets no FULL graph, so decodes run eagerly; the bfloat16 graphs are in
     test_npu_graphs.py): TP=1's tokens with a chunked prefill and a prefix hit."""
     worker = start_worker("npu-runtime-tp2", device="npu", VLLM_ASCEND_EMULATED_NPUS="2")
-    graphs = {"mode": 0, "cudagraph_capture_sizes": [1, 2]}
+    graphs = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2]}
     runs = _run(worker, "tp2", str(tiny_models.path("llama")), tensor_parallel_size=2,
                 enforce_eager=False, compilation_config=graphs)
     log = worker.log_path.read_text(errors="replace")
     worker.close()
     assert runs == tiny_runs["llama"]["npu"]
-    # The graph mode chosen for the two ranks (it used to be NONE, "runs eagerly").
-    assert ("NPU graphs: cudagraph_mode FULL_AND_PIECEWISE needs compilation (mode 0); using "
-            "FULL_DECODE_ONLY") in log, log[-3000:]
+    # The graph mode kept for the two ranks (it used to be NONE, "runs eagerly"); float32
+    # attention then gets no FULL graph, with its one line.
+    assert "NPU graphs: cudagraph_mode FULL_DECODE_ONLY, compilation mode 0" in log, log[-3000:]
+    assert "NPU graphs: no FULL graph for this model's attention" in log, log[-3000:]
 
 
 @pytest.mark.parametrize(("arch", "npus"), [("qwen3", 1), ("llama", 2)])

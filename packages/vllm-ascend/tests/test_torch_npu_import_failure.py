@@ -198,3 +198,26 @@ def test_a_probe_that_crashes_is_a_finding_not_a_crash(broken_torch_npu: Path,
     assert probe["verdict"] == "fail"
     assert probe["summary"].startswith("import torch_npu fails: the child exited with -6")
     assert code == 0  # the doctor itself finished its report
+
+
+def test_another_backend_whose_name_starts_with_torch_npu_is_not_taken_for_torch_npu(
+        tmp_path: Path) -> None:
+    """Only the entry point named ``torch_npu`` is torch-npu's; another package's backend
+    (here ``torch_npu_extra``) gets its own error, not the CANN advice."""
+    site = tmp_path / "site"
+    (site / "torch_npu_extra").mkdir(parents=True)
+    (site / "torch_npu_extra" / "__init__.py").write_text(
+        "def _autoload():\n    raise ValueError('TORCH_NPU_EXTRA_SETTING is wrong')\n")
+    info = site / "torch_npu_extra-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-npu-extra\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[torch.backends]\ntorch_npu_extra = torch_npu_extra:_autoload\n")
+    proc = run_cli(["serve", str(tmp_path / "model")], site, tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [
+        "vllm-ascend serve: error: import torch failed: the device backend 'torch_npu_extra' "
+        "(an entry point of torch.backends) did not load: ValueError: TORCH_NPU_EXTRA_SETTING "
+        "is wrong; TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns torch's backend autoload off"], \
+        proc.stderr

@@ -44,7 +44,7 @@ def main(model: str, report_dir: str) -> dict[str, Any]:
     recorded(events, torch.npu, "set_device")  # type: ignore[attr-defined]
     recorded(events, ProcessSetup, "device_soc")
     recorded(events, duties, "bind_this_worker",
-             lambda par, rank, soc, *rest: f"bind_this_worker {soc}")
+             lambda par, rank, soc, *rest, **kw: f"bind_this_worker {soc}")
     recorded(events, gpu_worker.Worker, "load_model")
     recorded(events, cpu_binding.WorkerBinding, "bind_late_threads")
     recorded(events, duties, "write_rank_report",

@@ -27,7 +27,8 @@ def import_failure_cause(environ: Mapping[str, str] | None = None,
 # torch's own wrapper when an autoloaded device backend (an entry point of the
 # ``torch.backends`` group, torch-npu's is ``torch_npu``) fails during ``import torch``.
 ANY_BACKEND_FAILURE = "Failed to load the backend extension: "
-BACKEND_FAILURE = f"{ANY_BACKEND_FAILURE}torch_npu"
+# torch_npu's entry point of torch.backends (another one may share its prefix)
+TORCH_NPU_BACKEND = "torch_npu"
 CPU_INSTEAD = {
     "torch_npu": "VLLM_ASCEND_DEVICE=cpu runs the Ascend pipeline on the host CPU instead",
     # torch loads an installed torch-npu by itself: the host CPU needs that autoload off too.
@@ -74,12 +75,12 @@ def torch_import_problem(environ: Mapping[str, str] | None = None) -> str | None
         import torch  # noqa: F401 - the import is the check
     except RuntimeError as exc:
         text = str(exc)
-        if BACKEND_FAILURE in text:
-            return torch_npu_import_message(exc, environ, stage="torch")
         if ANY_BACKEND_FAILURE not in text:
             raise
-        # Another package's backend: its own error says what is wrong (the variable, the value).
         name = text.split(ANY_BACKEND_FAILURE, 1)[1].split(". ", 1)[0].rstrip(".")
+        if name == TORCH_NPU_BACKEND:
+            return torch_npu_import_message(exc, environ, stage="torch")
+        # Another package's backend: its own error says what is wrong (the variable, the value).
         return (f"import torch failed: the device backend {name!r} (an entry point of "
                 f"torch.backends) did not load: {root_error(exc)}; "
                 "TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns torch's backend autoload off")
