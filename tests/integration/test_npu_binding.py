@@ -128,7 +128,8 @@ def test_the_npu_worker_writes_the_host_cpu_workers_rank_report(npu_worker_run: 
     assert set(report) == {
         "stage", "pid", "dp_rank", "rank", "local_rank", "host_rank", "tensor_parallel_size",
         "pipeline_parallel_size", "soc", "cpus_allowed", "bound_cpus", "binding", "fusion",
-        "fusion_sites", "captures", "compiles", "pass_runs", "ready", "after_ready"}
+        "fusion_sites", "captures", "compiles", "pass_runs", "ready", "after_ready", "device",
+        "npu", "planned_pool"}
     assert (report["stage"], report["rank"], report["local_rank"], report["dp_rank"]) == (
         "warmed_up", 0, 0, 0)
     assert report["soc"] == "A2" and report["ready"] is True
