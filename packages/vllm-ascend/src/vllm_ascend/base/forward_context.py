@@ -35,7 +35,7 @@ EXTRA_FIELDS = frozenset({
 })
 MMRS_MAX_TP = 8  # matmul-reduce-scatter fusion limit
 
-logger = logging.getLogger("vllm_ascend.moe")
+logger = logging.getLogger(__name__)
 
 _mrv2_in_profile_run: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "vllm_ascend_mrv2_in_profile_run", default=False
