@@ -71,17 +71,28 @@ def ascend_log_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def make_env(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, str]]:
-    """`make_env(device=..., plugins=..., fresh_cache=True)`: environment for a vLLM child.
+    """`make_env(device=..., plugins=..., fresh_cache=True, shared_inductor=False)`:
+    environment for a vLLM child.
 
     Children write bytecode to `PYTHONPYCACHEPREFIX` (kept when set, else a per-user cache
-    directory), so only the first run pays for compiling vLLM's modules.
+    directory), so only the first run pays for compiling vLLM's modules. `shared_inductor`
+    is for children that compile no model (eager engines): their only inductor compiles are
+    vLLM's own sampler helpers, which run no pass of ours, so one inductor cache of the session
+    serves them all (a cold one costs each host-CPU engine about 20 s of C++ compilation). A
+    child that compiles a model keeps a fresh one: a hit there would skip the passes it counts.
     """
+    shared: list[Path] = []
 
     def build(
-        *, device: str = "cpu", plugins: str | None = None, fresh_cache: bool = True, **extra: str
+        *, device: str = "cpu", plugins: str | None = None, fresh_cache: bool = True,
+        shared_inductor: bool = False, **extra: str
     ) -> dict[str, str]:
         cache = tmp_path_factory.mktemp("vllm_cache") if fresh_cache else None
         env = engine_env(device=device, cache_root=cache, plugins=plugins)
+        if shared_inductor:
+            if not shared:
+                shared.append(tmp_path_factory.mktemp("inductor_shared"))
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(shared[0])
         if plugins is None:
             env.pop("VLLM_PLUGINS", None)  # every plugin, whatever the caller's shell says
         # torch raises for a compiled custom op whose output aliases its input only when `CI`
@@ -254,7 +265,7 @@ def start_server(
     logs = tmp_path_factory.mktemp("server_logs")
 
     def start(name: str, args: list[str], **env_kw: str) -> VllmServer:
-        env = make_env(device="cpu", **env_kw)
+        env = make_env(device="cpu", shared_inductor=True, **env_kw)
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
         env.pop("VLLM_CPU_OMP_THREADS_BIND", None)
         config = json.dumps({"ascend_log_path": ascend_log_dir})

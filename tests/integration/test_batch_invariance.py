@@ -32,7 +32,7 @@ MAX_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def invariant_worker(start_worker, tiny_models, ascend_log_dir: str) -> Any:
-    worker = start_worker("batch-invariant", device="cpu")
+    worker = start_worker("batch-invariant", device="cpu", shared_inductor=True)
     kwargs = llm_kwargs(
         str(tiny_models.path("qwen3")), compile=False, batch_invariant=True, log_dir=ascend_log_dir
     )

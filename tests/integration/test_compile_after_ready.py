@@ -83,7 +83,7 @@ def test_compiles_after_ready_are_counted_and_logged_once_per_cause(compiled_eng
 def test_forbid_compile_after_ready_refuses_it_and_the_engine_keeps_serving(
         start_worker, tiny_models, ascend_log_dir: str, tmp_path: Path) -> None:
     reports = tmp_path / "strict_reports"
-    worker = start_worker("forbid-compile-after-ready", device="cpu",
+    worker = start_worker("forbid-compile-after-ready", device="cpu", shared_inductor=True,
                           VLLM_ASCEND_RANK_REPORT_DIR=str(reports))
     kwargs = llm_kwargs(str(tiny_models.path("qwen3")), compile=False, log_dir=ascend_log_dir)
     kwargs["additional_config"]["ascend_compilation_config"]["forbid_compile_after_ready"] = True

@@ -45,7 +45,7 @@ class DpSession:
 def dp_session(tiny_models, make_env: Callable[..., dict[str, str]],
                tmp_path_factory: pytest.TempPathFactory, ascend_log_dir: str) -> DpSession:
     reports_dir = tmp_path_factory.mktemp("dp_reports")
-    env = make_env(device="cpu", **{REPORT_DIR_ENV: str(reports_dir)})
+    env = make_env(device="cpu", shared_inductor=True, **{REPORT_DIR_ENV: str(reports_dir)})
     env.pop("VLLM_CPU_OMP_THREADS_BIND", None)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     args = [

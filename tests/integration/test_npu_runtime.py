@@ -73,7 +73,7 @@ def _run(worker: LLMWorker, name: str, model: str, **extra: Any) -> dict[str, li
 def tiny_runs(tiny_models: Any, start_worker: Callable[..., LLMWorker]) -> dict[str, Any]:
     """Per architecture: the NPU runtime's tokens and the host-CPU platform's."""
     npu = start_worker("npu-runtime-tiny", device="npu", **EMULATED)
-    cpu = start_worker("npu-runtime-cpu-reference", device="cpu")
+    cpu = start_worker("npu-runtime-cpu-reference", device="cpu", shared_inductor=True)
     found: dict[str, Any] = {}
     for arch in ("llama", "qwen3"):
         model = str(tiny_models.path(arch))

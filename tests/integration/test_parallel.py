@@ -64,7 +64,8 @@ class Engines:
         if name in self._runs:
             return self._runs[name]
         reports = self.root / name
-        worker = self.start(name, device="cpu", **{REPORT_DIR_ENV: str(reports)}, **(env or {}))
+        worker = self.start(name, device="cpu", shared_inductor=not compile,
+                            **{REPORT_DIR_ENV: str(reports)}, **(env or {}))
         try:
             if setup is not None:
                 setup(worker)
@@ -205,7 +206,7 @@ def test_binding_disabled_leaves_vllms_own_omp_binding(start_worker, tiny_models
     nodes = [n for n in os.listdir("/sys/devices/system/node") if n[4:].isdigit()]
     if len(nodes) > 1:
         pytest.fail(f"this check needs a host with one NUMA node; this one has {len(nodes)}")
-    worker = start_worker("qwen3-tp2-unbound", device="cpu")
+    worker = start_worker("qwen3-tp2-unbound", device="cpu", shared_inductor=True)
     kwargs = llm_kwargs(str(tiny_models.path("qwen3")), compile=False, log_dir=ascend_log_dir)
     kwargs.update(tensor_parallel_size=2,
                   additional_config={**kwargs["additional_config"], "enable_cpu_binding": False})

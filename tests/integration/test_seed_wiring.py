@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 def engine(make_env: Callable[..., dict[str, str]], tiny_models: Any,
            tmp_path_factory: pytest.TempPathFactory, ascend_log_dir: str) -> Iterator[Any]:
     cwd = tmp_path_factory.mktemp("engine_cwd")
-    worker = LLMWorker(make_env(device="cpu"), cwd / "worker.log", cwd=cwd)
+    worker = LLMWorker(make_env(device="cpu", shared_inductor=True), cwd / "worker.log", cwd=cwd)
     kwargs = llm_kwargs(str(tiny_models.path("qwen3")), compile=False, batch_invariant=True,
                         log_dir=ascend_log_dir)
     kwargs["additional_config"]["dump_config"] = DUMP

@@ -48,7 +48,7 @@ def serve_session(
 ) -> ServeSession:
     reports_dir = tmp_path_factory.mktemp("serve_reports")
     # No VLLM_CPU_OMP_THREADS_BIND: the plugin plans the two ranks' pools itself.
-    env = make_env(device="cpu", **{REPORT_DIR_ENV: str(reports_dir)})
+    env = make_env(device="cpu", shared_inductor=True, **{REPORT_DIR_ENV: str(reports_dir)})
     env.pop("VLLM_CPU_OMP_THREADS_BIND", None)
     # vllm serve always runs its engine in a separate process.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
@@ -173,7 +173,7 @@ def test_serve_without_a_memory_option_starts_and_answers_chat(
     """The README's `vllm-ascend serve MODEL` with no memory option: the platform reserves
     what the run needs (the tiny model's need is under the floor: 128 MiB) instead of vLLM
     CPU's 92% of the node, which this shared machine cannot give."""
-    env = make_env(device="cpu")
+    env = make_env(device="cpu", shared_inductor=True)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     assert "VLLM_CPU_KVCACHE_SPACE" not in env
     config = json.dumps({"ascend_log_path": ascend_log_dir})

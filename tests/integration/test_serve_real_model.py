@@ -26,7 +26,7 @@ def smollm2_server(
     smollm2_dir: Path, make_env: Callable[..., dict[str, str]],
     tmp_path_factory: pytest.TempPathFactory, ascend_log_dir: str,
 ) -> Iterator[VllmServer]:
-    env = make_env(device="cpu")
+    env = make_env(device="cpu", shared_inductor=True)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # vllm serve runs its own engine process
     config = json.dumps({"ascend_log_path": ascend_log_dir})
     server = VllmServer(smollm2_dir, [*SERVE_ARGS, "--additional-config", config], env,

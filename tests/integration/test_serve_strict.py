@@ -27,7 +27,7 @@ def strict_server(tiny_models, make_env: Callable[..., dict[str, str]],
                   tmp_path_factory: pytest.TempPathFactory,
                   ascend_log_dir: str) -> Iterator[tuple[VllmServer, Any]]:
     reports = tmp_path_factory.mktemp("strict_reports")
-    env = make_env(device="cpu", **{REPORT_DIR_ENV: str(reports)})
+    env = make_env(device="cpu", shared_inductor=True, **{REPORT_DIR_ENV: str(reports)})
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # vllm serve runs its own engine process
     env.pop("VLLM_CPU_OMP_THREADS_BIND", None)
     config = json.dumps({"ascend_log_path": ascend_log_dir,

@@ -55,7 +55,8 @@ def test_smollm2_tp3_gives_the_greedy_tokens_of_tp1(
         # vLLM's automatic OpenMP binding wants a NUMA node per rank (this host has one) and
         # the plugin's plan needs a CPU per rank: the three ranks share the host's CPUs.
         env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"} if tp > 1 else {}
-        runs[tp] = (start_worker(f"smollm2-tp{tp}", device="cpu", **env), kwargs)
+        runs[tp] = (start_worker(f"smollm2-tp{tp}", device="cpu", shared_inductor=True,
+                                 **env), kwargs)
     # Both engines at once: each start is mostly loading, on its own processes.
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {tp: pool.submit(_greedy, worker, f"smollm2-tp{tp}", kwargs, prompts)
@@ -70,7 +71,7 @@ def test_smollm2_tp2_is_refused_with_vllms_head_count_rule(
 ) -> None:
     kwargs = llm_kwargs(str(smollm2_dir), compile=False, log_dir=ascend_log_dir)
     kwargs["tensor_parallel_size"] = 2
-    worker = start_worker("smollm2-tp2", device="cpu")
+    worker = start_worker("smollm2-tp2", device="cpu", shared_inductor=True)
     with pytest.raises(WorkerError, match=r"attention heads \(9\) must be divisible by tensor "
                                           r"parallel size \(2\)"):
         _greedy(worker, "smollm2-tp2", kwargs, ["Hello"])

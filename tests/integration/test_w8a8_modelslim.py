@@ -47,7 +47,7 @@ def _generate(worker: LLMWorker, name: str, model: Path, dtype: str) -> list[lis
 def _runs(platform: str, start_worker: Callable[..., LLMWorker], root: Path) -> dict[str, Any]:
     """Per checkpoint of ``platform``: the engine's tokens and the reference's."""
     env = {"VLLM_ASCEND_EMULATED_NPUS": "1"} if platform == "npu" else {}
-    worker = start_worker(f"w8a8-{platform}", device=platform, **env)
+    worker = start_worker(f"w8a8-{platform}", device=platform, shared_inductor=True, **env)
     found: dict[str, Any] = {}
     for name, (scheme, dtype) in CHECKPOINTS[platform].items():
         model = make_tiny_quant_model("llama", root / f"{platform}-{name}", scheme=scheme,

@@ -150,6 +150,30 @@ def test_long_prefill_is_attended_in_row_pieces(monkeypatch: pytest.MonkeyPatch)
     check(paged([(9, 9), (7, 10)]))
 
 
+@pytest.mark.parametrize("budget_sequences", [1, 2, 3, 100])
+def test_equal_prefills_are_attended_in_groups_as_each_would_be_alone(
+    monkeypatch: pytest.MonkeyPatch, budget_sequences: int
+) -> None:
+    """Prefills of equal query and KV lengths share a masked softmax, as many at a time as
+    the score budget holds (3 query rows x 4 heads x 9 KV positions each); each one's rows
+    equal what it gets alone in a batch, bit for bit (decodes share theirs too)."""
+    from ascend_kernels.ops import attention
+
+    monkeypatch.setattr(attention, "_SCORE_BUDGET", 3 * 4 * 9 * budget_sequences)
+    seqs = [(3, 9), (3, 9), (1, 4), (3, 9), (3, 5), (1, 7), (2, 2), (3, 9)]
+    case = paged(seqs, seed=7)
+    check(case)
+    got, row = run(case), 0
+    for b, (q_len, _) in enumerate(seqs):
+        alone = paged(seqs, seed=7)
+        alone["query_ends"] = [0] * b + [q_len] + [q_len] * (len(seqs) - b - 1)
+        alone["query"] = torch.cat([case["query"][row : row + q_len],
+                                    torch.zeros(1, *case["query"].shape[1:])])
+        if q_len > 1:
+            assert torch.equal(run(alone)[:q_len], got[row : row + q_len]), b
+        row += q_len
+
+
 def test_empty_batch_and_all_padding() -> None:
     case = paged([], padding_rows=3)
     case["block_table"] = torch.zeros(0, 1, dtype=torch.int32)

@@ -84,3 +84,36 @@ def signature_from_text(text: str) -> inspect.Signature:
     if args.kwarg is not None:
         params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
     return inspect.Signature(params)
+
+
+def dtype_name(dtype: Any) -> str:
+    """A dtype as the record spells it: ``torch.bfloat16`` -> ``bfloat16``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def recorded_violation(rule: dict[str, Any], t: Any, named: dict[str, Any]) -> str | None:
+    """How tensor ``t`` breaks ``rule``, one documented constraint of the record (the call's
+    arguments by name in ``named``), or None when it keeps it."""
+    if "dtypes" in rule and dtype_name(t.dtype) not in rule["dtypes"]:
+        return f"has dtype {t.dtype}; allowed: {', '.join(rule['dtypes'])}"
+    if "dims" in rule and not rule["dims"][0] <= t.dim() <= rule["dims"][1]:
+        return f"has {t.dim()} dims; allowed: {rule['dims'][0]}-{rule['dims'][1]}"
+    other: Any = named.get(rule.get("dtype_like", ""))
+    if hasattr(other, "dtype") and other.dtype != t.dtype:
+        return f"has dtype {t.dtype}, {rule['dtype_like']} has {other.dtype}; they must match"
+    other = named.get(rule.get("shape_like", ""))
+    if hasattr(other, "shape") and other.shape != t.shape:
+        return f"has shape {list(t.shape)}; it must be {rule['shape_like']}'s {list(other.shape)}"
+    if "multiple_of" in rule:
+        spec = rule["multiple_of"]
+        by = dtype_name(named[spec["by_dtype_of"]].dtype)
+        multiple = spec["multiples"].get(by)
+        if multiple is not None and t.shape[spec["dim"]] % multiple:
+            return (f"dim {spec['dim']} is {t.shape[spec['dim']]}; with {by} inputs it must be "
+                    f"a multiple of {multiple}")
+    if "min_size" in rule:
+        spec = rule["min_size"]
+        size = t.shape[spec["dim"]]
+        if dtype_name(t.dtype) in spec["dtypes"] and size < spec["size"]:
+            return f"dim {spec['dim']} is {size}; with {t.dtype} it must be at least {spec['size']}"
+    return None

@@ -198,6 +198,18 @@ def _check_block_ids(
         )
 
 
+def _attend_rows(
+    out: torch.Tensor, query: torch.Tensor, rows: torch.Tensor, k: torch.Tensor,
+    v: torch.Tensor, visible: torch.Tensor, scale: float,
+) -> None:
+    """``out[rows]`` = attention of ``query[rows]`` (``n`` sequences of ``Q`` rows each, in
+    order) over ``k``/``v`` ``[n, L, KVH, D]``, with ``visible`` ``[n, Q]``."""
+    n, q_len = visible.shape
+    num_heads, head_size = query.shape[1:]
+    q = query[rows].to(F32).view(n, q_len, num_heads, head_size)
+    out[rows] = _attend(q, k, v, visible, scale).reshape(n * q_len, num_heads, head_size)
+
+
 def paged_attention(
     query: torch.Tensor,
     key_cache: torch.Tensor,
@@ -209,9 +221,10 @@ def paged_attention(
 ) -> torch.Tensor:
     """Reference ``ascend::paged_attention`` (see the module docstring).
 
-    Decode sequences (one query token) are attended together, each over its KV gathered
-    from the block table once; every other sequence gets one masked softmax (in row pieces
-    for very long prefills).
+    Sequences with the same number of query tokens are attended together (the decodes, and
+    the equal prefills of a warm-up or capture batch), each over its KV gathered from the
+    block table once, in groups whose score buffer stays within ``_SCORE_BUDGET``; a prefill
+    too long for that alone gets one masked softmax in row pieces.
     """
     num_tokens, num_heads, head_size = query.shape
     num_blocks, block_size, num_kv_heads, _ = key_cache.shape
@@ -222,42 +235,54 @@ def paged_attention(
     blocks_needed = (lens + block_size - 1) // block_size
     _check_block_ids(block_table, blocks_needed, num_blocks)
 
-    def kv_of(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        # Each row's first `width` block ids; ids a sequence does not use may hold anything,
-        # so they read block 0 and the mask hides them.
-        ids = block_table[rows, :width].long()
+    def kv_of(rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        # Each row's blocks up to the longest row's; ids a sequence does not use may hold
+        # anything, so they read block 0 and the mask hides them.
+        width = max(-(-seq_lens[b] // block_size) for b in rows)
+        index = torch.tensor(rows, device=device)
+        ids = block_table[index, :width].long()
         columns = torch.arange(width, device=device).view(1, -1)
-        ids = torch.where(columns < blocks_needed[rows].view(-1, 1), ids, 0)
-        shape = (rows.shape[0], width * block_size, num_kv_heads, head_size)
+        ids = torch.where(columns < blocks_needed[index].view(-1, 1), ids, 0)
+        shape = (len(rows), width * block_size, num_kv_heads, head_size)
         flat = ids.flatten()  # index_select copies whole blocks (advanced indexing is ~400x
         # slower here)
         return (key_cache.index_select(0, flat).reshape(shape).to(F32),
                 value_cache.index_select(0, flat).reshape(shape).to(F32))
 
-    decode = [b for b, (s, e) in enumerate(zip(starts, query_ends, strict=True)) if e - s == 1]
-    if decode:
-        rows = torch.tensor(decode, device=device)
-        width = max(-(-seq_lens[b] // block_size) for b in decode)
-        k, v = kv_of(rows, width)
-        token_rows = torch.tensor([starts[b] for b in decode], device=device)
-        q = query[token_rows].to(F32).view(len(decode), 1, num_heads, head_size)
-        got = _attend(q, k, v, lens[rows].view(-1, 1), scale)
-        out[token_rows] = got.reshape(len(decode), num_heads, head_size)
+    # Decodes share one group (their KV padded to the longest, masked); prefills share one
+    # when their query and KV lengths are equal (a warm-up or capture batch), so each
+    # prefill's scores are exactly those it gets alone.
+    groups: dict[tuple[int, int], list[int]] = {}
     for b, (start, end) in enumerate(zip(starts, query_ends, strict=True)):
-        q_len, seq_len = end - start, seq_lens[b]
-        if q_len <= 1:
+        if end - start == 1:
+            groups.setdefault((1, 0), []).append(b)
+        elif end > start:
+            groups.setdefault((end - start, seq_lens[b]), []).append(b)
+    for (q_len, seq_len), members in groups.items():
+        kv_len = seq_len or max(-(-seq_lens[b] // block_size) for b in members) * block_size
+        group = _SCORE_BUDGET // (num_heads * q_len * kv_len)
+        if group == 0:  # a long prefill: alone, in pieces of query rows
+            piece = max(1, _SCORE_BUDGET // (num_heads * seq_len))
+            for b in members:
+                k, v = kv_of([b])
+                k, v = k[:, :seq_len], v[:, :seq_len]
+                for first in range(0, q_len, piece):
+                    last = min(q_len, first + piece)
+                    rows = torch.arange(starts[b] + first, starts[b] + last, device=device)
+                    # Query token j sees positions < seq_len - q_len + j + 1.
+                    visible = torch.arange(first, last, device=device) + (seq_len - q_len + 1)
+                    _attend_rows(out, query, rows, k, v, visible.view(1, -1), scale)
             continue
-        k, v = kv_of(torch.tensor([b], device=device), -(-seq_len // block_size))
-        k, v = k[:, :seq_len], v[:, :seq_len]
-        piece = max(1, _SCORE_BUDGET // (num_heads * seq_len))
-        for first in range(0, q_len, piece):
-            last = min(q_len, first + piece)
-            q = query[start + first : start + last].to(F32)
-            q = q.view(1, last - first, num_heads, head_size)
-            # Query token j of this sequence sees positions < seq_len - q_len + j + 1.
-            visible = torch.arange(first, last, device=device) + (seq_len - q_len + 1)
-            got = _attend(q, k, v, visible.view(1, -1), scale)
-            out[start + first : start + last] = got.reshape(last - first, num_heads, head_size)
+        for first in range(0, len(members), group):
+            chosen = members[first : first + group]
+            k, v = kv_of(chosen)
+            if seq_len:
+                k, v = k[:, :seq_len], v[:, :seq_len]
+            firsts = torch.tensor([starts[b] for b in chosen], device=device)
+            steps = torch.arange(q_len, device=device)
+            rows = (firsts.view(-1, 1) + steps.view(1, -1)).flatten()
+            visible = lens[torch.tensor(chosen, device=device)].view(-1, 1) - q_len + 1 + steps
+            _attend_rows(out, query, rows, k, v, visible, scale)
     return out.to(query.dtype)
 
 

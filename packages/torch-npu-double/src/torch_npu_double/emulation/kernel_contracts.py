@@ -11,6 +11,10 @@ from typing import Any
 
 import torch
 
+from torch_npu_double.record import dtype_name, recorded_violation
+
+__all__ = ["dtype_name"]  # the kernels' messages spell dtypes as the record does
+
 
 class KernelContractError(RuntimeError):
     """A torch_npu kernel was called outside its documented contract (the device refuses)."""
@@ -34,10 +38,6 @@ def bind(schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     return named
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def check_recorded(op: str, rules: list[dict[str, Any]], named: dict[str, Any]) -> None:
     """The constraints recorded with ``op`` from the wheel's ``_op_plugin_docs.py`` (each
     quotes its documented text), as ``tools/torch_npu_schemas.py`` wrote them."""
@@ -48,38 +48,9 @@ def check_recorded(op: str, rules: list[dict[str, Any]], named: dict[str, Any]) 
         t = named.get(name)
         if not isinstance(t, torch.Tensor):
             continue
-        problem = _violation(rule, t, named)
+        problem = recorded_violation(rule, t, named)
         if problem is not None:
             raise refuse(op, f"{name} {problem}", f"torch_npu docs: {rule['doc']}")
-
-
-def _violation(rule: dict[str, Any], t: torch.Tensor, named: dict[str, Any]) -> str | None:
-    if "dtypes" in rule and dtype_name(t.dtype) not in rule["dtypes"]:
-        return f"has dtype {t.dtype}; allowed: {', '.join(rule['dtypes'])}"
-    if "dims" in rule and not rule["dims"][0] <= t.dim() <= rule["dims"][1]:
-        return f"has {t.dim()} dims; allowed: {rule['dims'][0]}-{rule['dims'][1]}"
-    if "dtype_like" in rule:
-        other = named.get(rule["dtype_like"])
-        if isinstance(other, torch.Tensor) and other.dtype != t.dtype:
-            return f"has dtype {t.dtype}, {rule['dtype_like']} has {other.dtype}; they must match"
-    if "shape_like" in rule:
-        other = named.get(rule["shape_like"])
-        if isinstance(other, torch.Tensor) and other.shape != t.shape:
-            return (f"has shape {list(t.shape)}; it must be {rule['shape_like']}'s "
-                    f"{list(other.shape)}")
-    if "multiple_of" in rule:
-        spec = rule["multiple_of"]
-        by = dtype_name(named[spec["by_dtype_of"]].dtype)
-        multiple = spec["multiples"].get(by)
-        if multiple is not None and t.shape[spec["dim"]] % multiple:
-            return (f"dim {spec['dim']} is {t.shape[spec['dim']]}; with {by} inputs it must be "
-                    f"a multiple of {multiple}")
-    if "min_size" in rule:
-        spec = rule["min_size"]
-        size = t.shape[spec["dim"]]
-        if dtype_name(t.dtype) in spec["dtypes"] and size < spec["size"]:
-            return f"dim {spec['dim']} is {size}; with {t.dtype} it must be at least {spec['size']}"
-    return None
 
 
 def require_dtype(op: str, name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...],

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from torch_npu_double.record import recorded_violation
+
 _NAMESPACES = itertools.count()
 
 
@@ -39,10 +41,6 @@ class KernelCall:
     def __iter__(self) -> Iterator[Any]:
         """Unpacks as ``op, args, kwargs``."""
         return iter((self.op, self.args, self.kwargs))
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 class FakeKernels:
@@ -144,33 +142,7 @@ class FakeKernels:
         t = named[name]
         if t is None:
             return
-        problem = None
-        if "dtypes" in rule and _dtype_name(t.dtype) not in rule["dtypes"]:
-            problem = f"has dtype {t.dtype}; allowed: {', '.join(rule['dtypes'])}"
-        elif "dims" in rule and not rule["dims"][0] <= t.dim() <= rule["dims"][1]:
-            problem = f"has {t.dim()} dims; allowed: {rule['dims'][0]}-{rule['dims'][1]}"
-        elif "dtype_like" in rule:
-            other = named[rule["dtype_like"]]
-            if other is not None and other.dtype != t.dtype:
-                problem = f"has dtype {t.dtype}, {rule['dtype_like']} has {other.dtype}"
-        elif "shape_like" in rule:
-            other = named[rule["shape_like"]]
-            if other is not None and other.shape != t.shape:
-                problem = (f"has shape {list(t.shape)}; it must be {rule['shape_like']}'s"
-                           f" {list(other.shape)}")
-        elif "multiple_of" in rule:
-            spec = rule["multiple_of"]
-            by = _dtype_name(named[spec["by_dtype_of"]].dtype)
-            multiple = spec["multiples"].get(by)
-            if multiple is not None and t.shape[spec["dim"]] % multiple:
-                problem = (f"dim {spec['dim']} is {t.shape[spec['dim']]}; with {by} inputs it"
-                           f" must be a multiple of {multiple}")
-        elif "min_size" in rule:
-            spec = rule["min_size"]
-            size = t.shape[spec["dim"]]
-            if _dtype_name(t.dtype) in spec["dtypes"] and size < spec["size"]:
-                problem = (f"dim {spec['dim']} is {size}; with {t.dtype} it must be at least"
-                           f" {spec['size']}")
+        problem = recorded_violation(rule, t, named)
         if problem is not None:
             raise ContractViolation(f"{op}: {name} {problem} (torch_npu docs: {rule['doc']})")
 

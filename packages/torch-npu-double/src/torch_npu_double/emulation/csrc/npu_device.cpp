@@ -4,7 +4,8 @@
 // byte against an emulated HBM capacity per device. Ops registered here for PrivateUse1
 // (factories, copies, resize/set, the two views the dispatcher needs) are native; every other
 // op reaches a boxed fallback that runs the CPU kernel on CPU tensors aliasing the same memory
-// and wraps the results back onto `npu`. A kernel registered for PrivateUse1 elsewhere (the
+// and wraps the results back onto `npu` (also for `scaled_dot_product_attention`, whose composite
+// would otherwise take its slow path on an unknown device). A kernel registered for PrivateUse1 elsewhere (the
 // `ascend` ops' adapters) wins over the fallback, as it does with real torch_npu.
 //
 // Large allocations are anonymous mappings the host backs page by page on first write, and
@@ -677,6 +678,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", &npu_emu::view);
   m.impl("_reshape_alias", &npu_emu::reshape_alias);
   m.impl("record_stream", &npu_emu::record_stream);
+  // Attention as one op (torch_npu registers its own fused kernel for it): the CPU kernel on
+  // the aliases, instead of the composite's math fallback for an unknown device, which
+  // copies K and V per query head (GQA) and runs 3-15x slower.
+  m.impl("scaled_dot_product_attention",
+         torch::CppFunction::makeFromBoxedFunction<&npu_emu::fallback>());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
