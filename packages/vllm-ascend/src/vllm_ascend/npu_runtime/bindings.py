@@ -1,12 +1,6 @@
-"""Scoped rebinding of vLLM's ``torch.cuda`` and ``torch.accelerator`` calls to ``torch.npu``.
-
-On an NPU the ``torch.cuda`` names are CUDA's, and ``torch.accelerator``'s memory functions
-assert for torch_npu's allocator (not a c10 ``DeviceAllocator``). :class:`NpuBindings` points
-them at ``torch.npu`` inside a ``with`` block (the worker enters it around each call vLLM makes
-into it); :func:`bind_accelerator_memory` does it for the memory functions for the whole
-process, since vLLM also calls them outside the worker (the engine core's shutdown). Each
-callable is its own ``functools.partial``: Dynamo refuses a handler registered twice.
-"""
+"""Scoped rebinding of vLLM's ``torch.cuda`` and ``torch.accelerator`` calls to ``torch.npu``."""
+# torch.accelerator's memory functions assert for torch_npu's allocator (not a c10 DeviceAllocator).
+# Each callable is its own functools.partial: Dynamo refuses a handler registered twice.
 
 from __future__ import annotations
 
@@ -52,8 +46,8 @@ ACCELERATOR_MEMORY = ("empty_cache", "memory_stats", "memory_reserved", "memory_
 
 
 def bind_accelerator_memory() -> bool:
-    """Point ``torch.accelerator``'s memory functions at ``torch.npu``'s in this process when
-    its accelerator is ``npu`` (idempotent); True when they are bound."""
+    """Point ``torch.accelerator``'s memory functions at ``torch.npu`` for the whole process when
+    its accelerator is ``npu`` (idempotent); True when bound."""
     accelerator = torch.accelerator.current_accelerator()
     npu = getattr(torch, "npu", None)
     if accelerator is None or accelerator.type != "npu" or npu is None:
@@ -67,8 +61,7 @@ def bind_accelerator_memory() -> bool:
 
 
 class _Rebinding:
-    """Reference-counted swap of module attributes (nested and re-entrant ``with`` blocks
-    share one swap; the last exit restores the originals)."""
+    """Reference-counted swap of module attributes; the last exit restores the originals."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

@@ -1,10 +1,4 @@
-"""``NPUCommunicator``: vLLM's collectives for NPU ranks, on the ``hccl`` process group.
-
-All-gather, reduce-scatter, gather, broadcast and send/recv are vLLM's base implementations
-over ``torch.distributed`` with the device group, which the worker created with the ``hccl``
-backend (``NPUPlatform.dist_backend``); all-reduce is out of place (below). No all-to-all
-manager: the runtime serves dense models only.
-"""
+"""``NPUCommunicator``: vLLM's collectives for NPU ranks on the ``hccl`` device group."""
 
 from __future__ import annotations
 
@@ -33,10 +27,9 @@ class NPUCommunicator(DeviceCommunicatorBase):
                              "process group")
 
     def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
-        """The sum over the group, in a new tensor. The NPU platform calls collectives through
-        vLLM's ``vllm::all_reduce`` op, whose output may not alias its input (torch's check of
-        compiled custom ops raises for that with ``CI`` set, and warns otherwise); the base
-        class reduces in place and returns its input."""
+        """The sum over the group, in a new tensor."""
+        # vllm::all_reduce's output may not alias its input (torch's compiled custom-op check); the
+        # base class reduces in place.
         out = input_.clone()
         dist.all_reduce(out, group=self.device_group)
         return out

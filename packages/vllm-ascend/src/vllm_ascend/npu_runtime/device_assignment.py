@@ -1,14 +1,8 @@
 """Which NPU a worker drives: vLLM's device map for its engine, the visible devices, torch's
 index.
-
-vLLM 0.32 hands an out-of-tree platform's data-parallel engine the physical ids of its own
-shard of devices (``parallel_config.assigned_physical_gpu_ids``, one per local rank: DP rank 1
-with TP=1 gets ``[1]``; vLLM's ``v1/engine/utils.py``, ``CoreEngineProcManager``); Ray and
-``--device-ids`` fill the same map. Without a map (one engine, or data-parallel engines in one
-process) the local rank is shifted by the engine's local DP shard, as vLLM's CUDA worker does.
-The physical id is an entry of ``ASCEND_RT_VISIBLE_DEVICES`` (the platform's device-control
-variable); torch numbers the visible devices from 0, so the device is ``npu:<index>``.
 """
+# vLLM 0.32 gives a DP engine its shard's physical ids (parallel_config.assigned_physical_gpu_ids,
+# see vLLM's v1/engine/utils.py); without one the local rank is shifted by the local DP shard.
 
 from __future__ import annotations
 
@@ -25,8 +19,8 @@ VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
 @dataclass(frozen=True)
 class NpuAssignment:
-    """The NPU of one worker: ``physical`` as the driver and npu-smi number it, ``index`` as
-    torch numbers it in this process (``npu:<index>``)."""
+    """A worker's NPU: ``physical`` as npu-smi numbers it, ``index`` as torch does
+    (``npu:<index>``)."""
 
     physical: int
     index: int
@@ -34,7 +28,7 @@ class NpuAssignment:
 
 def dp_shifted_local_rank(parallel_config: Any, local_rank: int) -> int:
     """``local_rank`` offset by this engine's local data-parallel shard (vLLM's CUDA worker
-    rule; Ray and external launchers place ranks themselves)."""
+    rule)."""
     par = parallel_config
     if (par.distributed_executor_backend in ("ray", "external_launcher")
             or par.data_parallel_backend == "ray" or par.nnodes_within_dp != 1):
@@ -49,11 +43,8 @@ def dp_shifted_local_rank(parallel_config: Any, local_rank: int) -> int:
 
 def assign_npu(parallel_config: Any, local_rank: int, visible: str | None,
                device_count: int) -> NpuAssignment:
-    """The NPU of the worker with ``local_rank`` in its engine; ``visible`` is
-    ``ASCEND_RT_VISIBLE_DEVICES`` (None: unset), ``device_count`` the NPUs torch sees.
-
-    :class:`NpuUnavailableError`, one line naming the rank, the NPU and what is visible, when
-    that NPU is not there."""
+    """The NPU of the worker with ``local_rank``, given ``visible`` (``ASCEND_RT_VISIBLE_DEVICES``)
+    and ``device_count``; :class:`NpuUnavailableError` naming rank and NPU when it is not there."""
     where = (f"{VISIBLE_DEVICES_ENV}={visible!r}" if visible
              else f"{VISIBLE_DEVICES_ENV} is not set")
     try:

@@ -1,5 +1,4 @@
-"""One clear error when a worker cannot reach its NPU: torch_npu missing or not importable
-(CANN's environment not set), no NPU visible, or fewer NPUs than ranks on this host."""
+"""One clear error when a worker cannot reach its NPU (torch_npu unusable, too few NPUs visible)."""
 
 from __future__ import annotations
 

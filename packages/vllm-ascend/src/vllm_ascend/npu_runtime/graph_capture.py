@@ -1,12 +1,6 @@
-"""The capture context of NPU graphs for vLLM's model runner, any number of ranks.
-
-vLLM's ``graph_capture`` (``vllm.distributed.parallel_state``) switches to a capture stream
-and enters the CUDA communicators' own capture contexts (custom all-reduce buffers); it asserts
-that every group with more than one rank has a CUDA or XPU communicator. HCCL needs no such
-context: its collectives are device work on the issuing stream, which a graph holds as it is.
-So the NPU runtime's capture context is the stream switch alone, and the runner points vLLM's
-capture code at it while it captures (``npu_capture_context``).
-"""
+"""The capture context of NPU graphs for vLLM's model runner, any number of ranks."""
+# vLLM's graph_capture asserts a CUDA/XPU communicator per group; HCCL collectives are stream work a
+# graph holds as it is, so the stream switch alone is the context.
 
 from __future__ import annotations
 
@@ -19,8 +13,8 @@ import torch
 
 @contextlib.contextmanager
 def npu_graph_capture(device: torch.device) -> Iterator[Any]:
-    """What vLLM's ``graph_capture(device)`` yields, for NPU ranks: a ``GraphCaptureContext``
-    whose stream is current inside the block and has waited for the work issued before it."""
+    """vLLM's ``graph_capture(device)`` for NPU ranks: a context whose stream is current in the
+    block."""
     from vllm.distributed.parallel_state import GraphCaptureContext
 
     npu: Any = torch.npu  # type: ignore[attr-defined]
@@ -34,8 +28,8 @@ def npu_graph_capture(device: torch.device) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def npu_capture_context() -> Iterator[None]:
-    """Inside the block vLLM's model runner captures with :func:`npu_graph_capture` (it calls
-    the ``graph_capture`` name it imported); the name is restored on exit."""
+    """Point vLLM's model runner's ``graph_capture`` at :func:`npu_graph_capture` inside the
+    block."""
     from vllm.v1.worker import gpu_model_runner
 
     original = gpu_model_runner.graph_capture

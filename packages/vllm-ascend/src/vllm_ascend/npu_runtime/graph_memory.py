@@ -1,13 +1,4 @@
-"""The NPU graphs' memory: estimated before the KV cache is sized, measured after capture.
-
-vLLM's profile captures the two largest graphs of each mode and counts every further graph
-as large as the second. A graph's buffers grow with its batch (its token count), and the
-capture sizes fall towards 1, so that count is about twice what the captures hold at vLLM's
-default sizes (35 of them, 1 to 256 tokens). ``scaled_estimate`` counts each further graph at
-the second capture's bytes per token instead (plus a tenth), never above vLLM's own figure,
-which stays the upper bound. After capture, ``GraphMemoryReport`` puts the estimate beside
-what the captures measured and the KV blocks the estimate gave the cache beyond vLLM's.
-"""
+"""The NPU graphs' memory: estimated before the KV cache is sized, measured after capture."""
 
 from __future__ import annotations
 
@@ -25,8 +16,7 @@ FURTHER_HEADROOM = 0.1
 
 @dataclass(frozen=True)
 class CaptureSample:
-    """One profile capture: its graph mode, batch (tokens) and the device memory it took
-    (free memory before its warm-up less free memory after its capture, in bytes)."""
+    """One profile capture: graph mode, batch tokens and the device memory it took, in bytes."""
 
     mode: str
     num_tokens: int
@@ -35,13 +25,10 @@ class CaptureSample:
 
 def scaled_estimate(samples: Iterable[CaptureSample],
                     sizes_by_mode: Mapping[str, Sequence[int]]) -> int:
-    """Bytes the graphs of ``sizes_by_mode`` (mode -> capture sizes, largest first, as vLLM
-    captures them) will hold, from the profile's ``samples`` of the first two sizes of each
-    mode: per mode, the first capture (the memory its graphs share, and the largest graph)
-    plus every further graph at the second capture's bytes per token, with
-    ``FURTHER_HEADROOM`` on top. Modes share one pool
-    and never replay at once, so their first captures overlay (the largest counts), as in
-    vLLM's estimate."""
+    """Bytes the graphs of ``sizes_by_mode`` (mode -> sizes, largest first) will hold, from the
+    ``samples`` of each mode's first two captures; never above vLLM's own estimate."""
+    # Each further graph counts at the second capture's bytes per token plus FURTHER_HEADROOM; modes
+    # share one pool and never replay at once, so their first captures overlay.
     by_mode: dict[str, list[CaptureSample]] = {}
     for sample in samples:
         by_mode.setdefault(sample.mode, []).append(sample)

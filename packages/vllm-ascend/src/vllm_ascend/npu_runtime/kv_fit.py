@@ -1,6 +1,4 @@
-"""The NPU worker's KV-cache checks: what it measured on the device, put into
-``worker_duties.kv_cache_advice``'s one message (memory measured, what the model needs, the largest
-settings that fit, and the flag that gives the cache more memory)."""
+"""The NPU worker's KV-cache checks, reported as ``worker_duties.kv_cache_advice``'s message."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ class MemoryBudget:
 
 
 def check_kv_cache_fits(budget: MemoryBudget, need: KvCacheNeed) -> None:
-    """The advising ``KvCacheMemoryError`` unless ``available_for_kv`` holds one sequence of
-    ``max_model_len`` (with vLLM's null block)."""
+    """``KvCacheMemoryError`` unless ``available_for_kv`` holds one ``max_model_len`` sequence."""
     if budget.available_for_kv >= need.sequence_bytes:
         return
     raise kv_cache_memory_error(need, budget.available_for_kv, measured=budget.measured(),
@@ -57,8 +54,8 @@ def check_kv_cache_fits(budget: MemoryBudget, need: KvCacheNeed) -> None:
 
 def check_explicit_kv_cache(device: str, kv_cache_bytes: int, free_now: int,
                             need: KvCacheNeed) -> None:
-    """The user's ``--kv-cache-memory-bytes``: it must fit in the free memory and hold one
-    sequence of ``max_model_len``."""
+    """``--kv-cache-memory-bytes`` must fit the free memory and hold one ``max_model_len``
+    sequence."""
     if kv_cache_bytes > free_now:
         raise KvCacheMemoryError(
             f"--kv-cache-memory-bytes {kv_cache_bytes} ({format_size(kv_cache_bytes)}) is more "

@@ -1,12 +1,5 @@
-"""``NPUModelRunner``: vLLM's V1 ``GPUModelRunner`` on an NPU.
-
-The parent's CUDA calls (streams, events) and ``torch.accelerator`` memory calls reach
-``torch.npu`` through the worker's scoped rebinding (``bindings``), which is active whenever
-vLLM calls into the worker. What differs from the GPU runner is here: the Ascend backend's
-per-layer KV cache view, zeroing newly allocated KV blocks without Triton, and graphs: FULL
-graphs are captured through the platform's static-graph wrapper (``AscendGraphWrapper``, as
-PIECEWISE ones already are by vLLM's compile backend), with the engine's graph parameters set
-for every capture size and the Ascend attention backend bound to refresh them before replays.
+"""``NPUModelRunner``: vLLM's V1 ``GPUModelRunner`` on an NPU (Ascend KV views, block zeroing
+without Triton, FULL graphs through the platform's ``AscendGraphWrapper``).
 """
 
 from __future__ import annotations
@@ -45,8 +38,8 @@ class NPUModelRunner(GPUModelRunner):
     captured_graph_bytes = 0
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        """vLLM's loading; a FULL-graph wrapper it put around the model becomes the platform's
-        static-graph wrapper (vLLM's own wraps CUDA graphs)."""
+        """vLLM's loading, with its FULL-graph wrapper replaced by the platform's static-graph
+        wrapper."""
         from vllm.compilation.cuda_graph import CUDAGraphWrapper
         from vllm.config import CUDAGraphMode
 
@@ -57,9 +50,8 @@ class NPUModelRunner(GPUModelRunner):
                                             CUDAGraphMode.FULL)
 
     def capture_model(self) -> int:
-        """Bind the attention backend and set the graph parameters of every capture size,
-        then vLLM's capture (its dispatcher picks each graph's mode and batch descriptor) in
-        the NPU capture context (``graph_capture``: collectives need none of their own)."""
+        """vLLM's capture in the NPU capture context, after binding the attention graph
+        parameters."""
         from vllm.config import CUDAGraphMode
 
 
@@ -73,13 +65,10 @@ class NPUModelRunner(GPUModelRunner):
         return self.captured_graph_bytes
 
     def profile_cudagraph_memory(self) -> int:
-        """The graphs' memory from vLLM's profile (it captures the first two graphs of each
-        mode, measures the free memory and drops them), each further graph counted at the
-        second capture's bytes per token (``graph_memory.scaled_estimate``; vLLM's own
-        figure, which counts each as large as the second, is ``vllm_graph_estimate``). The
-        profile runs with the platform's wrappers: vLLM points only its own CUDA wrappers at
-        the profiling pool and clears only their graphs. The profile's captures are not the
-        engine's: its tally and graph parameters are put back as they were."""
+        """The graphs' memory from vLLM's profile, further graphs counted per token
+        (``graph_memory.scaled_estimate``); the engine's tally and graph parameters are restored."""
+        # vLLM points only its own CUDA wrappers at the profiling pool, so the profile runs with
+        # ours.
         samples: list[graph_memory.CaptureSample] = []
         self._capture_samples, self._profiled_sizes = samples, {}
         try:
@@ -91,8 +80,8 @@ class NPUModelRunner(GPUModelRunner):
 
     def _warmup_and_capture(self, desc: Any, cudagraph_runtime_mode: Any, *args: Any,
                             **kwargs: Any) -> None:
-        """vLLM's warm-up and capture of one graph; during the memory profile, the device
-        memory it took is sampled as vLLM samples it (free memory before and after)."""
+        """vLLM's warm-up and capture of one graph, sampling its device memory during the
+        profile."""
         samples = getattr(self, "_capture_samples", None)
         if samples is None:
             super()._warmup_and_capture(desc, cudagraph_runtime_mode, *args, **kwargs)
@@ -132,9 +121,8 @@ class NPUModelRunner(GPUModelRunner):
             torch.npu.empty_cache()  # type: ignore[attr-defined]
 
     def _prepare_graph_params(self) -> GraphParamsStore:
-        """The store the FULL wrapper replays with (captures record into it too), bound to
-        every Ascend attention layer and to the attention backend, with ``main`` set for the
-        capture sizes."""
+        """The graph parameter store the FULL wrapper replays with, bound to the attention
+        layers."""
         cc = self.compilation_config
         wrapper = self.model if isinstance(self.model, AscendGraphWrapper) else None
         store = wrapper.params if wrapper is not None else graph_params_for(self.vllm_config)
@@ -148,8 +136,7 @@ class NPUModelRunner(GPUModelRunner):
         return store
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        """vLLM's step; the first batch wider than every captured graph is logged (it and
-        every later one of its kind run eagerly)."""
+        """vLLM's step; logs the first batch wider than every captured graph."""
         self._note_eager_batch(int(scheduler_output.total_num_scheduled_tokens))
         return super().execute_model(scheduler_output, *args, **kwargs)
 
@@ -169,8 +156,7 @@ class NPUModelRunner(GPUModelRunner):
         self, kv_cache_config: KVCacheConfig, kernel_block_sizes: list[int],
         kv_cache_allocation_context: AbstractContextManager[Any] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """vLLM allocates and binds the caches; each attention layer then gets its memory as
-        ``(2, num_blocks, block_size, num_kv_heads, head_size)`` (see ``kv_layout``)."""
+        """vLLM's allocation, then each attention layer's cache as ``kv_layout``'s view."""
         kv_caches = super().initialize_kv_cache_tensors(
             kv_cache_config, kernel_block_sizes, kv_cache_allocation_context
         )
@@ -185,8 +171,9 @@ class NPUModelRunner(GPUModelRunner):
         """Nothing to precompute: :meth:`_zero_block_ids` zeroes per layer."""
 
     def _zero_block_ids(self, block_ids: list[int]) -> None:
-        """Zero newly allocated blocks of every full-attention layer (vLLM's Triton kernel
-        writes through raw addresses; here each layer's keys and values are zeroed)."""
+        """Zero newly allocated blocks of every full-attention layer."""
+        # vLLM's Triton kernel writes through raw addresses; here each layer's keys and values are
+        # zeroed.
         if not block_ids:
             return
         index = torch.tensor(block_ids, dtype=torch.int64, device=self.device)
@@ -204,9 +191,7 @@ class NPUModelRunner(GPUModelRunner):
 
 
 def _forget_captures(store: GraphParamsStore) -> None:
-    """Drop what captures recorded in ``store`` (task handles, attention calls, workspaces of
-    graphs that no longer exist); every kind keeps its capture sizes and the attention binding
-    stays."""
+    """Drop what captures recorded in ``store``, keeping its capture sizes and attention binding."""
     sizes = {}
     for kind in store.kinds():
         params = store.get(kind)

@@ -1,8 +1,6 @@
-"""Which models the NPU runtime runs: dense decoder-only text generation with full causal
-attention (the llama, qwen2 and qwen3 families and models built like them) and the Qwen2-MoE
-and Qwen3-MoE mixture-of-experts models, unquantized or with ModelSlim W8A8 / W8A8_DYNAMIC
-linear layers (the "ascend" method).
-Anything else is refused before weights load, with one error naming what is supported."""
+"""Which models the NPU runtime runs (dense decoders and Qwen2/Qwen3-MoE, unquantized or ModelSlim
+W8A8); anything else is refused before weights load with one error.
+"""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ def supported_quantization_text() -> str:
 
 
 def refuse_unsupported_quantization(method: str | None) -> None:
-    """UnsupportedModelError when ``method`` (a vLLM quantization method name; None:
-    unquantized) is not one the NPU runtime runs."""
+    """UnsupportedModelError when quantization ``method`` (None: unquantized) is not one it runs."""
     if method is None or method in SUPPORTED_QUANTIZATION:
         return
     raise UnsupportedModelError(
@@ -97,10 +94,8 @@ def refuse_unsupported_model(model_config: ModelConfig) -> None:
 
 
 def refuse_unexecuted_moe_method(state: AscendForwardState, max_num_batched_tokens: int) -> None:
-    """UnsupportedModelError when the decision table picks, for a decode-sized or for the
-    largest forward, an MoE communication method the runtime does not execute (e.g. MC2 with
-    expert parallelism on A3/A5), so the engine stops before loading weights instead of at its
-    first forward."""
+    """UnsupportedModelError when the decision table picks an MoE communication method the runtime
+    does not execute (e.g. MC2 with EP on A3/A5), before weights load."""
     inputs = state.moe_inputs
     if not inputs.is_moe:
         return

@@ -1,14 +1,5 @@
-"""Pure-torch replacement of vLLM's Triton slot-mapping kernel (``block_table.py``).
-
-The NPU platform registers it through ``register_triton_kernel_overrides``: Triton has no NPU
-backend in vLLM's V1 path. Called with the Triton kernel's launch arguments in its order.
-
-It never synchronises the device with the host: the token count is the host integer vLLM
-passes (``num_tokens``), and ``repeat_interleave`` is told its output size (without it, torch
-reads the lengths back to size its output). Positions past ``num_tokens`` get ``PAD_ID`` as
-vLLM's kernel gives them (vLLM also fills a padded batch's tail with -1 itself); the attention
-backend turns them into real scratch slots before the scatter (``AscendAttentionImpl``).
-"""
+"""Pure-torch replacement of vLLM's Triton slot-mapping kernel, called with its launch arguments."""
+# No host sync: num_tokens is vLLM's host integer and repeat_interleave is given its output size.
 
 from __future__ import annotations
 
@@ -32,9 +23,8 @@ def compute_slot_mapping(
     PAD_ID: int = -1,
     BLOCK_SIZE: int = 1024,
 ) -> None:
-    """slot = block_table[req, pos // block_size] * block_size + pos % block_size for every
-    token of every request (the requests' query tokens are the first ``num_tokens``); slots
-    from ``num_tokens`` to ``max_num_tokens`` get ``PAD_ID``."""
+    """Each query token's slot (``block_table[req, pos // block_size] * block_size + pos %
+    block_size``); slots from ``num_tokens`` to ``max_num_tokens`` get ``PAD_ID``."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("the NPU runtime does not support context parallelism")
     num_reqs = query_start_loc.shape[0] - 1

@@ -1,11 +1,5 @@
-"""``NPUWorker``: vLLM's GPU ``Worker`` on an Ascend NPU.
-
-What differs from CUDA: the device (``npu:<local rank>``), ``hccl`` process groups, vLLM's V1
-runner (``NPUModelRunner``), no sleep-mode pool, ``torch.cuda``/``torch.accelerator`` calls
-rebound to ``torch.npu`` around every call vLLM makes into the worker (``bindings``), the
-graphs' memory profiled and taken from the KV cache's share, and the per-rank duties shared
-with the host-CPU worker (``worker_duties``: CPU binding after ``set_device``, late threads
-after the model loads, the rank report).
+"""``NPUWorker``: vLLM's GPU ``Worker`` on an Ascend NPU, with the per-rank duties it shares with
+the host-CPU worker (``worker_duties``).
 """
 
 from __future__ import annotations
@@ -48,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 
 def _on_npu(method: F) -> F:
-    """Run the method as this engine's work, with vLLM's CUDA/accelerator calls rebound to
+    """Run the method as this engine's work, with CUDA/accelerator calls rebound to
     ``torch.npu``."""
 
     @functools.wraps(method)
@@ -119,9 +113,9 @@ class NPUWorker(RankDuties, Worker):
 
     @_on_npu
     def determine_available_memory(self) -> int:
-        """vLLM's profiling and sizing, less the graphs' memory (profiled here: vLLM does it
-        only on CUDA and XPU), then one clear error (``worker_duties.kv_cache_advice``'s) when the
-        cache cannot hold one sequence of ``--max-model-len``."""
+        """vLLM's sizing less the graphs' memory; one clear error when the cache cannot hold one
+        sequence."""
+        # vLLM profiles graph memory only on CUDA and XPU.
         available = super().determine_available_memory()
         need = need_of(self.vllm_config)
         device = str(self.device)
@@ -146,12 +140,9 @@ class NPUWorker(RankDuties, Worker):
         return available
 
     def _graph_memory(self, kv_share: int) -> int:
-        """The captured graphs' memory the KV cache must leave free of its ``kv_share``:
-        vLLM's profile of it, each further graph counted per token (the runner's
-        ``profile_cudagraph_memory``; the graphs captured later hold their pool's memory),
-        applied as vLLM applies it, only with
-        ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` on; 0 without graphs. A device too small
-        for the profile's own captures is an error saying what to change."""
+        """The captured graphs' memory the KV cache must leave free of ``kv_share`` (0 without
+        graphs, or with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` off); an error when the
+        profile cannot fit."""
         if self.compilation_config.cudagraph_mode == CUDAGraphMode.NONE:
             return 0
         try:
@@ -179,8 +170,8 @@ class NPUWorker(RankDuties, Worker):
         return estimate
 
     def _report_graph_memory(self) -> None:
-        """After capture: the estimate beside what the captures took, and the KV blocks the
-        estimate left the cache (``graph_memory.GraphMemoryReport``)."""
+        """Log the graphs' estimated beside their captured memory and the KV blocks the estimate
+        gave."""
         applied = int(getattr(self, "graph_memory_applied", 0))
         kv_config = getattr(self.model_runner, "kv_cache_config", None)
         if not applied or kv_config is None or not kv_config.num_blocks:

@@ -1,16 +1,5 @@
-"""``AscendAttentionImpl``: the KV-cache write and the attention of one layer.
-
-Eagerly, attention is ``torch.ops.ascend.paged_attention`` over the real tokens. In a FULL
-graph each layer's attention is one task: FIA's ``.out`` kernel over buffers fixed at capture
-(``ascend_kernels.fia_graph``), captured between ``graph_task_group_begin/end`` after an
-``ExternalEvent`` wait (and reset) on the capturing stream. Before every replay
-``update_graph_params`` re-issues the same kernel on the same workspace and output with the
-step's lengths between ``graph_task_update_begin/end`` on the update stream, then records the
-event there: the replayed task group waits for it, so it runs with this step's lengths (the
-update stream is asynchronous to the replay). A batch smaller than the graph is padded with
-dummy requests so the task keeps its captured shapes (``fia_lengths``). The float32 reference
-(host reads and copies) is never captured: the metadata builder reports FULL graphs as
-unsupported for a model FIA cannot run (``fia_graph_support``).
+"""``AscendAttentionImpl``: the KV-cache write and the attention of one layer, eager or as a
+FULL-graph FIA task whose lengths ``update_graph_params`` refreshes before each replay.
 """
 
 from __future__ import annotations
@@ -64,8 +53,7 @@ def _torch_npu() -> Any:
 
 
 def _real_tokens(layer: Any, rows: int) -> int | None:
-    """The step's real tokens (padding rows of a PIECEWISE or eager step excluded); ``None``
-    for a dummy step (no attention metadata: no token is real)."""
+    """The step's real tokens (padding rows excluded); ``None`` for a dummy step."""
     from vllm.forward_context import get_forward_context, is_forward_context_available
 
     if not is_forward_context_available():
@@ -81,14 +69,9 @@ def _real_tokens(layer: Any, rows: int) -> int | None:
 
 
 def real_slots(slots: torch.Tensor) -> torch.Tensor:
-    """``slots`` with each negative (padding) slot replaced by its rank among the padding
-    slots (0, 1, 2, ...), on the device and without a host read.
-
-    The padding rows of a replayed FULL graph are fewer than a block (vLLM pads a batch to
-    the next capture size; the gaps of its capture sizes are far below the 128-token block),
-    so they land in block 0, vLLM's null block, which no request is ever given; all of them
-    distinct, as the scatter needs. Only a capture's dummy batch (before any request exists)
-    has more, and its writes then land in blocks nobody holds yet."""
+    """``slots`` with each negative (padding) slot replaced by its rank among the padding slots."""
+    # Padding rows of a replayed graph are fewer than a block, so they land in vLLM's null block 0,
+    # all distinct as the scatter needs; a capture's dummy batch writes blocks nobody holds yet.
     padding = slots < 0
     rank = torch.cumsum(padding, 0, dtype=slots.dtype) - 1
     return torch.where(padding, rank, slots)
@@ -135,12 +118,8 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
 
     def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Write this step's keys and values to their slots.
-
-        Eager and PIECEWISE steps write their real tokens only (a dummy step without
-        attention metadata writes nothing). A FULL graph has a fixed shape, so it scatters its
-        padding rows too; their -1 slots (vLLM's) become scratch slots (:func:`real_slots`),
-        since ``npu_scatter_pa_kv_cache`` documents no negative slot."""
+        """Write the step's keys and values to their slots; padding rows to scratch slots."""
+        # npu_scatter_pa_kv_cache documents no negative slot, hence real_slots for vLLM's -1s.
         if kv_cache.numel() == 0:
             return  # profiling run: no cache bound yet
         rows = key.shape[0] if capturing_full_graph() else _real_tokens(layer, key.shape[0])
@@ -170,9 +149,7 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
 
     def _capture(self, query: torch.Tensor, kv_cache: torch.Tensor, metadata: AscendMetadata,
                  output: torch.Tensor) -> None:
-        """The layer's FIA task in the graph being captured, remembered with its handle and
-        event in the engine's graph parameters for this capture size (the workspace is taken
-        once per size and shared by the layers)."""
+        """Capture the layer's FIA task into the engine's graph parameters for this size."""
         # Local: importing ascend_kernels looks torch_npu up (see _torch_npu).
         from ascend_kernels.fia_graph import fia_lengths, launch_fia_task, new_fia_task
         from vllm.forward_context import get_forward_context
@@ -214,10 +191,8 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
                             vllm_config: Any, speculative_config: Any = None, *,
                             draft_attn_metadatas: Any = None,
                             graph_params: Any = None) -> None:
-        """Re-issue every captured FIA task of the ``num_tokens`` graph with this step's
-        lengths on ``update_stream`` (the same kernel, workspace and output), recording each
-        task's event after its update. ``graph_params``: the store the replaying wrapper
-        holds (default: the engine's)."""
+        """Re-issue every captured FIA task of the ``num_tokens`` graph with this step's lengths on
+        ``update_stream``; ``graph_params`` defaults to the engine's store."""
         # Local: importing ascend_kernels looks torch_npu up (see _torch_npu).
         from ascend_kernels.fia_graph import fia_lengths, launch_fia_task
 

@@ -1,12 +1,5 @@
 """The per-layer KV cache of the Ascend backend: ``(2, num_blocks, block_size, num_kv_heads,
-head_size)``.
-
-vLLM 0.32 allocates every layer's cache as a logical ``[B, H, N, 2*D]`` view (keys and values
-side by side in the last axis) whose physical order is the resolved layout. The NPU kernels want
-each of keys and values as one dense ``[num_blocks, block_size, num_kv_heads*head_size]`` run, so
-the runner re-views each layer's memory (the same bytes, nothing copied) in this shape once, when
-the cache is bound. That needs each layer's memory to be one dense region, which every
-layer-outermost layout gives (the backend asks for ``LBNHC``).
+head_size)``, a view of vLLM's ``[B, H, N, 2*D]`` allocation.
 """
 
 from __future__ import annotations
@@ -23,9 +16,8 @@ def kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int,
 
 
 def split_kv_view(view: torch.Tensor) -> torch.Tensor:
-    """The layer's ``[B, H, N, 2*D]`` view from vLLM, re-viewed as ``(2, B, N, H, D)`` over the
-    same memory. ValueError when the view's memory is not one dense region (a layout that
-    interleaves layers)."""
+    """vLLM's ``[B, H, N, 2*D]`` layer view re-viewed as ``(2, B, N, H, D)`` over the same memory;
+    ValueError when that memory is not one dense region."""
     if view.dim() != 4 or view.shape[-1] % 2:
         raise ValueError(f"expected a [blocks, heads, block_size, 2*head_size] KV cache view, "
                          f"got shape {tuple(view.shape)}")

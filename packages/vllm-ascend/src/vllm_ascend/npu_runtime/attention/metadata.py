@@ -1,9 +1,5 @@
-"""Per-step attention metadata of the Ascend backend and its builder.
-
-The kernels take the per-sequence query ends and KV lengths as host integer lists (FIA's
-``actual_seq_lengths`` / ``actual_seq_lengths_kv`` in TND layout), so the builder reads them
-from vLLM's host copies.
-"""
+"""Per-step attention metadata of the Ascend backend and its builder."""
+# The kernels take query ends and KV lengths as host lists (FIA's TND actual_seq_lengths).
 
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class AscendMetadata(AttentionMetadata):
-    """One step's batch: ``query_ends[i]`` is the end of sequence i's query tokens in the
-    flattened batch, ``seq_lens[i]`` its KV length with this step's tokens included."""
+    """One step's batch: per sequence, the end of its query tokens and its KV length."""
 
     num_actual_tokens: int
     query_ends: list[int]
@@ -37,8 +32,8 @@ class AscendMetadata(AttentionMetadata):
 
 
 def host_seq_lens(common: CommonAttentionMetadata, exact_host_copy: bool) -> list[int]:
-    """KV length per sequence. vLLM's host upper bound is exact unless speculative decoding
-    may reject drafts (``exact_host_copy`` False): then the device values are read."""
+    """KV length per sequence: vLLM's host copy, or the device values when drafts may be
+    rejected."""
     n = common.num_reqs
     if exact_host_copy and common.seq_lens_cpu_upper_bound is not None:
         return [int(x) for x in common.seq_lens_cpu_upper_bound[:n].tolist()]
@@ -46,9 +41,8 @@ def host_seq_lens(common: CommonAttentionMetadata, exact_host_copy: bool) -> lis
 
 
 def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[int]:
-    """``query_ends`` with the trailing padding requests of a padded graph batch (KV length 0:
-    vLLM's rows past the real requests) given no query tokens, so their tokens are padding
-    rows the kernel leaves at zero."""
+    """``query_ends`` with a padded graph batch's trailing padding requests given no query
+    tokens."""
     ends = list(query_ends)
     last_real = max((i for i, s in enumerate(seq_lens) if s > 0), default=-1)
     real_end = ends[last_real] if last_real >= 0 else 0
@@ -58,8 +52,8 @@ def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[
 
 
 def fia_graph_refusal(vllm_config: Any, kv_cache_spec: Any) -> str | None:
-    """Why this model's attention cannot be a FULL-graph task (FIA cannot run it, or torch_npu's
-    kernels are not there), or ``None``. Decided from shapes and dtypes only."""
+    """Why this model's attention cannot be a FULL-graph task, or ``None`` (shapes and dtypes
+    only)."""
     # Local: importing ascend_kernels looks torch_npu up and registers its kernels; that
     # belongs to a running NPU runtime, not to importing this module.
     from ascend_kernels.npu_loader import npu_registration
@@ -77,20 +71,15 @@ def fia_graph_refusal(vllm_config: Any, kv_cache_spec: Any) -> str | None:
 
 
 class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
-    """Builds :class:`AscendMetadata` from vLLM's common metadata.
-
-    Full graphs hold uniform single-token decode batches: the attention call is captured in a
-    task group and its host parameters (query ends, sequence lengths) are refreshed before each
-    replay (``AscendAttentionImpl.update_graph_params``).
-    """
+    """Builds :class:`AscendMetadata` from vLLM's common attention metadata."""
 
     _cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     @classmethod
     def get_cudagraph_support(cls, vllm_config: Any, kv_cache_spec: Any) -> AttentionCGSupport:
-        """Uniform decode FULL graphs when FIA runs the model's attention; otherwise none
-        (vLLM then serves FULL modes eagerly or piecewise): the reference attention reads the
-        host, which no graph may hold. Logged once with the reason."""
+        """Uniform-decode FULL graphs when FIA runs the model's attention, else none (reason logged
+        once)."""
+        # The reference attention reads the host, which no graph may hold.
         reason = fia_graph_refusal(vllm_config, kv_cache_spec)
         if reason is None:
             return cls._cudagraph_support
