@@ -1,12 +1,6 @@
-"""Ascend replacements of vLLM's ``SiluAndMul`` and ``GemmaRMSNorm`` (CustomOp classes).
-
-``SiluAndMul`` becomes one ``torch.ops.ascend.silu_and_mul`` node (``npu_swiglu`` on an NPU).
-``GemmaRMSNorm`` normalises with ``x * (1 + w)``: vLLM builds that weight as
-``w.float() + 1.0`` and multiplies in float32 before the single cast, which is exactly
-``ascend.rms_norm`` / ``ascend.add_rms_norm`` called with that float32 weight. Calling the
-ops directly (rather than through vLLM's IR ops) keeps Gemma's norms Ascend ops whatever IR
-provider priority the user configures.
-"""
+"""Ascend replacements of vLLM's ``SiluAndMul`` and ``GemmaRMSNorm`` (CustomOp classes)."""
+# GemmaRMSNorm is ascend.rms_norm / add_rms_norm with vLLM's float32 weight w + 1, called directly
+# so Gemma's norms stay Ascend ops whatever IR provider priority the user configures.
 
 from __future__ import annotations
 

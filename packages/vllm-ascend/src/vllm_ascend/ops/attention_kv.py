@@ -1,18 +1,8 @@
-"""``vllm_ascend::attention_with_kv_update``: an attention layer's KV-cache write and its
-attention in one op call.
-
-vLLM's attention layer calls two custom ops per forward, ``unified_kv_cache_update`` and then
-``unified_attention_with_output``: each is a trip through the dispatcher into Python that looks
-the layer up in the forward context. The ``kv_cache_attention`` pass of ascend-graph replaces
-the pair with this op (switch ``fuse_kv_cache_attention``), which does both in one trip:
-
-- on the host CPU, for vLLM's CPU attention backend on a decoder layer without sinks and
-  without a KV connector, it calls the backend's two kernels itself, with the layer's
-  key/value views of its cache made once (:class:`CPUAttentionKernels`): the same kernels with
-  the same arguments as the backend, so the results are bit-identical;
-- otherwise it calls vLLM's own Python bodies of the two ops in order (KV connector hooks
-  included), which is exactly what the unfused graph runs, one dispatch fewer.
+"""``vllm_ascend::attention_with_kv_update``: an attention layer's KV-cache write and its attention
+in one op call (the ``kv_cache_attention`` pass's replacement of vLLM's two ops).
 """
+# On the host CPU it calls vLLM's CPU attention kernels directly (bit-identical); otherwise vLLM's
+# own op bodies in order (README, "Where each kind of change goes": one attention call per layer).
 
 from __future__ import annotations
 
@@ -34,9 +24,8 @@ _KERNELS_ATTR = "_ascend_cpu_attention_kernels"
 
 
 def register_attention_op() -> bool:
-    """Define ``vllm_ascend::attention_with_kv_update`` once per process; True when defined
-    now. Its schema is inferred from the implementation, so ``layer_name`` has the type vLLM's
-    attention ops use in this vLLM/torch (a hoisted ``LayerName`` object or a string)."""
+    """Define ``vllm_ascend::attention_with_kv_update`` once per process; True when defined now."""
+    # The schema is inferred so layer_name has the type vLLM's attention ops use in this build.
     if hasattr(getattr(torch.ops, OP_NAMESPACE), OP_NAME):
         return False
     qualname = f"{OP_NAMESPACE}::{OP_NAME}"
@@ -48,8 +37,8 @@ def register_attention_op() -> bool:
 
 
 def attention_op_handles() -> tuple[Any, Any, Any] | None:
-    """(vLLM's KV-cache update op, vLLM's attention op, the fused op) for the
-    ``kv_cache_attention`` pass; None when this vLLM build lacks either of its ops."""
+    """(vLLM's KV-cache update op, vLLM's attention op, the fused op); None when vLLM lacks
+    either."""
     import vllm.model_executor.layers.attention.attention  # noqa: F401  (defines the ops)
 
     register_attention_op()
@@ -115,8 +104,7 @@ def _vllm_bodies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 @dataclass
 class CPUAttentionKernels:
-    """vLLM's CPU attention backend for one layer, called without its Python wrappers: the
-    layer's key/value views of its KV cache are made once per cache tensor."""
+    """vLLM's CPU attention backend for one layer, called without its Python wrappers."""
 
     impl: Any
     cache: torch.Tensor | None = None
@@ -125,8 +113,7 @@ class CPUAttentionKernels:
 
     @classmethod
     def for_layer(cls, layer: Any) -> CPUAttentionKernels | None:
-        """Kernels for ``layer`` when it is a decoder layer of vLLM's CPU backend without
-        sinks (whose dtype the backend adjusts lazily); None otherwise."""
+        """Kernels for a sink-free decoder ``layer`` of vLLM's CPU backend; None otherwise."""
         try:
             from vllm.v1.attention.backend import AttentionType
             from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
@@ -152,8 +139,8 @@ class CPUAttentionKernels:
 
     def run(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             output: torch.Tensor, metadata: Any, slot_mapping: torch.Tensor | None) -> None:
-        """What ``unified_kv_cache_update`` and ``unified_attention_with_output`` do for this
-        backend: write the cache when the step has slots, attend when it has metadata."""
+        """vLLM's two ops for this backend: write the cache when there are slots, attend when there
+        is metadata."""
         impl = self.impl
         if slot_mapping is None and metadata is None:
             return  # nothing to write nor to attend (the cache may be a placeholder then)

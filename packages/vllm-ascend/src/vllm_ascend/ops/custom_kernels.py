@@ -1,11 +1,7 @@
-"""Whether vllm-ascend's compiled custom NPU kernels (``vllm_ascend_C``) may be used.
-
-Never in batch-invariant mode (their reductions are tiled by batch size, so a row's result
-would depend on its batch) and never on A5 (the existing plugin disables the extension there);
-never on the host-CPU platform (there is no NPU). Elsewhere the extension is loaded on the
-first call that needs it, not earlier: loading initialises the CANN runtime, which must wait
-until ``ASCEND_RT_VISIBLE_DEVICES`` is final (RL workers change it late).
-"""
+"""Whether vllm-ascend's compiled custom NPU kernels (``vllm_ascend_C``) may be used."""
+# Never batch-invariant (tiles depend on batch size), on A5 (the existing plugin disables them) or
+# on the host CPU; loaded lazily because loading initialises CANN, and ASCEND_RT_VISIBLE_DEVICES may
+# change late (RL workers).
 
 from __future__ import annotations
 

@@ -1,22 +1,10 @@
-"""The one map of vLLM CustomOps vllm-ascend replaces, and its registration.
-
-vLLM keys its out-of-tree registry by the Python class name being instantiated (a subclass
-such as ``Llama3RotaryEmbedding`` is looked up under its own name), so every variant a model
-can build has its own row. Each replacement subclasses the class it replaces and runs
-``torch.ops.ascend.*`` from ``forward_cpu`` (host-CPU platform) and ``forward_oot`` (NPU
-platform). Registered once per process (:func:`register_ascend_custom_ops`, from the platform's
-compatibility adjustments); :func:`reset_ascend_custom_ops` undoes it for tests.
-
-After registration vLLM's ``custom_ops`` directives use the class names: ``-SiluAndMul`` (or
-:func:`native_directives` for all of them) brings vLLM's native implementation back.
-
-vLLM 0.32 rotary classes of the llama/qwen/deepseek families that are not replaced, and why:
-``DualChunkRotaryEmbedding`` (Qwen2.5-1M dual-chunk attention returns five rotated query
-variants, not one rope), ``DeepseekV4ScalingRotaryEmbedding`` (DeepSeek V4's attention only
-reads its ``cos_sin_cache`` in fused kernels; its forward is never called),
-``Llama4VisionRotaryEmbedding`` (vision encoder, complex-number form) and
-``MRotaryEmbeddingInterleaved`` (openPangu only).
+"""The one map of vLLM CustomOps vllm-ascend replaces (one row per class name), and its
+registration.
 """
+# vLLM keys its out-of-tree registry by the instantiated class's own name, so each variant has a
+# row. Rotary classes not replaced: DualChunkRotaryEmbedding (returns five query variants),
+# DeepseekV4ScalingRotaryEmbedding (its forward is never called), Llama4VisionRotaryEmbedding
+# (complex form) and MRotaryEmbeddingInterleaved (openPangu only).
 
 from __future__ import annotations
 
@@ -96,10 +84,8 @@ def _rows(rows: Iterable[CustomOpRow] | None) -> tuple[CustomOpRow, ...]:
 
 
 def register_ascend_custom_ops(rows: Iterable[CustomOpRow] | None = None) -> list[str]:
-    """Register every Ascend replacement not yet registered; returns the names registered now.
-
-    A class name already taken by another package's replacement is an error naming both.
-    """
+    """Register every Ascend replacement not yet registered; returns the names registered now. A
+    name another package already registered is an error naming both."""
     import ascend_kernels  # noqa: F401 - registers torch.ops.ascend.*
 
     done = []
@@ -131,10 +117,6 @@ def native_directives(rows: Iterable[CustomOpRow] | None = None) -> list[str]:
 
 
 def all_custom_ops(current: Sequence[str] | None) -> list[str]:
-    """``["all"]`` plus the user's own ``+name``/``-name`` directives from ``current``.
-
-    The Ascend platforms enable every custom op; a user's explicit directive for one op (e.g.
-    ``-SiluAndMul`` to compare with vLLM's native code) is kept.
-    """
+    """``["all"]`` plus the user's own ``+name``/``-name`` directives from ``current``."""
     directives = [d for d in (current or []) if d[:1] in ("+", "-") and len(d) > 1]
     return ["all", *dict.fromkeys(directives)]

@@ -1,11 +1,5 @@
-"""``vllm_ascend::batch_invariant_linear``: ascend-kernels' batch-invariant linear as one op.
-
-In batch-invariant mode vLLM's CPU linear layers call ascend-kernels' ``linear`` (their own
-``_C.onednn_mm`` is out of reach of the aten overrides). Called directly, that Python function
-would be traced by Dynamo into the compiled graph (and stops it: it reads dtypes), and inductor
-would then pick its own GEMM kernels, whose reduction order depends on the batch. As an op, the
-compiled graph keeps one call to it: the same fixed-tile GEMM runs eagerly and compiled.
-"""
+"""``vllm_ascend::batch_invariant_linear``: ascend-kernels' batch-invariant linear as one op."""
+# As an op it stays one call in compiled graphs; traced, inductor would pick batch-dependent GEMMs.
 
 from __future__ import annotations
 

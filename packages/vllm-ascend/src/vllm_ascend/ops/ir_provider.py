@@ -1,10 +1,5 @@
-"""The ``ascend`` provider for vLLM's IR ops ``rms_norm`` and ``fused_add_rms_norm``.
-
-The implementations call ``torch.ops.ascend.rms_norm`` / ``add_rms_norm`` (ascend-kernels),
-so eager runs and compiled graphs (with vLLM's IR torch wrap off) are written in
-``torch.ops.ascend.*``. The signatures must equal the IR ops' schemas exactly, which is why
-this module does not use ``from __future__ import annotations``.
-"""
+"""The ``ascend`` provider for vLLM's IR ops ``rms_norm`` and ``fused_add_rms_norm``."""
+# No `from __future__ import annotations`: the signatures must equal the IR ops' schemas exactly.
 
 import torch
 from torch import Tensor

@@ -1,30 +1,7 @@
-"""The Ascend MoE CustomOp of the host-CPU platform: routed experts with EP communication.
-
-vLLM's unquantized MoE quant method (the CustomOp ``UnquantizedFusedMoEMethod``) runs
-``CPUUnquantizedExperts`` on CPU, whose kernel ignores ``expert_map`` while ``topk_ids`` stay
-global, so expert parallelism crashes. Its out-of-tree replacement here keeps vLLM's router
-(softmax over the logits, top-k, renormalised when ``norm_topk_prob``) and its runner, and
-replaces the expert step (``forward_cpu``) by ``torch.ops.vllm_ascend.moe_routed_experts``, an
-op opaque to Dynamo (the communication method changes from one forward to the next and the
-exchanged sizes depend on the routing). At run time the op executes the method that
-``select_moe_comm_method`` chose for the forward (the forward context's ``moe_comm_method``):
-
-- without expert parallelism every expert is local and nothing is exchanged: the layer is
-  vLLM's own (its CPU kernel, traced into the compiled graph as in stock vLLM; its runner
-  all-reduces the TP-partial results), and the op is not used;
-- with it, the runner hands every rank of the EP group the same tokens; each rank takes its
-  contiguous rows of them, runs the ALLGATHER or ALLTOALL dispatch/combine, and returns its
-  rows' complete outputs with zeros elsewhere
-  (:func:`~vllm_ascend.distributed.moe_dispatch.replicated_share`): the runner's final
-  all-reduce (which also sums TP-sharded shared experts) then assembles the full result.
-
-Each expert-parallel layer counts the forwards it ran per (method, tokens);
-:func:`moe_comm_counts` reads them in a worker (``LLM.collective_rpc(moe_comm_counts)``),
-across process boundaries.
-On an NPU platform (``forward_oot``) the layer's weights take the grouped-matmul layout after
-loading and each forward runs the method chosen for it (ALLGATHER or ALLTOALL,
-:mod:`vllm_ascend.distributed.npu_moe`) on torch_npu's kernels; it counts its forwards too.
+"""The Ascend MoE CustomOp: vLLM's router and runner with the expert step as the opaque op
+``vllm_ascend::moe_routed_experts`` running the forward's EP communication method.
 """
+# README "Mixture of experts on the host-CPU platform" describes the design.
 
 from __future__ import annotations
 
@@ -55,11 +32,7 @@ OP_SCHEMA = "(Tensor x, Tensor topk_weights, Tensor topk_ids, str layer_name) ->
 
 
 def register_moe_op() -> bool:
-    """Define ``vllm_ascend::moe_routed_experts`` once per process; True when defined now.
-
-    Real implementation: looks the layer up in the current forward context and runs it. Fake:
-    a tensor shaped like ``x`` (the output always is).
-    """
+    """Define ``vllm_ascend::moe_routed_experts`` once per process; True when defined now."""
     if hasattr(getattr(torch.ops, OP_NAMESPACE), OP_NAME):
         return False
     qualname = f"{OP_NAMESPACE}::{OP_NAME}"
@@ -104,11 +77,8 @@ def unsupported_reason(layer: Any) -> str | None:
 
 
 def plain_torch_supported(layer: Any) -> bool:
-    """Whether the plain-torch experts run ``layer``; False leaves it to vLLM's CPU kernel.
-
-    With expert parallelism vLLM's kernel is no option (it ignores the expert map), so an
-    unsupported layer is then a ``ValueError`` naming the setting.
-    """
+    """Whether the plain-torch experts run ``layer``; with EP, a ``ValueError`` naming the setting
+    otherwise."""
     reason = unsupported_reason(layer)
     if reason is None:
         return True
@@ -123,11 +93,8 @@ def plain_torch_supported(layer: Any) -> bool:
 
 
 def placement_of(layer: Any) -> ExpertPlacement | None:
-    """Where the layer's experts live in its EP group (None without expert parallelism).
-
-    Uses vLLM's own ``determine_expert_map`` for every rank and checks that this rank's row is
-    the layer's ``expert_map``.
-    """
+    """Where the layer's experts live in its EP group (vLLM's ``determine_expert_map``, checked
+    against the layer's ``expert_map``); None without expert parallelism."""
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
 
     parallel = layer.moe_config.moe_parallel_config
@@ -148,8 +115,7 @@ def placement_of(layer: Any) -> ExpertPlacement | None:
 
 
 class AscendUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
-    """Unquantized MoE experts with the forward's EP communication (host CPU): plain torch
-    with expert parallelism, vLLM's CPU kernel when every expert is local."""
+    """Unquantized MoE experts with the forward's EP communication (host CPU and NPU)."""
 
     _on_npu = False  # set per instance in __init__ (read before it by vLLM's base class, if ever)
 
@@ -287,9 +253,8 @@ class NpuMonolithicFusedMoEMethod(AscendUnquantizedFusedMoEMethod):
 
 
 def npu_experts_of(layer: Any) -> NpuExperts:
-    """The layer's experts in the grouped-matmul layout (its weights transposed in place:
-    ``w13 [L, H, 2I]``, ``w2 [L, I, H]``), with its EP rank; a layer the NPU path cannot run
-    is a ``ValueError`` naming the setting."""
+    """The layer's experts in the grouped-matmul layout (weights transposed in place) with its EP
+    rank; ``ValueError`` naming the setting when the NPU path cannot run it."""
     reason = unsupported_reason(layer)
     if reason is None and layer.activation.value != "silu":
         reason = f"activation {layer.activation.value!r} (the NPU path runs silu: npu_swiglu)"
@@ -329,8 +294,8 @@ def _ascend_moe_methods(worker: Any) -> list[AscendUnquantizedFusedMoEMethod]:
 
 
 def moe_comm_counts(worker: Any) -> dict[str, Any]:
-    """In a worker (``collective_rpc``): ``{"rank", "layers", "calls": [[method, tokens,
-    forwards], ...]}`` summed over this worker's Ascend MoE layers (each counts every forward)."""
+    """``{"rank", "layers", "calls": [[method, tokens, forwards], ...]}`` over this worker's MoE
+    layers."""
     methods = _ascend_moe_methods(worker)
     total: Counter[tuple[str, int]] = Counter()
     for method in methods:

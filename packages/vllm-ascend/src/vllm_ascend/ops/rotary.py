@@ -1,16 +1,6 @@
-"""Ascend replacements of vLLM's rotary embeddings (CustomOp out-of-tree classes).
-
-vLLM picks an out-of-tree class by the name of the class being instantiated, so every rope
-variant a model can build needs its own replacement, and each must subclass the class it
-replaces (vLLM's ``__new__`` returns the replacement and Python then runs the original
-``__init__`` on it, which computes the variant's ``cos_sin_cache``).
-
-The variants that differ only in their cache (Llama 3, YaRN, linear, NTK, dynamic NTK, DeepSeek
-YaRN) share one forward through ``torch.ops.ascend.rotary_embedding``; MRoPE has its own op
-(positions ``[3, T]`` and ``mrope_section``). On the host-CPU platform vLLM calls
-``forward_cpu``, on the NPU platform ``forward_oot``; both run the same code. A call without a
-key (query-only callers) keeps vLLM's native forward: the ops rotate q and k together.
-"""
+"""Ascend replacements of vLLM's rotary embeddings (CustomOp out-of-tree classes)."""
+# Each subclasses the class it replaces: vLLM's __new__ returns the replacement and the original
+# __init__ then computes the variant's cos_sin_cache.
 
 from __future__ import annotations
 
@@ -33,12 +23,8 @@ RopeOutput = tuple[torch.Tensor, torch.Tensor | None]
 
 
 class AscendRopeForward:
-    """``forward_cpu``/``forward_oot`` of a vLLM rotary class through ``ascend.rotary_embedding``.
-
-    Mixed in before the vLLM class, so its methods win over the class's own backends. Works
-    for every variant whose forward is "look up ``cos_sin_cache`` at the positions, rotate the
-    first ``rotary_dim`` values of every head".
-    """
+    """``forward_cpu``/``forward_oot`` of a vLLM rotary class through
+    ``ascend.rotary_embedding``."""
 
     head_size: int
     rotary_dim: int
