@@ -1,9 +1,4 @@
-"""The "ascend" quantization method: ModelSlim W8A8 / W8A8_DYNAMIC checkpoints in vLLM.
-
-Modules: ``description`` (the per-parameter scheme file), ``int8_matmul`` (reference int8
-linear), ``linear_methods`` (vLLM linear methods calling ``torch.ops.ascend.quantize`` /
-``dynamic_quant``), ``config`` (``AscendQuantConfig``), ``registration`` (register/reset).
-"""
+"""The "ascend" quantization method: ModelSlim W8A8 / W8A8_DYNAMIC checkpoints in vLLM."""
 
 from __future__ import annotations
 

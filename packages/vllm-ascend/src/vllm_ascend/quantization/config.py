@@ -1,8 +1,5 @@
-"""``AscendQuantConfig``: vLLM's quantization config for ModelSlim checkpoints ("ascend").
-
-vLLM builds it from config.json's ``quantization_config`` (``{"quant_method": "ascend", ...}``)
-when present, otherwise from ``quant_model_description.json`` when the user asks for
-``quantization="ascend"``; both hold the same description (parameter name -> scheme).
+"""``AscendQuantConfig``: vLLM's quantization config for ModelSlim checkpoints ("ascend"), from
+config.json's ``quantization_config`` or ``quant_model_description.json``.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ from vllm_ascend.quantization.npu_linear_methods import NPU_LINEAR_METHODS
 
 
 def linear_methods_for_platform() -> Mapping[str, type[LinearMethodBase]]:
-    """The NPU runtime's methods (``npu_quant_matmul``) on the NPU platform, else the host
-    CPU's (the int8 reference matmul)."""
+    """The NPU runtime's linear methods on the NPU platform, else the host CPU's."""
     from vllm.platforms import current_platform
 
     return NPU_LINEAR_METHODS if current_platform.device_type == "npu" else LINEAR_METHODS

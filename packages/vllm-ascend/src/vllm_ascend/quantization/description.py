@@ -1,10 +1,6 @@
-"""The ModelSlim quantization description: which scheme each checkpoint parameter uses.
-
-A ModelSlim checkpoint ships ``quant_model_description.json`` next to its weights, mapping each
-parameter name to a scheme, e.g. ``"model.layers.0.self_attn.q_proj.weight": "W8A8"``. Keys
-without a dot (``"model_quant_type"``, ``"version"``, ``"quant_method"``...) are metadata, never
-parameter names. Stdlib only: parsing and lookup are testable without vLLM.
-"""
+"""The ModelSlim quantization description: which scheme each checkpoint parameter uses."""
+# Keys without a dot (model_quant_type, version, ...) are metadata. Stdlib only: testable without
+# vLLM.
 
 from __future__ import annotations
 
@@ -45,8 +41,7 @@ class QuantDescription:
 
     @classmethod
     def parse(cls, raw: object) -> QuantDescription:
-        """Validate a description mapping (from the JSON file or config.json's
-        ``quantization_config``); raises :class:`QuantDescriptionError` naming each bad entry."""
+        """Validate a description mapping; :class:`QuantDescriptionError` names each bad entry."""
         if not isinstance(raw, Mapping):
             raise QuantDescriptionError(
                 [f"the description must be a JSON object, got {type(raw).__name__}"]
@@ -77,9 +72,8 @@ class QuantDescription:
         return self.schemes.get(module + _SCHEME_SUFFIX, FLOAT)
 
     def layer_scheme(self, prefix: str, packed: Mapping[str, Sequence[str]]) -> str:
-        """Scheme of the vLLM layer ``prefix``; a fused layer (``packed`` maps its last name
-        to the checkpoint modules it fuses, e.g. ``qkv_proj`` -> q/k/v_proj) needs one scheme
-        for all its parts."""
+        """Scheme of the vLLM layer ``prefix``; a fused layer (``packed``: its name -> the
+        checkpoint modules it fuses) needs one scheme for all its parts."""
         parent, _, name = prefix.rpartition(".")
         parts = packed.get(name)
         if not parts:

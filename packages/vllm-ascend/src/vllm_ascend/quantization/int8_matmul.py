@@ -1,18 +1,6 @@
-"""Reference int8 x int8 linear with dequantization (plain torch, any device with integer mm).
-
-Both operands are affine int8: ``x ~= (q_x - o_x) * s_x`` (per tensor or per row) and
-``w[n] ~= (q_w[n] - o_w[n]) * s_w[n]`` (per output channel). The products are accumulated
-exactly in int32, then dequantized in float32 with the offsets expanded::
-
-    sum_k (q_x - o_x)(q_w - o_w) = acc - o_w * sum_k q_x - o_x * sum_k q_w + K * o_x * o_w
-
-so ``y = s_x * s_w * (that) + bias``, cast once to the output dtype. With zero offsets this is
-the symmetric ``s_x * s_w * (q_x @ q_w.T)``, the NPU quant-matmul's definition.
-
-A static ModelSlim W8A8 layer instead carries the folded form (``deq_scale = s_x * s_w``,
-``quant_bias = -o_x * sum_k q_w``; the package README's quantization notes):
-:func:`int8_linear_dequant` computes ``(q_x @ q_w.T + quant_bias) * deq_scale``.
-"""
+"""Reference int8 x int8 linear with dequantization (plain torch, int32 accumulation)."""
+# Affine operands: sum_k (q_x - o_x)(q_w - o_w) = acc - o_w * sum_k q_x - o_x * sum_k q_w + K * o_x
+# * o_w; zero offsets give the NPU quant-matmul's s_x * s_w * (q_x @ q_w.T).
 
 from __future__ import annotations
 
@@ -30,11 +18,8 @@ def int8_linear(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """``dequant(q_x) @ dequant(q_w).T + bias`` computed as an int32-accumulated int8 matmul.
-
-    ``q_x``: int8 ``[..., K]``; ``x_scale``/``x_offset``: one value (per tensor) or one per row
-    of ``q_x`` (per token). ``q_w``: int8 ``[N, K]``; ``w_scale``/``w_offset``: ``N`` values.
-    """
+    """``dequant(q_x) @ dequant(q_w).T + bias`` for int8 ``q_x [..., K]`` (scale/offset per tensor
+    or row) and ``q_w [N, K]`` (per channel), accumulated in int32."""
     if q_x.dtype != torch.int8 or q_w.dtype != torch.int8:
         raise TypeError(f"int8_linear needs int8 operands, got {q_x.dtype} and {q_w.dtype}")
     k = q_x.shape[-1]
@@ -65,12 +50,8 @@ _LOW_32_BITS = 0xFFFFFFFF
 
 
 def deq_scale_float32(deq_scale: torch.Tensor) -> torch.Tensor:
-    """A ModelSlim ``deq_scale`` as float32 values.
-
-    float checkpoints (bf16 models) store the values; fp16 models store int64 whose low 32
-    bits are the float32 bit pattern (the form ``npu_quant_matmul`` takes for an fp16 output).
-    Raises ValueError when an int64 entry has bits above the low 32 set.
-    """
+    """A ModelSlim ``deq_scale`` (float, or int64 holding float32 bits) as float32; ValueError when
+    an int64 entry has bits above the low 32."""
     if deq_scale.dtype != torch.int64:
         if not deq_scale.is_floating_point():
             raise ValueError(f"deq_scale must be float32/bfloat16/float16 or int64 (float32 "
@@ -93,12 +74,8 @@ def int8_linear_dequant(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """``(q_x @ q_w.T + quant_bias) * deq_scale (+ bias)``: int32 accumulation (quant_bias
-    added in int32), one float32 dequantization per output channel, one cast at the end.
-
-    ``q_x``: int8 ``[..., K]``; ``q_w``: int8 ``[N, K]``; ``deq_scale``: 1 or ``N`` values
-    (float, or int64 float32 bits); ``quant_bias``: int32 ``[N]``.
-    """
+    """``(q_x @ q_w.T + quant_bias) * deq_scale (+ bias)`` with int32 accumulation and one cast;
+    ``deq_scale`` has 1 or ``N`` values, ``quant_bias`` is int32 ``[N]``."""
     if q_x.dtype != torch.int8 or q_w.dtype != torch.int8:
         raise TypeError(f"int8_linear_dequant needs int8 operands, got {q_x.dtype} and "
                         f"{q_w.dtype}")

@@ -1,18 +1,6 @@
-"""vLLM linear methods for ModelSlim W8A8 (static) and W8A8_DYNAMIC checkpoints.
-
-Activations are quantized with ``torch.ops.ascend.quantize`` / ``torch.ops.ascend.dynamic_quant``
-applied to the layer input exactly as it arrives (no reshape or copy in between), so a
-preceding ``ascend.add_rms_norm`` and the quantization form the idiom the ``norm_quant`` fusion
-pass rewrites into ``add_rms_norm_quant`` / ``add_rms_norm_dynamic_quant``. The matmul is the
-int8 reference of :mod:`vllm_ascend.quantization.int8_matmul`.
-
-Checkpoint tensors per linear module (ModelSlim names): ``weight`` int8 ``[N, K]``;
-W8A8_DYNAMIC ``weight_scale`` and ``weight_offset`` ``[N, 1]``; W8A8 ``input_scale`` and
-``input_offset`` (one value each, ``q = round(x / input_scale + input_offset)``), ``quant_bias``
-int32 ``[N]`` and ``deq_scale`` ``[N]`` (float32, or int64 float32 bits for fp16 models), with
-``y = (q @ weight.T + quant_bias) * deq_scale``. A W8A8 layer also accepts ``weight_scale`` /
-``weight_offset`` (some exports write them) and does not use them.
-"""
+"""vLLM linear methods for ModelSlim W8A8 (static) and W8A8_DYNAMIC checkpoints on the host CPU."""
+# Activations are quantized on the layer input as it arrives so the norm_quant pass finds its idiom;
+# the checkpoint tensors are listed in the package README's quantization notes.
 
 from __future__ import annotations
 
@@ -44,8 +32,7 @@ def deq_scale_dtype(params_dtype: torch.dtype) -> torch.dtype:
 
 
 def adds_quant_bias(layer: torch.nn.Module) -> bool:
-    """Whether this rank adds ``quant_bias``: a row-parallel layer's partial sums are
-    all-reduced, so only TP rank 0 adds it (as upstream's static W8A8 does)."""
+    """Whether this rank adds ``quant_bias`` (TP rank 0 only of a row-parallel layer)."""
     from vllm.model_executor.layers.linear import RowParallelLinear
 
     return not isinstance(layer, RowParallelLinear) or getattr(layer, "tp_rank", 0) == 0
@@ -99,8 +86,7 @@ class _AscendW8A8Base(LinearMethodBase):
 
 
 class AscendW8A8LinearMethod(_AscendW8A8Base):
-    """Static per-tensor int8 activation (``ascend.quantize`` with the checkpoint's scale and
-    offset) and per-channel int8 weight."""
+    """Static per-tensor int8 activation and per-channel int8 weight."""
 
     scheme = "W8A8"
 
@@ -163,8 +149,7 @@ class AscendW8A8LinearMethod(_AscendW8A8Base):
 
 
 class AscendW8A8DynamicLinearMethod(_AscendW8A8Base):
-    """Per-token dynamic int8 activation (``ascend.dynamic_quant``) and per-channel int8
-    weight."""
+    """Per-token dynamic int8 activation and per-channel int8 weight."""
 
     scheme = "W8A8_DYNAMIC"
 

@@ -1,20 +1,6 @@
-"""The ModelSlim W8A8 / W8A8_DYNAMIC linear methods of the NPU runtime.
-
-Same checkpoint parameters and activation quantization as the host-CPU methods
-(:mod:`vllm_ascend.quantization.linear_methods`: ``ascend.quantize`` / ``ascend.dynamic_quant``
-on the layer input, so the norm+quant fusion still finds its idiom); the matmul is
-``torch_npu.npu_quant_matmul`` on the weight transposed to ``[K, N]`` and cast to fractal NZ
-once after loading (the layout the kernel's docs recommend on A2/A3):
-
-- ``W8A8``: ``npu_quant_matmul(q, w, deq_scale, bias=quant_bias, output_dtype=x.dtype)``:
-  ``deq_scale`` float32 for bfloat16 models, int64 (float32 bits) for float16 ones, as
-  ModelSlim stores it; ``quant_bias`` only on TP rank 0 of a row-parallel layer;
-- ``W8A8_DYNAMIC``: ``npu_quant_matmul(q, w, weight_scale, pertoken_scale=s,
-  output_dtype=x.dtype)`` with the float32 per-channel scale (symmetric weights only: the
-  per-token form takes no weight offset).
-
-The kernel outputs float16 or bfloat16, so these layers need one of those model dtypes.
-"""
+"""The ModelSlim W8A8 / W8A8_DYNAMIC linear methods of the NPU runtime (``npu_quant_matmul``)."""
+# Weights transposed to [K, N] and cast to fractal NZ once after loading (the kernel docs' layout
+# for A2/A3); the kernel outputs only float16 or bfloat16.
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Registering the "ascend" quantization method with vLLM (once per process) and undoing it.
-
-Uses vLLM's public ``register_quantization_config`` and
-``register_weight_loader_v2_supported_method`` (the linear methods' parameters are vLLM
-parameter classes, loaded shard by shard through ``weight_loader_v2``). Must run before vLLM
-builds its ModelConfig, i.e. from the plugin hooks (vLLM loads general plugins first).
-"""
+"""Registering the "ascend" quantization method with vLLM (once per process) and undoing it."""
+# Must run before vLLM builds its ModelConfig, i.e. from the plugin hooks.
 
 from __future__ import annotations
 
@@ -23,10 +18,8 @@ def _registered() -> type | None:
 
 
 def register_ascend_quantization() -> bool:
-    """Register :class:`AscendQuantConfig` as vLLM's "ascend" method; False if already done.
-
-    Raises RuntimeError when another class already holds the name (two plugins disagree).
-    """
+    """Register :class:`AscendQuantConfig` as vLLM's "ascend" method; False if already done,
+    RuntimeError when another class holds the name."""
     from vllm.model_executor.layers import linear, quantization
 
     # Local: torch and vLLM (this module loads with register()'s adjustments).
@@ -51,8 +44,7 @@ def register_ascend_quantization() -> bool:
 
 
 def reset_ascend_quantization() -> None:
-    """Remove the Ascend registrations from vLLM (tests). A platform list that vLLM extended
-    with "ascend" keeps it (harmless: the name is no longer a known method)."""
+    """Remove the Ascend registrations from vLLM (tests)."""
     from vllm.model_executor.layers import linear, quantization
 
     # Local: torch and vLLM (this module loads with register()'s adjustments).
