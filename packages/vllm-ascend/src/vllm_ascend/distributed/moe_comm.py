@@ -1,15 +1,6 @@
-"""The MoE communication method decision (pure) and the MC2 token budget (one per engine).
-
-The host-CPU platform's row (SoC ``"cpu"``): MC2 and FUSED_MC2 need NPU hardware and are never
-chosen there. With expert parallelism on (EP group larger than one, no LoRA), a forward whose
-DP-wide token count fits a decode-only batch (``decode_tokens`` = ``max_num_seqs`` x the
-uniform decode query length) uses ALLGATHER; a larger one, which necessarily holds prefill
-tokens, uses ALLTOALL. This mirrors A3's split (MC2 for decode-sized batches, ALLTOALL
-above): ALLGATHER needs no exchange of split sizes, ALLTOALL moves each token only to the
-ranks owning its top-k experts instead of to every rank, which matters as batches grow; and
-every serving run exercises both (decode steps and prefills). Both methods are executed by
-:mod:`vllm_ascend.distributed.moe_dispatch`.
-"""
+"""The MoE communication method decision (pure) and the MC2 token budget (one per engine)."""
+# Host-CPU row (SoC "cpu"): with EP, ALLGATHER for decode-sized DP-wide batches, ALLTOALL above,
+# mirroring A3's split so every serving run exercises both.
 
 from __future__ import annotations
 
@@ -54,11 +45,8 @@ class MoECommInputs:
 
 
 def select_moe_comm_method(num_tokens: int | None, inputs: MoECommInputs) -> MoECommType | None:
-    """The MoE communication method (the existing plugin's
-    ``select_moe_comm_method`` table; first matching row wins).
-
-    ``num_tokens`` must be the DP-wide maximum so every DP rank picks the same method.
-    """
+    """The MoE communication method (first matching row wins); ``num_tokens`` is the DP-wide
+    maximum."""
     fits = num_tokens is None or num_tokens <= inputs.mc2_capacity
     if not inputs.is_moe:  # row 1
         return None

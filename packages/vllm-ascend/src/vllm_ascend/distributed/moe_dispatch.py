@@ -1,22 +1,8 @@
-"""MoE dispatch/combine over ``torch.distributed``: the ALLGATHER and ALLTOALL methods.
-
-Both take the tokens *this rank owns* (any count, 0 included; ranks may own different
-counts), their router result (``topk_weights``, global ``topk_ids``), this rank's experts and
-the group's :class:`ExpertPlacement`, and return the complete MoE output of those tokens (every
-top-k expert counted, wherever it lives), in the tokens' dtype.
-
-- ALLGATHER: every rank gathers all tokens of the group, computes its local experts'
-  contribution to each, and a reduce-scatter returns to each rank the sum for its own tokens.
-- ALLTOALL: each token travels once to every rank that owns at least one of its top-k experts
-  (``all_to_all_single`` with per-rank split sizes); that rank returns the weighted sum of its
-  experts' outputs for the token, and the owner adds the partial results.
-
-Rows travel as one float32 tensor ``[hidden | topk weights | topk ids]`` (ids are exact in
-float32 below 2**24 experts), so each exchange is one collective. Partial results travel in
-float32 and are cast once at the end. Every rank of the group must call the same method for
-the same layer: the decision (:func:`~vllm_ascend.distributed.moe_comm.select_moe_comm_method`)
-is taken from the DP-wide token count, which all ranks share.
+"""MoE dispatch/combine over ``torch.distributed``: the ALLGATHER and ALLTOALL methods, each giving
+the complete MoE output of the tokens this rank owns.
 """
+# Rows travel as one float32 [hidden | topk weights | topk ids] tensor (ids exact below 2**24): one
+# collective per exchange. All ranks pick the same method from the DP-wide token count.
 
 from __future__ import annotations
 
@@ -43,8 +29,8 @@ class MoECommMethod(Protocol):
 
 
 def own_rows(num_tokens: int, size: int, rank: int) -> tuple[int, int]:
-    """``[start, end)`` of the rows rank ``rank`` owns when ``num_tokens`` rows are split into
-    ``size`` contiguous chunks (the first ``num_tokens % size`` chunks one row longer)."""
+    """``[start, end)`` of rank ``rank``'s rows when ``num_tokens`` are split into ``size``
+    chunks."""
     if size < 1 or not 0 <= rank < size or num_tokens < 0:
         raise ValueError(f"need num_tokens >= 0 and 0 <= rank < size, got {num_tokens=},"
                          f" {rank=}, {size=}")
@@ -162,10 +148,8 @@ def replicated_share(
     x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: MoECommMethod,
     experts: ExpertWeights, placement: ExpertPlacement, group: dist.ProcessGroup,
 ) -> torch.Tensor:
-    """This rank's additive share of the MoE output of tokens that every rank of ``group``
-    holds (vLLM hands each EP rank the same tokens): the complete output of the rows it owns
-    (:func:`own_rows`), run through ``method``, and zeros elsewhere. Summing the shares over the
-    group (vLLM's final all-reduce) gives every rank the full output."""
+    """This rank's additive share of the MoE output of tokens every rank of ``group`` holds: its own
+    rows through ``method``, zeros elsewhere (vLLM's all-reduce sums the shares)."""
     start, end = own_rows(x.shape[0], dist.get_world_size(group), dist.get_rank(group))
     share = torch.zeros_like(x)
     share[start:end] = method(x[start:end], topk_weights[start:end], topk_ids[start:end],

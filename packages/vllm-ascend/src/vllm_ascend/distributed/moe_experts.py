@@ -1,11 +1,5 @@
-"""One rank's routed experts in plain torch, and where every expert lives in an EP group.
-
-vLLM's weight layout: ``w13`` is ``[local_experts, 2 * I, H]`` (gate rows, then up rows),
-``w2`` is ``[local_experts, H, I]``. An expert computes
-``act(x @ gate.T) * (x @ up.T) @ w2.T`` (plus the optional biases); a token's output is the sum
-over its top-k experts weighted by the router's weights. Everything is computed in float32 and
-returned in float32, so partial sums from several ranks are added before the single cast to the
-model's dtype.
+"""One rank's routed experts in plain torch (float32 results), and where every expert lives in an EP
+group.
 """
 
 from __future__ import annotations
@@ -25,11 +19,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 @dataclass(frozen=True)
 class ExpertWeights:
-    """The experts held by one rank (local ids ``0 .. local_experts - 1``).
-
-    ``weight_on_input``: the router weight scales the expert's input instead of its output
-    (vLLM's ``apply_router_weight_on_input``, top-1 models).
-    """
+    """The experts held by one rank (vLLM's ``w13 [L, 2I, H]``, ``w2 [L, H, I]``)."""
 
     w13: torch.Tensor
     w2: torch.Tensor
@@ -73,8 +63,7 @@ class ExpertWeights:
 def expert_outputs(
     x: torch.Tensor, topk_weights: torch.Tensor, local_ids: torch.Tensor, experts: ExpertWeights
 ) -> torch.Tensor:
-    """``out[t] = sum_k w[t, k] * expert_{local_ids[t, k]}(x[t])`` over entries with a local id
-    ``>= 0`` (others belong to other ranks); float32 ``[T, H]``, zeros for tokens with none."""
+    """Float32 ``[T, H]`` router-weighted sum of each token's local experts (ids ``>= 0``)."""
     tokens, top_k = local_ids.shape
     out = torch.zeros(tokens, x.shape[-1], dtype=torch.float32, device=x.device)
     if tokens == 0:
@@ -104,10 +93,7 @@ class ExpertPlacement:
 
     @classmethod
     def from_expert_maps(cls, maps: Sequence[torch.Tensor]) -> ExpertPlacement:
-        """From each rank's vLLM ``expert_map`` (global id -> local id, -1 when not held).
-
-        Every expert must be held by exactly one rank.
-        """
+        """From each rank's vLLM ``expert_map``; every expert must be held by exactly one rank."""
         table = torch.stack([m.to(torch.int64) for m in maps])
         held = (table >= 0).sum(dim=0)
         if not bool((held == 1).all()):

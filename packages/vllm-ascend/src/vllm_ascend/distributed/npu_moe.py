@@ -1,24 +1,7 @@
 """MoE dispatch/combine on an NPU with torch_npu's kernels: the ALLGATHER and ALLTOALL methods
-(the call sequences of ``reference/npu-moe-quant-facts.md`` section 1.3).
-
-vLLM hands every rank of the EP group the same tokens (no DP, no sequence parallelism), with
-global ``topk_ids`` and this rank's experts in a linear placement (rank ``r`` holds experts
-``r * L .. r * L + L - 1``). Each method returns this rank's additive share of the MoE output;
-vLLM's runner all-reduces the shares over the group.
-
-- ALLGATHER: the tokens are already everywhere; every (token, k) entry whose expert is local
-  goes through the local experts (``npu_moe_token_permute`` sorts entries by local expert,
-  the others after them; ``npu_grouped_matmul`` with the cumulative counts, ``npu_swiglu``,
-  ``npu_grouped_matmul``); ``npu_moe_token_unpermute`` weights and sums each token's rows.
-  Nothing leaves the device: it can be captured in a graph.
-- ALLTOALL: each rank takes its contiguous share of the tokens, sends each entry to the rank
-  owning its expert (``all_to_all_single``; the split sizes are copied to the host, so it
-  cannot be captured), the receiver re-sorts by local expert, runs the MLP, sends the rows
-  back, and the owner weights and sums them.
-
-Rows a grouped matmul leaves undefined (past the groups' sum) are zeroed on the device before
-anything reads them.
+(``reference/npu-moe-quant-facts.md`` section 1.3), each returning this rank's additive share.
 """
+# ALLGATHER stays on the device (capturable); ALLTOALL copies split sizes to the host.
 
 from __future__ import annotations
 
@@ -35,8 +18,8 @@ from vllm_ascend.distributed.moe_dispatch import own_rows
 
 @dataclass(frozen=True)
 class NpuExperts:
-    """One rank's experts in the grouped-matmul layout: ``w13 [L, H, 2I]`` (gate columns,
-    then up), ``w2 [L, I, H]``; ``rank`` and ``size`` of the EP group (linear placement)."""
+    """One rank's experts in the grouped-matmul layout (``w13 [L, H, 2I]``, ``w2 [L, I, H]``) and
+    its EP rank and size."""
 
     w13: torch.Tensor
     w2: torch.Tensor
@@ -55,8 +38,8 @@ def _tnpu() -> Any:
 
 def _mlp(tnpu: Any, rows: torch.Tensor, counts: torch.Tensor,
          experts: NpuExperts) -> torch.Tensor:
-    """The local experts' gated MLP over rows sorted by local expert (``counts`` int64 per
-    expert); rows past the counts' sum are zero."""
+    """The local experts' gated MLP over rows sorted by local expert; rows past the counts are
+    zero."""
     cumsum = counts.cumsum(0)
     h = tnpu.npu_grouped_matmul([rows], [experts.w13], group_list=cumsum, split_item=2,
                                 group_type=0, group_list_type=0)[0]
@@ -68,8 +51,7 @@ def _mlp(tnpu: Any, rows: torch.Tensor, counts: torch.Tensor,
 
 
 def _counts(keys: torch.Tensor, bins: int) -> torch.Tensor:
-    """How many of ``keys`` (int, values in ``[0, bins)``) fall in each bin, int64 on the
-    device (a static shape: no host read)."""
+    """Int64 count per bin of ``keys`` in ``[0, bins)``, on the device."""
     flat = keys.reshape(-1).to(torch.int64)
     return torch.zeros(bins, dtype=torch.int64, device=keys.device).scatter_add_(
         0, flat, torch.ones_like(flat))
@@ -82,9 +64,9 @@ def npu_route(router_logits: torch.Tensor, top_k: int, *, renormalize: bool,
               scoring_func: str = "softmax", routed_scaling_factor: float = 1.0,
               bias: torch.Tensor | None = None, num_expert_group: int | None = None,
               topk_group: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(topk_weights float32, topk_ids int32)`` by ``npu_moe_gating_top_k``. Its ``renorm``
-    takes only 0 (no renormalisation after the top-k), so a model that renormalises
-    (``norm_topk_prob``) gets the weights divided by their sum here, then scaled."""
+    """``(topk_weights float32, topk_ids int32)`` by ``npu_moe_gating_top_k``, renormalised here
+    when the model asks."""
+    # The kernel's renorm takes only 0.
     if scoring_func not in NORM_TYPES:
         raise ValueError(f"MoE scoring function {scoring_func!r} is not supported on the NPU; "
                          f"allowed: {', '.join(NORM_TYPES)}")
