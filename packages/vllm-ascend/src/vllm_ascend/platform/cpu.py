@@ -1,19 +1,7 @@
-"""The Ascend host-CPU platform (``VLLM_ASCEND_DEVICE=cpu``, SoC ``"cpu"``).
-
-vLLM's CPU platform and CPU worker run the model; on top of them this platform runs the
-Ascend pipeline: config resolution and validation, the GPU-only fixes, ``VLLM_COMPILE`` with
-the Ascend pass manager, and the ``torch.ops.ascend.*`` kernels (IR provider, custom ops).
-No NPU worker, capture sizes or NPU allocator settings.
-
-Ray: vLLM's CPU platform declares no Ray device key ("no Ray"). This platform declares
-``"NPU"``: every worker rank stands for one NPU rank of a real deployment, so a Ray node offers
-as many rank slots as it declares NPUs (``ray start --resources '{"NPU": 2}'``), and the
-placement group has the shape it has on an Ascend cluster. A custom resource name cannot be
-used: vLLM asks Ray for the worker's accelerator ids under this key, which Ray answers only for
-accelerator resources, and Ray refuses ``"CPU"`` as a custom resource. Ray is told not to set
-``ASCEND_RT_VISIBLE_DEVICES``; workers find their CPUs by local rank, as with the
-multiprocess executor.
+"""The Ascend host-CPU platform (``VLLM_ASCEND_DEVICE=cpu``, SoC ``"cpu"``): vLLM's CPU platform and
+worker with the Ascend config pipeline, compile passes and ``torch.ops.ascend`` kernels.
 """
+# Ray device key "NPU": each worker stands for one NPU rank (README "Many ranks" has the why).
 
 from __future__ import annotations
 

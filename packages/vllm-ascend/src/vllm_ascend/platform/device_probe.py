@@ -1,8 +1,5 @@
-"""Which Ascend platform to activate: the cheap NPU probe and the device-mode decision.
-
-Standard library only: ``vllm_ascend.register()`` runs this in every vLLM process within a
-50 ms budget, before torch or vLLM are imported.
-"""
+"""Which Ascend platform to activate: the cheap NPU probe and the device-mode decision."""
+# Standard library only: register() runs this in every vLLM process before torch is imported.
 
 from __future__ import annotations
 
@@ -57,8 +54,8 @@ def probe_npu(
 
 
 def read_device_mode(environ: Mapping[str, str] | None = None) -> str:
-    """``VLLM_ASCEND_DEVICE`` (auto|npu|cpu) as ascend_config's env registry declares it; a
-    ValueError of one line naming the variable, the value and the allowed values otherwise."""
+    """``VLLM_ASCEND_DEVICE`` (auto|npu|cpu); a one-line ValueError naming the value and allowed
+    ones."""
     env = os.environ if environ is None else environ
     raw = env.get("VLLM_ASCEND_DEVICE", "")
     value: str | None
@@ -79,10 +76,7 @@ def read_device_mode(environ: Mapping[str, str] | None = None) -> str:
 
 
 def choose_platform(mode: str, probe: NpuProbe) -> str | None:
-    """The platform class path for a device mode and probe result (None = do not activate).
-
-    ``npu`` always returns the NPU platform; it reports a missing runtime at configuration time.
-    """
+    """The platform class path for a device mode and probe result (None: do not activate)."""
     if mode == "cpu":
         return CPU_PLATFORM
     if mode == "npu":

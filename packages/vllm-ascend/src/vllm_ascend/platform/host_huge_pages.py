@@ -1,17 +1,8 @@
-"""The host-CPU platform's large host tensors on transparent huge pages.
-
-A decode step reads every weight once. With 4 KiB pages the tiny 8-layer benchmark model alone
-spans some 35,000 pages, far more than the TLB holds, so the matmuls keep walking page tables.
-torch's CPU allocator asks the kernel for huge pages (``madvise(MADV_HUGEPAGE)`` on every
-allocation of 2 MiB or more) when ``THP_MEM_ALLOC_ENABLE=1``. torch reads the variable once, at
-its first CPU allocation. In an engine process that comes before ``check_and_update_config``
-but after vLLM asks the platform plugin which platform to load, so `vllm_ascend.register`
-applies this when it activates the host-CPU platform, in every process vLLM resolves the
-platform in (worker processes also inherit the variable).
-
-The variable is set unless the user set it (``0`` opts out) or the kernel's THP mode offers
-nothing (``never``, or no THP support at all).
+"""The host-CPU platform's large host tensors on transparent huge pages
+(``THP_MEM_ALLOC_ENABLE``).
 """
+# torch reads the variable at its first CPU allocation, which comes after vLLM asks the platform
+# plugin, so register() sets it unless the user did or the kernel's THP mode is "never".
 
 from __future__ import annotations
 
@@ -30,8 +21,8 @@ USABLE_MODES = ("always", "madvise")
 
 
 def kernel_thp_mode(mode_file: Path = THP_MODE_FILE) -> str | None:
-    """The kernel's selected THP mode (the bracketed word of ``always [madvise] never``), or
-    None when the file is missing, unreadable or in another format."""
+    """The kernel's selected THP mode (``always [madvise] never``), or None when it cannot be
+    read."""
     try:
         text = mode_file.read_text(encoding="ascii", errors="replace")
     except OSError:
@@ -41,8 +32,8 @@ def kernel_thp_mode(mode_file: Path = THP_MODE_FILE) -> str | None:
 
 
 def huge_page_env(environ: Mapping[str, str], mode: str | None) -> dict[str, str]:
-    """The environment edit: ``{THP_MEM_ALLOC_ENABLE: "1"}`` when the kernel can give huge
-    pages to torch's large allocations and the user has not set the variable; else none."""
+    """``{THP_MEM_ALLOC_ENABLE: "1"}`` when the kernel offers huge pages and the user has not set
+    it."""
     if THP_ENV in environ or mode not in USABLE_MODES:
         return {}
     return {THP_ENV: "1"}

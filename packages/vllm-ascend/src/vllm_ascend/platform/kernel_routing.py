@@ -1,12 +1,5 @@
-"""An ``ascend`` op whose CANN ``aclnn`` entry point is missing runs its reference instead.
-
-The installed CANN's operator libraries (``<toolkit>/lib64/libopapi*.so``) are read once (the
-doctor's ELF reader, no loading); when an entry point a kernel calls is not exported, the NPU
-kernels are registered again with those ops left on their reference implementations (every
-``ascend`` op has one, so there is always a safe route), with one warning naming the entry
-points, the ops, the features and the CANN release that has them. Without that, the first
-request would fail with "aclnnX ... not in libopapi.so".
-"""
+"""An ``ascend`` op whose CANN ``aclnn`` entry point is missing runs its reference instead."""
+# Without it the first request fails with "aclnnX ... not in libopapi.so".
 
 from __future__ import annotations
 
@@ -24,8 +17,7 @@ logger = logging.getLogger(__name__)
 
 
 def missing_entry_points(environ: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
-    """``{ascend op: entry points the installed CANN lacks}`` (empty when no toolkit or
-    operator library is found, or it cannot be read: then nothing is rerouted)."""
+    """``{ascend op: entry points the installed CANN lacks}``; empty when no library can be read."""
     paths = HostPaths(environ=dict(os.environ if environ is None else environ))
     toolkit = find_toolkit(paths)
     if toolkit is None:
@@ -41,8 +33,8 @@ def missing_entry_points(environ: Mapping[str, str] | None = None) -> dict[str, 
 
 def route_missing_kernels(torch_npu: Any, registration: Any,
                           environ: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
-    """Re-register ``registration``'s NPU kernels of ``torch_npu`` with the ops whose entry
-    points are missing on their references (idempotent; one warning); returns them."""
+    """Re-register the NPU kernels with the ops missing entry points on their references
+    (idempotent, one warning); returns those ops."""
     missing = missing_entry_points(environ)
     if not missing or registration.skipped == frozenset(missing):
         return missing

@@ -1,8 +1,5 @@
-"""``NPUPlatform``: the vLLM platform for Ascend NPUs.
-
-Device calls go through ``torch_npu`` lazily (``npu_device``); runtime pieces this
-repository does not provide (worker, attention backends, communicator, punica, KV-cache
-specs) come from the ``vllm_ascend.npu_runtime`` entry points of an installed runtime package.
+"""``NPUPlatform``: the vLLM platform for Ascend NPUs, its runtime classes taken from the
+``vllm_ascend.npu_runtime`` entry points.
 """
 
 from __future__ import annotations
@@ -44,9 +41,8 @@ def _runtime_class(key: str) -> str:
 
 
 def _register_backend_name(path: str) -> None:
-    """vLLM's attention layer looks its backend up by ``get_name()`` in vLLM's backend registry
-    (``AttentionBackendEnum``): register the name of the backend at ``path`` once per
-    process."""
+    """Register the attention backend at ``path`` under its ``get_name()`` in vLLM's registry,
+    once."""
     from vllm.utils.import_utils import resolve_obj_by_qualname
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
@@ -92,10 +88,9 @@ class NPUPlatform(AscendPlatformMixin, Platform):
 
     @classmethod
     def verify_quantization(cls, quant: str) -> None:
-        """Refuse, while vLLM builds the model config, a method the NPU runtime does not run.
-
-        Checked against the runtime's own list: vLLM reads an empty ``supported_quantization``
-        as "every method" and appends each custom method it registers to a non-empty one."""
+        """Refuse, while vLLM builds the model config, a method the NPU runtime does not run."""
+        # vLLM reads an empty supported_quantization as "every method", hence the runtime's own
+        # list.
         refuse_unsupported_quantization(quant)
 
     @classmethod
@@ -201,8 +196,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     @classmethod
     def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any,
                              num_heads: int | None = None) -> str:
-        """The runtime package's backend for the variant ``attention_selection`` picks from the
-        selector flags, the SoC and the resolved config's FA3 request."""
+        """The runtime package's backend for the variant ``attention_selection`` picks."""
         from vllm.config import get_current_vllm_config_or_none
 
         # Local: vLLM: this class loads while vLLM resolves current_platform.

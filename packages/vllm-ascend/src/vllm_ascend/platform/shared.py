@@ -12,11 +12,7 @@ logger = logging.getLogger(__name__)
 
 
 class AscendPlatformMixin:
-    """IR-provider priority, IR kernel import and environment validation for Ascend platforms.
-
-    ``soc`` is the SoC the platform runs as: ``"cpu"`` on the host-CPU platform, the NPU's
-    SoC detected from the device on the NPU platform (:meth:`platform_soc`).
-    """
+    """IR-provider priority, IR kernel import and environment validation for Ascend platforms."""
 
     @classmethod
     def platform_soc(cls) -> str:

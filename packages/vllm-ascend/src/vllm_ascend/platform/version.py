@@ -19,10 +19,7 @@ _RELEASE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 
 
 def parse_release(version: str) -> tuple[int, int, int]:
-    """Return the (major, minor, micro) release numbers of a version string.
-
-    Raises ValueError naming the string when it does not start with a release number.
-    """
+    """The (major, minor, micro) of a version string; ValueError naming it when it has none."""
     match = _RELEASE.match(version)
     if match is None:
         raise ValueError(
@@ -82,11 +79,8 @@ def check_vllm_version(found: tuple[str, str] | None = None) -> bool:
 
 @functools.cache
 def vllm_version_is(target: str) -> bool:
-    """Whether the vLLM version (env ``VLLM_VERSION`` if set, else installed) equals ``target``.
-
-    Compares release numbers plus any pre-release suffix, ignoring a local '+build' label.
-    Raises ValueError asking to set VLLM_VERSION when the installed version cannot be parsed.
-    """
+    """Whether vLLM's version (``VLLM_VERSION``, else installed) equals ``target``; ValueError when
+    the installed version cannot be parsed."""
     current = os.environ.get("VLLM_VERSION")
     if not current:
         found = installed_vllm_version()
