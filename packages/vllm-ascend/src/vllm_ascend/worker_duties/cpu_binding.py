@@ -1,16 +1,6 @@
-"""CPU binding of one worker process by its rank (never fatal).
-
-:func:`bind_this_worker` binds the process with the engine's resolved config and the SoC the
-worker runs as, both given as values (``worker_duties.duties`` calls it);
-:meth:`WorkerBinding.bind_late_threads` binds the threads that appear later (acl, release, UVB
-poll). The engine core and the API server never call it, so they keep their affinity.
-
-- NPU platform: ascend-topology reads the live host (npu-smi, NUMA, allowed CPUs), plans with
-  ``cpu_binding_config`` and binds this process to the pool of the NPU this worker drives.
-- Host-CPU platform: the engine side planned one pool per local rank and handed it to vLLM's
-  CPU workers (``config_pipeline.parallel_layout``); the worker binds to its rank's pool, the
-  same CPUs its OpenMP threads were given.
-"""
+"""CPU binding of one worker process by its rank (never fatal)."""
+# NPU platform: planned from the live host; host-CPU platform: the pool the engine handed to vLLM's
+# CPU workers. The engine core and API server never bind.
 
 from __future__ import annotations
 
@@ -33,15 +23,15 @@ VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
 
 def local_rank_count(parallel_config: ParallelConfig) -> int:
-    """Worker processes on this host: data-parallel ranks here x (PP x TP) local ranks."""
+    """Worker processes on this host: local DP ranks x (PP x TP) local ranks."""
     local_world = int(getattr(parallel_config, "local_world_size", 0) or 0) or int(
         parallel_config.world_size)
     return local_world * max(1, int(getattr(parallel_config, "data_parallel_size_local", 1) or 1))
 
 
 def host_rank(parallel_config: ParallelConfig, local_rank: int) -> int:
-    """This worker's index among the host's workers (DP x PP x TP order, as vLLM slices
-    ``VLLM_CPU_OMP_THREADS_BIND``): ``local DP rank * local world size + local rank``."""
+    """This worker's index among the host's workers, in vLLM's ``VLLM_CPU_OMP_THREADS_BIND``
+    order."""
     local_world = int(getattr(parallel_config, "local_world_size", 0) or 0) or int(
         parallel_config.world_size)
     dp_local = int(getattr(parallel_config, "data_parallel_rank_local", 0) or 0)
@@ -50,8 +40,8 @@ def host_rank(parallel_config: ParallelConfig, local_rank: int) -> int:
 
 def worker_npu(parallel_config: ParallelConfig, local_rank: int,
                environ: Mapping[str, str] | None = None) -> int:
-    """The logical NPU this worker drives: vLLM's per-shard assignment when it made one (data
-    parallel, Ray), else the ``local_rank``-th visible device, else ``local_rank``."""
+    """The logical NPU this worker drives: vLLM's assignment, else the ``local_rank``-th visible
+    one."""
     assigned = getattr(parallel_config, "assigned_physical_gpu_ids", None)
     if assigned:
         return int(assigned[local_rank])
@@ -63,20 +53,15 @@ def worker_npu(parallel_config: ParallelConfig, local_rank: int,
 
 
 class SocCrossCheck(Protocol):
-    """Compares npu-smi's reading of the chips with the SoC in force and warns once on a
-    disagreement (``process.process_setup.ProcessSetup.cross_check_soc``)."""
+    """Warns once when npu-smi's reading of the chips disagrees with the SoC in force."""
 
     def __call__(self, soc: str, npu_smi_soc: str) -> str | None: ...
 
 
 @dataclass
 class WorkerBinding:
-    """What binding did in this worker: the plan, this worker's entry in it, and report lines.
-
-    ``index`` is None when nothing was bound (``lines`` say why); ``soc`` is the SoC the worker
-    runs as (``"cpu"`` on the host-CPU platform, the NPU's detected SoC, None when unknown);
-    ``npu`` the NPU whose pool was planned (None on the host-CPU platform).
-    """
+    """What binding did in this worker: the plan, this worker's entry (None: unbound) and report
+    lines."""
 
     local_rank: int
     plan: ascend_topology.Plan | None = None
@@ -94,8 +79,7 @@ class WorkerBinding:
 
     @property
     def planned_pool(self) -> tuple[int, ...]:
-        """The CPUs the plan gives this worker's NPU, bound or not (a plan with problems is
-        not applied; empty without a plan)."""
+        """The CPUs the plan gives this worker's NPU, bound or not."""
         if self.plan is None:
             return ()
         if self.npu is None:
@@ -103,11 +87,10 @@ class WorkerBinding:
         return next((tuple(e.cpus) for e in self.plan.npus if e.npu == self.npu), ())
 
     def bind_late_threads(self) -> list[str]:
-        """Bind the threads that appeared since :func:`bind_this_worker` (acl, release, UVB)
-        to their role's CPUs; the other threads are set to the main CPUs again. Never raises.
-
-        Nothing on the host-CPU platform: it has no such threads, and vLLM pinned each OpenMP
-        thread to one CPU of the pool, which setting the whole pool again would undo."""
+        """Bind threads started since binding to their role's CPUs; never raises, nothing on host
+        CPU."""
+        # On the host CPU vLLM pinned each OpenMP thread to one CPU; setting the whole pool would
+        # undo it.
         if self.plan is None or self.index is None or self.soc == "cpu":
             return []
         import ascend_topology as topo
@@ -138,14 +121,7 @@ def _apply(binding: WorkerBinding, label: str) -> WorkerBinding:
 def bind_npu_worker(local_rank: int, options: ascend_topology.PlanOptions, soc: str,
                     cross_check: SocCrossCheck, *, npu: int | None = None,
                     environ: Mapping[str, str] | None = None) -> WorkerBinding:
-    """Bind this NPU worker to the pool of NPU ``npu`` (default ``local_rank``) planned from the
-    live host with ``options`` for ``soc``, the SoC the device reports (Ascend 950: all-main
-    pools, UVB poll threads).
-
-    npu-smi's own reading of the chips is the cross-check (``cross_check``), a disagreement one
-    warning naming both. Never raises: a host that cannot be read or planned becomes one
-    warning and the process keeps its affinity.
-    """
+    """Bind this NPU worker to NPU ``npu``'s pool planned from the live host; never raises."""
     import ascend_topology as topo
     from ascend_topology.rank_hosts import plan_for_npu
 
@@ -167,8 +143,7 @@ def bind_npu_worker(local_rank: int, options: ascend_topology.PlanOptions, soc: 
 
 
 def handed_rank_plan(environ: Mapping[str, str] | None = None) -> ascend_topology.Plan | None:
-    """The host-CPU platform's per-rank plan when it is the one vLLM's CPU workers were given
-    (``VLLM_CPU_OMP_THREADS_BIND`` still holds its OpenMP lists), else None."""
+    """The host-CPU per-rank plan vLLM's CPU workers were given, else None."""
     import json
 
     import ascend_topology as topo
@@ -187,9 +162,7 @@ def handed_rank_plan(environ: Mapping[str, str] | None = None) -> ascend_topolog
 
 
 def bind_host_cpu_worker(rank: int, environ: Mapping[str, str] | None = None) -> WorkerBinding:
-    """Host-CPU platform: bind this worker (host rank ``rank``) and its torch threads to the
-    rank's pool of the handed plan. Without a handed plan (the user's own
-    ``VLLM_CPU_OMP_THREADS_BIND``, binding disabled, one in-process worker) nothing changes."""
+    """Bind host rank ``rank`` and its torch threads to its pool of the handed plan, if any."""
     binding = WorkerBinding(local_rank=rank, soc="cpu")
     plan = handed_rank_plan(environ)
     if plan is None:
@@ -216,10 +189,8 @@ def bind_this_worker(parallel_config: ParallelConfig, local_rank: int, soc: str 
                      config: AscendConfig, cross_check: SocCrossCheck,
                      environ: Mapping[str, str] | None = None, *,
                      npu: int | None = None) -> WorkerBinding:
-    """Bind this worker process by its rank: ``soc`` is the SoC it runs as (``"cpu"`` on the
-    host-CPU platform, else its NPU's; None when unknown), ``config`` its engine's resolved
-    config (``enable_cpu_binding``, ``cpu_binding_config``), ``npu`` the NPU an NPU worker
-    drives (None: :func:`worker_npu`). Never raises."""
+    """Bind this worker process by its rank for ``soc`` and its engine's ``config``; never
+    raises."""
     if not config.enable_cpu_binding:
         return WorkerBinding(local_rank, soc=soc, lines=[
             "CPU binding disabled by additional_config.enable_cpu_binding"])

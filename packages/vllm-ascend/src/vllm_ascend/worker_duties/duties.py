@@ -35,8 +35,7 @@ def bind_rank(vllm_config: VllmConfig, local_rank: int, engine: AscendEngine,
               process: ProcessSetup,
               environ: MutableMapping[str, str] | None = None, *,
               npu: int | None = None) -> WorkerBinding:
-    """Endpoints, then this rank's CPU pool (that of ``npu``, the NPU the worker drives; None:
-    found from ``local_rank``); never raises for binding (a bad endpoint file does)."""
+    """This rank's endpoints, then its CPU pool (of NPU ``npu``; None: from ``local_rank``)."""
     # On an NPU the SoC is read once per process from the device: call it after set_device.
     load_comm_endpoints(vllm_config, local_rank, environ)
     soc: str | None = engine.soc
@@ -57,10 +56,9 @@ def bind_rank(vllm_config: VllmConfig, local_rank: int, engine: AscendEngine,
 
 
 class RankDuties:
-    """Per-rank duties mixin (``class W(RankDuties, VllmWorker)``) holding the worker's engine.
-
-    ``engine_local_rank``: the local rank vLLM gave the worker when ``local_rank`` became an NPU
-    worker's device index (None: unchanged); ``ascend_npu``: the NPU an NPU worker drives."""
+    """Per-rank duties mixin (``class W(RankDuties, VllmWorker)``) holding the worker's engine."""
+    # engine_local_rank: vLLM's local rank when local_rank became an NPU device index (None:
+    # unchanged); ascend_npu: the NPU an NPU worker drives.
 
     vllm_config: VllmConfig
     rank: int

@@ -1,6 +1,4 @@
-"""Per-rank report files (``VLLM_ASCEND_RANK_REPORT_DIR``): what a worker was bound to, compiled and
-captured, written at each stage.
-"""
+"""Per-rank report files (``VLLM_ASCEND_RANK_REPORT_DIR``), written at each stage."""
 
 from __future__ import annotations
 
@@ -35,9 +33,7 @@ def build_rank_report(vllm_config: VllmConfig, *, rank: int, local_rank: int,
                       binding: WorkerBinding | None, stage: str,
                       engine_local_rank: int | None = None,
                       device: str | None = None) -> dict[str, Any]:
-    """The report of this worker process (``stage``: "device", "warmed_up" or "serving");
-    ``engine_local_rank`` is the local rank vLLM gave the worker when ``local_rank`` is since
-    its device index (NPU worker), ``device`` the torch device it runs on."""
+    """The report of this worker process at ``stage`` ("device", "warmed_up" or "serving")."""
     engine = peek_engine(vllm_config)  # reading stores nothing
     captures = engine.captures if engine is not None else CaptureTally()
     watch = engine.ready if engine is not None else ReadyWatch()
