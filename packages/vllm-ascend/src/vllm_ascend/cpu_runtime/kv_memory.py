@@ -1,12 +1,4 @@
-"""The host-CPU worker's KV-cache memory checks, raised as one advising error.
-
-vLLM's CPU worker refuses a KV cache larger than the free memory of its NUMA node, and its
-engine core refuses one smaller than a single ``max_model_len`` sequence ("-0.87 GiB"-style
-messages without what would fit). The worker runs :func:`checked_kv_cache_size` around vLLM's
-``determine_available_memory``: the same decisions, with
-``worker_duties.kv_cache_advice``'s message (memory measured, the model's needs for the requested
-``max_model_len`` and ``max_num_seqs``, the largest values that fit).
-"""
+"""The host-CPU worker's KV-cache memory checks, raised as one advising error."""
 
 from __future__ import annotations
 
@@ -25,8 +17,8 @@ if TYPE_CHECKING:
 
 
 def node_memory() -> tuple[int, int, int]:
-    """(NUMA node of the worker's first allowed CPU, its available bytes, its total bytes),
-    as vLLM's CPU worker measures them."""
+    """(NUMA node of the first allowed CPU, its available bytes, its total bytes), as vLLM
+    measures."""
     from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
 
     node = get_allowed_cpu_list()[0].numa_node
@@ -43,8 +35,7 @@ def vllm_needed_bytes(worker: Worker) -> int:
 
 def checked_kv_cache_size(worker: Worker, determine: Callable[[], int],
                           memory: Callable[[], tuple[int, int, int]] = node_memory) -> int:
-    """``determine()`` (vLLM's size of the KV cache) after the checks vLLM makes, each failing
-    with the advising :class:`~vllm_ascend.worker_duties.kv_cache_advice.KvCacheMemoryError`."""
+    """``determine()`` after vLLM's KV-cache checks, each failing with ``KvCacheMemoryError``."""
     config = worker.vllm_config
     node, available, total = memory()
     explicit = config.cache_config.kv_cache_memory_bytes

@@ -1,5 +1,4 @@
-"""``AscendCPUWorker``: vLLM's CPU worker with the Ascend per-rank duties (the host-CPU
-platform's worker class, resolved by vLLM in worker processes only)."""
+"""``AscendCPUWorker``: vLLM's CPU worker with the Ascend per-rank duties."""
 
 from __future__ import annotations
 
@@ -16,9 +15,7 @@ from vllm_ascend.worker_duties.duties import RankDuties
 
 
 class AscendCPUWorker(RankDuties, CPUWorker):
-    """One rank on the host CPU: the per-rank duties (``worker_duties``), its engine's work
-    watched (``engine.running()``), warm-start logging, and a KV cache that does not fit
-    refused with advice (``cpu_runtime.kv_memory``)."""
+    """One rank on the host CPU with the per-rank duties and KV-cache advice."""
 
     ascend_load_baseline: LoadBaseline | None = None
 
@@ -65,10 +62,8 @@ class AscendCPUWorker(RankDuties, CPUWorker):
         return result
 
     def _warm_up_eager(self) -> None:
-        """One dummy step of 1 token and one of 2 before ready when the model is not
-        compiled: vLLM's CPU worker runs no forward pass then, so a later pipeline stage had
-        no activation buffer and vLLM's small compiled helpers compiled on the first request.
-        Two sizes: Dynamo compiles a size of 1 apart from the others."""
+        """One dummy step of 1 and one of 2 tokens before ready when the model is not compiled."""
+        # vLLM's CPU worker runs no forward then; Dynamo compiles size 1 apart from the others.
         if (self.compilation_config.mode != CompilationMode.NONE
                 or not self.model_runner.kv_caches):
             return

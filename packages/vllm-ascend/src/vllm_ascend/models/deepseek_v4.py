@@ -1,10 +1,5 @@
-"""DeepSeek V4 layer-name helpers, for per-layer arrays and weight loading.
-
-DeepSeek V4 checkpoints put the multi-token-prediction (MTP) layers after the main decoder
-layers: per-layer arrays (``compress_ratios``, caches) hold ``num_hidden_layers`` main entries,
-then the MTP ones, while module and weight names number MTP layers from 0 (``mtp.0.``).
-``config`` is the model's Hugging Face config.
-"""
+"""DeepSeek V4 layer-name helpers, for per-layer arrays and weight loading."""
+# Per-layer arrays hold the main layers, then the MTP ones; MTP names count from 0 (mtp.0.).
 
 from __future__ import annotations
 
@@ -28,9 +23,7 @@ def _num_hidden_layers(config: Any) -> int:
 
 
 def extract_dsv4_layer_index(config: Any, name: str) -> int:
-    """The per-layer array index of module ``name``: its layer number (the one integer part of
-    the dotted name, as vLLM's ``extract_layer_index``), shifted past the main layers for an
-    MTP module (``.mtp.`` in the name) numbered below ``num_hidden_layers``."""
+    """The per-layer array index of module ``name`` (MTP modules shifted past the main layers)."""
     parts = _integer_parts(name)
     if len(parts) != 1:
         raise ValueError(
@@ -56,8 +49,7 @@ def get_dsv4_spec_layer_idx_from_weight_name(config: Any, weight_name: str) -> i
 
 
 def get_dsv4_compress_ratio(config: Any, layer_idx: int) -> int:
-    """``compress_ratios[layer_idx]``; 0 (dense attention) when the config has no
-    ``compress_ratios`` or the index is past its end (MTP layers it does not list)."""
+    """``compress_ratios[layer_idx]``, 0 (dense attention) when absent or past its end."""
     if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or layer_idx < 0:
         raise ValueError(f"layer_idx must be a non-negative int, got {layer_idx!r}")
     ratios = getattr(config, "compress_ratios", None)
