@@ -7,12 +7,15 @@ index.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ascend_topology.errors import TopologyError
 from ascend_topology.facts import parse_visible_devices
 
 from vllm_ascend.npu_runtime.device_check import NpuUnavailableError, check_device_index
+
+if TYPE_CHECKING:
+    from vllm.config import ParallelConfig
 
 VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
@@ -26,7 +29,7 @@ class NpuAssignment:
     index: int
 
 
-def dp_shifted_local_rank(parallel_config: Any, local_rank: int) -> int:
+def dp_shifted_local_rank(parallel_config: ParallelConfig, local_rank: int) -> int:
     """``local_rank`` offset by this engine's local data-parallel shard (vLLM's CUDA worker
     rule)."""
     par = parallel_config
@@ -41,7 +44,7 @@ def dp_shifted_local_rank(parallel_config: Any, local_rank: int) -> int:
     return int(local_rank + int(dp_local or 0) * shard)
 
 
-def assign_npu(parallel_config: Any, local_rank: int, visible: str | None,
+def assign_npu(parallel_config: ParallelConfig, local_rank: int, visible: str | None,
                device_count: int) -> NpuAssignment:
     """The NPU of the worker with ``local_rank``, given ``visible`` (``ASCEND_RT_VISIBLE_DEVICES``)
     and ``device_count``; :class:`NpuUnavailableError` naming rank and NPU when it is not there."""

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:
+    from vllm.distributed.parallel_state import GraphCaptureContext
+
 
 @contextlib.contextmanager
-def npu_graph_capture(device: torch.device) -> Iterator[Any]:
+def npu_graph_capture(device: torch.device) -> Iterator[GraphCaptureContext]:
     """vLLM's ``graph_capture(device)`` for NPU ranks: a context whose stream is current in the
     block."""
     from vllm.distributed.parallel_state import GraphCaptureContext

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc
 import logging
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ascend_graph import GraphParamsStore
@@ -22,6 +22,13 @@ from vllm_ascend.npu_runtime.attention.backend import AscendAttentionBackend
 from vllm_ascend.npu_runtime.attention.impl import AscendAttentionImpl
 from vllm_ascend.npu_runtime.attention.kv_layout import split_kv_view
 from vllm_ascend.npu_runtime.graph_capture import npu_capture_context
+
+if TYPE_CHECKING:
+    from vllm.config import CUDAGraphMode
+    from vllm.forward_context import BatchDescriptor
+    from vllm.sequence import IntermediateTensors
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +85,8 @@ class NPUModelRunner(GPUModelRunner):
             self._capture_samples = None
         return min(graph_memory.scaled_estimate(samples, sizes), self.vllm_graph_estimate)
 
-    def _warmup_and_capture(self, desc: Any, cudagraph_runtime_mode: Any, *args: Any,
-                            **kwargs: Any) -> None:
+    def _warmup_and_capture(self, desc: BatchDescriptor, cudagraph_runtime_mode: CUDAGraphMode,
+                            *args: Any, **kwargs: Any) -> None:
         """vLLM's warm-up and capture of one graph, sampling its device memory during the
         profile."""
         samples = getattr(self, "_capture_samples", None)
@@ -135,7 +142,9 @@ class NPUModelRunner(GPUModelRunner):
         store.bind_attention(AscendAttentionBackend, torch.npu.Stream())  # type: ignore[attr-defined]
         return store
 
-    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+    def execute_model(
+        self, scheduler_output: SchedulerOutput, *args: Any, **kwargs: Any
+    ) -> ModelRunnerOutput | AsyncModelRunnerOutput | IntermediateTensors | None:
         """vLLM's step; logs the first batch wider than every captured graph."""
         self._note_eager_batch(int(scheduler_output.total_num_scheduled_tokens))
         return super().execute_model(scheduler_output, *args, **kwargs)

@@ -4,7 +4,7 @@ FULL-graph FIA task whose lengths ``update_graph_params`` refreshes before each 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from vllm.config import get_current_vllm_config
@@ -12,6 +12,12 @@ from vllm.v1.attention.backend import AttentionImpl, AttentionType
 
 from vllm_ascend.compilation.graph_params import graph_params_for
 from vllm_ascend.npu_runtime.attention.metadata import AscendMetadata
+
+if TYPE_CHECKING:
+    from ascend_graph import GraphParamsStore
+    from vllm.config import SpeculativeConfig, VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionLayer
 
 
 def _npu() -> Any:
@@ -29,7 +35,7 @@ def capturing_full_graph() -> bool:
     return mode == CUDAGraphMode.FULL and bool(_npu().is_current_stream_capturing())
 
 
-def _step_metadata(forward_context: Any) -> AscendMetadata:
+def _step_metadata(forward_context: ForwardContext) -> AscendMetadata:
     metadata = forward_context.attn_metadata
     values = metadata.values() if isinstance(metadata, dict) else [metadata]
     for value in values:
@@ -52,13 +58,13 @@ def _torch_npu() -> Any:
     return module
 
 
-def _real_tokens(layer: Any, rows: int) -> int | None:
+def _real_tokens(layer: torch.nn.Module, rows: int) -> int | None:
     """The step's real tokens (padding rows excluded); ``None`` for a dummy step."""
     from vllm.forward_context import get_forward_context, is_forward_context_available
 
     if not is_forward_context_available():
         return rows
-    metadata: Any = get_forward_context().attn_metadata
+    metadata: object = get_forward_context().attn_metadata
     if metadata is None:
         return None
     if isinstance(metadata, dict):
@@ -114,7 +120,7 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         self._vllm_config = get_current_vllm_config()
         #: The graph-parameter store FULL captures record into (set by the model runner to
         #: the one its graph wrapper replays with; default: the engine's).
-        self.graph_params: Any = None
+        self.graph_params: GraphParamsStore | None = None
 
     def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -128,8 +134,8 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         torch.ops.ascend.reshape_and_cache(key[:rows], value[:rows], kv_cache[0], kv_cache[1],
                                            real_slots(slot_mapping[:rows]))
 
-    def forward(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                kv_cache: torch.Tensor, attn_metadata: AscendMetadata | None,
+    def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor,
+                value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: AscendMetadata | None,
                 output: torch.Tensor, output_scale: torch.Tensor | None = None,
                 output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
         if output_scale is not None or output_block_scale is not None:
@@ -187,10 +193,11 @@ class AscendAttentionImpl(AttentionImpl[AscendMetadata]):
         params.events[num_tokens].append(event)
 
     @classmethod
-    def update_graph_params(cls, update_stream: Any, forward_context: Any, num_tokens: int,
-                            vllm_config: Any, speculative_config: Any = None, *,
-                            draft_attn_metadatas: Any = None,
-                            graph_params: Any = None) -> None:
+    def update_graph_params(cls, update_stream: Any, forward_context: ForwardContext,
+                            num_tokens: int, vllm_config: VllmConfig,
+                            speculative_config: SpeculativeConfig | None = None, *,
+                            draft_attn_metadatas: object = None,
+                            graph_params: GraphParamsStore | None = None) -> None:
         """Re-issue every captured FIA task of the ``num_tokens`` graph with this step's lengths on
         ``update_stream``; ``graph_params`` defaults to the engine's store."""
         # Local: importing ascend_kernels looks torch_npu up (see _torch_npu).

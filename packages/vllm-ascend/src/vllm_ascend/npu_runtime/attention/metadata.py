@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from vllm.v1.attention.backend import (
@@ -16,6 +16,10 @@ from vllm.v1.attention.backend import (
 )
 
 from vllm_ascend.process.process_setup import current_process_setup
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheSpec
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[
     return ends
 
 
-def fia_graph_refusal(vllm_config: Any, kv_cache_spec: Any) -> str | None:
+def fia_graph_refusal(vllm_config: VllmConfig, kv_cache_spec: AttentionSpec) -> str | None:
     """Why this model's attention cannot be a FULL-graph task, or ``None`` (shapes and dtypes
     only)."""
     # Local: importing ascend_kernels looks torch_npu up and registers its kernels; that
@@ -76,11 +80,13 @@ class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
     _cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     @classmethod
-    def get_cudagraph_support(cls, vllm_config: Any, kv_cache_spec: Any) -> AttentionCGSupport:
+    def get_cudagraph_support(cls, vllm_config: VllmConfig,
+                              kv_cache_spec: KVCacheSpec) -> AttentionCGSupport:
         """Uniform-decode FULL graphs when FIA runs the model's attention, else none (reason logged
         once)."""
         # The reference attention reads the host, which no graph may hold.
-        reason = fia_graph_refusal(vllm_config, kv_cache_spec)
+        # vLLM types this hook with the base KVCacheSpec but hands an attention group's spec.
+        reason = fia_graph_refusal(vllm_config, kv_cache_spec)  # type: ignore[arg-type]
         if reason is None:
             return cls._cudagraph_support
         current_process_setup().log_once(
@@ -88,7 +94,8 @@ class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
             "graph mode falls back to eager/piecewise", logger, logging.INFO)
         return AttentionCGSupport.NEVER
 
-    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any,
+    def __init__(self, kv_cache_spec: AttentionSpec, layer_names: list[str],
+                 vllm_config: VllmConfig,
                  device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self._exact_host_seq_lens = vllm_config.speculative_config is None
