@@ -45,8 +45,7 @@ class MoECommInputs:
 
 
 def select_moe_comm_method(num_tokens: int | None, inputs: MoECommInputs) -> MoECommType | None:
-    """The MoE communication method (first matching row wins); ``num_tokens`` is the DP-wide
-    maximum."""
+    """The MoE communication method (first matching row wins) for the DP-wide ``num_tokens``."""
     fits = num_tokens is None or num_tokens <= inputs.mc2_capacity
     if not inputs.is_moe:  # row 1
         return None

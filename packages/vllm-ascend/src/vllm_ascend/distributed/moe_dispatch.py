@@ -29,8 +29,7 @@ class MoECommMethod(Protocol):
 
 
 def own_rows(num_tokens: int, size: int, rank: int) -> tuple[int, int]:
-    """``[start, end)`` of rank ``rank``'s rows when ``num_tokens`` are split into ``size``
-    chunks."""
+    """``[start, end)`` of rank ``rank``'s rows of ``num_tokens`` split into ``size`` chunks."""
     if size < 1 or not 0 <= rank < size or num_tokens < 0:
         raise ValueError(f"need num_tokens >= 0 and 0 <= rank < size, got {num_tokens=},"
                          f" {rank=}, {size=}")

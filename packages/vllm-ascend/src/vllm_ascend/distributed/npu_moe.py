@@ -38,8 +38,7 @@ def _tnpu() -> Any:
 
 def _mlp(tnpu: Any, rows: torch.Tensor, counts: torch.Tensor,
          experts: NpuExperts) -> torch.Tensor:
-    """The local experts' gated MLP over rows sorted by local expert; rows past the counts are
-    zero."""
+    """The local experts' gated MLP over rows sorted by local expert (rows past the counts: 0)."""
     cumsum = counts.cumsum(0)
     h = tnpu.npu_grouped_matmul([rows], [experts.w13], group_list=cumsum, split_item=2,
                                 group_type=0, group_list_type=0)[0]

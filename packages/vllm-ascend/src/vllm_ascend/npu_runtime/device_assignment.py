@@ -22,16 +22,14 @@ VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
 @dataclass(frozen=True)
 class NpuAssignment:
-    """A worker's NPU: ``physical`` as npu-smi numbers it, ``index`` as torch does
-    (``npu:<index>``)."""
+    """A worker's NPU: ``physical`` as npu-smi numbers it, ``index`` as torch does (``npu:N``)."""
 
     physical: int
     index: int
 
 
 def dp_shifted_local_rank(parallel_config: ParallelConfig, local_rank: int) -> int:
-    """``local_rank`` offset by this engine's local data-parallel shard (vLLM's CUDA worker
-    rule)."""
+    """``local_rank`` offset by this engine's local DP shard (vLLM's CUDA worker rule)."""
     par = parallel_config
     if (par.distributed_executor_backend in ("ray", "external_launcher")
             or par.data_parallel_backend == "ray" or par.nnodes_within_dp != 1):

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 
 @contextlib.contextmanager
 def npu_graph_capture(device: torch.device) -> Iterator[GraphCaptureContext]:
-    """vLLM's ``graph_capture(device)`` for NPU ranks: a context whose stream is current in the
-    block."""
+    """vLLM's ``graph_capture(device)`` for NPU ranks: a context whose stream is current."""
     from vllm.distributed.parallel_state import GraphCaptureContext
 
     npu: Any = torch.npu  # type: ignore[attr-defined]
@@ -31,8 +30,7 @@ def npu_graph_capture(device: torch.device) -> Iterator[GraphCaptureContext]:
 
 @contextlib.contextmanager
 def npu_capture_context() -> Iterator[None]:
-    """Point vLLM's model runner's ``graph_capture`` at :func:`npu_graph_capture` inside the
-    block."""
+    """Point the model runner's ``graph_capture`` at :func:`npu_graph_capture` in the block."""
     from vllm.v1.worker import gpu_model_runner
 
     original = gpu_model_runner.graph_capture

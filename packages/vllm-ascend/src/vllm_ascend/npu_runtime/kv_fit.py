@@ -54,8 +54,7 @@ def check_kv_cache_fits(budget: MemoryBudget, need: KvCacheNeed) -> None:
 
 def check_explicit_kv_cache(device: str, kv_cache_bytes: int, free_now: int,
                             need: KvCacheNeed) -> None:
-    """``--kv-cache-memory-bytes`` must fit the free memory and hold one ``max_model_len``
-    sequence."""
+    """``--kv-cache-memory-bytes`` must fit free memory and hold one ``max_model_len`` sequence."""
     if kv_cache_bytes > free_now:
         raise KvCacheMemoryError(
             f"--kv-cache-memory-bytes {kv_cache_bytes} ({format_size(kv_cache_bytes)}) is more "

@@ -45,8 +45,7 @@ class NPUModelRunner(GPUModelRunner):
     captured_graph_bytes = 0
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        """vLLM's loading, with its FULL-graph wrapper replaced by the platform's static-graph
-        wrapper."""
+        """vLLM's loading, its FULL-graph wrapper replaced by the platform's static-graph one."""
         from vllm.compilation.cuda_graph import CUDAGraphWrapper
         from vllm.config import CUDAGraphMode
 
@@ -57,8 +56,7 @@ class NPUModelRunner(GPUModelRunner):
                                             CUDAGraphMode.FULL)
 
     def capture_model(self) -> int:
-        """vLLM's capture in the NPU capture context, after binding the attention graph
-        parameters."""
+        """vLLM's capture in the NPU capture context, with the graph parameters bound first."""
         from vllm.config import CUDAGraphMode
 
 
@@ -87,8 +85,7 @@ class NPUModelRunner(GPUModelRunner):
 
     def _warmup_and_capture(self, desc: BatchDescriptor, cudagraph_runtime_mode: CUDAGraphMode,
                             *args: Any, **kwargs: Any) -> None:
-        """vLLM's warm-up and capture of one graph, sampling its device memory during the
-        profile."""
+        """vLLM's warm-up and capture of one graph, its device memory sampled during the profile."""
         samples = getattr(self, "_capture_samples", None)
         if samples is None:
             super()._warmup_and_capture(desc, cudagraph_runtime_mode, *args, **kwargs)

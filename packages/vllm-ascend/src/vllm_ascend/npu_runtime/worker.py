@@ -42,8 +42,7 @@ logger = logging.getLogger(__name__)
 
 
 def _on_npu(method: F) -> F:
-    """Run the method as this engine's work, with CUDA/accelerator calls rebound to
-    ``torch.npu``."""
+    """Run the method as this engine's work, CUDA/accelerator calls rebound to ``torch.npu``."""
 
     @functools.wraps(method)
     def wrapper(self: NPUWorker, *args: Any, **kwargs: Any) -> Any:
@@ -113,8 +112,7 @@ class NPUWorker(RankDuties, Worker):
 
     @_on_npu
     def determine_available_memory(self) -> int:
-        """vLLM's sizing less the graphs' memory; one clear error when the cache cannot hold one
-        sequence."""
+        """vLLM's sizing less the graphs' memory; an error when the cache cannot hold a sequence."""
         # vLLM profiles graph memory only on CUDA and XPU.
         available = super().determine_available_memory()
         need = need_of(self.vllm_config)
@@ -170,8 +168,7 @@ class NPUWorker(RankDuties, Worker):
         return estimate
 
     def _report_graph_memory(self) -> None:
-        """Log the graphs' estimated beside their captured memory and the KV blocks the estimate
-        gave."""
+        """Log the graphs' estimated and captured memory and the KV blocks the estimate gave."""
         applied = int(getattr(self, "graph_memory_applied", 0))
         kv_config = getattr(self.model_runner, "kv_cache_config", None)
         if not applied or kv_config is None or not kv_config.num_blocks:

@@ -37,8 +37,7 @@ def register_attention_op() -> bool:
 
 
 def attention_op_handles() -> tuple[Any, Any, Any] | None:
-    """(vLLM's KV-cache update op, vLLM's attention op, the fused op); None when vLLM lacks
-    either."""
+    """(vLLM's KV update op, vLLM's attention op, the fused op); None when vLLM lacks either."""
     import vllm.model_executor.layers.attention.attention  # noqa: F401  (defines the ops)
 
     register_attention_op()
@@ -139,8 +138,7 @@ class CPUAttentionKernels:
 
     def run(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             output: torch.Tensor, metadata: Any, slot_mapping: torch.Tensor | None) -> None:
-        """vLLM's two ops for this backend: write the cache when there are slots, attend when there
-        is metadata."""
+        """vLLM's two ops here: the cache write when there are slots, attention when metadata."""
         impl = self.impl
         if slot_mapping is None and metadata is None:
             return  # nothing to write nor to attend (the cache may be a placeholder then)

@@ -77,8 +77,7 @@ def unsupported_reason(layer: Any) -> str | None:
 
 
 def plain_torch_supported(layer: Any) -> bool:
-    """Whether the plain-torch experts run ``layer``; with EP, a ``ValueError`` naming the setting
-    otherwise."""
+    """Whether plain torch runs ``layer``'s experts (with EP: else a ValueError naming why)."""
     reason = unsupported_reason(layer)
     if reason is None:
         return True
@@ -294,8 +293,7 @@ def _ascend_moe_methods(worker: Any) -> list[AscendUnquantizedFusedMoEMethod]:
 
 
 def moe_comm_counts(worker: Any) -> dict[str, Any]:
-    """``{"rank", "layers", "calls": [[method, tokens, forwards], ...]}`` over this worker's MoE
-    layers."""
+    """``{"rank", "layers", "calls": [[method, tokens, forwards], ...]}`` of this worker's MoE."""
     methods = _ascend_moe_methods(worker)
     total: Counter[tuple[str, int]] = Counter()
     for method in methods:

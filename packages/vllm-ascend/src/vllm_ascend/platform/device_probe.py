@@ -54,8 +54,7 @@ def probe_npu(
 
 
 def read_device_mode(environ: Mapping[str, str] | None = None) -> str:
-    """``VLLM_ASCEND_DEVICE`` (auto|npu|cpu); a one-line ValueError naming the value and allowed
-    ones."""
+    """``VLLM_ASCEND_DEVICE`` (auto|npu|cpu); a one-line ValueError naming a bad value."""
     env = os.environ if environ is None else environ
     raw = env.get("VLLM_ASCEND_DEVICE", "")
     value: str | None

@@ -21,8 +21,7 @@ USABLE_MODES = ("always", "madvise")
 
 
 def kernel_thp_mode(mode_file: Path = THP_MODE_FILE) -> str | None:
-    """The kernel's selected THP mode (``always [madvise] never``), or None when it cannot be
-    read."""
+    """The kernel's selected THP mode (``always [madvise] never``), or None if unreadable."""
     try:
         text = mode_file.read_text(encoding="ascii", errors="replace")
     except OSError:
@@ -32,8 +31,7 @@ def kernel_thp_mode(mode_file: Path = THP_MODE_FILE) -> str | None:
 
 
 def huge_page_env(environ: Mapping[str, str], mode: str | None) -> dict[str, str]:
-    """``{THP_MEM_ALLOC_ENABLE: "1"}`` when the kernel offers huge pages and the user has not set
-    it."""
+    """``{THP_MEM_ALLOC_ENABLE: "1"}`` if the kernel offers huge pages and the variable is unset."""
     if THP_ENV in environ or mode not in USABLE_MODES:
         return {}
     return {THP_ENV: "1"}

@@ -41,8 +41,7 @@ def _runtime_class(key: str) -> str:
 
 
 def _register_backend_name(path: str) -> None:
-    """Register the attention backend at ``path`` under its ``get_name()`` in vLLM's registry,
-    once."""
+    """Register the backend at ``path`` under its ``get_name()`` in vLLM's registry, once."""
     from vllm.utils.import_utils import resolve_obj_by_qualname
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 

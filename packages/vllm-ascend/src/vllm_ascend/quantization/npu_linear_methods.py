@@ -46,8 +46,7 @@ def _nz_weight(layer: torch.nn.Module) -> None:
 
 def _matmul(x: torch.Tensor, q: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
             float_bias: torch.Tensor | None, **kwargs: Any) -> torch.Tensor:
-    """``npu_quant_matmul`` on the rows of ``q``, shaped back like ``x`` (+ the layer's float
-    bias)."""
+    """``npu_quant_matmul`` on the rows of ``q``, shaped like ``x`` (+ the layer's float bias)."""
     rows = q.reshape(-1, q.shape[-1])
     y: torch.Tensor = _torch_npu().npu_quant_matmul(rows, weight, scale,
                                                     output_dtype=x.dtype, **kwargs)

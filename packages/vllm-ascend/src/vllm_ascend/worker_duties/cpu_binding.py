@@ -30,8 +30,7 @@ def local_rank_count(parallel_config: ParallelConfig) -> int:
 
 
 def host_rank(parallel_config: ParallelConfig, local_rank: int) -> int:
-    """This worker's index among the host's workers, in vLLM's ``VLLM_CPU_OMP_THREADS_BIND``
-    order."""
+    """This worker's index among the host's workers (vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` order)."""
     local_world = int(getattr(parallel_config, "local_world_size", 0) or 0) or int(
         parallel_config.world_size)
     dp_local = int(getattr(parallel_config, "data_parallel_rank_local", 0) or 0)
@@ -40,8 +39,7 @@ def host_rank(parallel_config: ParallelConfig, local_rank: int) -> int:
 
 def worker_npu(parallel_config: ParallelConfig, local_rank: int,
                environ: Mapping[str, str] | None = None) -> int:
-    """The logical NPU this worker drives: vLLM's assignment, else the ``local_rank``-th visible
-    one."""
+    """The NPU this worker drives: vLLM's assignment, else the ``local_rank``-th visible one."""
     assigned = getattr(parallel_config, "assigned_physical_gpu_ids", None)
     if assigned:
         return int(assigned[local_rank])
@@ -60,8 +58,7 @@ class SocCrossCheck(Protocol):
 
 @dataclass
 class WorkerBinding:
-    """What binding did in this worker: the plan, this worker's entry (None: unbound) and report
-    lines."""
+    """What binding did here: the plan, this worker's entry (None: unbound) and report lines."""
 
     local_rank: int
     plan: ascend_topology.Plan | None = None
@@ -87,8 +84,7 @@ class WorkerBinding:
         return next((tuple(e.cpus) for e in self.plan.npus if e.npu == self.npu), ())
 
     def bind_late_threads(self) -> list[str]:
-        """Bind threads started since binding to their role's CPUs; never raises, nothing on host
-        CPU."""
+        """Bind late threads to their role's CPUs (none on the host CPU); never raises."""
         # On the host CPU vLLM pinned each OpenMP thread to one CPU; setting the whole pool would
         # undo it.
         if self.plan is None or self.index is None or self.soc == "cpu":

@@ -36,8 +36,7 @@ class AscendMetadata(AttentionMetadata):
 
 
 def host_seq_lens(common: CommonAttentionMetadata, exact_host_copy: bool) -> list[int]:
-    """KV length per sequence: vLLM's host copy, or the device values when drafts may be
-    rejected."""
+    """KV length per sequence: vLLM's host copy, or the device's when drafts may be rejected."""
     n = common.num_reqs
     if exact_host_copy and common.seq_lens_cpu_upper_bound is not None:
         return [int(x) for x in common.seq_lens_cpu_upper_bound[:n].tolist()]
@@ -45,8 +44,7 @@ def host_seq_lens(common: CommonAttentionMetadata, exact_host_copy: bool) -> lis
 
 
 def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[int]:
-    """``query_ends`` with a padded graph batch's trailing padding requests given no query
-    tokens."""
+    """``query_ends`` with a padded graph batch's trailing padding requests given no tokens."""
     ends = list(query_ends)
     last_real = max((i for i, s in enumerate(seq_lens) if s > 0), default=-1)
     real_end = ends[last_real] if last_real >= 0 else 0
@@ -56,8 +54,7 @@ def without_padding_queries(query_ends: list[int], seq_lens: list[int]) -> list[
 
 
 def fia_graph_refusal(vllm_config: VllmConfig, kv_cache_spec: AttentionSpec) -> str | None:
-    """Why this model's attention cannot be a FULL-graph task, or ``None`` (shapes and dtypes
-    only)."""
+    """Why this model's attention cannot be a FULL-graph task (from shapes and dtypes), or None."""
     # Local: importing ascend_kernels looks torch_npu up and registers its kernels; that
     # belongs to a running NPU runtime, not to importing this module.
     from ascend_kernels.npu_loader import npu_registration
@@ -82,8 +79,7 @@ class AscendMetadataBuilder(AttentionMetadataBuilder[AscendMetadata]):
     @classmethod
     def get_cudagraph_support(cls, vllm_config: VllmConfig,
                               kv_cache_spec: KVCacheSpec) -> AttentionCGSupport:
-        """Uniform-decode FULL graphs when FIA runs the model's attention, else none (reason logged
-        once)."""
+        """Uniform-decode FULL graphs when FIA runs the attention, else none (logged once)."""
         # The reference attention reads the host, which no graph may hold.
         # vLLM types this hook with the base KVCacheSpec but hands an attention group's spec.
         reason = fia_graph_refusal(vllm_config, kv_cache_spec)  # type: ignore[arg-type]
