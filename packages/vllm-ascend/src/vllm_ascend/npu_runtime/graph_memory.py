@@ -9,8 +9,6 @@ from vllm_ascend.worker_duties.kv_cache_advice import format_size
 
 #: Added to the further graphs' per-token sum: a graph also holds a part that does not grow
 #: with its tokens, which the second capture's bytes per token spread over its many tokens.
-#: (SmolLM2, 35 default sizes: the per-token sum came to 4.83 GiB where the captures held
-#: 5.06 GiB, issue 44.)
 FURTHER_HEADROOM = 0.1
 
 

@@ -63,7 +63,7 @@ class NPUPlatform(AscendPlatformMixin, Platform):
     ray_noset_device_env_vars = ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]  # noqa: RUF012
     dispatch_key: str = "PrivateUse1"
     dist_backend: str = "hccl"
-    # What the NPU runtime runs (today: nothing quantized); see verify_quantization.
+    # The quantization methods the NPU runtime runs; see verify_quantization.
     supported_quantization = list(SUPPORTED_QUANTIZATION)  # noqa: RUF012 - vLLM's type
 
     @classmethod
