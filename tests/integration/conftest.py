@@ -70,7 +70,22 @@ def ascend_log_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def make_env(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, str]]:
+def modelinfos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's one folder of vLLM's model-class facts. vLLM reads them from
+    ``VLLM_CACHE_ROOT/modelinfos`` (keyed by the model file's hash) and otherwise inspects the
+    class in a subprocess: a whole `import vllm` for every engine start with a fresh cache."""
+    return tmp_path_factory.mktemp("modelinfos")
+
+
+def share_modelinfos(cache_root: Path, modelinfos: Path) -> None:
+    """Give the fresh vLLM cache root ``cache_root`` the session's model-class facts."""
+    cache_root.mkdir(parents=True, exist_ok=True)
+    (cache_root / "modelinfos").symlink_to(modelinfos, target_is_directory=True)
+
+
+@pytest.fixture(scope="session")
+def make_env(tmp_path_factory: pytest.TempPathFactory,
+             modelinfos: Path) -> Callable[..., dict[str, str]]:
     """`make_env(device=..., plugins=..., fresh_cache=True, shared_inductor=False)`:
     environment for a vLLM child.
 
@@ -88,6 +103,8 @@ def make_env(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str
         shared_inductor: bool = False, **extra: str
     ) -> dict[str, str]:
         cache = tmp_path_factory.mktemp("vllm_cache") if fresh_cache else None
+        if cache is not None:
+            share_modelinfos(cache, modelinfos)
         env = engine_env(device=device, cache_root=cache, plugins=plugins)
         if shared_inductor:
             if not shared:

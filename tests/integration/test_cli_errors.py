@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from torch_npu_double.emulation import build as emulation_build
 from vllm_ascend.checkpoints import find_smollm2_gguf
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -66,7 +67,7 @@ def _fake_distribution(site: Path, gguf: bytes | None = None, link_to: str | Non
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Callable[..., Run]:
+def cli(tmp_path: Path, modelinfos: Path) -> Callable[..., Run]:
     """`cli(*args, site=None, cache=None, preexec=None, wrap=(), extra_env=None)`: the
     `vllm-ascend` command with the fake distribution's `site` first on PYTHONPATH, `cache` as
     XDG_CACHE_HOME and `extra_env` added to the environment."""
@@ -76,9 +77,16 @@ def cli(tmp_path: Path) -> Callable[..., Run]:
             stdout: int | None = subprocess.PIPE, timeout: float = 420,
             extra_env: dict[str, str] | None = None) -> Run:
         env = {**os.environ, **(extra_env or {})}
+        # The emulated NPU's build stays where it is (it is cached under XDG_CACHE_HOME too):
+        # a fresh one would rebuild the device's C++ extension for every command.
+        env.setdefault(emulation_build.CACHE_VAR, str(emulation_build.cache_root()))
         if site is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
         env["XDG_CACHE_HOME"] = str(cache if cache is not None else tmp_path / "cache")
+        vllm_cache = tmp_path / "cache" / "vllm"  # vLLM's cache root under that XDG_CACHE_HOME
+        if cache is None and not vllm_cache.exists():
+            vllm_cache.mkdir(parents=True)
+            (vllm_cache / "modelinfos").symlink_to(modelinfos, target_is_directory=True)
         done = subprocess.run([*wrap, sys.executable, "-m", "vllm_ascend", *args], env=env,
                               stdout=stdout, stderr=subprocess.PIPE, text=True,
                               timeout=timeout, preexec_fn=preexec)
