@@ -74,3 +74,32 @@ def test_sigterm_ends_the_tree_and_the_process_within_the_bound() -> None:
     assert status == 7  # the bound's exit, with the command's status
     assert _gone(child)
     assert "start-up interrupted by a signal" in (proc.stderr.read() if proc.stderr else "")
+
+
+# Start-up interrupted by SIGTERM while vLLM launches its engine: vLLM's clean-up swallows the
+# interrupt, signals the process group again and raises something else ("generator didn't
+# yield"). The command still knows the start-up was interrupted, and the second signal does not
+# kill it with SIGTERM's default action.
+SIGTERM_TWICE = """
+import os, signal, sys
+from vllm_ascend.process.owned_tree import interrupt_on_sigterm, start_up_interrupted
+interrupt_on_sigterm(exit_status=7)
+before = start_up_interrupted()
+try:
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+    except KeyboardInterrupt:
+        os.kill(os.getpid(), signal.SIGTERM)  # vLLM's clean-up signals the group
+        raise RuntimeError("generator didn't yield") from None
+except RuntimeError:
+    print(before, start_up_interrupted(), flush=True)
+    sys.exit(0)
+"""
+
+
+def test_a_second_sigterm_while_start_up_unwinds_changes_nothing() -> None:
+    done = subprocess.run([sys.executable, "-c", SIGTERM_TWICE], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

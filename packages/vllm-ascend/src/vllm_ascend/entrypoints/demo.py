@@ -25,6 +25,7 @@ from vllm_ascend.process.owned_tree import (
     become_subreaper,
     end_process_tree,
     interrupt_on_sigterm,
+    start_up_interrupted,
 )
 from vllm_ascend.process.process_setup import current_process_setup
 
@@ -307,6 +308,11 @@ def main(options: DemoOptions, *, as_json: bool = False) -> int:
     try:
         return _run_and_report(options, as_json)
     except KeyboardInterrupt:
+        print("vllm-ascend demo: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        if not start_up_interrupted():
+            raise
         print("vllm-ascend demo: interrupted", file=sys.stderr)
         return 130
     finally:

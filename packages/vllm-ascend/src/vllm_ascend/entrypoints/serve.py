@@ -19,6 +19,7 @@ from vllm_ascend.process.owned_tree import (
     become_subreaper,
     end_process_tree,
     interrupt_on_sigterm,
+    start_up_interrupted,
 )
 from vllm_ascend.process.serve_exit import HTTP_SHUTDOWN_GRACE_S, EngineDiedError
 
@@ -79,6 +80,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         return _serve(argv, mode)
     except KeyboardInterrupt:  # SIGINT/SIGTERM before vLLM's serving loop took the signals
+        logger.info("interrupted during start-up; ending the engine processes")
+        return 0
+    except Exception:
+        if not start_up_interrupted():
+            raise
         logger.info("interrupted during start-up; ending the engine processes")
         return 0
     finally:

@@ -46,9 +46,22 @@ def interrupt_on_sigterm(exit_status: int = 0) -> None:
 def interrupt_start_up(signum: int, frame: FrameType | None, exit_status: int = 0) -> NoReturn:
     """On a shutdown signal before serving: SIGTERM the descendants now, interrupt the command as
     Ctrl-C does, and exit with ``exit_status`` if unwinding outlasts :data:`EXIT_BOUND_S`."""
+    # The exit is bound from here on; a later signal (vLLM's clean-up of a half-started engine
+    # may signal the process group) must not kill the command with its default action.
+    signal.signal(signum, _stopping)
     threading.Thread(target=_end_within, args=(time.monotonic() + EXIT_BOUND_S, exit_status),
                      name="vllm-ascend-end-tree", daemon=True).start()
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stopping(signum: int, frame: FrameType | None) -> None:
+    """A shutdown signal after the first: the command is already stopping."""
+
+
+def start_up_interrupted() -> bool:
+    """Whether a shutdown signal interrupted this command's start-up (whatever exception vLLM
+    turned the interrupt into while it unwound, e.g. a launch that "didn't yield")."""
+    return signal.getsignal(signal.SIGTERM) is _stopping
 
 
 def _end_within(deadline: float, exit_status: int) -> None:
